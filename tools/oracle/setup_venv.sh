@@ -4,7 +4,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 venv="${ORACLE_VENV:-$here/../../.oracle-venv}"
-if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import qwen_tts, transformers" 2>/dev/null; then
+# qwen_tts imports torchaudio/sox/onnxruntime at import time: check with the stubs on the path.
+if [ -x "$venv/bin/python" ] && PYTHONPATH="$here/stubs" "$venv/bin/python" -c "import qwen_tts, transformers" >/dev/null 2>&1; then
   exit 0
 fi
 python3.11 -m venv "$venv"
