@@ -1,0 +1,360 @@
+"""Headless Chromium clicks Generate on a page with the low-latency player and listens; and
+the player's PCM route over plain HTTP.
+
+A small Gradio page (inputs, Generate/Stop, the player, and the standard streaming gr.Audio
+behind the toggle) runs on 127.0.0.1 with the real eSpeak engine and the PCM route installed
+on Gradio's own app. Latency "as heard" comes from the page's AudioContext timeline: when the
+first scheduled buffer reaches the output, minus the click's timestamp.
+
+Skips when Chromium or Playwright is missing, unless REQUIRE_BROWSER=1 (CI), where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from test_openai_api import (
+    LONG_TEXT,
+    PacedBackend,
+    RecordingEngine,
+    assert_error,
+    free_port,
+    make_api,
+    serve,
+    wait_until,
+)
+
+from tts_core.audio import SAMPLE_RATE, to_int16
+from tts_core.audio.ffmpeg import ensure_ffmpeg_on_path
+from tts_core.engine import EngineConfig, StreamHandle, SynthesisRequest
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--autoplay-policy=no-user-gesture-required"]  # fmt: skip
+FEMALE_CLIP = Path(__file__).resolve().parents[1] / "assets" / "reference_female_en.wav"
+TEXT = "Hello! This is the low latency player. You hear me as soon as my first chunk arrives."
+MAX_EXTRA_MS = 150.0  # click -> first sound may exceed the engine's time to first audio by this
+RUNS = 5  # measured clicks; their median is held to MAX_EXTRA_MS (one starved click is noise)
+LAST_RUN = (
+    "() => { const m = window.__ttsLowLatency.last; return m && JSON.parse(JSON.stringify(m)); }"  # noqa: E501
+)
+
+
+def chromium_executable() -> str | None:
+    if Path(CHROMIUM).is_file():
+        return CHROMIUM
+    return None if "CHROMIUM_PATH" in os.environ else shutil.which("chromium")
+
+
+def _browser_missing() -> str | None:
+    if chromium_executable() is None:
+        return f"Chromium not found at {CHROMIUM}"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed"
+    return None
+
+
+@pytest.fixture(scope="module")
+def chromium_page(tmp_path_factory):
+    missing = _browser_missing()
+    if missing:
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            pytest.fail(f"REQUIRE_BROWSER=1 but {missing}")
+        pytest.skip(missing)
+    from playwright.sync_api import sync_playwright
+
+    executable = chromium_executable()
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=executable,
+            args=CHROMIUM_ARGS, headless=True, viewport={"width": 1100, "height": 900},
+        )  # fmt: skip
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def standard_stream(engine, text: str, language: str) -> Iterator:  # noqa: ANN001
+    """The standard player's handler: int16 chunks to a streaming gr.Audio, each followed
+    150 ms later by a 1-sample chunk (Gradio publishes a chunk only when the next arrives)."""
+    handle = StreamHandle(engine, SynthesisRequest(text, None, None))
+    nudge = (SAMPLE_RATE, np.zeros(1, np.int16))
+    try:
+        while True:
+            try:
+                event = handle.next_event(timeout=0.15)
+            except StopIteration:
+                break
+            if event is None or event.audio.size == 0:
+                yield nudge
+                continue
+            yield SAMPLE_RATE, to_int16(event.audio)
+        yield nudge
+    finally:
+        handle.cancel()
+
+
+@pytest.fixture(scope="module")
+def player_app(espeak_backend, tmp_path_factory):
+    """(url, engines): the page on Gradio's server; engines["current"] serves the requests."""
+    import gradio as gr
+
+    from tts_core.server import install_routes
+    from tts_core.ui.lowlatency import build_lowlatency_player
+
+    ensure_ffmpeg_on_path()  # Gradio's streaming gr.Audio encodes AAC with ffmpeg
+    engines = {"current": RecordingEngine(espeak_backend, EngineConfig(max_concurrent=2))}
+    with gr.Blocks(title="low-latency player test") as demo:
+        text = gr.Textbox(TEXT, label="Text", elem_id="text")
+        language = gr.Dropdown(["auto", "english"], value="auto", label="Language")
+        reference = gr.Audio(None, sources=["upload"], type="filepath", label="Reference",
+                             elem_id="reference")  # fmt: skip
+        with gr.Row():
+            generate = gr.Button("Generate", variant="primary", elem_id="generate")
+            stop = gr.Button("Stop", variant="stop", elem_id="stop")
+        fields = {"text": text, "language": language, "reference": reference}
+        player = build_lowlatency_player(fields, generate, stop)
+        live = gr.Audio(label="Live audio (standard)", streaming=True, autoplay=True,
+                        interactive=False, elem_id="live-audio")  # fmt: skip
+
+        def standard(*inputs: str) -> Iterator:
+            yield from standard_stream(engines["current"], *inputs)
+
+        player.standard_trigger.click(standard, [text, language], live)
+    demo.queue(default_concurrency_limit=2)
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
+                            server_port=free_port(), quiet=True)  # fmt: skip
+    voices = tmp_path_factory.mktemp("voices")
+    install_routes(demo.app, lambda: engines["current"], voices_dir=voices)
+    try:
+        yield url, engines
+    finally:
+        demo.close()
+
+
+def open_page(page, url: str) -> None:  # noqa: ANN001
+    page.goto(url)
+    page.wait_for_function("() => window.__ttsLowLatency !== undefined", timeout=30_000)
+
+
+def generate_and_wait(page) -> dict:  # noqa: ANN001
+    before = page.evaluate(LAST_RUN)
+    page.click("#generate")
+    page.wait_for_function(
+        "(prev) => { const m = window.__ttsLowLatency.last;"
+        " return m && m.clickT !== (prev && prev.clickT) && (m.done || m.error); }",
+        arg=before, timeout=30_000,
+    )  # fmt: skip
+    run = page.evaluate(LAST_RUN)
+    assert run["error"] is None, run["error"]
+    return run
+
+
+def assert_gapless(run: dict) -> None:
+    """Every buffer starts on the sample where the previous one ended; nothing was late."""
+    rate = run["contextRate"]
+    assert rate == SAMPLE_RATE
+    starts = [round(start * rate) for start, _ in run["schedule"]]
+    ends = [s + n for s, (_, n) in zip(starts, run["schedule"], strict=True)]
+    assert starts[1:] == ends[:-1]
+    assert run["underruns"] == 0 and run["silentMs"] == 0
+
+
+@pytest.mark.browser
+def test_low_latency_player_is_heard_within_150_ms_of_the_engine(
+    chromium_page, player_app, tmp_path
+):
+    url, engines = player_app
+    page = chromium_page
+    open_page(page, url)
+    page.click("#text")  # a press in the page, as when typing the text: opens the audio device
+    generate_and_wait(page)  # warm-up
+    runs = [generate_and_wait(page) for _ in range(RUNS)]
+    extra = []
+    for run, engine_run in zip(runs, engines["current"].runs[-RUNS:], strict=True):
+        assert run["samples"] == engine_run["samples"] > SAMPLE_RATE  # every sample played
+        assert_gapless(run)
+        extra.append(run["firstSoundMs"] - run["engineTtfaMs"])
+    keys = ("firstSoundMs", "engineTtfaMs", "sentMs", "headersMs", "firstChunkMs")
+    summary = [{k: round(r[k], 1) for k in keys} for r in runs]
+    print(f"\nlow-latency player (ms after the click): {summary}")
+    assert statistics.median(extra) <= MAX_EXTRA_MS, summary
+    page.wait_for_function("() => window.__ttsLowLatency.level() > 0.05", timeout=5000)  # heard
+    end = runs[-1]["endCtx"]
+    page.wait_for_function(f"() => window.__ttsLowLatency.context().currentTime > {end}",
+                           timeout=20_000)  # fmt: skip
+    assert page.evaluate("() => window.__ttsLowLatency.context().state") == "running"
+    page.wait_for_selector("#lowlatency-player [data-ll='download']:not([hidden])")
+    page.locator("#lowlatency-player").screenshot(path=str(tmp_path / "player.png"))
+
+
+@pytest.mark.browser
+def test_stop_aborts_the_stream_and_the_generation(chromium_page, player_app, espeak_backend):
+    url, engines = player_app
+    paced = RecordingEngine(PacedBackend(espeak_backend, 8.0), EngineConfig(max_concurrent=2))
+    original, engines["current"] = engines["current"], paced
+    try:
+        open_page(chromium_page, url)
+        chromium_page.fill("#text textarea", LONG_TEXT)
+        chromium_page.click("#generate")
+        chromium_page.wait_for_function("() => window.__ttsLowLatency.last?.chunks >= 2",
+                                        timeout=20_000)  # fmt: skip
+        chromium_page.click("#stop")
+        status = "#lowlatency-player [data-ll='status']"
+        chromium_page.wait_for_function(
+            f"() => document.querySelector(\"{status}\").textContent === 'Stopped'", timeout=5000
+        )
+        wait_until(lambda: paced.runs and paced.runs[-1]["ended"] is not None, 5)
+        assert paced.runs[-1]["cancel"].is_set()
+        assert paced.runs[-1]["samples"] < len(LONG_TEXT) / 15 * SAMPLE_RATE / 2
+        wait_until(lambda: paced.active_requests == 0, 5)
+    finally:
+        engines["current"] = original
+
+
+@pytest.mark.browser
+def test_standard_player_stays_available_behind_the_toggle(chromium_page, player_app):
+    url, engines = player_app
+    page = chromium_page
+    open_page(page, url)
+    page.evaluate(
+        "() => { window.__playing = null; document.addEventListener('playing',"
+        " (e) => { window.__playing = window.__playing ?? e.timeStamp; }, true);"
+        " document.addEventListener('pointerdown', (e) => { window.__press = e.timeStamp; }, true); }"
+    )  # fmt: skip
+    page.get_by_label("Standard (gr.Audio, HLS)").check()
+    runs_before = len(engines["current"].runs)
+    last_low_latency_run = page.evaluate(LAST_RUN)
+    page.click("#generate")
+    wait_until(lambda: len(engines["current"].runs) > runs_before, 20)
+    page.wait_for_function("() => window.__playing !== null", timeout=20_000)
+    heard_ms = page.evaluate("() => window.__playing - window.__press")
+    print(f"\nstandard gr.Audio (HLS) player: click -> 'playing' {heard_ms:.0f} ms")
+    time.sleep(0.3)
+    assert page.evaluate(LAST_RUN) == last_low_latency_run  # the low-latency player kept still
+    assert len(engines["current"].runs) == runs_before + 1  # exactly one synthesis per click
+
+
+@pytest.mark.browser
+def test_uploaded_reference_clip_reaches_the_pcm_route(chromium_page, player_app):
+    url, engines = player_app
+    page = chromium_page
+    open_page(page, url)
+    page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
+    page.wait_for_selector("#reference audio, #reference [data-testid='waveform-controls']",
+                           state="attached", timeout=20_000)  # fmt: skip
+    run = generate_and_wait(page)
+    voice = engines["current"].runs[-1]["stats"]["voice"]
+    assert run["samples"] == engines["current"].runs[-1]["samples"]
+    assert voice["variant"] == "+f3" and voice["ref_f0_hz"] > 150  # the uploaded female clip
+
+
+@pytest.fixture(scope="module")
+def page_route(espeak_backend, tmp_path_factory):
+    """(url, engine): the PCM route alone on uvicorn (no browser needed)."""
+    engine = RecordingEngine(espeak_backend)
+    with serve(make_api(engine, tmp_path_factory.mktemp("voices"))) as url:
+        yield url, engine
+
+
+def read_frames(data: bytes) -> list[tuple[int, bytes]]:
+    """The page route's frames: (type, payload) from 8-byte (uint32 type, uint32 size) headers."""
+    frames, offset = [], 0
+    while offset < len(data):
+        kind, size = struct.unpack("<II", data[offset : offset + 8])
+        frames.append((kind, data[offset + 8 : offset + 8 + size]))
+        offset += 8 + size
+    assert offset == len(data)
+    return frames
+
+
+def test_page_pcm_route_streams_frames_of_pcm_and_stats(page_route):
+    url, engine = page_route
+    body = {"text": TEXT, "language": "english", "voice": "shimmer", "first_chunk_frames": 1}
+    response = httpx.post(f"{url}/tts_stream/pcm", json=body, timeout=60)
+    assert response.status_code == 200
+    frames = read_frames(response.content)
+    pcm = b"".join(payload for kind, payload in frames if kind == 1)
+    stats = [json.loads(payload) for kind, payload in frames if kind == 2]
+    assert {kind for kind, _ in frames} == {1, 2}
+    assert len(pcm) == 2 * engine.runs[-1]["samples"] and stats[-1]["done"]
+    assert 1920 <= len(frames[0][1]) // 2 < 2 * 1920  # first_chunk_frames=1: ~80 ms first
+    assert stats[-1]["voice"]["variant"] == "+f3"  # shimmer is a female voice
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"text": "hi", "reference": "/etc/hostname"}, 400),  # not an upload of the page
+        ({"text": "hi", "reference": {"path": "/etc/hostname"}}, 400),
+        ({"text": "hi", "voice": "nobody"}, 404),
+        ({"text": ""}, 400),
+        ({"text": "hi", "chunk_frames": 0}, 400),
+    ],
+)
+def test_page_pcm_route_rejects_bad_requests(page_route, body, status):
+    assert_error(httpx.post(f"{page_route[0]}/tts_stream/pcm", json=body, timeout=30), status)
+
+
+def test_page_pcm_route_accepts_clips_under_the_upload_folder(page_route):
+    from tts_core.server import gradio_upload_folder
+
+    folder = gradio_upload_folder() / f"test_openai_api-{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    clip = folder / "female.wav"
+    try:
+        shutil.copy(FEMALE_CLIP, clip)
+        body = {"text": "Hello there.", "reference": {"path": str(clip)}}
+        response = httpx.post(f"{page_route[0]}/tts_stream/pcm", json=body, timeout=60)
+    finally:
+        shutil.rmtree(folder)
+    assert response.status_code == 200, response.text[:300]
+    stats = [json.loads(p) for kind, p in read_frames(response.content) if kind == 2]
+    assert stats[-1]["voice"]["variant"] == "+f3" and stats[-1]["voice"]["ref_f0_hz"] > 150
+
+
+@pytest.mark.browser
+def test_bad_input_is_reported_in_the_player(chromium_page, player_app):
+    url, _ = player_app
+    open_page(chromium_page, url)
+    chromium_page.fill("#text textarea", "   ")
+    chromium_page.click("#generate")
+    status = "#lowlatency-player [data-ll='status']"
+    chromium_page.wait_for_function(
+        f"() => document.querySelector(\"{status}\").textContent.startsWith('Error: ')",
+        timeout=10_000,
+    )
+    assert "enter some text" in chromium_page.text_content(status)
+
+
+@pytest.mark.browser
+def test_underruns_are_counted_when_generation_falls_behind(
+    chromium_page, player_app, espeak_backend
+):
+    url, engines = player_app
+    slow = RecordingEngine(PacedBackend(espeak_backend, 0.6), EngineConfig(max_concurrent=2))
+    original, engines["current"] = engines["current"], slow  # slower than real time
+    try:
+        open_page(chromium_page, url)
+        chromium_page.fill("#text textarea", "Slow generation. It cannot keep up with playback.")
+        run = generate_and_wait(chromium_page)
+    finally:
+        engines["current"] = original
+    assert run["underruns"] >= 1 and run["silentMs"] > 0
+    assert run["samples"] == slow.runs[-1]["samples"]
+    text = chromium_page.text_content("#lowlatency-player [data-ll='underruns']")
+    assert text.startswith(f"{run['underruns']} (") and "silent" in text

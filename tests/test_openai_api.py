@@ -1,0 +1,313 @@
+"""The OpenAI-compatible speech API over real HTTP (uvicorn on 127.0.0.1) with the eSpeak engine.
+
+Streaming, formats, errors, the busy limit and client disconnects. `PacedBackend` wraps the
+real eSpeak backend and releases its audio no faster than a few times real time, like a neural
+model would, so that "before generation ends" and "mid-stream" are observable.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tts_core.audio import SAMPLE_RATE
+from tts_core.engine import Engine, EngineConfig, Limits, SynthesisRequest
+from tts_core.server.text_split import split_text
+
+TEXT = "Hello there. This is a test of the streaming speech endpoint, spoken by eSpeak."
+LONG_TEXT = " ".join(["The quick brown fox jumps over the lazy dog near the river bank."] * 12)
+ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+class PacedBackend:
+    """The real eSpeak backend, but each piece waits until `speedup` x real time allows it."""
+
+    def __init__(self, inner, speedup: float) -> None:  # noqa: ANN001 - EspeakBackend
+        self._inner = inner
+        self.speedup = speedup
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - delegate the Backend attributes
+        return getattr(self._inner, name)
+
+    def stream(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
+        start, produced = time.perf_counter(), 0
+        for piece in self._inner.stream(text, voice, params, cancel):
+            produced += piece.audio.size
+            delay = start + produced / SAMPLE_RATE / self.speedup - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            yield piece
+
+
+class RecordingEngine(Engine):
+    """The real engine, remembering what each request produced and when it ended."""
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.runs: list[dict] = []
+
+    def stream(self, request: SynthesisRequest, cancel: threading.Event | None = None):  # noqa: ANN201
+        cancel = cancel or threading.Event()
+        events = super().stream(request, cancel)
+        record = {"samples": 0, "stats": None, "cancel": cancel, "ended": None}
+        self.runs.append(record)
+        return self._recorded(events, record)
+
+    @staticmethod
+    def _recorded(events, record: dict) -> Iterator:  # noqa: ANN001
+        try:
+            for event in events:
+                record["samples"] += event.audio.size
+                record["stats"] = event.stats
+                yield event
+        finally:
+            events.close()
+            record["ended"] = time.perf_counter()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def serve(app) -> Iterator[str]:  # noqa: ANN001 - an ASGI app
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def make_api(engine: Engine, voices_dir: Path, **config):  # noqa: ANN003, ANN201 - FastAPI
+    from fastapi import FastAPI
+
+    from tts_core.server import ApiConfig, install_routes
+
+    app = FastAPI()
+    install_routes(app, lambda: engine, voices_dir=voices_dir, config=ApiConfig(**config))
+    return app
+
+
+def assert_error(response: httpx.Response, status: int, param: str | None = None) -> dict:
+    assert response.status_code == status, response.text[:300]
+    error = response.json()["error"]
+    assert set(error) == ERROR_KEYS and error["message"]
+    if param is not None:
+        assert error["param"] == param
+    return error
+
+
+def parse_streamed_wav(data: bytes) -> np.ndarray:
+    """The int16 samples of a streamed WAV, after checking its header field by field."""
+    assert data[:4] == b"RIFF" and data[8:12] == b"WAVE" and data[12:16] == b"fmt "
+    fmt, channels, rate, _byte_rate, _align, bits = struct.unpack("<HHIIHH", data[20:36])
+    assert (fmt, channels, rate, bits) == (1, 1, SAMPLE_RATE, 16)
+    assert data[36:40] == b"data" and struct.unpack("<I", data[40:44])[0] == 0xFFFFFFFF
+    return np.frombuffer(data[44:], dtype="<i2")
+
+
+@pytest.fixture(scope="module")
+def api(espeak_backend, tmp_path_factory):
+    """(base url, engine): paced eSpeak at 6x real time, two slots, busy after 0.3 s."""
+    engine = RecordingEngine(PacedBackend(espeak_backend, 6.0), EngineConfig(max_concurrent=2))
+    app = make_api(engine, tmp_path_factory.mktemp("voices"), busy_wait_s=0.3)
+    with serve(app) as url:
+        yield url, engine
+
+
+def speech(url: str, **body) -> httpx.Response:  # noqa: ANN003
+    return httpx.post(f"{url}/v1/audio/speech", json={"model": "tts-1", **body}, timeout=60)
+
+
+def test_wav_streams_before_generation_ends_and_has_the_engine_length(api):
+    url, engine = api
+    body = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "wav"}
+    first_at, data = None, b""
+    with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"] == "audio/wav"
+        assert response.headers.get("transfer-encoding") == "chunked"
+        for part in response.iter_bytes():
+            first_at = first_at or time.perf_counter()
+            data += part
+    run = engine.runs[-1]
+    assert first_at < run["ended"] - 0.2, "first bytes only came once generation had ended"
+    samples = parse_streamed_wav(data)
+    assert samples.size == run["samples"] and run["stats"]["done"]
+    audio, rate = sf.read(io.BytesIO(data), dtype="int16")  # libsndfile accepts the open size
+    assert rate == SAMPLE_RATE and np.array_equal(audio, samples)
+    assert np.abs(samples).max() > 1000  # speech, not silence
+
+
+def test_pcm_is_raw_int16_of_the_engine_length(api):
+    url, engine = api
+    response = speech(url, input=TEXT, voice={"id": "nova"}, response_format="pcm")
+    assert response.status_code == 200 and response.headers["content-type"] == "audio/pcm"
+    assert len(response.content) == 2 * engine.runs[-1]["samples"]
+    pcm = np.frombuffer(response.content, dtype="<i2")
+    assert np.abs(pcm).max() > 1000
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "flac", "aac"])
+def test_compressed_formats_decode_to_the_engine_duration(api, fmt):
+    from tts_core.audio.ffmpeg import ffmpeg_executable
+
+    url, engine = api
+    response = speech(url, input="Hello there, compressed audio.", voice="echo",
+                      response_format=fmt)  # fmt: skip
+    assert response.status_code == 200, response.text
+    decode = [ffmpeg_executable(), "-v", "error", "-i", "pipe:0", "-f", "s16le", "-ac", "1",
+              "-ar", str(SAMPLE_RATE), "pipe:1"]  # fmt: skip
+    pcm = subprocess.run(decode, input=response.content, capture_output=True, check=True).stdout
+    expected = engine.runs[-1]["samples"] / SAMPLE_RATE
+    assert abs(len(pcm) / 2 / SAMPLE_RATE - expected) < 0.1  # priming + last-frame padding
+
+
+def test_sse_events_carry_the_pcm_then_done_with_stats(api):
+    url, engine = api
+    response = speech(url, input=TEXT, voice="sage", response_format="pcm", stream_format="sse")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = [
+        json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")
+    ]
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    assert len(deltas) >= 2 and events[-1]["type"] == "speech.audio.done"
+    audio = b"".join(base64.b64decode(e["audio"]) for e in deltas)
+    assert len(audio) == 2 * engine.runs[-1]["samples"]
+    assert events[-1]["stats"]["done"] is True
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"voice": "alloy"}, 400, "input"),
+        ({"input": "   ", "voice": "alloy"}, 400, "input"),
+        ({"input": "hi"}, 400, "voice"),
+        ({"input": "hi", "voice": "no-such-voice"}, 404, "voice"),
+        ({"input": "x" * 4097, "voice": "alloy"}, 413, "input"),
+        ({"input": "hi", "voice": "alloy", "response_format": "ogg"}, 400, "response_format"),
+        ({"input": "hi", "voice": "alloy", "stream_format": "chunks"}, 400, "stream_format"),
+        ({"input": "hi", "voice": "alloy", "speed": 2.0}, 400, "speed"),
+        ({"input": "hi", "voice": "alloy", "language": "klingon"}, 400, None),
+        ({"input": "hi", "voice": "alloy", "temperature": -1}, 400, None),
+    ],
+)
+def test_bad_requests_get_openai_errors(api, body, status, param):
+    assert_error(speech(api[0], **body), status, param)
+
+
+def test_body_that_is_not_json_is_a_400(api):
+    response = httpx.post(f"{api[0]}/v1/audio/speech", content=b"{not json", timeout=10)
+    assert_error(response, 400)
+
+
+def test_input_longer_than_the_engine_limit_is_split(espeak_backend, tmp_path):
+    engine = RecordingEngine(espeak_backend, EngineConfig(limits=Limits(max_chars=80)))
+    with serve(make_api(engine, tmp_path)) as url:
+        response = speech(url, input=LONG_TEXT, voice="alloy", response_format="pcm")
+    assert response.status_code == 200, response.text
+    assert len(engine.runs) == len(split_text(LONG_TEXT, 80)) > 1
+    assert len(response.content) == 2 * sum(run["samples"] for run in engine.runs)
+
+
+def test_busy_engine_answers_503_then_recovers(espeak_backend, tmp_path):
+    engine = RecordingEngine(PacedBackend(espeak_backend, 3.0), EngineConfig(max_concurrent=1))
+    body = {"input": LONG_TEXT, "voice": "alloy", "response_format": "pcm"}
+    with serve(make_api(engine, tmp_path, busy_wait_s=0.2)) as url:
+        with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=60) as first:
+            chunks = first.iter_bytes()  # kept referenced: a dropped iterator closes the stream
+            next(chunks)  # the one slot is now taken
+            busy = speech(url, input="hi", voice="alloy", response_format="pcm")
+            assert_error(busy, 503)
+            assert busy.headers.get("retry-after")
+        wait_until(lambda: engine.active_requests == 0, 5)
+        assert speech(url, input="hi", voice="alloy", response_format="pcm").status_code == 200
+
+
+def test_client_disconnect_stops_the_generation(api):
+    url, engine = api
+    body = {"input": LONG_TEXT, "voice": "alloy", "response_format": "pcm"}
+    with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=60) as response:
+        next(response.iter_bytes())
+        closed_at = time.perf_counter()
+    run = engine.runs[-1]
+    wait_until(lambda: run["ended"] is not None, 5)
+    assert run["cancel"].is_set()
+    assert run["ended"] - closed_at < 1.0
+    full = len(LONG_TEXT) / 15 * SAMPLE_RATE  # ~15 characters per second of eSpeak speech
+    assert run["samples"] < 0.5 * full
+    wait_until(lambda: engine.active_requests == 0, 5)
+
+
+def test_models_and_voices_are_listed(api):
+    url, _ = api
+    models = httpx.get(f"{url}/v1/models", timeout=10).json()
+    assert {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"} <= {m["id"] for m in models["data"]}
+    voices = httpx.get(f"{url}/v1/audio/voices", timeout=10).json()["data"]
+    stock = {"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage",
+             "shimmer", "verse"}  # fmt: skip
+    assert stock <= {v["id"] for v in voices if v["kind"] == "builtin"}
+
+
+def test_routes_work_on_a_launched_gradio_app(engine, tmp_path):
+    import gradio as gr
+
+    from tts_core.server import install_routes
+
+    with gr.Blocks() as demo:
+        gr.Markdown("speech API next to a Gradio page")
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
+                            server_port=free_port(), quiet=True)  # fmt: skip
+    try:
+        install_routes(demo.app, lambda: engine, voices_dir=tmp_path)
+        response = speech(url.rstrip("/"), input="Hello from Gradio.", voice="coral",
+                          response_format="wav")  # fmt: skip
+        assert response.status_code == 200
+        assert parse_streamed_wav(response.content).size > SAMPLE_RATE // 2
+        assert httpx.get(f"{url}gradio_api/info", timeout=10).status_code == 200
+    finally:
+        demo.close()
+
+
+def wait_until(condition, timeout_s: float) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_split_text_keeps_every_word_and_prefers_sentence_ends():
+    text = "One two three. Four five six seven! " + "x" * 25 + " eight nine."
+    pieces = split_text(text, 20)
+    assert all(len(p) <= 20 for p in pieces)
+    assert " ".join(pieces).replace(" ", "") == text.replace(" ", "")
+    assert pieces[0] == "One two three."
+    assert split_text("short", 20) == ["short"]

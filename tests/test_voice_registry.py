@@ -1,0 +1,152 @@
+"""Named voices: the built-in clips behind OpenAI's names, registration, persistence, errors."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+from test_openai_api import RecordingEngine, assert_error, make_api, serve
+
+from tts_core.engine import EngineConfig, InputError
+from tts_core.server.voices import BUILTIN_FOLDER, VoiceNotFound, VoiceRegistry
+
+STOCK = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
+         "verse")  # fmt: skip
+FEMALE_CLIP = BUILTIN_FOLDER.parent / "reference_female_en.wav"
+TRANSCRIPT = "This is a short sample of a calm, clear voice."
+
+
+def test_builtin_clips_are_small_distinct_24k_mono_speech():
+    registry = VoiceRegistry(BUILTIN_FOLDER / "does-not-exist")
+    assert registry.names() == sorted(STOCK)
+    clips = {}
+    for name in STOCK:
+        voice = registry.get(name)
+        info = sf.info(str(voice.reference))
+        assert (info.samplerate, info.channels, info.subtype) == (24_000, 1, "PCM_16")
+        assert 2.0 <= info.duration <= 4.0 and voice.transcript
+        assert "synthetic eSpeak NG" in voice.description  # honest about what they are
+        audio, _ = sf.read(str(voice.reference), dtype="float32")
+        assert np.abs(audio).max() > 0.1
+        clips[name] = audio
+    assert len({a.tobytes() for a in clips.values()}) == len(STOCK)
+
+
+def test_builtin_voices_give_the_espeak_backend_different_settings(espeak_backend):
+    registry = VoiceRegistry(BUILTIN_FOLDER / "does-not-exist")
+    settings = set()
+    for name in STOCK:
+        voice = registry.get(name)
+        audio, _ = sf.read(str(voice.reference), dtype="float32")
+        summary = espeak_backend.create_voice(audio, voice.transcript).summary
+        settings.add((summary["variant"], summary["pitch"], summary["rate_wpm"]))
+    assert len(settings) == len(STOCK)
+    assert {variant for variant, _, _ in settings} == {"", "+f3"}  # male and female voices
+
+
+def test_register_writes_a_voice_a_new_registry_finds(tmp_path, speech_like, write_clip):
+    clip = write_clip("ref.flac", speech_like(3.0, 44_100), 44_100)
+    voice = VoiceRegistry(tmp_path).register("my-voice", clip, "  hello there  ")
+    assert voice.kind == "custom" and voice.transcript == "hello there"
+    info = sf.info(str(voice.reference))
+    assert (info.samplerate, info.channels) == (24_000, 1)
+    assert abs(info.duration - 3.0) < 0.01
+    again = VoiceRegistry(tmp_path)  # nothing kept in memory: what a restart sees
+    assert again.get("my-voice").transcript == "hello there"
+    assert "my-voice" in again.names() and set(STOCK) <= set(again.names())
+
+
+def test_register_refuses_bad_names_taken_names_and_bad_clips(tmp_path, speech_like, write_clip):
+    registry = VoiceRegistry(tmp_path)
+    clip = write_clip("ref.wav", speech_like(2.0, 24_000))
+    for bad in ("", "../x", "a b", "-x", "x" * 65, ".hidden"):
+        with pytest.raises(InputError):
+            registry.register(bad, clip, None)
+    with pytest.raises(FileExistsError):
+        registry.register("alloy", clip, None)
+    registry.register("v1", clip, None)
+    with pytest.raises(FileExistsError):
+        registry.register("v1", clip, None)
+    registry.register("v1", clip, "now with a transcript", replace=True)
+    assert registry.get("v1").transcript == "now with a transcript"
+    with pytest.raises(InputError):
+        registry.register("silent", write_clip("s.wav", np.zeros(48_000, np.float32)), None)
+    with pytest.raises(InputError):
+        registry.register("short", write_clip("t.wav", speech_like(0.3, 24_000)), None)
+
+
+def test_half_written_and_deleted_voices_are_not_listed(tmp_path, speech_like, write_clip):
+    registry = VoiceRegistry(tmp_path)
+    registry.register("keep", write_clip("a.wav", speech_like(2.0, 24_000)), None)
+    registry.register("drop", write_clip("b.wav", speech_like(2.0, 24_000)), None)
+    (tmp_path / ".crashed-abc").mkdir()  # a staging folder left by a crash
+    (tmp_path / "no-meta").mkdir()
+    registry.delete("drop")
+    assert [v.name for v in registry.list() if v.kind == "custom"] == ["keep"]
+    with pytest.raises(VoiceNotFound):
+        registry.get("drop")
+    with pytest.raises(FileExistsError):
+        registry.delete("alloy")
+
+
+def register(url: str, name: str, clip, transcript: str | None = None, **extra) -> httpx.Response:  # noqa: ANN001, ANN003
+    data = {"name": name, **extra}
+    if transcript:
+        data["transcript"] = transcript
+    with open(clip, "rb") as handle:
+        files = {"file": ("clip.wav", handle, "audio/wav")}
+        return httpx.post(f"{url}/v1/audio/voices", data=data, files=files, timeout=60)
+
+
+def voice_settings(url: str, voice: str) -> dict:
+    """What the engine made of a voice: the `voice` stats of an SSE speech response."""
+    body = {"model": "tts-1", "input": "Testing my voice.", "voice": voice,
+            "response_format": "pcm", "stream_format": "sse"}  # fmt: skip
+    response = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60)
+    assert response.status_code == 200, response.text[:300]
+    done = json.loads(response.text.strip().splitlines()[-1][6:])
+    assert done["type"] == "speech.audio.done"
+    return done["stats"]["voice"]
+
+
+def test_registered_voice_is_used_by_name_and_survives_a_restart(espeak_backend, tmp_path):
+    voices_dir = tmp_path / "voices"
+    with serve(make_api(RecordingEngine(espeak_backend), voices_dir)) as url:
+        response = register(url, "calm-female", FEMALE_CLIP, TRANSCRIPT)
+        assert response.status_code == 201, response.text
+        assert response.json()["id"] == "calm-female"
+        before = voice_settings(url, "calm-female")
+    # a fresh engine, registry and server on the same folder: only the disk carries over
+    engine = RecordingEngine(espeak_backend, EngineConfig(voice_cache_size=1))
+    with serve(make_api(engine, voices_dir)) as url:
+        listed = httpx.get(f"{url}/v1/audio/voices", timeout=10).json()["data"]
+        custom = [v for v in listed if v["kind"] == "custom"]
+        assert [(v["id"], v["transcript"]) for v in custom] == [("calm-female", TRANSCRIPT)]
+        after = voice_settings(url, "calm-female")
+        default = voice_settings(url, "onyx")
+    assert after == before and after["variant"] == "+f3"  # the female clip, not a stock voice
+    assert default != after
+
+
+def test_registration_errors_over_http(espeak_backend, tmp_path, speech_like, write_clip):
+    clip = write_clip("ok.wav", speech_like(2.0, 24_000))
+    app = make_api(RecordingEngine(espeak_backend), tmp_path / "v", max_upload_bytes=200_000)
+    with serve(app) as url:
+        assert register(url, "first", clip).status_code == 201
+        assert_error(register(url, "first", clip), 409, "name")
+        assert register(url, "first", clip, replace="true").status_code == 201
+        assert_error(register(url, "alloy", clip), 409, "name")
+        assert_error(register(url, "bad name!", clip), 400, "name")
+        not_audio = tmp_path / "notes.wav"
+        not_audio.write_text("this is not audio")
+        assert_error(register(url, "text", not_audio), 400, "file")
+        big = write_clip("big.wav", speech_like(6.0, 24_000))  # 288 kB > 200 kB
+        assert_error(register(url, "big", big), 413, "file")
+        no_file = httpx.post(f"{url}/v1/audio/voices", data={"name": "x"}, timeout=10)
+        assert_error(no_file, 400, "file")
+        assert httpx.delete(f"{url}/v1/audio/voices/first", timeout=10).json()["deleted"]
+        assert_error(httpx.delete(f"{url}/v1/audio/voices/first", timeout=10), 404, "voice")
+        assert_error(httpx.delete(f"{url}/v1/audio/voices/alloy", timeout=10), 400, "voice")

@@ -1,0 +1,170 @@
+"""OpenAI-compatible speech API: POST /v1/audio/speech, voices, models.
+
+Request (JSON, OpenAI's `audio.speech.create` fields): model, input (<= 4096 characters),
+voice (a name, or {"id": name}), response_format (wav | pcm | mp3 | opus | flac | aac; default
+mp3 as OpenAI), speed (only 1.0), stream_format ("audio": the encoded bytes with chunked
+transfer as they are generated; "sse": `speech.audio.delta` events with base64 audio, then
+`speech.audio.done`), instructions (ignored). Extensions: language, seed, temperature, top_k,
+top_p, repetition_penalty. `pcm` is raw 24 kHz 16-bit little-endian mono, as OpenAI's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import threading
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from ..engine import InputError, SynthesisParams, SynthesisRequest
+from .audio_formats import CONTENT_TYPES, make_encoder
+from .errors import ApiError
+from .route_utils import api_errors, read_json, validation_to_api_error
+from .state import ServerState
+from .streaming import chain_events, open_streams, run_in_thread, wait_for_free_slot
+from .text_split import split_text
+from .voice_routes import add_voice_routes
+from .voices import NamedVoice, VoiceNotFound
+
+log = logging.getLogger(__name__)
+
+
+class SpeechBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = "tts-1"
+    input: str
+    voice: str | dict[str, Any]
+    response_format: Literal["wav", "pcm", "mp3", "opus", "flac", "aac"] = "mp3"
+    speed: float = 1.0
+    stream_format: Literal["audio", "sse"] = "audio"
+    instructions: str | None = None
+    language: str = "auto"
+    seed: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+
+    @field_validator("voice")
+    @classmethod
+    def _voice_name(cls, value: str | dict[str, Any]) -> str:
+        name = value.get("id") if isinstance(value, dict) else value
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("voice must be a voice name or an object with an 'id'")
+        return name.strip()
+
+
+def make_openai_router(state: ServerState) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/audio/speech")
+    @api_errors
+    async def speech(request: Request):  # noqa: ANN202 - StreamingResponse | JSONResponse
+        body = parse_speech_body(await read_json(request), state.config.max_input_chars)
+        voice = lookup_voice(state, body.voice)
+        engine = state.engine
+        if not await wait_for_free_slot(engine, state.config.busy_wait_s):
+            raise ApiError(503, "The speech engine is busy; retry shortly.", None,
+                           "engine_busy", {"Retry-After": "1"})  # fmt: skip
+        requests = build_requests(body, voice, engine.config.limits.max_chars)
+        cancel = threading.Event()
+        try:
+            streams = await asyncio.to_thread(open_streams, engine, requests, cancel)
+        except InputError as exc:
+            raise ApiError(400, str(exc), "input", "invalid_value") from None
+        sse = body.stream_format == "sse"
+        produce = _producer(streams, body.response_format, sse)
+        media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        return StreamingResponse(run_in_thread(produce, cancel), media_type=media, headers=headers)
+
+    @router.get("/v1/models")
+    async def models() -> JSONResponse:
+        info = state.engine.info()
+        names = [*state.config.model_names, info["model"]]
+        data = [{"id": n, "object": "model", "owned_by": "tts_core"} for n in names]
+        return JSONResponse({"object": "list", "data": data})
+
+    add_voice_routes(router, state)
+    return router
+
+
+def parse_speech_body(payload: object, max_input_chars: int) -> SpeechBody:
+    try:
+        body = SpeechBody.model_validate(payload)
+    except ValidationError as exc:
+        raise validation_to_api_error(exc) from None
+    if not body.input.strip():
+        raise ApiError(400, "input must not be empty.", "input", "invalid_value")
+    if len(body.input) > max_input_chars:
+        raise ApiError(413, f"input is {len(body.input)} characters long; the limit is "
+                       f"{max_input_chars}.", "input", "input_too_long")  # fmt: skip
+    if body.speed != 1.0:
+        raise ApiError(400, "Only speed 1.0 is supported by this server.", "speed",
+                       "unsupported_value")  # fmt: skip
+    return body
+
+
+def lookup_voice(state: ServerState, name: str) -> NamedVoice:
+    try:
+        return state.voices.get(name)
+    except VoiceNotFound:
+        known = ", ".join(state.voices.names())
+        raise ApiError(404, f"Unknown voice '{name}'. Known voices: {known}.", "voice",
+                       "voice_not_found") from None  # fmt: skip
+
+
+def build_requests(body: SpeechBody, voice: NamedVoice, max_chars: int) -> list[SynthesisRequest]:
+    params = SynthesisParams(
+        language=body.language,
+        temperature=body.temperature,
+        top_k=body.top_k,
+        top_p=body.top_p,
+        repetition_penalty=body.repetition_penalty,
+        seed=body.seed,
+    )
+    return [
+        SynthesisRequest(piece, str(voice.reference), voice.transcript, params)
+        for piece in split_text(body.input, max_chars)
+    ]
+
+
+def _producer(streams: list, response_format: str, sse: bool):  # noqa: ANN202, ANN001
+    """The worker-thread body: engine events -> encoder -> emitted bytes (or SSE events)."""
+
+    def produce(emit, cancel: threading.Event) -> None:  # noqa: ANN001
+        sink = (lambda data: emit(_sse("speech.audio.delta", audio=_b64(data)))) if sse else emit
+        encoder = make_encoder(response_format, sink)
+        stats: dict = {}
+        try:
+            for event in chain_events(streams, cancel):
+                encoder.feed(event.audio)
+                stats = event.stats
+            if cancel.is_set():
+                return
+            encoder.finish()
+            if sse:
+                emit(_sse("speech.audio.done", stats=stats))
+        except Exception as exc:
+            if not sse:
+                raise
+            log.exception("speech stream failed")
+            emit(_sse("error", error={"message": str(exc), "type": "server_error"}))
+        finally:
+            encoder.close()
+
+    return produce
+
+
+def _sse(kind: str, **fields: Any) -> bytes:
+    return f"data: {json.dumps({'type': kind, **fields})}\n\n".encode()
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")

@@ -1,0 +1,124 @@
+"""POST /tts_stream/pcm: the page's low-latency player reads raw PCM as it is generated.
+
+Request JSON: text, language, reference (the path Gradio gave the uploaded clip, or
+{"path": ...}; only files under Gradio's upload folder or the app's assets are accepted),
+reference_text, voice (a registered/built-in voice name instead of a clip), temperature, top_k,
+top_p, repetition_penalty, seed, first_chunk_frames, chunk_frames.
+
+Response: application/octet-stream of frames, each an 8-byte header (uint32 LE type, uint32 LE
+payload length) and the payload:
+    1 PCM   int16 LE mono samples at 24 kHz (one engine chunk)
+    2 STATS JSON: the engine's stats after that chunk (the last one has "done": true)
+    3 ERROR JSON {"message": ...}: the synthesis failed after the response started
+Errors found before any audio (bad text, bad clip) are a 400 with the OpenAI error JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import struct
+import threading
+from pathlib import Path
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+
+from ..engine import BackendError, InputError, SynthesisParams, SynthesisRequest
+from .audio_formats import pcm16_bytes
+from .errors import ApiError
+from .route_utils import api_errors, read_json
+from .state import ServerState
+from .streaming import chain_events, open_streams, run_in_thread
+from .voices import VoiceNotFound
+
+FRAME_PCM, FRAME_STATS, FRAME_ERROR = 1, 2, 3
+log = logging.getLogger(__name__)
+_PARAM_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed",
+                 "first_chunk_frames", "chunk_frames")  # fmt: skip
+
+
+def frame(kind: int, payload: bytes) -> bytes:
+    return struct.pack("<II", kind, len(payload)) + payload
+
+
+def make_pcm_router(state: ServerState) -> APIRouter:
+    router = APIRouter()
+
+    @router.post(state.config.pcm_route)
+    @api_errors
+    async def pcm_stream(request: Request) -> StreamingResponse:
+        payload = await read_json(request)
+        if not isinstance(payload, dict):
+            raise ApiError(400, "The request body must be a JSON object.")
+        synthesis = page_request(state, payload)
+        cancel = threading.Event()
+        try:
+            if synthesis.reference is None:  # nothing to decode: validate inline, no thread hop
+                streams = open_streams(state.engine, [synthesis], cancel)
+            else:
+                streams = await asyncio.to_thread(open_streams, state.engine, [synthesis], cancel)
+        except InputError as exc:
+            raise ApiError(400, str(exc), None, "invalid_value") from None
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        body = run_in_thread(_producer(streams), cancel)
+        return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
+
+    return router
+
+
+def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
+    """The page's JSON -> a SynthesisRequest (the engine validates values later)."""
+    known = {k: payload.get(k) for k in _PARAM_FIELDS if payload.get(k) not in (None, "")}
+    params = SynthesisParams(language=str(payload.get("language") or "auto"), **known)
+    reference_text = payload.get("reference_text") or None
+    voice_name = payload.get("voice")
+    if voice_name:
+        try:
+            voice = state.voices.get(str(voice_name))
+        except VoiceNotFound:
+            raise ApiError(404, f"Unknown voice '{voice_name}'.", "voice",
+                           "voice_not_found") from None  # fmt: skip
+        return SynthesisRequest(
+            str(payload.get("text", "")), str(voice.reference), voice.transcript, params
+        )
+    reference = trusted_reference(payload.get("reference"), state.upload_roots)
+    return SynthesisRequest(payload.get("text", ""), reference, reference_text, params)
+
+
+def trusted_reference(value: object, roots: tuple[Path, ...]) -> str | None:
+    """A server-side path the page sent, accepted only inside one of `roots`."""
+    if isinstance(value, dict):
+        value = value.get("path")
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise ApiError(400, "reference must be a file path.", "reference", "invalid_value")
+    try:
+        path = Path(value).resolve()
+    except (OSError, ValueError):
+        raise ApiError(
+            400, "reference is not a valid path.", "reference", "invalid_value"
+        ) from None
+    if not any(path.is_relative_to(root.resolve()) for root in roots):
+        raise ApiError(400, "The reference clip is not an upload of this page; upload it again.",
+                       "reference", "invalid_value")  # fmt: skip
+    return str(path)
+
+
+def _producer(streams: list):  # noqa: ANN202, ANN001
+    def produce(emit, cancel: threading.Event) -> None:  # noqa: ANN001
+        try:
+            for event in chain_events(streams, cancel):
+                if event.audio.size:
+                    emit(frame(FRAME_PCM, pcm16_bytes(event.audio)))
+                emit(frame(FRAME_STATS, json.dumps(event.stats).encode()))
+        except (InputError, BackendError) as exc:
+            emit(frame(FRAME_ERROR, json.dumps({"message": str(exc)}).encode()))
+        except Exception as exc:  # noqa: BLE001 - the page gets a short message, the log all
+            log.exception("page stream failed")
+            message = f"Internal error ({type(exc).__name__}); see the server log."
+            emit(frame(FRAME_ERROR, json.dumps({"message": message}).encode()))
+
+    return produce

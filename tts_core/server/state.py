@@ -1,0 +1,42 @@
+"""What the HTTP routes share: the engine provider, the voice registry and the API limits."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..engine import Engine
+from .voices import VoiceRegistry
+
+ENV_VOICES_DIR = "TTS_VOICES_DIR"
+
+
+def default_voices_dir() -> Path:
+    """$TTS_VOICES_DIR, else $XDG_DATA_HOME/tts_core/voices (~/.local/share/...)."""
+    if os.environ.get(ENV_VOICES_DIR):
+        return Path(os.environ[ENV_VOICES_DIR])
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "tts_core" / "voices"
+
+
+@dataclass
+class ApiConfig:
+    max_input_chars: int = 4096  # like OpenAI; longer engine limits are met by splitting
+    max_upload_bytes: int = 20 * 1024 * 1024  # voice registration clip
+    busy_wait_s: float = 2.0  # how long a request waits for a free engine slot before 503
+    pcm_route: str = "/tts_stream/pcm"  # the page's low-latency player
+    model_names: tuple[str, ...] = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # all accepted
+
+
+@dataclass
+class ServerState:
+    engine_provider: Callable[[], Engine]
+    voices: VoiceRegistry
+    config: ApiConfig = field(default_factory=ApiConfig)
+    upload_roots: tuple[Path, ...] = ()  # where the page's reference files may live
+
+    @property
+    def engine(self) -> Engine:
+        return self.engine_provider()

@@ -1,0 +1,99 @@
+"""Bridge from the (blocking) engine to an async HTTP response body.
+
+A worker thread runs the synthesis and hands each piece of output to the event loop through
+`call_soon_threadsafe`, so bytes go out the moment they exist (no polling). When the response
+ends early (the client disconnected: Starlette cancels the body iterator) the cancel event is
+set, which stops the engine and its backend within one backend buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+
+from ..engine import Engine, StreamEvent, SynthesisRequest
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[object], None]
+_END = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+async def run_in_thread(
+    produce: Callable[[Emit, threading.Event], None], cancel: threading.Event
+) -> AsyncIterator[object]:
+    """Yield what `produce(emit, cancel)` emits on its worker thread, as it is emitted.
+
+    Raises the worker's exception after its last item. Closing or cancelling this iterator
+    sets `cancel` (and returns without waiting for the worker, which stops on its own).
+    """
+    loop = asyncio.get_running_loop()
+    items: asyncio.Queue = asyncio.Queue()
+
+    def emit(item: object) -> None:
+        loop.call_soon_threadsafe(items.put_nowait, item)
+
+    def work() -> None:
+        try:
+            produce(emit, cancel)
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the event loop
+            emit(_Failure(exc))
+        finally:
+            emit(_END)
+
+    threading.Thread(target=work, name="tts-http-stream", daemon=True).start()
+    try:
+        while True:
+            item = await items.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item
+    finally:
+        cancel.set()  # normal end: no-op for the finished worker; early end: stop synthesis
+
+
+def open_streams(
+    engine: Engine, requests: list[SynthesisRequest], cancel: threading.Event
+) -> list[Iterator[StreamEvent]]:
+    """Validate every request now (raises InputError); nothing runs until iterated."""
+    return [engine.stream(request, cancel) for request in requests]
+
+
+def chain_events(
+    streams: list[Iterator[StreamEvent]], cancel: threading.Event
+) -> Iterator[StreamEvent]:
+    """The events of several streams in a row (a long text cut in pieces); stops on cancel."""
+    try:
+        for stream in streams:
+            for event in stream:
+                yield event
+                if cancel.is_set():
+                    return
+    finally:
+        for stream in streams:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # runs the engine's cleanup (releases its slot) at once
+
+
+def engine_is_busy(engine: Engine) -> bool:
+    return engine.active_requests >= engine.max_concurrent
+
+
+async def wait_for_free_slot(engine: Engine, wait_s: float) -> bool:
+    """True once the engine has a free slot; False if it stays full for `wait_s` seconds."""
+    deadline = asyncio.get_running_loop().time() + max(0.0, wait_s)
+    while engine_is_busy(engine):
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True

@@ -1,0 +1,103 @@
+"""The page's low-latency player: raw PCM over a streamed fetch, played with the Web Audio API.
+
+Integration point: inside a `gr.Blocks`, after creating the input components and the
+Generate/Stop buttons,
+
+    player = build_lowlatency_player(fields, generate, stop)
+
+renders a player-mode toggle, the player, and a hidden "standard" button, and binds a
+front-end-only handler to Generate (the click is the user gesture that starts the
+AudioContext) and to Stop. `fields` maps the PCM route's request names (text, language,
+reference, reference_text, temperature, top_k, top_p, repetition_penalty, seed,
+first_chunk_frames, chunk_frames) to the components that hold them. On Generate the handler
+either streams through the low-latency player (default) or, when the toggle says "Standard",
+clicks `player.standard_trigger`: bind the standard streaming gr.Audio handler to
+`player.standard_trigger.click` instead of `generate.click`, so that exactly one of the two
+players synthesizes per click and the Gradio queue is not involved in low-latency mode. The
+PCM route itself comes from `tts_core.server.install_routes`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import gradio as gr
+
+from ..audio import SAMPLE_RATE
+
+STATIC = Path(__file__).resolve().parent / "static"
+LOW_LATENCY = "Low latency (Web Audio)"
+STANDARD = "Standard (gr.Audio, HLS)"
+DEFAULT_ROUTE = "/tts_stream/pcm"
+STANDARD_TRIGGER_ID = "standard-player-trigger"
+FIELDS = ("text", "language", "reference", "reference_text", "temperature", "top_k", "top_p",
+          "repetition_penalty", "seed", "first_chunk_frames", "chunk_frames")  # fmt: skip
+
+_MARKUP = """<div class="ll-player">
+<h3>Low-latency player</h3>
+<div class="ll-status" data-ll="status">Press Generate to start.</div>
+<dl>
+<dt>Click → first sound</dt><dd data-ll="first">–</dd>
+<dt>Engine's first audio</dt><dd data-ll="engine">–</dd>
+<dt>Underruns</dt><dd data-ll="underruns">–</dd>
+<dt>Received</dt><dd data-ll="audio">–</dd>
+</dl>
+<div class="ll-download"><audio data-ll="replay" controls hidden></audio>
+<a data-ll="download" download="speech.wav" hidden>Download WAV</a></div>
+</div>"""
+
+
+@dataclass
+class LowLatencyPlayer:
+    mode: gr.Radio  # LOW_LATENCY (default) or STANDARD
+    html: gr.HTML
+    standard_trigger: gr.Button  # hidden; clicked by the page when the toggle says STANDARD
+
+
+def player_script(fields: list[str], generate_id: str, route: str = DEFAULT_ROUTE,
+                  start_lead_s: float = 0.02, max_lead_s: float = 1.0) -> str:  # fmt: skip
+    config = {
+        "route": route,
+        "fields": fields,
+        "mode": LOW_LATENCY,
+        "generateId": generate_id,
+        "standardTriggerId": STANDARD_TRIGGER_ID,
+        "startLeadS": start_lead_s,
+        "maxLeadS": max_lead_s,
+        "sampleRate": SAMPLE_RATE,
+    }
+    source = (STATIC / "lowlatency_player.js").read_text()
+    return source.replace("__CONFIG__", json.dumps(config))
+
+
+def build_lowlatency_player(
+    fields: dict[str, gr.components.Component],
+    generate: gr.Button,
+    stop: gr.Button | None = None,
+    route: str = DEFAULT_ROUTE,
+    start_lead_s: float = 0.02,
+) -> LowLatencyPlayer:
+    """Render the toggle + player and bind it to Generate/Stop (see the module docstring)."""
+    unknown = sorted(set(fields) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"unknown request fields {unknown}; expected some of {FIELDS}")
+    if not generate.elem_id:
+        raise ValueError("the Generate button needs an elem_id (click -> first sound timing)")
+    mode = gr.Radio([LOW_LATENCY, STANDARD], value=LOW_LATENCY, label="Player",
+                    elem_id="player-mode")  # fmt: skip
+    names = list(fields)
+    html = gr.HTML(
+        _MARKUP,
+        css_template=(STATIC / "lowlatency_player.css").read_text(),
+        js_on_load=player_script(names, generate.elem_id, route, start_lead_s),
+        elem_id="lowlatency-player",
+    )
+    trigger = gr.Button("Standard player", visible="hidden", elem_id=STANDARD_TRIGGER_ID)
+    start = "(...values) => { window.__ttsLowLatency && window.__ttsLowLatency.start(values); }"
+    generate.click(None, [mode, *fields.values()], None, js=start, queue=False)
+    if stop is not None:
+        halt = "() => { window.__ttsLowLatency && window.__ttsLowLatency.stop(); }"
+        stop.click(None, None, None, js=halt, queue=False)
+    return LowLatencyPlayer(mode, html, trigger)

@@ -1,0 +1,284 @@
+// Low-latency player: POSTs the request to the PCM route, reads the body with fetch streams and
+// plays each PCM chunk the moment it arrives, gaplessly, with scheduled AudioBufferSourceNodes.
+//
+// Runs as gr.HTML's js_on_load: `element` is the player's root. __CONFIG__ is replaced by the
+// Python side with {route, fields, mode, generateId, standardTriggerId, startLeadS, maxLeadS,
+// sampleRate}.
+// window.__ttsLowLatency = {start(values), stop(), level(), context(), last} ("last": the
+// metrics of the last run,
+// read by the browser test).
+(() => {
+  const CFG = __CONFIG__;
+  const RATE = CFG.sampleRate;
+  const AUDIBLE = 0.001; // -60 dBFS: the first sample at least this loud counts as "heard"
+  const $ = (name) => element.querySelector(`[data-ll="${name}"]`);
+  let ctx = null;
+  let current = null;
+  let lastClick = null; // performance-timeline ms of the last click on Generate
+
+  // A press elsewhere in the page (a user gesture) opens the audio device early so that Generate
+  // does not pay for it; a press on Generate marks the click time (its handler sends the
+  // request first and opens the device while the request is in flight).
+  const warmUp = (event) => {
+    if (event.target.closest && event.target.closest(`#${CFG.generateId}`)) {
+      lastClick = event.timeStamp;
+    } else {
+      audioContext();
+    }
+  };
+  document.addEventListener("pointerdown", warmUp, true);
+  document.addEventListener("keydown", warmUp, true);
+
+  function audioContext() {
+    // Created/resumed inside the click handler: the click is the user gesture autoplay needs.
+    if (ctx === null) {
+      try {
+        ctx = new AudioContext({ sampleRate: RATE, latencyHint: "interactive" });
+      } catch (err) {
+        ctx = new AudioContext({ latencyHint: "interactive" });
+      }
+    }
+    if (ctx.state !== "running") ctx.resume();
+    return ctx;
+  }
+
+  const ms = (s) => (s === null || s === undefined ? "–" : `${Math.round(s)} ms`);
+  function show(name, text) { const node = $(name); if (node) node.textContent = text; }
+
+  class Run {
+    constructor(clickT) {
+      this.ctx = null; // attached right after the request is sent (opening it may take ~0.1 s)
+      this.out = null;
+      this.abort = new AbortController();
+      this.lead = CFG.startLeadS;
+      this.nextFrame = null; // context sample frame where the next chunk starts
+      this.sources = new Set();
+      this.pcm = [];
+      this.m = {
+        clickT, firstSoundMs: null, firstAudibleMs: null, engineTtfaMs: null, underruns: 0,
+        sentMs: null, headersMs: null, firstChunkMs: null, silentMs: 0, chunks: 0, samples: 0,
+        schedule: [], done: false, error: null,
+        contextRate: null, stopped: false, stats: null, endCtx: null,
+      };
+      element.dataset.state = "waiting";
+    }
+
+    attach(context) {
+      this.ctx = context;
+      this.out = context.createGain();
+      this.out.connect(context.destination);
+      this.meter = context.createAnalyser(); // the page can read what is being played
+      this.out.connect(this.meter);
+      this.m.contextRate = context.sampleRate;
+    }
+
+    // context time (s) -> performance timeline (ms), as heard: via the output timestamp
+    perfAt(ctxTime) {
+      const ts = this.ctx.getOutputTimestamp ? this.ctx.getOutputTimestamp() : null;
+      if (ts && ts.performanceTime > 0) return ts.performanceTime + (ctxTime - ts.contextTime) * 1000;
+      const latency = (this.ctx.outputLatency || 0) + (this.ctx.baseLatency || 0);
+      return performance.now() + (ctxTime - this.ctx.currentTime + latency) * 1000;
+    }
+
+    play(int16) {
+      const n = int16.length;
+      if (n === 0) return;
+      const floats = new Float32Array(n);
+      let audible = -1;
+      for (let i = 0; i < n; i++) {
+        floats[i] = int16[i] / 32768;
+        if (audible < 0 && Math.abs(floats[i]) >= AUDIBLE) audible = i;
+      }
+      const rate = this.ctx.sampleRate;
+      const nowFrame = Math.ceil(this.ctx.currentTime * rate);
+      const leadFrames = Math.round(this.lead * rate);
+      if (this.nextFrame === null) {
+        this.m.firstChunkMs = performance.now() - this.m.clickT;
+        this.nextFrame = nowFrame + leadFrames;
+        this.m.firstSoundMs = this.perfAt(this.nextFrame / rate) - this.m.clickT;
+      } else if (this.nextFrame < nowFrame + 64) { // playback caught up with generation
+        const gap = nowFrame + leadFrames - this.nextFrame;
+        this.m.underruns += 1;
+        this.m.silentMs += (gap / rate) * 1000;
+        this.nextFrame += gap;
+        this.lead = Math.min(this.lead + gap / rate, CFG.maxLeadS); // grow the jitter buffer
+      }
+      const startS = this.nextFrame / rate;
+      if (this.m.firstAudibleMs === null && audible >= 0) {
+        this.m.firstAudibleMs = this.perfAt(startS + audible / RATE) - this.m.clickT;
+      }
+      const buffer = this.ctx.createBuffer(1, n, RATE);
+      buffer.copyToChannel(floats, 0);
+      const source = this.ctx.createBufferSource();
+      source.buffer = buffer;
+      source.connect(this.out);
+      source.onended = () => this.sources.delete(source);
+      source.start(startS);
+      this.sources.add(source);
+      this.m.schedule.push([startS, n]);
+      this.nextFrame += Math.round((n / RATE) * rate);
+      this.m.endCtx = this.nextFrame / rate;
+      this.m.chunks += 1;
+      this.m.samples += n;
+      this.pcm.push(int16);
+      element.dataset.state = "playing";
+      this.render();
+    }
+
+    onStats(stats) {
+      this.m.stats = stats;
+      if (stats.time_to_first_audio_s !== null && stats.time_to_first_audio_s !== undefined) {
+        this.m.engineTtfaMs = stats.time_to_first_audio_s * 1000;
+      }
+      this.render();
+    }
+
+    render() {
+      const m = this.m;
+      show("first", `${ms(m.firstSoundMs)} (first audible sample ${ms(m.firstAudibleMs)})`);
+      show("engine", ms(m.engineTtfaMs));
+      show("underruns", `${m.underruns} (${ms(m.silentMs)} silent)`);
+      show("audio", `${(m.samples / RATE).toFixed(2)} s in ${m.chunks} chunks`);
+    }
+
+    async fetchAndPlay(body) {
+      show("status", "Generating…");
+      this.m.sentMs = performance.now() - this.m.clickT;
+      const request = fetch(CFG.route, {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body), signal: this.abort.signal, cache: "no-store", priority: "high",
+      });
+      this.attach(audioContext()); // still inside the click's user activation
+      const response = await request;
+      this.m.headersMs = performance.now() - this.m.clickT;
+      if (!response.ok) {
+        const answer = await response.json().catch(() => null);
+        throw new Error((answer && answer.error && answer.error.message) || `HTTP ${response.status}`);
+      }
+      const reader = response.body.getReader();
+      let pending = new Uint8Array(0);
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        pending = concat(pending, value);
+        pending = this.consumeFrames(pending);
+      }
+      this.finish();
+    }
+
+    consumeFrames(bytes) {
+      let offset = 0;
+      while (bytes.length - offset >= 8) {
+        const view = new DataView(bytes.buffer, bytes.byteOffset + offset, 8);
+        const kind = view.getUint32(0, true);
+        const size = view.getUint32(4, true);
+        if (bytes.length - offset - 8 < size) break;
+        const payload = bytes.slice(offset + 8, offset + 8 + size); // own, aligned buffer
+        offset += 8 + size;
+        if (kind === 1) this.play(new Int16Array(payload.buffer, 0, size >> 1));
+        else if (kind === 2) this.onStats(JSON.parse(new TextDecoder().decode(payload)));
+        else if (kind === 3) throw new Error(JSON.parse(new TextDecoder().decode(payload)).message);
+      }
+      return bytes.slice(offset);
+    }
+
+    finish() {
+      this.m.done = true;
+      const left = Math.max(0, (this.m.endCtx || 0) - this.ctx.currentTime);
+      const stopped = this.m.stats && this.m.stats.stop_reason === "cancelled";
+      show("status", stopped ? "Stopped" : `Generated; playing (${left.toFixed(1)} s left)`);
+      setTimeout(() => {
+        if (current === this && !this.m.stopped) { show("status", "Done"); element.dataset.state = "done"; }
+      }, left * 1000);
+      this.offerDownload();
+    }
+
+    offerDownload() {
+      const link = $("download");
+      if (!link || this.pcm.length === 0) return;
+      const blob = wavBlob(this.pcm, RATE);
+      if (link.href) URL.revokeObjectURL(link.href);
+      link.href = URL.createObjectURL(blob);
+      link.hidden = false;
+      const replay = $("replay");
+      if (replay) { replay.src = link.href; replay.hidden = false; }
+    }
+
+    stop() {
+      this.m.stopped = true;
+      this.abort.abort(); // the server sees the disconnect and stops the synthesis
+      for (const source of this.sources) { try { source.stop(); } catch (err) { /* not started */ } }
+      this.sources.clear();
+    }
+  }
+
+  function concat(a, b) {
+    if (a.length === 0) return b;
+    const joined = new Uint8Array(a.length + b.length);
+    joined.set(a, 0);
+    joined.set(b, a.length);
+    return joined;
+  }
+
+  function wavBlob(chunks, rate) {
+    const samples = chunks.reduce((sum, c) => sum + c.length, 0);
+    const header = new DataView(new ArrayBuffer(44));
+    const text = (at, s) => { for (let i = 0; i < s.length; i++) header.setUint8(at + i, s.charCodeAt(i)); };
+    text(0, "RIFF"); header.setUint32(4, 36 + samples * 2, true); text(8, "WAVE");
+    text(12, "fmt "); header.setUint32(16, 16, true); header.setUint16(20, 1, true);
+    header.setUint16(22, 1, true); header.setUint32(24, rate, true);
+    header.setUint32(28, rate * 2, true); header.setUint16(32, 2, true);
+    header.setUint16(34, 16, true); text(36, "data"); header.setUint32(40, samples * 2, true);
+    return new Blob([header, ...chunks], { type: "audio/wav" });
+  }
+
+  function requestBody(values) {
+    const body = {};
+    CFG.fields.forEach((name, i) => { body[name] = values[i]; });
+    if (body.reference && typeof body.reference === "object") body.reference = body.reference.path || null;
+    return body;
+  }
+
+  async function start(values) {
+    if (values[0] !== CFG.mode) { // the standard gr.Audio player is selected: run its event
+      stop();
+      const trigger = document.getElementById(CFG.standardTriggerId);
+      if (trigger) (trigger.tagName === "BUTTON" ? trigger : trigger.querySelector("button")).click();
+      return;
+    }
+    const clickT = lastClick !== null && performance.now() - lastClick < 2000 ? lastClick : performance.now();
+    lastClick = null;
+    stop();
+    const run = new Run(clickT);
+    current = run;
+    window.__ttsLowLatency.last = run.m;
+    const link = $("download");
+    if (link) link.hidden = true;
+    try {
+      await run.fetchAndPlay(requestBody(values.slice(1)));
+    } catch (err) {
+      if (run.m.stopped) { show("status", "Stopped"); element.dataset.state = "stopped"; return; }
+      run.m.error = String(err.message || err);
+      show("status", `Error: ${run.m.error}`);
+      element.dataset.state = "error";
+    }
+  }
+
+  function stop() {
+    if (current !== null && !current.m.stopped) {
+      current.stop();
+      show("status", "Stopped");
+      element.dataset.state = "stopped";
+    }
+  }
+
+  // Peak of the samples being output right now (0 when silent or idle).
+  function level() {
+    if (current === null || !current.meter) return 0;
+    const samples = new Float32Array(current.meter.fftSize);
+    current.meter.getFloatTimeDomainData(samples);
+    return samples.reduce((peak, x) => Math.max(peak, Math.abs(x)), 0);
+  }
+
+  window.__ttsLowLatency = { start, stop, level, last: null, context: () => ctx };
+})();
