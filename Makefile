@@ -1,0 +1,44 @@
+# Two commands for a fresh Linux machine with Python 3.11:
+#   make run    start the app on http://127.0.0.1:7860 (offline eSpeak voice if no model loads)
+#   make test   lint + the whole test suite (installs Debian's chromium for the browser test)
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.tts-core-installed
+ARGS ?=
+
+.PHONY: run test install lint browser clean-venv
+
+run: $(STAMP)
+	$(PY) app.py $(ARGS)
+
+test: $(STAMP) browser lint
+	$(PY) -m pytest
+
+install: $(STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch first and pinned: 2.13.0 is the CPU wheel (an unpinned torch pulls a multi-GB CUDA build)
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+# The browser test drives Debian's chromium; install it when missing and we are root.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the browser test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "chromium not found and not root: the browser test will be skipped"; \
+	fi
+
+clean-venv:
+	rm -rf $(VENV)

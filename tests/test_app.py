@@ -1,0 +1,180 @@
+"""The app launched on localhost (`python app.py --model espeak`), driven with gradio_client."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+
+TEXT = "Streaming works. Each sentence is its own phrase! Here is the third, and the last one."
+REFERENCE = str(ASSETS / "reference_female_en.wav")
+ADVANCED = (0.9, 50, 1.0, 1.05, -1, 2, 6)  # temperature, top_k, top_p, penalty, seed, chunks
+
+
+def args(text=TEXT, language="english", reference=REFERENCE, ref_text="", advanced=ADVANCED):
+    ref = handle_file(reference) if reference else None
+    return (text, language, ref, ref_text, *advanced)
+
+
+@pytest.fixture(scope="module")
+def client(app_server):
+    url, _ = app_server
+    return Client(url, verbose=False)
+
+
+def wav_seconds(path: str) -> float:
+    info = sf.info(path)
+    return info.frames / info.samplerate
+
+
+def test_named_endpoints(client):
+    endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    assert {"/synthesize", "/synthesize_full"} <= set(endpoints)
+    names = [p["parameter_name"] for p in endpoints["/synthesize"]["parameters"]]
+    assert names[:4] == ["text", "language", "reference", "reference_text"]
+
+
+def test_synthesize_streams_chunks_then_final_stats(client):
+    outputs = list(client.submit(*args(), api_name="/synthesize"))
+    assert len(outputs) >= 4
+    chunk_paths = [audio for audio, _ in outputs if audio]
+    stats = [s for _, s in outputs]
+    assert [s["chunks"] for s in stats] == list(range(1, len(outputs) + 1))
+    assert not any(s["done"] for s in stats[:-1]) and stats[-1]["done"]
+    final = stats[-1]
+    assert final["backend"] == "espeak" and final["stop_reason"] == "end"
+    assert final["time_to_first_audio_s"] > 0 and final["real_time_factor"] < 1
+    assert final["voice"]["variant"] == "+f3"  # the female reference picked the female variant
+    streamed = sum(wav_seconds(p) for p in chunk_paths)
+    assert streamed == pytest.approx(final["audio_s"], abs=2e-3)
+
+
+def test_synthesize_full_duration_matches_the_stream(client):
+    outputs = list(client.submit(*args(), api_name="/synthesize"))
+    streamed = sum(wav_seconds(audio) for audio, _ in outputs if audio)
+    path, stats = client.predict(*args(), api_name="/synthesize_full")
+    assert sf.info(path).samplerate == 24_000 and sf.info(path).channels == 1
+    assert wav_seconds(path) == pytest.approx(stats["audio_s"], abs=2e-3)
+    # two separate eSpeak runs: equal up to its small run-to-run timing jitter
+    assert wav_seconds(path) == pytest.approx(streamed, rel=0.01)
+
+
+def test_bad_inputs_are_errors_and_the_server_keeps_serving(client, tmp_path, speech_like):
+    not_audio = tmp_path / "notes.wav"
+    not_audio.write_text("plain text, not audio\n" * 40)
+    short = tmp_path / "short.wav"
+    sf.write(short, speech_like(0.5, 24_000), 24_000)
+    silent = tmp_path / "silent.wav"
+    sf.write(silent, np.zeros(48_000, np.float32), 24_000)
+    cases = [
+        (args(text=""), "enter some text"),
+        (args(text="x" * 1001), "limit is 1000"),
+        (args(language="klingon"), "Unsupported language"),
+        (args(reference=str(not_audio)), "not audio"),
+        (args(reference=str(short)), "at least 1 s"),
+        (args(reference=str(silent)), "silent"),
+        (args(advanced=(0.9, 50, 1.0, 1.05, -1, 0, 6)), "less than minimum value 1"),
+    ]
+    for call, message in cases:
+        for api_name in ("/synthesize_full", "/synthesize"):
+            with pytest.raises(AppError, match=message):
+                client.predict(*call, api_name=api_name)
+    path, stats = client.predict(*args(), api_name="/synthesize_full")
+    assert stats["done"] and wav_seconds(path) > 1
+
+
+def test_oversize_upload_is_refused(client, tmp_path, speech_like):
+    big = tmp_path / "big.wav"  # the test server runs with --max-file-size 2mb
+    sf.write(big, np.tile(speech_like(1.0, 48_000), 30), 48_000, subtype="PCM_16")  # ~2.9 MB
+    with pytest.raises(Exception, match="(?i)too large|maximum|size"):
+        client.predict(*args(reference=str(big)), api_name="/synthesize_full")
+    assert client.predict(*args(), api_name="/synthesize_full")[1]["done"]
+
+
+class PacedEspeak:
+    """eSpeak paced like a neural model at ~4x real time, so a request lasts long enough to
+    be cancelled halfway (everything else about it is the real backend)."""
+
+    def __init__(self, backend) -> None:
+        self._backend = backend
+
+    def __getattr__(self, name):
+        return getattr(self._backend, name)
+
+    def stream(self, text, voice, params, cancel):
+        for piece in self._backend.stream(text, voice, params, cancel):
+            time.sleep(piece.audio.size / 24_000 / 4)
+            yield piece
+
+
+@pytest.fixture()
+def slow_app(espeak_backend, free_port):
+    from tts_core.engine import Engine
+    from tts_core.ui import build_demo
+
+    engine = Engine(PacedEspeak(espeak_backend))
+    demo = build_demo(engine).queue()
+    _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, server_port=free_port)
+    yield engine, url.rstrip("/")
+    demo.close()
+
+
+LONG_TEXT = " ".join(["This long sentence keeps the slow voice busy for a while."] * 12)
+
+
+def wait_until_idle(engine, since: float, limit_s: float = 10.0) -> float:
+    while engine.active_requests and time.monotonic() - since < limit_s:
+        time.sleep(0.05)
+    return time.monotonic() - since
+
+
+def test_stop_ends_the_generation_promptly(slow_app):
+    engine, url = slow_app
+    client = Client(url, verbose=False)
+    job = client.submit(*args(text=LONG_TEXT), api_name="/synthesize")
+    deadline = time.monotonic() + 60
+    while len(job.outputs()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.active_requests == 1
+    cancelled_at = time.monotonic()
+    job.cancel()
+    assert wait_until_idle(engine, cancelled_at) < 3  # the whole text would take ~10 s more
+    assert engine.active_requests == 0
+    assert client.predict(*args(text="Still here."), api_name="/synthesize_full")[1]["done"]
+
+
+def test_client_disconnect_ends_the_generation_promptly(slow_app):
+    import httpx
+
+    engine, url = slow_app
+    data = [LONG_TEXT, "english", None, "", *ADVANCED]
+    event = httpx.post(f"{url}/gradio_api/call/synthesize", json={"data": data}).json()["event_id"]
+    chunks = 0
+    with httpx.stream("GET", f"{url}/gradio_api/call/synthesize/{event}", timeout=60) as sse:
+        for line in sse.iter_lines():
+            chunks += line.startswith("event: generating")
+            if chunks == 2:
+                break  # leaving the block closes the connection: a client that went away
+    assert engine.active_requests == 1
+    assert wait_until_idle(engine, time.monotonic()) < 3
+    assert engine.active_requests == 0
+
+
+def test_unloadable_model_falls_back_to_espeak_with_a_notice(launch_app, tmp_path):
+    import httpx
+
+    missing = tmp_path / "no-such-checkpoint"
+    url, log_path = launch_app("--model", str(missing))
+    assert "falling back to the offline eSpeak voice" in log_path.read_text()
+    config = httpx.get(f"{url}/config", timeout=30).text
+    assert "could not be loaded" in config and "fallback-notice" in config  # shown in the page
+    path, stats = Client(url, verbose=False).predict(*args(), api_name="/synthesize_full")
+    assert stats["backend"] == "espeak" and wav_seconds(path) > 1
+    assert any("could not be loaded" in notice for notice in stats["notices"])

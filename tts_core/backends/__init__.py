@@ -1,0 +1,48 @@
+"""Voice backends and the loader that picks one (with the offline fallback)."""
+
+from __future__ import annotations
+
+import logging
+
+from ..engine.backend import Backend
+
+log = logging.getLogger(__name__)
+
+ESPEAK = "espeak"
+
+
+def load_backend(
+    name: str, device: str = "auto", allow_fallback: bool = True
+) -> tuple[Backend, str | None]:
+    """(backend, notice). `name` is "espeak" or a Qwen3-TTS repo id / local folder.
+
+    When the neural model cannot be loaded and `allow_fallback` is set, returns the eSpeak
+    backend with a notice saying why (logged too).
+    """
+    if name == ESPEAK:
+        return _espeak(), None
+    try:
+        from .qwen3 import Qwen3Backend
+
+        return Qwen3Backend.load(name, device), None
+    except Exception as exc:  # noqa: BLE001 - any load failure means "use the offline voice"
+        if not allow_fallback:
+            raise
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        reason = f"{type(exc).__name__}: {first_line[:240]}"
+        log.warning(
+            "Could not load model %r (%s); falling back to the offline eSpeak voice.", name, reason
+        )
+        notice = (
+            f"The neural model '{name}' could not be loaded ({reason}). "
+            "You are hearing the offline eSpeak NG voice instead, which does not clone voices."
+        )
+        return _espeak(), notice
+
+
+def _espeak() -> Backend:
+    from .espeak import EspeakBackend
+
+    backend = EspeakBackend()
+    backend.warm_up()
+    return backend

@@ -1,0 +1,106 @@
+"""Adapter: our Qwen3-TTS model (tts_core.load_model) -> the engine's Backend interface.
+
+Chunks of one model stream come from one exact, stateful decoder pass, so they are never
+marked independent: the engine concatenates them without crossfades.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE
+from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.errors import InputError
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = (
+    "Qwen3-TTS voice cloning. With a transcript of the reference the clone is conditioned on "
+    "the reference audio and its words (best); without one, only on a speaker embedding."
+)
+SAMPLING_NAMES = ("temperature", "top_k", "top_p", "repetition_penalty")
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda was asked for, but no CUDA device is available")
+    return device
+
+
+class Qwen3Backend:
+    name = "qwen3"
+    can_clone = True
+    needs_reference = True
+    independent_phrases = False  # one exact stateful decoder pass: never crossfade
+    description = DESCRIPTION
+
+    def __init__(self, model: Any, model_name: str, device: str) -> None:
+        self.model = model
+        self.model_name = model_name
+        self.device = device
+        codec = getattr(model, "speech_tokenizer", None)
+        self.frame_samples = int(getattr(codec, "samples_per_frame", 1920))
+        # one stream at a time on CPU (it uses every core); a GPU could take a few
+        self.default_concurrency = 1
+
+    @classmethod
+    def load(cls, name_or_path: str, device: str = "auto") -> Qwen3Backend:
+        import torch
+
+        import tts_core
+
+        device = resolve_device(device)
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        model = tts_core.load_model(name_or_path, device=device, dtype=dtype)
+        log.info("loaded %s on %s (%s)", name_or_path, device, dtype)
+        return cls(model, str(name_or_path), device)
+
+    def sampling_defaults(self) -> dict[str, Any]:
+        defaults = self.model.generation_defaults
+        return {name: getattr(defaults, name) for name in SAMPLING_NAMES}
+
+    def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
+        if audio is None:
+            raise InputError(
+                "This voice needs a reference clip: upload or record 3-10 s of speech."
+            )
+        try:
+            voice = self.model.create_voice(audio, SAMPLE_RATE, ref_text=reference_text)
+        except ValueError as exc:  # the model's own checks on the clip
+            raise InputError(f"Reference clip: {exc}") from exc
+        mode = getattr(voice, "mode", "icl" if reference_text else "xvector")
+        return Voice(self.name, voice, {"mode": mode, "transcript": bool(reference_text)})
+
+    def stream(
+        self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
+    ) -> Iterator[BackendChunk]:
+        language = params.language
+        if language != "auto" and language not in self.model.languages:
+            raise InputError(f"This model does not speak '{language}'.")
+        chunks = self.model.stream(
+            text,
+            voice.data,
+            language,
+            first_chunk_frames=params.first_chunk_frames,
+            chunk_frames=params.chunk_frames,
+            seed=params.seed,
+            **params.sampling_kwargs(),
+        )
+        try:
+            for chunk in chunks:
+                reason = chunk.stop_reason if chunk.final else None
+                yield BackendChunk(chunk.audio, independent=False, frames=chunk.frames,
+                                   stop_reason=reason)  # fmt: skip
+                if cancel.is_set():
+                    return
+        finally:
+            chunks.close()  # frees the model's caches now, not at garbage collection

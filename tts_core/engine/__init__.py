@@ -1,0 +1,28 @@
+"""Requests, streaming, stats and concurrency: the one process-wide engine."""
+
+from .backend import LANGUAGES, Backend, BackendChunk, SynthesisParams, Voice
+from .engine import Engine, EngineConfig, StreamEvent, SynthesisRequest
+from .errors import BackendError, InputError
+from .handle import StreamHandle
+from .registry import clear_engines, get_engine
+from .stats import RequestStats
+from .validation import Limits
+
+__all__ = [
+    "LANGUAGES",
+    "Backend",
+    "BackendChunk",
+    "BackendError",
+    "Engine",
+    "EngineConfig",
+    "InputError",
+    "Limits",
+    "RequestStats",
+    "StreamEvent",
+    "StreamHandle",
+    "SynthesisParams",
+    "SynthesisRequest",
+    "Voice",
+    "clear_engines",
+    "get_engine",
+]

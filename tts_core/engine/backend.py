@@ -1,0 +1,87 @@
+"""The contract between the engine and a voice backend (eSpeak NG, Qwen3-TTS, ...)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+LANGUAGES = (
+    "chinese",
+    "english",
+    "german",
+    "italian",
+    "portuguese",
+    "spanish",
+    "japanese",
+    "korean",
+    "french",
+    "russian",
+)
+
+
+@dataclass
+class SynthesisParams:
+    """Per-request knobs. Sampling values of None mean "the backend's default"."""
+
+    language: str = "auto"
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+    first_chunk_frames: int = 2  # frames of the first chunk (small: low time to first audio)
+    chunk_frames: int = 6  # frames of every later chunk
+
+    def sampling_kwargs(self) -> dict[str, Any]:
+        names = ("temperature", "top_k", "top_p", "repetition_penalty")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+@dataclass
+class Voice:
+    """A backend-specific voice, built once per reference clip and cached by the engine."""
+
+    backend: str
+    data: Any  # what the backend needs to speak (eSpeak settings, a Qwen3 voice prompt)
+    summary: dict[str, Any] = field(default_factory=dict)  # shown to the user
+
+
+@dataclass
+class BackendChunk:
+    """One piece of audio from a backend, in order."""
+
+    audio: np.ndarray  # (N,) float32 mono, 24 kHz
+    independent: bool = False  # starts a separately synthesized phrase: crossfade into it
+    frames: int | None = None  # codec frames, for frame-based backends
+    stop_reason: str | None = None  # set on the backend's last chunk when it knows why it stopped
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str  # "espeak", "qwen3"
+    model_name: str  # what was loaded (repo id, path or "espeak-ng 1.52")
+    device: str
+    can_clone: bool
+    needs_reference: bool
+    independent_phrases: bool  # True: chunks marked `independent` start a new synthesis
+    frame_samples: int  # audio samples per "frame", the unit of the chunk-size settings
+    description: str  # what this backend does with the reference, in plain words
+    default_concurrency: int
+
+    def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
+        """audio: (N,) float32 24 kHz mono reference, or None for the backend's default voice."""
+        ...
+
+    def stream(
+        self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
+    ) -> Iterator[BackendChunk]:
+        """Yield audio as it is produced; stop soon after `cancel` is set."""
+        ...
+
+    def sampling_defaults(self) -> dict[str, Any]:
+        """Defaults for the UI's sampling controls (empty if the backend does not sample)."""
+        ...

@@ -1,0 +1,212 @@
+"""The engine: validate -> (cached) voice -> backend stream -> joined chunks + live stats.
+
+One engine per process and model (see `get_engine`). A semaphore bounds how many requests
+run on the backend at once; the UI and the HTTP API share it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE, ChunkJoiner, ms_to_samples
+from .backend import Backend, SynthesisParams, Voice
+from .errors import BackendError, InputError
+from .stats import RequestStats
+from .validation import Limits, check_params, clean_text, prepare_reference
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineConfig:
+    limits: Limits = field(default_factory=Limits)
+    crossfade_ms: float = 20.0  # Hann overlap at joins of independent phrases; 0 disables
+    fade_ms: float = 5.0  # fade-in of the first and fade-out of the last samples
+    max_concurrent: int | None = None  # None: the backend's default
+    voice_cache_size: int = 16
+
+
+@dataclass
+class SynthesisRequest:
+    text: str
+    reference: str | Path | tuple[int, np.ndarray] | None = None
+    reference_text: str | None = None
+    params: SynthesisParams = field(default_factory=SynthesisParams)
+
+
+@dataclass
+class StreamEvent:
+    audio: np.ndarray  # (N,) float32 mono 24 kHz; may be empty only on the final event
+    index: int
+    final: bool
+    stats: dict[str, Any]
+
+
+@dataclass
+class _Prepared:
+    text: str
+    params: SynthesisParams
+    reference: np.ndarray | None
+    reference_text: str | None
+    notices: list[str]
+
+
+class Engine:
+    def __init__(
+        self, backend: Backend, config: EngineConfig | None = None, notice: str | None = None
+    ) -> None:
+        self.backend = backend
+        self.config = config or EngineConfig()
+        self.notice = notice  # e.g. "fell back to eSpeak because ..." (shown in the page)
+        limit = self.config.max_concurrent or backend.default_concurrency
+        self.max_concurrent = max(1, int(limit))
+        self._slots = threading.Semaphore(self.max_concurrent)
+        self._voices: OrderedDict[tuple, Voice] = OrderedDict()
+        self._voices_lock = threading.Lock()
+        self._active = 0  # requests holding a slot (for monitoring and tests)
+        self._active_lock = threading.Lock()
+
+    @property
+    def active_requests(self) -> int:
+        return self._active
+
+    def info(self) -> dict[str, Any]:
+        b = self.backend
+        return {
+            "backend": b.name,
+            "model": b.model_name,
+            "device": b.device,
+            "can_clone": b.can_clone,
+            "needs_reference": b.needs_reference,
+            "description": b.description,
+            "max_concurrent": self.max_concurrent,
+            "max_chars": self.config.limits.max_chars,
+            "notice": self.notice,
+        }
+
+    def prepare(self, request: SynthesisRequest) -> _Prepared:
+        """Validate everything that can be checked before any synthesis (raises InputError)."""
+        limits = self.config.limits
+        text = clean_text(request.text, limits)
+        params = check_params(request.params, limits)
+        reference, notices = prepare_reference(request.reference, limits)
+        if reference is None and self.backend.needs_reference:
+            raise InputError(
+                "This voice needs a reference clip: upload or record 3-10 s of clear speech."
+            )
+        ref_text = (request.reference_text or "").strip() or None
+        return _Prepared(text, params, reference, ref_text, notices)
+
+    def stream(
+        self, request: SynthesisRequest, cancel: threading.Event | None = None
+    ) -> Iterator[StreamEvent]:
+        """Validates now (raising InputError), then returns the chunk generator."""
+        prepared = self.prepare(request)
+        return self._run(prepared, cancel or threading.Event())
+
+    def synthesize(
+        self, request: SynthesisRequest, cancel: threading.Event | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """The whole clip at once: ((N,) float32, final stats)."""
+        pieces, stats = [], {}
+        for event in self.stream(request, cancel):
+            pieces.append(event.audio)
+            stats = event.stats
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.float32), stats
+
+    def _run(self, job: _Prepared, cancel: threading.Event) -> Iterator[StreamEvent]:
+        b = self.backend
+        stats = RequestStats(b.name, b.model_name, b.device, SAMPLE_RATE)
+        stats.notices += ([self.notice] if self.notice else []) + job.notices
+        self._acquire(cancel, stats)
+        self._count(+1)
+        try:
+            yield from self._produce(job, cancel, stats)
+        finally:
+            self._count(-1)
+            self._slots.release()
+
+    def _count(self, delta: int) -> None:
+        with self._active_lock:
+            self._active += delta
+
+    def _acquire(self, cancel: threading.Event, stats: RequestStats) -> None:
+        while not self._slots.acquire(timeout=0.1):
+            if cancel.is_set():
+                raise InputError("The request was cancelled while waiting for a free slot.")
+        stats.queue_wait_s = stats.elapsed()
+
+    def _produce(
+        self, job: _Prepared, cancel: threading.Event, stats: RequestStats
+    ) -> Iterator[StreamEvent]:
+        t0 = time.perf_counter()
+        voice = self._voice(job.reference, job.reference_text)
+        stats.voice_s = time.perf_counter() - t0
+        stats.voice = dict(voice.summary)
+        # only backends whose phrases are synthesized independently need crossfades
+        phrases = getattr(self.backend, "independent_phrases", False)
+        overlap = ms_to_samples(self.config.crossfade_ms) if phrases else 0
+        joiner = ChunkJoiner(overlap, ms_to_samples(self.config.fade_ms))
+        frame = self.backend.frame_samples
+        target = job.params.first_chunk_frames * frame
+        pending: list[np.ndarray] = []
+        stop_reason, index, started = "end", 0, time.perf_counter()
+        pieces = self.backend.stream(job.text, voice, job.params, cancel)
+        try:
+            for piece in pieces:
+                stop_reason = piece.stop_reason or stop_reason
+                pending.append(joiner.push(piece.audio, piece.independent))
+                # count the joiner's short held-back tail: it is audio of this chunk, not the next
+                if sum(p.size for p in pending) + joiner.held >= target:
+                    audio = np.concatenate(pending)
+                    pending, target = [], job.params.chunk_frames * frame
+                    stats.add_chunk(audio.size, time.perf_counter() - started)
+                    yield StreamEvent(audio, index, False, stats.as_dict())
+                    index, started = index + 1, time.perf_counter()
+                if cancel.is_set():
+                    stop_reason = "cancelled"
+                    break
+        except (InputError, BackendError):
+            raise
+        except Exception as exc:
+            log.exception("backend %s failed", self.backend.name)
+            raise BackendError(f"Synthesis failed ({type(exc).__name__}: {exc}).") from exc
+        finally:
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()  # a generator backend: run its cleanup (stop its worker) now
+        audio = np.concatenate([*pending, joiner.finish()])
+        if index == 0 and audio.size == 0:
+            raise BackendError("The voice produced no audio for this text.")
+        stats.add_chunk(audio.size, time.perf_counter() - started)
+        stats.finish(stop_reason)
+        yield StreamEvent(audio, index, True, stats.as_dict())
+
+    def _voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:
+        key = (_digest(reference), reference_text)
+        with self._voices_lock:
+            if key in self._voices:
+                self._voices.move_to_end(key)
+                return self._voices[key]
+        voice = self.backend.create_voice(reference, reference_text)  # outside the lock: slow
+        with self._voices_lock:
+            self._voices[key] = voice
+            while len(self._voices) > self.config.voice_cache_size:
+                self._voices.popitem(last=False)
+        return voice
+
+
+def _digest(audio: np.ndarray | None) -> str | None:
+    if audio is None:
+        return None
+    return hashlib.sha1(np.ascontiguousarray(audio, dtype=np.float32).tobytes()).hexdigest()

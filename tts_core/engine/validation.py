@@ -1,0 +1,124 @@
+"""Checks of text, language, parameters and reference clip, with messages for the user."""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE, AudioDecodeError, decode_reference
+from .backend import LANGUAGES, SynthesisParams
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_chars: int = 1000
+    min_reference_s: float = 1.0
+    max_reference_s: float = 30.0  # longer clips are cut to their first max_reference_s
+    silence_peak: float = 10 ** (-50 / 20)  # a clip whose peak is below -50 dBFS is "silent"
+    max_chunk_frames: int = 100
+
+
+def clean_text(text: object, limits: Limits) -> str:
+    if not isinstance(text, str):
+        raise InputError("Text must be a string.")
+    kept = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C")
+    cleaned = " ".join(kept.split())
+    if not cleaned:
+        raise InputError("Please enter some text to speak.")
+    if len(cleaned) > limits.max_chars:
+        raise InputError(
+            f"The text is {len(cleaned)} characters long; the limit is {limits.max_chars}. "
+            "Please shorten it."
+        )
+    return cleaned
+
+
+def check_language(language: object) -> str:
+    value = str(language if language is not None else "auto").strip().lower() or "auto"
+    if value != "auto" and value not in LANGUAGES:
+        raise InputError(
+            f"Unsupported language '{language}'. Choose 'auto' or one of: {', '.join(LANGUAGES)}."
+        )
+    return value
+
+
+def check_params(params: SynthesisParams, limits: Limits) -> SynthesisParams:
+    temperature = _range("temperature", params.temperature, 0.0, 5.0, low_open=True)
+    top_p = _range("top_p", params.top_p, 0.0, 1.0, low_open=True)
+    penalty = _range("repetition_penalty", params.repetition_penalty, 0.0, 5.0, low_open=True)
+    top_k = _as_int("top_k", params.top_k, 0, 100_000)
+    seed = _as_int("seed", params.seed, -1, 2**32 - 1)
+    first = _as_int("first_chunk_frames", params.first_chunk_frames, 1, limits.max_chunk_frames)
+    steady = _as_int("chunk_frames", params.chunk_frames, 1, limits.max_chunk_frames)
+    return replace(
+        params,
+        language=check_language(params.language),
+        temperature=temperature,
+        top_p=top_p,
+        repetition_penalty=penalty,
+        top_k=top_k,
+        seed=None if seed is None or seed < 0 else seed,  # -1 / empty: random
+        first_chunk_frames=first,
+        chunk_frames=steady,
+    )
+
+
+def prepare_reference(
+    source: str | Path | tuple[int, np.ndarray] | None, limits: Limits
+) -> tuple[np.ndarray | None, list[str]]:
+    """Decoded, checked reference: ((N,) float32 24 kHz or None, notices for the user)."""
+    if source is None or (isinstance(source, str) and not source.strip()):
+        return None, []
+    try:
+        decoded = decode_reference(source)
+    except AudioDecodeError as exc:
+        raise InputError(f"Reference clip: {exc}") from exc
+    if decoded.audio.size == 0:
+        raise InputError("Reference clip: it contains no audio (zero length).")
+    if float(np.max(np.abs(decoded.audio))) < limits.silence_peak:
+        raise InputError("Reference clip: it is silent. Please give a clip with speech in it.")
+    seconds = decoded.seconds
+    if seconds < limits.min_reference_s:
+        raise InputError(
+            f"Reference clip: it is {seconds:.2f} s long; at least {limits.min_reference_s:g} s "
+            "of speech is needed (3-10 s works best)."
+        )
+    notices = []
+    if seconds > limits.max_reference_s:
+        keep = int(limits.max_reference_s * SAMPLE_RATE)
+        notices.append(
+            f"The reference clip is {seconds:.1f} s long: only its first "
+            f"{limits.max_reference_s:g} s were used."
+        )
+        return decoded.audio[:keep], notices
+    return decoded.audio, notices
+
+
+def _range(name: str, value: object, low: float, high: float, low_open: bool) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be a number.") from exc
+    too_low = number <= low if low_open else number < low
+    if too_low or number > high or not np.isfinite(number):
+        bracket = "(" if low_open else "["
+        raise InputError(f"{name} must be in {bracket}{low:g}, {high:g}]; got {value}.")
+    return number
+
+
+def _as_int(name: str, value: object, low: int, high: int) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)  # gradio sliders and JSON clients may send 50.0
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{name} must be a whole number.") from exc
+    if not np.isfinite(number) or number != int(number) or not low <= number <= high:
+        raise InputError(f"{name} must be a whole number in [{low}, {high}]; got {value}.")
+    return int(number)
