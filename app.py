@@ -36,6 +36,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-fallback", action="store_true",
                    help="fail instead of falling back to espeak when the model cannot load")  # fmt: skip
     p.add_argument("--share", action="store_true", help="create a public Gradio share link")
+    p.add_argument("--voices-dir", default=None,
+                   help="where registered voices are kept "
+                   "(default: $TTS_VOICES_DIR or ~/.local/share/tts_core/voices)")  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -66,7 +69,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parse_args(argv)
     demo = build_app(args)
-    demo.launch(
+    from tts_core.engine import get_engine
+    from tts_core.server import launch_with_routes
+
+    launch_with_routes(
+        demo,
+        lambda: get_engine(args.model, args.device),  # the engine build_app loaded (cached)
+        voices_dir=args.voices_dir,
         server_name=args.host,
         server_port=args.port,
         max_file_size=args.max_file_size,

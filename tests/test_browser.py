@@ -64,6 +64,14 @@ def browser_context(tmp_path_factory):
         context.close()
 
 
+def open_with_standard_player(page, url: str) -> None:
+    """These tests exercise Gradio's own streaming gr.Audio (HLS); the page's default is the
+    low-latency Web Audio player (tested in test_lowlatency_browser.py)."""
+    page.goto(url)
+    page.wait_for_selector("#generate")
+    page.get_by_label("Standard (gr.Audio, HLS)").check()
+
+
 def live_audio_events(page) -> list[list]:
     return [e for e in page.evaluate("window.__media") if e[3] == "live-audio" or e[0] == "click"]
 
@@ -76,8 +84,7 @@ def test_page_streams_audio_that_plays_and_stats_update(app_server, browser_cont
     page.on(
         "response", lambda r: streamed.append(r.url) if "/gradio_api/stream/" in r.url else None
     )
-    page.goto(url)
-    page.wait_for_selector("#generate")
+    open_with_standard_player(page, url)
     assert page.evaluate("MediaSource.isTypeSupported('audio/mp4; codecs=\"mp4a.40.2\"')"), (
         "this chromium cannot decode AAC, so HLS playback cannot be observed"
     )
@@ -132,8 +139,7 @@ def test_page_streams_audio_that_plays_and_stats_update(app_server, browser_cont
 def test_bad_input_shows_a_clear_error_in_the_page(app_server, browser_context):
     url, _ = app_server
     page = browser_context.new_page()
-    page.goto(url)
-    page.wait_for_selector("#generate")
+    open_with_standard_player(page, url)
     page.fill("#text textarea", "   ")
     page.click("#generate")
     toast = page.get_by_text("Please enter some text to speak.")
@@ -158,8 +164,7 @@ def set_chunk_frames(page, first: int, steady: int) -> None:
 def test_stop_ends_the_stream(app_server, browser_context):
     url, _ = app_server
     page = browser_context.new_page()
-    page.goto(url)
-    page.wait_for_selector("#generate")
+    open_with_standard_player(page, url)
     page.fill("#text textarea", " ".join(["This is a long text that will be stopped."] * 23))
     set_chunk_frames(page, first=1, steady=1)  # ~700 chunks of 80 ms: a stream of many seconds
     page.click("#generate")
@@ -175,3 +180,23 @@ def test_stop_ends_the_stream(app_server, browser_context):
     assert "Done" not in at_stop
     chunks = int(re.search(r"chunks (\d+)", at_stop).group(1))
     assert chunks < 500  # stopped well before the ~700 chunks of the whole text
+
+
+def test_real_page_defaults_to_the_low_latency_player(app_server, browser_context):
+    """app.py installs the PCM route and the page's Generate plays through Web Audio."""
+    url, _ = app_server
+    page = browser_context.new_page()
+    page.goto(url)
+    page.wait_for_function("() => window.__ttsLowLatency !== undefined", timeout=30_000)
+    page.fill("#text textarea", "The default player of the real page speaks now.")
+    page.click("#generate")
+    page.wait_for_function(
+        "() => { const m = window.__ttsLowLatency.last; return m && (m.done || m.error); }",
+        timeout=30_000,
+    )
+    run = page.evaluate("() => window.__ttsLowLatency.last")
+    assert run["error"] is None, run["error"]
+    assert run["samples"] > 24_000 and run["firstSoundMs"] > 0
+    print(f"real page, low-latency player: click -> first sound {run['firstSoundMs']:.0f} ms, "
+          f"engine {run['engineTtfaMs']:.0f} ms")  # fmt: skip
+    page.wait_for_selector("#lowlatency-player [data-ll='download']:not([hidden])")

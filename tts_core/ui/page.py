@@ -10,6 +10,8 @@ import gradio as gr
 from ..engine import LANGUAGES, Engine
 from . import handlers
 from .formatting import PLOT_COLUMNS, empty_timeline
+from .lowlatency import FIELDS as PLAYER_FIELDS
+from .lowlatency import build_lowlatency_player
 
 CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API endpoints
 EXAMPLES = [
@@ -36,14 +38,18 @@ def build_demo(engine: Engine, assets: Path | None = None) -> gr.Blocks:
                     generate = gr.Button("Generate", variant="primary", elem_id="generate")
                     stop = gr.Button("Stop", variant="stop", elem_id="stop")
             with gr.Column(scale=1):
+                fields = dict(zip(PLAYER_FIELDS, inputs, strict=True))
+                player = build_lowlatency_player(fields, generate, stop)
                 outputs = _outputs()
         if assets is not None:
             _examples(inputs, assets)
         api_outputs = _api_outputs()
 
         wire = partial(_wire, engine=engine, inputs=inputs)
-        generating = wire(generate.click, handlers.stream_to_page, outputs, "generate",
-                          visibility="undocumented")  # fmt: skip
+        # Generate runs the low-latency player in the browser; the page clicks this hidden
+        # trigger instead when the player toggle says "Standard" (one synthesis per click).
+        generating = wire(player.standard_trigger.click, handlers.stream_to_page, outputs,
+                          "generate", visibility="undocumented")  # fmt: skip
         stop.click(None, None, None, cancels=[generating])
         # API-only endpoints: a hidden button that no one clicks, so they run only when called
         api_only = gr.Button(visible=False)
