@@ -1,0 +1,195 @@
+"""Codec decoder parity with the official qwen-tts, config reading, and loading errors.
+
+The goldens were made single-threaded, and the random tiny decoders are badly conditioned (the
+24 kHz stage reaches |x| ~ 500 inside sin()): the same float32 full pass on 1 vs 2 threads
+differs by ~2e-5. So the parity tests run single-threaded, where the 1e-5 bound is meaningful.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tts_core.models.qwen3_tts.codec import (
+    CodecCheckpointError,
+    CodecConfigError,
+    CodecDecoder,
+    SpeechTokenizer,
+    load_speech_tokenizer_config,
+)
+
+WAV_TOLERANCE = 1e-5
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """One intra-op thread: the goldens were made single-threaded, and these many small ops run
+    much faster (and reproducibly) without thread hand-offs on a shared CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@cache
+def _tokenizer(folder: Path) -> SpeechTokenizer:
+    return SpeechTokenizer.from_folder(folder / "speech_tokenizer")
+
+
+def test_decode_matches_official_full_pass(tiny_checkpoint: Path, goldens) -> None:
+    tok = _tokenizer(tiny_checkpoint)
+    codes = goldens["decoder_codes"]
+    wav = tok.decode(codes)
+    assert wav.shape == (codes.shape[0] * tok.samples_per_frame,)
+    assert wav.dtype == torch.float32
+    assert float(wav.abs().max()) <= 1.0
+    error = float((wav - goldens["decoder_wav"]).abs().max())
+    assert error <= WAV_TOLERANCE, f"max abs diff {error:.3g}"
+
+
+def test_decode_reproduces_official_clone_audio(tiny_checkpoint: Path, goldens) -> None:
+    tok = _tokenizer(tiny_checkpoint)
+    ref = goldens["ref_codes"]
+    icl = tok.decode(torch.cat([ref, goldens["icl_codes"]]))[ref.shape[0] * tok.samples_per_frame :]
+    xvec = tok.decode(goldens["xvec_codes"])
+    assert icl.shape == goldens["icl_audio"].shape
+    assert float((icl - goldens["icl_audio"]).abs().max()) <= WAV_TOLERANCE
+    assert float((xvec - goldens["xvec_audio"]).abs().max()) <= WAV_TOLERANCE
+
+
+def test_config_values_come_from_json(tiny_checkpoint: Path) -> None:
+    folder = tiny_checkpoint / "speech_tokenizer"
+    raw = json.loads((folder / "config.json").read_text())
+    cfg = load_speech_tokenizer_config(folder)
+    assert cfg.decoder.hidden_size == raw["decoder_config"]["hidden_size"]
+    assert cfg.decoder.intermediate_size == raw["decoder_config"]["intermediate_size"]
+    assert cfg.decoder.sliding_window == raw["decoder_config"]["sliding_window"]
+    assert cfg.decoder.upsample_rates == tuple(raw["decoder_config"]["upsample_rates"])
+    assert cfg.encoder.frame_rate == raw["encoder_config"]["_frame_rate"]
+    assert cfg.decoder.samples_per_frame == raw["decode_upsample_rate"] == 1920
+    tok = _tokenizer(tiny_checkpoint)
+    assert tok.samples_per_frame == 1920 and tok.sample_rate == 24000
+
+
+def _copy_folder(tiny_checkpoint: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "speech_tokenizer"
+    shutil.copytree(tiny_checkpoint / "speech_tokenizer", target)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "message"),
+    [
+        ("decoder_config", "hidden_size", None, "missing required field 'hidden_size'"),
+        ("decoder_config", "upsample_rates", "8,5,4,3", "expected a list of ints"),
+        ("encoder_config", "_frame_rate", None, "missing required field '_frame_rate'"),
+        ("decoder_config", "hidden_act", "gelu", "only 'silu'"),
+    ],
+)
+def test_bad_config_is_a_clear_error(
+    tiny_checkpoint: Path, tmp_path: Path, section: str, key: str, value, message: str
+) -> None:
+    folder = _copy_folder(tiny_checkpoint, tmp_path)
+    raw = json.loads((folder / "config.json").read_text())
+    if value is None:
+        del raw[section][key]
+    else:
+        raw[section][key] = value
+    (folder / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(CodecConfigError, match=message):
+        SpeechTokenizer.from_folder(folder)
+
+
+def test_unparsable_config(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    folder = _copy_folder(tiny_checkpoint, tmp_path)
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(CodecConfigError, match="cannot parse"):
+        SpeechTokenizer.from_folder(folder)
+
+
+def test_missing_folder_and_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="folder not found"):
+        SpeechTokenizer.from_folder(tmp_path / "nowhere")
+    folder = _copy_folder(tiny_checkpoint, tmp_path)
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        SpeechTokenizer.from_folder(folder)
+
+
+def test_corrupt_weights(tiny_checkpoint: Path, tmp_path: Path) -> None:
+    folder = _copy_folder(tiny_checkpoint, tmp_path)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # truncated download
+    with pytest.raises(CodecCheckpointError, match="corrupt"):
+        SpeechTokenizer.from_folder(folder)
+
+
+@pytest.mark.parametrize("change", ["drop", "extra", "reshape"])
+def test_key_mismatch_lists_the_keys(tiny_checkpoint: Path, tmp_path: Path, change: str) -> None:
+    folder = _copy_folder(tiny_checkpoint, tmp_path)
+    weights = load_file(str(folder / "model.safetensors"))
+    assert len(weights) == len(SpeechTokenizer.from_folder(folder).state_dict())
+    key = "decoder.pre_transformer.layers.0.self_attn.q_proj.weight"
+    if change == "drop":
+        del weights[key]
+        expected = f"missing 1: {key}"
+    elif change == "extra":
+        weights["decoder.bogus.weight"] = torch.zeros(1)
+        expected = "unexpected 1: decoder.bogus.weight"
+    else:
+        weights[key] = weights[key][:, :-1].contiguous()
+        expected = f"shape mismatch for 1: {key}"
+    save_file(weights, str(folder / "model.safetensors"))
+    with pytest.raises(CodecCheckpointError, match=expected.replace(".", r"\.")):
+        SpeechTokenizer.from_folder(folder)
+
+
+def test_bad_codes_are_rejected(tiny_checkpoint: Path) -> None:
+    tok = _tokenizer(tiny_checkpoint)
+    size = tok.config.decoder.codebook_size
+    with pytest.raises(ValueError, match="must lie in"):
+        tok.decode(torch.full((3, 16), size))
+    with pytest.raises(ValueError, match="must lie in"):
+        tok.decode(torch.full((3, 16), -1))
+    with pytest.raises(ValueError, match=r"expected codes \(T, 16\)"):
+        tok.decode(torch.zeros(3, 8, dtype=torch.long))
+
+
+def test_random_init_from_config_has_the_geometry(tiny_checkpoint: Path) -> None:
+    cfg = load_speech_tokenizer_config(tiny_checkpoint / "speech_tokenizer").decoder
+    decoder = CodecDecoder.from_config(cfg, seed=3)
+    codes = torch.randint(0, cfg.codebook_size, (2, cfg.num_quantizers, 4))
+    wav = decoder(codes)
+    assert wav.shape == (2, 1, 4 * cfg.samples_per_frame)
+    assert torch.isfinite(wav).all() and float(wav.std()) > 0
+
+
+RELEASED = Path("/work/shared/reference/checkpoints/Qwen3-TTS-12Hz-0.6B-Base")
+
+
+@pytest.mark.skipif(not RELEASED.is_dir(), reason="released config copies not available")
+def test_released_geometry_has_the_published_layout() -> None:
+    """The released speech_tokenizer/config.json gives the 496 tensors of spec section 5.2."""
+    cfg = load_speech_tokenizer_config(RELEASED / "speech_tokenizer")
+    assert (cfg.decoder.hidden_size, cfg.decoder.intermediate_size) == (512, 1024)
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in SpeechTokenizer(cfg).state_dict().items()}
+    assert len(shapes) == 496
+    assert sum(k.startswith("decoder.") for k in shapes) == 271
+    assert shapes["decoder.quantizer.rvq_first.output_proj.weight"] == (512, 256, 1)
+    assert shapes["decoder.pre_transformer.layers.7.self_attn.q_proj.weight"] == (1024, 512)
+    assert shapes["decoder.decoder.1.block.1.conv.weight"] == (1536, 768, 16)
+    assert shapes["decoder.decoder.4.block.1.conv.weight"] == (192, 96, 6)
+    assert shapes["decoder.decoder.6.conv.weight"] == (1, 96, 7)
+    assert shapes["encoder.encoder.layers.14.conv.weight"] == (512, 1024, 3)
+    assert shapes["encoder.downsample.conv.weight"] == (512, 512, 4)
+    assert (
+        "encoder.quantizer.acoustic_residual_vector_quantizer.layers.30.codebook.embed_sum"
+        in shapes
+    )

@@ -1,0 +1,233 @@
+"""The exact streaming decoder equals one full pass; window mode has the right length and seams.
+
+Exactness is checked two ways:
+* on the tiny checkpoints' real weights in float64 (these random decoders amplify float32
+  rounding ~100x, so float64 is what shows the state handling is exact: diffs ~1e-13);
+* in float32 on a well-conditioned random decoder with the same geometry and a short sliding
+  window (diffs ~1e-7), against the 1e-5 bound.
+Long streams are 310 frames: past the 72-frame window and the official 300-frame chunk; tiny-b
+(window 8) covers each chunk size alone on short streams.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+
+from tts_core.models.qwen3_tts.codec import (
+    CodecDecoder,
+    SpeechTokenizer,
+    WindowDecoder,
+    load_speech_tokenizer_config,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FRAMES = 310
+FLOAT64_TOLERANCE = 1e-9
+FLOAT32_TOLERANCE = 1e-5
+PIPELINE_TOLERANCE = 1e-4  # official float32 pipeline audio; see test_codec_decoder.py
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """One intra-op thread: the goldens were made single-threaded, and these many small ops run
+    much faster (and reproducibly) without thread hand-offs on a shared CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@cache
+def _decoder(name: str, dtype: torch.dtype = torch.float64) -> CodecDecoder:
+    return SpeechTokenizer.from_folder(FIXTURES / name / "speech_tokenizer", dtype=dtype).decoder
+
+
+@cache
+def _well_conditioned_decoder() -> CodecDecoder:
+    cfg = load_speech_tokenizer_config(FIXTURES / "qwen3-tiny-a" / "speech_tokenizer").decoder
+    return CodecDecoder.from_config(dataclasses.replace(cfg, sliding_window=8), seed=7)
+
+
+@cache
+def _codes(frames: int, size: int, seed: int, batch: int = 1) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, size, (batch, 16, frames), generator=generator)
+
+
+@cache
+def _full(decoder: CodecDecoder, codes: torch.Tensor) -> torch.Tensor:
+    return decoder(codes)[:, 0]
+
+
+def _stream(decoder: CodecDecoder, codes: torch.Tensor, schedule, state=None) -> torch.Tensor:
+    state = decoder.init_state(codes.shape[0]) if state is None else state
+    pieces, start = [], 0
+    for size in itertools.cycle(schedule):
+        if start >= codes.shape[-1]:
+            break
+        piece = decoder.decode_step(codes[..., start : start + size], state)
+        assert piece.shape == (codes.shape[0], codes[..., start : start + size].shape[-1] * 1920)
+        pieces.append(piece)
+        start += size
+    return torch.cat(pieces, dim=-1)
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert a.shape == b.shape
+    return float((a - b).abs().max())
+
+
+def test_long_stream_with_every_chunk_size_on_checkpoint_weights() -> None:
+    decoder = _decoder("qwen3-tiny-a")  # sliding window 72
+    codes = _codes(FRAMES, decoder.config.codebook_size, seed=1)
+    streamed = _stream(decoder, codes, [1, 2, 5, 12])
+    assert _max_diff(streamed, _full(decoder, codes)) <= FLOAT64_TOLERANCE
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 12])
+def test_each_chunk_size_past_the_window_on_checkpoint_weights(chunk: int) -> None:
+    decoder = _decoder("qwen3-tiny-b")  # sliding window 8
+    codes = _codes(30, decoder.config.codebook_size, seed=2)
+    assert _max_diff(_stream(decoder, codes, [chunk]), _full(decoder, codes)) <= FLOAT64_TOLERANCE
+
+
+def test_long_stream_float32() -> None:
+    decoder = _well_conditioned_decoder()
+    codes = _codes(FRAMES, decoder.config.codebook_size, seed=3)
+    full = _full(decoder, codes)
+    assert float(full.std()) > 1e-3  # a real signal, not silence
+    assert _max_diff(_stream(decoder, codes, [1, 2, 5, 12]), full) <= FLOAT32_TOLERANCE
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 12])
+def test_each_chunk_size_float32(chunk: int) -> None:
+    decoder = _well_conditioned_decoder()
+    codes = _codes(30, decoder.config.codebook_size, seed=4)
+    assert _max_diff(_stream(decoder, codes, [chunk]), _full(decoder, codes)) <= FLOAT32_TOLERANCE
+
+
+def test_warm_prefix_then_generated_frames(goldens) -> None:
+    """ICL: reference frames warm the state (audio dropped), generated frames stream after."""
+    ref, generated = goldens["ref_codes"].T[None], goldens["icl_codes"].T[None]
+    cut = ref.shape[-1] * 1920
+    for dtype, tolerance in ((torch.float64, FLOAT64_TOLERANCE), (torch.float32, None)):
+        decoder = _decoder(goldens.name, dtype)
+        state = decoder.init_state(1)
+        decoder.decode_step(ref, state)
+        streamed = _stream(decoder, generated, [2, 1, 5], state)[0]
+        assert state.frames_seen == ref.shape[-1] + generated.shape[-1]
+        if tolerance is not None:
+            full = decoder(torch.cat([ref, generated], dim=-1))[0, 0, cut:]
+            assert _max_diff(streamed, full) <= tolerance
+        else:  # float32 against the official clone output
+            assert _max_diff(streamed, goldens["icl_audio"]) <= PIPELINE_TOLERANCE
+
+
+def test_reset_then_reuse_matches_a_fresh_state() -> None:
+    decoder = _decoder("qwen3-tiny-a", torch.float32)
+    first = _codes(80, decoder.config.codebook_size, seed=4)
+    second = _codes(20, decoder.config.codebook_size, seed=5)
+    state = decoder.init_state(1)
+    buffers = [h.buffer.data_ptr() for h in state.convs] + [
+        w.keys.data_ptr() for w in state.attention
+    ]
+    _stream(decoder, first, [3], state)
+    assert state.attention[0].length == decoder.config.sliding_window - 1
+    state.reset()
+    assert state.frames_seen == 0 and state.attention[0].length == 0
+    reused = _stream(decoder, second, [4], state)
+    assert torch.equal(reused, _stream(decoder, second, [4]))
+    # the state is written in place: same storage after 100 frames
+    assert buffers == [h.buffer.data_ptr() for h in state.convs] + [
+        w.keys.data_ptr() for w in state.attention
+    ]
+
+
+def test_batched_streams_are_independent() -> None:
+    decoder = _well_conditioned_decoder()
+    codes = _codes(20, decoder.config.codebook_size, seed=6, batch=2)
+    both = _stream(decoder, codes, [4])
+    for row in range(2):
+        alone = _stream(decoder, codes[row : row + 1], [4])[0]
+        assert _max_diff(both[row], alone) <= FLOAT32_TOLERANCE
+    with pytest.raises(ValueError, match="state is for batch 1"):
+        decoder.decode_step(codes, decoder.init_state(1))
+
+
+def _run_window(window: WindowDecoder, codes: torch.Tensor, sizes, prefix=None) -> torch.Tensor:
+    window.start(prefix)
+    pieces, start = [], 0
+    for size in itertools.cycle(sizes):
+        if start >= codes.shape[-1]:
+            break
+        pieces.append(window.feed(codes[..., start : start + size]))
+        start += size
+    pieces.append(window.flush())
+    return torch.cat(pieces)
+
+
+def test_window_mode_length_with_and_without_prefix() -> None:
+    decoder = _decoder("qwen3-tiny-a", torch.float32)
+    codes = _codes(41, decoder.config.codebook_size, seed=8)
+    window = WindowDecoder(decoder, window=12, emit_every=5, crossfade=960)
+    assert _run_window(window, codes, [1, 4, 9]).shape == (41 * 1920,)
+    prefix = _codes(10, decoder.config.codebook_size, seed=9)
+    assert _run_window(window, codes[..., :17], [3], prefix).shape == (17 * 1920,)
+
+
+def test_window_covering_everything_is_the_full_pass_between_the_fades() -> None:
+    decoder = _well_conditioned_decoder()
+    codes = _codes(24, decoder.config.codebook_size, seed=10)
+    window = WindowDecoder(decoder, window=32, emit_every=6, crossfade=960, fade_edges=240)
+    out = _run_window(window, codes, [2, 3])
+    full = _full(decoder, codes)[0]
+    assert _max_diff(out[240:-240], full[240:-240]) <= FLOAT32_TOLERANCE
+    assert float(out[0].abs()) <= 1e-12  # faded in
+    assert float(out[-1].abs()) <= 1e-12  # faded out
+
+
+class _PhaseShiftingDecoder:
+    """Stand-in decoder: a 200 Hz tone whose phase depends on where the window starts, like a
+    codec that renders the same frames a little differently with a different left context.
+    codes[0, 0] carries the absolute frame index."""
+
+    samples_per_frame = 1920
+
+    def __call__(self, codes: torch.Tensor) -> torch.Tensor:
+        start = int(codes[0, 0, 0])
+        n = torch.arange(codes.shape[-1] * 1920, dtype=torch.float64) + start * 1920
+        tone = 0.5 * torch.sin(2 * torch.pi * 200 * n / 24000 + 0.7 * start)
+        return tone.float()[None, None]
+
+
+def _seam_steps(out: torch.Tensor, emit: int, crossfade: int) -> float:
+    steps = out.diff().abs()
+    first = emit * 1920 - crossfade
+    return max(
+        float(steps[seam - 8 : seam + crossfade + 8].max())
+        for seam in range(first, out.shape[0] - 1921, emit * 1920)
+    )
+
+
+def test_window_mode_crossfade_removes_seam_jumps() -> None:
+    codes = torch.arange(60).view(1, 1, 60).expand(1, 16, 60).contiguous()
+    normal = 0.5 * 2 * torch.pi * 200 / 24000  # largest step of the tone itself
+    faded = WindowDecoder(_PhaseShiftingDecoder(), window=12, emit_every=4, crossfade=960)
+    assert _seam_steps(_run_window(faded, codes, [4]), 4, 960) <= 1.5 * normal
+    hard = WindowDecoder(_PhaseShiftingDecoder(), window=12, emit_every=4, crossfade=0)
+    assert _seam_steps(_run_window(hard, codes, [4]), 4, 0) > 3 * normal  # the test can fail
+
+
+def test_window_mode_seams_on_checkpoint_stay_within_the_signal_range() -> None:
+    decoder = _decoder("qwen3-tiny-a", torch.float32)
+    codes = _codes(60, decoder.config.codebook_size, seed=11)
+    streamer = WindowDecoder(decoder, window=16, emit_every=4, crossfade=960)
+    out = _run_window(streamer, codes, [4])
+    normal = float(_full(decoder, codes)[0].diff().abs().max())
+    assert _seam_steps(out, 4, 960) <= 1.25 * normal

@@ -1,0 +1,163 @@
+"""Codec decoder: 16 codes per 80 ms frame -> 1920 samples at 24 kHz.
+
+`forward` is one full pass (the official `Qwen3TTSTokenizerV2Decoder.forward`). `decode_step` is
+the exact streaming form: every layer is causal, so keeping each conv's last input samples, each
+transposed conv's previous input and the attention window of the last sliding_window - 1 frames
+makes the concatenated step outputs equal the full pass, with each frame decoded exactly once.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .config import CodecDecoderConfig
+from .layers import CausalConv1d, CausalTransConv1d, ConvNeXtBlock, DecoderBlock, SnakeBeta
+from .quantizer import DecoderQuantizer
+from .streaming import ConvHistory, DecoderState, KVWindow
+from .transformer import PreTransformer
+
+
+class CodecDecoder(nn.Module):
+    def __init__(self, cfg: CodecDecoderConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.samples_per_frame = cfg.samples_per_frame
+        self.quantizer = DecoderQuantizer(
+            cfg.num_quantizers,
+            cfg.num_semantic_quantizers,
+            cfg.codebook_size,
+            cfg.vector_dim,
+            cfg.codebook_dim,
+        )
+        self.pre_conv = CausalConv1d(cfg.codebook_dim, cfg.latent_dim, 3)
+        self.pre_transformer = PreTransformer(cfg)
+        self.upsample = nn.ModuleList(
+            nn.ModuleList(
+                [
+                    CausalTransConv1d(cfg.latent_dim, cfg.latent_dim, factor, factor),
+                    ConvNeXtBlock(cfg.latent_dim),
+                ]
+            )
+            for factor in cfg.upsampling_ratios
+        )
+        widths = [cfg.decoder_dim // 2**i for i in range(len(cfg.upsample_rates) + 1)]
+        stages: list[nn.Module] = [CausalConv1d(cfg.latent_dim, cfg.decoder_dim, 7)]
+        stages += [
+            DecoderBlock(widths[i], widths[i + 1], rate)
+            for i, rate in enumerate(cfg.upsample_rates)
+        ]
+        stages += [SnakeBeta(widths[-1]), CausalConv1d(widths[-1], 1, 7)]
+        self.decoder = nn.ModuleList(stages)
+        self._stateful = [
+            m for m in self.modules() if isinstance(m, CausalConv1d | CausalTransConv1d)
+        ]
+        for slot, module in enumerate(self._stateful):
+            module.slot = slot
+        self.register_load_state_dict_post_hook(lambda module, _keys: module.refresh_derived())
+
+    @classmethod
+    def from_config(cls, cfg: CodecDecoderConfig, seed: int = 0) -> CodecDecoder:
+        """Random weights with the given geometry (benchmarks and tests; no checkpoint)."""
+        generator = torch.Generator().manual_seed(seed)
+        model = cls(cfg)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if name.endswith("cluster_usage"):
+                    param.uniform_(0.5, 2.0, generator=generator)
+                elif name.endswith("alpha"):
+                    param.normal_(0.0, 0.3, generator=generator)
+                elif name.endswith("beta"):  # log scale of 1/beta: keeps Snake terms small
+                    param.normal_(1.0, 0.3, generator=generator)
+                elif param.dim() == 1:
+                    param.normal_(0.0, 0.05, generator=generator)
+                else:  # gain 0.5 keeps the residual stacks from blowing up the waveform
+                    fan_in = param[0].numel()
+                    param.normal_(0.0, 0.5 * fan_in**-0.5, generator=generator)
+        model.refresh_derived()
+        return model.eval()
+
+    def refresh_derived(self) -> None:
+        """Recompute effective codebooks and SnakeBeta exps (after loading or a dtype change)."""
+        self.quantizer.refresh_derived()
+        for module in self.modules():
+            if isinstance(module, SnakeBeta):
+                module.refresh_derived()
+
+    def _check_codes(self, codes: torch.Tensor) -> None:
+        cfg = self.config
+        if codes.dim() != 3 or codes.shape[1] != cfg.num_quantizers:
+            raise ValueError(
+                f"expected codes of shape (B, {cfg.num_quantizers}, T), got {tuple(codes.shape)}"
+            )
+        if codes.shape[-1] == 0:
+            raise ValueError("codes must contain at least one frame")
+        if codes.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"codes must be an integer tensor, got {codes.dtype}")
+        low, high = int(codes.min()), int(codes.max())
+        if low < 0 or high >= cfg.codebook_size:
+            raise ValueError(f"codes must lie in [0, {cfg.codebook_size}), got [{low}, {high}]")
+
+    def _run(self, codes: torch.Tensor, state: DecoderState | None) -> torch.Tensor:
+        convs = None if state is None else state.convs
+        codes = codes.to(device=self.pre_conv.conv.weight.device, dtype=torch.long)
+        hidden = self.quantizer(codes)  # (B, codebook_dim, T)
+        hidden = self.pre_conv(hidden, None if convs is None else convs[self.pre_conv.slot])
+        hidden = self.pre_transformer(
+            hidden.transpose(1, 2), None if state is None else state.attention
+        ).transpose(1, 2)  # (B, latent, T)
+        for transposed, convnext in self.upsample:
+            hidden = transposed(hidden, None if convs is None else convs[transposed.slot])
+            hidden = convnext(hidden, convs)
+        wav = self.decoder[0](hidden, None if convs is None else convs[self.decoder[0].slot])
+        for block in self.decoder[1:-2]:
+            wav = block(wav, convs)
+        wav = self.decoder[-2](wav)
+        wav = self.decoder[-1](wav, None if convs is None else convs[self.decoder[-1].slot])
+        return wav.clamp(min=-1.0, max=1.0)  # (B, 1, T * samples_per_frame)
+
+    @torch.inference_mode()
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """Full pass: codes (B, n_q, T) -> waveform (B, 1, T * samples_per_frame)."""
+        self._check_codes(codes)
+        return self._run(codes, None)
+
+    def init_state(
+        self,
+        batch_size: int = 1,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> DecoderState:
+        """Zero-filled state for `batch_size` streams, on the decoder's device and dtype."""
+        reference = self.pre_conv.conv.weight
+        device = reference.device if device is None else torch.device(device)
+        dtype = reference.dtype if dtype is None else dtype
+        convs = [
+            ConvHistory(
+                torch.zeros(batch_size, m.in_channels, m.history_size, device=device, dtype=dtype)
+            )
+            for m in self._stateful
+        ]
+        cfg = self.config
+        shape = (batch_size, cfg.num_key_value_heads, cfg.sliding_window - 1, cfg.head_dim)
+        attention = [
+            KVWindow(
+                torch.zeros(shape, device=device, dtype=dtype),
+                torch.zeros(shape, device=device, dtype=dtype),
+            )
+            for _ in range(cfg.num_hidden_layers)
+        ]
+        return DecoderState(convs=convs, attention=attention, batch_size=batch_size)
+
+    @torch.inference_mode()
+    def decode_step(self, codes: torch.Tensor, state: DecoderState) -> torch.Tensor:
+        """Decode the next t frames of each stream: codes (B, n_q, t) -> (B, t * samples_per_frame).
+
+        Each frame must be given exactly once, in order; `state` is updated in place.
+        """
+        self._check_codes(codes)
+        if codes.shape[0] != state.batch_size:
+            raise ValueError(f"state is for batch {state.batch_size}, codes have {codes.shape[0]}")
+        wav = self._run(codes, state)
+        state.frames_seen += codes.shape[-1]
+        return wav[:, 0]

@@ -1,0 +1,145 @@
+"""Building blocks of the codec decoder, each usable in a full pass or one streaming step.
+
+Module and parameter names follow the released checkpoint (`decoder.*` keys), so a plain
+`load_state_dict` fills them. A module that keeps history takes `history=None` for a full pass
+(zero left padding, as the official code) or its `ConvHistory` slot for a streaming step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .streaming import ConvHistory
+
+
+class SnakeBeta(nn.Module):
+    """y = x + sin^2(x * e^alpha) / (e^beta + 1e-9), alpha and beta stored as logs per channel."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.zeros(channels))
+        self.beta = nn.Parameter(torch.zeros(channels))
+        # (1, C, 1) derived at load time by `refresh_derived` (exp of the log parameters).
+        self.register_buffer("alpha_exp", torch.ones(1, channels, 1), persistent=False)
+        self.register_buffer("inv_beta", torch.ones(1, channels, 1), persistent=False)
+        self.refresh_derived()
+
+    @torch.no_grad()
+    def refresh_derived(self) -> None:
+        alpha = torch.exp(self.alpha.detach())[None, :, None]
+        beta = torch.exp(self.beta.detach())[None, :, None]
+        self.alpha_exp = alpha.to(self.alpha_exp.device)
+        self.inv_beta = (1.0 / (beta + 1e-9)).to(self.inv_beta.device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, T)
+        return x + self.inv_beta * torch.pow(torch.sin(x * self.alpha_exp), 2)
+
+
+class CausalConv1d(nn.Module):
+    """Stride-1 conv with (k - 1) * dilation zeros of left padding (`*.conv` keys)."""
+
+    def __init__(
+        self, in_ch: int, out_ch: int, kernel: int, dilation: int = 1, groups: int = 1
+    ) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(in_ch, out_ch, kernel, dilation=dilation, groups=groups)
+        self.history_size = (kernel - 1) * dilation
+        self.in_channels = in_ch
+        self.slot = -1  # index into DecoderState.convs, assigned by the decoder
+
+    def forward(self, x: torch.Tensor, history: ConvHistory | None = None) -> torch.Tensor:
+        if history is None:
+            x = F.pad(x, (self.history_size, 0))
+        else:
+            x = history.push(x)
+        return self.conv(x)
+
+
+class CausalTransConv1d(nn.Module):
+    """ConvTranspose1d(k, s) with its last k - s output samples cut; t inputs -> t * s outputs.
+
+    Output block n depends on inputs n, n-1, ..., n - (ceil(k/s) - 1), so streaming keeps that
+    many previous inputs and drops the output samples that belong to them.
+    """
+
+    def __init__(self, in_ch: int, out_ch: int, kernel: int, stride: int) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(in_ch, out_ch, kernel, stride=stride)
+        self.stride = stride
+        self.trim_right = kernel - stride
+        self.history_size = math.ceil(kernel / stride) - 1
+        self.in_channels = in_ch
+        self.slot = -1
+
+    def forward(self, x: torch.Tensor, history: ConvHistory | None = None) -> torch.Tensor:
+        new_frames = x.shape[-1]
+        if history is not None:
+            x = history.push(x)
+        y = self.conv(x)
+        start = (x.shape[-1] - new_frames) * self.stride
+        return y[..., start : start + new_frames * self.stride]
+
+
+class ConvNeXtBlock(nn.Module):
+    """Causal depthwise conv k7 -> LayerNorm -> Linear x4 -> GELU -> Linear -> gamma, residual."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dwconv = CausalConv1d(dim, dim, 7, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.act = nn.GELU()
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x: torch.Tensor, state: list[ConvHistory] | None = None) -> torch.Tensor:
+        residual = x  # (B, C, T)
+        x = self.dwconv(x, _slot(state, self.dwconv))
+        x = x.permute(0, 2, 1)
+        x = self.pwconv2(self.act(self.pwconv1(self.norm(x))))
+        x = (self.gamma * x).permute(0, 2, 1)
+        return residual + x
+
+
+class ResidualUnit(nn.Module):
+    """SnakeBeta -> causal conv k7 (dilated) -> SnakeBeta -> conv k1, plus the input."""
+
+    def __init__(self, dim: int, dilation: int) -> None:
+        super().__init__()
+        self.act1 = SnakeBeta(dim)
+        self.conv1 = CausalConv1d(dim, dim, 7, dilation=dilation)
+        self.act2 = SnakeBeta(dim)
+        self.conv2 = CausalConv1d(dim, dim, 1)
+
+    def forward(self, x: torch.Tensor, state: list[ConvHistory] | None = None) -> torch.Tensor:
+        y = self.conv1(self.act1(x), _slot(state, self.conv1))
+        y = self.conv2(self.act2(y), _slot(state, self.conv2))
+        return y + x
+
+
+class DecoderBlock(nn.Module):
+    """SnakeBeta -> causal ConvTranspose(k=2r, s=r) -> residual units with dilations 1, 3, 9."""
+
+    def __init__(self, in_dim: int, out_dim: int, rate: int) -> None:
+        super().__init__()
+        units: list[nn.Module] = [
+            SnakeBeta(in_dim),
+            CausalTransConv1d(in_dim, out_dim, 2 * rate, rate),
+        ]
+        units += [ResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)]
+        self.block = nn.ModuleList(units)
+
+    def forward(self, x: torch.Tensor, state: list[ConvHistory] | None = None) -> torch.Tensor:
+        x = self.block[0](x)
+        x = self.block[1](x, _slot(state, self.block[1]))
+        for unit in self.block[2:]:
+            x = unit(x, state)
+        return x
+
+
+def _slot(state: list[ConvHistory] | None, conv: nn.Module) -> ConvHistory | None:
+    return None if state is None else state[conv.slot]

@@ -1,0 +1,158 @@
+"""SpeechTokenizer: the 12 Hz codec folder (`speech_tokenizer/`) as one object.
+
+encode: mono audio at any rate -> (R, 16) codes, R = ceil(n_24k / 1920), as the official wrapper
+(librosa resampling to 24 kHz, Mimi encoder, first 16 codebooks).
+decode: (T, 16) codes -> (T * 1920,) waveform in [-1, 1], one exact full pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .config import SpeechTokenizerConfig, load_speech_tokenizer_config
+from .decoder import CodecDecoder
+from .encoder import MimiEncoder
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+class CodecCheckpointError(RuntimeError):
+    """The codec weights are missing, unreadable or do not match the config."""
+
+
+class SpeechTokenizer(nn.Module):
+    def __init__(self, config: SpeechTokenizerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.decoder = CodecDecoder(config.decoder)
+        self.encoder = MimiEncoder(config.encoder)
+
+    @property
+    def sample_rate(self) -> int:
+        return self.config.output_sample_rate
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.config.decode_upsample_rate
+
+    @property
+    def num_quantizers(self) -> int:
+        return self.config.encoder_valid_num_quantizers
+
+    @classmethod
+    def from_folder(
+        cls,
+        folder: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> SpeechTokenizer:
+        """Load `config.json` and `model.safetensors` (strict: every key, every shape)."""
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"speech tokenizer folder not found: {folder}")
+        config = load_speech_tokenizer_config(folder)
+        model = cls(config)
+        model.load_state_dict(read_weights(folder / WEIGHTS_FILE, model.state_dict()))
+        return model.finish(device, dtype)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: SpeechTokenizerConfig,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+    ) -> SpeechTokenizer:
+        """Random weights with the configured geometry (benchmarks; nothing is read from disk)."""
+        model = cls(config)
+        model.decoder = CodecDecoder.from_config(config.decoder, seed=seed)
+        return model.finish(device, dtype)
+
+    def finish(self, device: str | torch.device, dtype: torch.dtype) -> SpeechTokenizer:
+        self.to(device=device, dtype=dtype)
+        self.decoder.refresh_derived()
+        self.encoder.refresh_derived()
+        return self.eval()
+
+    @torch.inference_mode()
+    def encode(self, audio: np.ndarray, sample_rate: int) -> torch.LongTensor:
+        """Mono float audio at `sample_rate` -> codes (R, 16) int64 on the CPU."""
+        wave = prepare_audio(audio, sample_rate, self.config.input_sample_rate)
+        weight = self.encoder.downsample.conv.weight
+        samples = torch.from_numpy(wave).to(device=weight.device, dtype=weight.dtype)
+        codes = self.encoder(samples[None, None], self.num_quantizers)  # (1, 16, frames)
+        frames = -(-wave.shape[0] // self.config.encode_downsample_rate)
+        return codes[0, :, :frames].transpose(0, 1).contiguous().cpu()
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes (T, 16) -> float32 waveform (T * samples_per_frame,) on the CPU, in [-1, 1]."""
+        if codes.dim() != 2 or codes.shape[1] != self.num_quantizers:
+            raise ValueError(f"expected codes (T, {self.num_quantizers}), got {tuple(codes.shape)}")
+        device = self.decoder.pre_conv.conv.weight.device
+        wav = self.decoder(codes.to(device).transpose(0, 1)[None])  # (1, 1, T * spf)
+        return wav[0, 0].float().cpu()
+
+
+def prepare_audio(audio: np.ndarray, sample_rate: int, target_rate: int) -> np.ndarray:
+    """Validate, downmix (mean over the last axis, as the official) and resample with librosa."""
+    audio = np.asarray(audio)
+    if audio.ndim == 2:
+        audio = audio.mean(axis=-1)
+    if audio.ndim != 1:
+        raise ValueError(f"expected mono audio (n,) or (n, channels), got shape {audio.shape}")
+    if audio.size == 0:
+        raise ValueError("audio is empty")
+    if not isinstance(sample_rate, int | np.integer) or sample_rate <= 0:
+        raise ValueError(f"sample_rate must be a positive int, got {sample_rate!r}")
+    audio = audio.astype(np.float32)
+    if not np.isfinite(audio).all():
+        raise ValueError("audio contains NaN or infinite samples")
+    if int(sample_rate) != target_rate:
+        import librosa  # heavy import, only when resampling is needed
+
+        audio = librosa.resample(y=audio, orig_sr=int(sample_rate), target_sr=target_rate)
+    return np.ascontiguousarray(audio, dtype=np.float32)
+
+
+def read_weights(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Read a safetensors file and check it has exactly the expected keys and shapes."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise FileNotFoundError(f"codec weights not found: {path}")
+    try:
+        weights = load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        raise CodecCheckpointError(
+            f"cannot read {path} (corrupt or not safetensors): {error}"
+        ) from error
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    if missing or unexpected:
+        raise CodecCheckpointError(
+            f"{path}: key mismatch; missing {len(missing)}: {_preview(missing)}; "
+            f"unexpected {len(unexpected)}: {_preview(unexpected)}"
+        )
+    wrong = [
+        f"{k} {tuple(weights[k].shape)} != {tuple(v.shape)}"
+        for k, v in expected.items()
+        if weights[k].shape != v.shape
+    ]
+    if wrong:
+        raise CodecCheckpointError(f"{path}: shape mismatch for {len(wrong)}: {_preview(wrong)}")
+    return weights
+
+
+def _preview(items: list[str], limit: int = 8) -> str:
+    shown = ", ".join(items[:limit])
+    return (
+        shown + (f", ... (+{len(items) - limit})" if len(items) > limit else "")
+        if items
+        else "none"
+    )
