@@ -1,0 +1,81 @@
+"""Code predictor: 15 greedy passes per frame give the official codes."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import tts_core
+
+from .conftest import TINY_CHECKPOINTS, fixture_path
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny models are all per-op overhead: extra intra-op threads only add contention.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@cache
+def _model(folder: Path):
+    return tts_core.load_model(folder)
+
+
+def _argmax(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(dim=-1)
+
+
+def _predict(model, goldens) -> torch.Tensor:
+    talker = model.talker
+    predictor = talker.code_predictor
+    with torch.inference_mode():
+        c0_embed = talker.codec_embed(goldens["cp_c0"])  # (1, H)
+        past_hidden = goldens["cp_past_hidden"][None]  # (1, H)
+        return predictor.predict(past_hidden, c0_embed, predictor.new_caches(1), _argmax)[0]
+
+
+def test_codes_match_official(tiny_checkpoint, goldens) -> None:
+    codes = _predict(_model(tiny_checkpoint), goldens)
+    assert codes.shape == (15,)
+    assert torch.equal(codes, goldens["cp_codes"])
+
+
+def test_reused_cache_gives_the_same_codes(tiny_checkpoint, goldens) -> None:
+    # The per-frame cache is reused without clearing: stale entries must never be read.
+    model = _model(tiny_checkpoint)
+    predictor = model.talker.code_predictor
+    caches = predictor.new_caches(1)
+    with torch.inference_mode():
+        noise = torch.randn(1, model.talker.cfg.stack.hidden_size)
+        predictor.predict(noise, noise, caches, _argmax)  # fill the cache with other values
+        c0_embed = model.talker.codec_embed(goldens["cp_c0"])
+        codes = predictor.predict(goldens["cp_past_hidden"][None], c0_embed, caches, _argmax)
+    assert torch.equal(codes[0], goldens["cp_codes"])
+
+
+def test_projection_only_when_widths_differ(tiny_checkpoint) -> None:
+    model = _model(tiny_checkpoint)
+    predictor = model.talker.code_predictor
+    talker_width = model.talker.cfg.stack.hidden_size
+    predictor_width = predictor.cfg.stack.hidden_size
+    projection = predictor.small_to_mtp_projection
+    if talker_width == predictor_width:
+        assert isinstance(projection, nn.Identity)
+    else:
+        assert isinstance(projection, nn.Linear)
+        assert projection.weight.shape == (predictor_width, talker_width)
+
+
+def test_fixtures_cover_both_predictor_layouts() -> None:
+    kinds = set()
+    for name in TINY_CHECKPOINTS:
+        projection = _model(fixture_path(name)).talker.code_predictor.small_to_mtp_projection
+        kinds.add(type(projection).__name__)
+    assert kinds == {"Identity", "Linear"}

@@ -1,0 +1,131 @@
+"""Logits processors one by one, their order, the EOS mask and seeded reproducibility."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tts_core.models.qwen3_tts.sampling import (
+    SamplingParams,
+    TalkerSampler,
+    draw,
+    make_generator,
+    repetition_penalty,
+    suppressed_ids,
+    top_k,
+    top_p,
+)
+
+EOS = 2150
+VOCAB = 3072
+GREEDY = SamplingParams(do_sample=False, temperature=1.0, top_k=0, top_p=1.0)
+
+
+def _sampler(params: SamplingParams, seed: int = 0, window: int | None = None) -> TalkerSampler:
+    return TalkerSampler(
+        params,
+        eos_id=EOS,
+        suppressed=suppressed_ids(VOCAB, EOS, "cpu"),
+        generator=make_generator(seed),
+        penalty_window=window,
+    )
+
+
+def test_repetition_penalty_divides_positive_multiplies_negative_once() -> None:
+    logits = torch.tensor([[2.0, -2.0, 1.0, 0.5]])
+    history = torch.tensor([[0, 1, 0, 0]])  # id 0 three times: penalized once
+    out = repetition_penalty(logits, history, 2.0)
+    assert out.tolist() == [[1.0, -4.0, 1.0, 0.5]]
+    assert repetition_penalty(logits, history[:, :0], 2.0) is logits
+
+
+def test_suppressed_range_is_non_audio_except_eos() -> None:
+    ids = suppressed_ids(VOCAB, EOS, "cpu").tolist()
+    assert ids == [i for i in range(2048, 3072) if i != EOS]
+
+
+def test_talker_never_picks_a_suppressed_id_and_masks_eos_for_two_draws() -> None:
+    logits = torch.full((1, VOCAB), -5.0)
+    logits[0, 2500] = 100.0  # suppressed
+    logits[0, EOS] = 50.0
+    logits[0, 7] = 1.0
+    sampler = _sampler(GREEDY)
+    assert sampler(logits, torch.zeros(1, 0, dtype=torch.long)).item() == 7
+    assert sampler(logits, torch.tensor([[7]])).item() == 7
+    assert sampler(logits, torch.tensor([[7, 7]])).item() == EOS
+
+
+def test_top_k_runs_after_suppression_and_eos_mask() -> None:
+    # With top_k=1 applied before suppression only id 2500 would survive and then be masked.
+    logits = torch.full((1, VOCAB), -5.0)
+    logits[0, 2500] = 100.0
+    logits[0, EOS] = 90.0
+    logits[0, 11] = 3.0
+    params = SamplingParams(do_sample=True, temperature=0.9, top_k=1, top_p=1.0)
+    for seed in range(3):
+        assert _sampler(params, seed)(logits, torch.zeros(1, 0, dtype=torch.long)).item() == 11
+
+
+def test_repetition_penalty_applies_before_the_choice_and_window_limits_it() -> None:
+    logits = torch.full((1, VOCAB), -5.0)
+    logits[0, 3] = 2.0
+    logits[0, 4] = 1.5
+    params = SamplingParams(
+        do_sample=False, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=2.0
+    )
+    history = torch.tensor([[3, 9, 9]])
+    assert _sampler(params)(logits, history).item() == 4  # 2.0 / 2 < 1.5
+    assert _sampler(params, window=2)(logits, history).item() == 3  # 3 is outside the window
+
+
+def test_top_k_and_top_p_filters() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    kept_k = torch.isfinite(top_k(logits, 2))
+    assert kept_k.tolist() == [[True, True, False, False]]
+    kept_p = torch.isfinite(top_p(logits, 0.7))
+    assert kept_p.tolist() == [[True, True, False, False]]
+    assert torch.isfinite(top_p(logits, 0.01)).sum() == 1  # the top id always stays
+
+
+def test_temperature_sharpens_the_distribution() -> None:
+    logits = torch.tensor([[1.0, 0.0]])
+    counts = []
+    for value in (2.0, 0.25):
+        params = SamplingParams(do_sample=True, temperature=value, top_k=0, top_p=1.0)
+        generator = make_generator(0)
+        picks = [draw(logits, params, generator).item() for _ in range(400)]
+        counts.append(picks.count(0))
+    assert counts[1] > counts[0] + 50
+
+
+def test_seed_reproducibility() -> None:
+    logits = torch.zeros(1, 2048)
+    params = SamplingParams(do_sample=True, temperature=0.9, top_k=50, top_p=1.0)
+
+    def run(seed: int) -> list[int]:
+        generator = make_generator(seed)
+        return [draw(logits, params, generator).item() for _ in range(20)]
+
+    assert run(5) == run(5)
+    assert run(5) != run(6)
+
+
+def test_greedy_is_argmax() -> None:
+    logits = torch.randn(3, 2048, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(draw(logits, GREEDY, make_generator(0)), logits.argmax(-1))
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(temperature=0.0),
+        dict(top_p=0.0),
+        dict(top_p=1.5),
+        dict(top_k=-1),
+        dict(repetition_penalty=0.0),
+    ],
+)
+def test_invalid_parameters_are_rejected(kwargs) -> None:
+    values = dict(do_sample=True, temperature=0.9, top_k=50, top_p=1.0) | kwargs
+    with pytest.raises(ValueError):
+        SamplingParams(**values)

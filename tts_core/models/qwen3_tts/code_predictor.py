@@ -1,0 +1,81 @@
+"""The code predictor ("sub-talker"): 15 sequential passes per frame give codes 1..15.
+
+Pass 1 sees [past_hidden, C(c0)] at positions 0, 1; pass j (2..15) sees the embedding of
+c_{j-1} at position j. `lm_head[j-1]` predicts group j; `codec_embedding[i]` embeds group i+1.
+Its small static KV cache is reused every frame: positions restart at 0 and only the filled
+prefix is ever read, so no reset copy is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from .config import CodePredictorConfig
+from .layers import DecoderStack, Embedding, KVCache, RotaryTable
+
+# logits (B, V) float32 -> chosen ids (B,)
+CodeChooser = Callable[[torch.Tensor], torch.Tensor]
+
+
+class CodePredictorBackbone(DecoderStack):
+    def __init__(self, cfg: CodePredictorConfig, talker_hidden: int) -> None:
+        super().__init__(cfg.stack)
+        # Input embeddings have the talker width (projected afterwards when widths differ).
+        self.codec_embedding = nn.ModuleList(
+            Embedding(cfg.vocab_size, talker_hidden) for _ in range(cfg.num_code_groups - 1)
+        )
+
+
+class CodePredictor(nn.Module):
+    def __init__(self, cfg: CodePredictorConfig, talker_hidden: int) -> None:
+        super().__init__()
+        self.cfg = cfg
+        hidden = cfg.stack.hidden_size
+        self.model = CodePredictorBackbone(cfg, talker_hidden)
+        self.lm_head = nn.ModuleList(
+            nn.Linear(hidden, cfg.vocab_size, bias=False) for _ in range(cfg.num_code_groups - 1)
+        )
+        if talker_hidden != hidden:
+            self.small_to_mtp_projection = nn.Linear(talker_hidden, hidden, bias=True)
+        else:
+            self.small_to_mtp_projection = nn.Identity()
+        self.rope = RotaryTable(cfg.stack.head_dim, cfg.stack.rope_theta, cfg.num_code_groups)
+
+    def init_rope(self) -> None:
+        cfg = self.cfg
+        table = RotaryTable(cfg.stack.head_dim, cfg.stack.rope_theta, cfg.num_code_groups)
+        self.rope = table.to(self.lm_head[0].weight.device)
+
+    def new_caches(self, batch: int) -> list[KVCache]:
+        weight = self.lm_head[0].weight
+        return self.model.new_caches(batch, self.cfg.num_code_groups, weight.dtype, weight.device)
+
+    def _pass(
+        self, embeds: torch.Tensor, caches: list[KVCache], start: int, group: int
+    ) -> torch.Tensor:
+        """embeds (B, T, talker_H) -> float32 logits (B, V) for `group` from the last position."""
+        x = self.small_to_mtp_projection(embeds)
+        hidden = self.model.run_layers(x, self.rope, caches, start)[:, -1]
+        return self.lm_head[group - 1](hidden).float()
+
+    def predict(
+        self,
+        past_hidden: torch.Tensor,
+        c0_embed: torch.Tensor,
+        caches: list[KVCache],
+        choose: CodeChooser,
+    ) -> torch.Tensor:
+        """past_hidden, c0_embed (B, talker_H) -> codes of groups 1..G-1, (B, G-1) int64."""
+        groups = self.cfg.num_code_groups
+        codes = torch.empty(
+            past_hidden.shape[0], groups - 1, dtype=torch.long, device=past_hidden.device
+        )
+        first = torch.stack((past_hidden, c0_embed), dim=1)  # (B, 2, talker_H)
+        codes[:, 0] = choose(self._pass(first, caches, start=0, group=1))
+        for group in range(2, groups):
+            embed = self.model.codec_embedding[group - 2](codes[:, group - 2 : group - 1])
+            codes[:, group - 1] = choose(self._pass(embed, caches, start=group, group=group))
+        return codes

@@ -1,0 +1,265 @@
+"""Configuration dataclasses read from a Qwen3-TTS checkpoint's JSON files.
+
+Every model number comes from `config.json` / `generation_config.json`; the official Python
+config classes have defaults that do not match the released models, so nothing is defaulted
+here except fields the released JSON leaves out and the official code fills the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MODEL_TYPE = "qwen3_tts"
+TALKER_MODEL_TYPE = "qwen3_tts_talker"
+CODE_PREDICTOR_MODEL_TYPE = "qwen3_tts_talker_code_predictor"
+SUPPORTED_TOKENIZER_TYPES = ("qwen3_tts_tokenizer_12hz",)
+SUPPORTED_ROPE_TYPES = ("default",)
+
+
+class ConfigError(ValueError):
+    """A checkpoint config file is missing a field or holds a value we cannot run."""
+
+
+def _require(section: dict[str, Any], key: str, where: str) -> Any:
+    if key not in section:
+        raise ConfigError(f"{where}: required field '{key}' is missing")
+    return section[key]
+
+
+def _positive_int(section: dict[str, Any], key: str, where: str) -> int:
+    value = _require(section, key, where)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{where}: '{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+def _rope_type(section: dict[str, Any], where: str) -> str:
+    scaling = section.get("rope_scaling") or {}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise ConfigError(f"{where}: unsupported rope type {rope_type!r}")
+    return rope_type
+
+
+@dataclass(frozen=True)
+class DecoderStackConfig:
+    """Geometry of one Qwen3 decoder stack (talker or code predictor)."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+
+    @classmethod
+    def from_dict(cls, section: dict[str, Any], where: str) -> DecoderStackConfig:
+        act = section.get("hidden_act", "silu")
+        if act != "silu":
+            raise ConfigError(f"{where}: unsupported hidden_act {act!r} (only 'silu')")
+        if section.get("attention_bias", False):
+            raise ConfigError(f"{where}: attention_bias=true is not supported")
+        if section.get("use_sliding_window", False):
+            raise ConfigError(f"{where}: sliding-window attention is not supported")
+        _rope_type(section, where)
+        heads = _positive_int(section, "num_attention_heads", where)
+        kv_heads = _positive_int(section, "num_key_value_heads", where)
+        if heads % kv_heads:
+            raise ConfigError(f"{where}: num_attention_heads {heads} not divisible by {kv_heads}")
+        hidden = _positive_int(section, "hidden_size", where)
+        head_dim = section.get("head_dim") or hidden // heads
+        return cls(
+            hidden_size=hidden,
+            num_hidden_layers=_positive_int(section, "num_hidden_layers", where),
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=int(head_dim),
+            intermediate_size=_positive_int(section, "intermediate_size", where),
+            rms_norm_eps=float(_require(section, "rms_norm_eps", where)),
+            rope_theta=_require(section, "rope_theta", where),
+            max_position_embeddings=_positive_int(section, "max_position_embeddings", where),
+        )
+
+
+@dataclass(frozen=True)
+class CodePredictorConfig:
+    stack: DecoderStackConfig
+    vocab_size: int  # one codebook (2048)
+    num_code_groups: int  # 16: the predictor emits groups 1..15
+
+
+@dataclass(frozen=True)
+class TalkerConfig:
+    stack: DecoderStackConfig
+    vocab_size: int  # codec vocabulary (3072)
+    text_vocab_size: int
+    text_hidden_size: int
+    num_code_groups: int
+    codec_pad_id: int
+    codec_bos_id: int
+    codec_eos_token_id: int
+    codec_think_id: int
+    codec_nothink_id: int
+    codec_think_bos_id: int
+    codec_think_eos_id: int
+    codec_language_id: dict[str, int]
+    code_predictor: CodePredictorConfig
+
+
+@dataclass(frozen=True)
+class Qwen3TTSConfig:
+    tts_model_type: str
+    tts_model_size: str
+    tokenizer_type: str
+    im_start_token_id: int
+    im_end_token_id: int
+    tts_pad_token_id: int
+    tts_bos_token_id: int
+    tts_eos_token_id: int
+    talker: TalkerConfig
+    speaker_encoder: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return ("auto", *self.talker.codec_language_id)
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    """Values of generation_config.json (the official wrapper's hard defaults fill gaps)."""
+
+    do_sample: bool = True
+    temperature: float = 0.9
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.05
+    subtalker_dosample: bool = True
+    subtalker_temperature: float = 0.9
+    subtalker_top_k: int = 50
+    subtalker_top_p: float = 1.0
+    max_new_tokens: int = 2048
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GenerationDefaults:
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+
+def _code_predictor_config(section: dict[str, Any], talker_groups: int) -> CodePredictorConfig:
+    where = "config.json talker_config.code_predictor_config"
+    model_type = section.get("model_type", CODE_PREDICTOR_MODEL_TYPE)
+    if model_type != CODE_PREDICTOR_MODEL_TYPE:
+        raise ConfigError(f"{where}: unknown model_type {model_type!r}")
+    groups = _positive_int(section, "num_code_groups", where)
+    if groups != talker_groups:
+        raise ConfigError(
+            f"{where}: num_code_groups {groups} differs from the talker's {talker_groups}"
+        )
+    return CodePredictorConfig(
+        stack=DecoderStackConfig.from_dict(section, where),
+        vocab_size=_positive_int(section, "vocab_size", where),
+        num_code_groups=groups,
+    )
+
+
+def _talker_config(section: dict[str, Any]) -> TalkerConfig:
+    where = "config.json talker_config"
+    model_type = section.get("model_type", TALKER_MODEL_TYPE)
+    if model_type != TALKER_MODEL_TYPE:
+        raise ConfigError(f"{where}: unknown model_type {model_type!r}")
+    groups = _positive_int(section, "num_code_groups", where)
+    if groups < 2:
+        raise ConfigError(f"{where}: num_code_groups must be >= 2, got {groups}")
+    ids = {
+        name: _require(section, name, where)
+        for name in (
+            "codec_pad_id",
+            "codec_bos_id",
+            "codec_eos_token_id",
+            "codec_think_id",
+            "codec_nothink_id",
+            "codec_think_bos_id",
+            "codec_think_eos_id",
+        )
+    }
+    vocab = _positive_int(section, "vocab_size", where)
+    for name, value in ids.items():
+        if not isinstance(value, int) or not 0 <= value < vocab:
+            raise ConfigError(f"{where}: '{name}'={value!r} is outside the codec vocab {vocab}")
+    languages = {str(k).lower(): int(v) for k, v in section.get("codec_language_id", {}).items()}
+    predictor = _code_predictor_config(_require(section, "code_predictor_config", where), groups)
+    return TalkerConfig(
+        stack=DecoderStackConfig.from_dict(section, where),
+        vocab_size=vocab,
+        text_vocab_size=_positive_int(section, "text_vocab_size", where),
+        text_hidden_size=_positive_int(section, "text_hidden_size", where),
+        num_code_groups=groups,
+        codec_language_id=languages,
+        code_predictor=predictor,
+        **ids,
+    )
+
+
+def parse_config(data: dict[str, Any]) -> Qwen3TTSConfig:
+    """Validate the parsed config.json and turn it into dataclasses (ConfigError on bad values)."""
+    where = "config.json"
+    model_type = data.get("model_type")
+    if model_type != MODEL_TYPE:
+        raise ConfigError(f"{where}: unknown model_type {model_type!r} (expected {MODEL_TYPE!r})")
+    tokenizer_type = data.get("tokenizer_type")
+    if tokenizer_type not in SUPPORTED_TOKENIZER_TYPES:
+        raise ConfigError(
+            f"{where}: unknown tokenizer_type {tokenizer_type!r} "
+            f"(supported: {', '.join(SUPPORTED_TOKENIZER_TYPES)})"
+        )
+    model_kind = data.get("tts_model_type")
+    if model_kind != "base":
+        raise ConfigError(f"{where}: tts_model_type {model_kind!r} is not supported (only 'base')")
+    talker = _talker_config(_require(data, "talker_config", where))
+    speaker = dict(data.get("speaker_encoder_config") or {})
+    enc_dim = speaker.get("enc_dim", talker.stack.hidden_size)
+    if enc_dim != talker.stack.hidden_size:
+        raise ConfigError(
+            f"{where}: speaker_encoder_config.enc_dim {enc_dim} != talker hidden size "
+            f"{talker.stack.hidden_size}"
+        )
+    return Qwen3TTSConfig(
+        tts_model_type=model_kind,
+        tts_model_size=str(data.get("tts_model_size", "")),
+        tokenizer_type=tokenizer_type,
+        im_start_token_id=_require(data, "im_start_token_id", where),
+        im_end_token_id=_require(data, "im_end_token_id", where),
+        tts_pad_token_id=_require(data, "tts_pad_token_id", where),
+        tts_bos_token_id=_require(data, "tts_bos_token_id", where),
+        tts_eos_token_id=_require(data, "tts_eos_token_id", where),
+        talker=talker,
+        speaker_encoder=speaker,
+    )
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"missing checkpoint file: {path}") from error
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}: not valid JSON ({error})") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return data
+
+
+def load_config(folder: Path) -> Qwen3TTSConfig:
+    return parse_config(read_json(Path(folder) / "config.json"))
+
+
+def load_generation_defaults(folder: Path) -> GenerationDefaults:
+    path = Path(folder) / "generation_config.json"
+    return GenerationDefaults.from_dict(read_json(path)) if path.exists() else GenerationDefaults()

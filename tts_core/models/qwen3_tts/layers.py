@@ -1,0 +1,232 @@
+"""Qwen3 decoder building blocks: RMSNorm, RoPE table, static KV cache, GQA attention, SwiGLU.
+
+Module attribute names follow the checkpoint keys (`self_attn.q_proj`, `mlp.gate_proj`, ...).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import DecoderStackConfig
+
+
+class Embedding(nn.Embedding):
+    """nn.Embedding without the default init: weights always come from a checkpoint or from
+    `random_init_` (and the default normal_ on the meta device costs seconds of lazy imports)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in float32, cast back, then scaled (same op order as the official)."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(dtype)
+
+
+class RotaryTable(nn.Module):
+    """Precomputed cos/sin for positions [0, max_len): plain rotate-half RoPE.
+
+    The talker's M-RoPE always gets equal t/h/w positions, which makes it this 1-D RoPE.
+    Angles are computed in float32 and cast to the model dtype, as the official does.
+    """
+
+    def __init__(self, head_dim: int, theta: float, max_len: int) -> None:
+        super().__init__()
+        # Built on the CPU even inside a `torch.device("meta")` block (then moved by `.to`).
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
+        inv_freq = 1.0 / (theta**exponents)  # (D/2,)
+        positions = torch.arange(max_len, dtype=torch.float32, device="cpu")
+        freqs = positions[:, None] * inv_freq[None, :]  # (L, D/2)
+        angles = torch.cat((freqs, freqs), dim=-1)  # (L, D)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+        self._typed: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def window(self, start: int, steps: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """cos, sin for positions [start, start+steps), each (steps, D) in `dtype` (views of a
+        table cast once per dtype, equal to casting per call)."""
+        tables = self._typed.get(dtype)
+        if tables is None or tables[0].device != self.cos.device:
+            tables = (self.cos.to(dtype), self.sin.to(dtype))
+            self._typed[dtype] = tables
+        return tables[0][start : start + steps], tables[1][start : start + steps]
+
+    def _apply(self, fn, recurse=True):  # .to()/.cuda() invalidate the per-dtype copies
+        self._typed = {}
+        return super()._apply(fn, recurse)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, heads, T, D); cos/sin (T, D)."""
+    return x * cos + _rotate_half(x) * sin
+
+
+class KVCache(nn.Module):
+    """Static preallocated cache (gpt-fast style), written in place at explicit positions."""
+
+    def __init__(
+        self,
+        batch: int,
+        kv_heads: int,
+        max_len: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        super().__init__()
+        shape = (batch, kv_heads, max_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[2]
+
+    def write(self, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Store k/v (B, kv, T, D) at [start, start+T); return the filled prefix [0, start+T)."""
+        end = start + k.shape[2]
+        if end > self.max_len:
+            raise RuntimeError(f"KV cache overflow: position {end} > capacity {self.max_len}")
+        self.k[:, :, start:end].copy_(k)
+        self.v[:, :, start:end].copy_(v)
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class Attention(nn.Module):
+    """GQA self-attention with per-head q/k RMSNorm applied before RoPE."""
+
+    def __init__(self, cfg: DecoderStackConfig) -> None:
+        super().__init__()
+        self.heads = cfg.num_attention_heads
+        self.kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        hidden = cfg.hidden_size
+        self.q_proj = nn.Linear(hidden, self.heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        cache: KVCache,
+        start: int,
+    ) -> torch.Tensor:
+        batch, steps, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(batch, steps, self.heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(batch, steps, self.kv_heads, self.head_dim))
+        v = self.v_proj(x).view(batch, steps, self.kv_heads, self.head_dim)
+        cos, sin = rope
+        q = apply_rope(q.transpose(1, 2), cos, sin)  # (B, heads, T, D)
+        k = apply_rope(k.transpose(1, 2), cos, sin)  # (B, kv, T, D)
+        keys, values = cache.write(start, k, v.transpose(1, 2))  # (B, kv, start+T, D)
+        # From position 0 the mask is plain causal: the same call as the official (is_causal).
+        mask = None if start == 0 else _causal_mask(steps, start, x.device)
+        out = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=mask, is_causal=start == 0 and steps > 1, enable_gqa=True
+        )
+        return self.o_proj(out.transpose(1, 2).reshape(batch, steps, -1))
+
+
+def _causal_mask(steps: int, start: int, device: torch.device) -> torch.Tensor | None:
+    """Boolean (T, start+T) mask letting query i see keys <= start+i; None for one query."""
+    if steps == 1:
+        return None
+    query_pos = torch.arange(start, start + steps, device=device)[:, None]
+    key_pos = torch.arange(start + steps, device=device)[None, :]
+    return key_pos <= query_pos
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: DecoderStackConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = SwiGLU(cfg.hidden_size, cfg.intermediate_size)
+
+    def forward(self, x: torch.Tensor, rope: tuple, cache: KVCache, start: int) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, cache, start)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderStack(nn.Module):
+    """`layers` + final `norm`; returns final-norm hidden states (B, T, H)."""
+
+    def __init__(self, cfg: DecoderStackConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def new_caches(
+        self, batch: int, max_len: int, dtype: torch.dtype, device: torch.device
+    ) -> list[KVCache]:
+        cfg = self.cfg
+        return [
+            KVCache(batch, cfg.num_key_value_heads, max_len, cfg.head_dim, dtype, device)
+            for _ in self.layers
+        ]
+
+    def run_layers(
+        self, x: torch.Tensor, rope_table: RotaryTable, caches: list[KVCache], start: int
+    ) -> torch.Tensor:
+        rope = rope_table.window(start, x.shape[1], x.dtype)
+        for layer, cache in zip(self.layers, caches, strict=True):
+            x = layer(x, rope, cache, start)
+        return self.norm(x)
+
+
+def compile_stack(stack: DecoderStack) -> None:
+    """Opt-in: run `stack.run_layers` through torch.compile (dynamic shapes: the KV length
+    grows each step). If compiling or running the compiled code fails, fall back to eager
+    for good, with a warning; results are the same either way."""
+    import warnings
+
+    if getattr(stack, "_compiled", False):
+        return
+    eager = stack.run_layers
+    compiled = torch.compile(eager, dynamic=True)
+
+    def run_layers(*args, **kwargs):
+        try:
+            return compiled(*args, **kwargs)
+        except Exception as error:  # any compiler failure means "use eager"
+            warnings.warn(f"torch.compile failed, using eager mode: {error}", stacklevel=2)
+            stack.run_layers = eager
+            return eager(*args, **kwargs)
+
+    stack.run_layers = run_layers
+    stack._compiled = True

@@ -1,0 +1,332 @@
+"""Qwen3TTSModel: voice cloning (ICL or x-vector) with streaming output.
+
+model = load_model("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
+voice = model.create_voice(audio, sample_rate, ref_text="...")   # ref_text=None: x-vector
+for chunk in model.stream("Hello", voice): play(chunk.audio)
+result = model.generate("Hello", voice, greedy=True)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .checkpoint import (
+    build_talker,
+    load_safetensors,
+    load_speaker_encoder,
+    load_speech_tokenizer,
+    load_talker,
+    random_speaker_encoder,
+    random_speech_tokenizer,
+    resolve_checkpoint,
+)
+from .config import GenerationDefaults, Qwen3TTSConfig, load_config, load_generation_defaults
+from .decode_loop import FrameLoop, length_cap_frames, resolve_settings
+from .layers import compile_stack
+from .prompt import Prompt, SpecialTextVectors, build_prompt, ref_text_ids, target_text_ids
+from .text_tokenizer import TextTokenizer
+
+SAMPLE_RATE = 24000
+
+
+@dataclass
+class Voice:
+    speaker_embedding: torch.Tensor  # (H,)
+    ref_codes: torch.Tensor | None = None  # (R, G) int64; None = x-vector only
+    ref_text: str | None = None
+
+    @property
+    def mode(self) -> str:
+        return "icl" if self.ref_codes is not None else "xvector"
+
+
+@dataclass
+class AudioChunk:
+    audio: np.ndarray  # float32 (frames * 1920,) at 24 kHz
+    frames: int
+    compute_s: float
+    final: bool
+    stop_reason: str | None
+    codes: torch.Tensor  # (frames, G) int64
+
+
+@dataclass
+class GenerationResult:
+    audio: np.ndarray  # float32 (N * 1920,), reference removed
+    codes: torch.Tensor  # (N, G) int64
+    stop_reason: str
+    sample_rate: int = SAMPLE_RATE
+
+
+class Qwen3TTSModel:
+    def __init__(
+        self,
+        config: Qwen3TTSConfig,
+        generation_defaults: GenerationDefaults,
+        talker: torch.nn.Module,
+        text_tokenizer: TextTokenizer,
+        speaker_encoder: Any = None,
+        speech_tokenizer: Any = None,
+    ) -> None:
+        self.config = config
+        self.generation_defaults = generation_defaults
+        self.talker = talker.eval().requires_grad_(False)
+        self.text_tokenizer = text_tokenizer
+        self.speaker_encoder = speaker_encoder
+        self.speech_tokenizer = speech_tokenizer
+        with torch.inference_mode():
+            self.special = SpecialTextVectors.compute(self.talker, config)
+
+    @property
+    def device(self) -> torch.device:
+        return self.talker.codec_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.talker.codec_head.weight.dtype
+
+    @property
+    def languages(self) -> tuple[str, ...]:
+        return self.config.languages
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> Qwen3TTSModel:
+        folder = resolve_checkpoint(name_or_path)
+        config = load_config(folder)
+        state = load_safetensors(folder / "model.safetensors")
+        talker = load_talker(config, state, device, dtype)
+        speaker_encoder = load_speaker_encoder(config, state, device, dtype)
+        del state
+        return cls(
+            config,
+            load_generation_defaults(folder),
+            talker,
+            TextTokenizer.from_folder(folder),
+            speaker_encoder,
+            load_speech_tokenizer(folder / "speech_tokenizer", device, dtype),
+        )
+
+    @classmethod
+    def from_config(
+        cls,
+        config_folder: str | Path,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        seed: int = 0,
+        with_codec: bool = True,
+    ) -> Qwen3TTSModel:
+        """Real-size model with random weights from a folder of released JSONs (no weights read).
+
+        The codec and speaker encoder are built too when `with_codec` and the folder has
+        speech_tokenizer/config.json; the text tokenizer comes from the folder's files.
+        """
+        folder = Path(config_folder)
+        config = load_config(folder)
+        talker = build_talker(config, device, dtype, seed=seed)
+        encoder = codec = None
+        if with_codec and (folder / "speech_tokenizer" / "config.json").is_file():
+            encoder = random_speaker_encoder(config, device, dtype, seed=seed)
+            codec = random_speech_tokenizer(folder / "speech_tokenizer", device, dtype, seed=seed)
+        defaults = load_generation_defaults(folder)
+        tokenizer = TextTokenizer.from_folder(folder)
+        return cls(config, defaults, talker, tokenizer, encoder, codec)
+
+    def compile(self) -> Qwen3TTSModel:
+        """Opt-in torch.compile of the talker and code-predictor layer stacks (same results;
+        the first request pays the compile time; falls back to eager if compiling fails)."""
+        compile_stack(self.talker.model)
+        compile_stack(self.talker.code_predictor.model)
+        return self
+
+    # ------------------------------------------------------------------ voices
+    @torch.inference_mode()
+    def create_voice(
+        self, audio: np.ndarray, sample_rate: int, ref_text: str | None = None
+    ) -> Voice:
+        """ICL voice when ref_text is given (reference codes + transcript), else x-vector only."""
+        wav = _mono_float32(audio)
+        if sample_rate <= 0:
+            raise ValueError(f"sample_rate must be positive, got {sample_rate}")
+        if wav.shape[0] * SAMPLE_RATE / sample_rate < self._samples_per_frame():
+            raise ValueError(
+                f"reference audio is shorter than one codec frame "
+                f"({self._samples_per_frame()} samples at {SAMPLE_RATE} Hz)"
+            )
+        if self.speaker_encoder is None:
+            raise RuntimeError("this model has no speaker encoder (built with from_config?)")
+        wav_24k = wav if sample_rate == SAMPLE_RATE else _resample(wav, sample_rate)
+        embedding = self.speaker_encoder.embed(wav_24k).to(self.device, self.dtype)
+        if ref_text is None or not ref_text.strip():
+            return Voice(speaker_embedding=embedding)
+        codes = self._codec().encode(wav, sample_rate)
+        return Voice(speaker_embedding=embedding, ref_codes=codes.long().cpu(), ref_text=ref_text)
+
+    # -------------------------------------------------------------- generation
+    def generate(
+        self, text: str, voice: Voice, language: str | None = "auto", **kwargs: Any
+    ) -> GenerationResult:
+        """Whole utterance: the stream collected (same loop, same numbers); takes the same
+        keyword arguments as `stream`."""
+        chunk_frames = kwargs.pop("chunk_frames", 25)
+        kwargs.setdefault("first_chunk_frames", chunk_frames)
+        chunks = list(self.stream(text, voice, language, chunk_frames=chunk_frames, **kwargs))
+        audio = np.concatenate([chunk.audio for chunk in chunks])
+        codes = torch.cat([chunk.codes for chunk in chunks])
+        return GenerationResult(audio=audio, codes=codes, stop_reason=chunks[-1].stop_reason)
+
+    def stream(
+        self,
+        text: str,
+        voice: Voice,
+        language: str | None = "auto",
+        *,
+        first_chunk_frames: int = 2,
+        chunk_frames: int = 6,
+        greedy: bool = False,
+        seed: int | None = None,
+        stop_ids: tuple[int, ...] = (),
+        repetition_window: int | None = None,
+        length_cap: bool = True,
+        **sampling: Any,
+    ) -> Iterator[AudioChunk]:
+        """Generator of AudioChunks; validates everything before the first `next()`.
+
+        Sampling kwargs use the official names (temperature, top_k, top_p, repetition_penalty,
+        do_sample, subtalker_*, max_new_tokens; defaults from generation_config.json).
+        greedy: argmax in talker and sub-talker, no repetition penalty. seed: per-request
+        torch.Generator. stop_ids: extra c0 ids that end the utterance like EOS.
+        repetition_window: penalize only the last N frames' c0. length_cap: stop at
+        `length_cap_frames(text tokens)` frames (reason "length_cap"). Closing the generator
+        frees the request's caches at once.
+        """
+        if first_chunk_frames < 1 or chunk_frames < 1:
+            raise ValueError("first_chunk_frames and chunk_frames must be >= 1")
+        started = time.perf_counter()
+        with torch.inference_mode():
+            prompt = self._prompt(text, voice, language)
+        settings = resolve_settings(
+            self.generation_defaults,
+            sampling,
+            greedy=greedy,
+            seed=seed,
+            stop_ids=stop_ids,
+            repetition_window=repetition_window,
+            length_cap=length_cap_frames(prompt.text_tokens) if length_cap else None,
+        )
+        codec = self._codec()
+        loop = FrameLoop(self.talker, self.special, prompt, settings)
+        setup_s = time.perf_counter() - started
+        return self._chunks(loop, codec, voice, first_chunk_frames, chunk_frames, setup_s)
+
+    @torch.inference_mode()
+    def _chunks(self, loop, codec, voice, first_chunk_frames, chunk_frames, setup_s):
+        state = None
+        try:
+            clock = time.perf_counter()
+            state = codec.decoder.init_state(batch_size=1)
+            if voice.ref_codes is not None:  # warm the decoder on the reference, drop its audio
+                codec.decoder.decode_step(voice.ref_codes.T[None].to(self.device), state)
+            pending: list[torch.Tensor] = []
+            target, compute, produced = first_chunk_frames, setup_s, 0
+            for frame in loop.frames():
+                pending.append(frame)
+                produced += 1
+                at_limit = produced == loop.limit  # known final: no need to wait for the loop
+                if len(pending) == target or at_limit:
+                    reason = loop.limit_reason if at_limit else None
+                    yield self._decode_chunk(codec, state, pending, clock, compute, reason)
+                    if at_limit:
+                        return
+                    pending, target, compute, clock = [], chunk_frames, 0.0, time.perf_counter()
+            # Stopped by EOS: the last chunk holds what is pending (possibly no frames).
+            yield self._decode_chunk(codec, state, pending, clock, compute, loop.stop_reason)
+        finally:
+            loop.release()
+            del state
+
+    def _decode_chunk(self, codec, state, frames, clock, compute, stop_reason) -> AudioChunk:
+        group_count = self.config.talker.num_code_groups
+        codes = torch.stack(frames) if frames else torch.zeros(0, group_count, dtype=torch.long)
+        if frames:
+            audio = codec.decoder.decode_step(codes.T[None], state)[0].float().cpu().numpy()
+        else:
+            audio = np.zeros(0, dtype=np.float32)
+        compute += time.perf_counter() - clock
+        return AudioChunk(
+            audio=audio.astype(np.float32, copy=False),
+            frames=len(frames),
+            compute_s=compute,
+            final=stop_reason is not None,
+            stop_reason=stop_reason,
+            codes=codes.cpu(),
+        )
+
+    # ----------------------------------------------------------------- helpers
+    def _prompt(self, text: str, voice: Voice, language: str | None) -> Prompt:
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError("text is empty")
+        language = "auto" if language is None else language
+        if not isinstance(language, str):
+            raise ValueError(f"language must be a string, got {type(language).__name__}")
+        ids = target_text_ids(self.text_tokenizer, text)
+        ref_ids = None
+        if voice.ref_codes is not None:
+            if not voice.ref_text or not voice.ref_text.strip():
+                raise ValueError("an ICL voice needs its reference transcript (ref_text)")
+            if voice.ref_codes.ndim != 2 or voice.ref_codes.shape[0] < 1:
+                raise ValueError("reference codes must be (R >= 1, groups)")
+            ref_ids = ref_text_ids(self.text_tokenizer, voice.ref_text)
+        return build_prompt(
+            self.talker,
+            self.config,
+            self.special,
+            ids,
+            language,
+            voice.speaker_embedding,
+            ref_ids=ref_ids,
+            ref_codes=voice.ref_codes,
+        )
+
+    def _codec(self):
+        if self.speech_tokenizer is None:
+            raise RuntimeError("this model has no speech tokenizer (built with from_config?)")
+        return self.speech_tokenizer
+
+    def _samples_per_frame(self) -> int:
+        codec = self.speech_tokenizer
+        return int(getattr(codec, "samples_per_frame", 1920))
+
+
+def _mono_float32(audio: np.ndarray) -> np.ndarray:
+    wav = np.asarray(audio, dtype=np.float32)
+    if wav.ndim == 2:  # (samples, channels), as the official averages the last axis
+        wav = wav.mean(axis=-1).astype(np.float32)
+    if wav.ndim != 1 or wav.size == 0:
+        raise ValueError(f"reference audio must be a non-empty mono signal, got shape {wav.shape}")
+    return wav
+
+
+def _resample(wav: np.ndarray, sample_rate: int) -> np.ndarray:
+    import librosa
+
+    return librosa.resample(wav, orig_sr=int(sample_rate), target_sr=SAMPLE_RATE).astype(np.float32)
+
+
+def load_model(
+    name_or_path: str | Path,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    compile: bool = False,
+) -> Qwen3TTSModel:
+    """Hub repo id or local folder -> ready Qwen3TTSModel (`compile`: see Qwen3TTSModel.compile)."""
+    model = Qwen3TTSModel.from_pretrained(name_or_path, device=device, dtype=dtype)
+    return model.compile() if compile else model

@@ -1,0 +1,132 @@
+"""Logits processors and draws, in the official (transformers 4.57 `generate`) order.
+
+Talker c0: repetition penalty over the c0 history -> EOS mask while fewer than
+`min_new_tokens` ids were drawn -> suppression of the non-audio ids except EOS ->
+(when sampling) temperature -> top-k -> top-p -> softmax + multinomial; otherwise argmax.
+Code predictor: (when sampling) temperature -> top-k -> top-p -> draw; otherwise argmax.
+All logits are float32 (B, V).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    do_sample: bool
+    temperature: float
+    top_k: int
+    top_p: float
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.do_sample and not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+
+
+def repetition_penalty(logits: torch.Tensor, history: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Divide positive / multiply negative logits of every id in history (B, N); once per id."""
+    if penalty == 1.0 or history.shape[-1] == 0:
+        return logits
+    picked = torch.gather(logits, 1, history)
+    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
+    return logits.scatter(1, history, picked)
+
+
+def mask_ids(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Set the logits of `ids` (1-D) to -inf."""
+    return logits.index_fill(1, ids, NEG_INF)
+
+
+def temperature(logits: torch.Tensor, value: float) -> torch.Tensor:
+    return logits if value == 1.0 else logits / value
+
+
+def top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the k largest logits (ties with the k-th kept too); k=0 disables."""
+    if k <= 0:
+        return logits
+    k = min(k, logits.shape[-1])
+    kth = torch.topk(logits, k)[0][..., -1, None]
+    return logits.masked_fill(logits < kth, NEG_INF)
+
+
+def top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filter: drop the lowest-probability ids whose cumulative mass is <= 1-p."""
+    if p >= 1.0:
+        return logits
+    sorted_logits, sorted_ids = torch.sort(logits, descending=False)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    remove_sorted = cumulative <= (1 - p)
+    remove_sorted[..., -1:] = False  # always keep the most likely id
+    remove = remove_sorted.scatter(1, sorted_ids, remove_sorted)
+    return logits.masked_fill(remove, NEG_INF)
+
+
+def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
+    """Warp and draw (B,) ids, or argmax when not sampling."""
+    if not params.do_sample:
+        return logits.argmax(dim=-1)
+    logits = top_p(top_k(temperature(logits, params.temperature), params.top_k), params.top_p)
+    probs = logits.softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+class TalkerSampler:
+    """Chooses c0 of each frame: the official processors plus the draw.
+
+    `suppressed` holds every id the talker may not emit (the non-audio range minus EOS).
+    """
+
+    def __init__(
+        self,
+        params: SamplingParams,
+        eos_id: int,
+        suppressed: torch.Tensor,
+        generator: torch.Generator,
+        min_new_tokens: int = 2,
+        penalty_window: int | None = None,
+    ) -> None:
+        self.params = params
+        self.eos = torch.tensor([eos_id], device=suppressed.device)
+        self.suppressed = suppressed
+        self.generator = generator
+        self.min_new_tokens = min_new_tokens
+        self.penalty_window = penalty_window
+
+    def __call__(self, logits: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
+        """logits (B, V) float32; history (B, N) of the c0 ids drawn so far -> (B,) ids."""
+        window = history if self.penalty_window is None else history[:, -self.penalty_window :]
+        if self.penalty_window == 0:
+            window = history[:, :0]
+        logits = repetition_penalty(logits, window, self.params.repetition_penalty)
+        if history.shape[-1] < self.min_new_tokens:
+            logits = mask_ids(logits, self.eos)
+        logits = mask_ids(logits, self.suppressed)
+        return draw(logits, self.params, self.generator)
+
+
+def suppressed_ids(vocab_size: int, eos_id: int, device: torch.device | str) -> torch.Tensor:
+    """The official suppress_tokens: ids [vocab-1024, vocab) except EOS."""
+    ids = [i for i in range(vocab_size - 1024, vocab_size) if i != eos_id]
+    return torch.tensor(ids, dtype=torch.long, device=device)
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(int(seed))
+    return generator
