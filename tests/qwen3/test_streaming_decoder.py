@@ -149,6 +149,22 @@ def test_reset_then_reuse_matches_a_fresh_state() -> None:
     ]
 
 
+def test_cloned_warm_state_continues_like_the_original() -> None:
+    """A state warmed once on a prefix (a voice's reference frames) can be cloned per stream."""
+    decoder = _decoder("qwen3-tiny-a", torch.float32)
+    prefix = _codes(40, decoder.config.codebook_size, seed=6)
+    rest = _codes(30, decoder.config.codebook_size, seed=8)
+    warm = decoder.init_state(1)
+    _stream(decoder, prefix, [40], warm)
+    first = _stream(decoder, rest, [2, 5], warm.clone())
+    second = _stream(decoder, rest, [2, 5], warm.clone())  # the first clone left `warm` as it was
+    straight = decoder.init_state(1)
+    _stream(decoder, prefix, [40], straight)
+    straight = _stream(decoder, rest, [2, 5], straight)
+    assert torch.equal(first, straight)  # same work, same order: bit for bit
+    assert torch.equal(second, straight)
+
+
 def test_batched_streams_are_independent() -> None:
     decoder = _well_conditioned_decoder()
     codes = _codes(20, decoder.config.codebook_size, seed=6, batch=2)

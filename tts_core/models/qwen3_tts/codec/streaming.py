@@ -32,6 +32,9 @@ class ConvHistory:
     def reset(self) -> None:
         self.buffer.zero_()
 
+    def clone(self) -> ConvHistory:
+        return ConvHistory(self.buffer.clone())
+
 
 @dataclass
 class KVWindow:
@@ -69,6 +72,9 @@ class KVWindow:
         self.values.zero_()
         self.length = 0
 
+    def clone(self) -> KVWindow:
+        return KVWindow(self.keys.clone(), self.values.clone(), self.length)
+
 
 @dataclass
 class DecoderState:
@@ -86,3 +92,13 @@ class DecoderState:
         for window in self.attention:
             window.reset()
         self.frames_seen = 0
+
+    def clone(self) -> DecoderState:
+        """An independent copy: a stream warmed once (e.g. on a voice's reference frames)
+        can start many streams without decoding the warm-up again."""
+        return DecoderState(
+            convs=[history.clone() for history in self.convs],
+            attention=[window.clone() for window in self.attention],
+            batch_size=self.batch_size,
+            frames_seen=self.frames_seen,
+        )
