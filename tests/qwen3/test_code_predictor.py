@@ -5,22 +5,12 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-import pytest
 import torch
 from torch import nn
 
 import tts_core
 
 from .conftest import TINY_CHECKPOINTS, fixture_path
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models are all per-op overhead: extra intra-op threads only add contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @cache

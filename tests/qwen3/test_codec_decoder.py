@@ -27,16 +27,6 @@ from tts_core.models.qwen3_tts.codec import (
 WAV_TOLERANCE = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """One intra-op thread: the goldens were made single-threaded, and these many small ops run
-    much faster (and reproducibly) without thread hand-offs on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @cache
 def _tokenizer(folder: Path) -> SpeechTokenizer:
     return SpeechTokenizer.from_folder(folder / "speech_tokenizer")

@@ -8,19 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from tts_core.models.qwen3_tts.codec import SpeechTokenizer
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """One intra-op thread: the goldens were made single-threaded, and these many small ops run
-    much faster (and reproducibly) without thread hand-offs on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @cache

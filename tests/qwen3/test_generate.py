@@ -14,16 +14,6 @@ import tts_core
 
 from .conftest import fixture_path, load_goldens
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models are all per-op overhead: extra intra-op threads only add contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 TINY = fixture_path("qwen3-tiny-a")
 
 

@@ -12,16 +12,6 @@ import tts_core
 from tts_core.models.qwen3_tts.model import Voice
 from tts_core.models.qwen3_tts.prompt import codec_control_ids
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models are all per-op overhead: extra intra-op threads only add contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 TOLERANCE = 1e-5
 
 

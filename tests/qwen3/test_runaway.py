@@ -14,16 +14,6 @@ from tts_core.models.qwen3_tts.sampling import SamplingParams
 
 from .conftest import fixture_path
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models are all per-op overhead: extra intra-op threads only add contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 EOS = 2150
 
 

@@ -19,16 +19,6 @@ TOLERANCE = 1e-4
 PREFIX = "speaker_encoder."
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """One intra-op thread: the goldens were made single-threaded, and these many small ops run
-    much faster (and reproducibly) without thread hand-offs on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _config(folder: Path) -> SpeakerEncoderConfig:
     raw = json.loads((folder / "config.json").read_text())
     return SpeakerEncoderConfig.from_dict(raw["speaker_encoder_config"])

@@ -33,16 +33,6 @@ FLOAT32_TOLERANCE = 1e-5
 PIPELINE_TOLERANCE = 1e-4  # official float32 pipeline audio; see test_codec_decoder.py
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """One intra-op thread: the goldens were made single-threaded, and these many small ops run
-    much faster (and reproducibly) without thread hand-offs on a shared CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @cache
 def _decoder(name: str, dtype: torch.dtype = torch.float64) -> CodecDecoder:
     return SpeechTokenizer.from_folder(FIXTURES / name / "speech_tokenizer", dtype=dtype).decoder

@@ -11,16 +11,6 @@ import torch
 import tts_core
 from tts_core.models.qwen3_tts.model import Voice
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models are all per-op overhead: extra intra-op threads only add contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 TOLERANCE = 1e-4
 
 
