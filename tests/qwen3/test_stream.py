@@ -13,16 +13,6 @@ from tts_core.models.qwen3_tts.decode_loop import FrameLoop
 
 from .conftest import fixture_path, load_goldens
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models are all per-op overhead: extra intra-op threads only add contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 TOLERANCE = 1e-4
 
 
@@ -125,3 +115,25 @@ def test_bad_arguments_fail_before_the_first_chunk() -> None:
         _model().stream(TEXT, _voice("xvec"), first_chunk_frames=0)
     with pytest.raises(ValueError, match="unsupported language"):
         _model().stream(TEXT, _voice("xvec"), language="elvish")
+
+
+def test_icl_voice_decodes_its_reference_once(monkeypatch) -> None:
+    """The decoder state after the reference frames is cached on the voice and cloned, so
+    later requests start generating at once (and give the very same audio)."""
+    model = _model()
+    goldens = load_goldens("qwen3-tiny-a")
+    voice = tts_core.Voice(goldens["speaker_embedding"], goldens["ref_codes"], "Reference.")
+    decoder = model.speech_tokenizer.decoder
+    decode_step, calls = decoder.decode_step, []
+
+    def counting(codes: torch.Tensor, state):  # noqa: ANN001
+        calls.append(codes.shape[-1])
+        return decode_step(codes, state)
+
+    monkeypatch.setattr(decoder, "decode_step", counting)
+    first = model.generate(TEXT, voice, greedy=True, max_new_tokens=8)
+    second = model.generate(TEXT, voice, greedy=True, max_new_tokens=8)
+    reference_frames = goldens["ref_codes"].shape[0]
+    assert calls.count(reference_frames) == 1
+    assert sum(calls) == reference_frames + 2 * 7
+    assert np.array_equal(first.audio, second.audio)

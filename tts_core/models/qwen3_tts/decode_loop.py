@@ -6,7 +6,8 @@ prefill -> draw c0 of frame 0; then for each frame k: code predictor gives c1..c
 Stops: c0 in the stop ids (EOS first) -> "eos"; max_new_tokens - 1 frames -> "max_new_tokens"
 (the official emits at most max_new_tokens - 1 frames); the text-length cap -> "length_cap".
 Everything the loop touches is preallocated at start: the talker KV cache (P + frame limit),
-the predictor's 16-position cache, the c0 history buffer.
+the predictor's 16-position cache, the c0 history buffer. The prefill is always eager; the
+per-frame steps run eager, static-shape or CUDA-graphed (`mode`, see static_step.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from .config import GenerationDefaults
 from .prompt import Prompt, SpecialTextVectors
 from .sampling import SamplingParams, TalkerSampler, draw, make_generator, suppressed_ids
+from .static_step import make_steps
 from .talker import Talker
 
 # Frame cap from the text length: 1 s of audio (12.5 frames) per target-text token -- about
@@ -73,7 +75,9 @@ class FrameLoop:
         special: SpecialTextVectors,
         prompt: Prompt,
         settings: DecodeSettings,
+        mode: str = "eager",
     ) -> None:
+        """mode: "eager" | "static" | "cuda_graphs", see static_step.py (same codes)."""
         self.talker = talker
         self.special = special
         self.prompt = prompt
@@ -97,6 +101,12 @@ class FrameLoop:
         self.caches = talker.new_caches(1, self.prefill_len + max(self.limit, 1))
         self.predictor_caches = talker.code_predictor.new_caches(1)
         self.history = torch.zeros(1, max(self.limit, 1), dtype=torch.long, device=device)
+        self.steps = make_steps(mode, talker, self.caches, self.predictor_caches)
+
+    @property
+    def graphs_failed(self) -> bool:
+        """True when CUDA-graph capture failed and this request fell back to eager."""
+        return self.steps is not None and self.steps.graphs_failed
 
     def _choose_subcode(self, logits: torch.Tensor) -> torch.Tensor:
         return draw(logits, self.settings.subtalker, self.generator)
@@ -115,20 +125,21 @@ class FrameLoop:
             if bool(torch.isin(c0, self.stop_ids).any()):
                 self.stop_reason = "eos"
                 return
-            rest = talker.code_predictor.predict(
-                hidden, talker.codec_embed(c0), self.predictor_caches, self._choose_subcode
-            )
+            rest = self.steps.predict(hidden, talker.codec_embed(c0), self._choose_subcode)
             frame = torch.cat([c0, rest[0]])  # (G,)
             self.history[:, index] = c0
             yield frame
             if index + 1 == self.limit:
                 break
             step = self._step_input(frame, index)
-            logits, hidden = talker(step, self.caches, start=self.prefill_len + index)
+            logits, hidden = self.steps.talker_step(step, self.prefill_len + index)
         self.stop_reason = self.limit_reason
 
     def release(self) -> None:
         """Drop the per-request buffers at once (called when a stream is closed)."""
+        if self.steps is not None:
+            self.steps.release()
+        self.steps = None
         self.caches = []
         self.predictor_caches = []
 

@@ -55,14 +55,19 @@ class RotaryTable(nn.Module):
 
         self._typed: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def window(self, start: int, steps: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-        """cos, sin for positions [start, start+steps), each (steps, D) in `dtype` (views of a
-        table cast once per dtype, equal to casting per call)."""
+    def typed(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole cos, sin tables (L, D) cast to `dtype` (cast once per dtype)."""
         tables = self._typed.get(dtype)
         if tables is None or tables[0].device != self.cos.device:
             tables = (self.cos.to(dtype), self.sin.to(dtype))
             self._typed[dtype] = tables
-        return tables[0][start : start + steps], tables[1][start : start + steps]
+        return tables
+
+    def window(self, start: int, steps: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+        """cos, sin for positions [start, start+steps), each (steps, D) in `dtype` (views of a
+        table cast once per dtype, equal to casting per call)."""
+        cos, sin = self.typed(dtype)
+        return cos[start : start + steps], sin[start : start + steps]
 
     def _apply(self, fn, recurse=True):  # .to()/.cuda() invalidate the per-dtype copies
         self._typed = {}
@@ -126,6 +131,17 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
+    def _qkv(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> tuple:
+        """x (B, T, H) -> q (B, heads, T, D), k and v (B, kv, T, D), RoPE applied to q, k."""
+        batch, steps, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(batch, steps, self.heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(batch, steps, self.kv_heads, self.head_dim))
+        v = self.v_proj(x).view(batch, steps, self.kv_heads, self.head_dim)
+        cos, sin = rope
+        q = apply_rope(q.transpose(1, 2), cos, sin)
+        k = apply_rope(k.transpose(1, 2), cos, sin)
+        return q, k, v.transpose(1, 2)
+
     def forward(
         self,
         x: torch.Tensor,
@@ -134,19 +150,34 @@ class Attention(nn.Module):
         start: int,
     ) -> torch.Tensor:
         batch, steps, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(batch, steps, self.heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(batch, steps, self.kv_heads, self.head_dim))
-        v = self.v_proj(x).view(batch, steps, self.kv_heads, self.head_dim)
-        cos, sin = rope
-        q = apply_rope(q.transpose(1, 2), cos, sin)  # (B, heads, T, D)
-        k = apply_rope(k.transpose(1, 2), cos, sin)  # (B, kv, T, D)
-        keys, values = cache.write(start, k, v.transpose(1, 2))  # (B, kv, start+T, D)
+        q, k, v = self._qkv(x, rope)
+        keys, values = cache.write(start, k, v)  # (B, kv, start+T, D)
         # From position 0 the mask is plain causal: the same call as the official (is_causal).
         mask = None if start == 0 else _causal_mask(steps, start, x.device)
         out = F.scaled_dot_product_attention(
             q, keys, values, attn_mask=mask, is_causal=start == 0 and steps > 1, enable_gqa=True
         )
         return self.o_proj(out.transpose(1, 2).reshape(batch, steps, -1))
+
+    def forward_static(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        cache: KVCache,
+        input_pos: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """One position with fixed shapes (CUDA-graph / fullgraph safe): x (B, 1, H), rope
+        (1, D) each, input_pos (1,) int64, mask (1, L) bool over the whole cache (key <= pos).
+        K/V are written at input_pos in place; attention reads all L slots, masked."""
+        batch = x.shape[0]
+        q, k, v = self._qkv(x, rope)
+        cache.k.index_copy_(2, input_pos, k)
+        cache.v.index_copy_(2, input_pos, v)
+        out = F.scaled_dot_product_attention(
+            q, cache.k, cache.v, attn_mask=mask, enable_gqa=True
+        )  # (B, heads, 1, D)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, 1, -1))
 
 
 def _causal_mask(steps: int, start: int, device: torch.device) -> torch.Tensor | None:
@@ -181,6 +212,12 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), rope, cache, start)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def forward_static(
+        self, x: torch.Tensor, rope: tuple, cache: KVCache, input_pos: torch.Tensor, mask
+    ) -> torch.Tensor:
+        x = x + self.self_attn.forward_static(self.input_layernorm(x), rope, cache, input_pos, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
 
 class DecoderStack(nn.Module):
     """`layers` + final `norm`; returns final-norm hidden states (B, T, H)."""
@@ -206,6 +243,23 @@ class DecoderStack(nn.Module):
         rope = rope_table.window(start, x.shape[1], x.dtype)
         for layer, cache in zip(self.layers, caches, strict=True):
             x = layer(x, rope, cache, start)
+        return self.norm(x)
+
+    def run_layers_static(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        caches: list[KVCache],
+        input_pos: torch.Tensor,
+    ) -> torch.Tensor:
+        """One position, fixed shapes: x (B, 1, H); rope = whole cos/sin tables (L_rope, D);
+        input_pos (1,) int64 on x's device -> final-norm hidden (B, 1, H). No Python value
+        depends on the data, so the call can be captured in a CUDA graph or fullgraph-compiled."""
+        cos, sin = (table.index_select(0, input_pos) for table in rope)  # (1, D) each
+        slots = torch.arange(caches[0].max_len, device=x.device)  # (L,)
+        mask = slots[None, :] <= input_pos[:, None]  # (1, L) bool
+        for layer, cache in zip(self.layers, caches, strict=True):
+            x = layer.forward_static(x, (cos, sin), cache, input_pos, mask)
         return self.norm(x)
 
 

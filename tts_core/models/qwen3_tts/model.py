@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,7 +31,12 @@ from .config import GenerationDefaults, Qwen3TTSConfig, load_config, load_genera
 from .decode_loop import FrameLoop, length_cap_frames, resolve_settings
 from .layers import compile_stack
 from .prompt import Prompt, SpecialTextVectors, build_prompt, ref_text_ids, target_text_ids
+from .static_step import DECODE_MODES
 from .text_tokenizer import TextTokenizer
+
+if TYPE_CHECKING:
+    from .codec.speech_tokenizer import SpeechTokenizer
+    from .codec.streaming import DecoderState
 
 SAMPLE_RATE = 24000
 
@@ -41,6 +46,9 @@ class Voice:
     speaker_embedding: torch.Tensor  # (H,)
     ref_codes: torch.Tensor | None = None  # (R, G) int64; None = x-vector only
     ref_text: str | None = None
+    # ICL: the codec decoder state after the reference frames, computed once per voice and
+    # cloned by every stream, so a request does not decode the reference again.
+    warm_decoder: tuple[int, DecoderState] | None = field(default=None, repr=False, compare=False)
 
     @property
     def mode(self) -> str:
@@ -81,6 +89,7 @@ class Qwen3TTSModel:
         self.text_tokenizer = text_tokenizer
         self.speaker_encoder = speaker_encoder
         self.speech_tokenizer = speech_tokenizer
+        self.decode_mode = "eager"  # "eager" | "static" | "cuda_graphs" (set_decode_mode)
         with torch.inference_mode():
             self.special = SpecialTextVectors.compute(self.talker, config)
 
@@ -147,6 +156,17 @@ class Qwen3TTSModel:
         compile_stack(self.talker.code_predictor.model)
         return self
 
+    def set_decode_mode(self, mode: str) -> Qwen3TTSModel:
+        """How each frame's talker step and code-predictor passes run (same codes either way):
+        "eager" (default, fastest on CPU), "static" (fixed shapes, whole-cache masked attention)
+        or "cuda_graphs" (the static steps replayed from CUDA graphs captured per request; CUDA
+        only, else eager with a warning; capture failure -> warning and eager from then on;
+        `TTS_NO_CUDA_GRAPH=1` turns it off)."""
+        if mode not in DECODE_MODES:
+            raise ValueError(f"unknown decode mode {mode!r}; choose one of {DECODE_MODES}")
+        self.decode_mode = mode
+        return self
+
     # ------------------------------------------------------------------ voices
     @torch.inference_mode()
     def create_voice(
@@ -167,8 +187,11 @@ class Qwen3TTSModel:
         embedding = self.speaker_encoder.embed(wav_24k).to(self.device, self.dtype)
         if ref_text is None or not ref_text.strip():
             return Voice(speaker_embedding=embedding)
-        codes = self._codec().encode(wav, sample_rate)
-        return Voice(speaker_embedding=embedding, ref_codes=codes.long().cpu(), ref_text=ref_text)
+        codec = self._codec()
+        codes = codec.encode(wav, sample_rate)
+        voice = Voice(speaker_embedding=embedding, ref_codes=codes.long().cpu(), ref_text=ref_text)
+        self._decoder_state(codec, voice)  # warm the decoder now, not in the first request
+        return voice
 
     # -------------------------------------------------------------- generation
     def generate(
@@ -223,7 +246,7 @@ class Qwen3TTSModel:
             length_cap=length_cap_frames(prompt.text_tokens) if length_cap else None,
         )
         codec = self._codec()
-        loop = FrameLoop(self.talker, self.special, prompt, settings)
+        loop = FrameLoop(self.talker, self.special, prompt, settings, mode=self.decode_mode)
         setup_s = time.perf_counter() - started
         return self._chunks(loop, codec, voice, first_chunk_frames, chunk_frames, setup_s)
 
@@ -232,9 +255,7 @@ class Qwen3TTSModel:
         state = None
         try:
             clock = time.perf_counter()
-            state = codec.decoder.init_state(batch_size=1)
-            if voice.ref_codes is not None:  # warm the decoder on the reference, drop its audio
-                codec.decoder.decode_step(voice.ref_codes.T[None].to(self.device), state)
+            state = self._decoder_state(codec, voice)
             pending: list[torch.Tensor] = []
             target, compute, produced = first_chunk_frames, setup_s, 0
             for frame in loop.frames():
@@ -250,8 +271,22 @@ class Qwen3TTSModel:
             # Stopped by EOS: the last chunk holds what is pending (possibly no frames).
             yield self._decode_chunk(codec, state, pending, clock, compute, loop.stop_reason)
         finally:
+            if loop.graphs_failed:  # do not retry a failing capture on every request
+                self.decode_mode = "eager"
             loop.release()
             del state
+
+    def _decoder_state(self, codec: SpeechTokenizer, voice: Voice) -> DecoderState:
+        """A fresh decoder state; for ICL, warmed on the reference frames (their audio is
+        dropped), cached on the voice and cloned."""
+        if voice.ref_codes is None:
+            return codec.decoder.init_state(batch_size=1)
+        cached = voice.warm_decoder
+        if cached is None or cached[0] != id(codec):
+            warm = codec.decoder.init_state(batch_size=1)
+            codec.decoder.decode_step(voice.ref_codes.T[None].to(self.device), warm)
+            cached = voice.warm_decoder = (id(codec), warm)
+        return cached[1].clone()
 
     def _decode_chunk(self, codec, state, frames, clock, compute, stop_reason) -> AudioChunk:
         group_count = self.config.talker.num_code_groups
@@ -326,7 +361,11 @@ def load_model(
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
     compile: bool = False,
+    cuda_graphs: bool = False,
 ) -> Qwen3TTSModel:
-    """Hub repo id or local folder -> ready Qwen3TTSModel (`compile`: see Qwen3TTSModel.compile)."""
+    """Hub repo id or local folder -> ready Qwen3TTSModel (`compile`: see Qwen3TTSModel.compile;
+    `cuda_graphs`: decode mode "cuda_graphs", see Qwen3TTSModel.set_decode_mode)."""
     model = Qwen3TTSModel.from_pretrained(name_or_path, device=device, dtype=dtype)
+    if cuda_graphs:
+        model.set_decode_mode("cuda_graphs")
     return model.compile() if compile else model
