@@ -23,15 +23,6 @@ TOLERANCE = 1e-5
 TEXT = "Hello there, this is a test of the static decode step."
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny models are all per-op overhead: extra intra-op threads only add contention.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @cache
 def _model(folder: Path):
     return tts_core.load_model(folder)
