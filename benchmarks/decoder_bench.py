@@ -24,7 +24,10 @@ from tts_core.models.qwen3_tts.codec import (
 )
 
 DEFAULT_CONFIG = Path(
-    "/work/shared/reference/checkpoints/Qwen3-TTS-12Hz-0.6B-Base/speech_tokenizer"
+    str(
+        Path(__file__).resolve().parents[1]
+        / "assets/checkpoints/Qwen3-TTS-12Hz-0.6B-Base/speech_tokenizer"
+    )
 )
 SAMPLE_RATE = 24000
 

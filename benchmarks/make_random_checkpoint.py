@@ -27,7 +27,7 @@ from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneratio
 from tiny_configs import COPIED_FILES, SPEECH_TOKENIZER_CONFIGURATION, _load, write_json
 
 REPO = Path(__file__).resolve().parents[1]
-RELEASED = REPO.parent / "shared" / "reference" / "checkpoints"
+RELEASED = REPO / "assets" / "checkpoints"  # the released JSON configs, no weights
 EOS_ID = 2150
 
 

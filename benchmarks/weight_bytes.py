@@ -7,7 +7,7 @@ and the RVQ input_proj, which decoding never uses). Embedding look-ups and the K
 left out, as in the spec's table (§2.2). Divided by the measured read bandwidth this is the
 least time a frame can take on a machine whose decoding is bound by weight traffic.
 
-    .venv/bin/python benchmarks/weight_bytes.py ../shared/reference/checkpoints/Qwen3-TTS-12Hz-0.6B-Base
+    .venv/bin/python benchmarks/weight_bytes.py assets/checkpoints/Qwen3-TTS-12Hz-0.6B-Base
 """
 
 from __future__ import annotations

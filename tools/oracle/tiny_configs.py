@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-REFERENCE = Path("/work/shared/reference/checkpoints/Qwen3-TTS-12Hz-0.6B-Base")
+REFERENCE = Path(__file__).resolve().parents[2] / "assets/checkpoints/Qwen3-TTS-12Hz-0.6B-Base"
 COPIED_FILES = (
     "generation_config.json",
     "preprocessor_config.json",
