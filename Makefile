@@ -20,7 +20,8 @@ install: $(STAMP)
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# torch first and pinned: 2.13.0 is the CPU wheel (an unpinned torch pulls a multi-GB CUDA build)
+# torch first and pinned (2.13.0 is a CPU wheel on our CI machines; an unpinned torch may pull a
+# newer multi-GB CUDA build; a torch 2.13.0 already in the venv is kept)
 $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[dev]"

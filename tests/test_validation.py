@@ -24,6 +24,21 @@ def test_bad_text(engine, text, message):
         check(engine, text)
 
 
+@pytest.mark.parametrize(
+    ("transcript", "message"), [(5, "must be a string"), ("word " * 500, "limit is 2000")]
+)
+def test_bad_reference_transcript(engine, transcript, message):
+    with pytest.raises(InputError, match=message):
+        engine.prepare(SynthesisRequest("Hello.", None, transcript, SynthesisParams()))
+
+
+def test_blank_reference_transcript_means_none(engine):
+    assert (
+        engine.prepare(SynthesisRequest("Hello.", None, " \n ", SynthesisParams())).reference_text
+        is None
+    )
+
+
 def test_unsupported_language(engine):
     with pytest.raises(InputError, match="Unsupported language 'klingon'"):
         check(engine, language="klingon")

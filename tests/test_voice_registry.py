@@ -84,12 +84,23 @@ def test_half_written_and_deleted_voices_are_not_listed(tmp_path, speech_like, w
     registry.register("drop", write_clip("b.wav", speech_like(2.0, 24_000)), None)
     (tmp_path / ".crashed-abc").mkdir()  # a staging folder left by a crash
     (tmp_path / "no-meta").mkdir()
+    registry.register("damaged", write_clip("c.wav", speech_like(2.0, 24_000)), None)
+    (tmp_path / "damaged" / "meta.json").write_text("{not json")  # a disk error, a bad edit
     registry.delete("drop")
     assert [v.name for v in registry.list() if v.kind == "custom"] == ["keep"]
     with pytest.raises(VoiceNotFound):
         registry.get("drop")
     with pytest.raises(FileExistsError):
         registry.delete("alloy")
+
+
+def test_transcripts_are_checked_like_synthesis_input(tmp_path, speech_like, write_clip):
+    registry = VoiceRegistry(tmp_path)
+    clip = write_clip("a.wav", speech_like(2.0, 24_000))
+    with pytest.raises(InputError, match="limit is 2000"):
+        registry.register("long", clip, "word " * 500)
+    voice = registry.register("tidy", clip, "  Two\tspaces \x00 here.  ")
+    assert voice.transcript == "Two spaces here."
 
 
 def register(url: str, name: str, clip, transcript: str | None = None, **extra) -> httpx.Response:  # noqa: ANN001, ANN003

@@ -22,7 +22,7 @@ from ..audio import SAMPLE_RATE, ChunkJoiner, ms_to_samples
 from .backend import Backend, SynthesisParams, Voice
 from .errors import BackendError, InputError
 from .stats import RequestStats
-from .validation import Limits, check_params, clean_text, prepare_reference
+from .validation import Limits, check_params, clean_reference_text, clean_text, prepare_reference
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class Engine:
             raise InputError(
                 "This voice needs a reference clip: upload or record 3-10 s of clear speech."
             )
-        ref_text = (request.reference_text or "").strip() or None
+        ref_text = clean_reference_text(request.reference_text, limits)
         return _Prepared(text, params, reference, ref_text, notices)
 
     def stream(
@@ -150,7 +150,15 @@ class Engine:
         self, job: _Prepared, cancel: threading.Event, stats: RequestStats
     ) -> Iterator[StreamEvent]:
         t0 = time.perf_counter()
-        voice = self._voice(job.reference, job.reference_text)
+        try:
+            voice = self._voice(job.reference, job.reference_text)
+        except (InputError, BackendError):
+            raise
+        except Exception as exc:
+            log.exception("backend %s could not build a voice", self.backend.name)
+            raise BackendError(
+                f"Could not build a voice from the reference ({type(exc).__name__}: {exc})."
+            ) from exc
         stats.voice_s = time.perf_counter() - t0
         stats.voice = dict(voice.summary)
         # only backends whose phrases are synthesized independently need crossfades

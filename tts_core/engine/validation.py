@@ -20,13 +20,34 @@ class Limits:
     max_reference_s: float = 30.0  # longer clips are cut to their first max_reference_s
     silence_peak: float = 10 ** (-50 / 20)  # a clip whose peak is below -50 dBFS is "silent"
     max_chunk_frames: int = 100
+    max_reference_text_chars: int = 2000
+
+
+def _printable(text: str) -> str:
+    """Control characters dropped, whitespace runs collapsed to one space."""
+    kept = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C")
+    return " ".join(kept.split())
+
+
+def clean_reference_text(text: object, limits: Limits) -> str | None:
+    """The optional transcript of the reference clip; None when absent or blank."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise InputError("The reference transcript must be a string.")
+    cleaned = _printable(text)
+    if len(cleaned) > limits.max_reference_text_chars:
+        raise InputError(
+            f"The reference transcript is {len(cleaned)} characters long; the limit is "
+            f"{limits.max_reference_text_chars}. Use a shorter clip and its transcript."
+        )
+    return cleaned or None
 
 
 def clean_text(text: object, limits: Limits) -> str:
     if not isinstance(text, str):
         raise InputError("Text must be a string.")
-    kept = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C")
-    cleaned = " ".join(kept.split())
+    cleaned = _printable(text)
     if not cleaned:
         raise InputError("Please enter some text to speak.")
     if len(cleaned) > limits.max_chars:

@@ -85,6 +85,7 @@ def make_openai_router(state: ServerState) -> APIRouter:
         return StreamingResponse(run_in_thread(produce, cancel), media_type=media, headers=headers)
 
     @router.get("/v1/models")
+    @api_errors
     async def models() -> JSONResponse:
         info = state.engine.info()
         names = [*state.config.model_names, info["model"]]

@@ -81,7 +81,7 @@ def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
             raise ApiError(404, f"Unknown voice '{voice_name}'.", "voice",
                            "voice_not_found") from None  # fmt: skip
         return SynthesisRequest(
-            str(payload.get("text", "")), str(voice.reference), voice.transcript, params
+            payload.get("text", ""), str(voice.reference), voice.transcript, params
         )
     reference = trusted_reference(payload.get("reference"), state.upload_roots)
     return SynthesisRequest(payload.get("text", ""), reference, reference_text, params)

@@ -27,6 +27,7 @@ TRANSCRIPT_FIELDS = ("transcript", "reference_text")
 
 def add_voice_routes(router: APIRouter, state: ServerState) -> None:
     @router.get("/v1/audio/voices")
+    @api_errors
     async def list_voices() -> JSONResponse:
         voices = await asyncio.to_thread(state.voices.list)
         return JSONResponse({"object": "list", "data": [v.as_json() for v in voices]})

@@ -22,12 +22,11 @@ import soundfile as sf
 
 from ..audio import SAMPLE_RATE, to_int16
 from ..engine import InputError, Limits
-from ..engine.validation import prepare_reference
+from ..engine.validation import clean_reference_text, prepare_reference
 
 BUILTIN_FOLDER = Path(__file__).resolve().parents[2] / "assets" / "voices"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 REFERENCE_FILE, META_FILE = "reference.wav", "meta.json"
-MAX_TRANSCRIPT_CHARS = 2000
 
 
 @dataclass
@@ -87,10 +86,9 @@ class VoiceRegistry:
         check_name(name)
         if name in self._builtin:
             raise FileExistsError(f"'{name}' is a built-in voice and cannot be replaced.")
-        transcript = (transcript or "").strip() or None
-        if transcript and len(transcript) > MAX_TRANSCRIPT_CHARS:
-            raise InputError(f"The transcript is longer than {MAX_TRANSCRIPT_CHARS} characters.")
-        audio, _notices = prepare_reference(audio_source, limits or Limits())
+        limits = limits or Limits()
+        transcript = clean_reference_text(transcript, limits)
+        audio, _notices = prepare_reference(audio_source, limits)
         if audio is None:
             raise InputError("A reference clip is needed to register a voice.")
         with self._lock:
@@ -137,7 +135,10 @@ def _read_custom(folder: Path) -> NamedVoice | None:
     meta_path, reference = folder / META_FILE, folder / REFERENCE_FILE
     if folder.name.startswith(".") or not meta_path.is_file() or not reference.is_file():
         return None
-    meta = json.loads(meta_path.read_text())
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):  # half-written or damaged: skip it, keep serving the rest
+        return None
     return NamedVoice(
         name=folder.name,
         reference=reference,

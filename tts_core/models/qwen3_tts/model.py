@@ -188,9 +188,9 @@ class Qwen3TTSModel:
         if ref_text is None or not ref_text.strip():
             return Voice(speaker_embedding=embedding)
         codec = self._codec()
-        codes = codec.encode(wav, sample_rate)
+        codes = codec.encode(wav_24k, SAMPLE_RATE)
         voice = Voice(speaker_embedding=embedding, ref_codes=codes.long().cpu(), ref_text=ref_text)
-        self._decoder_state(codec, voice)  # warm the decoder now, not in the first request
+        self._warm_decoder(codec, voice)  # now, not in the first request
         return voice
 
     # -------------------------------------------------------------- generation
@@ -277,16 +277,20 @@ class Qwen3TTSModel:
             del state
 
     def _decoder_state(self, codec: SpeechTokenizer, voice: Voice) -> DecoderState:
-        """A fresh decoder state; for ICL, warmed on the reference frames (their audio is
-        dropped), cached on the voice and cloned."""
+        """A fresh decoder state for one stream; for ICL, a clone of the voice's warm state."""
         if voice.ref_codes is None:
             return codec.decoder.init_state(batch_size=1)
+        return self._warm_decoder(codec, voice).clone()
+
+    def _warm_decoder(self, codec: SpeechTokenizer, voice: Voice) -> DecoderState:
+        """The decoder state after the voice's reference frames (their audio dropped),
+        computed once per voice and codec."""
         cached = voice.warm_decoder
         if cached is None or cached[0] != id(codec):
             warm = codec.decoder.init_state(batch_size=1)
             codec.decoder.decode_step(voice.ref_codes.T[None].to(self.device), warm)
             cached = voice.warm_decoder = (id(codec), warm)
-        return cached[1].clone()
+        return cached[1]
 
     def _decode_chunk(self, codec, state, frames, clock, compute, stop_reason) -> AudioChunk:
         group_count = self.config.talker.num_code_groups
