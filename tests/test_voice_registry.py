@@ -138,8 +138,11 @@ def test_registered_voice_is_used_by_name_and_survives_a_restart(espeak_backend,
         assert [(v["id"], v["transcript"]) for v in custom] == [("calm-female", TRANSCRIPT)]
         after = voice_settings(url, "calm-female")
         default = voice_settings(url, "onyx")
+    # the same clip analysed again: the pitch setting is calibrated against eSpeak's own
+    # output, whose timing varies by a few ms run to run, so it may move by a step
+    assert abs(after.pop("pitch") - before.pop("pitch")) <= 2
     assert after == before and after["variant"] == "+f3"  # the female clip, not a stock voice
-    assert default != after
+    assert default["ref_f0_hz"] != after["ref_f0_hz"]
 
 
 def test_registration_errors_over_http(espeak_backend, tmp_path, speech_like, write_clip):
