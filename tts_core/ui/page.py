@@ -11,7 +11,7 @@ from ..engine import LANGUAGES, Engine
 from . import handlers
 from .formatting import PLOT_COLUMNS, empty_timeline
 from .lowlatency import FIELDS as PLAYER_FIELDS
-from .lowlatency import build_lowlatency_player
+from .lowlatency import STANDARD, build_lowlatency_player
 
 CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API endpoints
 EXAMPLES = [
@@ -40,7 +40,12 @@ def build_demo(engine: Engine, assets: Path | None = None) -> gr.Blocks:
             with gr.Column(scale=1):
                 fields = dict(zip(PLAYER_FIELDS, inputs, strict=True))
                 player = build_lowlatency_player(fields, generate, stop)
-                outputs = _outputs()
+                # Gradio's streaming player, its live stats, plot and full clip: shown when the
+                # player toggle says "Standard" (the low-latency panel has its own readout)
+                with gr.Column(visible=False) as standard_outputs:
+                    outputs = _outputs()
+                player.mode.change(lambda mode: gr.update(visible=mode == STANDARD), player.mode,
+                                   standard_outputs, queue=False, api_visibility="private")  # fmt: skip
         if assets is not None:
             _examples(inputs, assets)
         api_outputs = _api_outputs()
