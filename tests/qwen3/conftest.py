@@ -14,7 +14,8 @@ Stable names (other tests depend on them):
 Every test under tests/qwen3 runs with `torch.set_num_threads(1)` (autouse session fixture).
 
 The plain functions `load_goldens(name)`, `load_ref_clip()`, `fixture_path(name)` do the same
-outside pytest. Nothing here imports qwen_tts or transformers.
+outside pytest; `shared_model(folder)` is one float32 CPU model per folder for tests that only
+read it, and `golden_voice(goldens, mode)` the official voice ("icl" or "xvec") of the goldens. Nothing here imports qwen_tts or transformers.
 """
 
 from __future__ import annotations
@@ -60,6 +61,27 @@ def load_goldens(name: str) -> Goldens:
     """Goldens of checkpoint `name`; tensors are cloned so callers may modify them."""
     cached = _load_goldens_cached(name)
     return Goldens(name, {k: v.clone() for k, v in cached.items()}, cached.meta)
+
+
+@cache
+def shared_model(folder: Path):
+    """One model per checkpoint folder for the whole session; tests must not change it."""
+    import tts_core
+
+    return tts_core.load_model(folder, device="cpu", dtype=torch.float32)
+
+
+def golden_voice(goldens: Goldens, mode: str):
+    """The official voice (speaker embedding, and for ICL reference codes + transcript)."""
+    from tts_core.models.qwen3_tts.model import Voice
+
+    if mode == "xvec":
+        return Voice(speaker_embedding=goldens["speaker_embedding"])
+    return Voice(
+        speaker_embedding=goldens["speaker_embedding"],
+        ref_codes=goldens["ref_codes"],
+        ref_text=goldens.cases["icl"]["ref_text"],
+    )
 
 
 def load_ref_clip() -> tuple[np.ndarray, int]:

@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 import torch
 from torch import nn
 
-import tts_core
-
-from .conftest import TINY_CHECKPOINTS, fixture_path
-
-
-@cache
-def _model(folder: Path):
-    return tts_core.load_model(folder)
+from .conftest import TINY_CHECKPOINTS, fixture_path, shared_model
 
 
 def _argmax(logits: torch.Tensor) -> torch.Tensor:
@@ -32,14 +22,14 @@ def _predict(model, goldens) -> torch.Tensor:
 
 
 def test_codes_match_official(tiny_checkpoint, goldens) -> None:
-    codes = _predict(_model(tiny_checkpoint), goldens)
+    codes = _predict(shared_model(tiny_checkpoint), goldens)
     assert codes.shape == (15,)
     assert torch.equal(codes, goldens["cp_codes"])
 
 
 def test_reused_cache_gives_the_same_codes(tiny_checkpoint, goldens) -> None:
     # The per-frame cache is reused without clearing: stale entries must never be read.
-    model = _model(tiny_checkpoint)
+    model = shared_model(tiny_checkpoint)
     predictor = model.talker.code_predictor
     caches = predictor.new_caches(1)
     with torch.inference_mode():
@@ -51,7 +41,7 @@ def test_reused_cache_gives_the_same_codes(tiny_checkpoint, goldens) -> None:
 
 
 def test_projection_only_when_widths_differ(tiny_checkpoint) -> None:
-    model = _model(tiny_checkpoint)
+    model = shared_model(tiny_checkpoint)
     predictor = model.talker.code_predictor
     talker_width = model.talker.cfg.stack.hidden_size
     predictor_width = predictor.cfg.stack.hidden_size
@@ -66,6 +56,6 @@ def test_projection_only_when_widths_differ(tiny_checkpoint) -> None:
 def test_fixtures_cover_both_predictor_layouts() -> None:
     kinds = set()
     for name in TINY_CHECKPOINTS:
-        projection = _model(fixture_path(name)).talker.code_predictor.small_to_mtp_projection
+        projection = shared_model(fixture_path(name)).talker.code_predictor.small_to_mtp_projection
         kinds.add(type(projection).__name__)
     assert kinds == {"Identity", "Linear"}

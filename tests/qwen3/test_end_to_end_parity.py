@@ -8,22 +8,16 @@ Run with `-s` to see the measured differences for every case.
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 
 import pytest
 import torch
 
-import tts_core
+from .conftest import shared_model
 
 AUDIO_TOLERANCE = 1e-4
 EMBEDDING_TOLERANCE = 1e-4
 MODES = ("icl", "xvec")
-
-
-@cache
-def _model(folder: Path):
-    return tts_core.load_model(folder, device="cpu", dtype=torch.float32)
 
 
 def _report(label: str, message: str) -> None:
@@ -53,7 +47,7 @@ def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def test_voice_matches_official(tiny_checkpoint: Path, goldens) -> None:
-    model = _model(tiny_checkpoint)
+    model = shared_model(tiny_checkpoint)
     ref_audio = goldens["ref_audio"].numpy()
     voice = model.create_voice(ref_audio, 24000, ref_text=goldens.cases["icl"]["ref_text"])
     ours_codes = torch.as_tensor(voice.ref_codes).long()
@@ -70,7 +64,7 @@ def test_voice_matches_official(tiny_checkpoint: Path, goldens) -> None:
 
 
 def test_xvector_voice_has_no_reference_codes(tiny_checkpoint: Path, goldens) -> None:
-    model = _model(tiny_checkpoint)
+    model = shared_model(tiny_checkpoint)
     voice = model.create_voice(goldens["ref_audio"].numpy(), 24000, ref_text=None)
     assert voice.ref_codes is None
     emb_diff = max_abs(torch.as_tensor(voice.speaker_embedding), goldens["speaker_embedding"])
@@ -80,7 +74,7 @@ def test_xvector_voice_has_no_reference_codes(tiny_checkpoint: Path, goldens) ->
 @pytest.mark.parametrize("mode", MODES)
 def test_generate_matches_official(tiny_checkpoint: Path, goldens, mode: str) -> None:
     case = goldens.cases[mode]
-    model = _model(tiny_checkpoint)
+    model = shared_model(tiny_checkpoint)
     voice = model.create_voice(goldens["ref_audio"].numpy(), 24000, ref_text=case["ref_text"])
     result = model.generate(
         case["text"],
@@ -108,7 +102,7 @@ def test_generate_matches_official(tiny_checkpoint: Path, goldens, mode: str) ->
 def test_small_chunk_stream_matches_official(tiny_checkpoint: Path, goldens, mode: str) -> None:
     # Chunks of 2 then 5 frames: every chunk boundary crosses the decoder's carried state.
     case = goldens.cases[mode]
-    model = _model(tiny_checkpoint)
+    model = shared_model(tiny_checkpoint)
     voice = model.create_voice(goldens["ref_audio"].numpy(), 24000, ref_text=case["ref_text"])
     chunks = list(
         model.stream(

@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 import pytest
 import torch
 
-import tts_core
 from tts_core.models.qwen3_tts.model import Voice
 from tts_core.models.qwen3_tts.prompt import codec_control_ids
 
+from .conftest import golden_voice, shared_model
+
 TOLERANCE = 1e-5
-
-
-@cache
-def _model(folder: Path):
-    return tts_core.load_model(folder)
-
-
-def _voice(goldens, mode: str) -> Voice:
-    if mode == "xvec":
-        return Voice(speaker_embedding=goldens["speaker_embedding"])
-    ref_text = goldens.cases["icl"]["ref_text"]
-    return Voice(goldens["speaker_embedding"], goldens["ref_codes"], ref_text)
 
 
 def _prompt(model, text: str, voice: Voice, language: str):
@@ -35,7 +21,9 @@ def _prompt(model, text: str, voice: Voice, language: str):
 @pytest.mark.parametrize("mode", ["icl", "xvec"])
 def test_prefill_and_trailing_equal_official(tiny_checkpoint, goldens, mode) -> None:
     case = goldens.cases[mode]
-    prompt = _prompt(_model(tiny_checkpoint), case["text"], _voice(goldens, mode), case["language"])
+    prompt = _prompt(
+        shared_model(tiny_checkpoint), case["text"], golden_voice(goldens, mode), case["language"]
+    )
     assert prompt.prefill.shape[1] == case["prefill_len"]
     assert prompt.trailing.shape[0] == case["trailing_len"]
     assert (prompt.prefill[0] - goldens[f"{mode}_prefill_embeds"]).abs().max() <= TOLERANCE
@@ -44,8 +32,8 @@ def test_prefill_and_trailing_equal_official(tiny_checkpoint, goldens, mode) -> 
 
 def test_xvector_layout_lengths(tiny_checkpoint, goldens) -> None:
     # auto: 3 role + 5 control/speaker/pad + 1 first text token; an explicit language adds one.
-    model = _model(tiny_checkpoint)
-    voice = _voice(goldens, "xvec")
+    model = shared_model(tiny_checkpoint)
+    voice = golden_voice(goldens, "xvec")
     text = "One two three four."
     tokens = len(model.text_tokenizer.encode(text))
     auto = _prompt(model, text, voice, "auto")
@@ -58,8 +46,8 @@ def test_xvector_layout_lengths(tiny_checkpoint, goldens) -> None:
 
 def test_icl_puts_short_text_in_the_prefill(tiny_checkpoint, goldens) -> None:
     # Reference frames R: the ICL part is R + 1 long whatever the text length (when it fits).
-    model = _model(tiny_checkpoint)
-    voice = _voice(goldens, "icl")
+    model = shared_model(tiny_checkpoint)
+    voice = golden_voice(goldens, "icl")
     frames = voice.ref_codes.shape[0]
     prompt = _prompt(model, "Hi.", voice, "auto")
     assert prompt.prefill.shape[1] == 8 + frames + 1
@@ -67,8 +55,8 @@ def test_icl_puts_short_text_in_the_prefill(tiny_checkpoint, goldens) -> None:
 
 
 def test_icl_long_text_spills_into_trailing(tiny_checkpoint, goldens) -> None:
-    model = _model(tiny_checkpoint)
-    voice = _voice(goldens, "icl")
+    model = shared_model(tiny_checkpoint)
+    voice = golden_voice(goldens, "icl")
     frames = voice.ref_codes.shape[0]
     text = "word " * (frames + 10)
     ref_tokens = len(model.text_tokenizer.encode(voice.ref_text))
@@ -79,7 +67,7 @@ def test_icl_long_text_spills_into_trailing(tiny_checkpoint, goldens) -> None:
 
 
 def test_control_ids_come_from_the_config(tiny_checkpoint) -> None:
-    config = _model(tiny_checkpoint).config
+    config = shared_model(tiny_checkpoint).config
     talker = config.talker
     assert codec_control_ids(config, "Auto") == [2155, 2156, 2157]
     for name, lang_id in talker.codec_language_id.items():

@@ -17,7 +17,7 @@ import tts_core
 from tts_core.models.qwen3_tts import cuda_graphs, decode_loop
 from tts_core.models.qwen3_tts.static_step import PredictorStep, StaticSteps, TalkerStep
 
-from .conftest import fixture_path, load_goldens
+from .conftest import fixture_path, golden_voice, load_goldens
 
 TOLERANCE = 1e-5
 TEXT = "Hello there, this is a test of the static decode step."
@@ -91,21 +91,11 @@ def test_static_predictor_equals_eager_over_two_frames(tiny_checkpoint) -> None:
                 assert (a - b).abs().max() <= TOLERANCE
 
 
-def _golden_voice(goldens, mode: str) -> tts_core.Voice:
-    if mode == "xvec":
-        return tts_core.Voice(speaker_embedding=goldens["speaker_embedding"])
-    return tts_core.Voice(
-        speaker_embedding=goldens["speaker_embedding"],
-        ref_codes=goldens["ref_codes"],
-        ref_text=goldens.cases["icl"]["ref_text"],
-    )
-
-
 @pytest.mark.parametrize("case", ["icl", "xvec"])
 def test_static_generate_equals_eager_and_official(tiny_checkpoint, goldens, case) -> None:
     # The official greedy cases (29..39 frames, EOS and max_new_tokens stops), in both modes.
     model, spec = _model(tiny_checkpoint), goldens.cases[case]
-    voice = _golden_voice(goldens, case)
+    voice = golden_voice(goldens, case)
     args = dict(language=spec["language"], max_new_tokens=spec["max_new_tokens"], greedy=True)
     codes = {}
     for mode in ("eager", "static"):
@@ -246,7 +236,7 @@ def test_cuda_graphs_on_cuda_equal_eager(tiny_checkpoint, goldens, case) -> None
     import warnings
 
     model = tts_core.load_model(tiny_checkpoint, device="cuda")
-    spec, voice = goldens.cases[case], _golden_voice(goldens, case)
+    spec, voice = goldens.cases[case], golden_voice(goldens, case)
     args = dict(language=spec["language"], max_new_tokens=spec["max_new_tokens"], greedy=True)
     expected = model.generate(spec["text"], voice, **args).codes
     model.set_decode_mode("cuda_graphs")

@@ -11,7 +11,7 @@ import torch
 import tts_core
 from tts_core.models.qwen3_tts.decode_loop import FrameLoop
 
-from .conftest import fixture_path, load_goldens
+from .conftest import fixture_path, golden_voice, load_goldens
 
 TOLERANCE = 1e-4
 
@@ -23,12 +23,7 @@ def _model():
 
 @cache
 def _voice(mode: str):
-    """The official voice of the reference clip (speaker embedding, reference codes)."""
-    goldens = load_goldens("qwen3-tiny-a")
-    if mode == "xvec":
-        return tts_core.Voice(speaker_embedding=goldens["speaker_embedding"])
-    ref_text = goldens.cases["icl"]["ref_text"]
-    return tts_core.Voice(goldens["speaker_embedding"], goldens["ref_codes"], ref_text)
+    return golden_voice(load_goldens("qwen3-tiny-a"), mode)
 
 
 TEXT = "Streaming voice cloning, tested frame by frame."

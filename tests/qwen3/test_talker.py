@@ -2,40 +2,20 @@
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 import pytest
 import torch
 
-import tts_core
-from tts_core.models.qwen3_tts.model import Voice
+from .conftest import golden_voice, shared_model
 
 TOLERANCE = 1e-4
 
 
-@cache
-def _model(folder: Path):
-    return tts_core.load_model(folder)
-
-
-def _golden_voice(goldens, mode: str) -> Voice:
-    """The official voice (speaker embedding, reference codes) so the talker is tested alone."""
-    if mode == "xvec":
-        return Voice(speaker_embedding=goldens["speaker_embedding"])
-    return Voice(
-        speaker_embedding=goldens["speaker_embedding"],
-        ref_codes=goldens["ref_codes"],
-        ref_text=goldens.cases["icl"]["ref_text"],
-    )
-
-
 @pytest.mark.parametrize("mode", ["icl", "xvec"])
 def test_prefill_logits_and_hidden_match_official(tiny_checkpoint, goldens, mode) -> None:
-    model = _model(tiny_checkpoint)
+    model = shared_model(tiny_checkpoint)
     case = goldens.cases[mode]
     with torch.inference_mode():
-        prompt = model._prompt(case["text"], _golden_voice(goldens, mode), case["language"])
+        prompt = model._prompt(case["text"], golden_voice(goldens, mode), case["language"])
         caches = model.talker.new_caches(1, prompt.prefill.shape[1])
         logits, hidden = model.talker(prompt.prefill, caches, start=0)
     assert logits.dtype == torch.float32 and logits.shape == (1, 3072)
@@ -46,7 +26,7 @@ def test_prefill_logits_and_hidden_match_official(tiny_checkpoint, goldens, mode
 def test_cached_steps_equal_one_full_pass(tiny_checkpoint) -> None:
     # Prefill 5 positions then 3 single steps through the static cache must give the same
     # last-position logits as running all 8 positions at once.
-    model = _model(tiny_checkpoint)
+    model = shared_model(tiny_checkpoint)
     talker = model.talker
     hidden_size = talker.cfg.stack.hidden_size
     embeds = torch.randn(1, 8, hidden_size, generator=torch.Generator().manual_seed(0))
@@ -61,12 +41,12 @@ def test_cached_steps_equal_one_full_pass(tiny_checkpoint) -> None:
 
 
 def test_cache_overflow_is_an_error(tiny_checkpoint) -> None:
-    talker = _model(tiny_checkpoint).talker
+    talker = shared_model(tiny_checkpoint).talker
     embeds = torch.zeros(1, 3, talker.cfg.stack.hidden_size)
     with torch.inference_mode(), pytest.raises(RuntimeError, match="overflow"):
         talker(embeds, talker.new_caches(1, 2), start=0)
 
 
 def test_special_text_vectors_match_official(tiny_checkpoint, goldens) -> None:
-    pad = _model(tiny_checkpoint).special.pad
+    pad = shared_model(tiny_checkpoint).special.pad
     assert (pad - goldens["tts_pad_embed"]).abs().max() <= TOLERANCE
