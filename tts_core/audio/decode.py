@@ -1,13 +1,21 @@
-"""Decode a reference clip from a file path or an in-memory (rate, array) pair.
+"""Decode a reference clip from a file path, raw file bytes, or an in-memory (rate, array) pair.
 
 Anything soundfile reads (WAV 8/16/24/32-bit int and float, FLAC, OGG, MP3) is read directly;
 other containers (webm/m4a from a browser microphone) go through ffmpeg. Output is float32
 mono at 24 kHz plus facts about the original, for messages.
+
+Cost is bounded by what is kept, never by what a header claims: the header is read first
+(absurd rates and channel counts are refused), only the first `max_seconds` are read, in
+blocks that are mixed to mono as they arrive, and only the kept part is resampled. A 10 KB WAV
+whose header says 1 Hz would otherwise describe 5000 s of audio to resample to 24 kHz.
 """
 
 from __future__ import annotations
 
+import io
+import math
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +25,13 @@ import soundfile as sf
 from .ffmpeg import ffmpeg_executable
 from .pcm import SAMPLE_RATE, resample
 
+MIN_RATE, MAX_RATE = 4_000, 384_000  # telephone speech .. the highest rate studio gear records
+MAX_CHANNELS = 8  # 7.1 surround; more is not a voice recording
+BLOCK_FRAMES = 65_536  # frames per read: memory per block is this x channels x 4 bytes
+DEFAULT_MAX_SECONDS = 600.0  # when a caller sets no cut: still a bound
+
+Source = str | Path | bytes | tuple[int, np.ndarray]
+
 
 class AudioDecodeError(ValueError):
     """The input is not decodable audio; the message is meant for the user."""
@@ -24,48 +39,100 @@ class AudioDecodeError(ValueError):
 
 @dataclass
 class DecodedAudio:
-    audio: np.ndarray  # (N,) float32 mono, SAMPLE_RATE
+    audio: np.ndarray  # (N,) float32 mono, SAMPLE_RATE; at most max_seconds of it
     original_rate: int
     channels: int
+    original_seconds: float | None  # of the whole input; None: longer than kept, length unknown
 
     @property
     def seconds(self) -> float:
         return self.audio.size / SAMPLE_RATE
 
+    @property
+    def was_cut(self) -> bool:
+        if self.original_seconds is None:
+            return True
+        return self.original_seconds > self.seconds + 1.0 / SAMPLE_RATE
 
-def decode_reference(source: str | Path | tuple[int, np.ndarray]) -> DecodedAudio:
+
+def decode_reference(source: Source, max_seconds: float | None = None) -> DecodedAudio:
+    """The first `max_seconds` of `source` as 24 kHz float32 mono (AudioDecodeError if not audio)."""
+    limit = float(max_seconds) if max_seconds is not None else DEFAULT_MAX_SECONDS
     if isinstance(source, tuple):
         rate, data = source
-        return _from_array(np.asarray(data), int(rate))
+        return _from_array(np.asarray(data), int(rate), limit)
+    if isinstance(source, bytes | bytearray | memoryview):
+        data = bytes(source)
+        if not data:
+            raise AudioDecodeError("The reference file is empty (0 bytes).")
+        return _decode_file(lambda: io.BytesIO(data), data, limit)
     path = Path(source)
     if not path.is_file():
         raise AudioDecodeError("The reference file could not be found on the server.")
     if path.stat().st_size == 0:
         raise AudioDecodeError("The reference file is empty (0 bytes).")
+    return _decode_file(lambda: str(path), path, limit)
+
+
+def _decode_file(open_source, original: Path | bytes, limit: float) -> DecodedAudio:  # noqa: ANN001
     try:
-        data, rate = sf.read(str(path), dtype="float32", always_2d=True)
+        info = sf.info(open_source())
     except Exception:  # noqa: BLE001 - libsndfile raises several types for "not audio"
-        data, rate = _decode_with_ffmpeg(path), SAMPLE_RATE
-    return _from_array(data, int(rate))
+        return _decode_with_ffmpeg(original, limit)
+    rate, channels = _check_header(int(info.samplerate), int(info.channels))
+    keep = min(int(info.frames), math.ceil(limit * rate))
+    try:
+        mono = _read_mono(open_source(), keep)
+    except (sf.LibsndfileError, RuntimeError, ValueError) as exc:
+        raise AudioDecodeError("The reference is not audio, or the file is corrupt.") from exc
+    return _finish(mono, rate, channels, int(info.frames) / rate, limit)
 
 
-def _from_array(data: np.ndarray, rate: int) -> DecodedAudio:
-    if rate <= 0:
-        raise AudioDecodeError(f"The reference has an invalid sample rate ({rate}).")
+def _check_header(rate: int, channels: int) -> tuple[int, int]:
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise AudioDecodeError(
+            f"The reference has an unsupported sample rate ({rate} Hz); "
+            f"{MIN_RATE // 1000}-{MAX_RATE // 1000} kHz is accepted."
+        )
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise AudioDecodeError(
+            f"The reference has {channels} channels; at most {MAX_CHANNELS} are accepted."
+        )
+    return rate, channels
+
+
+def _read_mono(file, frames: int) -> np.ndarray:  # noqa: ANN001 - a path or a file object
+    """The first `frames` frames, averaged to mono block by block: (frames,) float32."""
+    if frames <= 0:
+        return np.zeros(0, np.float32)
+    blocks = sf.blocks(file, blocksize=BLOCK_FRAMES, frames=frames, dtype="float32",
+                       always_2d=True)  # fmt: skip
+    pieces = [block.mean(axis=1, dtype=np.float32) for block in blocks]
+    return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+
+
+def _from_array(data: np.ndarray, rate: int, limit: float) -> DecodedAudio:
     if data.ndim == 1:
         data = data[:, None]
     if data.ndim != 2:  # (samples, channels), as soundfile and Gradio give it
         raise AudioDecodeError("The reference must be mono or multichannel audio samples.")
-    if data.shape[0] == 0:
-        return DecodedAudio(np.zeros(0, np.float32), rate, int(data.shape[1]))
-    channels = int(data.shape[1])
-    mono = _to_float(data).mean(axis=1)
+    rate, channels = _check_header(rate, int(data.shape[1]))
+    total = data.shape[0]
+    kept = data[: math.ceil(limit * rate)]
+    mono = _to_float(kept).mean(axis=1, dtype=np.float32) if kept.size else np.zeros(0, np.float32)
+    return _finish(mono, rate, channels, total / rate, limit)
+
+
+def _finish(
+    mono: np.ndarray, rate: int, channels: int, original_seconds: float | None, limit: float
+) -> DecodedAudio:
     if mono.size and not np.all(np.isfinite(mono)):
         raise AudioDecodeError("The reference contains invalid samples (NaN or infinity).")
     peak = float(np.max(np.abs(mono))) if mono.size else 0.0
     if peak > 1.0:  # float files may exceed full scale; bring them back without clipping
         mono = mono / peak
-    return DecodedAudio(resample(mono, rate), rate, channels)
+    audio = resample(mono, rate)[: math.ceil(limit * SAMPLE_RATE)]
+    return DecodedAudio(audio, rate, channels, original_seconds)
 
 
 def _to_float(data: np.ndarray) -> np.ndarray:
@@ -76,13 +143,34 @@ def _to_float(data: np.ndarray) -> np.ndarray:
     return data.astype(np.float32)
 
 
-def _decode_with_ffmpeg(path: Path) -> np.ndarray:
+def _decode_with_ffmpeg(original: Path | bytes, limit: float) -> DecodedAudio:
+    """Containers libsndfile cannot read. ffmpeg stops after `limit` seconds (+ one sample to
+    tell a longer input), and its output is capped at that size whatever it does."""
+    keep_s = limit + 1.0 / SAMPLE_RATE
+    max_bytes = math.ceil(keep_s * SAMPLE_RATE) * 4
+    if isinstance(original, bytes):
+        with tempfile.TemporaryDirectory(prefix="tts_core-decode-") as folder:
+            path = Path(folder) / "clip"
+            path.write_bytes(original)  # mp4/m4a need a seekable input, so no pipe
+            raw = _run_ffmpeg(path, keep_s, max_bytes)
+    else:
+        raw = _run_ffmpeg(original, keep_s, max_bytes)
+    samples = np.frombuffer(raw[: len(raw) - len(raw) % 4], dtype=np.float32)
+    cut = samples.size > math.ceil(limit * SAMPLE_RATE)
+    decoded = _finish(samples.copy(), SAMPLE_RATE, 1, samples.size / SAMPLE_RATE, limit)
+    if cut:  # ffmpeg stopped reading: the true length is unknown, only that it is longer
+        decoded.original_seconds = None
+    return decoded
+
+
+def _run_ffmpeg(path: Path, seconds: float, max_bytes: int) -> bytes:
     cmd = [ffmpeg_executable(), "-v", "error", "-nostdin", "-i", str(path), "-vn", "-ac", "1"]
-    cmd += ["-ar", str(SAMPLE_RATE), "-f", "f32le", "-"]
+    cmd += ["-ar", str(SAMPLE_RATE), "-t", f"{seconds:.6f}", "-fs", str(max_bytes)]
+    cmd += ["-f", "f32le", "-"]
     try:
         done = subprocess.run(cmd, capture_output=True, timeout=60, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         raise AudioDecodeError("The reference could not be decoded.") from exc
     if done.returncode != 0:
         raise AudioDecodeError("The reference is not audio, or the file is corrupt.")
-    return np.frombuffer(done.stdout, dtype=np.float32)[:, None]
+    return done.stdout[:max_bytes]

@@ -1,9 +1,26 @@
 """Errors whose message is written for the person using the app (shown as-is in the UI and API)."""
 
+from __future__ import annotations
+
 
 class InputError(ValueError):
-    """Bad request input: the message says what is wrong and how to fix it."""
+    """Bad request input: the message says what is wrong and how to fix it.
+
+    `param` names the request field at fault (the API reports it), None when it is no one field.
+    """
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class BackendError(RuntimeError):
     """The backend failed while synthesizing; the message is safe to show."""
+
+
+class EngineBusy(RuntimeError):
+    """Every slot runs and the waiting line is full: retry after `retry_after_s` seconds."""
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..audio import SAMPLE_RATE, AudioDecodeError, decode_reference
+from ..audio import AudioDecodeError, decode_reference
 from .backend import LANGUAGES, SynthesisParams
 from .errors import InputError
 
@@ -34,26 +34,28 @@ def clean_reference_text(text: object, limits: Limits) -> str | None:
     if text is None:
         return None
     if not isinstance(text, str):
-        raise InputError("The reference transcript must be a string.")
+        raise InputError("The reference transcript must be a string.", "reference_text")
     cleaned = _printable(text)
     if len(cleaned) > limits.max_reference_text_chars:
         raise InputError(
             f"The reference transcript is {len(cleaned)} characters long; the limit is "
-            f"{limits.max_reference_text_chars}. Use a shorter clip and its transcript."
+            f"{limits.max_reference_text_chars}. Use a shorter clip and its transcript.",
+            "reference_text",
         )
     return cleaned or None
 
 
 def clean_text(text: object, limits: Limits) -> str:
     if not isinstance(text, str):
-        raise InputError("Text must be a string.")
+        raise InputError("Text must be a string.", "text")
     cleaned = _printable(text)
     if not cleaned:
-        raise InputError("Please enter some text to speak.")
+        raise InputError("Please enter some text to speak.", "text")
     if len(cleaned) > limits.max_chars:
         raise InputError(
             f"The text is {len(cleaned)} characters long; the limit is {limits.max_chars}. "
-            "Please shorten it."
+            "Please shorten it.",
+            "text",
         )
     return cleaned
 
@@ -62,15 +64,22 @@ def check_language(language: object) -> str:
     value = str(language if language is not None else "auto").strip().lower() or "auto"
     if value != "auto" and value not in LANGUAGES:
         raise InputError(
-            f"Unsupported language '{language}'. Choose 'auto' or one of: {', '.join(LANGUAGES)}."
+            f"Unsupported language '{language}'. Choose 'auto' or one of: {', '.join(LANGUAGES)}.",
+            "language",
         )
     return value
 
 
+# Practical floors: below them the sampler's arithmetic leaves float32 (logits / 1e-45 is inf,
+# and softmax of inf is NaN) while no audible difference from greedy remains to be had.
+MIN_TEMPERATURE = 0.01
+MIN_REPETITION_PENALTY = 0.1
+
+
 def check_params(params: SynthesisParams, limits: Limits) -> SynthesisParams:
-    temperature = _range("temperature", params.temperature, 0.0, 5.0, low_open=True)
+    temperature = _range("temperature", params.temperature, MIN_TEMPERATURE, 5.0)
     top_p = _range("top_p", params.top_p, 0.0, 1.0, low_open=True)
-    penalty = _range("repetition_penalty", params.repetition_penalty, 0.0, 5.0, low_open=True)
+    penalty = _range("repetition_penalty", params.repetition_penalty, MIN_REPETITION_PENALTY, 5.0)
     top_k = _as_int("top_k", params.top_k, 0, 100_000)
     seed = _as_int("seed", params.seed, -1, 2**32 - 1)
     first = _as_int("first_chunk_frames", params.first_chunk_frames, 1, limits.max_chunk_frames)
@@ -89,47 +98,69 @@ def check_params(params: SynthesisParams, limits: Limits) -> SynthesisParams:
 
 
 def prepare_reference(
-    source: str | Path | tuple[int, np.ndarray] | None, limits: Limits
+    source: str | Path | bytes | tuple[int, np.ndarray] | None,
+    limits: Limits,
+    has_transcript: bool = False,
 ) -> tuple[np.ndarray | None, list[str]]:
-    """Decoded, checked reference: ((N,) float32 24 kHz or None, notices for the user)."""
+    """Decoded, checked reference: ((N,) float32 24 kHz or None, notices for the user).
+
+    Clips longer than `limits.max_reference_s` are cut with a notice, except when a transcript
+    comes with them: the words would no longer match the audio, so that is refused.
+    """
     if source is None or (isinstance(source, str) and not source.strip()):
         return None, []
     try:
-        decoded = decode_reference(source)
+        decoded = decode_reference(source, max_seconds=limits.max_reference_s)
     except AudioDecodeError as exc:
-        raise InputError(f"Reference clip: {exc}") from exc
+        raise InputError(f"Reference clip: {exc}", "reference") from exc
     if decoded.audio.size == 0:
-        raise InputError("Reference clip: it contains no audio (zero length).")
+        raise InputError("Reference clip: it contains no audio (zero length).", "reference")
     if float(np.max(np.abs(decoded.audio))) < limits.silence_peak:
-        raise InputError("Reference clip: it is silent. Please give a clip with speech in it.")
+        raise InputError(
+            "Reference clip: it is silent. Please give a clip with speech in it.", "reference"
+        )
     seconds = decoded.seconds
     if seconds < limits.min_reference_s:
         raise InputError(
             f"Reference clip: it is {seconds:.2f} s long; at least {limits.min_reference_s:g} s "
-            "of speech is needed (3-10 s works best)."
+            "of speech is needed (3-10 s works best).",
+            "reference",
         )
-    notices = []
-    if seconds > limits.max_reference_s:
-        keep = int(limits.max_reference_s * SAMPLE_RATE)
-        notices.append(
-            f"The reference clip is {seconds:.1f} s long: only its first "
-            f"{limits.max_reference_s:g} s were used."
+    if not decoded.was_cut:
+        return decoded.audio, []
+    length = _length_text(decoded.original_seconds, limits.max_reference_s)
+    if has_transcript:
+        raise InputError(
+            f"Reference clip: it is {length}, and its transcript must match the audio exactly. "
+            f"Trim the clip to at most {limits.max_reference_s:g} s and give the words of that "
+            f"part, or leave the transcript empty to use the first {limits.max_reference_s:g} s.",
+            "reference",
         )
-        return decoded.audio[:keep], notices
-    return decoded.audio, notices
+    notice = (
+        f"The reference clip is {length}: only its first {limits.max_reference_s:g} s were used."
+    )
+    return decoded.audio, [notice]
 
 
-def _range(name: str, value: object, low: float, high: float, low_open: bool) -> float | None:
+def _length_text(original_s: float | None, limit_s: float) -> str:
+    if original_s is None or round(original_s, 1) <= limit_s:
+        return f"longer than {limit_s:g} s"
+    return f"{original_s:.1f} s long"
+
+
+def _range(
+    name: str, value: object, low: float, high: float, low_open: bool = False
+) -> float | None:
     if value is None or value == "":
         return None
     try:
         number = float(value)
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be a number.") from exc
+        raise InputError(f"{name} must be a number.", name) from exc
     too_low = number <= low if low_open else number < low
     if too_low or number > high or not np.isfinite(number):
         bracket = "(" if low_open else "["
-        raise InputError(f"{name} must be in {bracket}{low:g}, {high:g}]; got {value}.")
+        raise InputError(f"{name} must be in {bracket}{low:g}, {high:g}]; got {value}.", name)
     return number
 
 
@@ -139,7 +170,7 @@ def _as_int(name: str, value: object, low: int, high: int) -> int | None:
     try:
         number = float(value)  # gradio sliders and JSON clients may send 50.0
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be a whole number.") from exc
+        raise InputError(f"{name} must be a whole number.", name) from exc
     if not np.isfinite(number) or number != int(number) or not low <= number <= high:
-        raise InputError(f"{name} must be a whole number in [{low}, {high}]; got {value}.")
+        raise InputError(f"{name} must be a whole number in [{low}, {high}]; got {value}.", name)
     return int(number)
