@@ -1,8 +1,8 @@
 """Requests, streaming, stats and concurrency: the one process-wide engine."""
 
 from .backend import LANGUAGES, Backend, BackendChunk, SynthesisParams, Voice
-from .engine import Engine, EngineConfig, StreamEvent, SynthesisRequest
-from .errors import BackendError, InputError
+from .engine import Engine, EngineConfig, EngineStream, StreamEvent, SynthesisRequest
+from .errors import BackendError, EngineBusy, InputError
 from .handle import StreamHandle
 from .registry import clear_engines, get_engine
 from .stats import RequestStats
@@ -14,7 +14,9 @@ __all__ = [
     "BackendChunk",
     "BackendError",
     "Engine",
+    "EngineBusy",
     "EngineConfig",
+    "EngineStream",
     "InputError",
     "Limits",
     "RequestStats",

@@ -1,7 +1,8 @@
-"""The engine: validate -> (cached) voice -> backend stream -> joined chunks + live stats.
+"""The engine: admit -> validate -> (cached) voice -> backend stream -> chunks + live stats.
 
-One engine per process and model (see `get_engine`). A semaphore bounds how many requests
-run on the backend at once; the UI and the HTTP API share it.
+One engine per process and model (see `get_engine`). Its admission bounds how many requests
+run on the backend at once and how many wait; the page, gradio_client and the HTTP routes share
+it, so a request beyond the bound is refused (`EngineBusy`) wherever it comes from.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..audio import SAMPLE_RATE, ChunkJoiner, ms_to_samples
+from .admission import Admission, Ticket
 from .backend import Backend, SynthesisParams, Voice
 from .errors import BackendError, InputError
 from .stats import RequestStats
@@ -33,6 +35,7 @@ class EngineConfig:
     crossfade_ms: float = 20.0  # Hann overlap at joins of independent phrases; 0 disables
     fade_ms: float = 5.0  # fade-in of the first and fade-out of the last samples
     max_concurrent: int | None = None  # None: the backend's default
+    max_queue: int = 32  # requests that may wait for a slot; beyond that EngineBusy
     voice_cache_size: int = 16
 
 
@@ -70,15 +73,18 @@ class Engine:
         self.notice = notice  # e.g. "fell back to eSpeak because ..." (shown in the page)
         limit = self.config.max_concurrent or backend.default_concurrency
         self.max_concurrent = max(1, int(limit))
-        self._slots = threading.Semaphore(self.max_concurrent)
+        self.admission = Admission(self.max_concurrent, self.config.max_queue)
         self._voices: OrderedDict[tuple, Voice] = OrderedDict()
         self._voices_lock = threading.Lock()
-        self._active = 0  # requests holding a slot (for monitoring and tests)
-        self._active_lock = threading.Lock()
 
     @property
     def active_requests(self) -> int:
-        return self._active
+        """Requests running on the backend now."""
+        return self.admission.running
+
+    @property
+    def waiting_requests(self) -> int:
+        return self.admission.waiting
 
     def info(self) -> dict[str, Any]:
         b = self.backend
@@ -90,6 +96,7 @@ class Engine:
             "needs_reference": b.needs_reference,
             "description": b.description,
             "max_concurrent": self.max_concurrent,
+            "max_queue": self.admission.queue_size,
             "max_chars": self.config.limits.max_chars,
             "notice": self.notice,
         }
@@ -99,20 +106,27 @@ class Engine:
         limits = self.config.limits
         text = clean_text(request.text, limits)
         params = check_params(request.params, limits)
-        reference, notices = prepare_reference(request.reference, limits)
+        ref_text = clean_reference_text(request.reference_text, limits)
+        reference, notices = prepare_reference(request.reference, limits, ref_text is not None)
         if reference is None and self.backend.needs_reference:
             raise InputError(
-                "This voice needs a reference clip: upload or record 3-10 s of clear speech."
+                "This voice needs a reference clip: upload or record 3-10 s of clear speech.",
+                "reference",
             )
-        ref_text = clean_reference_text(request.reference_text, limits)
         return _Prepared(text, params, reference, ref_text, notices)
 
     def stream(
         self, request: SynthesisRequest, cancel: threading.Event | None = None
-    ) -> Iterator[StreamEvent]:
-        """Validates now (raising InputError), then returns the chunk generator."""
-        prepared = self.prepare(request)
-        return self._run(prepared, cancel or threading.Event())
+    ) -> EngineStream:
+        """Takes a place in line (EngineBusy when the line is full) and validates now
+        (InputError); the returned iterator waits for a slot, then yields the chunks."""
+        ticket = self.admission.reserve()
+        try:
+            prepared = self.prepare(request)
+        except BaseException:
+            ticket.release()
+            raise
+        return EngineStream(self._run(prepared, cancel or threading.Event(), ticket), ticket)
 
     def synthesize(
         self, request: SynthesisRequest, cancel: threading.Event | None = None
@@ -124,27 +138,26 @@ class Engine:
             stats = event.stats
         return np.concatenate(pieces) if pieces else np.zeros(0, np.float32), stats
 
-    def _run(self, job: _Prepared, cancel: threading.Event) -> Iterator[StreamEvent]:
+    def _run(
+        self, job: _Prepared, cancel: threading.Event, ticket: Ticket
+    ) -> Iterator[StreamEvent]:
         b = self.backend
         stats = RequestStats(b.name, b.model_name, b.device, SAMPLE_RATE)
         stats.notices += ([self.notice] if self.notice else []) + job.notices
-        self._acquire(cancel, stats)
-        self._count(+1)
         try:
+            if not ticket.wait_turn(cancel):
+                yield self._cancelled(stats)
+                return
+            stats.queue_wait_s = stats.elapsed()
             yield from self._produce(job, cancel, stats)
         finally:
-            self._count(-1)
-            self._slots.release()
+            ticket.release()
 
-    def _count(self, delta: int) -> None:
-        with self._active_lock:
-            self._active += delta
-
-    def _acquire(self, cancel: threading.Event, stats: RequestStats) -> None:
-        while not self._slots.acquire(timeout=0.1):
-            if cancel.is_set():
-                raise InputError("The request was cancelled while waiting for a free slot.")
-        stats.queue_wait_s = stats.elapsed()
+    @staticmethod
+    def _cancelled(stats: RequestStats) -> StreamEvent:
+        """The final event of a request cancelled before it produced audio."""
+        stats.finish("cancelled")
+        return StreamEvent(np.zeros(0, np.float32), 0, True, stats.as_dict())
 
     def _produce(
         self, job: _Prepared, cancel: threading.Event, stats: RequestStats
@@ -195,6 +208,9 @@ class Engine:
                 close()  # a generator backend: run its cleanup (stop its worker) now
         audio = np.concatenate([*pending, joiner.finish()])
         if index == 0 and audio.size == 0:
+            if stop_reason == "cancelled" or cancel.is_set():
+                yield self._cancelled(stats)
+                return
             raise BackendError("The voice produced no audio for this text.")
         stats.add_chunk(audio.size, time.perf_counter() - started)
         stats.finish(stop_reason)
@@ -212,6 +228,31 @@ class Engine:
             while len(self._voices) > self.config.voice_cache_size:
                 self._voices.popitem(last=False)
         return voice
+
+
+class EngineStream:
+    """The events of one request. Closing it (or dropping it unread) gives its place in line
+    back at once, even if it was never iterated: a generator that never started would not
+    run its `finally`."""
+
+    def __init__(self, events: Iterator[StreamEvent], ticket: Ticket) -> None:
+        self._events = events
+        self._ticket = ticket
+
+    def __iter__(self) -> EngineStream:
+        return self
+
+    def __next__(self) -> StreamEvent:
+        return next(self._events)
+
+    def close(self) -> None:
+        close = getattr(self._events, "close", None)
+        if close is not None:
+            close()
+        self._ticket.release()
+
+    def __del__(self) -> None:
+        self._ticket.release()
 
 
 def _digest(audio: np.ndarray | None) -> str | None:

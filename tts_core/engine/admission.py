@@ -1,0 +1,87 @@
+"""Admission: at most `slots` requests run and at most `queue_size` wait, first come first served.
+
+Every surface (the page, gradio_client, the PCM route, /v1) reserves its place here before any
+work is done for it, so the number of requests the process holds is bounded in one place and a
+request beyond the bound is refused at once (`EngineBusy`) instead of piling up threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from .errors import EngineBusy
+
+POLL_S = 0.1  # how often a waiter looks at its cancel event
+
+
+class Admission:
+    def __init__(self, slots: int, queue_size: int) -> None:
+        self.slots = max(1, int(slots))
+        self.queue_size = max(0, int(queue_size))
+        self._cond = threading.Condition()
+        self._running = 0
+        self._waiting: deque[Ticket] = deque()
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def reserve(self) -> Ticket:
+        """A place in line, or EngineBusy when every slot runs and the line is full."""
+        with self._cond:
+            if self._running + len(self._waiting) >= self.slots + self.queue_size:
+                raise EngineBusy(
+                    f"The server is busy ({self._running} running, {len(self._waiting)} "
+                    "waiting); please retry in a moment."
+                )
+            ticket = Ticket(self)
+            self._waiting.append(ticket)
+            return ticket
+
+    def _wait(self, ticket: Ticket, cancel: threading.Event) -> bool:
+        with self._cond:
+            while not (self._waiting[0] is ticket and self._running < self.slots):
+                if cancel.is_set():
+                    self._leave(ticket)
+                    return False
+                self._cond.wait(POLL_S)
+            self._waiting.popleft()
+            self._running += 1
+            ticket.state = "running"
+            self._cond.notify_all()  # the next in line may also fit
+            return True
+
+    def _leave(self, ticket: Ticket) -> None:
+        """Under the lock: give back whatever `ticket` holds (idempotent)."""
+        if ticket.state == "released":
+            return
+        if ticket.state == "waiting":
+            self._waiting.remove(ticket)
+        elif ticket.state == "running":
+            self._running -= 1
+        ticket.state = "released"
+        self._cond.notify_all()
+
+    def _release(self, ticket: Ticket) -> None:
+        with self._cond:
+            self._leave(ticket)
+
+
+class Ticket:
+    """One request's place: waiting, then running, then released (exactly once)."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+        self.state = "waiting"
+
+    def wait_turn(self, cancel: threading.Event) -> bool:
+        """Block until this request may run (True), or until `cancel` is set (False, released)."""
+        return self._admission._wait(self, cancel)
+
+    def release(self) -> None:
+        self._admission._release(self)
