@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
 
 import httpx
 import numpy as np
@@ -11,7 +14,7 @@ import soundfile as sf
 from test_openai_api import RecordingEngine, assert_error, make_api, serve
 
 from tts_core.engine import EngineConfig, InputError
-from tts_core.server.voices import BUILTIN_FOLDER, VoiceNotFound, VoiceRegistry
+from tts_core.server.voices import BUILTIN_FOLDER, VoiceDamaged, VoiceNotFound, VoiceRegistry
 
 STOCK = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
          "verse")  # fmt: skip
@@ -78,7 +81,7 @@ def test_register_refuses_bad_names_taken_names_and_bad_clips(tmp_path, speech_l
         registry.register("short", write_clip("t.wav", speech_like(0.3, 24_000)), None)
 
 
-def test_half_written_and_deleted_voices_are_not_listed(tmp_path, speech_like, write_clip):
+def test_staging_leftovers_and_deleted_voices_are_not_listed(tmp_path, speech_like, write_clip):
     registry = VoiceRegistry(tmp_path)
     registry.register("keep", write_clip("a.wav", speech_like(2.0, 24_000)), None)
     registry.register("drop", write_clip("b.wav", speech_like(2.0, 24_000)), None)
@@ -87,11 +90,103 @@ def test_half_written_and_deleted_voices_are_not_listed(tmp_path, speech_like, w
     registry.register("damaged", write_clip("c.wav", speech_like(2.0, 24_000)), None)
     (tmp_path / "damaged" / "meta.json").write_text("{not json")  # a disk error, a bad edit
     registry.delete("drop")
-    assert [v.name for v in registry.list() if v.kind == "custom"] == ["keep"]
+    custom = [(v.name, v.status) for v in registry.list() if v.kind == "custom"]
+    assert custom == [("damaged", "damaged"), ("keep", "ok")]  # listed, so it can be deleted
     with pytest.raises(VoiceNotFound):
         registry.get("drop")
     with pytest.raises(FileExistsError):
         registry.delete("alloy")
+
+
+DAMAGE = {  # folder -> what was done to it by hand, what the registry must say about it
+    "bad-meta": ("meta.json", "{not json", "meta.json is not valid JSON"),
+    "list-meta": ("meta.json", "[]", "meta.json is not a JSON object"),
+    "no-meta": ("meta.json", None, "meta.json is missing"),
+    "no-clip": ("reference.wav", None, "reference.wav is missing"),
+    "text-clip": ("reference.wav", "this is not audio", "reference.wav is not readable audio"),
+    "empty-clip": ("reference.wav", "", "reference.wav is not readable audio"),
+}
+
+
+def test_damaged_voices_are_listed_reported_once_and_deletable(
+    tmp_path, speech_like, write_clip, caplog
+):
+    registry = VoiceRegistry(tmp_path / "v")
+    clip = write_clip("a.wav", speech_like(2.0, 24_000))
+    for name in ("keep", *DAMAGE):
+        registry.register(name, clip, f"text of {name}")
+    for name, (file, content, _) in DAMAGE.items():
+        path = tmp_path / "v" / name / file
+        if content is None:
+            path.unlink()
+        else:
+            path.write_text(content)
+    (tmp_path / "v" / "nothing").mkdir()  # neither file: not a voice
+    shutil.copytree(tmp_path / "v" / "keep", tmp_path / "v" / ".hidden")  # hidden: not a voice
+    with caplog.at_level(logging.WARNING, logger="tts_core.server.voices"):
+        listed = registry.list()
+        registry.list()
+        damaged = {name: registry.get(name) for name in DAMAGE}
+    custom = {v.name: (v.status, v.problem) for v in listed if v.kind == "custom"}
+    expected = {name: ("damaged", problem) for name, (_, _, problem) in DAMAGE.items()}
+    assert custom == {"keep": ("ok", None), **expected}
+    assert set(custom) <= set(registry.names())
+    assert [v.status for v in damaged.values()] == ["damaged"] * len(DAMAGE)
+    assert damaged["no-clip"].transcript == "text of no-clip"  # what is readable still shows
+    warned = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(warned) == len(DAMAGE)  # once per folder, not per list() or get()
+    assert registry.get("keep").as_json()["status"] == "ok"
+    assert "problem" not in registry.get("keep").as_json()
+    assert damaged["text-clip"].as_json() | {"created_at": 0} == {
+        "id": "text-clip", "object": "voice", "name": "text-clip", "kind": "custom",
+        "transcript": "text of text-clip", "description": "", "created_at": 0,
+        "status": "damaged", "problem": "reference.wav is not readable audio",
+    }  # fmt: skip
+    assert not issubclass(VoiceDamaged, (InputError, VoiceNotFound))  # not the client's fault
+    message = "The stored voice 'text-clip' is damaged (reference.wav is not readable audio); "
+    with pytest.raises(VoiceDamaged) as caught:
+        registry.load("text-clip")
+    assert str(caught.value) == message + "delete it and register it again."
+    for name in DAMAGE:
+        with pytest.raises(VoiceDamaged, match=f"'{name}' is damaged"):
+            registry.load(name)
+    for name in ("nothing", ".hidden"):
+        with pytest.raises(VoiceNotFound):
+            registry.get(name)
+        with pytest.raises(VoiceNotFound):
+            registry.delete(name)
+    assert registry.register("no-clip", clip, "fixed", replace=True).status == "ok"
+    for name in set(DAMAGE) - {"no-clip"}:
+        registry.delete(name)
+        assert not (tmp_path / "v" / name).exists()
+    assert [v.name for v in registry.list() if v.kind == "custom"] == ["keep", "no-clip"]
+    assert (tmp_path / "v" / "nothing").is_dir()  # not a voice: not ours to remove
+
+
+def test_delete_and_replace_never_reach_outside_the_store(tmp_path, speech_like, write_clip):
+    clip = write_clip("a.wav", speech_like(2.0, 24_000))
+    VoiceRegistry(tmp_path / "elsewhere").register("shared", clip, "kept by an admin")
+    registry = VoiceRegistry(tmp_path / "v")
+    registry.register("keep", clip, None)
+    os.symlink(tmp_path / "elsewhere" / "shared", tmp_path / "v" / "linked")
+    os.symlink(tmp_path / "v" / "keep", tmp_path / "v" / "alias")
+    assert registry.load("linked")[0].transcript == "kept by an admin"  # readable, not ours
+    with pytest.raises(FileExistsError, match="outside the voice store"):
+        registry.delete("linked")
+    with pytest.raises(FileExistsError, match="outside the voice store"):
+        registry.register("linked", clip, None, replace=True)
+    assert registry.get("linked").transcript == "kept by an admin"
+    assert sorted(p.name for p in (tmp_path / "elsewhere" / "shared").iterdir()) == [
+        "meta.json", "reference.wav"]  # fmt: skip
+    registry.delete("alias")  # a link inside the store: the link goes, never what it points to
+    assert not os.path.lexists(tmp_path / "v" / "alias")
+    assert registry.load("keep")[0].name == "keep"
+    for bad in ("../elsewhere/shared", "..", "/etc"):
+        with pytest.raises(VoiceNotFound):
+            registry.delete(bad)
+    with pytest.raises(FileExistsError):
+        registry.delete("alloy")
+    assert (tmp_path / "elsewhere" / "shared" / "reference.wav").is_file()
 
 
 def test_transcripts_are_checked_like_synthesis_input(tmp_path, speech_like, write_clip):
@@ -159,8 +254,11 @@ def test_registration_errors_over_http(espeak_backend, tmp_path, speech_like, wr
         assert_error(register(url, "text", not_audio), 400, "file")
         big = write_clip("big.wav", speech_like(6.0, 24_000))  # 288 kB > 200 kB
         assert_error(register(url, "big", big), 413, "file")
-        no_file = httpx.post(f"{url}/v1/audio/voices", data={"name": "x"}, timeout=10)
+        no_file = httpx.post(f"{url}/v1/audio/voices", data={"name": "x"}, timeout=10,
+                             files={"other": ("a.txt", b"x")})  # fmt: skip
         assert_error(no_file, 400, "file")
+        not_a_form = httpx.post(f"{url}/v1/audio/voices", data={"name": "x"}, timeout=10)
+        assert_error(not_a_form, 415, "file")
         assert httpx.delete(f"{url}/v1/audio/voices/first", timeout=10).json()["deleted"]
         assert_error(httpx.delete(f"{url}/v1/audio/voices/first", timeout=10), 404, "voice")
         assert_error(httpx.delete(f"{url}/v1/audio/voices/alloy", timeout=10), 400, "voice")

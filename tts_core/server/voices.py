@@ -2,31 +2,57 @@
 
 A voice is a reference clip (+ optional transcript) that the engine clones. Built-in voices
 carry OpenAI's stock names so unmodified OpenAI clients work. Registered voices are kept on
-disk, one folder per voice (`<root>/<name>/reference.wav` + `meta.json`), written to a temp
-folder and renamed into place, so they survive a restart and a crash never leaves half a voice.
+disk, one folder per voice (`<root>/<name>/reference.wav` + `meta.json`), written by
+voice_store so that a crash or a full disk never loses a voice or leaves files behind.
+Readers take the same lock as a replace, and `load()` reads the clip into memory, so a
+replace or delete never pulls a file from under a request. The lock is per process: one
+registry per root. Hand-damaged folders are listed as "damaged" so they can be deleted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import re
-import shutil
-import tempfile
+import logging
 import threading
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
-from ..audio import SAMPLE_RATE, to_int16
+from ..audio import resample
 from ..engine import InputError, Limits
 from ..engine.validation import clean_reference_text, prepare_reference
+from .voice_store import (
+    META_FILE,
+    NAME_PATTERN,
+    REFERENCE_FILE,
+    VoiceStoreError,
+    probe,
+    recover,
+    remove,
+    stage,
+    store_errors,
+    swap,
+    trash,
+)
+
+__all__ = [
+    "BUILTIN_FOLDER",
+    "NAME_PATTERN",
+    "NamedVoice",
+    "VoiceDamaged",
+    "VoiceNotFound",
+    "VoiceRegistry",
+    "VoiceStoreError",
+    "check_name",
+]
+
+log = logging.getLogger(__name__)
 
 BUILTIN_FOLDER = Path(__file__).resolve().parents[2] / "assets" / "voices"
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-REFERENCE_FILE, META_FILE = "reference.wav", "meta.json"
+UNREADABLE_CLIP = "reference.wav is not readable audio"
 
 
 @dataclass
@@ -37,15 +63,23 @@ class NamedVoice:
     kind: str  # "builtin" or "custom"
     description: str = ""
     created_at: int = 0
+    status: str = "ok"  # "ok" or "damaged": a custom folder whose files cannot be used
+    problem: str | None = None  # what is wrong with a damaged one, without paths
 
     def as_json(self) -> dict:
         data = asdict(self)
         data.pop("reference")
+        if data["problem"] is None:
+            data.pop("problem")
         return {"id": self.name, "object": "voice", **data}
 
 
 class VoiceNotFound(KeyError):
     pass
+
+
+class VoiceDamaged(Exception):
+    """A stored voice's files cannot be used: the server's problem, not the request's."""
 
 
 class VoiceRegistry:
@@ -55,71 +89,143 @@ class VoiceRegistry:
         self.root = Path(root)
         self._builtin = _load_builtins(builtin_folder)
         self._lock = threading.Lock()
+        self._warned: set[tuple[str, str | None]] = set()
+        recover(self.root)
 
     def names(self) -> list[str]:
-        return sorted(self._builtin) + sorted(v.name for v in self._custom())
+        return [voice.name for voice in self.list()]
 
     def list(self) -> list[NamedVoice]:
-        return [self._builtin[n] for n in sorted(self._builtin)] + self._custom()
+        """Built-in voices, then custom ones, damaged ones included (see `status`)."""
+        with self._lock:
+            return [self._builtin[n] for n in sorted(self._builtin)] + self._custom()
 
     def get(self, name: str) -> NamedVoice:
-        if name in self._builtin:
-            return self._builtin[name]
-        if NAME_PATTERN.match(name):
-            voice = _read_custom(self.root / name)
-            if voice is not None:
-                return voice
-        raise VoiceNotFound(name)
+        with self._lock:
+            return self._get(name)
+
+    def load(self, name: str) -> tuple[NamedVoice, np.ndarray]:
+        """The voice and its whole clip as float32 mono 24 kHz samples.
+
+        Read under the lock, so the clip matches the voice's transcript and a concurrent
+        replace or delete cannot pull it away. Raises VoiceNotFound, or VoiceDamaged.
+        """
+        with self._lock:
+            voice = self._get(name)
+            if voice.status == "ok":
+                try:
+                    return voice, _read_clip(voice.reference)
+                except Exception:  # noqa: BLE001 - libsndfile raises several types for "not audio"
+                    if voice.kind == "builtin":
+                        raise  # a broken install, not a stored voice the user can fix
+                    damaged = dataclasses.replace(voice, status="damaged", problem=UNREADABLE_CLIP)
+                    voice = self._note(damaged)
+        raise VoiceDamaged(
+            f"The stored voice '{name}' is damaged ({voice.problem}); "
+            "delete it and register it again."
+        )
 
     def register(
         self,
         name: str,
-        audio_source: str | Path | tuple[int, np.ndarray],
+        audio_source: str | Path | bytes | tuple[int, np.ndarray],
         transcript: str | None,
         limits: Limits | None = None,
         replace: bool = False,
     ) -> NamedVoice:
         """Check the clip like a synthesis reference (InputError), then store it under `name`.
 
-        Raises FileExistsError when the name is taken and `replace` is false.
+        Raises FileExistsError when the name is taken and `replace` is false, and
+        VoiceStoreError when the disk is full or the store is not writable.
         """
         check_name(name)
         if name in self._builtin:
             raise FileExistsError(f"'{name}' is a built-in voice and cannot be replaced.")
         limits = limits or Limits()
         transcript = clean_reference_text(transcript, limits)
-        audio, _notices = prepare_reference(audio_source, limits)
+        # a clip longer than the limit is cut, unless a transcript would no longer match it
+        audio, _notices = prepare_reference(audio_source, limits, transcript is not None)
         if audio is None:
             raise InputError("A reference clip is needed to register a voice.")
-        with self._lock:
-            target = self.root / name
-            if target.exists() and not replace:
-                raise FileExistsError(f"A voice named '{name}' already exists.")
-            self._write(target, name, audio, transcript)
-        return self.get(name)
+        with self._lock:  # refuse a taken name before writing anything
+            self._check_free(name, replace)
+        with store_errors():
+            staging = stage(self.root, name, audio, transcript)
+            try:
+                with self._lock:
+                    self._check_free(name, replace)
+                    swap(staging, self.root / name)
+                    self._forget(name)
+                    return self._get(name)
+            finally:
+                remove(staging)  # left by a failed swap; already gone after a good one
 
     def delete(self, name: str) -> None:
+        """Remove a custom voice, damaged or not.
+
+        Raises VoiceNotFound, or FileExistsError for a built-in voice or a folder linked from
+        outside the store (not ours to remove).
+        """
         if name in self._builtin:
             raise FileExistsError(f"'{name}' is a built-in voice and cannot be deleted.")
         with self._lock:
-            self.get(name)  # VoiceNotFound
-            shutil.rmtree(self.root / name)
+            target = self.root / name
+            if not NAME_PATTERN.match(name) or _read_custom(target) is None:
+                raise VoiceNotFound(name)
+            self._refuse_outside(target, "deleted")
+            with store_errors():
+                trashed = trash(target)  # one rename: readers see the voice or nothing
+            self._forget(name)
+        remove(trashed)  # outside the lock: readers need not wait for the disk
 
-    def _write(self, target: Path, name: str, audio: np.ndarray, transcript: str | None) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.root))
-        sf.write(staging / REFERENCE_FILE, to_int16(audio), SAMPLE_RATE, subtype="PCM_16")
-        meta = {"name": name, "transcript": transcript, "created_at": int(time.time())}
-        (staging / META_FILE).write_text(json.dumps(meta, ensure_ascii=False, indent=1))
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+    def store_problem(self) -> str | None:
+        """For a start-up warning: why `root` cannot take voices, or None when it can."""
+        return probe(self.root)
+
+    def _get(self, name: str) -> NamedVoice:
+        if name in self._builtin:
+            return self._builtin[name]
+        voice = _read_custom(self.root / name) if NAME_PATTERN.match(name) else None
+        if voice is None:
+            raise VoiceNotFound(name)
+        return self._note(voice)
 
     def _custom(self) -> list[NamedVoice]:
         if not self.root.is_dir():
             return []
-        found = (_read_custom(p) for p in sorted(self.root.iterdir()) if p.is_dir())
-        return [v for v in found if v is not None and v.name not in self._builtin]
+        found = (_read_custom(p) for p in sorted(self.root.iterdir()))
+        return [self._note(v) for v in found if v is not None and v.name not in self._builtin]
+
+    def _check_free(self, name: str, replace: bool) -> None:
+        target = self.root / name
+        if not (target.exists() or target.is_symlink()):
+            return
+        if _read_custom(target) is None:  # never overwrite what we did not write
+            raise FileExistsError(f"The name '{name}' is taken by a folder that is not a voice.")
+        if not replace:
+            raise FileExistsError(f"A voice named '{name}' already exists.")
+        self._refuse_outside(target, "replaced")
+
+    def _refuse_outside(self, target: Path, verb: str) -> None:
+        if not target.resolve().is_relative_to(self.root.resolve()):
+            raise FileExistsError(
+                f"The voice '{target.name}' is kept outside the voice store and cannot be {verb}."
+            )
+
+    def _note(self, voice: NamedVoice) -> NamedVoice:
+        """Log a damaged voice once per problem, so an admin hears of it without a flood."""
+        key = (voice.name, voice.problem)
+        if voice.status != "ok" and key not in self._warned:
+            self._warned.add(key)
+            log.warning(
+                "Voice folder %s is damaged: %s. Delete the voice and register it again.",
+                voice.reference.parent,
+                voice.problem,
+            )
+        return voice
+
+    def _forget(self, name: str) -> None:
+        self._warned = {key for key in self._warned if key[0] != name}
 
 
 def check_name(name: object) -> str:
@@ -131,21 +237,54 @@ def check_name(name: object) -> str:
     return name
 
 
+def _read_clip(path: Path) -> np.ndarray:
+    """The whole clip as float32 mono 24 kHz (a hand-placed file may have another format)."""
+    audio, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    if audio.size == 0:
+        raise ValueError("no audio")
+    return resample(audio.mean(axis=1), rate)
+
+
 def _read_custom(folder: Path) -> NamedVoice | None:
+    """The voice in `folder`, status "damaged" if its files are bad; None if it holds none."""
     meta_path, reference = folder / META_FILE, folder / REFERENCE_FILE
-    if folder.name.startswith(".") or not meta_path.is_file() or not reference.is_file():
+    if folder.name.startswith(".") or not folder.is_dir():
         return None
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError):  # half-written or damaged: skip it, keep serving the rest
+    if not meta_path.is_file() and not reference.is_file():
         return None
+    meta, problem = {}, None
+    if not meta_path.is_file():
+        problem = "meta.json is missing"
+    else:
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except OSError:
+            problem = "meta.json is not readable"
+        except ValueError:
+            problem = "meta.json is not valid JSON"
+        if not isinstance(meta, dict):
+            meta, problem = {}, "meta.json is not a JSON object"
+    problem = problem or _clip_problem(reference)
+    transcript, created_at = meta.get("transcript"), meta.get("created_at")
     return NamedVoice(
         name=folder.name,
         reference=reference,
-        transcript=meta.get("transcript"),
+        transcript=transcript if isinstance(transcript, str) else None,
         kind="custom",
-        created_at=int(meta.get("created_at", 0)),
+        created_at=created_at if isinstance(created_at, int) else 0,
+        status="damaged" if problem else "ok",
+        problem=problem,
     )
+
+
+def _clip_problem(reference: Path) -> str | None:
+    if not reference.is_file():
+        return "reference.wav is missing"
+    try:
+        frames = sf.info(str(reference)).frames  # the header only: list() stays cheap
+    except Exception:  # noqa: BLE001 - libsndfile raises several types for "not audio"
+        frames = 0
+    return None if frames > 0 else UNREADABLE_CLIP
 
 
 def _load_builtins(folder: Path) -> dict[str, NamedVoice]:
