@@ -39,7 +39,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--voices-dir", default=None,
                    help="where registered voices are kept "
                    "(default: $TTS_VOICES_DIR or ~/.local/share/tts_core/voices)")  # fmt: skip
-    return p.parse_args(argv)
+    p.add_argument("--allowed-origins", default=os.environ.get("TTS_ALLOWED_ORIGINS", ""),
+                   help="comma-separated web origins, besides the server's own, whose pages may "
+                   "call the API (e.g. https://example.org); '*' allows any")  # fmt: skip
+    p.add_argument("--api-key", default=os.environ.get("TTS_API_KEY") or None,
+                   help="require 'Authorization: Bearer KEY' on /v1 (env TTS_API_KEY)")  # fmt: skip
+    args = p.parse_args(argv)
+    try:
+        args.max_file_bytes = parse_file_size(args.max_file_size)
+    except ValueError as exc:
+        p.error(f"--max-file-size: {exc}")
+    if args.queue_size < 0 or (args.max_concurrent is not None and args.max_concurrent < 1):
+        p.error("--queue-size must be >= 0 and --max-concurrent >= 1")
+    return args
+
+
+def parse_file_size(text: str) -> int:
+    """'20mb' -> 20971520, as Gradio reads --max-file-size (units b, kb, mb, gb of 1024)."""
+    units = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
+    value = text.strip().lower().replace(" ", "")
+    number = value.rstrip("kmgb")
+    unit = value[len(number) :] or "b"
+    if not number.isdigit() or unit not in units or int(number) <= 0:
+        raise ValueError(f"expected a size such as 20mb or 500kb, got {text!r}")
+    return int(number) * units[unit]
 
 
 def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported lazily
@@ -50,7 +73,10 @@ def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported l
     ensure_ffmpeg_on_path()
     limits = Limits(max_chars=args.max_chars, max_reference_s=args.max_reference_seconds)
     config = EngineConfig(
-        limits=limits, crossfade_ms=args.crossfade_ms, max_concurrent=args.max_concurrent
+        limits=limits,
+        crossfade_ms=args.crossfade_ms,
+        max_concurrent=args.max_concurrent,
+        max_queue=args.queue_size,
     )
     engine = get_engine(args.model, args.device, config, allow_fallback=not args.no_fallback)
     info = engine.info()
@@ -70,15 +96,21 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     demo = build_app(args)
     from tts_core.engine import get_engine
-    from tts_core.server import launch_with_routes
+    from tts_core.server import AccessPolicy, ApiConfig, launch_with_routes
 
+    origins = tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip())
+    access = AccessPolicy(bind_host=args.host, allowed_origins=origins, api_key=args.api_key)
     launch_with_routes(
         demo,
         lambda: get_engine(args.model, args.device),  # the engine build_app loaded (cached)
         voices_dir=args.voices_dir,
+        config=ApiConfig(max_upload_bytes=args.max_file_bytes, access=access),
         server_name=args.host,
         server_port=args.port,
-        max_file_size=args.max_file_size,
+        max_file_size=args.max_file_bytes,
+        # Gradio keeps per-session state for this many sessions (default 10000); the page
+        # keeps none worth 10000 visitors' memory
+        state_session_capacity=200,
         share=args.share,
         footer_links=["api", "gradio"],
     )

@@ -135,9 +135,10 @@ def parse_streamed_wav(data: bytes) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def api(espeak_backend, tmp_path_factory):
-    """(base url, engine): paced eSpeak at 6x real time, two slots, busy after 0.3 s."""
-    engine = RecordingEngine(PacedBackend(espeak_backend, 6.0), EngineConfig(max_concurrent=2))
-    app = make_api(engine, tmp_path_factory.mktemp("voices"), busy_wait_s=0.3)
+    """(base url, engine): paced eSpeak at 6x real time, two slots, eight may wait."""
+    config = EngineConfig(max_concurrent=2, max_queue=8)
+    engine = RecordingEngine(PacedBackend(espeak_backend, 6.0), config)
+    app = make_api(engine, tmp_path_factory.mktemp("voices"))
     with serve(app) as url:
         yield url, engine
 
@@ -225,7 +226,8 @@ def test_bad_requests_get_openai_errors(api, body, status, param):
 
 
 def test_body_that_is_not_json_is_a_400(api):
-    response = httpx.post(f"{api[0]}/v1/audio/speech", content=b"{not json", timeout=10)
+    response = httpx.post(f"{api[0]}/v1/audio/speech", content=b"{not json", timeout=10,
+                          headers={"Content-Type": "application/json"})  # fmt: skip
     assert_error(response, 400)
 
 
@@ -239,9 +241,10 @@ def test_input_longer_than_the_engine_limit_is_split(espeak_backend, tmp_path):
 
 
 def test_busy_engine_answers_503_then_recovers(espeak_backend, tmp_path):
-    engine = RecordingEngine(PacedBackend(espeak_backend, 3.0), EngineConfig(max_concurrent=1))
+    config = EngineConfig(max_concurrent=1, max_queue=0)
+    engine = RecordingEngine(PacedBackend(espeak_backend, 3.0), config)
     body = {"input": LONG_TEXT, "voice": "alloy", "response_format": "pcm"}
-    with serve(make_api(engine, tmp_path, busy_wait_s=0.2)) as url:
+    with serve(make_api(engine, tmp_path)) as url:
         with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=60) as first:
             chunks = first.iter_bytes()  # kept referenced: a dropped iterator closes the stream
             next(chunks)  # the one slot is now taken

@@ -26,6 +26,7 @@ Gradio in your own FastAPI app served by uvicorn:
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Callable
@@ -33,12 +34,21 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import Engine
+from .access import AccessPolicy
 from .state import ApiConfig, ServerState, default_voices_dir
 from .voices import VoiceRegistry
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 
-__all__ = ["ApiConfig", "ServerState", "default_voices_dir", "install_routes", "launch_with_routes"]
+__all__ = [
+    "AccessPolicy",
+    "ApiConfig",
+    "ServerState",
+    "default_voices_dir",
+    "install_routes",
+    "launch_with_routes",
+]
+log = logging.getLogger(__name__)
 
 
 def install_routes(
@@ -51,9 +61,13 @@ def install_routes(
     from .openai_api import make_openai_router
     from .pcm_stream import make_pcm_router
 
+    voices = VoiceRegistry(voices_dir or default_voices_dir())
+    problem = voices.store_problem()
+    if problem:
+        log.warning("voice store %s: %s; registering voices will fail", voices.root, problem)
     state = ServerState(
         engine_provider=engine_provider,
-        voices=VoiceRegistry(voices_dir or default_voices_dir()),
+        voices=voices,
         config=config or ApiConfig(),
         upload_roots=(gradio_upload_folder(), ASSETS),
     )

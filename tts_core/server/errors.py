@@ -1,7 +1,9 @@
 """Errors of the HTTP API in OpenAI's shape: {"error": {"message", "type", "param", "code"}}.
 
-Status codes: 400 bad input, 404 unknown voice, 409 voice name taken, 413 too large (input
-text over the limit, oversized upload), 503 engine busy, 500 unexpected.
+Status codes: 400 bad input, 401 missing/wrong API key, 403 refused Host or Origin, 404
+unknown voice, 409 voice name taken, 413 too large (input text over the limit, oversized
+upload), 415 body not JSON / not a form, 503 engine busy (with Retry-After) or voice store not
+writable, 507 no disk space for voices, 500 unexpected or a damaged stored voice.
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ from fastapi.responses import JSONResponse
 
 _TYPES = {
     400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     409: "conflict_error",
     413: "request_too_large",
+    415: "invalid_request_error",
     503: "server_busy",
+    507: "server_error",
     500: "server_error",
 }
 

@@ -17,19 +17,24 @@ import logging
 import threading
 from typing import Any, Literal
 
+import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from ..engine import InputError, SynthesisParams, SynthesisRequest
+from ..audio import SAMPLE_RATE
+from ..engine import SynthesisParams, SynthesisRequest
 from .audio_formats import CONTENT_TYPES, make_encoder
 from .errors import ApiError
 from .route_utils import api_errors, read_json, validation_to_api_error
 from .state import ServerState
-from .streaming import chain_events, open_streams, run_in_thread, wait_for_free_slot
+from .streaming import chain_events, engine_errors, open_streams, run_in_thread
 from .text_split import split_text
-from .voice_routes import add_voice_routes
-from .voices import NamedVoice, VoiceNotFound
+from .voice_routes import add_voice_routes, load_voice
+from .voices import NamedVoice
+
+# the engine's field names -> this API's
+API_PARAMS = {"text": "input", "reference": "voice", "reference_text": "voice"}
 
 log = logging.getLogger(__name__)
 
@@ -66,18 +71,14 @@ def make_openai_router(state: ServerState) -> APIRouter:
     @router.post("/v1/audio/speech")
     @api_errors
     async def speech(request: Request):  # noqa: ANN202 - StreamingResponse | JSONResponse
+        state.config.access.check(request, api=True)
         body = parse_speech_body(await read_json(request), state.config.max_input_chars)
-        voice = lookup_voice(state, body.voice)
+        voice, clip = await load_voice(state, body.voice)
         engine = state.engine
-        if not await wait_for_free_slot(engine, state.config.busy_wait_s):
-            raise ApiError(503, "The speech engine is busy; retry shortly.", None,
-                           "engine_busy", {"Retry-After": "1"})  # fmt: skip
-        requests = build_requests(body, voice, engine.config.limits.max_chars)
+        requests = build_requests(body, voice, clip, engine.config.limits.max_chars)
         cancel = threading.Event()
-        try:
+        with engine_errors(API_PARAMS):
             streams = await asyncio.to_thread(open_streams, engine, requests, cancel)
-        except InputError as exc:
-            raise ApiError(400, str(exc), "input", "invalid_value") from None
         sse = body.stream_format == "sse"
         produce = _producer(streams, body.response_format, sse)
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]
@@ -86,7 +87,8 @@ def make_openai_router(state: ServerState) -> APIRouter:
 
     @router.get("/v1/models")
     @api_errors
-    async def models() -> JSONResponse:
+    async def models(request: Request) -> JSONResponse:
+        state.config.access.check(request, api=True)
         info = state.engine.info()
         names = [*state.config.model_names, info["model"]]
         data = [{"id": n, "object": "model", "owned_by": "tts_core"} for n in names]
@@ -112,16 +114,10 @@ def parse_speech_body(payload: object, max_input_chars: int) -> SpeechBody:
     return body
 
 
-def lookup_voice(state: ServerState, name: str) -> NamedVoice:
-    try:
-        return state.voices.get(name)
-    except VoiceNotFound:
-        known = ", ".join(state.voices.names())
-        raise ApiError(404, f"Unknown voice '{name}'. Known voices: {known}.", "voice",
-                       "voice_not_found") from None  # fmt: skip
-
-
-def build_requests(body: SpeechBody, voice: NamedVoice, max_chars: int) -> list[SynthesisRequest]:
+def build_requests(
+    body: SpeechBody, voice: NamedVoice, clip: np.ndarray, max_chars: int
+) -> list[SynthesisRequest]:
+    """One engine request per piece of the input; the clip was read once, into memory."""
     params = SynthesisParams(
         language=body.language,
         temperature=body.temperature,
@@ -131,7 +127,7 @@ def build_requests(body: SpeechBody, voice: NamedVoice, max_chars: int) -> list[
         seed=body.seed,
     )
     return [
-        SynthesisRequest(piece, str(voice.reference), voice.transcript, params)
+        SynthesisRequest(piece, (SAMPLE_RATE, clip), voice.transcript, params)
         for piece in split_text(body.input, max_chars)
     ]
 

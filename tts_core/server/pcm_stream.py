@@ -25,13 +25,14 @@ from pathlib import Path
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from ..audio import SAMPLE_RATE
 from ..engine import BackendError, InputError, SynthesisParams, SynthesisRequest
 from .audio_formats import pcm16_bytes
 from .errors import ApiError
 from .route_utils import api_errors, read_json
 from .state import ServerState
-from .streaming import chain_events, open_streams, run_in_thread
-from .voices import VoiceNotFound
+from .streaming import chain_events, engine_errors, open_streams, run_in_thread
+from .voice_routes import load_voice
 
 FRAME_PCM, FRAME_STATS, FRAME_ERROR = 1, 2, 3
 log = logging.getLogger(__name__)
@@ -49,18 +50,17 @@ def make_pcm_router(state: ServerState) -> APIRouter:
     @router.post(state.config.pcm_route)
     @api_errors
     async def pcm_stream(request: Request) -> StreamingResponse:
+        state.config.access.check(request, api=False)  # the page's own route: no API key
         payload = await read_json(request)
         if not isinstance(payload, dict):
             raise ApiError(400, "The request body must be a JSON object.")
-        synthesis = page_request(state, payload)
+        synthesis = await page_request(state, payload)
         cancel = threading.Event()
-        try:
+        with engine_errors():
             if synthesis.reference is None:  # nothing to decode: validate inline, no thread hop
                 streams = open_streams(state.engine, [synthesis], cancel)
             else:
                 streams = await asyncio.to_thread(open_streams, state.engine, [synthesis], cancel)
-        except InputError as exc:
-            raise ApiError(400, str(exc), None, "invalid_value") from None
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         body = run_in_thread(_producer(streams), cancel)
         return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
@@ -68,21 +68,16 @@ def make_pcm_router(state: ServerState) -> APIRouter:
     return router
 
 
-def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
+async def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
     """The page's JSON -> a SynthesisRequest (the engine validates values later)."""
     known = {k: payload.get(k) for k in _PARAM_FIELDS if payload.get(k) not in (None, "")}
     params = SynthesisParams(language=str(payload.get("language") or "auto"), **known)
     reference_text = payload.get("reference_text") or None
     voice_name = payload.get("voice")
     if voice_name:
-        try:
-            voice = state.voices.get(str(voice_name))
-        except VoiceNotFound:
-            raise ApiError(404, f"Unknown voice '{voice_name}'.", "voice",
-                           "voice_not_found") from None  # fmt: skip
-        return SynthesisRequest(
-            payload.get("text", ""), str(voice.reference), voice.transcript, params
-        )
+        voice, clip = await load_voice(state, str(voice_name))
+        return SynthesisRequest(payload.get("text", ""), (SAMPLE_RATE, clip), voice.transcript,
+                                params)  # fmt: skip
     reference = trusted_reference(payload.get("reference"), state.upload_roots)
     return SynthesisRequest(payload.get("text", ""), reference, reference_text, params)
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the routes: error wrapping, JSON body reading, pydantic -> 400.
+"""Helpers shared by the routes: error wrapping, bounded body reading, pydantic -> 400.
 
 The routes may be added to an app that is already serving (Gradio's), whose exception
 handlers are fixed by then, so every route turns its own errors into responses.
@@ -9,11 +9,13 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
 from pydantic import ValidationError
+from starlette.datastructures import FormData
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from .errors import ApiError
 
@@ -38,19 +40,64 @@ def api_errors(route: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[
 
 
 async def read_json(request: Request, limit: int = MAX_JSON_BYTES) -> Any:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"The request body is larger than {limit} bytes.", None, "too_large")
-    raw = b""
-    async for part in request.stream():
-        raw += part
-        if len(raw) > limit:
-            raise ApiError(413, f"The request body is larger than {limit} bytes.", None,
-                           "too_large")  # fmt: skip
+    """The JSON body: 415 unless labelled application/json (a cross-site page can send
+    text/plain without asking first), 413 past `limit`, 400 when not JSON (deep nesting and
+    over-long integers included)."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise ApiError(415, "Send the request body as JSON with 'Content-Type: application/json'.",
+                       None, "unsupported_media_type")  # fmt: skip
+    raw = b"".join([part async for part in limited_body(request, limit, _body_too_large)])
     try:
         return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ApiError(400, "The request body must be JSON.", None, "invalid_json") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: JSONDecodeError and
+        # "Exceeds the limit (4300 digits) for integer string conversion"
+        raise ApiError(400, "The request body must be valid JSON.", None, "invalid_json") from None
+
+
+async def read_form(
+    request: Request,
+    limit: int,
+    too_large: Callable[[], ApiError],
+    max_files: int = 2,
+    max_fields: int = 10,
+    max_field_bytes: int = 64 * 1024,
+) -> FormData:
+    """A multipart/form-data body, counted while it arrives: nothing past `limit` bytes is
+    read or spooled (413 from `too_large()`); too many parts or a text field over
+    `max_field_bytes` is a 400. The caller closes the returned form."""
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "multipart/form-data":
+        raise ApiError(415, "Send the voice as multipart/form-data, the clip in a file field "
+                       "named 'file'.", "file", "unsupported_media_type")  # fmt: skip
+    parser = MultiPartParser(request.headers, limited_body(request, limit, too_large),
+                             max_files=max_files, max_fields=max_fields,
+                             max_part_size=max_field_bytes)  # fmt: skip
+    try:
+        return await parser.parse()
+    except MultiPartException as exc:
+        raise ApiError(400, f"Malformed form: {exc}", None, "invalid_form") from None
+
+
+async def limited_body(
+    request: Request, limit: int, too_large: Callable[[], ApiError]
+) -> AsyncIterator[bytes]:
+    """The request body's chunks; raises `too_large()` as soon as more than `limit` bytes
+    are declared or have arrived (a chunked upload declares nothing)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large()
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise too_large()
+        yield chunk
+
+
+def _body_too_large() -> ApiError:
+    return ApiError(413, f"The request body is larger than {MAX_JSON_BYTES} bytes.", None,
+                    "too_large")  # fmt: skip
 
 
 def validation_to_api_error(exc: ValidationError) -> ApiError:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..engine import Engine
+from .access import AccessPolicy
 from .voices import VoiceRegistry
 
 ENV_VOICES_DIR = "TTS_VOICES_DIR"
@@ -24,9 +25,9 @@ def default_voices_dir() -> Path:
 @dataclass
 class ApiConfig:
     max_input_chars: int = 4096  # like OpenAI; longer engine limits are met by splitting
-    max_upload_bytes: int = 20 * 1024 * 1024  # voice registration clip
-    busy_wait_s: float = 2.0  # how long a request waits for a free engine slot before 503
+    max_upload_bytes: int = 20 * 1024 * 1024  # voice registration clip (--max-file-size)
     pcm_route: str = "/tts_stream/pcm"  # the page's low-latency player
+    access: AccessPolicy = field(default_factory=AccessPolicy)  # Host, Origin, API key
     model_names: tuple[str, ...] = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # all accepted
 
 

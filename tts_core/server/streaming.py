@@ -12,8 +12,10 @@ import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 
-from ..engine import Engine, StreamEvent, SynthesisRequest
+from ..engine import Engine, EngineBusy, InputError, StreamEvent, SynthesisRequest
+from .errors import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +66,31 @@ async def run_in_thread(
 def open_streams(
     engine: Engine, requests: list[SynthesisRequest], cancel: threading.Event
 ) -> list[Iterator[StreamEvent]]:
-    """Validate every request now (raises InputError); nothing runs until iterated."""
-    return [engine.stream(request, cancel) for request in requests]
+    """Take a place in line and validate every request now (EngineBusy, InputError); nothing
+    runs until iterated. On an error the places already taken are given back."""
+    streams: list[Iterator[StreamEvent]] = []
+    try:
+        for request in requests:
+            streams.append(engine.stream(request, cancel))
+    except BaseException:
+        for stream in streams:
+            stream.close()
+        raise
+    return streams
+
+
+@contextmanager
+def engine_errors(params: dict[str, str] | None = None) -> Iterator[None]:
+    """InputError -> 400 naming the field (engine names mapped through `params`);
+    EngineBusy -> 503 with Retry-After."""
+    try:
+        yield
+    except InputError as exc:
+        param = (params or {}).get(exc.param, exc.param)
+        raise ApiError(400, str(exc), param, "invalid_value") from None
+    except EngineBusy as exc:
+        raise ApiError(503, str(exc), None, "engine_busy",
+                       {"Retry-After": str(exc.retry_after_s)}) from None  # fmt: skip
 
 
 def chain_events(
@@ -83,17 +108,3 @@ def chain_events(
             close = getattr(stream, "close", None)
             if close is not None:
                 close()  # runs the engine's cleanup (releases its slot) at once
-
-
-def engine_is_busy(engine: Engine) -> bool:
-    return engine.active_requests >= engine.max_concurrent
-
-
-async def wait_for_free_slot(engine: Engine, wait_s: float) -> bool:
-    """True once the engine has a free slot; False if it stays full for `wait_s` seconds."""
-    deadline = asyncio.get_running_loop().time() + max(0.0, wait_s)
-    while engine_is_busy(engine):
-        if asyncio.get_running_loop().time() >= deadline:
-            return False
-        await asyncio.sleep(0.05)
-    return True

@@ -1,93 +1,130 @@
 """Voice routes: GET /v1/audio/voices, POST /v1/audio/voices, DELETE /v1/audio/voices/{name}.
 
 Registration is multipart/form-data: `name`, the clip as `file` (or `audio_sample`, OpenAI's
-field name), optional `transcript` (or `reference_text`), optional `replace=true`. The clip is
+field name), optional `transcript` (or `reference_text`), optional `replace=true`. The body is
+counted while it arrives and refused past `--max-file-size`; the clip is decoded from memory,
 checked like a synthesis reference and stored as 24 kHz mono WAV; answers 201 with the voice.
 """
 
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from pathlib import Path
 
+import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 
 from ..engine import InputError
 from .errors import ApiError
-from .route_utils import api_errors
+from .route_utils import api_errors, read_form
 from .state import ServerState
-from .voices import VoiceNotFound, check_name
+from .voices import NamedVoice, VoiceDamaged, VoiceNotFound, VoiceStoreError, check_name
 
 FILE_FIELDS = ("file", "audio_sample")
 TRANSCRIPT_FIELDS = ("transcript", "reference_text")
+FORM_OVERHEAD = 64 * 1024  # multipart boundaries, part headers and the text fields
 
 
 def add_voice_routes(router: APIRouter, state: ServerState) -> None:
     @router.get("/v1/audio/voices")
     @api_errors
-    async def list_voices() -> JSONResponse:
+    async def list_voices(request: Request) -> JSONResponse:
+        state.config.access.check(request, api=True)
         voices = await asyncio.to_thread(state.voices.list)
         return JSONResponse({"object": "list", "data": [v.as_json() for v in voices]})
 
     @router.post("/v1/audio/voices")
     @api_errors
     async def register_voice(request: Request) -> JSONResponse:
+        state.config.access.check(request, api=True)
         limit = state.config.max_upload_bytes
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit + 64 * 1024:
-            raise _too_large(limit)
-        form = await request.form(max_files=2, max_fields=10)
+        form = await read_form(request, limit + FORM_OVERHEAD, lambda: _too_large(limit))
         try:
-            upload = next((form[k] for k in FILE_FIELDS if isinstance(form.get(k), UploadFile)),
-                          None)  # fmt: skip
-            if upload is None:
-                raise ApiError(400, "Send the reference clip as a file field named 'file'.",
-                               "file", "missing_file")  # fmt: skip
-            if upload.size is not None and upload.size > limit:
-                raise _too_large(limit)
-            name = str(form.get("name") or "").strip()
-            try:
-                check_name(name)
-            except InputError as exc:
-                raise ApiError(400, str(exc), "name", "invalid_value") from None
-            transcript = next((str(form[k]) for k in TRANSCRIPT_FIELDS if form.get(k)), None)
-            replace = str(form.get("replace", "")).lower() in ("1", "true", "yes")
-            voice = await _register(state, name, upload, transcript, replace)
+            name, clip, transcript, replace = await _registration(form, limit)
+            voice = await _register(state, name, clip, transcript, replace)
         finally:
             await form.close()
         return JSONResponse(voice.as_json(), status_code=201)
 
     @router.delete("/v1/audio/voices/{name}")
     @api_errors
-    async def delete_voice(name: str) -> JSONResponse:
+    async def delete_voice(request: Request, name: str) -> JSONResponse:
+        state.config.access.check(request, api=True)
         try:
             await asyncio.to_thread(state.voices.delete, name)
         except VoiceNotFound:
             raise ApiError(404, f"Unknown voice '{name}'.", "voice", "voice_not_found") from None
         except FileExistsError as exc:
             raise ApiError(400, str(exc), "voice", "builtin_voice") from None
+        except VoiceStoreError as exc:
+            raise _store_error(exc) from None
         return JSONResponse({"id": name, "object": "voice", "deleted": True})
 
 
-async def _register(state: ServerState, name: str, upload: UploadFile, transcript, replace):  # noqa: ANN001, ANN202
-    suffix = Path(upload.filename or "clip").suffix[:10]
-    with tempfile.NamedTemporaryFile(suffix=suffix) as tmp:
-        tmp.write(await upload.read())
-        tmp.flush()
-        limits = state.engine.config.limits
-        try:
-            return await asyncio.to_thread(
-                state.voices.register, name, tmp.name, transcript, limits, replace
-            )
-        except InputError as exc:
-            raise ApiError(400, str(exc), "file", "invalid_value") from None
-        except FileExistsError as exc:
-            raise ApiError(409, str(exc), "name", "voice_exists") from None
+async def load_voice(state: ServerState, name: str) -> tuple[NamedVoice, np.ndarray]:
+    """A named voice and its clip, read into memory (a later replace cannot change it under a
+    running request). 404 for an unknown name, 500 for a damaged stored voice."""
+    try:
+        return await asyncio.to_thread(state.voices.load, name)
+    except VoiceNotFound:
+        known = ", ".join(state.voices.names())
+        raise ApiError(404, f"Unknown voice '{name}'. Known voices: {known}.", "voice",
+                       "voice_not_found") from None  # fmt: skip
+    except VoiceDamaged as exc:
+        raise ApiError(500, str(exc), "voice", "voice_damaged") from None
+
+
+async def _registration(form: FormData, limit: int) -> tuple[str, bytes, str | None, bool]:
+    """(name, clip bytes, transcript, replace) from the form, or a 400/413."""
+    upload = next((form[k] for k in FILE_FIELDS if isinstance(form.get(k), UploadFile)), None)
+    if upload is None:
+        raise ApiError(400, "Send the reference clip as a file field named 'file'.", "file",
+                       "missing_file")  # fmt: skip
+    clip = await upload.read(limit + 1)
+    if len(clip) > limit:
+        raise _too_large(limit)
+    name = _text_field(form, ("name",)) or ""
+    try:
+        check_name(name.strip())
+    except InputError as exc:
+        raise ApiError(400, str(exc), "name", "invalid_value") from None
+    transcript = _text_field(form, TRANSCRIPT_FIELDS)
+    replace = (_text_field(form, ("replace",)) or "").lower() in ("1", "true", "yes")
+    return name.strip(), clip, transcript, replace
+
+
+def _text_field(form: FormData, keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        value = form.get(key)
+        if isinstance(value, UploadFile):
+            raise ApiError(400, f"'{key}' must be a text field, not a file.", key,
+                           "invalid_value")  # fmt: skip
+        if value:
+            return value
+    return None
+
+
+async def _register(state: ServerState, name: str, clip: bytes, transcript, replace):  # noqa: ANN001, ANN202
+    limits = state.engine.config.limits
+    try:
+        return await asyncio.to_thread(
+            state.voices.register, name, clip, transcript, limits, replace
+        )
+    except InputError as exc:
+        param = "transcript" if exc.param == "reference_text" else "file"
+        raise ApiError(400, str(exc), param, "invalid_value") from None
+    except FileExistsError as exc:
+        raise ApiError(409, str(exc), "name", "voice_exists") from None
+    except VoiceStoreError as exc:
+        raise _store_error(exc) from None
+
+
+def _store_error(exc: VoiceStoreError) -> ApiError:
+    code = "voice_store_full" if exc.status == 507 else "voice_store_unavailable"
+    return ApiError(exc.status, str(exc), None, code)
 
 
 def _too_large(limit: int) -> ApiError:
-    return ApiError(413, f"The reference clip is larger than {limit // (1024 * 1024)} MB.",
+    return ApiError(413, f"The reference clip is larger than {limit / (1024 * 1024):g} MB.",
                     "file", "file_too_large")  # fmt: skip

@@ -1,0 +1,132 @@
+"""Who may call the HTTP routes: Host allow-list, Origin check, optional API key.
+
+- Host: when the server is bound to a loopback address, a request must name a loopback host
+  (`localhost`, `127.0.0.1`, `[::1]`) or one of the allowed origins' hosts. A page on another
+  site that re-points its own DNS name at 127.0.0.1 (DNS rebinding) sends its own name and is
+  refused.
+- Origin: a browser sends `Origin` with every cross-site POST, including the "simple" ones a
+  page may send without asking first (a form, or JSON labelled text/plain). A state-changing
+  request whose Origin is present must come from the server's own origin (same host and port
+  as the request's Host) or from `--allowed-origins`. Clients without an Origin (curl, the
+  openai SDK, gradio_client) are not browsers and pass.
+- API key: with `--api-key`, /v1 needs `Authorization: Bearer <key>`, as OpenAI clients send it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from fastapi import Request
+
+from .errors import ApiError
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    bind_host: str = "127.0.0.1"
+    allowed_origins: tuple[str, ...] = ()  # "https://example.org"; "*" allows any origin
+    api_key: str | None = None
+
+    def check(self, request: Request, api: bool) -> None:
+        """Raise ApiError 403/401 for a request this server must not serve."""
+        self._check_host(request)
+        if request.method.upper() not in SAFE_METHODS:
+            self._check_origin(request)
+        if api and self.api_key:
+            self._check_key(request)
+
+    def _check_host(self, request: Request) -> None:
+        host = request.headers.get("host")
+        if host is None or not is_loopback(self.bind_host):
+            return
+        name = split_host(host)[0]
+        if name in LOOPBACK_NAMES or name in self._origin_names():
+            return
+        raise ApiError(403, f"Host '{host}' is not served here; use http://127.0.0.1 or "
+                       "http://localhost (or start the server with --allowed-origins).",
+                       None, "host_not_allowed")  # fmt: skip
+
+    def _check_origin(self, request: Request) -> None:
+        origin = request.headers.get("origin")
+        if origin is None or "*" in self.allowed_origins:
+            return
+        normalized = normalize_origin(origin)
+        if normalized is not None:
+            if normalized in {normalize_origin(o) for o in self.allowed_origins}:
+                return
+            host = request.headers.get("host")
+            if host is not None and _same_host(normalized, host):
+                return
+        raise ApiError(403, f"Requests from the web page at '{origin}' are not allowed; "
+                       "start the server with --allowed-origins to allow it.",
+                       None, "origin_not_allowed")  # fmt: skip
+
+    def _check_key(self, request: Request) -> None:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        given = token.strip().encode()
+        if scheme.lower() == "bearer" and hmac.compare_digest(given, self.api_key.encode()):
+            return
+        raise ApiError(401, "A valid API key is needed: send 'Authorization: Bearer <key>'.",
+                       None, "invalid_api_key", {"WWW-Authenticate": "Bearer"})  # fmt: skip
+
+    def _origin_names(self) -> set[str]:
+        names = set()
+        for origin in self.allowed_origins:
+            normalized = normalize_origin(origin)
+            if normalized is not None:
+                names.add(split_host(normalized.split("://", 1)[1])[0])
+        return names
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip("[]").lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def split_host(host: str) -> tuple[str, int | None]:
+    """'Example.org:8080' -> ('example.org', 8080); '[::1]:7860' -> ('::1', 7860)."""
+    parts = urlsplit(f"//{host.strip()}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return (parts.hostname or "").lower(), port
+
+
+def normalize_origin(origin: str) -> str | None:
+    """'HTTP://Example.org:80/' -> 'http://example.org'; None for 'null' or no scheme/host."""
+    parts = urlsplit(origin.strip())
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return None
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    if port is None or port == DEFAULT_PORTS[parts.scheme]:
+        return f"{parts.scheme}://{host}"
+    return f"{parts.scheme}://{host}:{port}"
+
+
+def _same_host(normalized_origin: str, host_header: str) -> bool:
+    """The origin names the host and port the request was sent to. The scheme is not
+    compared: behind a TLS-terminating proxy the page is https while the app sees http."""
+    scheme, netloc = normalized_origin.split("://", 1)
+    origin_name, origin_port = split_host(netloc)
+    name, port = split_host(host_header)
+    default = DEFAULT_PORTS[scheme]
+    same_port = (origin_port or default) == (port or default) or (
+        origin_port is None and port in DEFAULT_PORTS.values()
+    )
+    return origin_name == name and same_port
