@@ -178,3 +178,36 @@ def test_unloadable_model_falls_back_to_espeak_with_a_notice(launch_app, tmp_pat
     path, stats = Client(url, verbose=False).predict(*args(), api_name="/synthesize_full")
     assert stats["backend"] == "espeak" and wav_seconds(path) > 1
     assert any("could not be loaded" in notice for notice in stats["notices"])
+
+
+def _wait_running(engine, limit_s: float = 60) -> None:
+    deadline = time.monotonic() + limit_s
+    while engine.active_requests == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert engine.active_requests == 1
+    time.sleep(0.5)  # well inside the synthesis
+
+
+def test_cancelled_full_synthesis_frees_the_engine(slow_app):
+    """A cancelled /synthesize_full kept synthesizing ~7 s, holding the engine's slot."""
+    engine, url = slow_app
+    client = Client(url, verbose=False)
+    job = client.submit(*args(text=LONG_TEXT), api_name="/synthesize_full")
+    _wait_running(engine)
+    cancelled_at = time.monotonic()
+    job.cancel()
+    assert wait_until_idle(engine, cancelled_at) < 2  # the whole text would take ~10 s more
+    assert client.predict(*args(text="Still here."), api_name="/synthesize_full")[1]["done"]
+
+
+def test_lost_client_of_full_synthesis_frees_the_engine(slow_app):
+    import httpx
+
+    engine, url = slow_app
+    data = [LONG_TEXT, "english", None, "", *ADVANCED]
+    call = f"{url}/gradio_api/call/synthesize_full"
+    event = httpx.post(call, json={"data": data}).json()["event_id"]
+    with httpx.stream("GET", f"{call}/{event}", timeout=60):  # headers only: no event comes
+        _wait_running(engine)  # before the end for a function that is not a generator
+    left_at = time.monotonic()  # leaving the block closed the connection
+    assert wait_until_idle(engine, left_at) < 3

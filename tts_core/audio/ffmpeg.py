@@ -11,6 +11,7 @@ that always fails with a message: our audio is WAV, which browsers play, so "pla
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -35,34 +36,42 @@ def ffmpeg_executable() -> str:
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
+_private_folder: Path | None = None
+
+
 def ensure_ffmpeg_on_path() -> str:
-    """Returns the ffmpeg that Gradio will find, linking the wheel's binary when needed."""
-    folder = Path(tempfile.gettempdir()) / f"tts_core-ffmpeg-{os.getuid()}"
+    """Returns the ffmpeg that Gradio will find, linking the wheel's binary when needed.
+
+    The links live in a folder made for this process by `mkdtemp` (mode 0700, a fresh random
+    name, removed at exit): a folder with a predictable name in the shared temp dir could be
+    made first by another user, who would then choose what runs as `ffmpeg` for us.
+    """
     found = shutil.which("ffmpeg")
+    need_ffprobe = shutil.which("ffprobe") is None
+    if found is not None and not need_ffprobe:
+        return found
+    folder = _folder()
     if found is None:
         import imageio_ffmpeg  # deferred: only needed on machines without a system ffmpeg
 
         exe = Path(imageio_ffmpeg.get_ffmpeg_exe())
-        _install(folder / "ffmpeg", lambda tmp: tmp.symlink_to(exe))
-        log.info("ffmpeg: using %s (from imageio-ffmpeg)", exe)
+        (folder / "ffmpeg").symlink_to(exe)
+        log.info("ffmpeg: %s -> %s (from imageio-ffmpeg)", folder / "ffmpeg", exe)
         found = str(folder / "ffmpeg")
-    if shutil.which("ffprobe") is None:
-        _install(folder / "ffprobe", lambda tmp: _write_script(tmp, _FFPROBE_STAND_IN))
-    if str(folder) not in os.environ.get("PATH", "").split(os.pathsep) and folder.is_dir():
-        os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+    if need_ffprobe:
+        _write_script(folder / "ffprobe", _FFPROBE_STAND_IN)
+    os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
     return found
 
 
-def _install(target: Path, make) -> None:  # noqa: ANN001 - make(tmp_path) creates the file
-    if target.exists():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}-{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    make(tmp)
-    tmp.replace(target)  # atomic: two processes starting at once both end up with a file
+def _folder() -> Path:
+    global _private_folder
+    if _private_folder is None:
+        _private_folder = Path(tempfile.mkdtemp(prefix="tts_core-bin-"))
+        atexit.register(shutil.rmtree, _private_folder, ignore_errors=True)
+    return _private_folder
 
 
 def _write_script(path: Path, text: str) -> None:
     path.write_text(text)
-    path.chmod(0o755)
+    path.chmod(0o700)

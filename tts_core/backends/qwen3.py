@@ -93,6 +93,7 @@ class Qwen3Backend:
             first_chunk_frames=params.first_chunk_frames,
             chunk_frames=params.chunk_frames,
             seed=params.seed,
+            should_stop=cancel.is_set,  # a Stop frees the model within one frame
             **params.sampling_kwargs(),
         )
         try:

@@ -21,6 +21,7 @@ from ..audio import SAMPLE_RATE, to_int16
 from ..engine import (
     BackendError,
     Engine,
+    EngineBusy,
     InputError,
     StreamEvent,
     StreamHandle,
@@ -71,7 +72,7 @@ def user_errors() -> Iterator[None]:
         yield
     except gr.Error:
         raise
-    except (InputError, BackendError) as exc:
+    except (InputError, BackendError, EngineBusy) as exc:
         raise gr.Error(str(exc), print_exception=False) from None
     except Exception as exc:  # noqa: BLE001 - never show a stack trace to the user
         log.exception("request failed")
@@ -146,18 +147,27 @@ def stream_to_api(engine: Engine, *inputs: Any) -> Iterator[tuple]:
         handle.cancel()
 
 
-def synthesize_full(engine: Engine, *inputs: Any) -> tuple:
-    """/synthesize_full: the finished clip (WAV) and the final stats."""
+def synthesize_full(engine: Engine, *inputs: Any) -> Iterator[tuple]:
+    """/synthesize_full: the finished clip (WAV) and the final stats (`predict` returns them).
+
+    A generator that yields `gr.skip()` while it works: Gradio looks for a lost client, and
+    stops a job, only between messages, so without them a request whose client went away
+    would run on to its end, holding the engine. Stop/cancel and a lost client end it within
+    PUBLISH_NUDGE_S.
+    """
+    skip = gr.skip()
     with user_errors():
         handle = StreamHandle(engine, make_request(*inputs))
-        try:
-            pieces, stats = [], {}
-            for event in handle:
+    pieces, stats = [], {}
+    try:
+        for event in _events_with_timeouts(handle):
+            if event is not None:
                 pieces.append(event.audio)
                 stats = event.stats
-        finally:
-            handle.cancel()
-    return (SAMPLE_RATE, to_int16(np.concatenate(pieces))), stats
+            yield skip, skip
+    finally:
+        handle.cancel()
+    yield (SAMPLE_RATE, to_int16(np.concatenate(pieces))), stats
 
 
 def bind(fn: Callable, engine: Engine) -> Callable:

@@ -9,7 +9,7 @@ result = model.generate("Hello", voice, greedy=True)
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -219,6 +219,7 @@ class Qwen3TTSModel:
         stop_ids: tuple[int, ...] = (),
         repetition_window: int | None = None,
         length_cap: bool = True,
+        should_stop: Callable[[], bool] | None = None,
         **sampling: Any,
     ) -> Iterator[AudioChunk]:
         """Generator of AudioChunks; validates everything before the first `next()`.
@@ -228,8 +229,10 @@ class Qwen3TTSModel:
         greedy: argmax in talker and sub-talker, no repetition penalty. seed: per-request
         torch.Generator. stop_ids: extra c0 ids that end the utterance like EOS.
         repetition_window: penalize only the last N frames' c0. length_cap: stop at
-        `length_cap_frames(text tokens)` frames (reason "length_cap"). Closing the generator
-        frees the request's caches at once.
+        `length_cap_frames(text tokens)` frames (reason "length_cap"). should_stop: asked after
+        every frame; when it answers True the stream ends there without a final chunk (a Stop
+        frees the model within one frame, not one chunk). Closing the generator frees the
+        request's caches at once.
         """
         if first_chunk_frames < 1 or chunk_frames < 1:
             raise ValueError("first_chunk_frames and chunk_frames must be >= 1")
@@ -248,10 +251,12 @@ class Qwen3TTSModel:
         codec = self._codec()
         loop = FrameLoop(self.talker, self.special, prompt, settings, mode=self.decode_mode)
         setup_s = time.perf_counter() - started
-        return self._chunks(loop, codec, voice, first_chunk_frames, chunk_frames, setup_s)
+        cadence = (first_chunk_frames, chunk_frames)
+        return self._chunks(loop, codec, voice, cadence, setup_s, should_stop or _never)
 
     @torch.inference_mode()
-    def _chunks(self, loop, codec, voice, first_chunk_frames, chunk_frames, setup_s):
+    def _chunks(self, loop, codec, voice, cadence, setup_s, should_stop):
+        first_chunk_frames, chunk_frames = cadence
         state = None
         try:
             clock = time.perf_counter()
@@ -259,6 +264,8 @@ class Qwen3TTSModel:
             pending: list[torch.Tensor] = []
             target, compute, produced = first_chunk_frames, setup_s, 0
             for frame in loop.frames():
+                if should_stop():
+                    return
                 pending.append(frame)
                 produced += 1
                 at_limit = produced == loop.limit  # known final: no need to wait for the loop
@@ -343,6 +350,10 @@ class Qwen3TTSModel:
     def _samples_per_frame(self) -> int:
         codec = self.speech_tokenizer
         return int(getattr(codec, "samples_per_frame", 1920))
+
+
+def _never() -> bool:
+    return False
 
 
 def _mono_float32(audio: np.ndarray) -> np.ndarray:

@@ -9,9 +9,11 @@ All logits are float32 (B, V).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 NEG_INF = float("-inf")
 
@@ -25,6 +27,9 @@ class SamplingParams:
     repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
+        values = (self.temperature, self.top_p, self.repetition_penalty)
+        if not all(math.isfinite(float(v)) for v in values):
+            raise ValueError(f"sampling parameters must be finite, got {self}")
         if self.do_sample and not self.temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
@@ -78,9 +83,19 @@ def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generato
     """Warp and draw (B,) ids, or argmax when not sampling."""
     if not params.do_sample:
         return logits.argmax(dim=-1)
-    logits = top_p(top_k(temperature(logits, params.temperature), params.top_k), params.top_p)
-    probs = logits.softmax(dim=-1)
+    warped = top_p(top_k(temperature(logits, params.temperature), params.top_k), params.top_p)
+    probs = finite_or_argmax(warped.softmax(dim=-1), logits)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+def finite_or_argmax(probs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """probs (B, V), with every row that is not finite (a tiny temperature or penalty pushed a
+    logit to inf, and softmax of inf is NaN) replaced by a one-hot on that row's argmax: the
+    temperature -> 0 limit. Rows stay independent and no value is read back to the host, so
+    this also runs inside a CUDA graph; the draw still consumes the generator as before."""
+    finite = torch.isfinite(probs).all(dim=-1, keepdim=True)  # (B, 1)
+    onehot = F.one_hot(logits.argmax(dim=-1), probs.shape[-1]).to(probs.dtype)
+    return torch.where(finite, probs, onehot)
 
 
 class TalkerSampler:
