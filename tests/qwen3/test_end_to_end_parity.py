@@ -1,9 +1,16 @@
 """Acceptance test: our engine reproduces the official qwen-tts greedy output exactly.
 
 For both tiny checkpoints and both clone modes, `tts_core.load_model` + `create_voice` +
-`generate(greedy=True)` must give the official codes bit for bit and the official waveform
-within 1e-4, from the same reference clip. Goldens come from tools/oracle/make_goldens.py.
-Run with `-s` to see the measured differences for every case.
+`generate(greedy=True)` must give the official codes bit for bit and the official waveform and
+speaker embedding within the float32 error model of tests/qwen3/conftest.py ((1 + 4) x the
+golden's own float32 error E; audio E ~4e-5, embedding E ~1e-6), from the same reference clip.
+
+Codes equality is portable: tools/oracle/make_goldens.py checks that the official run in pure
+float64 picks every golden code too and that every decision's float64 gap is at least 8 x twice
+the float32 error on its logit (or distance) row (cases.json "decision_margins": RVQ >= 14.7x,
+code predictor >= 143x, talker >= 307x), so another CPU's float32 rounding, within 4x of the
+golden machine's, cannot flip one. Goldens come from tools/oracle/make_goldens.py. Run with `-s`
+to see the measured differences for every case.
 """
 
 from __future__ import annotations
@@ -13,10 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import shared_model
+from .conftest import check_fp32, shared_model
 
-AUDIO_TOLERANCE = 1e-4
-EMBEDDING_TOLERANCE = 1e-4
 MODES = ("icl", "xvec")
 
 
@@ -51,24 +56,18 @@ def test_voice_matches_official(tiny_checkpoint: Path, goldens) -> None:
     ref_audio = goldens["ref_audio"].numpy()
     voice = model.create_voice(ref_audio, 24000, ref_text=goldens.cases["icl"]["ref_text"])
     ours_codes = torch.as_tensor(voice.ref_codes).long()
-    emb_diff = max_abs(torch.as_tensor(voice.speaker_embedding), goldens["speaker_embedding"])
-    _report(
-        f"{goldens.name} voice",
-        f"{describe_codes(ours_codes, goldens['ref_codes'])}; "
-        f"speaker embedding max|diff| {emb_diff:.3g}",
-    )
+    _report(f"{goldens.name} voice", describe_codes(ours_codes, goldens["ref_codes"]))
     assert torch.equal(ours_codes, goldens["ref_codes"]), describe_codes(
         ours_codes, goldens["ref_codes"]
     )
-    assert emb_diff <= EMBEDDING_TOLERANCE
+    _report(goldens.name, check_fp32(voice.speaker_embedding, goldens, "speaker_embedding"))
 
 
 def test_xvector_voice_has_no_reference_codes(tiny_checkpoint: Path, goldens) -> None:
     model = shared_model(tiny_checkpoint)
     voice = model.create_voice(goldens["ref_audio"].numpy(), 24000, ref_text=None)
     assert voice.ref_codes is None
-    emb_diff = max_abs(torch.as_tensor(voice.speaker_embedding), goldens["speaker_embedding"])
-    assert emb_diff <= EMBEDDING_TOLERANCE
+    check_fp32(voice.speaker_embedding, goldens, "speaker_embedding")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -94,7 +93,7 @@ def test_generate_matches_official(tiny_checkpoint: Path, goldens, mode: str) ->
         f"{tuple(golden_audio.shape)}, max|diff| {audio_diff:.3g}",
     )
     assert torch.equal(codes, golden_codes), describe_codes(codes, golden_codes)
-    assert audio_diff <= AUDIO_TOLERANCE
+    _report(goldens.name, check_fp32(audio, goldens, f"{mode}_audio"))
     assert result.stop_reason == case["stop_reason"]
 
 
@@ -126,7 +125,7 @@ def test_small_chunk_stream_matches_official(tiny_checkpoint: Path, goldens, mod
     assert frames == case["frames"]
     assert [chunk.final for chunk in chunks] == [False] * (len(chunks) - 1) + [True]
     assert chunks[-1].stop_reason == case["stop_reason"]
-    assert audio_diff <= AUDIO_TOLERANCE
+    check_fp32(audio, goldens, f"{mode}_audio")
 
 
 # --- the fixtures themselves (no engine code involved) --------------------------------------

@@ -3,6 +3,13 @@
 The static steps (fixed shapes, whole-cache masked attention, K/V written at a position
 tensor) are what CUDA graphs capture. There is no GPU here: the graph plumbing (static input
 copies, aliased static outputs) is exercised with a CPU stand-in for the capture.
+
+Static and eager steps are two float32 evaluations of the same talker / predictor (other shapes,
+so other kernels and summation orders): they may differ by 2 x 4 E (tests/qwen3/conftest.py), E
+the float32 error of the official prefill logits / hidden state on the same checkpoint. Codes are
+compared exactly: for the golden cases the margins proved by the oracle (cases.json
+"decision_margins") make them portable; for other texts the two greedy runs differ by rounding
+only, and a flip would need a top-2 logit gap below ~1e-5 (logits have std ~4).
 """
 
 from __future__ import annotations
@@ -17,9 +24,8 @@ import tts_core
 from tts_core.models.qwen3_tts import cuda_graphs, decode_loop
 from tts_core.models.qwen3_tts.static_step import PredictorStep, StaticSteps, TalkerStep
 
-from .conftest import fixture_path, golden_voice, load_goldens
+from .conftest import fixture_path, fp32_pair_bound, golden_voice, load_goldens
 
-TOLERANCE = 1e-5
 TEXT = "Hello there, this is a test of the static decode step."
 
 
@@ -41,12 +47,22 @@ def _generate(model, name: str, mode: str, **kwargs) -> torch.Tensor:
         model.decode_mode = previous
 
 
+def _bounds(folder: Path) -> tuple[float, float]:
+    """(logits, hidden-size values) bounds for two of our float32 evaluations."""
+    goldens = load_goldens(folder.name)
+    return (
+        fp32_pair_bound(goldens, "xvec_prefill_logits"),
+        fp32_pair_bound(goldens, "xvec_past_hidden"),
+    )
+
+
 def _random(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 
 
 def test_static_talker_step_equals_eager(tiny_checkpoint) -> None:
     talker = _model(tiny_checkpoint).talker
+    logit_bound, hidden_bound = _bounds(tiny_checkpoint)
     embeds = _random((1, 9, talker.cfg.stack.hidden_size), 0)
     with torch.inference_mode():
         eager_caches, static_caches = talker.new_caches(1, 12), talker.new_caches(1, 12)
@@ -58,10 +74,11 @@ def test_static_talker_step_equals_eager(tiny_checkpoint) -> None:
             logits, hidden = talker(x, eager_caches, start=position)
             static_logits, static_hidden = step(x, torch.tensor([position]))
             assert static_logits.shape == logits.shape and static_logits.dtype == torch.float32
-            assert (static_logits - logits).abs().max() <= TOLERANCE
-            assert (static_hidden - hidden).abs().max() <= TOLERANCE
+            assert (static_logits - logits).abs().max() <= logit_bound
+            assert (static_hidden - hidden).abs().max() <= hidden_bound
     for eager, static in zip(eager_caches, static_caches, strict=True):
-        assert (eager.k[:, :, :9] - static.k[:, :, :9]).abs().max() <= TOLERANCE
+        # K = W_k rmsnorm(h): hidden-sized values (|K| ~ 1), same error scale as the hidden state
+        assert (eager.k[:, :, :9] - static.k[:, :, :9]).abs().max() <= hidden_bound
         assert not static.k[:, :, 9:].any()  # nothing written past the last position
 
 
@@ -70,6 +87,7 @@ def test_static_predictor_equals_eager_over_two_frames(tiny_checkpoint) -> None:
     talker = _model(tiny_checkpoint).talker
     predictor = talker.code_predictor
     hidden_size = talker.cfg.stack.hidden_size
+    logit_bound, _ = _bounds(tiny_checkpoint)
     with torch.inference_mode():
         eager = decode_loop.make_steps(
             "eager", talker, talker.new_caches(1, 1), predictor.new_caches(1)
@@ -88,7 +106,7 @@ def test_static_predictor_equals_eager_over_two_frames(tiny_checkpoint) -> None:
             assert torch.equal(codes, static_codes)
             assert len(static_logits) == predictor.cfg.num_code_groups - 1
             for a, b in zip(eager_logits, static_logits, strict=True):
-                assert (a - b).abs().max() <= TOLERANCE
+                assert (a - b).abs().max() <= logit_bound
 
 
 @pytest.mark.parametrize("case", ["icl", "xvec"])
@@ -210,6 +228,7 @@ def test_static_steps_compile_with_fullgraph(tiny_checkpoint) -> None:
     # fullgraph=True fails on any graph break: proof the steps have no data-dependent Python.
     talker = _model(tiny_checkpoint).talker
     predictor = talker.code_predictor
+    logit_bound, hidden_bound = _bounds(tiny_checkpoint)
     embeds = _random((1, 4, talker.cfg.stack.hidden_size), 1)
     with torch.inference_mode():
         caches, compiled_caches = talker.new_caches(1, 8), talker.new_caches(1, 8)
@@ -219,14 +238,14 @@ def test_static_steps_compile_with_fullgraph(tiny_checkpoint) -> None:
         expected = TalkerStep(talker, caches)(embeds[:, 3:], position)
         step = torch.compile(TalkerStep(talker, compiled_caches), fullgraph=True)
         result = step(embeds[:, 3:], position)
-        for a, b in zip(expected, result, strict=True):
-            assert (a - b).abs().max() <= TOLERANCE
+        for a, b, bound in zip(expected, result, (logit_bound, hidden_bound), strict=True):
+            assert (a - b).abs().max() <= bound
         pstep = torch.compile(PredictorStep(predictor, predictor.new_caches(1)), fullgraph=True)
         eager_pstep = PredictorStep(predictor, predictor.new_caches(1))
         for group in range(3):
             x = embeds[:, group : group + 1]
             out = pstep(x, torch.tensor([group]))
-            assert (out - eager_pstep(x, torch.tensor([group]))).abs().max() <= TOLERANCE
+            assert (out - eager_pstep(x, torch.tensor([group]))).abs().max() <= logit_bound
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -14,6 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
+import librosa
+import numpy as np
 import soundfile as sf
 import torch
 from build_codec import build_codec
@@ -50,6 +52,14 @@ def write_ref_clips(out: Path):
     sf.write(out / "ref_clip_16k_stereo.wav", stereo_variant(16000), 16000, subtype="PCM_16")
     audio, _sr = sf.read(out / "ref_clip_24k.wav", dtype="float32")
     return audio
+
+
+def official_24k(path: Path) -> np.ndarray:
+    """A clip as the official speech tokenizer's encode reads a path: mono, 24 kHz, float32."""
+    audio, rate = librosa.load(path, sr=None, mono=True)
+    if rate != 24000:
+        audio = librosa.resample(y=audio, orig_sr=rate, target_sr=24000)
+    return audio.astype(np.float32)
 
 
 def write_folder(name: str, out: Path, ref_audio, codec) -> Path:
@@ -92,7 +102,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     ref_audio = write_ref_clips(args.out)
     # One codec for both checkpoints, calibrated under tiny-a's (released) attention windows.
-    codec = build_codec(speech_tokenizer_config(TINY_A), ref_audio)
+    clips = [ref_audio, official_24k(args.out / "ref_clip_16k_stereo.wav")]
+    codec = build_codec(speech_tokenizer_config(TINY_A), clips)
     for name in [args.only] if args.only else sorted(SPECS):
         print("built", write_folder(name, args.out, ref_audio, codec))
 

@@ -4,8 +4,10 @@
         tools/oracle/make_goldens.py [--fixtures tests/fixtures] [--only qwen3-tiny-a]
 
 Writes tests/fixtures/<name>.golden/{goldens.safetensors, cases.json}; the schema is in
-tests/fixtures/README.md. Everything runs on CPU in float32 through the official
-`Qwen3TTSModel.from_pretrained(folder, dtype=torch.float32)`.
+tests/fixtures/README.md. The goldens run on CPU in float32 through the official
+`Qwen3TTSModel.from_pretrained(folder, dtype=torch.float32)`; then fp64_check.float64_run
+repeats everything in pure float64 for the `<key>_fp64` goldens, the goldens' own float32 error
+(`fp32_error`) and the distance of every code decision from a tie (`decision_margins`).
 """
 
 from __future__ import annotations
@@ -19,38 +21,37 @@ import soundfile as sf
 import torch
 from build_talker import greedy_kwargs, run_case
 from cases import CASES
-from fp64_check import fp64_agreement
-from oracle_hooks import EOS, greedy_margins, talker_choice_logits, top2_gap
+from fp64_check import code_predictor_logits, float64_run
+from oracle_hooks import (
+    EOS,
+    RvqDistances,
+    greedy_margins,
+    official_mel,
+    talker_choice_logits,
+    top2_gap,
+    tts_pad,
+)
 from qwen_tts import Qwen3TTSModel
-from qwen_tts.core.models.modeling_qwen3_tts import mel_spectrogram
 from safetensors.torch import save_file
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES_PER_FRAME = 1920
 DECODER_FRAMES = {"qwen3-tiny-a": 80, "qwen3-tiny-b": 40}  # > each decoder sliding window
 GOLDEN_SEED = 31337
+# Every golden code must stay the same under a float32 error up to this many times the one the
+# golden machine made (float64 gap > 2 x MIN x error): twice the FP32_SPREAD = 4 that
+# tests/qwen3/conftest.py allows between two CPUs' float32 errors on a whole tensor, since one
+# decision's error fluctuates more than a maximum over many values.
+MIN_DECISION_MARGIN = 8
 
 
-def official_mel(audio: np.ndarray) -> torch.Tensor:
-    """(F, 128) log-mel exactly as extract_speaker_embedding computes it."""
-    mel = mel_spectrogram(
-        torch.from_numpy(audio).unsqueeze(0),
-        n_fft=1024,
-        num_mels=128,
-        sampling_rate=24000,
-        hop_size=256,
-        win_size=1024,
-        fmin=0,
-        fmax=12000,
-    )
-    return mel[0].T.contiguous()
-
-
-def reference_goldens(tts, ref_audio: np.ndarray, clip16_path: Path) -> dict:
-    item = tts.create_voice_clone_prompt(ref_audio=(ref_audio, 24000), ref_text="x")[0]
+def reference_goldens(tts, ref_audio: np.ndarray, clip16_path: Path, f32: dict) -> dict:
+    with RvqDistances() as f32["rvq"]:
+        item = tts.create_voice_clone_prompt(ref_audio=(ref_audio, 24000), ref_text="x")[0]
     # A stereo (audio, sr) tuple crashes the official wrapper (it assigns into the tuple), so
     # the 16 kHz stereo clip goes in as a path: librosa.load(mono=True), then librosa.resample.
-    item16 = tts.create_voice_clone_prompt(ref_audio=str(clip16_path), ref_text="x")[0]
+    with RvqDistances() as f32["rvq16"]:
+        item16 = tts.create_voice_clone_prompt(ref_audio=str(clip16_path), ref_text="x")[0]
     return {
         "ref_audio": torch.from_numpy(ref_audio),
         "ref_mel": official_mel(ref_audio),
@@ -68,23 +69,13 @@ def decoder_goldens(tts, frames: int, gen: torch.Generator) -> dict:
 
 
 @torch.no_grad()
-def code_predictor_goldens(tts, gen: torch.Generator) -> tuple[dict, float]:
+def code_predictor_goldens(tts, gen: torch.Generator, f32: dict) -> tuple[dict, float]:
     talker = tts.model.talker
     hidden = torch.randn(talker.config.hidden_size, generator=gen)
     c0 = torch.randint(0, 2048, (1,), generator=gen)
-    logits = []
-    hooks = [
-        h.register_forward_hook(lambda _m, _i, out: logits.append(out[0, -1].clone()))
-        for h in talker.code_predictor.lm_head
-    ]
-    embeds = torch.cat([hidden[None, None], talker.get_input_embeddings()(c0[None])], dim=1)
-    result = talker.code_predictor.generate(
-        inputs_embeds=embeds, max_new_tokens=15, do_sample=False, return_dict_in_generate=True
-    )
-    for h in hooks:
-        h.remove()
-    margin = min(top2_gap(lg) for lg in logits)
-    return {"cp_past_hidden": hidden, "cp_c0": c0, "cp_codes": result.sequences[0].long()}, margin
+    codes, f32["cp_logits"] = code_predictor_logits(talker, hidden, c0)
+    margin = min(top2_gap(lg) for lg in f32["cp_logits"])
+    return {"cp_past_hidden": hidden, "cp_c0": c0, "cp_codes": codes}, margin
 
 
 def stop_reason(rec) -> str:
@@ -111,8 +102,9 @@ def check_self_consistent(tts, ref_codes, codes, audio, is_icl: bool) -> float:
     return float((wav - audio).abs().max())
 
 
-def case_goldens(tts, case, ref_audio, ref_codes) -> tuple[dict, dict]:
+def case_goldens(tts, case, ref_audio, ref_codes, f32: dict) -> tuple[dict, dict]:
     audio, rec = run_case(tts, case, ref_audio)
+    f32[case.key] = rec
     audio = torch.from_numpy(audio.copy())
     codes = rec.codes[0].long()
     tensors = {
@@ -149,22 +141,34 @@ def make(name: str, fixtures: Path) -> None:
     tts = Qwen3TTSModel.from_pretrained(str(folder), dtype=torch.float32)
     ref_audio, _ = sf.read(fixtures / "ref_clip_24k.wav", dtype="float32")
     gen = torch.Generator().manual_seed(GOLDEN_SEED)
-    tensors = reference_goldens(tts, ref_audio, fixtures / "ref_clip_16k_stereo.wav")
+    f32: dict = {}  # float32-run records the float64 run is paired with, decision by decision
+    clip16 = fixtures / "ref_clip_16k_stereo.wav"
+    tensors = reference_goldens(tts, ref_audio, clip16, f32)
     tensors.update(decoder_goldens(tts, DECODER_FRAMES[name], gen))
-    cp, cp_margin = code_predictor_goldens(tts, gen)
+    cp, cp_margin = code_predictor_goldens(tts, gen, f32)
     tensors.update(cp)
     cases = []
     for case in CASES[name]:
-        case_tensors, info = case_goldens(tts, case, ref_audio, tensors["ref_codes"])
+        case_tensors, info = case_goldens(tts, case, ref_audio, tensors["ref_codes"], f32)
         tensors.update(case_tensors)
         cases.append(info)
         print(name, json.dumps(info, ensure_ascii=False))
-    tensors["tts_pad_embed"] = _tts_pad(tts)
-    clip16 = fixtures / "ref_clip_16k_stereo.wav"
-    agreement = fp64_agreement(folder, CASES[name], ref_audio, clip16, tensors)
+    tensors["tts_pad_embed"] = tts_pad(tts)
+    fp64 = float64_run(folder, CASES[name], ref_audio, clip16, tensors, f32)
+    agreement = fp64["codes_agree"]
     print(name, "float64 official run gives the same codes:", agreement)
+    print(name, "float32 error of the goldens:", fp64["fp32_error"])
+    print(name, "decision margins:", json.dumps(fp64["decision_margins"]))
     if not all(agreement.values()):
         raise RuntimeError(f"{name}: goldens sit within float32 rounding of a tie: {agreement}")
+    thin = {
+        kind: m["min_gap_over_2x_fp32_error"]
+        for kind, m in fp64["decision_margins"].items()
+        if m["min_gap_over_2x_fp32_error"] < MIN_DECISION_MARGIN
+    }
+    if thin:
+        raise RuntimeError(f"{name}: a golden code is too close to a tie for other CPUs: {thin}")
+    tensors.update({f"{key}_fp64": wav for key, wav in fp64["audio"].items()})
     out = fixtures / f"{name}.golden"
     out.mkdir(exist_ok=True)
     save_file(
@@ -183,18 +187,13 @@ def make(name: str, fixtures: Path) -> None:
         "decoder_wav": audio_stats(tensors["decoder_wav"]),
         "code_predictor_min_gap": round(cp_margin, 6),
         "fp64_codes_agree": agreement,
+        "fp32_error": fp64["fp32_error"],
+        "decision_margins": fp64["decision_margins"],
         "cases": cases,
     }
     (out / "cases.json").write_text(
         json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-
-
-@torch.no_grad()
-def _tts_pad(tts) -> torch.Tensor:
-    talker, cfg = tts.model.talker, tts.model.config
-    ids = torch.tensor([[cfg.tts_pad_token_id]])
-    return talker.text_projection(talker.get_text_embeddings()(ids))[0, 0].float()
 
 
 def main() -> None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
+from qwen_tts.core.models import modeling_qwen3_tts
 
 EOS = 2150
 NUM_AUDIO_CODES = 2048
@@ -74,12 +76,13 @@ class Capture:
             (model.speech_tokenizer, "decode"),
         ]
 
+        # Kept in the model's dtype: float32 goldens, float64 values in a pure_float64() run.
         def on_codec_head(_module, inputs, output):
-            rec.talker_hidden.append(inputs[0][0, -1].detach().float().clone())
-            rec.talker_logits.append(output[0, -1].detach().float().clone())
+            rec.talker_hidden.append(inputs[0][0, -1].detach().clone())
+            rec.talker_logits.append(output[0, -1].detach().clone())
 
         def on_lm_head(_module, _inputs, output):
-            rec.cp_logits.append(output[0, -1].detach().float().clone())
+            rec.cp_logits.append(output[0, -1].detach().clone())
 
         self._handles.append(talker.codec_head.register_forward_hook(on_codec_head))
         for head in talker.code_predictor.lm_head:
@@ -91,6 +94,37 @@ class Capture:
             del obj.__dict__[name]  # drop the instance override; the class method is back
         for handle in self._handles:
             handle.remove()
+
+
+class RvqDistances:
+    """Context manager recording the (N, codebook) distance matrix of every Mimi RVQ choice.
+
+    The distances are recomputed exactly as `MimiEuclideanCodebook.quantize` computes them
+    (float32 `torch.cdist`; float64 under pure_float64(), which patches that method too)."""
+
+    def __init__(self) -> None:
+        self.distances: list[torch.Tensor] = []
+
+    def __enter__(self) -> list[torch.Tensor]:
+        from transformers.models.mimi.modeling_mimi import MimiEuclideanCodebook
+
+        self._owner = MimiEuclideanCodebook
+        original = self._original = MimiEuclideanCodebook.__dict__["quantize"]
+        distances = self.distances
+
+        def quantize(book, hidden_states):
+            wide = hidden_states.dtype == torch.float64
+            x, embed = (
+                (hidden_states, book.embed) if wide else (hidden_states.float(), book.embed.float())
+            )
+            distances.append(torch.cdist(x[None], embed[None], p=2)[0].detach().clone())
+            return original(book, hidden_states)
+
+        MimiEuclideanCodebook.quantize = quantize
+        return distances
+
+    def __exit__(self, *exc) -> None:
+        self._owner.quantize = self._original
 
 
 def talker_choice_logits(logits: torch.Tensor, step: int, min_new_tokens: int = 2):
@@ -115,3 +149,26 @@ def greedy_margins(rec: Captured) -> dict[str, float]:
         "talker_min_gap": min(talker, default=float("inf")),
         "code_predictor_min_gap": min(cp, default=float("inf")),
     }
+
+
+def official_mel(audio: np.ndarray) -> torch.Tensor:
+    """(F, 128) log-mel exactly as extract_speaker_embedding computes it (float64 audio under
+    pure_float64(): looked up on the module so that its patch applies)."""
+    mel = modeling_qwen3_tts.mel_spectrogram(
+        torch.from_numpy(audio).unsqueeze(0),
+        n_fft=1024,
+        num_mels=128,
+        sampling_rate=24000,
+        hop_size=256,
+        win_size=1024,
+        fmin=0,
+        fmax=12000,
+    )
+    return mel[0].T.contiguous()
+
+
+@torch.no_grad()
+def tts_pad(tts) -> torch.Tensor:
+    talker, cfg = tts.model.talker, tts.model.config
+    ids = torch.tensor([[cfg.tts_pad_token_id]])
+    return talker.text_projection(talker.get_text_embeddings()(ids))[0, 0]  # model dtype
