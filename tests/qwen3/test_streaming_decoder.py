@@ -10,6 +10,15 @@ Exactness is checked two ways (error model: tests/qwen3/conftest.py):
   evaluations of one function; E_w ~1e-7, bound ~1e-6).
 Long streams are 310 frames: past the 72-frame window and the official 300-frame chunk; tiny-b
 (window 8) covers each chunk size alone on short streams.
+
+bfloat16 (`CodecDecoder.set_dtype`), on the well-conditioned decoder only (the tiny checkpoints'
+~700x amplification would turn bf16 rounding into errors of order 1). Its amplification
+A = E_w / u32 (E_w as above, floored at 4 roundings of the peak) predicts one run's error as
+A x u_bf16, u_bf16 = 2^-9 (half of bf16's eps 2^-8; bf16 weights, activations and outputs are each
+rounded once, with float32 accumulation). With FP32_SPREAD as the margin for unlike kernels: one
+bf16 stream is within 4 A u_bf16 of the float64 full pass, and a bf16 stream and a bf16 full pass,
+two bf16 evaluations, within 2 x 4 A u_bf16 of each other (A ~0.4: bounds ~3e-3 and ~6e-3, against
+a signal peak ~0.07; measured on an AMD EPYC: ~1e-3 to float64, 0 between stream and full pass).
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from .conftest import FP32_SPREAD, U32, check_fp32, fp64_bound, load_goldens
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FRAMES = 310
+U_BF16 = 2.0**-9  # bfloat16 unit roundoff (eps 2^-8)
 
 
 def _fp64_tolerance(name: str) -> float:
@@ -41,14 +51,23 @@ def _fp64_tolerance(name: str) -> float:
 
 
 @cache
-def _float32_tolerance() -> float:
-    """(1 + FP32_SPREAD) x the well-conditioned decoder's float32 error on a 40-frame pass."""
+def _float32_error() -> float:
+    """E_w: the well-conditioned decoder's float32 error on a 40-frame pass, floored."""
     decoder = _well_conditioned_decoder()
-    exact = copy.deepcopy(decoder).double()
-    exact.refresh_derived()
+    exact = _well_conditioned_decoder(torch.float64)
     codes = _codes(40, decoder.config.codebook_size, seed=12)
     error = float((decoder(codes).double() - exact(codes)).abs().max())
-    return (1 + FP32_SPREAD) * max(error, 4 * U32 * float(decoder(codes).abs().max()))
+    return max(error, 4 * U32 * float(decoder(codes).abs().max()))
+
+
+def _float32_tolerance() -> float:
+    """(1 + FP32_SPREAD) x E_w."""
+    return (1 + FP32_SPREAD) * _float32_error()
+
+
+def _bf16_bound() -> float:
+    """One bf16 run against the exact value: FP32_SPREAD x A x u_bf16, A = E_w / u32."""
+    return FP32_SPREAD * (_float32_error() / U32) * U_BF16
 
 
 @cache
@@ -57,7 +76,10 @@ def _decoder(name: str, dtype: torch.dtype = torch.float64) -> CodecDecoder:
 
 
 @cache
-def _well_conditioned_decoder() -> CodecDecoder:
+def _well_conditioned_decoder(dtype: torch.dtype = torch.float32) -> CodecDecoder:
+    """The float32 random weights, converted to `dtype` (set_dtype: one rounding each)."""
+    if dtype != torch.float32:
+        return copy.deepcopy(_well_conditioned_decoder()).set_dtype(dtype)
     cfg = load_speech_tokenizer_config(FIXTURES / "qwen3-tiny-a" / "speech_tokenizer").decoder
     return CodecDecoder.from_config(dataclasses.replace(cfg, sliding_window=8), seed=7)
 
@@ -120,6 +142,33 @@ def test_each_chunk_size_float32(chunk: int) -> None:
     codes = _codes(30, decoder.config.codebook_size, seed=4)
     error = _max_diff(_stream(decoder, codes, [chunk]), _full(decoder, codes))
     assert error <= _float32_tolerance()
+
+
+def _check_bf16_stream(codes: torch.Tensor, schedule) -> None:
+    decoder = _well_conditioned_decoder(torch.bfloat16)
+    state = decoder.init_state(codes.shape[0])
+    assert state.dtype == torch.bfloat16  # the state follows the decoder
+    streamed = _stream(decoder, codes, schedule, state)
+    full = _full(decoder, codes)
+    assert streamed.dtype == full.dtype == torch.float32  # audio comes back float32
+    exact = _full(_well_conditioned_decoder(torch.float64), codes)
+    bound = _bf16_bound()
+    assert bound < 0.1 * float(exact.abs().max())  # a bound that can fail on a real error
+    assert _max_diff(streamed.double(), exact) <= bound
+    assert _max_diff(full.double(), exact) <= bound
+    assert _max_diff(streamed, full) <= 2 * bound  # two bf16 evaluations
+
+
+def test_long_stream_bfloat16() -> None:
+    codes = _codes(FRAMES, _well_conditioned_decoder().config.codebook_size, seed=3)
+    _check_bf16_stream(codes, [1, 2, 5, 12])
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 6])
+def test_each_chunk_size_bfloat16(chunk: int) -> None:
+    _check_bf16_stream(
+        _codes(30, _well_conditioned_decoder().config.codebook_size, seed=4), [chunk]
+    )
 
 
 def test_warm_prefix_then_generated_frames(goldens) -> None:

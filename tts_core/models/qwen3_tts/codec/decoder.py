@@ -4,9 +4,17 @@
 the exact streaming form: every layer is causal, so keeping each conv's last input samples, each
 transposed conv's previous input and the attention window of the last sliding_window - 1 frames
 makes the concatenated step outputs equal the full pass, with each frame decoded exactly once.
+
+The decoder's dtype is its own (`set_dtype`, e.g. bfloat16 on a CPU with AVX512_BF16 while the
+talker and the codec encoder stay float32); streaming states follow it and the waveform it returns
+is float32 (float64 for a float64 decoder). `warm_up` builds the CPU kernels of the streaming
+chunk sizes ahead of the first request.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -77,6 +85,36 @@ class CodecDecoder(nn.Module):
         model.refresh_derived()
         return model.eval()
 
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.pre_conv.conv.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.pre_conv.conv.weight.device
+
+    def set_dtype(self, dtype: torch.dtype) -> CodecDecoder:
+        """Convert every parameter and buffer of the decoder (quantizer codebooks, convs,
+        transformer) to the floating `dtype`, in place; returns self.
+
+        Narrowing (float32 -> bfloat16) recomputes the derived tensors (effective codebooks,
+        SnakeBeta exps) from the wide parameters first, so each is rounded once. Narrowing is
+        lossy: converting back to float32 does not restore the float32 weights (reload them).
+        States made before keep their dtype until their next `decode_step`, which converts them.
+        """
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise TypeError(f"decoder dtype must be a floating torch.dtype, got {dtype!r}")
+        current = self.dtype
+        if dtype == current:
+            return self
+        if torch.finfo(dtype).eps > torch.finfo(current).eps:
+            self.refresh_derived()
+            self.to(dtype)
+        else:
+            self.to(dtype)
+            self.refresh_derived()
+        return self
+
     def refresh_derived(self) -> None:
         """Recompute effective codebooks and SnakeBeta exps (after loading or a dtype change)."""
         self.quantizer.refresh_derived()
@@ -100,7 +138,7 @@ class CodecDecoder(nn.Module):
 
     def _run(self, codes: torch.Tensor, state: DecoderState | None) -> torch.Tensor:
         convs = None if state is None else state.convs
-        codes = codes.to(device=self.pre_conv.conv.weight.device, dtype=torch.long)
+        codes = codes.to(device=self.device, dtype=torch.long)
         hidden = self.quantizer(codes)  # (B, codebook_dim, T)
         hidden = self.pre_conv(hidden, None if convs is None else convs[self.pre_conv.slot])
         hidden = self.pre_transformer(
@@ -114,11 +152,13 @@ class CodecDecoder(nn.Module):
             wav = block(wav, convs)
         wav = self.decoder[-2](wav)
         wav = self.decoder[-1](wav, None if convs is None else convs[self.decoder[-1].slot])
-        return wav.clamp(min=-1.0, max=1.0)  # (B, 1, T * samples_per_frame)
+        wav = wav.clamp(min=-1.0, max=1.0)  # (B, 1, T * samples_per_frame)
+        return wav.to(torch.promote_types(wav.dtype, torch.float32))  # bf16/fp16 -> float32
 
     @torch.inference_mode()
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        """Full pass: codes (B, n_q, T) -> waveform (B, 1, T * samples_per_frame)."""
+        """Full pass: codes (B, n_q, T) -> waveform (B, 1, T * samples_per_frame), float32
+        (float64 for a float64 decoder)."""
         self._check_codes(codes)
         return self._run(codes, None)
 
@@ -129,9 +169,8 @@ class CodecDecoder(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> DecoderState:
         """Zero-filled state for `batch_size` streams, on the decoder's device and dtype."""
-        reference = self.pre_conv.conv.weight
-        device = reference.device if device is None else torch.device(device)
-        dtype = reference.dtype if dtype is None else dtype
+        device = self.device if device is None else torch.device(device)
+        dtype = self.dtype if dtype is None else dtype
         convs = [
             ConvHistory(
                 torch.zeros(batch_size, m.in_channels, m.history_size, device=device, dtype=dtype)
@@ -151,13 +190,38 @@ class CodecDecoder(nn.Module):
 
     @torch.inference_mode()
     def decode_step(self, codes: torch.Tensor, state: DecoderState) -> torch.Tensor:
-        """Decode the next t frames of each stream: codes (B, n_q, t) -> (B, t * samples_per_frame).
+        """Decode the next t frames of each stream: codes (B, n_q, t) -> (B, t * samples_per_frame),
+        float32 (float64 for a float64 decoder).
 
-        Each frame must be given exactly once, in order; `state` is updated in place.
+        Each frame must be given exactly once, in order; `state` is updated in place. A state of
+        another dtype or device (made before `set_dtype`) is first converted to the decoder's.
         """
         self._check_codes(codes)
         if codes.shape[0] != state.batch_size:
             raise ValueError(f"state is for batch {state.batch_size}, codes have {codes.shape[0]}")
+        if state.dtype != self.dtype or state.device != self.device:
+            state.to_(dtype=self.dtype, device=self.device)
         wav = self._run(codes, state)
         state.frames_seen += codes.shape[-1]
         return wav[:, 0]
+
+    def warm_up(
+        self, chunk_frames: Iterable[int] = (2, 6), batch_size: int = 1
+    ) -> dict[int, float]:
+        """Decode dummy codes once per chunk size, each on a throwaway state, so that the CPU
+        kernels for those input shapes (oneDNN primitives, created and cached on first use per
+        shape and dtype) exist before a real request: its first chunk then costs what a steady
+        chunk costs. Call it after `set_dtype` (kernels are per dtype). It writes no parameter,
+        buffer or existing state. Returns the seconds each warm-up decode took, by chunk size.
+        """
+        seconds: dict[int, float] = {}
+        for frames in dict.fromkeys(int(f) for f in chunk_frames):
+            if frames < 1:
+                raise ValueError(f"chunk sizes must be >= 1, got {frames}")
+            codes = torch.zeros(
+                batch_size, self.config.num_quantizers, frames, dtype=torch.long, device=self.device
+            )
+            began = time.perf_counter()
+            self.decode_step(codes, self.init_state(batch_size))
+            seconds[frames] = time.perf_counter() - began
+        return seconds

@@ -73,10 +73,25 @@ class SpeechTokenizer(nn.Module):
         return model.finish(device, dtype)
 
     def finish(self, device: str | torch.device, dtype: torch.dtype) -> SpeechTokenizer:
-        self.to(device=device, dtype=dtype)
-        self.decoder.refresh_derived()
+        self.to(device=device)
+        self.decoder.refresh_derived()  # from the loaded weights; set_dtype rounds them once
+        self.decoder.set_dtype(dtype)
+        self.encoder.to(dtype=dtype)
         self.encoder.refresh_derived()
         return self.eval()
+
+    @property
+    def decoder_dtype(self) -> torch.dtype:
+        return self.decoder.dtype
+
+    def set_decoder_dtype(self, dtype: torch.dtype) -> SpeechTokenizer:
+        """Run only the decoder (codes -> audio) in `dtype`, e.g. torch.bfloat16 on a CPU with
+        AVX512_BF16; returns self. The encoder (reference clip -> codes) keeps its dtype, so a
+        float32 encoder still gives exact reference codes. `decode` and `decoder.decode_step`
+        still return float32 audio; decoder states follow the new dtype (see CodecDecoder.set_dtype
+        for the precision notes)."""
+        self.decoder.set_dtype(dtype)
+        return self
 
     @torch.inference_mode()
     def encode(self, audio: np.ndarray, sample_rate: int) -> torch.LongTensor:

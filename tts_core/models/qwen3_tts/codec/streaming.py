@@ -35,6 +35,9 @@ class ConvHistory:
     def clone(self) -> ConvHistory:
         return ConvHistory(self.buffer.clone())
 
+    def to_(self, dtype: torch.dtype, device: torch.device) -> None:
+        self.buffer = self.buffer.to(dtype=dtype, device=device)
+
 
 @dataclass
 class KVWindow:
@@ -75,6 +78,10 @@ class KVWindow:
     def clone(self) -> KVWindow:
         return KVWindow(self.keys.clone(), self.values.clone(), self.length)
 
+    def to_(self, dtype: torch.dtype, device: torch.device) -> None:
+        self.keys = self.keys.to(dtype=dtype, device=device)
+        self.values = self.values.to(dtype=dtype, device=device)
+
 
 @dataclass
 class DecoderState:
@@ -84,6 +91,24 @@ class DecoderState:
     attention: list[KVWindow]
     batch_size: int
     frames_seen: int = 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.attention[0].keys.dtype if self.attention else self.convs[0].buffer.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.attention[0].keys.device if self.attention else self.convs[0].buffer.device
+
+    def to_(
+        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    ) -> DecoderState:
+        """Convert every buffer in place (reallocating once); returns self."""
+        dtype = self.dtype if dtype is None else dtype
+        device = self.device if device is None else torch.device(device)
+        for part in [*self.convs, *self.attention]:
+            part.to_(dtype, device)
+        return self
 
     def reset(self) -> None:
         """Forget the stream: equivalent to a fresh `init_state`, without reallocating."""
