@@ -22,6 +22,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="Qwen3-TTS repo id or local folder, or 'espeak' (offline voice)")  # fmt: skip
     p.add_argument("--device", default=os.environ.get("TTS_DEVICE", "auto"),
                    choices=["auto", "cpu", "cuda"])  # fmt: skip
+    p.add_argument("--dtype", default=os.environ.get("TTS_DTYPE", "auto"),
+                   choices=["auto", "float32", "bfloat16"],
+                   help="weights and activations: auto = bfloat16 on CUDA, float32 on CPU")  # fmt: skip
+    p.add_argument("--quantize", default=os.environ.get("TTS_QUANTIZE", "auto"),
+                   choices=["auto", "none", "int8"],
+                   help="8-bit talker and code-predictor layers (CPU); auto = int8 on a CPU "
+                   "where every layer keeps >= 30 dB SQNR on a calibration run")  # fmt: skip
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     p.add_argument("--max-chars", type=int, default=1000, help="longest accepted text")
@@ -78,7 +85,8 @@ def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported l
         max_concurrent=args.max_concurrent,
         max_queue=args.queue_size,
     )
-    engine = get_engine(args.model, args.device, config, allow_fallback=not args.no_fallback)
+    engine = get_engine(args.model, args.device, config, allow_fallback=not args.no_fallback,
+                        dtype=args.dtype, quantize=args.quantize)  # fmt: skip
     info = engine.info()
     logging.getLogger("app").info(
         "engine ready: backend=%s model=%s device=%s concurrency=%d",

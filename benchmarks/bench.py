@@ -122,7 +122,7 @@ def attempt(command: list[str], out: Path, failures: list, env: dict | None = No
 
 def run_all(args, checkpoints: dict[str, Path], out_dir: Path) -> tuple[list, list, list]:
     runs, decoder, failures = [], [], []
-    for dtype in args.dtypes:
+    for dtype in [d for d in args.dtypes if d != "int8"]:
         first = next(iter(checkpoints.values()))
         command = [sys.executable, str(BENCH / "decoder_modes.py"), "--checkpoint", str(first)]
         command += ["--dtype", dtype, "--frames", str(args.decoder_frames)]
@@ -137,7 +137,7 @@ def run_all(args, checkpoints: dict[str, Path], out_dir: Path) -> tuple[list, li
                 command = engine_command(args, folder, dtype, sampled)
                 ours = attempt(command, out_dir / f"ours-{tag}.json", failures)
                 official = None
-                if args.official:
+                if args.official and dtype != "int8":
                     command = official_command(args, folder, dtype, sampled)
                     out = out_dir / f"official-{tag}.json"
                     official = attempt(command, out, failures, env=official_env())
@@ -157,7 +157,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="holds qwen3-<model>-random folders (make_random_checkpoint.py)",
     )
     ap.add_argument(
-        "--dtypes", nargs="+", choices=["float32", "bfloat16"], default=["float32", "bfloat16"]
+        "--dtypes",
+        nargs="+",
+        choices=["float32", "bfloat16", "int8"],
+        default=["float32", "bfloat16", "int8"],
+        help="weight formats; int8 is ours only (the official has none)",
     )
     ap.add_argument(
         "--modes", nargs="+", choices=["greedy", "sampled"], default=["greedy", "sampled"]
@@ -185,7 +189,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-markdown-update", dest="update_markdown", action="store_false")
     args = ap.parse_args(argv)
     if args.quick:
-        args.models, args.dtypes, args.modes = ["tiny-a"], ["float32"], ["greedy"]
+        args.models, args.dtypes, args.modes = ["tiny-a"], ["float32", "int8"], ["greedy"]
         args.frames, args.short_frames, args.decoder_frames, args.membw_mb = 4, 2, 24, 64
         args.update_markdown = False
     if not 1 <= args.short_frames < args.frames:

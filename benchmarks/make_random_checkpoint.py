@@ -42,7 +42,7 @@ def build(model: str, out: Path, seed: int) -> None:
 
     t0 = time.perf_counter()
     ref_audio, _ = sf.read(REPO / "tests" / "fixtures" / "ref_clip_24k.wav", dtype="float32")
-    codec = build_codec(_load(src / "speech_tokenizer" / "config.json"), ref_audio)
+    codec = build_codec(_load(src / "speech_tokenizer" / "config.json"), [ref_audio])
     save_state(codec, out / "speech_tokenizer" / "model.safetensors", torch.float32)
     del codec
     print(f"speech tokenizer: {time.perf_counter() - t0:.1f} s")

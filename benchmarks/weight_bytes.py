@@ -18,6 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# "int8": the talker's and code predictor's layer projections and the code predictor's
+# lm_heads at 1 byte (+ a float32 scale per output channel), everything else (norms, codec_head,
+# the talker->predictor projection, the codec decoder) in float32.
+FORMATS = ("float32", "bfloat16", "int8")
 
 
 @dataclass(frozen=True)
@@ -28,19 +32,34 @@ class FrameParams:
     code_predictor: int  # all passes of one frame
     code_predictor_passes: int
     decoder_frame: int
+    talker_projections: int = 0  # of talker_step: the layers' q/k/v/o/gate/up/down weights
+    code_predictor_projections: int = 0  # of code_predictor: layer projections and lm_heads
+    projection_rows: int = 0  # output channels of those projections (one int8 scale each)
 
     @property
     def total(self) -> int:
         return self.talker_step + self.code_predictor + self.decoder_frame
 
-    def bytes(self, dtype: str) -> dict[str, int]:
-        """Bytes per frame when every weight is stored in `dtype` (the engine casts all parts)."""
-        size = DTYPE_BYTES[dtype]
+    def bytes(self, fmt: str) -> dict[str, int]:
+        """Bytes per frame in weight format `fmt` (see FORMATS)."""
+        if fmt != "int8":
+            size = DTYPE_BYTES[fmt]
+            return {
+                "talker_step": self.talker_step * size,
+                "code_predictor": self.code_predictor * size,
+                "decoder_frame": self.decoder_frame * size,
+                "total": self.total * size,
+            }
+        talker = 4 * (self.talker_step - self.talker_projections) + self.talker_projections
+        predictor = 4 * (self.code_predictor - self.code_predictor_projections)
+        predictor += self.code_predictor_projections
+        scales = 4 * self.projection_rows
+        decoder = 4 * self.decoder_frame
         return {
-            "talker_step": self.talker_step * size,
-            "code_predictor": self.code_predictor * size,
-            "decoder_frame": self.decoder_frame * size,
-            "total": self.total * size,
+            "talker_step": talker,
+            "code_predictor": predictor + scales,
+            "decoder_frame": decoder,
+            "total": talker + predictor + scales + decoder,
         }
 
 
@@ -54,6 +73,18 @@ def decoder_layer_params(cfg: dict) -> int:
     mlp = 3 * hidden * cfg["intermediate_size"]
     norms = 2 * head_dim + 2 * hidden
     return attention + bias + mlp + norms
+
+
+def projection_params(cfg: dict) -> tuple[int, int]:
+    """(weights, output rows) of one layer's seven projections (what int8 quantizes)."""
+    hidden, head_dim = cfg["hidden_size"], cfg["head_dim"]
+    q_width = cfg["num_attention_heads"] * head_dim
+    kv_width = cfg["num_key_value_heads"] * head_dim
+    weights = (
+        hidden * (q_width + 2 * kv_width) + q_width * hidden + 3 * hidden * cfg["intermediate_size"]
+    )
+    rows = q_width + 2 * kv_width + hidden + 2 * cfg["intermediate_size"] + hidden
+    return weights, rows
 
 
 def talker_step_params(talker: dict) -> int:
@@ -118,11 +149,22 @@ def frame_params(checkpoint: Path) -> FrameParams:
     talker = json.loads((checkpoint / "config.json").read_text())["talker_config"]
     codec = json.loads((checkpoint / "speech_tokenizer" / "config.json").read_text())
     passes = talker["num_code_groups"] - 1
+    predictor = talker["code_predictor_config"]
+    t_weights, t_rows = projection_params(talker)
+    p_weights, p_rows = projection_params(predictor)
     return FrameParams(
         talker_step=talker_step_params(talker),
         code_predictor=passes * code_predictor_pass_params(talker),
         code_predictor_passes=passes,
         decoder_frame=decoder_frame_params(codec),
+        talker_projections=talker["num_hidden_layers"] * t_weights,
+        code_predictor_projections=passes
+        * (
+            predictor["num_hidden_layers"] * p_weights
+            + predictor["vocab_size"] * predictor["hidden_size"]
+        ),
+        projection_rows=talker["num_hidden_layers"] * t_rows
+        + passes * (predictor["num_hidden_layers"] * p_rows + predictor["vocab_size"]),
     )
 
 
@@ -137,8 +179,8 @@ def main() -> None:
     args = ap.parse_args()
     params = frame_params(args.checkpoint)
     out = {"params": asdict(params) | {"total": params.total}}
-    for dtype in ("bfloat16", "float32"):
-        out[dtype + "_mb"] = {k: round(v / 1e6, 1) for k, v in params.bytes(dtype).items()}
+    for fmt in FORMATS:
+        out[fmt + "_mb"] = {k: round(v / 1e6, 1) for k, v in params.bytes(fmt).items()}
     print(json.dumps(out, indent=2))
 
 

@@ -211,3 +211,15 @@ def test_lost_client_of_full_synthesis_frees_the_engine(slow_app):
         _wait_running(engine)  # before the end for a function that is not a generator
     left_at = time.monotonic()  # leaving the block closed the connection
     assert wait_until_idle(engine, left_at) < 3
+
+
+def test_command_line_weight_options():
+    from app import parse_args
+
+    args = parse_args(["--quantize", "int8", "--dtype", "bfloat16", "--max-file-size", "5mb"])
+    assert (args.quantize, args.dtype, args.max_file_bytes) == ("int8", "bfloat16", 5 * 2**20)
+    assert parse_args([]).quantize == "auto"
+    with pytest.raises(SystemExit):
+        parse_args(["--quantize", "int3"])
+    with pytest.raises(SystemExit):
+        parse_args(["--max-file-size", "lots"])

@@ -41,6 +41,7 @@ def test_streams_the_neural_model(qwen3_client):
     outputs = list(qwen3_client.submit(*call("Hello, tiny model."), api_name="/synthesize"))
     stats = outputs[-1][1]
     assert stats["backend"] == "qwen3" and stats["model"].endswith("qwen3-tiny-a")
+    assert stats["weight_format"] == "int8"  # --quantize auto on a CPU: the 8-bit layers held
     assert stats["done"] and stats["stop_reason"] in {"eos", "max_new_tokens", "length_cap"}
     assert stats["voice"]["mode"] == "xvector"  # no transcript: speaker embedding only
     assert len(outputs) >= 2 and stats["chunks"] == len(outputs)

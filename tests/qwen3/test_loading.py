@@ -144,3 +144,187 @@ def test_public_api_is_lazy_and_small() -> None:
     }
     with pytest.raises(AttributeError):
         tts_core.no_such_name  # noqa: B018
+
+
+# ------------------------------------------------- streamed loading (no state dict held)
+def _tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters, buffers (derived ones too) and tensors kept as plain attributes."""
+    found = dict(module.named_parameters())
+    found.update(module.named_buffers())
+    for prefix, sub in module.named_modules():
+        for attr, value in vars(sub).items():
+            if isinstance(value, torch.Tensor):
+                found[f"{prefix}.@{attr}"] = value
+    return found
+
+
+def _assert_same_bits(ours: torch.nn.Module, reference: torch.nn.Module) -> None:
+    a, b = _tensors(ours), _tensors(reference)
+    assert a.keys() == b.keys()
+    for key in a:
+        x, y = a[key].detach(), b[key].detach()
+        assert (x.dtype, x.shape, x.device) == (y.dtype, y.shape, y.device), key
+        if x.dtype != torch.bool and x.numel():
+            x, y = x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8)
+        assert torch.equal(x, y), key
+
+
+@pytest.mark.parametrize("name", ["qwen3-tiny-a", "qwen3-tiny-b"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_streamed_load_is_bit_identical_to_whole_file_loading(name: str, dtype) -> None:
+    """load_model streams; the reference holds whole state dicts, as the loader used to:
+    every parameter, buffer and derived tensor must come out bit for bit the same."""
+    from tts_core.models.qwen3_tts.checkpoint import load_talker
+    from tts_core.models.qwen3_tts.codec.speech_tokenizer import SpeechTokenizer
+    from tts_core.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
+
+    folder = fixture_path(name)
+    model = tts_core.load_model(folder, dtype=dtype)
+    state = load_file(str(folder / "model.safetensors"))
+    _assert_same_bits(model.talker, load_talker(model.config, state, "cpu", dtype))
+    encoder_config = SpeakerEncoderConfig.from_dict(model.config.speaker_encoder)
+    encoder_state = {k: v for k, v in state.items() if k.startswith("speaker_encoder.")}
+    encoder = SpeakerEncoder.from_state_dict(encoder_config, encoder_state, dtype=dtype)
+    _assert_same_bits(model.speaker_encoder, encoder)
+    codec = SpeechTokenizer.from_folder(folder / "speech_tokenizer", dtype=dtype)
+    _assert_same_bits(model.speech_tokenizer, codec)
+
+
+@pytest.mark.parametrize("window", [4096, 65536])
+def test_tensors_larger_than_the_window_are_copied_in_slices(window: int) -> None:
+    from tts_core.models.qwen3_tts.checkpoint import SafetensorsFile, load_talker
+
+    path = TINY / "model.safetensors"
+    config = parse_config(json.loads((TINY / "config.json").read_text()))
+    with SafetensorsFile(path, corrupt=CheckpointError, window=window) as weights:
+        streamed = load_talker(config, weights, "cpu", torch.float32)
+    whole = load_talker(config, load_file(str(path)), "cpu", torch.float32)
+    _assert_same_bits(streamed, whole)
+
+
+def test_no_map_of_the_checkpoint_is_left_after_loading(tmp_path: Path) -> None:
+    folder = _copy_checkpoint(tmp_path)
+    model = tts_core.load_model(folder, dtype=torch.bfloat16)
+    maps = Path("/proc/self/maps")
+    if maps.is_file():
+        assert str(folder.resolve()) not in maps.read_text()
+    assert model.talker.codec_head.weight.dtype == torch.bfloat16
+
+
+def test_storage_free_build_affects_only_its_thread_and_block() -> None:
+    import threading
+
+    from tts_core.models.qwen3_tts.checkpoint import _storage_free_build
+
+    other: list[torch.nn.Linear] = []
+    with _storage_free_build():
+        inside = torch.nn.Linear(3, 4)
+        thread = threading.Thread(target=lambda: other.append(torch.nn.Linear(3, 4)))
+        thread.start()
+        thread.join()
+    assert inside.weight.is_meta and inside.bias.is_meta
+    assert not other[0].weight.is_meta
+    assert not torch.nn.Linear(3, 4).weight.is_meta
+
+
+def _edit_weights(path: Path, edit) -> None:
+    state = load_file(str(path))
+    edit(state)
+    save_file(state, str(path))
+
+
+def test_stray_key_in_model_file_is_named(tmp_path: Path) -> None:
+    folder = _copy_checkpoint(tmp_path)
+    _edit_weights(folder / "model.safetensors", lambda s: s.update(bogus=torch.zeros(2)))
+    with pytest.raises(CheckpointError, match="unexpected keys bogus"):
+        tts_core.load_model(folder)
+
+
+def test_missing_speaker_encoder_is_a_clear_error(tmp_path: Path) -> None:
+    folder = _copy_checkpoint(tmp_path)
+
+    def drop_encoder(state: dict) -> None:
+        for key in [k for k in state if k.startswith("speaker_encoder.")]:
+            del state[key]
+
+    _edit_weights(folder / "model.safetensors", drop_encoder)
+    with pytest.raises(CheckpointError, match="no speaker_encoder"):
+        tts_core.load_model(folder)
+
+
+@pytest.mark.parametrize("change", ["drop", "reshape"])
+def test_speaker_encoder_mismatch_reads_as_before(tmp_path: Path, change: str) -> None:
+    """Same message as SpeakerEncoder.from_state_dict (the whole-dict path) gives."""
+    from tts_core.models.qwen3_tts.speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
+
+    folder = _copy_checkpoint(tmp_path)
+    key = "speaker_encoder.fc.weight"
+
+    def edit(state: dict) -> None:
+        if change == "drop":
+            del state[key]
+        else:
+            state[key] = state[key][:-1].contiguous()
+
+    _edit_weights(folder / "model.safetensors", edit)
+    with pytest.raises(CheckpointError, match="fc.weight") as streamed:
+        tts_core.load_model(folder)
+    state = load_file(str(folder / "model.safetensors"))
+    encoder_state = {k: v for k, v in state.items() if k.startswith("speaker_encoder.")}
+    config = parse_config(json.loads((folder / "config.json").read_text()))
+    with pytest.raises(ValueError) as whole:
+        SpeakerEncoder.from_state_dict(
+            SpeakerEncoderConfig.from_dict(config.speaker_encoder), encoder_state
+        )
+    assert str(streamed.value) == f"model.safetensors (speaker encoder): {whole.value}"
+
+
+@pytest.mark.parametrize("change", ["truncate", "drop", "extra", "reshape", "no-file"])
+def test_codec_errors_read_as_before(tmp_path: Path, change: str) -> None:
+    """The streamed codec loader raises what SpeechTokenizer.from_folder raises."""
+    from tts_core.models.qwen3_tts.checkpoint import load_speech_tokenizer
+    from tts_core.models.qwen3_tts.codec.speech_tokenizer import (
+        CodecCheckpointError,
+        SpeechTokenizer,
+    )
+
+    folder = _copy_checkpoint(tmp_path) / "speech_tokenizer"
+    path = folder / "model.safetensors"
+    key = "decoder.pre_transformer.layers.0.self_attn.q_proj.weight"
+    path.unlink()
+    shutil.copy(TINY / "speech_tokenizer" / "model.safetensors", path)
+    if change == "truncate":
+        path.write_bytes(path.read_bytes()[:-10])
+    elif change == "drop":
+        _edit_weights(path, lambda s: s.pop(key))
+    elif change == "extra":
+        _edit_weights(path, lambda s: s.update({"decoder.bogus.weight": torch.zeros(1)}))
+    elif change == "reshape":
+        _edit_weights(path, lambda s: s.update({key: s[key][:, :-1].contiguous()}))
+    else:
+        path.unlink()
+    error = FileNotFoundError if change == "no-file" else CodecCheckpointError
+    with pytest.raises(error) as streamed:
+        load_speech_tokenizer(folder, "cpu", torch.float32)
+    with pytest.raises(error) as whole:
+        SpeechTokenizer.from_folder(folder)
+    assert str(streamed.value) == str(whole.value)
+    if change != "no-file":
+        with pytest.raises(CodecCheckpointError):
+            tts_core.load_model(folder.parent)
+
+
+def test_model_file_errors_still_come_before_codec_errors(tmp_path: Path) -> None:
+    """The codec now loads before the talker's data, but after every check on
+    model.safetensors: with both files broken, the model file's error is the one raised."""
+    folder = _copy_checkpoint(tmp_path)
+    _edit_weights(folder / "model.safetensors", lambda s: s.pop("talker.codec_head.weight"))
+    codec = folder / "speech_tokenizer" / "model.safetensors"
+    codec.unlink()
+    codec.write_bytes(b"not a safetensors file")
+    with pytest.raises(CheckpointError, match="codec_head"):
+        tts_core.load_model(folder)
+    shutil.copy(TINY / "model.safetensors", folder / "model.safetensors")
+    _edit_config(folder, lambda d: d["talker_config"].update(intermediate_size=64))
+    with pytest.raises(CheckpointError, match="shape"):
+        tts_core.load_model(folder)

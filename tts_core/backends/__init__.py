@@ -12,9 +12,14 @@ ESPEAK = "espeak"
 
 
 def load_backend(
-    name: str, device: str = "auto", allow_fallback: bool = True
+    name: str,
+    device: str = "auto",
+    allow_fallback: bool = True,
+    dtype: str = "auto",
+    quantize: str = "auto",
 ) -> tuple[Backend, str | None]:
-    """(backend, notice). `name` is "espeak" or a Qwen3-TTS repo id / local folder.
+    """(backend, notice). `name` is "espeak" or a Qwen3-TTS repo id / local folder; `dtype`
+    and `quantize` are Qwen3Backend.load's.
 
     When the neural model cannot be loaded and `allow_fallback` is set, returns the eSpeak
     backend with a notice saying why (logged too).
@@ -24,7 +29,7 @@ def load_backend(
     try:
         from .qwen3 import Qwen3Backend
 
-        return Qwen3Backend.load(name, device), None
+        return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize), None
     except Exception as exc:  # noqa: BLE001 - any load failure means "use the offline voice"
         if not allow_fallback:
             raise

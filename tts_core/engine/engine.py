@@ -92,6 +92,7 @@ class Engine:
             "backend": b.name,
             "model": b.model_name,
             "device": b.device,
+            "weight_format": getattr(b, "weight_format", None),
             "can_clone": b.can_clone,
             "needs_reference": b.needs_reference,
             "description": b.description,
@@ -142,7 +143,8 @@ class Engine:
         self, job: _Prepared, cancel: threading.Event, ticket: Ticket
     ) -> Iterator[StreamEvent]:
         b = self.backend
-        stats = RequestStats(b.name, b.model_name, b.device, SAMPLE_RATE)
+        stats = RequestStats(b.name, b.model_name, b.device, SAMPLE_RATE,
+                             getattr(b, "weight_format", None))  # fmt: skip
         stats.notices += ([self.notice] if self.notice else []) + job.notices
         try:
             if not ticket.wait_turn(cancel):

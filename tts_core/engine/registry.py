@@ -15,8 +15,11 @@ def get_engine(
     device: str = "auto",
     config: EngineConfig | None = None,
     allow_fallback: bool = True,
+    dtype: str = "auto",
+    quantize: str = "auto",
 ) -> Engine:
-    """The cached engine for (model, device); the first call loads the backend.
+    """The cached engine for (model, device); the first call loads the backend (in `dtype`,
+    with `quantize`: see Qwen3Backend.load).
 
     With allow_fallback, a model that cannot be loaded (no weights, no network) gives the
     offline eSpeak voice instead, and `engine.notice` says why.
@@ -27,7 +30,9 @@ def get_engine(
     with _lock:  # held while loading so two first requests never load the model twice
         engine = _engines.get(key)
         if engine is None:
-            backend, notice = load_backend(model, device, allow_fallback=allow_fallback)
+            backend, notice = load_backend(
+                model, device, allow_fallback=allow_fallback, dtype=dtype, quantize=quantize
+            )
             engine = Engine(backend, config, notice)
             _engines[key] = engine
         return engine

@@ -13,6 +13,7 @@ class RequestStats:
     model: str
     device: str
     sample_rate: int
+    weight_format: str | None = None  # "float32", "bfloat16", "int8"; None: no neural weights
     started: float = field(default_factory=time.perf_counter)
     queue_wait_s: float = 0.0
     voice_s: float = 0.0
@@ -62,6 +63,7 @@ class RequestStats:
             "backend": self.backend,
             "model": self.model,
             "device": self.device,
+            "weight_format": self.weight_format,
             "sample_rate": self.sample_rate,
             "time_to_first_audio_s": _round(self.time_to_first_audio_s),
             "queue_wait_s": _round(self.queue_wait_s),

@@ -24,7 +24,8 @@ def stats_markdown(stats: dict[str, Any], state: str, hide_notice: str | None = 
         f"last chunk: {_last(stats.get('chunk_compute_s'))} s compute for "
         f"{_last(stats.get('chunk_audio_s'))} s audio · queue wait {num('queue_wait_s')} · "
         f"voice {num('voice_s')}",
-        f"`{stats.get('backend')}` · `{stats.get('model')}` · `{stats.get('device')}`",
+        f"`{stats.get('backend')}` · `{stats.get('model')}` · `{stats.get('device')}`"
+        + (f" · `{stats['weight_format']}`" if stats.get("weight_format") else ""),
     ]
     lines += [f"⚠️ {n}" for n in stats.get("notices", []) if n != hide_notice]
     return "  \n".join(lines)

@@ -1,13 +1,24 @@
-"""Checkpoint files: Hub repo id or local folder -> folder; safetensors loading with clear errors."""
+"""Checkpoint files: Hub repo id or local folder -> folder; safetensors streamed into the
+modules tensor by tensor, with clear errors.
+
+Loading never holds a state dict next to the model: a module is built without storage (meta
+device), its tensors are allocated once, in the target dtype on the target device (the codec
+decoder: float32 first, see load_speech_tokenizer), and each checkpoint tensor is cast-copied
+into its slot straight from safetensors' memory map (`SafetensorsFile`), so the peak resident
+size while loading stays within about one mapping window of the loaded model's.
+"""
 
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
+from safetensors import SafetensorError, safe_open
 from torch import nn
 
 # Files the model needs (the speech tokenizer's encoder weights live in the same file).
@@ -55,41 +66,168 @@ def check_files(folder: Path) -> Path:
     return folder
 
 
-def load_safetensors(path: Path) -> dict[str, torch.Tensor]:
+_READ_ERRORS = (SafetensorError, OSError, ValueError, RuntimeError)
+
+# Bytes of a checkpoint file read through one memory map before it is closed (see below).
+STREAM_WINDOW_BYTES = 16 * 2**20
+
+
+class TensorSource(Protocol):
+    """Named tensors, copied one at a time into preallocated targets."""
+
+    shapes: dict[str, tuple[int, ...]]
+
+    def copy_into(self, key: str, target: torch.Tensor) -> None: ...
+
+
+class SafetensorsFile:
+    """A safetensors file read one tensor at a time; the whole file is never resident.
+
+    Opening reads and checks the header only (names, dtypes, shapes, data covering the file:
+    a truncated or garbled file fails here). `copy_into` casts one tensor into a preallocated
+    target from the memory map that `safe_open(..., framework="pt")` keeps of the whole file
+    (its tensors are views of that map, no copy). Pages of the map count towards the process's
+    resident size once read, and stay counted while the map is open; so the map is closed and
+    opened again whenever `window` more bytes would have been read through it, and a tensor
+    larger than `window` is copied in slices of at most `window` bytes. On top of the model, at
+    most about `window` bytes of the file are resident at any time.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        corrupt: Callable[[Exception], Exception],
+        window: int = STREAM_WINDOW_BYTES,
+    ) -> None:
+        self.path = Path(path)
+        self._corrupt = corrupt  # builds the error raised when the file cannot be read
+        self._window = max(1, int(window))
+        self._handle = None
+        self._mapped = 0  # bytes read through the current map
+        handle = self._open()
+        self.shapes = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()}
+
+    def _open(self):
+        if self._handle is None:
+            try:
+                self._handle = safe_open(str(self.path), framework="pt", device="cpu")
+            except _READ_ERRORS as error:
+                raise self._corrupt(error) from error
+            self._mapped = 0
+        return self._handle
+
+    def _view(self, key: str, nbytes: int) -> torch.Tensor:
+        """Tensor `key` as a view of the map, reopened first if `nbytes` more would overflow it."""
+        if self._mapped and self._mapped + nbytes > self._window:
+            self.close()
+        handle = self._open()
+        self._mapped += nbytes
+        try:
+            return handle.get_tensor(key)
+        except _READ_ERRORS as error:  # e.g. a dtype this torch cannot represent
+            raise self._corrupt(error) from error
+
+    def copy_into(self, key: str, target: torch.Tensor) -> None:
+        """`target.copy_(<tensor key>)` (cast as copy_ casts), in slices of at most `window`
+        bytes of the file."""
+        source = self._view(key, 0)  # header only: no data page is read
+        itemsize, total = source.element_size(), source.numel()
+        del source
+        if not target.is_contiguous():
+            target.copy_(self._view(key, itemsize * total))
+            return
+        flat = target.view(-1)
+        step = max(1, self._window // itemsize)
+        for start in range(0, max(total, 1), step):
+            stop = min(start + step, total)
+            piece = self._view(key, itemsize * (stop - start))
+            flat[start:stop].copy_(piece.view(-1)[start:stop])
+            del piece  # the map may only be closed once no view of it is alive
+
+    def close(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.__exit__(None, None, None)
+
+    def __enter__(self) -> SafetensorsFile:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class _TensorDict:
+    """A dict of tensors as a TensorSource (callers that already hold a state dict)."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        self._tensors = tensors
+        self.shapes = {key: tuple(value.shape) for key, value in tensors.items()}
+
+    def copy_into(self, key: str, target: torch.Tensor) -> None:
+        target.copy_(self._tensors[key])
+
+
+class _Renamed:
+    """Some entries of a TensorSource under new names (`names`: new name -> source name)."""
+
+    def __init__(self, source: TensorSource, names: Mapping[str, str]) -> None:
+        self._source, self._names = source, dict(names)
+        self.shapes = {name: source.shapes[key] for name, key in self._names.items()}
+
+    def copy_into(self, key: str, target: torch.Tensor) -> None:
+        self._source.copy_into(self._names[key], target)
+
+
+def as_source(state: Mapping[str, torch.Tensor] | TensorSource) -> TensorSource:
+    return _TensorDict(state) if isinstance(state, Mapping) else state
+
+
+def under(state: Mapping[str, torch.Tensor] | TensorSource, prefix: str) -> TensorSource:
+    """Entries under `prefix`, with the prefix removed from their names."""
+    source = as_source(state)
+    names = {key[len(prefix) :]: key for key in source.shapes if key.startswith(prefix)}
+    return _Renamed(source, names)
+
+
+def load_safetensors(path: Path) -> SafetensorsFile:
+    """`model.safetensors` opened for streaming (header read and checked, no tensor data yet);
+    use as a context manager and pass it to load_talker / load_speaker_encoder."""
     if not path.is_file():
         raise FileNotFoundError(f"missing checkpoint file: {path}")
-    try:
-        return load_file(str(path), device="cpu")
-    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        raise CheckpointError(
+    return SafetensorsFile(
+        path,
+        corrupt=lambda error: CheckpointError(
             f"{path}: corrupt or unreadable safetensors file ({error})"
-        ) from error
+        ),
+    )
 
 
-def split_prefix(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """Entries under `prefix` with the prefix removed."""
-    return {key[len(prefix) :]: value for key, value in state.items() if key.startswith(prefix)}
+def load_strict(
+    module: nn.Module, state: Mapping[str, torch.Tensor] | TensorSource, where: str
+) -> None:
+    """Copy `state` (a dict or a streamed TensorSource) into `module` tensor by tensor, casting
+    to its dtype; every key and shape must match (checked before anything is copied)."""
+    source = as_source(state)
+    check_strict(module, source, where)
+    _fill(module, source)
 
 
-def load_strict(module: nn.Module, state: dict[str, torch.Tensor], where: str) -> None:
-    """Copy `state` into `module`, casting to its dtype; every key and shape must match."""
+def check_strict(module: nn.Module, source: TensorSource, where: str) -> None:
+    """load_strict's checks alone: `source` has exactly the module's keys, with its shapes."""
     expected = module.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
+    missing = sorted(set(expected) - set(source.shapes))
+    unexpected = sorted(set(source.shapes) - set(expected))
     if missing or unexpected:
         raise CheckpointError(
             f"{where}: state dict mismatch; missing {_preview(missing)}, "
             f"unexpected {_preview(unexpected)}"
         )
     for key, target in expected.items():
-        if tuple(state[key].shape) != tuple(target.shape):
+        if tuple(source.shapes[key]) != tuple(target.shape):
             raise CheckpointError(
-                f"{where}: '{key}' has shape {tuple(state[key].shape)}, "
+                f"{where}: '{key}' has shape {tuple(source.shapes[key])}, "
                 f"the config implies {tuple(target.shape)}"
             )
-    with torch.no_grad():
-        for key, target in expected.items():
-            target.copy_(state[key])
 
 
 def _preview(keys: list[str], limit: int = 5) -> str:
@@ -107,6 +245,45 @@ def _materialize(module: nn.Module, device: str | torch.device, dtype: torch.dty
             t.shape, device=device, dtype=dtype if t.is_floating_point() else t.dtype
         )
     )
+
+
+@contextmanager
+def _storage_free_build() -> Iterator[None]:
+    """Modules constructed inside (in this thread) register their parameters and buffers on
+    the meta device: no memory and no init cost. Unlike `torch.device("meta")`, tensors a
+    constructor keeps as plain attributes (the codec's fp32 rotary frequencies) stay real."""
+    from torch.nn.modules.module import (
+        register_module_buffer_registration_hook,
+        register_module_parameter_registration_hook,
+    )
+
+    thread = threading.get_ident()
+
+    def to_meta(module: nn.Module, name: str, tensor: torch.Tensor | None):
+        if tensor is None or threading.get_ident() != thread:
+            return None
+        meta = torch.empty_like(tensor, device="meta")
+        if isinstance(tensor, nn.Parameter):
+            return nn.Parameter(meta, requires_grad=tensor.requires_grad)
+        return meta
+
+    handles = [
+        register_module_parameter_registration_hook(to_meta),
+        register_module_buffer_registration_hook(to_meta),
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _fill(module: nn.Module, source: TensorSource) -> None:
+    """Copy `source` (keys and shapes already checked) into a materialized module's state,
+    tensor by tensor; non-persistent buffers are left as they are."""
+    with torch.no_grad():
+        for key, target in module.state_dict().items():
+            source.copy_into(key, target)
 
 
 def _new_talker(config, device: str | torch.device, dtype: torch.dtype):
@@ -142,28 +319,73 @@ def build_talker(config, device: str | torch.device, dtype: torch.dtype, seed: i
     return talker
 
 
-def load_talker(config, state: dict[str, torch.Tensor], device, dtype: torch.dtype):
-    """Talker from the `talker.`-prefixed part of model.safetensors (strict)."""
+_TALKER_WHERE = "model.safetensors (talker)"
+
+
+def check_model_weights(config, state: Mapping[str, torch.Tensor] | TensorSource) -> None:
+    """Every check load_talker and load_speaker_encoder make, in their order, on names and
+    shapes only: no tensor data is read and no weight memory allocated."""
+    from .talker import Talker
+
+    source = _talker_weights(state)
+    with torch.device("meta"):
+        talker = Talker(config.talker)
+    check_strict(talker, source, _TALKER_WHERE)
+    _checked_speaker_encoder(config, state)
+
+
+def _talker_weights(state: Mapping[str, torch.Tensor] | TensorSource) -> TensorSource:
+    source = as_source(state)
     allowed = ("talker.", "speaker_encoder.")
-    stray = sorted(key for key in state if not key.startswith(allowed))
+    stray = sorted(key for key in source.shapes if not key.startswith(allowed))
     if stray:
         raise CheckpointError(f"model.safetensors: unexpected keys {_preview(stray)}")
+    return under(source, "talker.")
+
+
+def load_talker(config, state: Mapping[str, torch.Tensor] | TensorSource, device, dtype):
+    """Talker from the `talker.`-prefixed part of model.safetensors (strict), streamed when
+    `state` is an open SafetensorsFile."""
+    source = _talker_weights(state)
     talker = _new_talker(config, device, dtype)
-    load_strict(talker, split_prefix(state, "talker."), "model.safetensors (talker)")
+    load_strict(talker, source, _TALKER_WHERE)
     return talker
 
 
-def load_speaker_encoder(config, state: dict[str, torch.Tensor], device, dtype: torch.dtype):
+def _checked_speaker_encoder(config, state: Mapping[str, torch.Tensor] | TensorSource):
+    """(storage-free encoder, its weights): the checks and messages of
+    `SpeakerEncoder.from_state_dict`, on names and shapes."""
     from .speaker_encoder import SpeakerEncoder, SpeakerEncoderConfig
 
-    weights = split_prefix(state, "speaker_encoder.")
-    if not weights:
+    source = under(state, "speaker_encoder.")
+    if not source.shapes:
         raise CheckpointError("model.safetensors has no speaker_encoder.* tensors (Base model?)")
     encoder_config = SpeakerEncoderConfig.from_dict(config.speaker_encoder)
-    try:
-        return SpeakerEncoder.from_state_dict(encoder_config, weights, device=device, dtype=dtype)
-    except ValueError as error:
-        raise CheckpointError(f"model.safetensors (speaker encoder): {error}") from error
+    with _storage_free_build():
+        encoder = SpeakerEncoder(encoder_config)
+    # from_state_dict strips a further `speaker_encoder.` prefix from the keys; so does this.
+    source = _Renamed(source, {key.removeprefix("speaker_encoder."): key for key in source.shapes})
+    shapes, expected = source.shapes, encoder.state_dict()
+    missing = sorted(set(expected) - set(shapes))
+    unexpected = sorted(set(shapes) - set(expected))
+    wrong = [key for key in expected if key in shapes and shapes[key] != tuple(expected[key].shape)]
+    if missing or unexpected or wrong:
+        raise CheckpointError(
+            "model.safetensors (speaker encoder): speaker encoder weights do not match the "
+            f"config: missing {missing[:8]}, unexpected {unexpected[:8]}, wrong shape {wrong[:8]}"
+        )
+    return encoder, source
+
+
+def load_speaker_encoder(
+    config, state: Mapping[str, torch.Tensor] | TensorSource, device, dtype: torch.dtype
+):
+    """Speaker encoder from the `speaker_encoder.` part of model.safetensors (as
+    `SpeakerEncoder.from_state_dict`, but built storage-free and streamed)."""
+    encoder, source = _checked_speaker_encoder(config, state)
+    _materialize(encoder, device, dtype)
+    _fill(encoder, source)
+    return encoder.eval()
 
 
 def random_speaker_encoder(config, device, dtype: torch.dtype, seed: int = 0):
@@ -185,6 +407,52 @@ def random_speech_tokenizer(folder: Path, device, dtype: torch.dtype, seed: int 
 
 
 def load_speech_tokenizer(folder: Path, device, dtype: torch.dtype):
-    from .codec.speech_tokenizer import SpeechTokenizer
+    """Codec from `speech_tokenizer/` (config.json + model.safetensors), streamed: the checks,
+    errors and result (bit for bit) of `SpeechTokenizer.from_folder`, without its whole-file
+    state dict and its float32 copy of the encoder."""
+    from .codec.config import load_speech_tokenizer_config
+    from .codec.speech_tokenizer import WEIGHTS_FILE, CodecCheckpointError, SpeechTokenizer
+    from .codec.speech_tokenizer import _preview as codec_preview
 
-    return SpeechTokenizer.from_folder(folder, device=device, dtype=dtype)
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"speech tokenizer folder not found: {folder}")
+    config = load_speech_tokenizer_config(folder)
+    with _storage_free_build():
+        model = SpeechTokenizer(config)
+    path = folder / WEIGHTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"codec weights not found: {path}")
+    with SafetensorsFile(
+        path,
+        corrupt=lambda error: CodecCheckpointError(
+            f"cannot read {path} (corrupt or not safetensors): {error}"
+        ),
+    ) as weights:
+        expected = model.state_dict()
+        missing = sorted(set(expected) - set(weights.shapes))
+        unexpected = sorted(set(weights.shapes) - set(expected))
+        if missing or unexpected:
+            raise CodecCheckpointError(
+                f"{path}: key mismatch; missing {len(missing)}: {codec_preview(missing)}; "
+                f"unexpected {len(unexpected)}: {codec_preview(unexpected)}"
+            )
+        wrong = [
+            f"{key} {weights.shapes[key]} != {tuple(value.shape)}"
+            for key, value in expected.items()
+            if weights.shapes[key] != tuple(value.shape)
+        ]
+        if wrong:
+            raise CodecCheckpointError(
+                f"{path}: shape mismatch for {len(wrong)}: {codec_preview(wrong)}"
+            )
+        # Each part is allocated in the dtype from_folder holds it in when it calls `finish`:
+        # the decoder wide (the default dtype its constructor uses: `finish` derives the
+        # effective codebooks and SnakeBeta exps from the wide weights, then rounds each once,
+        # converting tensor by tensor), the encoder directly in `dtype` (`finish` casts it
+        # before deriving). from_pretrained loads the codec first, while little else is
+        # resident, so the wide decoder does not raise the peak.
+        _materialize(model, device, dtype)
+        _materialize(model.decoder, device, torch.get_default_dtype())
+        _fill(model, weights)
+    return model.finish(device, dtype)  # derived (non-persistent) buffers, then the dtype

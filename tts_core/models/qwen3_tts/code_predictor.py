@@ -47,10 +47,10 @@ class CodePredictor(nn.Module):
     def init_rope(self) -> None:
         cfg = self.cfg
         table = RotaryTable(cfg.stack.head_dim, cfg.stack.rope_theta, cfg.num_code_groups)
-        self.rope = table.to(self.lm_head[0].weight.device)
+        self.rope = table.to(self.model.norm.weight.device)
 
     def new_caches(self, batch: int) -> list[KVCache]:
-        weight = self.lm_head[0].weight
+        weight = self.model.norm.weight  # the stack's dtype and device (heads may be int8)
         return self.model.new_caches(batch, self.cfg.num_code_groups, weight.dtype, weight.device)
 
     def _pass(

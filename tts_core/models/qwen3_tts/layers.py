@@ -130,13 +130,20 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.qkv_proj: nn.Module | None = None  # q, k, v in one matmul (quantize.py sets it)
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if self.qkv_proj is not None:
+            return self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
     def _qkv(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> tuple:
         """x (B, T, H) -> q (B, heads, T, D), k and v (B, kv, T, D), RoPE applied to q, k."""
         batch, steps, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(batch, steps, self.heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(batch, steps, self.kv_heads, self.head_dim))
-        v = self.v_proj(x).view(batch, steps, self.kv_heads, self.head_dim)
+        q, k, v = self._project(x)
+        q = self.q_norm(q.reshape(batch, steps, self.heads, self.head_dim))
+        k = self.k_norm(k.reshape(batch, steps, self.kv_heads, self.head_dim))
+        v = v.reshape(batch, steps, self.kv_heads, self.head_dim)
         cos, sin = rope
         q = apply_rope(q.transpose(1, 2), cos, sin)
         k = apply_rope(k.transpose(1, 2), cos, sin)
@@ -195,9 +202,14 @@ class SwiGLU(nn.Module):
         self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
         self.up_proj = nn.Linear(hidden, intermediate, bias=False)
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+        self.gate_up_proj: nn.Module | None = None  # gate and up in one matmul (quantize.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.gate_up_proj is not None:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):

@@ -90,6 +90,7 @@ class Qwen3TTSModel:
         self.speaker_encoder = speaker_encoder
         self.speech_tokenizer = speech_tokenizer
         self.decode_mode = "eager"  # "eager" | "static" | "cuda_graphs" (set_decode_mode)
+        self.quantization: Any = None  # a quantize.QuantizationReport once quantized
         with torch.inference_mode():
             self.special = SpecialTextVectors.compute(self.talker, config)
 
@@ -105,24 +106,33 @@ class Qwen3TTSModel:
     def languages(self) -> tuple[str, ...]:
         return self.config.languages
 
+    @property
+    def weight_format(self) -> str:
+        """ "int8" when the decoder stacks are quantized, else the float dtype's name."""
+        if self.quantization is not None:
+            return self.quantization.mode
+        return str(self.dtype).removeprefix("torch.")
+
     @classmethod
     def from_pretrained(
         cls, name_or_path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32
     ) -> Qwen3TTSModel:
+        from .checkpoint import check_model_weights
+
         folder = resolve_checkpoint(name_or_path)
         config = load_config(folder)
-        state = load_safetensors(folder / "model.safetensors")
-        talker = load_talker(config, state, device, dtype)
-        speaker_encoder = load_speaker_encoder(config, state, device, dtype)
-        del state
-        return cls(
-            config,
-            load_generation_defaults(folder),
-            talker,
-            TextTokenizer.from_folder(folder),
-            speaker_encoder,
-            load_speech_tokenizer(folder / "speech_tokenizer", device, dtype),
-        )
+        # Weights stream into the modules tensor by tensor (no state dict is held). Errors come
+        # in the order of the parts: model.safetensors, generation config, text tokenizer,
+        # codec. The codec loads before the talker: its decoder is briefly float32 (its derived
+        # tensors come from the wide weights) while little else is resident yet.
+        with load_safetensors(folder / "model.safetensors") as weights:
+            check_model_weights(config, weights)
+            defaults = load_generation_defaults(folder)
+            text_tokenizer = TextTokenizer.from_folder(folder)
+            codec = load_speech_tokenizer(folder / "speech_tokenizer", device, dtype)
+            talker = load_talker(config, weights, device, dtype)
+            speaker_encoder = load_speaker_encoder(config, weights, device, dtype)
+        return cls(config, defaults, talker, text_tokenizer, speaker_encoder, codec)
 
     @classmethod
     def from_config(
@@ -371,16 +381,53 @@ def _resample(wav: np.ndarray, sample_rate: int) -> np.ndarray:
     return librosa.resample(wav, orig_sr=int(sample_rate), target_sr=SAMPLE_RATE).astype(np.float32)
 
 
+QUANTIZE_MODES = ("none", "int8", "auto")
+
+
 def load_model(
     name_or_path: str | Path,
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
     compile: bool = False,
     cuda_graphs: bool = False,
+    quantize: str | None = None,
+    decoder_dtype: torch.dtype | None = None,
+    warm_chunks: tuple[int, ...] = (2, 6),
 ) -> Qwen3TTSModel:
     """Hub repo id or local folder -> ready Qwen3TTSModel (`compile`: see Qwen3TTSModel.compile;
-    `cuda_graphs`: decode mode "cuda_graphs", see Qwen3TTSModel.set_decode_mode)."""
+    `cuda_graphs`: decode mode "cuda_graphs", see Qwen3TTSModel.set_decode_mode).
+
+    quantize: None/"none" keeps the weights in `dtype`; "int8" makes the talker's and the code
+    predictor's layers 8-bit (CPU; see quantize.py); "auto" does so on a CPU where the int8
+    matmul runs and every layer keeps >= 30 dB SQNR on a calibration run, else keeps `dtype`.
+    `model.quantization` holds the report (None when not quantized).
+    decoder_dtype: the codec decoder's own dtype (None: `dtype`); the encoder stays as loaded
+    so reference codes stay exact. warm_chunks: chunk sizes (frames) the decoder runs once on
+    dummy codes at load, so a request's first chunk costs what a steady one does.
+    """
+    mode = "none" if quantize is None else str(quantize).lower()
+    if mode not in QUANTIZE_MODES:
+        raise ValueError(f"quantize must be one of {QUANTIZE_MODES}, got {quantize!r}")
+    if mode == "int8" and torch.device(device).type != "cpu":
+        raise ValueError("quantize='int8' is the CPU path; on a GPU use dtype=torch.bfloat16")
     model = Qwen3TTSModel.from_pretrained(name_or_path, device=device, dtype=dtype)
+    if mode == "int8" or (mode == "auto" and _int8_worth_trying(device)):
+        from .quantize import MIN_SQNR_DB, quantize_model
+
+        report = quantize_model(model, min_sqnr_db=MIN_SQNR_DB if mode == "auto" else None)
+        model.quantization = report if report.applied else None
+    codec = model.speech_tokenizer
+    if codec is not None:
+        if decoder_dtype is not None:
+            codec.set_decoder_dtype(decoder_dtype)  # before any voice caches a warm state
+        if warm_chunks:
+            codec.decoder.warm_up(tuple(warm_chunks))
     if cuda_graphs:
         model.set_decode_mode("cuda_graphs")
     return model.compile() if compile else model
+
+
+def _int8_worth_trying(device: str) -> bool:
+    from .int8 import int8_matmul_available
+
+    return torch.device(device).type == "cpu" and int8_matmul_available()

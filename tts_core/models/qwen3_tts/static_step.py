@@ -48,7 +48,7 @@ class PredictorStep:
     def __init__(self, predictor: CodePredictor, caches: list[KVCache]) -> None:
         self.predictor = predictor
         self.caches = caches
-        self.rope = predictor.rope.typed(predictor.lm_head[0].weight.dtype)
+        self.rope = predictor.rope.typed(predictor.model.norm.weight.dtype)
 
     def __call__(self, embeds: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         x = self.predictor.small_to_mtp_projection(embeds)
