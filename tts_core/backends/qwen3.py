@@ -91,8 +91,10 @@ class Qwen3Backend:
                      report.min_sqnr_db, ", ".join(f"{n} {v:.1f}" for n, v in report.worst()))  # fmt: skip
         elif quantize == "auto" and device == "cpu":
             log.info("kept %s weights: int8 did not hold the SQNR bound or cannot run here", dtype)
-        log.info("loaded %s on %s (%s, weights %s)", name_or_path, device, dtype,
-                 model.weight_format)  # fmt: skip
+        codec = model.speech_tokenizer
+        decoder = str(codec.decoder_dtype).removeprefix("torch.") if codec is not None else "-"
+        log.info("loaded %s on %s (%s, weights %s, codec decoder %s)", name_or_path, device,
+                 dtype, model.weight_format, decoder)  # fmt: skip
         backend = cls(model, str(name_or_path), device)
         backend.weight_format = model.weight_format
         return backend
