@@ -99,21 +99,21 @@ def greedy_prefix_agreement(float_model, int8_model, frames: int) -> dict:  # no
     voice = Voice(speaker_embedding=torch.zeros(
         float_model.config.talker.stack.hidden_size, device=float_model.device,
         dtype=float_model.dtype))  # fmt: skip
-    kwargs = dict(greedy=True, max_new_tokens=frames + 1, length_cap=False)
-    a = _codes(float_model, voice, kwargs)
-    b = _codes(int8_model, voice, kwargs)
+    a = _codes(float_model, voice, frames)
+    b = _codes(int8_model, voice, frames)
     n = min(len(a), len(b))
     same = int((a[:n] == b[:n]).all(dim=1).long().cumprod(0).sum()) if n else 0
     return {"greedy_frames": n, "greedy_identical_prefix_frames": same,
             "greedy_frames_identical": int((a[:n] == b[:n]).all(dim=1).sum())}  # fmt: skip
 
 
-def _codes(model: Qwen3TTSModel, voice: Voice, kwargs: dict) -> torch.Tensor:
+def _codes(model: Qwen3TTSModel, voice: Voice, frames: int) -> torch.Tensor:
+    """Greedy frames (at most `frames`; EOS may stop sooner), no length cap."""
     from tts_core.models.qwen3_tts.decode_loop import FrameLoop, resolve_settings
 
     prompt = model._prompt(TEXT, voice, "english")
-    settings = resolve_settings(model.generation_defaults,
-                                {"max_new_tokens": kwargs["max_new_tokens"]}, greedy=True)  # fmt: skip
+    settings = resolve_settings(model.generation_defaults, {"max_new_tokens": frames + 1},
+                                greedy=True)  # fmt: skip
     loop = FrameLoop(model.talker, model.special, prompt, settings)
     with torch.inference_mode():
         frames = list(loop.frames())

@@ -58,6 +58,7 @@ class Qwen3Backend:
         self.model = model
         self.model_name = model_name
         self.device = device
+        self.weight_format = getattr(model, "weight_format", None)  # "int8", "float32", ...
         codec = getattr(model, "speech_tokenizer", None)
         self.frame_samples = int(getattr(codec, "samples_per_frame", 1920))
         # one stream at a time on CPU (it uses every core); a GPU could take a few
@@ -76,8 +77,6 @@ class Qwen3Backend:
         device = resolve_device(device)
         if dtype == "auto":
             dtype = "bfloat16" if device == "cuda" else "float32"
-        if quantize == "auto" and device != "cpu":
-            quantize = "none"
         model = tts_core.load_model(
             name_or_path,
             device=device,
@@ -95,9 +94,7 @@ class Qwen3Backend:
         decoder = str(codec.decoder_dtype).removeprefix("torch.") if codec is not None else "-"
         log.info("loaded %s on %s (%s, weights %s, codec decoder %s)", name_or_path, device,
                  dtype, model.weight_format, decoder)  # fmt: skip
-        backend = cls(model, str(name_or_path), device)
-        backend.weight_format = model.weight_format
-        return backend
+        return cls(model, str(name_or_path), device)
 
     def sampling_defaults(self) -> dict[str, Any]:
         defaults = self.model.generation_defaults

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 from dataclasses import dataclass
+from functools import cached_property
 from urllib.parse import urlsplit
 
 from fastapi import Request
@@ -47,7 +48,7 @@ class AccessPolicy:
         if host is None or not is_loopback(self.bind_host):
             return
         name = split_host(host)[0]
-        if name in LOOPBACK_NAMES or name in self._origin_names():
+        if name in LOOPBACK_NAMES or name in self._origin_names:
             return
         raise ApiError(403, f"Host '{host}' is not served here; use http://127.0.0.1 or "
                        "http://localhost (or start the server with --allowed-origins).",
@@ -59,7 +60,7 @@ class AccessPolicy:
             return
         normalized = normalize_origin(origin)
         if normalized is not None:
-            if normalized in {normalize_origin(o) for o in self.allowed_origins}:
+            if normalized in self._allowed:
                 return
             host = request.headers.get("host")
             if host is not None and _same_host(normalized, host):
@@ -76,13 +77,15 @@ class AccessPolicy:
         raise ApiError(401, "A valid API key is needed: send 'Authorization: Bearer <key>'.",
                        None, "invalid_api_key", {"WWW-Authenticate": "Bearer"})  # fmt: skip
 
-    def _origin_names(self) -> set[str]:
-        names = set()
-        for origin in self.allowed_origins:
-            normalized = normalize_origin(origin)
-            if normalized is not None:
-                names.add(split_host(normalized.split("://", 1)[1])[0])
-        return names
+    @cached_property
+    def _allowed(self) -> frozenset[str]:
+        """The allowed origins, normalized once."""
+        return frozenset(filter(None, map(normalize_origin, self.allowed_origins)))
+
+    @cached_property
+    def _origin_names(self) -> frozenset[str]:
+        """Host names of the allowed origins (they may name the server on loopback)."""
+        return frozenset(split_host(o.split("://", 1)[1])[0] for o in self._allowed)
 
 
 def is_loopback(host: str) -> bool:

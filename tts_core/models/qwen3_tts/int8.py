@@ -42,10 +42,6 @@ class Int8Linear(nn.Module):
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:
         return cls(linear.weight, linear.bias)
 
-    def dequantized_weight(self) -> torch.Tensor:
-        """(out, in) float32: what the layer multiplies by (for accuracy checks)."""
-        return self.weight_q.float() * self.weight_scale[:, None]
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # (R, in)
         if rows.dtype != torch.float32:
