@@ -41,6 +41,10 @@ CALIBRATION_FRAMES = 4  # + the prefill: each code-predictor layer sees 60 passe
 MAX_ROWS_KEPT = 32  # per call recorded
 MAX_ROWS = 128  # per layer in all: the SQNR products run at M = rows, and load time counts
 SMOOTH_ALPHA = 0.5
+# Each input is recorded once, at one of the projections that read it: q/k/v share theirs, as
+# do gate/up (the keys are the groups smoothing_scales and fused_weights use).
+RECORD_AT = {"attn_in": "self_attn.q_proj", "o_in": "self_attn.o_proj",
+             "mlp_in": "mlp.gate_proj", "down_in": "mlp.down_proj"}  # fmt: skip
 MIN_SQNR_DB = 30.0  # `auto` keeps int8 only if every layer holds this on the calibration run
 
 
@@ -77,7 +81,9 @@ def quantize_model(
         for index, layer in enumerate(stack.layers):
             prefix = f"{stack_name}.layers.{index}"
             mine = {
-                k[len(prefix) + 1 :]: v for k, v in inputs.items() if k.startswith(prefix + ".")
+                g: inputs[(stack_name, index, g)]
+                for g in RECORD_AT
+                if (stack_name, index, g) in inputs
             }
             scales = smoothing_scales(layer, mine) if smooth else {}
             modules = {}
@@ -92,7 +98,7 @@ def quantize_model(
     heads = model.talker.code_predictor.lm_head
     quantized_heads = [Int8Linear.from_linear(head) for head in heads]
     for index, (head, quantized) in enumerate(zip(heads, quantized_heads, strict=True)):
-        x = inputs.get(f"code_predictor.lm_head.{index}")
+        x = inputs.get(("code_predictor", "lm_head", index))
         if x is not None:
             report.layer_sqnr_db[f"code_predictor.lm_head.{index}"] = sqnr_db(
                 x @ head.weight.detach().float().t(), quantized(x)
@@ -108,21 +114,22 @@ def quantize_model(
 
 
 @torch.inference_mode()
-def calibrate(model: Qwen3TTSModel) -> dict[str, torch.Tensor]:
-    """{"<stack>.layers.<i>.<projection>": (rows, in) float32 inputs} from a greedy run."""
+def calibrate(model: Qwen3TTSModel) -> dict[tuple, torch.Tensor]:
+    """(rows, in) float32 inputs from a greedy run, keyed (stack, layer index, input group)
+    for the layers (see RECORD_AT) and ("code_predictor", "lm_head", i) for the heads."""
     from .decode_loop import FrameLoop, resolve_settings
     from .model import Voice
 
-    recorded: dict[str, list[torch.Tensor]] = defaultdict(list)
+    recorded: dict[tuple, list[torch.Tensor]] = defaultdict(list)
     hooks = []
     for stack_name, stack in stacks(model).items():
         for index, layer in enumerate(stack.layers):
-            for name, linear in _projections(layer):
-                key = f"{stack_name}.layers.{index}.{_input_key(name)}"
-                hooks.append(linear.register_forward_pre_hook(_recorder(recorded[key])))
+            for group, name in RECORD_AT.items():
+                sink = recorded[(stack_name, index, group)]
+                hooks.append(layer.get_submodule(name).register_forward_pre_hook(_recorder(sink)))
     for index, head in enumerate(model.talker.code_predictor.lm_head):
-        key = f"code_predictor.lm_head.{index}"
-        hooks.append(head.register_forward_pre_hook(_recorder(recorded[key])))
+        sink = recorded[("code_predictor", "lm_head", index)]
+        hooks.append(head.register_forward_pre_hook(_recorder(sink)))
     try:
         voice = Voice(speaker_embedding=torch.zeros(
             model.config.talker.stack.hidden_size, device=model.device, dtype=model.dtype))  # fmt: skip
@@ -154,19 +161,6 @@ def _recorder(sink: list[torch.Tensor]):  # noqa: ANN202
         sink.append(x[-MAX_ROWS_KEPT:].clone())
 
     return hook
-
-
-def _projections(layer: DecoderLayer) -> list[tuple[str, nn.Linear]]:
-    names = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]  # fmt: skip
-    return [(name, layer.get_submodule(name)) for name in names]
-
-
-def _input_key(name: str) -> str:
-    """Projections that read the same input share one record (and one smoothing scale)."""
-    return {"self_attn.q_proj": "attn_in", "self_attn.k_proj": "attn_in",
-            "self_attn.v_proj": "attn_in", "self_attn.o_proj": "o_in",
-            "mlp.gate_proj": "mlp_in", "mlp.up_proj": "mlp_in", "mlp.down_proj": "down_in"}[name]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ smoothing
