@@ -35,8 +35,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-reference-seconds", type=float, default=30.0,
                    help="longer reference clips are cut to their first N seconds")  # fmt: skip
     p.add_argument("--max-file-size", default="20mb", help="largest accepted upload")
+    p.add_argument("--max-batch", type=int, default=None,
+                   help="neural model: streams decoded together in one batch (default 8); "
+                   "its KV cache is allocated for them at load")  # fmt: skip
     p.add_argument("--max-concurrent", type=int, default=None,
-                   help="syntheses at once (default: 4 for espeak, 1 for the neural model)")  # fmt: skip
+                   help="syntheses at once (default: 4 for espeak, --max-batch for the neural "
+                   "model)")  # fmt: skip
     p.add_argument("--crossfade-ms", type=float, default=20.0,
                    help="Hann crossfade at joins of independent phrases (0 disables)")  # fmt: skip
     p.add_argument("--queue-size", type=int, default=32, help="requests waiting at most")
@@ -58,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--max-file-size: {exc}")
     if args.queue_size < 0 or (args.max_concurrent is not None and args.max_concurrent < 1):
         p.error("--queue-size must be >= 0 and --max-concurrent >= 1")
+    if args.max_batch is not None and not 1 <= args.max_batch <= 256:
+        p.error("--max-batch must be between 1 and 256")
     return args
 
 
@@ -86,7 +92,8 @@ def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported l
         max_queue=args.queue_size,
     )
     engine = get_engine(args.model, args.device, config, allow_fallback=not args.no_fallback,
-                        dtype=args.dtype, quantize=args.quantize)  # fmt: skip
+                        dtype=args.dtype, quantize=args.quantize,
+                        max_batch=args.max_batch)  # fmt: skip
     info = engine.info()
     logging.getLogger("app").info(
         "engine ready: backend=%s model=%s device=%s concurrency=%d",

@@ -58,29 +58,33 @@ def test_stop_during_the_first_chunk_ends_as_cancelled(tiny_backend, reference):
     engine = Engine(tiny_backend, EngineConfig())
     cancel = threading.Event()
     params = SynthesisParams(seed=1, first_chunk_frames=60, chunk_frames=60)
-    frames_made = []
-    real_stream = tiny_backend.model.stream
+    asked = []
+    scheduler = tiny_backend.scheduler
+    real_submit = scheduler.submit
 
-    def counting_stream(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def counting_submit(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         stop = kwargs["should_stop"]
 
-        def should_stop() -> bool:
-            frames_made.append(1)
-            if len(frames_made) == 2:
-                cancel.set()  # Stop pressed while the second frame is made
+        def should_stop() -> bool:  # the scheduler asks once per step, i.e. once per frame
+            asked.append(1)
+            if len(asked) == 2:
+                cancel.set()  # Stop pressed while the first frame is made
             return stop()
 
         kwargs["should_stop"] = should_stop
-        return real_stream(*args, **kwargs)
+        return real_submit(*args, **kwargs)
 
-    tiny_backend.model.stream = counting_stream
+    scheduler.submit = counting_submit
     try:
         events = list(engine.stream(SynthesisRequest(TEXT, reference, None, params), cancel))
     finally:
-        del tiny_backend.model.stream
+        del scheduler.submit
     assert [e.stats["stop_reason"] for e in events] == ["cancelled"]
-    assert len(frames_made) == 2 and events[0].audio.size == 0
+    assert len(asked) == 2 and events[0].audio.size == 0
     assert engine.active_requests == 0
+    assert scheduler.active == 0 and scheduler.runner.arena.allocator.free_positions == (
+        scheduler.runner.capacity
+    )  # the row and its cache span were given back
 
 
 @pytest.mark.parametrize(("temperature", "penalty"), [(1e-45, 1.0), (0.9, 1e-40), (1e-45, 1e-40)])

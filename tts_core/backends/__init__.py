@@ -17,9 +17,10 @@ def load_backend(
     allow_fallback: bool = True,
     dtype: str = "auto",
     quantize: str = "auto",
+    max_batch: int | None = None,
 ) -> tuple[Backend, str | None]:
-    """(backend, notice). `name` is "espeak" or a Qwen3-TTS repo id / local folder; `dtype`
-    and `quantize` are Qwen3Backend.load's.
+    """(backend, notice). `name` is "espeak" or a Qwen3-TTS repo id / local folder; `dtype`,
+    `quantize` and `max_batch` (None: its default) are Qwen3Backend.load's.
 
     When the neural model cannot be loaded and `allow_fallback` is set, returns the eSpeak
     backend with a notice saying why (logged too).
@@ -29,7 +30,8 @@ def load_backend(
     try:
         from .qwen3 import Qwen3Backend
 
-        return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize), None
+        extra = {} if max_batch is None else {"max_batch": max_batch}
+        return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize, **extra), None
     except Exception as exc:  # noqa: BLE001 - any load failure means "use the offline voice"
         if not allow_fallback:
             raise

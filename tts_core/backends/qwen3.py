@@ -1,7 +1,9 @@
 """Adapter: our Qwen3-TTS model (tts_core.load_model) -> the engine's Backend interface.
 
-Chunks of one model stream come from one exact, stateful decoder pass, so they are never
-marked independent: the engine concatenates them without crossfades.
+Every request goes through the model's batch scheduler (continuous batching: up to
+`max_batch` streams step together; see models/qwen3_tts/serving). Chunks of one stream come
+from one exact, stateful decoder pass, so they are never marked independent: the engine
+concatenates them without crossfades.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ DESCRIPTION = (
     "the reference audio and its words (best); without one, only on a speaker embedding."
 )
 SAMPLING_NAMES = ("temperature", "top_k", "top_p", "repetition_penalty")
+DEFAULT_MAX_BATCH = 8
 
 
 def resolve_device(device: str) -> str:
@@ -54,22 +57,32 @@ class Qwen3Backend:
     independent_phrases = False  # one exact stateful decoder pass: never crossfade
     description = DESCRIPTION
 
-    def __init__(self, model: Any, model_name: str, device: str) -> None:
+    def __init__(
+        self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH
+    ) -> None:
+        from ..models.qwen3_tts.serving import Scheduler
+
         self.model = model
         self.model_name = model_name
         self.device = device
         self.weight_format = getattr(model, "weight_format", None)  # "int8", "float32", ...
         codec = getattr(model, "speech_tokenizer", None)
         self.frame_samples = int(getattr(codec, "samples_per_frame", 1920))
-        # one stream at a time on CPU (it uses every core); a GPU could take a few
-        self.default_concurrency = 1
+        self.scheduler = Scheduler(model, max_batch=max_batch)  # its thread starts on first use
+        self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
 
     @classmethod
     def load(
-        cls, name_or_path: str, device: str = "auto", dtype: str = "auto", quantize: str = "auto"
+        cls,
+        name_or_path: str,
+        device: str = "auto",
+        dtype: str = "auto",
+        quantize: str = "auto",
+        max_batch: int = DEFAULT_MAX_BATCH,
     ) -> Qwen3Backend:
         """dtype "auto": bfloat16 on CUDA, float32 on CPU; quantize "auto": 8-bit layers on a
-        CPU where they keep >= 30 dB SQNR on a calibration run (see load_model)."""
+        CPU where they keep >= 30 dB SQNR on a calibration run (see load_model); max_batch:
+        streams decoded together (the KV arena is sized for it at load)."""
         import torch
 
         import tts_core
@@ -94,7 +107,7 @@ class Qwen3Backend:
         decoder = str(codec.decoder_dtype).removeprefix("torch.") if codec is not None else "-"
         log.info("loaded %s on %s (%s, weights %s, codec decoder %s)", name_or_path, device,
                  dtype, model.weight_format, decoder)  # fmt: skip
-        return cls(model, str(name_or_path), device)
+        return cls(model, str(name_or_path), device, max_batch=max_batch)
 
     def sampling_defaults(self) -> dict[str, Any]:
         defaults = self.model.generation_defaults
@@ -118,22 +131,22 @@ class Qwen3Backend:
         language = params.language
         if language != "auto" and language not in self.model.languages:
             raise InputError(f"This model does not speak '{language}'.")
-        chunks = self.model.stream(
+        chunks = self.scheduler.submit(
             text,
             voice.data,
             language,
             first_chunk_frames=params.first_chunk_frames,
             chunk_frames=params.chunk_frames,
             seed=params.seed,
-            should_stop=cancel.is_set,  # a Stop frees the model within one frame
+            should_stop=cancel.is_set,  # a Stop frees the row at the next step
             **params.sampling_kwargs(),
         )
         try:
             for chunk in chunks:
                 reason = chunk.stop_reason if chunk.final else None
                 yield BackendChunk(chunk.audio, independent=False, frames=chunk.frames,
-                                   stop_reason=reason)  # fmt: skip
+                                   stop_reason=reason, batch_size=chunk.batch_size)  # fmt: skip
                 if cancel.is_set():
                     return
         finally:
-            chunks.close()  # frees the model's caches now, not at garbage collection
+            chunks.close()  # frees the row and its cache span now, not at garbage collection

@@ -58,6 +58,7 @@ class BackendChunk:
     independent: bool = False  # starts a separately synthesized phrase: crossfade into it
     frames: int | None = None  # codec frames, for frame-based backends
     stop_reason: str | None = None  # set on the backend's last chunk when it knows why it stopped
+    batch_size: int | None = None  # streams computed together when this audio was made
 
 
 @runtime_checkable

@@ -183,19 +183,20 @@ class Engine:
         frame = self.backend.frame_samples
         target = job.params.first_chunk_frames * frame
         pending: list[np.ndarray] = []
-        stop_reason, index, started = "end", 0, time.perf_counter()
+        stop_reason, index, started, batch = "end", 0, time.perf_counter(), None
         pieces = self.backend.stream(job.text, voice, job.params, cancel)
         try:
             for piece in pieces:
                 stop_reason = piece.stop_reason or stop_reason
+                batch = _larger(batch, piece.batch_size)
                 pending.append(joiner.push(piece.audio, piece.independent))
                 # count the joiner's short held-back tail: it is audio of this chunk, not the next
                 if sum(p.size for p in pending) + joiner.held >= target:
                     audio = np.concatenate(pending)
                     pending, target = [], job.params.chunk_frames * frame
-                    stats.add_chunk(audio.size, time.perf_counter() - started)
+                    stats.add_chunk(audio.size, time.perf_counter() - started, batch)
                     yield StreamEvent(audio, index, False, stats.as_dict())
-                    index, started = index + 1, time.perf_counter()
+                    index, started, batch = index + 1, time.perf_counter(), None
                 if cancel.is_set():
                     stop_reason = "cancelled"
                     break
@@ -214,7 +215,7 @@ class Engine:
                 yield self._cancelled(stats)
                 return
             raise BackendError("The voice produced no audio for this text.")
-        stats.add_chunk(audio.size, time.perf_counter() - started)
+        stats.add_chunk(audio.size, time.perf_counter() - started, batch)
         stats.finish(stop_reason)
         yield StreamEvent(audio, index, True, stats.as_dict())
 
@@ -255,6 +256,10 @@ class EngineStream:
 
     def __del__(self) -> None:
         self._ticket.release()
+
+
+def _larger(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _digest(audio: np.ndarray | None) -> str | None:

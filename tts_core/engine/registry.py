@@ -17,9 +17,10 @@ def get_engine(
     allow_fallback: bool = True,
     dtype: str = "auto",
     quantize: str = "auto",
+    max_batch: int | None = None,
 ) -> Engine:
     """The cached engine for (model, device); the first call loads the backend (in `dtype`,
-    with `quantize`: see Qwen3Backend.load).
+    with `quantize`, decoding up to `max_batch` streams together: see Qwen3Backend.load).
 
     With allow_fallback, a model that cannot be loaded (no weights, no network) gives the
     offline eSpeak voice instead, and `engine.notice` says why.
@@ -30,9 +31,8 @@ def get_engine(
     with _lock:  # held while loading so two first requests never load the model twice
         engine = _engines.get(key)
         if engine is None:
-            backend, notice = load_backend(
-                model, device, allow_fallback=allow_fallback, dtype=dtype, quantize=quantize
-            )
+            backend, notice = load_backend(model, device, allow_fallback=allow_fallback,
+                                           dtype=dtype, quantize=quantize, max_batch=max_batch)  # fmt: skip
             engine = Engine(backend, config, notice)
             _engines[key] = engine
         return engine

@@ -20,6 +20,7 @@ class RequestStats:
     time_to_first_audio_s: float | None = None
     chunk_compute_s: list[float] = field(default_factory=list)
     chunk_audio_s: list[float] = field(default_factory=list)
+    chunk_batch_size: list[int | None] = field(default_factory=list)  # None: not batched
     timeline: list[tuple[float, float]] = field(default_factory=list)  # (wall s, audio s so far)
     stop_reason: str | None = None
     done: bool = False
@@ -30,12 +31,13 @@ class RequestStats:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
-    def add_chunk(self, samples: int, compute_s: float) -> None:
+    def add_chunk(self, samples: int, compute_s: float, batch_size: int | None = None) -> None:
         now = self.elapsed()
         if self.time_to_first_audio_s is None:
             self.time_to_first_audio_s = now
         self.chunk_compute_s.append(compute_s)
         self.chunk_audio_s.append(samples / self.sample_rate)
+        self.chunk_batch_size.append(batch_size)
         self.timeline.append((now, self.audio_s))
 
     def finish(self, stop_reason: str) -> None:
@@ -75,6 +77,7 @@ class RequestStats:
             "real_time_factor": _round(rtf),
             "chunk_compute_s": [_round(v) for v in self.chunk_compute_s],
             "chunk_audio_s": [_round(v) for v in self.chunk_audio_s],
+            "chunk_batch_size": list(self.chunk_batch_size),
             "timeline": [[_round(w), _round(a)] for w, a in self.timeline],
             "done": self.done,
             "stop_reason": self.stop_reason,

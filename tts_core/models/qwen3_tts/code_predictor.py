@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .config import CodePredictorConfig
-from .layers import DecoderStack, Embedding, KVCache, RotaryTable
+from .layers import DecoderStack, Embedding, KVCache, RotaryTable, rowwise
 
 # logits (B, V) float32 -> chosen ids (B,)
 CodeChooser = Callable[[torch.Tensor], torch.Tensor]
@@ -54,12 +54,14 @@ class CodePredictor(nn.Module):
         return self.model.new_caches(batch, self.cfg.num_code_groups, weight.dtype, weight.device)
 
     def _pass(
-        self, embeds: torch.Tensor, caches: list[KVCache], start: int, group: int
+        self, embeds: torch.Tensor, caches: list[KVCache], start: int, group: int, by_row: bool
     ) -> torch.Tensor:
-        """embeds (B, T, talker_H) -> float32 logits (B, V) for `group` from the last position."""
-        x = self.small_to_mtp_projection(embeds)
+        """embeds (B, T, talker_H) -> float32 logits (B, V) for `group` from the last position;
+        by_row: the float projection and head one row at a time (see layers.rowwise)."""
+        apply = rowwise if by_row else _call
+        x = apply(self.small_to_mtp_projection, embeds)
         hidden = self.model.run_layers(x, self.rope, caches, start)[:, -1]
-        return self.lm_head[group - 1](hidden).float()
+        return apply(self.lm_head[group - 1], hidden).float()
 
     def predict(
         self,
@@ -67,15 +69,21 @@ class CodePredictor(nn.Module):
         c0_embed: torch.Tensor,
         caches: list[KVCache],
         choose: CodeChooser,
+        by_row: bool = False,
     ) -> torch.Tensor:
-        """past_hidden, c0_embed (B, talker_H) -> codes of groups 1..G-1, (B, G-1) int64."""
+        """past_hidden, c0_embed (B, talker_H) -> codes of groups 1..G-1, (B, G-1) int64.
+        by_row: keep each row's result independent of the batch (the batch scheduler's rows)."""
         groups = self.cfg.num_code_groups
         codes = torch.empty(
             past_hidden.shape[0], groups - 1, dtype=torch.long, device=past_hidden.device
         )
         first = torch.stack((past_hidden, c0_embed), dim=1)  # (B, 2, talker_H)
-        codes[:, 0] = choose(self._pass(first, caches, start=0, group=1))
+        codes[:, 0] = choose(self._pass(first, caches, 0, 1, by_row))
         for group in range(2, groups):
             embed = self.model.codec_embedding[group - 2](codes[:, group - 2 : group - 1])
-            codes[:, group - 1] = choose(self._pass(embed, caches, start=group, group=group))
+            codes[:, group - 1] = choose(self._pass(embed, caches, group, group, by_row))
         return codes
+
+
+def _call(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return module(x)

@@ -66,6 +66,37 @@ class DecodeSettings:
         return by_tokens, "max_new_tokens"
 
 
+def talker_sampler(
+    talker: Talker, settings: DecodeSettings, generator: torch.Generator
+) -> TalkerSampler:
+    """The c0 sampler of one request (the official processors, its own generator)."""
+    cfg = talker.cfg
+    device = talker.codec_head.weight.device
+    return TalkerSampler(
+        settings.talker,
+        eos_id=cfg.codec_eos_token_id,
+        suppressed=suppressed_ids(cfg.vocab_size, cfg.codec_eos_token_id, device),
+        generator=generator,
+        penalty_window=settings.penalty_window,
+    )
+
+
+def stop_id_tensor(talker: Talker, settings: DecodeSettings) -> torch.Tensor:
+    """(S,) int64: EOS first, then the request's extra stop ids."""
+    ids = [talker.cfg.codec_eos_token_id, *settings.stop_ids]
+    return torch.tensor(ids, dtype=torch.long, device=talker.codec_head.weight.device)
+
+
+def step_input(
+    talker: Talker, special: SpecialTextVectors, prompt: Prompt, frame: torch.Tensor, index: int
+) -> torch.Tensor:
+    """The talker's input after frame `index`: F(frame) + trailing text vector (or tts_pad),
+    (1, 1, H)."""
+    trailing = prompt.trailing
+    text = trailing[index] if index < trailing.shape[0] else special.pad
+    return (talker.frame_embed(frame[None]) + text).view(1, 1, -1)
+
+
 class FrameLoop:
     """Iterate `frames()` to get (G,) int64 code frames; `stop_reason` is set when it ends."""
 
@@ -84,20 +115,11 @@ class FrameLoop:
         self.settings = settings
         self.stop_reason: str | None = None
         device = talker.codec_head.weight.device
-        cfg = talker.cfg
         self.limit, self.limit_reason = settings.frame_limit()
         self.prefill_len = prompt.prefill.shape[1]
         self.generator = make_generator(settings.seed, device)
-        self.sampler = TalkerSampler(
-            settings.talker,
-            eos_id=cfg.codec_eos_token_id,
-            suppressed=suppressed_ids(cfg.vocab_size, cfg.codec_eos_token_id, device),
-            generator=self.generator,
-            penalty_window=settings.penalty_window,
-        )
-        self.stop_ids = torch.tensor(
-            [cfg.codec_eos_token_id, *settings.stop_ids], dtype=torch.long, device=device
-        )
+        self.sampler = talker_sampler(talker, settings, self.generator)
+        self.stop_ids = stop_id_tensor(talker, settings)
         self.caches = talker.new_caches(1, self.prefill_len + max(self.limit, 1))
         self.predictor_caches = talker.code_predictor.new_caches(1)
         self.history = torch.zeros(1, max(self.limit, 1), dtype=torch.long, device=device)
@@ -112,10 +134,7 @@ class FrameLoop:
         return draw(logits, self.settings.subtalker, self.generator)
 
     def _step_input(self, frame: torch.Tensor, index: int) -> torch.Tensor:
-        """F(frame) + trailing text vector (or tts_pad) -> (1, 1, H)."""
-        trailing = self.prompt.trailing
-        text = trailing[index] if index < trailing.shape[0] else self.special.pad
-        return (self.talker.frame_embed(frame[None]) + text).view(1, 1, -1)
+        return step_input(self.talker, self.special, self.prompt, frame, index)
 
     def frames(self) -> Iterator[torch.Tensor]:
         talker = self.talker

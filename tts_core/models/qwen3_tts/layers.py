@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import DecoderStackConfig
+from .int8 import Int8Linear
 
 
 class Embedding(nn.Embedding):
@@ -84,8 +85,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + _rotate_half(x) * sin
 
 
-class KVCache(nn.Module):
-    """Static preallocated cache (gpt-fast style), written in place at explicit positions."""
+class KVCache:
+    """Static preallocated cache (gpt-fast style), written in place at explicit positions.
+
+    k, v: (B, kv_heads, max_len, D). `KVCache.over(k, v)` wraps existing storage instead (a
+    row's span of the serving arena, the first rows of a batch cache): writes land there.
+    """
 
     def __init__(
         self,
@@ -96,10 +101,20 @@ class KVCache(nn.Module):
         dtype: torch.dtype,
         device: torch.device | str,
     ) -> None:
-        super().__init__()
         shape = (batch, kv_heads, max_len, head_dim)
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+
+    @classmethod
+    def over(cls, k: torch.Tensor, v: torch.Tensor) -> KVCache:
+        """A cache whose storage is the given (B, kv, L, D) views (no copy)."""
+        cache = cls.__new__(cls)
+        cache.k, cache.v = k, v
+        return cache
+
+    def first_rows(self, rows: int) -> KVCache:
+        """The same storage restricted to batch rows [0, rows)."""
+        return KVCache.over(self.k[:rows], self.v[:rows])
 
     @property
     def max_len(self) -> int:
@@ -166,6 +181,30 @@ class Attention(nn.Module):
         )
         return self.o_proj(out.transpose(1, 2).reshape(batch, steps, -1))
 
+    def forward_rows(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        caches: list[KVCache],
+        positions: list[int],
+    ) -> torch.Tensor:
+        """One new position for each of R independent sequences: x (R, 1, H), rope (R, 1, 1, D)
+        each, row r written at positions[r] of caches[r] (a (1, kv, L_r, D) cache).
+
+        The projections run batched; attention runs row by row over each row's own filled
+        prefix, with the very call the single-stream step makes, so a row's result is the same
+        alone and in any batch (a padded batched attention would change the softmax sums)."""
+        rows = x.shape[0]
+        q, k, v = self._qkv(x, rope)  # (R, heads, 1, D), (R, kv, 1, D)
+        outs = []
+        for row, (cache, position) in enumerate(zip(caches, positions, strict=True)):
+            keys, values = cache.write(position, k[row : row + 1], v[row : row + 1])
+            outs.append(
+                F.scaled_dot_product_attention(q[row : row + 1], keys, values, enable_gqa=True)
+            )
+        out = torch.cat(outs) if rows > 1 else outs[0]  # (R, heads, 1, D)
+        return self.o_proj(out.transpose(1, 2).reshape(rows, 1, -1))
+
     def forward_static(
         self,
         x: torch.Tensor,
@@ -224,6 +263,12 @@ class DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), rope, cache, start)
         return x + self.mlp(self.post_attention_layernorm(x))
 
+    def forward_rows(
+        self, x: torch.Tensor, rope: tuple, caches: list[KVCache], positions: list[int]
+    ) -> torch.Tensor:
+        x = x + self.self_attn.forward_rows(self.input_layernorm(x), rope, caches, positions)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
     def forward_static(
         self, x: torch.Tensor, rope: tuple, cache: KVCache, input_pos: torch.Tensor, mask
     ) -> torch.Tensor:
@@ -257,6 +302,23 @@ class DecoderStack(nn.Module):
             x = layer(x, rope, cache, start)
         return self.norm(x)
 
+    def run_rows(
+        self,
+        x: torch.Tensor,
+        rope_table: RotaryTable,
+        row_caches: list[list[KVCache]],
+        positions: list[int],
+    ) -> torch.Tensor:
+        """One position for each of R sequences at their own positions: x (R, 1, H),
+        row_caches[r] = row r's per-layer caches -> final-norm hidden (R, 1, H)."""
+        cos, sin = rope_table.typed(x.dtype)
+        index = torch.tensor(positions, device=x.device)
+        rope = tuple(table.index_select(0, index)[:, None, None, :] for table in (cos, sin))
+        for depth, layer in enumerate(self.layers):
+            caches = [per_layer[depth] for per_layer in row_caches]
+            x = layer.forward_rows(x, rope, caches, positions)
+        return self.norm(x)
+
     def run_layers_static(
         self,
         x: torch.Tensor,
@@ -273,6 +335,15 @@ class DecoderStack(nn.Module):
         for layer, cache in zip(self.layers, caches, strict=True):
             x = layer.forward_static(x, (cos, sin), cache, input_pos, mask)
         return self.norm(x)
+
+
+def rowwise(linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """`linear(x)` for x (B, ...), with a float layer applied one batch row at a time: a GEMM's
+    blocking, hence its rounding, depends on how many rows it multiplies, and a row's result must
+    not depend on the batch it is in. Int8Linear sums are exact integers and need no loop."""
+    if x.shape[0] == 1 or isinstance(linear, (Int8Linear, nn.Identity)):
+        return linear(x)
+    return torch.cat([linear(x[row : row + 1]) for row in range(x.shape[0])])
 
 
 def compile_stack(stack: DecoderStack) -> None:

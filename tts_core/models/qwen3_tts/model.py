@@ -28,7 +28,7 @@ from .checkpoint import (
     resolve_checkpoint,
 )
 from .config import GenerationDefaults, Qwen3TTSConfig, load_config, load_generation_defaults
-from .decode_loop import FrameLoop, length_cap_frames, resolve_settings
+from .decode_loop import DecodeSettings, FrameLoop, length_cap_frames, resolve_settings
 from .layers import compile_stack
 from .prompt import Prompt, SpecialTextVectors, build_prompt, ref_text_ids, target_text_ids
 from .static_step import DECODE_MODES
@@ -63,6 +63,7 @@ class AudioChunk:
     final: bool
     stop_reason: str | None
     codes: torch.Tensor  # (frames, G) int64
+    batch_size: int = 1  # rows decoded together when this chunk's frames were made
 
 
 @dataclass
@@ -247,6 +248,38 @@ class Qwen3TTSModel:
         if first_chunk_frames < 1 or chunk_frames < 1:
             raise ValueError("first_chunk_frames and chunk_frames must be >= 1")
         started = time.perf_counter()
+        prompt, settings = self.plan(
+            text,
+            voice,
+            language,
+            greedy=greedy,
+            seed=seed,
+            stop_ids=stop_ids,
+            repetition_window=repetition_window,
+            length_cap=length_cap,
+            **sampling,
+        )
+        self._codec()  # no codec: fail now, not at the first chunk
+        loop = FrameLoop(self.talker, self.special, prompt, settings, mode=self.decode_mode)
+        setup_s = time.perf_counter() - started
+        cadence = (first_chunk_frames, chunk_frames)
+        return self._chunks(loop, voice, cadence, setup_s, should_stop or _never)
+
+    def plan(
+        self,
+        text: str,
+        voice: Voice,
+        language: str | None = "auto",
+        *,
+        greedy: bool = False,
+        seed: int | None = None,
+        stop_ids: tuple[int, ...] = (),
+        repetition_window: int | None = None,
+        length_cap: bool = True,
+        **sampling: Any,
+    ) -> tuple[Prompt, DecodeSettings]:
+        """Validate a request and build its prompt and decode settings (what `stream` and the
+        batch scheduler both start from); raises ValueError / TypeError on bad input."""
         with torch.inference_mode():
             prompt = self._prompt(text, voice, language)
         settings = resolve_settings(
@@ -258,19 +291,15 @@ class Qwen3TTSModel:
             repetition_window=repetition_window,
             length_cap=length_cap_frames(prompt.text_tokens) if length_cap else None,
         )
-        codec = self._codec()
-        loop = FrameLoop(self.talker, self.special, prompt, settings, mode=self.decode_mode)
-        setup_s = time.perf_counter() - started
-        cadence = (first_chunk_frames, chunk_frames)
-        return self._chunks(loop, codec, voice, cadence, setup_s, should_stop or _never)
+        return prompt, settings
 
     @torch.inference_mode()
-    def _chunks(self, loop, codec, voice, cadence, setup_s, should_stop):
+    def _chunks(self, loop, voice, cadence, setup_s, should_stop):
         first_chunk_frames, chunk_frames = cadence
         state = None
         try:
             clock = time.perf_counter()
-            state = self._decoder_state(codec, voice)
+            state = self.new_decoder_state(voice)
             pending: list[torch.Tensor] = []
             target, compute, produced = first_chunk_frames, setup_s, 0
             for frame in loop.frames():
@@ -281,20 +310,22 @@ class Qwen3TTSModel:
                 at_limit = produced == loop.limit  # known final: no need to wait for the loop
                 if len(pending) == target or at_limit:
                     reason = loop.limit_reason if at_limit else None
-                    yield self._decode_chunk(codec, state, pending, clock, compute, reason)
+                    yield self.decode_chunk(state, pending, compute + _since(clock), reason)
                     if at_limit:
                         return
                     pending, target, compute, clock = [], chunk_frames, 0.0, time.perf_counter()
             # Stopped by EOS: the last chunk holds what is pending (possibly no frames).
-            yield self._decode_chunk(codec, state, pending, clock, compute, loop.stop_reason)
+            yield self.decode_chunk(state, pending, compute + _since(clock), loop.stop_reason)
         finally:
             if loop.graphs_failed:  # do not retry a failing capture on every request
                 self.decode_mode = "eager"
             loop.release()
             del state
 
-    def _decoder_state(self, codec: SpeechTokenizer, voice: Voice) -> DecoderState:
-        """A fresh decoder state for one stream; for ICL, a clone of the voice's warm state."""
+    def new_decoder_state(self, voice: Voice) -> DecoderState:
+        """A fresh codec-decoder state for one stream; for ICL, a clone of the voice's warm
+        state (the decoder after the reference frames)."""
+        codec = self._codec()
         if voice.ref_codes is None:
             return codec.decoder.init_state(batch_size=1)
         return self._warm_decoder(codec, voice).clone()
@@ -309,21 +340,33 @@ class Qwen3TTSModel:
             cached = voice.warm_decoder = (id(codec), warm)
         return cached[1]
 
-    def _decode_chunk(self, codec, state, frames, clock, compute, stop_reason) -> AudioChunk:
+    @torch.inference_mode()
+    def decode_chunk(
+        self,
+        state: DecoderState,
+        frames: list[torch.Tensor],
+        compute_s: float,
+        stop_reason: str | None,
+        batch_size: int = 1,
+    ) -> AudioChunk:
+        """Code frames (each (G,) int64) -> the next AudioChunk of the stream whose decoder
+        state this is; `compute_s` is the time spent on it before decoding."""
+        clock = time.perf_counter()
         group_count = self.config.talker.num_code_groups
         codes = torch.stack(frames) if frames else torch.zeros(0, group_count, dtype=torch.long)
         if frames:
-            audio = codec.decoder.decode_step(codes.T[None], state)[0].float().cpu().numpy()
+            decoder = self._codec().decoder
+            audio = decoder.decode_step(codes.T[None], state)[0].float().cpu().numpy()
         else:
             audio = np.zeros(0, dtype=np.float32)
-        compute += time.perf_counter() - clock
         return AudioChunk(
             audio=audio.astype(np.float32, copy=False),
             frames=len(frames),
-            compute_s=compute,
+            compute_s=compute_s + _since(clock),
             final=stop_reason is not None,
             stop_reason=stop_reason,
             codes=codes.cpu(),
+            batch_size=batch_size,
         )
 
     # ----------------------------------------------------------------- helpers
@@ -364,6 +407,10 @@ class Qwen3TTSModel:
 
 def _never() -> bool:
     return False
+
+
+def _since(clock: float) -> float:
+    return time.perf_counter() - clock
 
 
 def _mono_float32(audio: np.ndarray) -> np.ndarray:

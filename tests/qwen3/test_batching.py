@@ -1,0 +1,295 @@
+"""Continuous batching: a request's codes and audio do not depend on who else is served.
+
+On the tiny checkpoints, both clone modes, greedy and seeded sampling: the scheduler alone gives
+the very chunks `model.stream` gives, and 8 requests with other texts, voices, seeds and lengths,
+joining at different times, each give exactly what they give alone. Exact equality is the claim
+for the int8 layers (exact integer sums, per-row activation scales, attention and float heads
+row by row; see serving/model_runner.py); it is what the tests assert. Rows leave on EOS, cap,
+stop, cancel or failure and give their row and cache span back at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from functools import cache
+
+import numpy as np
+import pytest
+import torch
+
+from tts_core.models.qwen3_tts.int8 import int8_matmul_available
+from tts_core.models.qwen3_tts.model import load_model
+from tts_core.models.qwen3_tts.serving import Scheduler
+from tts_core.models.qwen3_tts.serving.kv_arena import Span, SpanAllocator
+from tts_core.models.qwen3_tts.serving.model_runner import ModelRunner
+from tts_core.models.qwen3_tts.serving.sequence import Sequence
+
+from .conftest import fixture_path, load_ref_clip
+
+pytestmark = pytest.mark.skipif(not int8_matmul_available(), reason="no int8 matmul here")
+
+TEXTS = [
+    "Hello there, how are you today?",
+    "The quick brown fox.",
+    "One two three four five six seven.",
+    "Many listeners at the cost of one.",
+    "Short.",
+    "Another sentence to speak right now, please.",
+    "Yes.",
+    "Testing, testing, one two.",
+]
+DECODE = {"max_new_tokens": 32}
+
+
+@cache
+def int8_model(name: str):
+    return load_model(fixture_path(name), quantize="int8", warm_chunks=())
+
+
+@cache
+def voices(name: str) -> tuple:
+    model = int8_model(name)
+    audio, rate = load_ref_clip()
+    return model.create_voice(audio, rate, ref_text="a short reference"), model.create_voice(
+        audio, rate
+    )
+
+
+def request(i: int, name: str) -> tuple[str, object, dict]:
+    """Request i: its own text, voice (ICL for odd i), seed, greedy for every third."""
+    icl, xvec = voices(name)
+    kwargs = {**DECODE, "seed": 100 + i, "greedy": i % 3 == 0}
+    return TEXTS[i % len(TEXTS)], icl if i % 2 else xvec, kwargs
+
+
+def collect(chunks) -> tuple[torch.Tensor, np.ndarray, list]:  # noqa: ANN001
+    chunks = list(chunks)
+    codes = torch.cat([c.codes for c in chunks])
+    return codes, np.concatenate([c.audio for c in chunks]), chunks
+
+
+@pytest.fixture(params=["qwen3-tiny-a", "qwen3-tiny-b"], scope="module")
+def name(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def test_scheduler_alone_gives_the_chunks_of_model_stream(name):
+    model = int8_model(name)
+    scheduler = Scheduler(model, max_batch=4, prefill_chunk=10_000)
+    try:
+        for i in (0, 1, 2):  # x-vector greedy, ICL sampled, x-vector sampled
+            text, voice, kwargs = request(i, name)
+            ours = collect(scheduler.submit(text, voice, **kwargs))
+            reference = collect(model.stream(text, voice, **kwargs))
+            assert torch.equal(ours[0], reference[0])
+            assert np.array_equal(ours[1], reference[1])
+            assert [c.frames for c in ours[2]] == [c.frames for c in reference[2]]
+            assert ours[2][-1].stop_reason == reference[2][-1].stop_reason
+    finally:
+        scheduler.close()
+
+
+def test_eight_requests_in_a_batch_give_what_they_give_alone(name):
+    """Chunked prefill (5 positions a step) and staggered joins: rows enter while others run."""
+    model = int8_model(name)
+    scheduler = Scheduler(model, max_batch=8, prefill_chunk=5)
+    try:
+        alone = [collect(submit(scheduler, i, name)) for i in range(8)]
+        results: dict[int, tuple] = {}
+
+        def run(i: int) -> None:
+            time.sleep(0.02 * (i % 4))  # some join while others are decoding
+            results[i] = collect(submit(scheduler, i, name))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for i in range(8):
+            assert torch.equal(results[i][0], alone[i][0]), f"request {i}: codes differ"
+            assert np.array_equal(results[i][1], alone[i][1]), f"request {i}: audio differs"
+        batch_sizes = [c.batch_size for i in range(8) for c in results[i][2]]
+        assert max(batch_sizes) > 1  # they really ran together
+        assert all(c.batch_size == 1 for a in alone for c in a[2])
+        assert scheduler.active == 0 and _arena_free(scheduler)
+    finally:
+        scheduler.close()
+
+
+def test_each_row_of_a_batched_step_is_bit_identical_to_the_row_alone(name):
+    """The mechanism under the tests above, at the float level where codes cannot show it: the
+    talker step's logits and hidden states and every code-predictor pass's logits of a row at its
+    own position are the same bits alone and in a batch of 4 (rows at 4 different positions)."""
+    model = int8_model(name)
+    runner = ModelRunner(model, max_batch=4, capacity=1024)
+    hidden = model.talker.cfg.stack.hidden_size
+    seqs = []
+    for i in range(4):
+        text, voice, kwargs = request(i, name)
+        prompt, settings = model.plan(text, voice, **kwargs)
+        seq = Sequence(model.talker, prompt, settings, voice, (2, 6), lambda: False)
+        assert runner.admit(seq) and runner.prefill(seq, 10_000)
+        seq.frames = 1 + i  # as if 1 + i frames were out: rows at different positions
+        seqs.append(seq)
+    hidden = model.talker.cfg.stack.hidden_size
+    embeds = torch.randn(4, 1, hidden, generator=torch.Generator().manual_seed(0))
+    c0 = torch.tensor([5, 17, 300, 42])
+
+    def run(rows: list[Sequence], rows_embeds: torch.Tensor, rows_c0: torch.Tensor) -> tuple:
+        seen: list[torch.Tensor] = []
+
+        def choose(logits: torch.Tensor) -> torch.Tensor:
+            seen.append(logits.clone())
+            return logits.argmax(dim=-1)
+
+        runner.talker_step(rows, rows_embeds)
+        step = [(s.logits.clone(), s.hidden.clone()) for s in rows]
+        codes = runner.predict(rows, rows_c0, choose)
+        return step, torch.stack(seen, 1), codes  # passes: (R, 15, V)
+
+    batch_step, batch_passes, batch_codes = run(seqs, embeds, c0)
+    for r, seq in enumerate(seqs):
+        step, passes, codes = run([seq], embeds[r : r + 1], c0[r : r + 1])
+        assert torch.equal(step[0][0], batch_step[r][0]) and torch.equal(
+            step[0][1], batch_step[r][1]
+        )
+        assert torch.equal(passes[0], batch_passes[r]) and torch.equal(codes[0], batch_codes[r])
+
+
+def test_a_cancelled_row_leaves_at_once_and_the_others_are_unchanged():
+    name = "qwen3-tiny-a"
+    model = int8_model(name)
+    scheduler = Scheduler(model, max_batch=4)
+    try:
+        alone = [collect(submit(scheduler, i, name)) for i in (1, 2)]
+        stop_after = {"asked": 0}
+
+        def should_stop() -> bool:
+            stop_after["asked"] += 1
+            return stop_after["asked"] > 4
+
+        text, voice, kwargs = request(3, name)
+        stopped = scheduler.submit(text, voice, should_stop=should_stop, **kwargs)
+        closed = submit(scheduler, 4, name)
+        running = [submit(scheduler, i, name) for i in (1, 2)]
+        next(closed)  # one chunk, then the consumer goes away
+        closed.close()
+        results = [collect(stream) for stream in running]
+        list(stopped)  # ends without a final chunk
+        for got, expected in zip(results, alone, strict=True):
+            assert torch.equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+        assert stop_after["asked"] == 5
+        _wait_until(lambda: scheduler.active == 0)
+        assert _arena_free(scheduler)
+    finally:
+        scheduler.close()
+
+
+def test_a_failing_request_ends_alone():
+    name = "qwen3-tiny-a"
+    model = int8_model(name)
+    scheduler = Scheduler(model, max_batch=4)
+    try:
+        expected = collect(submit(scheduler, 2, name))
+
+        def broken() -> bool:
+            raise RuntimeError("consumer bug")
+
+        text, voice, kwargs = request(5, name)
+        failing = scheduler.submit(text, voice, should_stop=broken, **kwargs)
+        healthy = submit(scheduler, 2, name)
+        with pytest.raises(RuntimeError, match="consumer bug"):
+            list(failing)
+        got = collect(healthy)
+        assert torch.equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+    finally:
+        scheduler.close()
+
+
+def test_a_full_cache_makes_a_request_wait_its_turn():
+    """A cache holding one request at a time: the second waits for the span, then runs."""
+    name = "qwen3-tiny-b"
+    model = int8_model(name)
+    text, voice, kwargs = request(1, name)
+    probe = Scheduler(model, max_batch=1)
+    need = probe.submit(text, voice, **kwargs)
+    seq_positions = need._seq.positions_needed()
+    collect(need)
+    probe.close()
+    scheduler = Scheduler(model, max_batch=4, cache_positions=seq_positions + 10)
+    try:
+        first = scheduler.submit(text, voice, **kwargs)
+        second = scheduler.submit(text, voice, **kwargs)
+        a, b = collect(first), collect(second)
+        assert torch.equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+        assert all(c.batch_size == 1 for c in a[2] + b[2])  # never together
+    finally:
+        scheduler.close()
+
+
+def test_the_cache_caps_a_request_and_refuses_a_prompt_it_cannot_hold():
+    name = "qwen3-tiny-a"
+    model = int8_model(name)
+    text, voice, kwargs = request(1, name)  # ICL: a prompt of a few dozen positions
+    prompt_len = model.plan(text, voice, **kwargs)[0].prefill.shape[1]
+    scheduler = Scheduler(model, max_batch=2, cache_positions=prompt_len + 3)
+    try:
+        codes, _, chunks = collect(scheduler.submit(text, voice, **{**kwargs, "greedy": True}))
+        assert chunks[-1].stop_reason in ("length_cap", "eos") and codes.shape[0] <= 3
+    finally:
+        scheduler.close()
+    too_small = Scheduler(model, max_batch=1, cache_positions=prompt_len)  # no room for a frame
+    with pytest.raises(ValueError, match="cache holds"):
+        too_small.submit(text, voice, **kwargs)
+
+
+def test_bad_requests_are_refused_before_they_queue():
+    model = int8_model("qwen3-tiny-a")
+    _, voice, _ = request(0, "qwen3-tiny-a")
+    scheduler = Scheduler(model, max_batch=2)
+    try:
+        with pytest.raises(ValueError):
+            scheduler.submit("   ", voice)
+        with pytest.raises(TypeError):
+            scheduler.submit("Hello.", voice, not_a_setting=1)
+        with pytest.raises(ValueError):
+            scheduler.submit("Hello.", voice, first_chunk_frames=0)
+        assert scheduler.waiting == 0 and scheduler.active == 0
+    finally:
+        scheduler.close()
+
+
+def test_span_allocator_first_fit_merge_and_double_free():
+    spans = SpanAllocator(100)
+    a, b, c = spans.allocate(30), spans.allocate(30), spans.allocate(30)
+    assert (a, b, c) == (Span(0, 30), Span(30, 30), Span(60, 30))
+    assert spans.allocate(20) is None and spans.free_positions == 10
+    spans.free(b)
+    assert spans.allocate(31) is None
+    assert spans.allocate(25) == Span(30, 25)  # first fit, inside b's old place
+    spans.free(a)
+    spans.free(c)
+    spans.free(Span(30, 25))
+    assert spans.free_positions == 100 and spans.allocate(100) == Span(0, 100)
+    spans.free(Span(0, 100))
+    with pytest.raises(ValueError, match="freed twice"):
+        spans.free(Span(10, 5))
+
+
+def submit(scheduler: Scheduler, i: int, name: str, **extra):  # noqa: ANN003, ANN201
+    """Request i (see `request`) through `scheduler`."""
+    text, voice, kwargs = request(i, name)
+    return scheduler.submit(text, voice, **kwargs, **extra)
+
+
+def _arena_free(scheduler: Scheduler) -> bool:
+    return scheduler.runner.arena.allocator.free_positions == scheduler.runner.capacity
+
+
+def _wait_until(condition, timeout: float = 10.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)

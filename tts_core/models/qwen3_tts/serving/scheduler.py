@@ -1,0 +1,295 @@
+"""Continuous batching: one thread steps every active Qwen3-TTS stream together.
+
+scheduler = Scheduler(model, max_batch=8)
+for chunk in scheduler.submit("Hello", voice, seed=1):   # same chunks as model.stream
+    play(chunk.audio)
+
+Each scheduler step: drop the rows that were stopped or cancelled (their row and span are free
+at once) -> admit waiting requests while a row and a span of the KV arena are free -> run one
+prefill chunk (at most `prefill_chunk` prompt positions) of the oldest joining request -> one
+decode step for every decoding row: c0 per row, one batched 15-pass code predictor, chunks whose
+cadence is due decoded and handed to their consumers, one batched talker step. A joining request
+thus delays the running ones by one prefill chunk per step, never by its whole prompt.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ..decode_loop import step_input
+from ..model import AudioChunk, Qwen3TTSModel, Voice
+from .model_runner import ModelRunner
+from .sequence import END, Failure, Sequence, Status
+
+log = logging.getLogger(__name__)
+
+DEFAULT_POSITIONS_PER_ROW = 1024  # arena size per row of --max-batch: ~80 s of audio per row
+DEFAULT_PREFILL_CHUNK = 128  # prompt positions per step while other rows decode
+
+
+class Scheduler:
+    def __init__(
+        self,
+        model: Qwen3TTSModel,
+        max_batch: int = 8,
+        cache_positions: int | None = None,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+    ) -> None:
+        """cache_positions: the talker KV arena shared by all rows (default
+        max_batch * 1024); a request reserves its prompt + frame limit there when admitted."""
+        if prefill_chunk < 1:
+            raise ValueError("prefill_chunk must be >= 1")
+        self.model = model
+        capacity = cache_positions or max_batch * DEFAULT_POSITIONS_PER_ROW
+        self.runner = ModelRunner(model, max_batch, capacity)
+        self.max_batch = self.runner.max_batch
+        self.prefill_chunk = int(prefill_chunk)
+        self._waiting: deque[Sequence] = deque()
+        self._prefilling: list[Sequence] = []
+        self._decoding: list[Sequence] = []
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ consumer side
+    def submit(
+        self,
+        text: str,
+        voice: Voice,
+        language: str | None = "auto",
+        *,
+        first_chunk_frames: int = 2,
+        chunk_frames: int = 6,
+        should_stop: Callable[[], bool] | None = None,
+        **kwargs: Any,
+    ) -> SequenceStream:
+        """Validate now (ValueError / TypeError, as `model.stream`) and queue the request; the
+        returned stream yields its AudioChunks. `kwargs`: those of `model.stream`."""
+        if first_chunk_frames < 1 or chunk_frames < 1:
+            raise ValueError("first_chunk_frames and chunk_frames must be >= 1")
+        prompt, settings = self.model.plan(text, voice, language, **kwargs)
+        self.model._codec()  # no codec: fail now
+        seq = Sequence(self.model.talker, prompt, settings, voice,
+                       (first_chunk_frames, chunk_frames), should_stop or _never)  # fmt: skip
+        if seq.prompt_len + 1 > self.runner.capacity:
+            raise ValueError(
+                f"the prompt takes {seq.prompt_len} positions; the cache holds "
+                f"{self.runner.capacity}: use a shorter reference clip or text"
+            )
+        seq.cap_to(self.runner.capacity)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the scheduler is closed")
+            self._waiting.append(seq)
+            self._start()
+            self._cond.notify_all()
+        return SequenceStream(seq, self._cond)
+
+    @property
+    def active(self) -> int:
+        """Rows in use (prefilling or decoding)."""
+        return len(self._prefilling) + len(self._decoding)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def close(self) -> None:
+        """Stop the thread; requests still queued or running end without a final chunk."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    # ------------------------------------------------------------------ the loop
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="tts-scheduler", daemon=True)
+            self._thread.start()
+
+    def _has_work(self) -> bool:
+        return bool(self._waiting or self._prefilling or self._decoding)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._has_work() and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    break
+            try:
+                self._step()
+            except Exception as error:  # noqa: BLE001 - a bug outside a guarded step: fail
+                log.exception("scheduler step failed; ending every request")
+                with self._cond:
+                    failed = [*self._waiting, *self._prefilling, *self._decoding]
+                    self._waiting.clear()
+                for seq in failed:
+                    self._finish(seq, Failure(error))
+        for seq in [*self._waiting, *self._prefilling, *self._decoding]:
+            self._finish(seq)
+
+    def _step(self) -> None:
+        self._drop_stopped()
+        self._admit()
+        if self._prefilling:
+            self._guarded(self._prefilling[:1], self._prefill)
+        if self._decoding:
+            self._guarded(list(self._decoding), self._decode_step)
+
+    def _guarded(self, seqs: list[Sequence], work: Callable[[list[Sequence]], None]) -> None:
+        """Run `work`; if it raises, the rows it touched fail with the error, the rest go on."""
+        try:
+            work(seqs)
+        except Exception as error:  # noqa: BLE001 - handed to each consumer, raised there
+            log.exception("batch step failed for %d request(s)", len(seqs))
+            for seq in seqs:
+                self._finish(seq, Failure(error))
+
+    def _drop_stopped(self) -> None:
+        """Rows whose consumer closed the stream or whose should_stop answers True leave now
+        (a should_stop that raises ends its own request with that error, no other)."""
+        with self._cond:
+            everyone = [*self._waiting, *self._prefilling, *self._decoding]
+        for seq in everyone:
+            try:
+                stop, failure = seq.stopped, None
+            except Exception as error:  # noqa: BLE001 - the consumer's callback failed
+                stop, failure = True, Failure(error)
+            if stop:
+                with self._cond:
+                    if seq in self._waiting:
+                        self._waiting.remove(seq)
+                self._finish(seq, failure)
+
+    def _admit(self) -> None:
+        while self.active < self.max_batch:
+            with self._cond:
+                if not self._waiting:
+                    return
+                seq = self._waiting[0]
+                try:
+                    admitted = self.runner.admit(seq)
+                except Exception as error:  # noqa: BLE001 - e.g. the voice's decoder state
+                    self._waiting.popleft()
+                    self._finish(seq, Failure(error))
+                    continue
+                if not admitted:
+                    return  # first come, first served: wait until a span frees
+                self._waiting.popleft()
+            self._prefilling.append(seq)
+
+    def _prefill(self, seqs: list[Sequence]) -> None:
+        seq = seqs[0]
+        if self.runner.prefill(seq, self.prefill_chunk):
+            self._prefilling.remove(seq)
+            seq.status = Status.DECODING
+            self._decoding.append(seq)
+
+    @torch.inference_mode()
+    def _decode_step(self, seqs: list[Sequence]) -> None:
+        going, c0s = [], []
+        for seq in seqs:
+            c0 = seq.choose_c0()
+            if seq.is_stop(c0):
+                self._deliver(seq, "eos")
+            else:
+                going.append(seq)
+                c0s.append(c0)
+        if not going:
+            return
+        rows = len(going)
+        c0 = torch.cat(c0s)
+        codes = self.runner.predict(going, c0, _row_chooser(going))
+        stepping, inputs = [], []
+        for row, seq in enumerate(going):
+            frame = torch.cat([c0[row : row + 1], codes[row]])  # (G,)
+            seq.add_frame(frame, rows)
+            if seq.at_limit:
+                self._deliver(seq, seq.limit_reason)
+                continue
+            if seq.chunk_due:
+                self._deliver(seq, None)
+            stepping.append(seq)
+            inputs.append(self._step_input(seq, frame))
+        if stepping:
+            self.runner.talker_step(stepping, torch.cat(inputs))
+
+    def _step_input(self, seq: Sequence, frame: torch.Tensor) -> torch.Tensor:
+        model = self.model
+        return step_input(model.talker, model.special, seq.prompt, frame, seq.frames - 1)
+
+    def _deliver(self, seq: Sequence, stop_reason: str | None) -> None:
+        """Decode the pending frames into the next chunk; with a stop reason it is the last."""
+        frames, waited_s, batch = seq.take_chunk()
+        chunk = self.model.decode_chunk(seq.decoder_state, frames, waited_s, stop_reason, batch)
+        seq.outbox.put(chunk)
+        if stop_reason is not None:
+            self._finish(seq)
+
+    def _finish(self, seq: Sequence, failure: Failure | None = None) -> None:
+        """Take `seq` out of the batch, free its row and span, and end its stream."""
+        for group in (self._prefilling, self._decoding):
+            if seq in group:
+                group.remove(seq)
+        self.runner.release(seq)
+        if failure is not None:
+            seq.outbox.put(failure)
+        seq.outbox.put(END)
+
+
+def _row_chooser(seqs: list[Sequence]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """(R, V) logits of one code-predictor pass -> (R,) ids, each row with its own sampler."""
+
+    def choose(logits: torch.Tensor) -> torch.Tensor:
+        if len(seqs) == 1:
+            return seqs[0].choose_subcode(logits)
+        return torch.cat([seq.choose_subcode(logits[r : r + 1]) for r, seq in enumerate(seqs)])
+
+    return choose
+
+
+class SequenceStream:
+    """The chunks of one submitted request, in order. Closing it (or dropping it) stops the
+    request: the scheduler frees its row at its next step."""
+
+    def __init__(self, seq: Sequence, wake: threading.Condition) -> None:
+        self._seq = seq
+        self._wake = wake
+        self._ended = False
+
+    def __iter__(self) -> Iterator[AudioChunk]:
+        return self
+
+    def __next__(self) -> AudioChunk:
+        if self._ended:
+            raise StopIteration
+        item = self._seq.outbox.get()
+        if item is END:
+            self._ended = True
+            raise StopIteration
+        if isinstance(item, Failure):
+            self._ended = True
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._seq.cancelled.set()
+            with self._wake:
+                self._wake.notify_all()
+
+    def __del__(self) -> None:
+        self._seq.cancelled.set()
+
+
+def _never() -> bool:
+    return False

@@ -1,0 +1,143 @@
+"""One request inside the batch scheduler: everything that differs from row to row.
+
+Its own prompt and position, sampling parameters, random generator, c0 history (repetition
+penalty), stop ids, frame limit, chunk cadence, span of the KV arena and codec-decoder state.
+The scheduler thread owns every field except `cancelled` and the outbox, which the consumer
+uses to stop it and to read its chunks.
+"""
+
+from __future__ import annotations
+
+import enum
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ..decode_loop import DecodeSettings, stop_id_tensor, talker_sampler
+from ..prompt import Prompt
+from ..sampling import draw, make_generator
+from ..talker import Talker
+from .kv_arena import Span
+
+END = object()  # put on the outbox after the last chunk (or after a stop without one)
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"  # in line for a row and a span of the arena
+    PREFILL = "prefill"  # its prompt goes through the talker, a chunk at a time
+    DECODING = "decoding"  # one frame per scheduler step
+    DONE = "done"
+
+
+@dataclass
+class Failure:
+    error: BaseException
+
+
+class Sequence:
+    def __init__(
+        self,
+        talker: Talker,
+        prompt: Prompt,
+        settings: DecodeSettings,
+        voice: object,
+        cadence: tuple[int, int],
+        should_stop: Callable[[], bool],
+    ) -> None:
+        self.prompt = prompt
+        self.settings = settings
+        self.voice = voice
+        self.first_chunk_frames, self.chunk_frames = cadence
+        self.should_stop = should_stop
+        self.limit, self.limit_reason = settings.frame_limit()
+        self.prompt_len = prompt.prefill.shape[1]
+        device = talker.codec_head.weight.device
+        self.generator = make_generator(settings.seed, device)
+        self.sampler = talker_sampler(talker, settings, self.generator)
+        self.stop_ids = stop_id_tensor(talker, settings)
+        self.status = Status.WAITING
+        self.cancelled = threading.Event()
+        self.outbox: queue.Queue = queue.Queue()
+        self.submitted = time.perf_counter()
+        # set at admission / while running
+        self.span: Span | None = None
+        self.caches: list = []
+        self.decoder_state = None
+        self.history: torch.Tensor | None = None  # (1, limit) c0 ids drawn so far
+        self.prefilled = 0  # prompt positions already in the cache
+        self.frames = 0  # frames emitted
+        self.logits: torch.Tensor | None = None  # (1, V) float32: the next c0's logits
+        self.hidden: torch.Tensor | None = None  # (1, H): the talker's last final-norm hidden
+        self.pending: list[torch.Tensor] = []  # frames of the chunk being gathered
+        self.chunk_batch = 0  # most rows stepped together for the pending frames
+        self.chunk_started = self.submitted
+
+    # ------------------------------------------------------------------ lifecycle
+    def positions_needed(self) -> int:
+        return self.prompt_len + max(self.limit, 1)
+
+    def cap_to(self, capacity: int) -> None:
+        """Shorten the frame limit so prompt + frames fit `capacity` positions."""
+        if self.positions_needed() > capacity:
+            self.limit, self.limit_reason = capacity - self.prompt_len, "length_cap"
+
+    def admit(self, span: Span, caches: list, decoder_state: object) -> None:
+        device = self.stop_ids.device
+        self.span, self.caches, self.decoder_state = span, caches, decoder_state
+        self.history = torch.zeros(1, max(self.limit, 1), dtype=torch.long, device=device)
+        self.status = Status.PREFILL
+
+    def release(self) -> Span | None:
+        """Drop the per-request state; returns the span to give back to the arena."""
+        span, self.span = self.span, None
+        self.caches, self.decoder_state, self.history = [], None, None
+        self.logits = self.hidden = None
+        self.status = Status.DONE
+        return span
+
+    @property
+    def stopped(self) -> bool:
+        return self.cancelled.is_set() or self.should_stop()
+
+    # ------------------------------------------------------------------ decoding
+    def choose_c0(self) -> torch.Tensor:
+        """(1,) c0 of the next frame from the pending logits."""
+        return self.sampler(self.logits, self.history[:, : self.frames])
+
+    def is_stop(self, c0: torch.Tensor) -> bool:
+        return bool(torch.isin(c0, self.stop_ids).any())
+
+    def choose_subcode(self, logits: torch.Tensor) -> torch.Tensor:
+        """(1, V) logits of one code-predictor pass -> (1,) id."""
+        return draw(logits, self.settings.subtalker, self.generator)
+
+    def add_frame(self, frame: torch.Tensor, batch: int) -> None:
+        self.history[0, self.frames] = frame[0]
+        self.frames += 1
+        self.pending.append(frame)
+        self.chunk_batch = max(self.chunk_batch, batch)
+
+    @property
+    def at_limit(self) -> bool:
+        return self.frames == self.limit
+
+    @property
+    def chunk_due(self) -> bool:
+        target = self.first_chunk_frames if self.frames == len(self.pending) else self.chunk_frames
+        return len(self.pending) == target or self.at_limit
+
+    @property
+    def next_position(self) -> int:
+        """Where the talker step after the last emitted frame writes."""
+        return self.prompt_len + self.frames - 1
+
+    def take_chunk(self) -> tuple[list[torch.Tensor], float, int]:
+        """(frames, seconds since the previous chunk, batch size) and start the next chunk."""
+        now = time.perf_counter()
+        taken = (self.pending, now - self.chunk_started, max(self.chunk_batch, 1))
+        self.pending, self.chunk_batch, self.chunk_started = [], 0, now
+        return taken
