@@ -1,0 +1,67 @@
+"""Shared fixtures for the VoxCPM2 parity tests (phase 1: AudioVAE V2).
+
+* `tiny_folder`   -> tests/fixtures/voxcpm2-tiny (released layout, tools/oracle/voxcpm/build_tiny.py)
+* `vae_goldens`   -> its official goldens (tools/oracle/voxcpm/make_goldens.py): a `Goldens` dict
+  of tensors with `.meta` (cases.json), read by tests/qwen3's `load_goldens`.
+* `tiny_vae`      -> one float32 CPU AudioVAE for the session; tests must not change it.
+* `release_config_folder` -> tests/fixtures/voxcpm2-release (the released config.json only).
+
+Float error model: the one written in tests/qwen3/conftest.py ("Float error model"), imported
+from there rather than copied. It holds for this network as it does for the Qwen codec: a
+golden and our result are two float32 evaluations of the same function whose operation order
+and kernels may differ by CPU, so each is bounded by its distance to the exact (float64) value
+E recorded per key by the oracle (`fp32_error`, floored at 4 roundings of the largest value),
+times FP32_SPREAD = 4 for the spread of float32 error between machines and kernels. Measured
+E for the tiny VAE (single-threaded, x86-64): see cases.json; bounds follow from it:
+`check_fp32` (ours vs golden <= 5 E, ours vs exact <= 4 E), `fp32_pair_bound` (two of our
+float32 evaluations, e.g. stream vs full pass <= 8 E), `fp64_bound` (our float64 vs the
+official float64, <= 8 E x 2^-29). Nothing here imports voxcpm.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+from qwen3.conftest import FIXTURES, Goldens, load_goldens  # shared error model + golden reader
+
+from tts_core.models.voxcpm2 import AudioVAE
+
+TINY = "voxcpm2-tiny"
+RELEASE = "voxcpm2-release"
+
+
+@cache
+def shared_vae(folder: Path) -> AudioVAE:
+    return AudioVAE.from_folder(folder, device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    # Speed only on this shared 2-core box; no bound assumes a thread count.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session")
+def tiny_folder() -> Path:
+    return FIXTURES / TINY
+
+
+@pytest.fixture(scope="session")
+def release_config_folder() -> Path:
+    return FIXTURES / RELEASE
+
+
+@pytest.fixture
+def vae_goldens() -> Goldens:
+    return load_goldens(TINY)
+
+
+@pytest.fixture(scope="session")
+def tiny_vae(tiny_folder: Path) -> AudioVAE:
+    return shared_vae(tiny_folder)
