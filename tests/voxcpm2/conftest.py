@@ -27,7 +27,7 @@ import pytest
 import torch
 from qwen3.conftest import FIXTURES, Goldens, load_goldens  # shared error model + golden reader
 
-from tts_core.models.voxcpm2 import AudioVAE
+from tts_core.models.voxcpm import AudioVAE
 
 TINY = "voxcpm2-tiny"
 RELEASE = "voxcpm2-release"

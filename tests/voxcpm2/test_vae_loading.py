@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from tts_core.models.voxcpm2 import AudioVAE, CheckpointError, ConfigError, VoxCPM2Config
+from tts_core.models.voxcpm import AudioVAE, CheckpointError, ConfigError, VoxCPM2Config
 
 
 def _folder_with(

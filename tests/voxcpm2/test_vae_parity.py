@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from qwen3.conftest import check_fp32, fp64_bound
 
-from tts_core.models.voxcpm2 import AudioVAE
+from tts_core.models.voxcpm import AudioVAE
 
 
 def test_encode_matches_official(tiny_vae: AudioVAE, vae_goldens) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from tts_core.models.voxcpm2 import AudioVAE, VoxCPM2Config
+from tts_core.models.voxcpm import AudioVAE, VoxCPM2Config
 
 
 def test_tiny_audio_is_finite_bounded_and_sized(tiny_vae: AudioVAE, vae_goldens) -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from qwen3.conftest import fp32_pair_bound
 
-from tts_core.models.voxcpm2 import AudioVAE, VAEDecoderState
+from tts_core.models.voxcpm import AudioVAE, VAEDecoderState
 
 IRREGULAR_SPLITS = ([5, 1, 7, 2, 11, 3, 1, 10], [1, 39], [39, 1], [13, 13, 14], [40])
 
