@@ -1,0 +1,110 @@
+"""Where a batched scheduler step spends its time, at 1 row and at N rows.
+
+    .venv/bin/python benchmarks/batch_step_profile.py --checkpoint /tmp/qwen3-0.6B-random \
+        --rows 1 8 --frames 24 --threads 2
+
+Wraps the model runner's calls (code predictor, talker step, prefill), the per-row chunk decode
+and the per-row code-predictor draws, runs `rows` streams together through the scheduler (int8
+layers, bf16 codec decoder where the CPU has native bf16, EOS suppressed so every stream runs
+`--frames` frames) and prints milliseconds per decode step for each part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import soundfile as sf
+import torch
+from common import LANGUAGE, REF_CLIP, TEXT
+
+import tts_core
+from tts_core.models.qwen3_tts.serving import Scheduler
+from tts_core.models.qwen3_tts.serving import sequence as sequence_module
+
+
+def timed(owner: object, name: str, sink: dict, label: str, undo: list) -> None:
+    """Replace owner.name by a pass-through adding its wall time to sink[label]."""
+    inner = getattr(owner, name)
+    undo.append((owner, name, owner.__dict__.get(name)))
+
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            sink[label] += time.perf_counter() - start
+
+    setattr(owner, name, wrapper)
+
+
+def profile(model, voice, rows: int, frames: int) -> tuple[dict, int]:  # noqa: ANN001
+    scheduler = Scheduler(model, max_batch=rows)
+    spent: dict[str, float] = defaultdict(float)
+    steps = {"n": 0}
+    undo: list = []
+    timed(scheduler.runner, "predict", spent, "code predictor (15 passes)", undo)
+    timed(scheduler.runner, "talker_step", spent, "talker step", undo)
+    timed(scheduler.runner, "prefill", spent, "prefill", undo)
+    timed(model, "decode_chunk", spent, "codec decoder (per row)", undo)
+    timed(sequence_module.Sequence, "choose_subcode", spent, "code-predictor draws (per row)", undo)
+    step = scheduler._decode_step
+
+    def counted(seqs):  # noqa: ANN001, ANN202
+        steps["n"] += 1
+        start = time.perf_counter()
+        try:
+            return step(seqs)
+        finally:
+            spent["whole decode step"] += time.perf_counter() - start
+
+    scheduler._decode_step = counted
+    list(scheduler.submit(TEXT, voice, language=LANGUAGE, seed=0, max_new_tokens=6))  # warm-up
+    spent.clear()
+    steps["n"] = 0
+    streams = [scheduler.submit(TEXT, voice, language=LANGUAGE, seed=i, max_new_tokens=frames + 1)
+               for i in range(rows)]  # fmt: skip
+    threads = [threading.Thread(target=lambda s=s: list(s)) for s in streams]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    scheduler.close()
+    for owner, name, original in reversed(undo):
+        if original is None:
+            delattr(owner, name)  # an instance attribute shadowing the class's method
+        else:
+            setattr(owner, name, original)
+    return dict(spent), steps["n"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--frames", type=int, default=24)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    decoder = torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
+    model = tts_core.load_model(args.checkpoint, quantize="int8", decoder_dtype=decoder)
+    with torch.no_grad():
+        model.talker.codec_head.weight[model.config.talker.codec_eos_token_id].zero_()
+    audio, rate = sf.read(REF_CLIP, dtype="float32")
+    voice = model.create_voice(audio, rate)
+    results = {rows: profile(model, voice, rows, args.frames) for rows in args.rows}
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(f"{args.checkpoint} int8, {args.threads} threads, load average {load}")
+    print("ms per decode step".ljust(34) + "".join(f"{r:>4} row(s)" for r in args.rows))
+    labels = sorted({label for spent, _ in results.values() for label in spent})
+    for label in labels:
+        cells = "".join(f"{1000 * spent.get(label, 0) / n:>11.0f}" for spent, n in results.values())
+        print(label.ljust(34) + cells)
+
+
+if __name__ == "__main__":
+    main()
