@@ -44,14 +44,22 @@ class CodePredictor(nn.Module):
             self.small_to_mtp_projection = nn.Identity()
         self.rope = RotaryTable(cfg.stack.head_dim, cfg.stack.rope_theta, cfg.num_code_groups)
 
+    @property
+    def device(self) -> torch.device:
+        return self.model.norm.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The stack's float dtype (its projections and heads may be int8)."""
+        return self.model.norm.weight.dtype
+
     def init_rope(self) -> None:
         cfg = self.cfg
         table = RotaryTable(cfg.stack.head_dim, cfg.stack.rope_theta, cfg.num_code_groups)
-        self.rope = table.to(self.model.norm.weight.device)
+        self.rope = table.to(self.device)
 
     def new_caches(self, batch: int) -> list[KVCache]:
-        weight = self.model.norm.weight  # the stack's dtype and device (heads may be int8)
-        return self.model.new_caches(batch, self.cfg.num_code_groups, weight.dtype, weight.device)
+        return self.model.new_caches(batch, self.cfg.num_code_groups, self.dtype, self.device)
 
     def _pass(
         self, embeds: torch.Tensor, caches: list[KVCache], start: int, group: int, by_row: bool

@@ -71,7 +71,7 @@ def talker_sampler(
 ) -> TalkerSampler:
     """The c0 sampler of one request (the official processors, its own generator)."""
     cfg = talker.cfg
-    device = talker.codec_head.weight.device
+    device = talker.device
     return TalkerSampler(
         settings.talker,
         eos_id=cfg.codec_eos_token_id,
@@ -84,7 +84,7 @@ def talker_sampler(
 def stop_id_tensor(talker: Talker, settings: DecodeSettings) -> torch.Tensor:
     """(S,) int64: EOS first, then the request's extra stop ids."""
     ids = [talker.cfg.codec_eos_token_id, *settings.stop_ids]
-    return torch.tensor(ids, dtype=torch.long, device=talker.codec_head.weight.device)
+    return torch.tensor(ids, dtype=torch.long, device=talker.device)
 
 
 def step_input(
@@ -114,7 +114,7 @@ class FrameLoop:
         self.prompt = prompt
         self.settings = settings
         self.stop_reason: str | None = None
-        device = talker.codec_head.weight.device
+        device = talker.device
         self.limit, self.limit_reason = settings.frame_limit()
         self.prefill_len = prompt.prefill.shape[1]
         self.generator = make_generator(settings.seed, device)

@@ -97,11 +97,11 @@ class Qwen3TTSModel:
 
     @property
     def device(self) -> torch.device:
-        return self.talker.codec_head.weight.device
+        return self.talker.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.talker.codec_head.weight.dtype
+        return self.talker.dtype
 
     @property
     def languages(self) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ class SpecialTextVectors:
 
     @classmethod
     def compute(cls, talker: Talker, cfg: Qwen3TTSConfig) -> SpecialTextVectors:
-        device = talker.codec_head.weight.device
+        device = talker.device
         ids = torch.tensor(
             [[cfg.tts_bos_token_id, cfg.tts_eos_token_id, cfg.tts_pad_token_id]], device=device
         )
@@ -95,8 +95,8 @@ def build_prompt(
     ref_codes: torch.Tensor | None = None,
 ) -> Prompt:
     """ICL when ref_codes (R, G) and ref_ids are given, else x-vector only."""
-    device = talker.codec_head.weight.device
-    dtype = talker.codec_head.weight.dtype
+    device = talker.device
+    dtype = talker.dtype
     codec_ids = codec_control_ids(cfg, language)
     speaker = speaker_embedding.to(device=device, dtype=dtype).view(1, 1, -1)
     pad_bos = _ids([cfg.talker.codec_pad_id, cfg.talker.codec_bos_id], device)

@@ -34,7 +34,7 @@ class TalkerStep:
         self.talker = talker
         self.caches = caches
         # Held here so a graph never reads a table that Talker.ensure_rope has replaced.
-        self.rope = talker.rope.typed(talker.codec_head.weight.dtype)
+        self.rope = talker.rope.typed(talker.dtype)
 
     def __call__(self, embeds: torch.Tensor, input_pos: torch.Tensor) -> tuple[torch.Tensor, ...]:
         stack = self.talker.model
@@ -48,7 +48,7 @@ class PredictorStep:
     def __init__(self, predictor: CodePredictor, caches: list[KVCache]) -> None:
         self.predictor = predictor
         self.caches = caches
-        self.rope = predictor.rope.typed(predictor.model.norm.weight.dtype)
+        self.rope = predictor.rope.typed(predictor.dtype)
 
     def __call__(self, embeds: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         x = self.predictor.small_to_mtp_projection(embeds)
@@ -91,7 +91,7 @@ class StaticSteps(EagerSteps):
         super().__init__(talker, caches, predictor_caches)
         self.talker_fn = wrap(TalkerStep(talker, caches))
         self.predictor_fn = wrap(PredictorStep(talker.code_predictor, predictor_caches))
-        device = talker.codec_head.weight.device
+        device = talker.device
         groups = talker.code_predictor.cfg.num_code_groups
         self.positions = [
             torch.full((1,), p, dtype=torch.long, device=device) for p in range(groups)
@@ -139,7 +139,7 @@ def make_steps(
     if mode == "static":
         return StaticSteps(talker, caches, predictor_caches)
     if mode == "cuda_graphs":
-        reason = unavailable_reason(talker.codec_head.weight.device)
+        reason = unavailable_reason(talker.device)
         if reason is None:
             return StaticSteps(talker, caches, predictor_caches, wrap=GraphedCallable)
         warnings.warn(f"CUDA graphs not used ({reason}); decoding eagerly", stacklevel=3)

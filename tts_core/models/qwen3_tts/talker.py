@@ -48,6 +48,16 @@ class Talker(nn.Module):
         self.code_predictor = CodePredictor(cfg.code_predictor, talker_hidden=hidden)
         self.rope = self._rope_table(INITIAL_ROPE_POSITIONS)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the talker's weights are: the one place device is read from (the head is
+        never quantized, so its weight also gives the float dtype)."""
+        return self.codec_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.codec_head.weight.dtype
+
     def _rope_table(self, positions: int) -> RotaryTable:
         stack = self.cfg.stack
         positions = min(positions, stack.max_position_embeddings)
@@ -55,7 +65,7 @@ class Talker(nn.Module):
 
     def init_rope(self) -> None:
         """(Re)build the float32 RoPE tables on the weights' device (after meta construction)."""
-        self.rope = self._rope_table(INITIAL_ROPE_POSITIONS).to(self.codec_head.weight.device)
+        self.rope = self._rope_table(INITIAL_ROPE_POSITIONS).to(self.device)
         self.code_predictor.init_rope()
 
     def ensure_rope(self, max_len: int) -> None:
@@ -65,7 +75,7 @@ class Talker(nn.Module):
             raise ValueError(f"sequence of {max_len} positions exceeds the talker's {limit}")
         if self.rope.cos.shape[0] < max_len:
             size = max(max_len, 2 * self.rope.cos.shape[0])
-            self.rope = self._rope_table(size).to(self.codec_head.weight.device)
+            self.rope = self._rope_table(size).to(self.device)
 
     def text_embed(self, ids: torch.Tensor) -> torch.Tensor:
         """T(ids): ids (..., T) -> (..., T, H)."""
@@ -86,9 +96,8 @@ class Talker(nn.Module):
         return torch.stack(parts, dim=-2).sum(-2)
 
     def new_caches(self, batch: int, max_len: int) -> list[KVCache]:
-        weight = self.codec_head.weight
         self.ensure_rope(max_len)
-        return self.model.new_caches(batch, max_len, weight.dtype, weight.device)
+        return self.model.new_caches(batch, max_len, self.dtype, self.device)
 
     def forward(
         self, embeds: torch.Tensor, caches: list[KVCache], start: int

@@ -55,7 +55,7 @@ class Sequence:
         self.should_stop = should_stop
         self.limit, self.limit_reason = settings.frame_limit()
         self.prompt_len = prompt.prefill.shape[1]
-        device = talker.codec_head.weight.device
+        device = talker.device
         self.generator = make_generator(settings.seed, device)
         self.sampler = talker_sampler(talker, settings, self.generator)
         self.stop_ids = stop_id_tensor(talker, settings)
