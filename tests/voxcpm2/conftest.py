@@ -65,3 +65,47 @@ def vae_goldens() -> Goldens:
 @pytest.fixture(scope="session")
 def tiny_vae(tiny_folder: Path) -> AudioVAE:
     return shared_vae(tiny_folder)
+
+
+# --- phase 2: the whole model ------------------------------------------------------------------
+# Checkpoints: voxcpm2-tiny and voxcpm2-tiny-b (tools/oracle/voxcpm/build_tiny.py) with goldens
+# `<name>-model.golden` (tools/oracle/voxcpm/make_model_goldens.py): components, the three
+# modes' audio, and their float64 exact values; same error model as above.
+MODEL_CHECKPOINTS = ("voxcpm2-tiny", "voxcpm2-tiny-b")
+
+
+@cache
+def shared_model(folder: Path, dtype: torch.dtype = torch.float32):
+    from tts_core.models.voxcpm.model import VoxCPMModel
+
+    return VoxCPMModel.from_folder(folder, device="cpu", dtype=dtype)
+
+
+@pytest.fixture(params=MODEL_CHECKPOINTS, scope="session")
+def model_folder(request: pytest.FixtureRequest) -> Path:
+    return FIXTURES / request.param
+
+
+@pytest.fixture
+def model_goldens(model_folder: Path) -> Goldens:
+    return load_goldens(f"{model_folder.name}-model")
+
+
+def golden_voice(model, goldens: Goldens, kind: str):
+    """The voice of a golden case: None, reference only, or reference + transcript."""
+    if kind == "none":
+        return None
+    clip, rate = goldens["ref_clip"].numpy(), goldens.meta["clip_rate"]
+    ref_text = goldens.meta["ref_text"] if kind == "ref_text" else None
+    return model.create_voice(clip, rate, ref_text)
+
+
+def run_case(model, goldens: Goldens, case: dict, voice):
+    return model.generate(
+        case["text"],
+        voice,
+        seed=case["seed"],
+        cfg_value=case["cfg_value"],
+        inference_timesteps=case["inference_timesteps"],
+        max_len=case["max_len"],
+    )

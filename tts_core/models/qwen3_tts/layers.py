@@ -43,16 +43,35 @@ class RotaryTable(nn.Module):
     Angles are computed in float32 and cast to the model dtype, as the official does.
     """
 
-    def __init__(self, head_dim: int, theta: float, max_len: int) -> None:
+    def __init__(
+        self,
+        head_dim: int,
+        theta: float,
+        max_len: int,
+        ext_factors: tuple[float, ...] | None = None,
+        scale: float = 1.0,
+    ) -> None:
+        """`ext_factors` / `scale` (optional, for MiniCPM's LongRoPE): angles
+        `(pos * (1 / ext_j)) * inv_freq_j` and cos/sin multiplied by `scale`, in that op order
+        (float32). Left out, the table is the plain one above, unchanged."""
         super().__init__()
         # Built on the CPU even inside a `torch.device("meta")` block (then moved by `.to`).
         exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
         inv_freq = 1.0 / (theta**exponents)  # (D/2,)
         positions = torch.arange(max_len, dtype=torch.float32, device="cpu")
-        freqs = positions[:, None] * inv_freq[None, :]  # (L, D/2)
+        if ext_factors is None:
+            freqs = positions[:, None] * inv_freq[None, :]  # (L, D/2)
+        else:
+            if len(ext_factors) != head_dim // 2:
+                raise ValueError(f"{len(ext_factors)} RoPE factors for head_dim {head_dim}")
+            ext = torch.tensor(ext_factors, dtype=torch.float32, device="cpu")
+            freqs = torch.outer(positions, 1.0 / ext) * inv_freq  # (L, D/2)
         angles = torch.cat((freqs, freqs), dim=-1)  # (L, D)
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        cos, sin = angles.cos(), angles.sin()
+        if ext_factors is not None:
+            cos, sin = cos * scale, sin * scale
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
 
         self._typed: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -133,7 +152,8 @@ class KVCache:
 class Attention(nn.Module):
     """GQA self-attention with per-head q/k RMSNorm applied before RoPE."""
 
-    def __init__(self, cfg: DecoderStackConfig) -> None:
+    def __init__(self, cfg: DecoderStackConfig, qk_norm: bool = True) -> None:
+        """`qk_norm=False` (MiniCPM): no per-head q/k RMSNorm (and no q_norm/k_norm weights)."""
         super().__init__()
         self.heads = cfg.num_attention_heads
         self.kv_heads = cfg.num_key_value_heads
@@ -143,8 +163,11 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
         self.v_proj = nn.Linear(hidden, self.kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(self.heads * self.head_dim, hidden, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.q_norm: nn.Module = nn.Identity()
+        self.k_norm: nn.Module = nn.Identity()
+        if qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.qkv_proj: nn.Module | None = None  # q, k, v in one matmul (quantize.py sets it)
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -152,32 +175,43 @@ class Attention(nn.Module):
             return self.qkv_proj(x).split(self.qkv_sizes, dim=-1)
         return self.q_proj(x), self.k_proj(x), self.v_proj(x)
 
-    def _qkv(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> tuple:
-        """x (B, T, H) -> q (B, heads, T, D), k and v (B, kv, T, D), RoPE applied to q, k."""
+    def _qkv(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> tuple:
+        """x (B, T, H) -> q (B, heads, T, D), k and v (B, kv, T, D), RoPE applied to q, k
+        (rope None: no rotary embedding, as MiniCPM's no_rope stacks)."""
         batch, steps, _ = x.shape
         q, k, v = self._project(x)
         q = self.q_norm(q.reshape(batch, steps, self.heads, self.head_dim))
         k = self.k_norm(k.reshape(batch, steps, self.kv_heads, self.head_dim))
         v = v.reshape(batch, steps, self.kv_heads, self.head_dim)
-        cos, sin = rope
-        q = apply_rope(q.transpose(1, 2), cos, sin)
-        k = apply_rope(k.transpose(1, 2), cos, sin)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        if rope is not None:
+            cos, sin = rope
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return q, k, v.transpose(1, 2)
 
     def forward(
         self,
         x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor],
-        cache: KVCache,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        cache: KVCache | None,
         start: int,
+        causal: bool = True,
     ) -> torch.Tensor:
+        """`cache` None: attend over x alone (start must be 0); `causal=False`: every query
+        sees every key (bidirectional, e.g. MiniCPM's local encoder / DiT)."""
         batch, steps, _ = x.shape
         q, k, v = self._qkv(x, rope)
-        keys, values = cache.write(start, k, v)  # (B, kv, start+T, D)
+        if cache is None:
+            if start:
+                raise ValueError("attention without a cache starts at position 0")
+            keys, values = k, v
+        else:
+            keys, values = cache.write(start, k, v)  # (B, kv, start+T, D)
         # From position 0 the mask is plain causal: the same call as the official (is_causal).
-        mask = None if start == 0 else _causal_mask(steps, start, x.device)
+        mask = None if start == 0 or not causal else _causal_mask(steps, start, x.device)
+        is_causal = causal and start == 0 and steps > 1
         out = F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=mask, is_causal=start == 0 and steps > 1, enable_gqa=True
+            q, keys, values, attn_mask=mask, is_causal=is_causal, enable_gqa=True
         )
         return self.o_proj(out.transpose(1, 2).reshape(batch, steps, -1))
 

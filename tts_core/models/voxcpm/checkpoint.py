@@ -1,0 +1,74 @@
+"""Strict loading of `model.safetensors` (or `pytorch_model.bin`) into VoxCPM2Network.
+
+The official loader calls `load_state_dict(strict=False)`: a misnamed tensor silently stays
+random. Here the file must hold exactly the network's keys with their shapes (the AudioVAE is
+in its own file, see vae_checkpoint); anything else is a `CheckpointError` naming the keys.
+Tensors are cast to the network's dtype (the release stores bfloat16).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from .network import VoxCPM2Network
+from .vae_checkpoint import CheckpointError, _listing
+
+SAFETENSORS_NAME = "model.safetensors"
+BIN_NAME = "pytorch_model.bin"
+
+
+def read_model_state(folder: str | Path) -> tuple[dict[str, torch.Tensor], Path]:
+    folder = Path(folder)
+    if (folder / SAFETENSORS_NAME).is_file():
+        path = folder / SAFETENSORS_NAME
+        try:
+            return load_file(str(path), device="cpu"), path
+        except Exception as exc:  # header / truncation errors: report the file
+            raise CheckpointError(f"{path}: cannot read ({exc})") from exc
+    path = folder / BIN_NAME
+    if not path.is_file():
+        raise CheckpointError(f"{folder}: no weights (expected {SAFETENSORS_NAME} or {BIN_NAME})")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc})") from exc
+    if isinstance(data, dict) and isinstance(data.get("state_dict"), dict):
+        data = data["state_dict"]
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: not a state dict")
+    return data, path
+
+
+def check_model_state(net: VoxCPM2Network, state: dict[str, torch.Tensor], source: str) -> None:
+    expected = net.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = sorted(
+        f"{k} {tuple(state[k].shape)} (expected {tuple(expected[k].shape)})"
+        for k in set(expected) & set(state)
+        if state[k].shape != expected[k].shape
+    )
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} missing key(s): {_listing(missing)}")
+    if unexpected:
+        problems.append(f"{len(unexpected)} unexpected key(s): {_listing(unexpected)}")
+    if wrong:
+        problems.append(f"{len(wrong)} shape mismatch(es): {_listing(wrong)}")
+    if problems:
+        raise CheckpointError(f"{source} does not match config.json: " + "; ".join(problems))
+    for key, tensor in state.items():
+        if not tensor.is_floating_point():
+            raise CheckpointError(f"{source}: {key} has dtype {tensor.dtype}, expected a float")
+
+
+@torch.no_grad()
+def load_model_state(net: VoxCPM2Network, folder: str | Path) -> Path:
+    state, path = read_model_state(folder)
+    check_model_state(net, state, str(path))
+    for key, target in net.state_dict().items():
+        target.copy_(state[key])
+    return path

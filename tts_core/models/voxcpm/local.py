@@ -1,0 +1,157 @@
+"""VoxCPM2's local modules (spec voxcpm2.md sections 7 and 10): FSQ, the patch encoder LocEnc,
+the patch diffusion transformer LocDiT (v2: two conditioning tokens) and its CFM Euler solver
+with classifier-free guidance (CFG-Zero*) and the sway-sampled timestep schedule."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .minicpm import MiniCPMStack
+
+SWAY_COEF = 1.0  # official fixed values at inference
+CFG_ZERO_EPS = 1e-8
+ZERO_INIT_FRACTION = 0.04
+TIME_SCALE = 1000.0
+
+
+class ScalarQuantizer(nn.Module):
+    """`fsq_layer`: out_proj(round(tanh(in_proj(h)) * scale) / scale), round half to even."""
+
+    def __init__(self, hidden: int, latent: int, scale: int) -> None:
+        super().__init__()
+        self.in_proj = nn.Linear(hidden, latent)
+        self.out_proj = nn.Linear(latent, hidden)
+        self.scale = scale
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.in_proj(h))
+        return self.out_proj(torch.round(h * self.scale) / self.scale)
+
+
+class LocEnc(nn.Module):
+    """`feat_encoder`: patches (B, T, P, D) -> CLS states (B, T, H) of a bidirectional stack
+    over [special_token, in_proj(patch)]."""
+
+    def __init__(self, encoder: MiniCPMStack, feat_dim: int) -> None:
+        super().__init__()
+        hidden = encoder.spec.hidden_size
+        self.special_token = nn.Parameter(torch.zeros(1, 1, 1, hidden))
+        self.in_proj = nn.Linear(feat_dim, hidden)
+        self.encoder = encoder
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        batch, steps, patch, _ = patches.shape
+        x = self.in_proj(patches)
+        x = torch.cat([self.special_token.expand(batch, steps, 1, -1), x], dim=2)
+        out = self.encoder(x.reshape(batch * steps, patch + 1, -1), causal=False)
+        return out[:, 0].reshape(batch, steps, -1)
+
+
+def sinusoidal(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """Official SinusoidalPosEmb: [sin | cos] of (1000 t) * exp(-k ln(10000) / (dim/2 - 1))."""
+    half = dim // 2
+    step = math.log(10000) / (half - 1)
+    freqs = torch.exp(torch.arange(half, dtype=t.dtype, device=t.device) * -step)
+    arg = TIME_SCALE * t[:, None] * freqs[None, :]
+    return torch.cat((arg.sin(), arg.cos()), dim=-1)
+
+
+class TimeMLP(nn.Module):
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear_1 = nn.Linear(hidden, hidden)
+        self.linear_2 = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear_2(F.silu(self.linear_1(x)))
+
+
+class LocDiT(nn.Module):
+    """`feat_decoder.estimator`: velocity (B, D, P) of x (B, D, P) given mu (B, 2H), t (B,),
+    cond (B, D, P) and dt (B,), over tokens [mu as 2 tokens, time, cond_proj, in_proj]."""
+
+    def __init__(self, decoder: MiniCPMStack, feat_dim: int) -> None:
+        super().__init__()
+        hidden = decoder.spec.hidden_size
+        self.hidden = hidden
+        self.in_proj = nn.Linear(feat_dim, hidden)
+        self.cond_proj = nn.Linear(feat_dim, hidden)
+        self.out_proj = nn.Linear(hidden, feat_dim)
+        self.time_mlp = TimeMLP(hidden)
+        self.delta_time_mlp = TimeMLP(hidden)
+        self.decoder = decoder
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mu: torch.Tensor,
+        t: torch.Tensor,
+        cond: torch.Tensor,
+        dt: torch.Tensor,
+    ) -> torch.Tensor:
+        x = self.in_proj(x.transpose(1, 2))
+        cond = self.cond_proj(cond.transpose(1, 2))
+        time = self.time_mlp(sinusoidal(t, self.hidden).to(x.dtype))
+        time = time + self.delta_time_mlp(sinusoidal(dt, self.hidden).to(x.dtype))
+        mu = mu.view(x.shape[0], -1, x.shape[-1])
+        tokens = torch.cat([mu, time[:, None], cond, x], dim=1)
+        hidden = self.decoder(tokens, causal=False)
+        hidden = hidden[:, cond.shape[1] + mu.shape[1] + 1 :]
+        return self.out_proj(hidden).transpose(1, 2)
+
+
+def sway_schedule(steps: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """t_span: linspace(1, 0, steps + 1) + coef (cos(pi/2 t) - 1 + t), in the model dtype."""
+    t = torch.linspace(1, 0, steps + 1, dtype=dtype, device=device)
+    return t + SWAY_COEF * (torch.cos(torch.pi / 2 * t) - 1 + t)
+
+
+class EulerCFM(nn.Module):
+    """`feat_decoder` (UnifiedCFM inference): Euler flow matching from noise z to a patch."""
+
+    def __init__(self, estimator: LocDiT, feat_dim: int, mean_mode: bool = False) -> None:
+        super().__init__()
+        self.estimator = estimator
+        self.feat_dim = feat_dim
+        self.mean_mode = mean_mode
+
+    def forward(
+        self,
+        z: torch.Tensor,
+        mu: torch.Tensor,
+        cond: torch.Tensor,
+        steps: int,
+        cfg_value: float,
+    ) -> torch.Tensor:
+        """z (B, D, P) noise (temperature 1), mu (B, 2H), cond (B, D, P) -> patch (B, D, P)."""
+        t_span = sway_schedule(steps, z.dtype, z.device)
+        batch = z.shape[0]
+        t, dt = t_span[0], t_span[0] - t_span[1]
+        zero_init = max(1, int((steps + 1) * ZERO_INIT_FRACTION))
+        x = z
+        mu_in = torch.cat([mu, torch.zeros_like(mu)])
+        cond_in = torch.cat([cond, cond])
+        for step in range(1, steps + 1):
+            if step <= zero_init:
+                velocity = torch.zeros_like(x)
+            else:
+                t_in = t.reshape(1).expand(2 * batch)
+                dt_in = (
+                    dt.reshape(1).expand(2 * batch) if self.mean_mode else torch.zeros_like(t_in)
+                )
+                out = self.estimator(torch.cat([x, x]), mu_in, t_in, cond_in, dt_in)
+                v_cond, v_uncond = out[:batch], out[batch:]
+                pos, neg = v_cond.reshape(batch, -1), v_uncond.reshape(batch, -1)
+                dot = torch.sum(pos * neg, dim=1, keepdim=True)
+                norm = torch.sum(neg**2, dim=1, keepdim=True) + CFG_ZERO_EPS
+                s_star = (dot / norm).view(batch, 1, 1)
+                velocity = v_uncond * s_star + cfg_value * (v_cond - v_uncond * s_star)
+            x = x - dt * velocity
+            t = t - dt
+            if step < steps:
+                dt = t - t_span[step + 1]
+        return x

@@ -1,0 +1,260 @@
+"""VoxCPM2 text-to-speech in our PyTorch, equal to the official voxcpm==2.0.3 (issue #14).
+
+```python
+model = VoxCPMModel.from_folder(folder, device="cpu", dtype=torch.float32)
+voice = model.create_voice(audio, sample_rate, ref_text=None)  # any rate; None: reference only
+result = model.generate(text, voice, seed=0, cfg_value=2.0, inference_timesteps=10, max_len=4096)
+result.audio  # float32 (N,) at model.sample_rate (audio_vae_config.out_sample_rate)
+for chunk in model.stream(text, voice, seed=0, chunk_patches=1): ...  # concatenated == generate
+```
+
+Modes (spec section 6): voice None = zero-shot [text]; `create_voice(audio, sr)` = reference
+only [ref, text]; with `ref_text` = reference + continuation [ref, transcript + text, prompt],
+the same clip as reference and prompt. Noise: one `randn((1, D, P))` per patch from a
+`torch.Generator` seeded with `seed` (float32, CPU), the official draws after
+`torch.manual_seed(seed)`. Not reproduced on purpose: retry_badcase (off in the contract),
+the denoiser and text normalization (`normalize=True`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .audiovae import AudioVAE
+from .checkpoint import load_model_state
+from .config import VoxCPM2Config
+from .network import DecodeState, VoxCPM2Network
+from .tokenizer import VoxCPMTokenizer, normalize_target_text
+from .vae_checkpoint import load_audiovae_state
+from .voice import Voice, pad_to_patches, resample, to_mono
+
+AUDIO_START, REF_AUDIO_START, REF_AUDIO_END = 101, 103, 104
+MIN_LEN = 2
+LENGTH_RATIO = 6.0  # retry_badcase_ratio_threshold: caps the length even with retries off
+LENGTH_EXTRA = 10
+CONTEXT_PATCHES = 3  # streaming_prefix_len (4) - 1
+
+
+@dataclass
+class GenerationResult:
+    audio: np.ndarray  # float32 (N,) at sample_rate
+    sample_rate: int
+    patches: int
+    stop_reason: str  # "stop_head" or "length_cap"
+
+
+@dataclass
+class AudioChunk:
+    audio: np.ndarray  # float32 at sample_rate
+    sample_rate: int
+    patches: int  # generated patches in this chunk
+
+
+@dataclass
+class _Prompt:
+    tokens: torch.Tensor  # (1, T) int64
+    patches: torch.Tensor  # (1, T, P, D)
+    text_mask: torch.Tensor  # (1, T) 0/1 in the model dtype
+    audio_mask: torch.Tensor
+    cap: int
+
+
+class VoxCPMModel:
+    def __init__(
+        self, cfg: VoxCPM2Config, net: VoxCPM2Network, vae: AudioVAE, tok: VoxCPMTokenizer
+    ) -> None:
+        self.config = cfg
+        self.net = net
+        self.vae = vae
+        self.tokenizer = tok
+        self.sample_rate = cfg.audio_vae.out_sample_rate
+        self.patch_size = cfg.patch_size
+
+    @classmethod
+    def from_folder(
+        cls,
+        folder: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> VoxCPMModel:
+        """Strict load of config.json, model.safetensors, audiovae.{safetensors,pth} and
+        tokenizer.json. The VAE runs in float32 (float64 when dtype is float64, for tests)."""
+        cfg = VoxCPM2Config.from_folder(folder)
+        tok = VoxCPMTokenizer.from_folder(folder)
+        if tok.vocab_size > cfg.lm.vocab_size:
+            raise ValueError(
+                f"tokenizer.json has {tok.vocab_size} tokens, lm_config.vocab_size is "
+                f"{cfg.lm.vocab_size}"
+            )
+        net = VoxCPM2Network(cfg)
+        load_model_state(net, folder)
+        vae = AudioVAE(cfg.audio_vae)
+        load_audiovae_state(vae, folder)
+        vae_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+        net = net.to(device=device, dtype=dtype).eval()
+        vae = vae.to(device=device).set_dtype(vae_dtype).eval()
+        return cls(cfg, net, vae, tok)
+
+    # --- voices ------------------------------------------------------------------------------
+    def _encode_clip(self, audio: np.ndarray, left: bool) -> torch.Tensor:
+        patch_samples = self.patch_size * self.vae.hop_length
+        clip = pad_to_patches(torch.from_numpy(audio)[None], patch_samples, left)
+        latents = self.vae.encode(clip)  # (1, D, T * P)
+        return latents.reshape(latents.shape[1], -1, self.patch_size).permute(1, 2, 0)
+
+    def create_voice(
+        self, audio: np.ndarray | torch.Tensor, sample_rate: int, ref_text: str | None = None
+    ) -> Voice:
+        """A voice from a clip at any rate ((N,) or (N, channels)). With `ref_text` (its
+        transcript) the clip is also the continuation prompt and the decoder is warmed on the
+        context patches once here (spec section 13)."""
+        clip = resample(to_mono(audio), int(sample_rate), self.vae.sample_rate)
+        ref = self._encode_clip(clip, left=False)
+        if ref_text is None:
+            return Voice(ref_patches=ref)
+        prompt = self._encode_clip(clip, left=True)
+        ctx = min(CONTEXT_PATCHES, ref.shape[0] + prompt.shape[0])
+        context = torch.cat([ref, prompt])[-ctx:]
+        state = self.vae.init_state(batch_size=1)
+        self.vae.decode_step(self._latents(context), state)
+        return Voice(ref, ref_text, prompt, context, state)
+
+    # --- generation --------------------------------------------------------------------------
+    def _latents(self, patches: torch.Tensor) -> torch.Tensor:
+        """(n, P, D) patches -> (1, D, n P) VAE latents."""
+        return patches.reshape(-1, patches.shape[-1]).T[None].to(self.vae.dtype)
+
+    def _prompt(self, text: str, voice: Voice | None, max_len: int) -> _Prompt:
+        target = normalize_target_text(text)
+        cap = min(int(len(self.tokenizer.encode(target)) * LENGTH_RATIO + LENGTH_EXTRA), max_len)
+        prefix = voice.ref_text if voice is not None and voice.ref_text is not None else ""
+        ids = self.tokenizer.encode(prefix + target) + [AUDIO_START]
+        dev, dtype = self.net.device, self.net.dtype
+        empty = torch.zeros(1, self.patch_size, self.config.feat_dim, dtype=dtype, device=dev)
+        tokens: list[int] = []
+        patches: list[torch.Tensor] = []
+        is_audio: list[int] = []
+
+        def add(token_ids: list[int], feats: torch.Tensor | None) -> None:
+            tokens.extend(token_ids)
+            patches.append(empty.expand(len(token_ids), -1, -1) if feats is None else feats)
+            is_audio.extend([0 if feats is None else 1] * len(token_ids))
+
+        if voice is not None:
+            add([REF_AUDIO_START], None)
+            add([0] * voice.ref_patches.shape[0], voice.ref_patches.to(dev, dtype))
+            add([REF_AUDIO_END], None)
+        add(ids, None)
+        if voice is not None and voice.prompt_patches is not None:
+            add([0] * voice.prompt_patches.shape[0], voice.prompt_patches.to(dev, dtype))
+        audio_mask = torch.tensor(is_audio, dtype=dtype, device=dev)[None]
+        return _Prompt(
+            tokens=torch.tensor(tokens, dtype=torch.int64, device=dev)[None],
+            patches=torch.cat(patches)[None],
+            text_mask=1 - audio_mask,
+            audio_mask=audio_mask,
+            cap=cap,
+        )
+
+    @torch.inference_mode()
+    def _patches(
+        self,
+        text: str,
+        voice: Voice | None,
+        seed: int,
+        cfg_value: float,
+        inference_timesteps: int,
+        max_len: int,
+        info: dict,
+    ) -> Iterator[torch.Tensor]:
+        """Generated patches (P, D), one per step, in the official order (spec section 9)."""
+        if max_len < 1 or inference_timesteps < 1:
+            raise ValueError("max_len and inference_timesteps must be >= 1")
+        net = self.net
+        prompt = self._prompt(text, voice, max_len)
+        state: DecodeState = net.prefill(
+            prompt.tokens, prompt.patches, prompt.text_mask, prompt.audio_mask
+        )
+        prev = prompt.patches[:, -1]  # (1, P, D): zeros unless the prompt ends with audio
+        gen = torch.Generator("cpu").manual_seed(int(seed))
+        shape = (1, self.config.feat_dim, self.patch_size)
+        info["stop_reason"] = "length_cap"
+        for i in range(prompt.cap):
+            noise = torch.randn(shape, generator=gen, dtype=torch.float32)
+            z = noise.to(device=net.device, dtype=net.dtype)
+            mu = net.dit_condition(state)
+            patch = net.feat_decoder(z, mu, prev.transpose(1, 2), inference_timesteps, cfg_value)
+            patch = patch.transpose(1, 2)  # (1, P, D)
+            embed = net.encode_patches(patch[:, None])[:, 0]  # (1, H)
+            yield patch[0]
+            prev = patch
+            stop = int(net.stop_logits(state).argmax(dim=-1)[0])
+            if i > MIN_LEN and stop == 1:
+                info["stop_reason"] = "stop_head"
+                break
+            net.advance(state, embed)
+
+    def generate(
+        self,
+        text: str,
+        voice: Voice | None = None,
+        seed: int = 0,
+        cfg_value: float = 2.0,
+        inference_timesteps: int = 10,
+        max_len: int = 4096,
+    ) -> GenerationResult:
+        """The whole utterance, decoded in one VAE pass after the context patches."""
+        info: dict = {}
+        args = (text, voice, seed, cfg_value, inference_timesteps, max_len, info)
+        generated = torch.stack(list(self._patches(*args)))
+        context = self._context(voice)
+        latents = generated if context is None else torch.cat([context, generated])
+        audio = self.vae.decode(self._latents(latents))[0]
+        skip = 0 if context is None else context.shape[0] * self.patch_size
+        audio = audio[skip * self.vae.decode_hop_length :]
+        return GenerationResult(
+            audio=audio.float().cpu().numpy(),
+            sample_rate=self.sample_rate,
+            patches=generated.shape[0],
+            stop_reason=info["stop_reason"],
+        )
+
+    def stream(
+        self,
+        text: str,
+        voice: Voice | None = None,
+        seed: int = 0,
+        cfg_value: float = 2.0,
+        inference_timesteps: int = 10,
+        max_len: int = 4096,
+        chunk_patches: int = 1,
+    ) -> Iterator[AudioChunk]:
+        """The same audio as `generate`, decoded every `chunk_patches` patches with a
+        per-stream decoder state (the voice's warm state cloned, or a fresh one)."""
+        if chunk_patches < 1:
+            raise ValueError("chunk_patches must be >= 1")
+        warm = None if voice is None else voice.warm_decoder
+        state = warm.clone() if warm is not None else self.vae.init_state(batch_size=1)
+        pending: list[torch.Tensor] = []
+        info: dict = {}
+        args = (text, voice, seed, cfg_value, inference_timesteps, max_len, info)
+        for patch in self._patches(*args):
+            pending.append(patch)
+            if len(pending) == chunk_patches:
+                yield self._decode_chunk(pending, state)
+                pending = []
+        if pending:
+            yield self._decode_chunk(pending, state)
+
+    def _decode_chunk(self, patches: list[torch.Tensor], state) -> AudioChunk:
+        audio = self.vae.decode_step(self._latents(torch.stack(patches)), state)[0]
+        return AudioChunk(audio.float().cpu().numpy(), self.sample_rate, len(patches))
+
+    @staticmethod
+    def _context(voice: Voice | None) -> torch.Tensor | None:
+        return None if voice is None or voice.context_patches is None else voice.context_patches
