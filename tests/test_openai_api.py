@@ -124,11 +124,11 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
     return error
 
 
-def parse_streamed_wav(data: bytes) -> np.ndarray:
+def parse_streamed_wav(data: bytes, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """The int16 samples of a streamed WAV, after checking its header field by field."""
     assert data[:4] == b"RIFF" and data[8:12] == b"WAVE" and data[12:16] == b"fmt "
-    fmt, channels, rate, _byte_rate, _align, bits = struct.unpack("<HHIIHH", data[20:36])
-    assert (fmt, channels, rate, bits) == (1, 1, SAMPLE_RATE, 16)
+    fmt, channels, rate, byte_rate, _align, bits = struct.unpack("<HHIIHH", data[20:36])
+    assert (fmt, channels, rate, bits, byte_rate) == (1, 1, sample_rate, 16, 2 * sample_rate)
     assert data[36:40] == b"data" and struct.unpack("<I", data[40:44])[0] == 0xFFFFFFFF
     return np.frombuffer(data[44:], dtype="<i2")
 

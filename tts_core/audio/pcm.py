@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
-SAMPLE_RATE = 24_000  # every backend speaks float32 mono at this rate
+SAMPLE_RATE = 24_000  # reference clips are decoded to this rate; eSpeak and Qwen3 speak at it
 
 
 def to_int16(audio: np.ndarray) -> np.ndarray:

@@ -45,6 +45,7 @@ class EspeakBackend:
     can_clone = False
     needs_reference = False
     independent_phrases = True  # each phrase is its own eSpeak call: crossfade the joins
+    sample_rate = SAMPLE_RATE
     frame_samples = 1920  # chunk sizes are counted in 80 ms frames, as for the neural model
     description = DESCRIPTION
     default_concurrency = 4  # synthesis is ~100x real time; the library lock serializes it

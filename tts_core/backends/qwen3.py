@@ -68,6 +68,7 @@ class Qwen3Backend:
         self.weight_format = getattr(model, "weight_format", None)  # "int8", "float32", ...
         codec = getattr(model, "speech_tokenizer", None)
         self.frame_samples = int(getattr(codec, "samples_per_frame", 1920))
+        self.sample_rate = int(getattr(codec, "sample_rate", SAMPLE_RATE))
         self.scheduler = Scheduler(model, max_batch=max_batch)  # its thread starts on first use
         self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
 

@@ -54,7 +54,7 @@ class Voice:
 class BackendChunk:
     """One piece of audio from a backend, in order."""
 
-    audio: np.ndarray  # (N,) float32 mono, 24 kHz
+    audio: np.ndarray  # (N,) float32 mono at the backend's sample_rate
     independent: bool = False  # starts a separately synthesized phrase: crossfade into it
     frames: int | None = None  # codec frames, for frame-based backends
     stop_reason: str | None = None  # set on the backend's last chunk when it knows why it stopped
@@ -69,12 +69,14 @@ class Backend(Protocol):
     can_clone: bool
     needs_reference: bool
     independent_phrases: bool  # True: chunks marked `independent` start a new synthesis
-    frame_samples: int  # audio samples per "frame", the unit of the chunk-size settings
+    sample_rate: int  # rate of the float32 mono audio `stream` yields (its native rate)
+    frame_samples: int  # audio samples per "frame" at sample_rate, the chunk-size unit
     description: str  # what this backend does with the reference, in plain words
     default_concurrency: int
 
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
-        """audio: (N,) float32 24 kHz mono reference, or None for the backend's default voice."""
+        """audio: (N,) float32 mono reference at tts_core.audio.SAMPLE_RATE (24 kHz), or None
+        for the backend's default voice."""
         ...
 
     def stream(

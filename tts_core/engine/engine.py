@@ -49,7 +49,7 @@ class SynthesisRequest:
 
 @dataclass
 class StreamEvent:
-    audio: np.ndarray  # (N,) float32 mono 24 kHz; may be empty only on the final event
+    audio: np.ndarray  # (N,) float32 mono at engine.sample_rate; empty only on the final event
     index: int
     final: bool
     stats: dict[str, Any]
@@ -71,6 +71,7 @@ class Engine:
         self.backend = backend
         self.config = config or EngineConfig()
         self.notice = notice  # e.g. "fell back to eSpeak because ..." (shown in the page)
+        self.sample_rate = int(getattr(backend, "sample_rate", SAMPLE_RATE))  # of every event
         limit = self.config.max_concurrent or backend.default_concurrency
         self.max_concurrent = max(1, int(limit))
         self.admission = Admission(self.max_concurrent, self.config.max_queue)
@@ -92,6 +93,7 @@ class Engine:
             "backend": b.name,
             "model": b.model_name,
             "device": b.device,
+            "sample_rate": self.sample_rate,
             "weight_format": getattr(b, "weight_format", None),
             "can_clone": b.can_clone,
             "needs_reference": b.needs_reference,
@@ -143,7 +145,7 @@ class Engine:
         self, job: _Prepared, cancel: threading.Event, ticket: Ticket
     ) -> Iterator[StreamEvent]:
         b = self.backend
-        stats = RequestStats(b.name, b.model_name, b.device, SAMPLE_RATE,
+        stats = RequestStats(b.name, b.model_name, b.device, self.sample_rate,
                              getattr(b, "weight_format", None))  # fmt: skip
         stats.notices += ([self.notice] if self.notice else []) + job.notices
         try:
@@ -178,8 +180,9 @@ class Engine:
         stats.voice = dict(voice.summary)
         # only backends whose phrases are synthesized independently need crossfades
         phrases = getattr(self.backend, "independent_phrases", False)
-        overlap = ms_to_samples(self.config.crossfade_ms) if phrases else 0
-        joiner = ChunkJoiner(overlap, ms_to_samples(self.config.fade_ms))
+        rate = self.sample_rate
+        overlap = ms_to_samples(self.config.crossfade_ms, rate) if phrases else 0
+        joiner = ChunkJoiner(overlap, ms_to_samples(self.config.fade_ms, rate))
         frame = self.backend.frame_samples
         target = job.params.first_chunk_frames * frame
         pending: list[np.ndarray] = []

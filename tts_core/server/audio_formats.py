@@ -1,4 +1,4 @@
-"""Streaming encoders for the speech API: float32 24 kHz chunks in, response bytes out.
+"""Streaming encoders for the speech API: float32 chunks at the engine's rate in, bytes out.
 
 `wav` and `pcm` are written here (16-bit little-endian mono, as OpenAI's `pcm` is); `mp3`,
 `opus` (Ogg), `flac` and `aac` (ADTS) go through one ffmpeg process per response, fed on stdin
@@ -30,7 +30,7 @@ CONTENT_TYPES = {
 }
 FORMATS = tuple(CONTENT_TYPES)
 UNKNOWN_SIZE = 0xFFFFFFFF
-# response_format -> ffmpeg output arguments (input is s16le mono SAMPLE_RATE on stdin)
+# response_format -> ffmpeg output arguments (input is s16le mono at the stream's rate on stdin)
 _FFMPEG_OUTPUT = {
     "mp3": ["-c:a", "libmp3lame", "-b:a", "64k", "-f", "mp3"],
     "opus": ["-c:a", "libopus", "-b:a", "32k", "-application", "voip", "-f", "ogg"],
@@ -85,25 +85,26 @@ class PcmEncoder(Encoder):
 
 
 class WavEncoder(Encoder):
-    def __init__(self, sink: Sink) -> None:
+    def __init__(self, sink: Sink, rate: int = SAMPLE_RATE) -> None:
         super().__init__(sink)
+        self.rate = rate
         self._header_sent = False
 
     def feed(self, audio: np.ndarray) -> None:
-        head = b"" if self._header_sent else wav_header()
+        head = b"" if self._header_sent else wav_header(rate=self.rate)
         self._header_sent = True
         self.sink(head + pcm16_bytes(audio))
 
     def finish(self) -> None:
         if not self._header_sent:
-            self.sink(wav_header(0))
+            self.sink(wav_header(0, self.rate))
 
 
 class FfmpegEncoder(Encoder):
-    def __init__(self, sink: Sink, response_format: str) -> None:
+    def __init__(self, sink: Sink, response_format: str, rate: int = SAMPLE_RATE) -> None:
         super().__init__(sink)
         cmd = [ffmpeg_executable(), "-hide_banner", "-loglevel", "error", "-nostdin"]
-        cmd += ["-f", "s16le", "-ar", str(SAMPLE_RATE), "-ac", "1", "-i", "pipe:0"]
+        cmd += ["-f", "s16le", "-ar", str(rate), "-ac", "1", "-i", "pipe:0"]
         cmd += [*_FFMPEG_OUTPUT[response_format], "-flush_packets", "1", "pipe:1"]
         self._proc = subprocess.Popen(
             cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
@@ -136,11 +137,12 @@ class FfmpegEncoder(Encoder):
             self._proc.wait(timeout=5)
 
 
-def make_encoder(response_format: str, sink: Sink) -> Encoder:
+def make_encoder(response_format: str, sink: Sink, rate: int = SAMPLE_RATE) -> Encoder:
+    """`rate`: of the audio fed in (the engine's native rate), kept in the output."""
     if response_format == "pcm":
         return PcmEncoder(sink)
     if response_format == "wav":
-        return WavEncoder(sink)
+        return WavEncoder(sink, rate)
     if response_format in _FFMPEG_OUTPUT:
-        return FfmpegEncoder(sink, response_format)
+        return FfmpegEncoder(sink, response_format, rate)
     raise ValueError(f"unknown response_format {response_format!r}")

@@ -80,9 +80,10 @@ def make_openai_router(state: ServerState) -> APIRouter:
         with engine_errors(API_PARAMS):
             streams = await asyncio.to_thread(open_streams, engine, requests, cancel)
         sse = body.stream_format == "sse"
-        produce = _producer(streams, body.response_format, sse)
+        produce = _producer(streams, body.response_format, sse, engine.sample_rate)
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
+                   "X-Sample-Rate": str(engine.sample_rate)}  # fmt: skip
         return StreamingResponse(run_in_thread(produce, cancel), media_type=media, headers=headers)
 
     @router.get("/v1/models")
@@ -132,12 +133,12 @@ def build_requests(
     ]
 
 
-def _producer(streams: list, response_format: str, sse: bool):  # noqa: ANN202, ANN001
+def _producer(streams: list, response_format: str, sse: bool, rate: int):  # noqa: ANN202, ANN001
     """The worker-thread body: engine events -> encoder -> emitted bytes (or SSE events)."""
 
     def produce(emit, cancel: threading.Event) -> None:  # noqa: ANN001
         sink = (lambda data: emit(_sse("speech.audio.delta", audio=_b64(data)))) if sse else emit
-        encoder = make_encoder(response_format, sink)
+        encoder = make_encoder(response_format, sink, rate)
         stats: dict = {}
         try:
             for event in chain_events(streams, cancel):

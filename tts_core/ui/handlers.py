@@ -17,7 +17,7 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from ..audio import SAMPLE_RATE, to_int16
+from ..audio import to_int16
 from ..engine import (
     BackendError,
     Engine,
@@ -92,7 +92,7 @@ def stream_to_page(engine: Engine, *inputs: Any) -> Iterator[tuple]:
             if event is None:
                 if last_chunk_at is not None:
                     last_chunk_at = None
-                    yield (SAMPLE_RATE, _NUDGE), skip, skip, skip, skip
+                    yield (engine.sample_rate, _NUDGE), skip, skip, skip, skip
                 continue
             stats = event.stats
             if not pieces:
@@ -101,13 +101,13 @@ def stream_to_page(engine: Engine, *inputs: Any) -> Iterator[tuple]:
             state = "Done" if event.final else "Generating…"
             if event.audio.size:
                 last_chunk_at = time.perf_counter()
-                audio = (SAMPLE_RATE, to_int16(event.audio))
+                audio = (engine.sample_rate, to_int16(event.audio))
                 text = stats_markdown(stats, state, engine.notice)
                 yield audio, text, timeline_frame(stats), skip, skip
         if last_chunk_at is not None:
             time.sleep(max(0.0, PUBLISH_NUDGE_S - (time.perf_counter() - last_chunk_at)))
-            yield (SAMPLE_RATE, _NUDGE), skip, skip, skip, skip
-        full = (SAMPLE_RATE, to_int16(np.concatenate(pieces)))
+            yield (engine.sample_rate, _NUDGE), skip, skip, skip, skip
+        full = (engine.sample_rate, to_int16(np.concatenate(pieces)))
         state = "Stopped" if stats.get("stop_reason") == "cancelled" else "Done"
         text = stats_markdown(stats, state, engine.notice)
         yield skip, text, timeline_frame(stats), full, stats
@@ -141,7 +141,7 @@ def stream_to_api(engine: Engine, *inputs: Any) -> Iterator[tuple]:
         for event in _events_with_timeouts(handle):
             if event is None:
                 continue
-            audio = (SAMPLE_RATE, to_int16(event.audio)) if event.audio.size else None
+            audio = (engine.sample_rate, to_int16(event.audio)) if event.audio.size else None
             yield audio, event.stats
     finally:
         handle.cancel()
@@ -167,7 +167,7 @@ def synthesize_full(engine: Engine, *inputs: Any) -> Iterator[tuple]:
             yield skip, skip
     finally:
         handle.cancel()
-    yield (SAMPLE_RATE, to_int16(np.concatenate(pieces))), stats
+    yield (engine.sample_rate, to_int16(np.concatenate(pieces))), stats
 
 
 def bind(fn: Callable, engine: Engine) -> Callable:

@@ -57,7 +57,8 @@ class LowLatencyPlayer:
 
 
 def player_script(fields: list[str], generate_id: str, route: str = DEFAULT_ROUTE,
-                  start_lead_s: float = 0.02, max_lead_s: float = 1.0) -> str:  # fmt: skip
+                  start_lead_s: float = 0.02, max_lead_s: float = 1.0,
+                  sample_rate: int = SAMPLE_RATE) -> str:  # fmt: skip
     config = {
         "route": route,
         "fields": fields,
@@ -66,7 +67,7 @@ def player_script(fields: list[str], generate_id: str, route: str = DEFAULT_ROUT
         "standardTriggerId": STANDARD_TRIGGER_ID,
         "startLeadS": start_lead_s,
         "maxLeadS": max_lead_s,
-        "sampleRate": SAMPLE_RATE,
+        "sampleRate": int(sample_rate),  # the engine's: the PCM route sends its native rate
     }
     source = (STATIC / "lowlatency_player.js").read_text()
     return source.replace("__CONFIG__", json.dumps(config))
@@ -78,6 +79,7 @@ def build_lowlatency_player(
     stop: gr.Button | None = None,
     route: str = DEFAULT_ROUTE,
     start_lead_s: float = 0.02,
+    sample_rate: int = SAMPLE_RATE,
 ) -> LowLatencyPlayer:
     """Render the toggle + player and bind it to Generate/Stop (see the module docstring)."""
     unknown = sorted(set(fields) - set(FIELDS))
@@ -91,7 +93,9 @@ def build_lowlatency_player(
     html = gr.HTML(
         _MARKUP,
         css_template=(STATIC / "lowlatency_player.css").read_text(),
-        js_on_load=player_script(names, generate.elem_id, route, start_lead_s),
+        js_on_load=player_script(
+            names, generate.elem_id, route, start_lead_s, sample_rate=sample_rate
+        ),  # fmt: skip
         elem_id="lowlatency-player",
     )
     trigger = gr.Button("Standard player", visible="hidden", elem_id=STANDARD_TRIGGER_ID)

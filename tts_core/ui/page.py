@@ -39,7 +39,8 @@ def build_demo(engine: Engine, assets: Path | None = None) -> gr.Blocks:
                     stop = gr.Button("Stop", variant="stop", elem_id="stop")
             with gr.Column(scale=1):
                 fields = dict(zip(PLAYER_FIELDS, inputs, strict=True))
-                player = build_lowlatency_player(fields, generate, stop)
+                player = build_lowlatency_player(fields, generate, stop,
+                                                  sample_rate=engine.sample_rate)  # fmt: skip
                 # Gradio's streaming player, its live stats, plot and full clip: shown when the
                 # player toggle says "Standard" (the low-latency panel has its own readout)
                 with gr.Column(visible=False) as standard_outputs:
