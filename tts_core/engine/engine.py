@@ -94,6 +94,7 @@ class Engine:
             "model": b.model_name,
             "device": b.device,
             "sample_rate": self.sample_rate,
+            "frame_ms": round(1000 * b.frame_samples / self.sample_rate, 3),  # chunk-size unit
             "weight_format": getattr(b, "weight_format", None),
             "can_clone": b.can_clone,
             "needs_reference": b.needs_reference,

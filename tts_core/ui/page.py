@@ -110,7 +110,7 @@ def _inputs(info: dict, defaults: dict) -> list:
         penalty = gr.Slider(1.0, 2.0, value=defaults.get("repetition_penalty", 1.05), step=0.01,
                             label="Repetition penalty")  # fmt: skip
         seed = gr.Number(value=-1, precision=0, label="Seed (-1: random)")
-        gr.Markdown("**Streaming** (1 frame = 80 ms of audio)")
+        gr.Markdown(f"**Streaming** (1 frame = {info['frame_ms']:g} ms of audio)")
         first = gr.Slider(1, 25, value=2, step=1, label="First chunk (frames)",
                           elem_id="first-chunk")  # fmt: skip
         steady = gr.Slider(1, 50, value=6, step=1, label="Later chunks (frames)",
