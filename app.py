@@ -19,7 +19,8 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=os.environ.get("TTS_MODEL", DEFAULT_MODEL),
-                   help="Qwen3-TTS repo id or local folder, or 'espeak' (offline voice)")  # fmt: skip
+                   help="Qwen3-TTS or VoxCPM2 repo id or local folder (the model is read "
+                   "from its config.json), or 'espeak' (offline voice)")  # fmt: skip
     p.add_argument("--device", default=os.environ.get("TTS_DEVICE", "auto"),
                    choices=["auto", "cpu", "cuda"])  # fmt: skip
     p.add_argument("--dtype", default=os.environ.get("TTS_DTYPE", "auto"),

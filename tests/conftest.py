@@ -91,6 +91,7 @@ def start_app(tmp_dir: Path, *extra: str) -> tuple[str, subprocess.Popen, Path]:
         **os.environ,
         "GRADIO_TEMP_DIR": str(tmp_dir / "gradio"),
         "GRADIO_ANALYTICS_ENABLED": "False",
+        "TTS_VOICES_DIR": str(tmp_dir / "voices"),  # never the user's own voice store
     }
     cmd = [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), *extra]
     log = open(log_path, "w")  # noqa: SIM115 - closed when the process ends

@@ -1,8 +1,9 @@
 """tts_core: streaming voice-cloning TTS engine.
 
 Public API (imported lazily, so `import tts_core` stays cheap and free of side effects):
-    load_model(name_or_path, device="cpu", dtype=torch.float32) -> Qwen3TTSModel
-    Qwen3TTSModel, Voice, AudioChunk, GenerationResult
+    load_model(name_or_path, device="cpu", dtype=torch.float32) -> Qwen3TTSModel or
+        VoxCPMModel, chosen by the checkpoint's config.json (tts_core.models.registry)
+    Qwen3TTSModel, Voice, AudioChunk, GenerationResult (Qwen3-TTS's)
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 _LAZY = {
-    "load_model": "tts_core.models.qwen3_tts.model",
+    "load_model": "tts_core.models.registry",
     "Qwen3TTSModel": "tts_core.models.qwen3_tts.model",
     "Voice": "tts_core.models.qwen3_tts.model",
     "AudioChunk": "tts_core.models.qwen3_tts.model",

@@ -19,8 +19,10 @@ def load_backend(
     quantize: str = "auto",
     max_batch: int | None = None,
 ) -> tuple[Backend, str | None]:
-    """(backend, notice). `name` is "espeak" or a Qwen3-TTS repo id / local folder; `dtype`,
-    `quantize` and `max_batch` (None: its default) are Qwen3Backend.load's.
+    """(backend, notice). `name` is "espeak" or a Hub repo id / local folder of a Qwen3-TTS or
+    VoxCPM2 checkpoint: the backend is chosen from its config.json, not from the name. `dtype`,
+    `quantize` and `max_batch` (None: its default) are Qwen3Backend.load's; VoxCPM2 takes
+    `dtype` and decodes one stream at a time.
 
     When the neural model cannot be loaded and `allow_fallback` is set, returns the eSpeak
     backend with a notice saying why (logged too).
@@ -28,10 +30,7 @@ def load_backend(
     if name == ESPEAK:
         return _espeak(), None
     try:
-        from .qwen3 import Qwen3Backend
-
-        extra = {} if max_batch is None else {"max_batch": max_batch}
-        return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize, **extra), None
+        return _neural(name, device, dtype, quantize, max_batch), None
     except Exception as exc:  # noqa: BLE001 - any load failure means "use the offline voice"
         if not allow_fallback:
             raise
@@ -45,6 +44,19 @@ def load_backend(
             "You are hearing the offline eSpeak NG voice instead, which does not clone voices."
         )
         return _espeak(), notice
+
+
+def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | None) -> Backend:
+    from ..models.registry import VOXCPM2, detect_architecture
+
+    if detect_architecture(name) == VOXCPM2:
+        from .voxcpm import VoxCPMBackend
+
+        return VoxCPMBackend.load(name, device, dtype=dtype)
+    from .qwen3 import Qwen3Backend
+
+    extra = {} if max_batch is None else {"max_batch": max_batch}
+    return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize, **extra)
 
 
 def _espeak() -> Backend:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import logging
 import threading
@@ -79,8 +80,12 @@ def make_openai_router(state: ServerState) -> APIRouter:
         cancel = threading.Event()
         with engine_errors(API_PARAMS):
             streams = await asyncio.to_thread(open_streams, engine, requests, cancel)
+            # the first event before any byte: a request the model itself refuses (e.g. a
+            # prompt longer than its cache) is then a 400, not a response cut off midway
+            events = chain_events(streams, cancel)
+            first = await asyncio.to_thread(next, events, None)
         sse = body.stream_format == "sse"
-        produce = _producer(streams, body.response_format, sse, engine.sample_rate)
+        produce = _producer(first, events, body.response_format, sse, engine.sample_rate)
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
                    "X-Sample-Rate": str(engine.sample_rate)}  # fmt: skip
@@ -133,15 +138,17 @@ def build_requests(
     ]
 
 
-def _producer(streams: list, response_format: str, sse: bool, rate: int):  # noqa: ANN202, ANN001
-    """The worker-thread body: engine events -> encoder -> emitted bytes (or SSE events)."""
+def _producer(first, events, response_format: str, sse: bool, rate: int):  # noqa: ANN202, ANN001
+    """The worker-thread body: `first` (already taken, or None) then the rest of the engine's
+    `events` generator -> encoder -> emitted bytes (or SSE events); closes `events` at the end,
+    which gives the engine's slot back at once."""
 
     def produce(emit, cancel: threading.Event) -> None:  # noqa: ANN001
         sink = (lambda data: emit(_sse("speech.audio.delta", audio=_b64(data)))) if sse else emit
         encoder = make_encoder(response_format, sink, rate)
         stats: dict = {}
         try:
-            for event in chain_events(streams, cancel):
+            for event in itertools.chain([first] if first is not None else [], events):
                 encoder.feed(event.audio)
                 stats = event.stats
             if cancel.is_set():
@@ -155,6 +162,7 @@ def _producer(streams: list, response_format: str, sse: bool, rate: int):  # noq
             log.exception("speech stream failed")
             emit(_sse("error", error={"message": str(exc), "type": "server_error"}))
         finally:
+            events.close()
             encoder.close()
 
     return produce

@@ -54,7 +54,7 @@ TOP_SIZES = {
     "feat_dim": 8,
     "scalar_quantization_latent_dim": 16,
     "residual_lm_num_layers": 2,
-    "max_length": 512,
+    "max_length": 4096,
 }
 # 16 kHz in, hop 10; 48 kHz out, 30 samples per latent (ratio 3 = 48000 / 16000 as released).
 VAE_SIZES = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -40,27 +40,61 @@ class CheckpointError(ValueError):
     """A checkpoint file is unreadable or does not match the model."""
 
 
-def resolve_checkpoint(name_or_path: str | Path) -> Path:
-    """Local folder as-is; otherwise a Hub repo id, downloaded (needed files only, with progress)."""
+Required = Sequence[str | tuple[str, ...]]  # a name, or alternatives (any one will do)
+
+
+def resolve_checkpoint(
+    name_or_path: str | Path,
+    required: Required = REQUIRED_FILES,
+    patterns: Sequence[str] | None = None,
+) -> Path:
+    """Local folder as-is; otherwise a Hub repo id, downloaded (needed files only, with progress).
+
+    `required`: files the folder must hold (an entry that is a tuple: any one of those names);
+    `patterns`: what to download for a repo id (default: Qwen3-TTS's files, or the names in
+    `required` when another list is given). Either way the folder is checked for `required`.
+    """
     path = Path(name_or_path).expanduser()
     if path.is_dir():
-        return check_files(path)
+        return check_files(path, required)
     text = str(name_or_path)
     if path.exists() or not _REPO_ID.match(text) or text.startswith((".", "/", "~")):
         raise FileNotFoundError(f"checkpoint folder not found: {name_or_path}")
+    if patterns is None:
+        patterns = DOWNLOAD_PATTERNS if required is REQUIRED_FILES else _names(required)
     from huggingface_hub import snapshot_download  # network only when a repo id is given
 
     try:
-        folder = snapshot_download(repo_id=text, allow_patterns=DOWNLOAD_PATTERNS)
+        folder = snapshot_download(repo_id=text, allow_patterns=list(patterns))
     except Exception as error:  # the hub raises many types; keep the cause attached
         raise FileNotFoundError(
-            f"{text!r} is not a local folder and could not be downloaded from the Hub: {error}"
+            f"{text!r} is not a local folder and could not be downloaded from the Hub"
+            f"{_hub_reason(error)}: {error}"
         ) from error
-    return check_files(Path(folder))
+    return check_files(Path(folder), required)
 
 
-def check_files(folder: Path) -> Path:
-    missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
+def _names(required: Required) -> list[str]:
+    return [name for entry in required for name in ((entry,) if isinstance(entry, str) else entry)]
+
+
+def _hub_reason(error: Exception) -> str:
+    """A plain-words cause for the two common failures (the hub's own text follows it)."""
+    from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+
+    if isinstance(error, LocalEntryNotFoundError):  # raised when the Hub cannot be reached
+        return " (no network connection to the Hub, and no copy in the local cache)"
+    if isinstance(error, RepositoryNotFoundError):  # gated repos are a subclass
+        return " (no such repository, or it is private or gated: log in or set HF_TOKEN)"
+    return ""
+
+
+def check_files(folder: Path, required: Required = REQUIRED_FILES) -> Path:
+    missing = [
+        " or ".join(names)
+        for names in (((entry,) if isinstance(entry, str) else tuple(entry)) for entry in required)
+        if not any((folder / name).is_file() for name in names)
+    ]
     if missing:
         raise FileNotFoundError(f"checkpoint {folder} is missing: {', '.join(missing)}")
     return folder

@@ -19,6 +19,32 @@ from .vae_checkpoint import CheckpointError, _listing
 SAFETENSORS_NAME = "model.safetensors"
 BIN_NAME = "pytorch_model.bin"
 
+# What a folder must hold (a tuple: any one of those names), and what a Hub download fetches:
+# the released repo's weights in safetensors, the VAE in either format, the tokenizer files.
+REQUIRED_FILES: tuple[str | tuple[str, ...], ...] = (
+    "config.json",
+    (SAFETENSORS_NAME, BIN_NAME),
+    ("audiovae.safetensors", "audiovae.pth"),
+    "tokenizer.json",
+)
+DOWNLOAD_PATTERNS = (
+    "config.json",
+    SAFETENSORS_NAME,
+    "audiovae.safetensors",
+    "audiovae.pth",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
+
+
+def resolve_folder(name_or_path: str | Path) -> Path:
+    """A local folder, or a Hub repo id downloaded with the files above only (the Qwen3
+    loader's mechanism and errors: no network, unknown repo, a missing file named)."""
+    from ..qwen3_tts.checkpoint import resolve_checkpoint
+
+    return resolve_checkpoint(name_or_path, required=REQUIRED_FILES, patterns=DOWNLOAD_PATTERNS)
+
 
 def read_model_state(folder: str | Path) -> tuple[dict[str, torch.Tensor], Path]:
     folder = Path(folder)

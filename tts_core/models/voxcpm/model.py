@@ -18,7 +18,7 @@ the denoiser and text normalization (`normalize=True`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from .audiovae import AudioVAE
-from .checkpoint import load_model_state
+from .checkpoint import load_model_state, resolve_folder
 from .config import VoxCPM2Config
 from .network import DecodeState, VoxCPM2Network
 from .tokenizer import VoxCPMTokenizer, normalize_target_text
@@ -53,6 +53,7 @@ class AudioChunk:
     audio: np.ndarray  # float32 at sample_rate
     sample_rate: int
     patches: int  # generated patches in this chunk
+    stop_reason: str | None = None  # on the last chunk: "stop_head" or "length_cap"
 
 
 @dataclass
@@ -99,6 +100,16 @@ class VoxCPMModel:
         net = net.to(device=device, dtype=dtype).eval()
         vae = vae.to(device=device).set_dtype(vae_dtype).eval()
         return cls(cfg, net, vae, tok)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        name_or_path: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> VoxCPMModel:
+        """A Hub repo id (only the needed files are downloaded) or a local folder."""
+        return cls.from_folder(resolve_folder(name_or_path), device=device, dtype=dtype)
 
     # --- voices ------------------------------------------------------------------------------
     def _encode_clip(self, audio: np.ndarray, left: bool) -> torch.Tensor:
@@ -152,6 +163,13 @@ class VoxCPMModel:
         add(ids, None)
         if voice is not None and voice.prompt_patches is not None:
             add([0] * voice.prompt_patches.shape[0], voice.prompt_patches.to(dev, dtype))
+        room = self.config.max_length - len(tokens)  # the static caches hold max_length positions
+        if room < 1:
+            raise ValueError(
+                f"the reference and text take {len(tokens)} positions; this model holds "
+                f"{self.config.max_length}: use a shorter reference clip or text"
+            )
+        cap = min(cap, room)
         audio_mask = torch.tensor(is_audio, dtype=dtype, device=dev)[None]
         return _Prompt(
             tokens=torch.tensor(tokens, dtype=torch.int64, device=dev)[None],
@@ -233,23 +251,50 @@ class VoxCPMModel:
         inference_timesteps: int = 10,
         max_len: int = 4096,
         chunk_patches: int = 1,
+        first_chunk_patches: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> Iterator[AudioChunk]:
-        """The same audio as `generate`, decoded every `chunk_patches` patches with a
-        per-stream decoder state (the voice's warm state cloned, or a fresh one)."""
-        if chunk_patches < 1:
-            raise ValueError("chunk_patches must be >= 1")
+        """The same audio as `generate`, decoded every `chunk_patches` patches (the first chunk
+        after `first_chunk_patches`, default the same) with a per-stream decoder state (the
+        voice's warm state cloned, or a fresh one). `should_stop` is asked after every patch:
+        True ends the stream there, without decoding the patches not yet yielded. The last
+        chunk of a stream that was not stopped carries `stop_reason`."""
+        first = chunk_patches if first_chunk_patches is None else first_chunk_patches
+        if chunk_patches < 1 or first < 1:
+            raise ValueError("chunk_patches and first_chunk_patches must be >= 1")
+        self._prompt(text, voice, max_len)  # bad input fails here, before the first chunk
+        args = (text, voice, seed, cfg_value, inference_timesteps, max_len)
+        return self._stream(args, first, chunk_patches, should_stop)
+
+    def _stream(
+        self,
+        args: tuple,
+        first: int,
+        chunk_patches: int,
+        should_stop: Callable[[], bool] | None,
+    ) -> Iterator[AudioChunk]:
+        voice = args[1]
         warm = None if voice is None else voice.warm_decoder
         state = warm.clone() if warm is not None else self.vae.init_state(batch_size=1)
         pending: list[torch.Tensor] = []
         info: dict = {}
-        args = (text, voice, seed, cfg_value, inference_timesteps, max_len, info)
-        for patch in self._patches(*args):
-            pending.append(patch)
-            if len(pending) == chunk_patches:
-                yield self._decode_chunk(pending, state)
-                pending = []
-        if pending:
-            yield self._decode_chunk(pending, state)
+        patches = self._patches(*args, info)
+        try:
+            for patch in patches:
+                if should_stop is not None and should_stop():
+                    return
+                pending.append(patch)
+                if len(pending) == first:
+                    yield self._decode_chunk(pending, state)
+                    pending, first = [], chunk_patches
+        finally:
+            patches.close()  # ends the generation now, not at garbage collection
+        last = self._decode_chunk(pending, state) if pending else self._empty_chunk()
+        last.stop_reason = info["stop_reason"]
+        yield last  # empty when the audio ended on a chunk boundary
+
+    def _empty_chunk(self) -> AudioChunk:
+        return AudioChunk(np.zeros(0, np.float32), self.sample_rate, 0)
 
     def _decode_chunk(self, patches: list[torch.Tensor], state) -> AudioChunk:
         audio = self.vae.decode_step(self._latents(torch.stack(patches)), state)[0]

@@ -1,0 +1,119 @@
+"""Adapter: our VoxCPM2 model (tts_core.models.voxcpm) -> the engine's Backend interface.
+
+One request at a time per model (default_concurrency 1: no batching yet). Audio comes at the
+model's own rate (48 kHz for the release) from one exact, stateful VAE decoder pass per stream,
+so chunks are never marked independent. A "frame" of the chunk-size settings is one patch.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..audio import SAMPLE_RATE
+from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.errors import InputError
+from .qwen3 import resolve_device
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = (
+    "VoxCPM2 voice cloning. With a reference clip it speaks in that voice; with its transcript "
+    "too it continues the clip (closest clone); with no clip it makes up a voice. The language "
+    "follows the text; temperature, top-k, top-p and repetition penalty do not apply (seed does)."
+)
+
+
+class VoxCPMBackend:
+    name = "voxcpm"
+    can_clone = True
+    needs_reference = False  # zero-shot without a clip
+    independent_phrases = False  # one exact stateful decoder pass: never crossfade
+    description = DESCRIPTION
+    default_concurrency = 1
+
+    def __init__(self, model: Any, model_name: str, device: str) -> None:
+        self.model = model
+        self.model_name = model_name
+        self.device = device
+        self.sample_rate = int(model.sample_rate)
+        self.frame_samples = int(model.patch_size * model.vae.decode_hop_length)  # per patch
+        self.weight_format = str(model.net.dtype).removeprefix("torch.")
+
+    @classmethod
+    def load(cls, name_or_path: str, device: str = "auto", dtype: str = "auto") -> VoxCPMBackend:
+        """Hub repo id or local folder; dtype "auto": bfloat16 on CUDA, float32 on CPU (the
+        AudioVAE always runs in float32)."""
+        import torch
+
+        from ..models.voxcpm.model import VoxCPMModel
+
+        device = resolve_device(device)
+        if dtype == "auto":
+            dtype = "bfloat16" if device == "cuda" else "float32"
+        model = VoxCPMModel.from_pretrained(
+            name_or_path, device=device, dtype=getattr(torch, dtype)
+        )
+        log.info("loaded VoxCPM2 %s on %s (%s, %d Hz)", name_or_path, device, dtype,
+                 model.sample_rate)  # fmt: skip
+        return cls(model, str(name_or_path), device)
+
+    def sampling_defaults(self) -> dict[str, Any]:
+        return {}  # no temperature / top-k / top-p / repetition penalty in VoxCPM2
+
+    def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
+        """audio: 24 kHz mono float32 reference or None (zero-shot: the model makes up a voice)."""
+        if audio is None:
+            if reference_text:
+                raise InputError(
+                    "A transcript was given without a reference clip: add the clip it belongs "
+                    "to, or clear the transcript.",
+                    "reference_text",
+                )
+            return Voice(self.name, None, {"mode": "zero-shot", "transcript": False})
+        clip = np.asarray(audio)
+        if clip.ndim != 1 or clip.size == 0 or not np.issubdtype(clip.dtype, np.floating):
+            raise InputError(
+                f"Reference clip: expected mono float samples, got shape {clip.shape} "
+                f"({clip.dtype}).",
+                "reference",
+            )
+        if not np.all(np.isfinite(clip)):
+            raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
+        try:
+            voice = self.model.create_voice(clip.astype(np.float32), SAMPLE_RATE, reference_text)
+        except ValueError as exc:  # the model's own checks on the clip
+            raise InputError(f"Reference clip: {exc}", "reference") from exc
+        mode = "continuation" if reference_text else "reference"
+        return Voice(self.name, voice, {"mode": mode, "transcript": bool(reference_text)})
+
+    def stream(
+        self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
+    ) -> Iterator[BackendChunk]:
+        """Patches decoded `first_chunk_frames` then `chunk_frames` at a time; a Stop ends the
+        generation after the patch in progress. `language` and the sampling knobs are ignored."""
+        seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
+        try:
+            chunks = self.model.stream(
+                text,
+                voice.data,
+                seed=seed,
+                first_chunk_patches=params.first_chunk_frames,
+                chunk_patches=params.chunk_frames,
+                should_stop=cancel.is_set,
+            )
+        except ValueError as exc:  # the model's checks of this request (e.g. prompt too long)
+            raise InputError(str(exc)) from exc
+        try:
+            for chunk in chunks:
+                yield BackendChunk(chunk.audio, independent=False, frames=chunk.patches,
+                                   stop_reason=chunk.stop_reason)  # fmt: skip
+                if cancel.is_set():
+                    return
+        finally:
+            chunks.close()  # ends the model's generation now, not at garbage collection

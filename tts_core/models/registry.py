@@ -1,0 +1,105 @@
+"""Which model a checkpoint holds, from its config.json alone (no weights read).
+
+`detect_architecture(name_or_path)` reads config.json of a local folder, or downloads only
+config.json for a Hub repo id (the Qwen3 loader's mechanism: same errors for no network, an
+unknown repo or a missing file). `load_model` and the backend loader dispatch on it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+QWEN3_TTS = "qwen3_tts"  # Qwen3-TTS 12 Hz: config.json "model_type"
+VOXCPM2 = "voxcpm2"  # VoxCPM2: config.json "architecture"
+ARCHITECTURES = (QWEN3_TTS, VOXCPM2)
+CONFIG_FILE = "config.json"
+
+
+class UnknownArchitectureError(ValueError):
+    """config.json names a model this engine does not implement."""
+
+
+def read_config(name_or_path: str | Path) -> dict[str, Any]:
+    """config.json of a local folder or Hub repo id (downloading that file only)."""
+    from .qwen3_tts.checkpoint import resolve_checkpoint
+
+    folder = resolve_checkpoint(name_or_path, required=(CONFIG_FILE,), patterns=(CONFIG_FILE,))
+    path = folder / CONFIG_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UnknownArchitectureError(f"{path}: not readable JSON ({error})") from error
+    if not isinstance(data, dict):
+        raise UnknownArchitectureError(f"{path}: expected a JSON object")
+    return data
+
+
+def architecture_of(config: dict[str, Any], source: str = CONFIG_FILE) -> str:
+    """QWEN3_TTS or VOXCPM2; UnknownArchitectureError naming what the file says otherwise."""
+    if "architecture" in config:  # VoxCPM's key ("voxcpm" for 1/1.5, "voxcpm2")
+        if config["architecture"] == VOXCPM2:
+            return VOXCPM2
+        found = f"architecture {config['architecture']!r}"
+    elif config.get("model_type") == QWEN3_TTS:
+        return QWEN3_TTS
+    else:
+        found = f"model_type {config.get('model_type')!r} and no 'architecture'"
+    raise UnknownArchitectureError(
+        f"{source} names {found}; this engine runs Qwen3-TTS 12 Hz "
+        f"(model_type {QWEN3_TTS!r}) and VoxCPM2 (architecture {VOXCPM2!r})"
+    )
+
+
+def detect_architecture(name_or_path: str | Path) -> str:
+    """QWEN3_TTS or VOXCPM2 for a local folder or Hub repo id (only config.json is read)."""
+    return architecture_of(read_config(name_or_path), f"config.json of {name_or_path}")
+
+
+QWEN3_ONLY_DEFAULTS = {
+    "compile": False,
+    "cuda_graphs": False,
+    "decoder_dtype": None,
+    "warm_chunks": (2, 6),
+}
+
+
+def load_model(
+    name_or_path: str | Path,
+    device: str = "cpu",
+    dtype: Any = None,
+    compile: bool = False,
+    cuda_graphs: bool = False,
+    quantize: str | None = None,
+    decoder_dtype: Any = None,
+    warm_chunks: tuple[int, ...] = (2, 6),
+) -> Any:
+    """Hub repo id or local folder -> a ready model, chosen by its config.json (read once):
+    Qwen3TTSModel (every argument as `qwen3_tts.model.load_model`) or VoxCPMModel (device and
+    dtype; dtype None = float32). The other arguments are Qwen3-TTS options: for VoxCPM2 they
+    must keep their defaults (quantize may be None, "none" or "auto", which keeps the float
+    weights: there is no int8 VoxCPM2), else a ValueError says which."""
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
+    architecture = architecture_of(read_config(name_or_path), f"config.json of {name_or_path}")
+    if architecture == QWEN3_TTS:
+        from .qwen3_tts.model import load_model as load_qwen3
+
+        return load_qwen3(name_or_path, device, dtype, compile=compile, cuda_graphs=cuda_graphs,
+                          quantize=quantize, decoder_dtype=decoder_dtype, warm_chunks=warm_chunks)  # fmt: skip
+    given = {"compile": compile, "cuda_graphs": cuda_graphs, "decoder_dtype": decoder_dtype,
+             "warm_chunks": tuple(warm_chunks)}  # fmt: skip
+    refused = [f"{name}={value!r}" for name, value in given.items()
+               if value != QWEN3_ONLY_DEFAULTS[name]]  # fmt: skip
+    if quantize is not None and str(quantize).lower() not in ("none", "auto"):
+        refused.append(f"quantize={quantize!r}")
+    if refused:
+        raise ValueError(
+            f"{name_or_path} is a VoxCPM2 checkpoint; {', '.join(refused)} only applies to "
+            "Qwen3-TTS (VoxCPM2 takes device and dtype)"
+        )
+    from .voxcpm.model import VoxCPMModel
+
+    return VoxCPMModel.from_pretrained(name_or_path, device=device, dtype=dtype)
