@@ -16,6 +16,7 @@ ASSETS = Path(__file__).resolve().parents[1] / "assets"
 TEXT = "Streaming works. Each sentence is its own phrase! Here is the third, and the last one."
 REFERENCE = str(ASSETS / "reference_female_en.wav")
 ADVANCED = (0.9, 50, 1.0, 1.05, -1, 2, 6)  # temperature, top_k, top_p, penalty, seed, chunks
+GUIDANCE = (2.0, 10)  # cfg_value, inference_timesteps (VoxCPM2's; eSpeak ignores them)
 
 
 def args(text=TEXT, language="english", reference=REFERENCE, ref_text="", advanced=ADVANCED):
@@ -154,7 +155,7 @@ def test_client_disconnect_ends_the_generation_promptly(slow_app):
     import httpx
 
     engine, url = slow_app
-    data = [LONG_TEXT, "english", None, "", *ADVANCED]
+    data = [LONG_TEXT, "english", None, "", *ADVANCED, *GUIDANCE]  # plain HTTP: every input
     event = httpx.post(f"{url}/gradio_api/call/synthesize", json={"data": data}).json()["event_id"]
     chunks = 0
     with httpx.stream("GET", f"{url}/gradio_api/call/synthesize/{event}", timeout=60) as sse:
@@ -204,7 +205,7 @@ def test_lost_client_of_full_synthesis_frees_the_engine(slow_app):
     import httpx
 
     engine, url = slow_app
-    data = [LONG_TEXT, "english", None, "", *ADVANCED]
+    data = [LONG_TEXT, "english", None, "", *ADVANCED, *GUIDANCE]  # plain HTTP: every input
     call = f"{url}/gradio_api/call/synthesize_full"
     event = httpx.post(call, json={"data": data}).json()["event_id"]
     with httpx.stream("GET", f"{call}/{event}", timeout=60):  # headers only: no event comes

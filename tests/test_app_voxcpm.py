@@ -101,3 +101,12 @@ def test_bad_input_is_an_error_and_the_server_keeps_serving(server, tmp_path, sp
                        api_name="/synthesize_full")  # fmt: skip
     path, _ = client.predict(*call("Still here."), api_name="/synthesize_full")
     assert sf.info(path).samplerate == RATE
+
+
+def test_the_page_shows_the_models_own_knobs(server):
+    """VoxCPM2's guidance and diffusion steps are shown; Qwen3's sampling sliders are not."""
+    config = httpx.get(f"{server}/config", timeout=30).json()
+    shown = {c["props"].get("label"): c["props"].get("visible", True)
+             for c in config["components"] if c["props"].get("label")}  # fmt: skip
+    assert shown["Guidance (CFG value)"] is True and shown["Diffusion steps"] is True
+    assert shown["Temperature"] is False and shown["Top-p"] is False

@@ -56,7 +56,10 @@ def test_backend_contract(backend: VoxCPMBackend) -> None:
     assert backend.independent_phrases is False and backend.default_concurrency == 1
     assert backend.sample_rate == model.sample_rate == 48000
     assert backend.frame_samples == model.patch_size * model.vae.decode_hop_length == 90
-    assert backend.weight_format == "float32" and backend.sampling_defaults() == {}
+    assert backend.weight_format == "float32" and backend.sampling_defaults() == {
+        "cfg_value": 2.0,
+        "inference_timesteps": 10,
+    }
     voice = backend.create_voice(None, None)
     assert voice.data is None and voice.summary["mode"] == "zero-shot"
 
@@ -150,3 +153,18 @@ def test_silent_clip_through_the_engine(backend: VoxCPMBackend) -> None:
     with pytest.raises(InputError, match="silent"):
         engine.stream(request)
     assert engine.active_requests == 0 and engine.waiting_requests == 0
+
+
+def test_guidance_and_steps_reach_the_model(backend: VoxCPMBackend) -> None:
+    """cfg_value / inference_timesteps from the request change the audio; absent, the
+    official defaults (2.0, 10) apply."""
+    engine = _engine(backend)
+
+    def speak(**knobs: float) -> np.ndarray:
+        params = SynthesisParams(seed=5, **knobs)
+        return engine.synthesize(SynthesisRequest("Guided speech.", None, None, params))[0]
+
+    default = speak()
+    assert np.array_equal(default, speak(cfg_value=2.0, inference_timesteps=10))
+    assert not np.array_equal(default, speak(cfg_value=0.5))
+    assert not np.array_equal(default, speak(inference_timesteps=3))

@@ -16,16 +16,17 @@ from typing import Any
 import numpy as np
 
 from ..audio import SAMPLE_RATE
-from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.backend import VOXCPM_SAMPLING, BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
 from .qwen3 import resolve_device
 
 log = logging.getLogger(__name__)
+CFG_VALUE, INFERENCE_TIMESTEPS = 2.0, 10  # the official generate()'s defaults
 
 DESCRIPTION = (
     "VoxCPM2 voice cloning. With a reference clip it speaks in that voice; with its transcript "
     "too it continues the clip (closest clone); with no clip it makes up a voice. The language "
-    "follows the text; temperature, top-k, top-p and repetition penalty do not apply (seed does)."
+    "follows the text; guidance (CFG) and diffusion steps replace temperature, top-k and top-p."
 )
 
 
@@ -64,7 +65,8 @@ class VoxCPMBackend:
         return cls(model, str(name_or_path), device)
 
     def sampling_defaults(self) -> dict[str, Any]:
-        return {}  # no temperature / top-k / top-p / repetition penalty in VoxCPM2
+        """VoxCPM2's own knobs (no temperature / top-k / top-p / repetition penalty)."""
+        return {"cfg_value": CFG_VALUE, "inference_timesteps": INFERENCE_TIMESTEPS}
 
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
         """audio: 24 kHz mono float32 reference or None (zero-shot: the model makes up a voice)."""
@@ -103,6 +105,7 @@ class VoxCPMBackend:
                 text,
                 voice.data,
                 seed=seed,
+                **{**self.sampling_defaults(), **params.sampling_kwargs(VOXCPM_SAMPLING)},
                 first_chunk_patches=params.first_chunk_frames,
                 chunk_patches=params.chunk_frames,
                 should_stop=cancel.is_set,

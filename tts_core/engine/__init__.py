@@ -1,6 +1,6 @@
 """Requests, streaming, stats and concurrency: the one process-wide engine."""
 
-from .backend import LANGUAGES, Backend, BackendChunk, SynthesisParams, Voice
+from .backend import LANGUAGES, PARAM_FIELDS, Backend, BackendChunk, SynthesisParams, Voice
 from .engine import Engine, EngineConfig, EngineStream, StreamEvent, SynthesisRequest
 from .errors import BackendError, EngineBusy, InputError
 from .handle import StreamHandle
@@ -22,6 +22,7 @@ __all__ = [
     "RequestStats",
     "StreamEvent",
     "StreamHandle",
+    "PARAM_FIELDS",
     "SynthesisParams",
     "SynthesisRequest",
     "Voice",

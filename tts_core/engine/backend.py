@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -23,6 +23,10 @@ LANGUAGES = (
 )
 
 
+QWEN3_SAMPLING = ("temperature", "top_k", "top_p", "repetition_penalty")
+VOXCPM_SAMPLING = ("cfg_value", "inference_timesteps")
+
+
 @dataclass
 class SynthesisParams:
     """Per-request knobs. Sampling values of None mean "the backend's default"."""
@@ -35,10 +39,17 @@ class SynthesisParams:
     seed: int | None = None
     first_chunk_frames: int = 2  # frames of the first chunk (small: low time to first audio)
     chunk_frames: int = 6  # frames of every later chunk
+    cfg_value: float | None = None  # VoxCPM2: classifier-free guidance strength
+    inference_timesteps: int | None = None  # VoxCPM2: diffusion (flow-matching) steps
 
-    def sampling_kwargs(self) -> dict[str, Any]:
-        names = ("temperature", "top_k", "top_p", "repetition_penalty")
+    def sampling_kwargs(self, names: tuple[str, ...] = QWEN3_SAMPLING) -> dict[str, Any]:
+        """The set ones among `names`, as keyword arguments for a model call."""
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
+# The request schema, once: every surface (page, PCM route, /v1, gradio_client) takes these
+# names; a backend reads the ones it knows (see Backend.sampling_defaults).
+PARAM_FIELDS = tuple(f.name for f in fields(SynthesisParams) if f.name != "language")
 
 
 @dataclass

@@ -84,6 +84,8 @@ def check_params(params: SynthesisParams, limits: Limits) -> SynthesisParams:
     seed = _as_int("seed", params.seed, -1, 2**32 - 1)
     first = _as_int("first_chunk_frames", params.first_chunk_frames, 1, limits.max_chunk_frames)
     steady = _as_int("chunk_frames", params.chunk_frames, 1, limits.max_chunk_frames)
+    cfg_value = _range("cfg_value", params.cfg_value, 0.0, 10.0)
+    timesteps = _as_int("inference_timesteps", params.inference_timesteps, 1, 100)
     return replace(
         params,
         language=check_language(params.language),
@@ -94,6 +96,8 @@ def check_params(params: SynthesisParams, limits: Limits) -> SynthesisParams:
         seed=None if seed is None or seed < 0 else seed,  # -1 / empty: random
         first_chunk_frames=first,
         chunk_frames=steady,
+        cfg_value=cfg_value,
+        inference_timesteps=timesteps,
     )
 
 

@@ -5,7 +5,9 @@ voice (a name, or {"id": name}), response_format (wav | pcm | mp3 | opus | flac 
 mp3 as OpenAI), speed (only 1.0), stream_format ("audio": the encoded bytes with chunked
 transfer as they are generated; "sse": `speech.audio.delta` events with base64 audio, then
 `speech.audio.done`), instructions (ignored). Extensions: language, seed, temperature, top_k,
-top_p, repetition_penalty. `pcm` is raw 24 kHz 16-bit little-endian mono, as OpenAI's.
+top_p, repetition_penalty (Qwen3-TTS), cfg_value, inference_timesteps (VoxCPM2). Audio keeps
+the model's native rate (header X-Sample-Rate): `pcm` is raw 16-bit little-endian mono, 24 kHz
+for Qwen3-TTS as OpenAI's, 48 kHz for VoxCPM2.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class SpeechBody(BaseModel):
     top_k: int | None = None
     top_p: float | None = None
     repetition_penalty: float | None = None
+    cfg_value: float | None = None  # VoxCPM2
+    inference_timesteps: int | None = None  # VoxCPM2
 
     @field_validator("voice")
     @classmethod
@@ -131,6 +135,8 @@ def build_requests(
         top_p=body.top_p,
         repetition_penalty=body.repetition_penalty,
         seed=body.seed,
+        cfg_value=body.cfg_value,
+        inference_timesteps=body.inference_timesteps,
     )
     return [
         SynthesisRequest(piece, (SAMPLE_RATE, clip), voice.transcript, params)

@@ -26,7 +26,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from ..audio import SAMPLE_RATE
-from ..engine import BackendError, InputError, SynthesisParams, SynthesisRequest
+from ..engine import PARAM_FIELDS, BackendError, InputError, SynthesisParams, SynthesisRequest
 from .audio_formats import pcm16_bytes
 from .errors import ApiError
 from .route_utils import api_errors, read_json
@@ -36,8 +36,6 @@ from .voice_routes import load_voice
 
 FRAME_PCM, FRAME_STATS, FRAME_ERROR = 1, 2, 3
 log = logging.getLogger(__name__)
-_PARAM_FIELDS = ("temperature", "top_k", "top_p", "repetition_penalty", "seed",
-                 "first_chunk_frames", "chunk_frames")  # fmt: skip
 
 
 def frame(kind: int, payload: bytes) -> bytes:
@@ -70,7 +68,7 @@ def make_pcm_router(state: ServerState) -> APIRouter:
 
 async def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
     """The page's JSON -> a SynthesisRequest (the engine validates values later)."""
-    known = {k: payload.get(k) for k in _PARAM_FIELDS if payload.get(k) not in (None, "")}
+    known = {k: payload.get(k) for k in PARAM_FIELDS if payload.get(k) not in (None, "")}
     params = SynthesisParams(language=str(payload.get("language") or "auto"), **known)
     reference_text = payload.get("reference_text") or None
     voice_name = payload.get("voice")

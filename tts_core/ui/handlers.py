@@ -51,7 +51,11 @@ def make_request(
     seed: float | None = None,
     first_chunk_frames: float = 2,
     chunk_frames: float = 6,
+    cfg_value: float | None = None,
+    inference_timesteps: float | None = None,
 ) -> SynthesisRequest:
+    """The page's inputs, in the order of the API (gradio_client) parameters: the fields of
+    SynthesisParams, appended at the end when new so positional callers keep working."""
     params = SynthesisParams(
         language=language or "auto",
         temperature=temperature,
@@ -61,6 +65,8 @@ def make_request(
         seed=seed,
         first_chunk_frames=first_chunk_frames,
         chunk_frames=chunk_frames,
+        cfg_value=cfg_value,
+        inference_timesteps=inference_timesteps,
     )
     return SynthesisRequest(text, reference or None, reference_text, params)
 

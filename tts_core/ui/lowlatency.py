@@ -26,14 +26,14 @@ from pathlib import Path
 import gradio as gr
 
 from ..audio import SAMPLE_RATE
+from ..engine import PARAM_FIELDS
 
 STATIC = Path(__file__).resolve().parent / "static"
 LOW_LATENCY = "Low latency (Web Audio)"
 STANDARD = "Standard (gr.Audio, HLS)"
 DEFAULT_ROUTE = "/tts_stream/pcm"
 STANDARD_TRIGGER_ID = "standard-player-trigger"
-FIELDS = ("text", "language", "reference", "reference_text", "temperature", "top_k", "top_p",
-          "repetition_penalty", "seed", "first_chunk_frames", "chunk_frames")  # fmt: skip
+FIELDS = ("text", "language", "reference", "reference_text", *PARAM_FIELDS)  # make_request's
 
 _MARKUP = """<div class="ll-player">
 <h3>Low-latency player</h3>

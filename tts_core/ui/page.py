@@ -101,14 +101,23 @@ def _inputs(info: dict, defaults: dict) -> list:
                          label=f"Reference voice: 3-10 s of speech ({needed})")  # fmt: skip
     ref_text = gr.Textbox("", label="Transcript of the reference (optional)", lines=1)
     with gr.Accordion("Advanced", open=False, elem_id="advanced"):
-        sampling_note = "" if defaults else " (not used by this voice)"
-        gr.Markdown(f"**Sampling**{sampling_note}")
+        # each backend's own knobs (sampling_defaults names them); the others stay hidden,
+        # so the API's parameter list is the same whichever model is served
+        sampling = "temperature" in defaults
+        gr.Markdown("**Sampling**" if sampling or "cfg_value" in defaults else "**Seed**")
         temperature = gr.Slider(0.1, 2.0, value=defaults.get("temperature", 0.9), step=0.05,
-                                label="Temperature")  # fmt: skip
-        top_k = gr.Slider(0, 200, value=defaults.get("top_k", 50), step=1, label="Top-k (0: off)")
-        top_p = gr.Slider(0.05, 1.0, value=defaults.get("top_p", 1.0), step=0.05, label="Top-p")
+                                label="Temperature", visible=sampling)  # fmt: skip
+        top_k = gr.Slider(0, 200, value=defaults.get("top_k", 50), step=1, label="Top-k (0: off)",
+                          visible=sampling)  # fmt: skip
+        top_p = gr.Slider(0.05, 1.0, value=defaults.get("top_p", 1.0), step=0.05, label="Top-p",
+                          visible=sampling)  # fmt: skip
         penalty = gr.Slider(1.0, 2.0, value=defaults.get("repetition_penalty", 1.05), step=0.01,
-                            label="Repetition penalty")  # fmt: skip
+                            label="Repetition penalty", visible=sampling)  # fmt: skip
+        guided = "cfg_value" in defaults
+        cfg = gr.Slider(0.0, 5.0, value=defaults.get("cfg_value", 2.0), step=0.1,
+                        label="Guidance (CFG value)", visible=guided)  # fmt: skip
+        steps = gr.Slider(1, 50, value=defaults.get("inference_timesteps", 10), step=1,
+                          label="Diffusion steps", visible=guided)  # fmt: skip
         seed = gr.Number(value=-1, precision=0, label="Seed (-1: random)")
         gr.Markdown(f"**Streaming** (1 frame = {info['frame_ms']:g} ms of audio)")
         first = gr.Slider(1, 25, value=2, step=1, label="First chunk (frames)",
@@ -116,7 +125,7 @@ def _inputs(info: dict, defaults: dict) -> list:
         steady = gr.Slider(1, 50, value=6, step=1, label="Later chunks (frames)",
                            elem_id="chunk-size")  # fmt: skip
     return [text, language, reference, ref_text, temperature, top_k, top_p, penalty, seed,
-            first, steady]  # fmt: skip
+            first, steady, cfg, steps]  # fmt: skip
 
 
 def _outputs() -> list:
