@@ -13,28 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-
-@dataclass
-class ConvHistory:
-    """The last `n` input frames of one causal conv or transposed conv: (B, C, n)."""
-
-    buffer: torch.Tensor
-
-    @property
-    def size(self) -> int:
-        return self.buffer.shape[-1]
-
-    def push(self, x: torch.Tensor) -> torch.Tensor:
-        """Return history ++ x along time (B, C, n + t) and keep its last n frames in place."""
-        joined = torch.cat([self.buffer, x], dim=-1)
-        self.buffer.copy_(joined[..., -self.size :])
-        return joined
-
-    def reset(self) -> None:
-        self.buffer.zero_()
-
-    def clone(self) -> ConvHistory:
-        return ConvHistory(self.buffer.clone())
+from ..qwen3_tts.codec.streaming import ConvHistory  # the same causal-conv history
 
 
 @dataclass
