@@ -21,6 +21,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from torch import nn
 
+from ..state_check import mismatches, shapes_of
+
 # Files the model needs (the speech tokenizer's encoder weights live in the same file).
 REQUIRED_FILES = (
     "config.json",
@@ -248,20 +250,9 @@ def load_strict(
 
 def check_strict(module: nn.Module, source: TensorSource, where: str) -> None:
     """load_strict's checks alone: `source` has exactly the module's keys, with its shapes."""
-    expected = module.state_dict()
-    missing = sorted(set(expected) - set(source.shapes))
-    unexpected = sorted(set(source.shapes) - set(expected))
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{where}: state dict mismatch; missing {_preview(missing)}, "
-            f"unexpected {_preview(unexpected)}"
-        )
-    for key, target in expected.items():
-        if tuple(source.shapes[key]) != tuple(target.shape):
-            raise CheckpointError(
-                f"{where}: '{key}' has shape {tuple(source.shapes[key])}, "
-                f"the config implies {tuple(target.shape)}"
-            )
+    problems = mismatches(shapes_of(module.state_dict()), source.shapes)
+    if problems:
+        raise CheckpointError(f"{where}: state dict mismatch; " + "; ".join(problems))
 
 
 def _preview(keys: list[str], limit: int = 5) -> str:
@@ -399,14 +390,11 @@ def _checked_speaker_encoder(config, state: Mapping[str, torch.Tensor] | TensorS
         encoder = SpeakerEncoder(encoder_config)
     # from_state_dict strips a further `speaker_encoder.` prefix from the keys; so does this.
     source = _Renamed(source, {key.removeprefix("speaker_encoder."): key for key in source.shapes})
-    shapes, expected = source.shapes, encoder.state_dict()
-    missing = sorted(set(expected) - set(shapes))
-    unexpected = sorted(set(shapes) - set(expected))
-    wrong = [key for key in expected if key in shapes and shapes[key] != tuple(expected[key].shape)]
-    if missing or unexpected or wrong:
+    problems = mismatches(shapes_of(encoder.state_dict()), source.shapes)
+    if problems:
         raise CheckpointError(
             "model.safetensors (speaker encoder): speaker encoder weights do not match the "
-            f"config: missing {missing[:8]}, unexpected {unexpected[:8]}, wrong shape {wrong[:8]}"
+            "config: " + "; ".join(problems)
         )
     return encoder, source
 
@@ -446,7 +434,6 @@ def load_speech_tokenizer(folder: Path, device, dtype: torch.dtype):
     state dict and its float32 copy of the encoder."""
     from .codec.config import load_speech_tokenizer_config
     from .codec.speech_tokenizer import WEIGHTS_FILE, CodecCheckpointError, SpeechTokenizer
-    from .codec.speech_tokenizer import _preview as codec_preview
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -463,23 +450,9 @@ def load_speech_tokenizer(folder: Path, device, dtype: torch.dtype):
             f"cannot read {path} (corrupt or not safetensors): {error}"
         ),
     ) as weights:
-        expected = model.state_dict()
-        missing = sorted(set(expected) - set(weights.shapes))
-        unexpected = sorted(set(weights.shapes) - set(expected))
-        if missing or unexpected:
-            raise CodecCheckpointError(
-                f"{path}: key mismatch; missing {len(missing)}: {codec_preview(missing)}; "
-                f"unexpected {len(unexpected)}: {codec_preview(unexpected)}"
-            )
-        wrong = [
-            f"{key} {weights.shapes[key]} != {tuple(value.shape)}"
-            for key, value in expected.items()
-            if weights.shapes[key] != tuple(value.shape)
-        ]
-        if wrong:
-            raise CodecCheckpointError(
-                f"{path}: shape mismatch for {len(wrong)}: {codec_preview(wrong)}"
-            )
+        problems = mismatches(shapes_of(model.state_dict()), weights.shapes)
+        if problems:
+            raise CodecCheckpointError(f"{path}: state dict mismatch; " + "; ".join(problems))
         # Each part is allocated in the dtype from_folder holds it in when it calls `finish`:
         # the decoder wide (the default dtype its constructor uses: `finish` derives the
         # effective codebooks and SnakeBeta exps from the wide weights, then rounds each once,

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..state_check import mismatches, shapes_of
 from .mel import MelConfig, log_mel_spectrogram
 
 
@@ -179,13 +180,10 @@ class SpeakerEncoder(nn.Module):
         weights = {k.removeprefix(prefix): v for k, v in state_dict.items()}
         model = cls(cfg)
         expected = model.state_dict()
-        missing = sorted(set(expected) - set(weights))
-        unexpected = sorted(set(weights) - set(expected))
-        wrong = [k for k in expected if k in weights and weights[k].shape != expected[k].shape]
-        if missing or unexpected or wrong:
+        problems = mismatches(shapes_of(expected), shapes_of(weights))
+        if problems:
             raise ValueError(
-                f"speaker encoder weights do not match the config: missing {missing[:8]}, "
-                f"unexpected {unexpected[:8]}, wrong shape {wrong[:8]}"
+                "speaker encoder weights do not match the config: " + "; ".join(problems)
             )
         model.load_state_dict(weights)
         return model.to(device=device, dtype=dtype).eval()

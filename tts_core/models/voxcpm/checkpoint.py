@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from ..state_check import mismatches, shapes_of
 from .network import VoxCPM2Network
-from .vae_checkpoint import CheckpointError, _listing
+from .vae_checkpoint import CheckpointError
 
 SAFETENSORS_NAME = "model.safetensors"
 BIN_NAME = "pytorch_model.bin"
@@ -69,21 +70,7 @@ def read_model_state(folder: str | Path) -> tuple[dict[str, torch.Tensor], Path]
 
 
 def check_model_state(net: VoxCPM2Network, state: dict[str, torch.Tensor], source: str) -> None:
-    expected = net.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = sorted(
-        f"{k} {tuple(state[k].shape)} (expected {tuple(expected[k].shape)})"
-        for k in set(expected) & set(state)
-        if state[k].shape != expected[k].shape
-    )
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} missing key(s): {_listing(missing)}")
-    if unexpected:
-        problems.append(f"{len(unexpected)} unexpected key(s): {_listing(unexpected)}")
-    if wrong:
-        problems.append(f"{len(wrong)} shape mismatch(es): {_listing(wrong)}")
+    problems = mismatches(shapes_of(net.state_dict()), shapes_of(state))
     if problems:
         raise CheckpointError(f"{source} does not match config.json: " + "; ".join(problems))
     for key, tensor in state.items():

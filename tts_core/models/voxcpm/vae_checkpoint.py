@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from ..state_check import mismatches, shapes_of
 from .audiovae import AudioVAE
 
 SAFETENSORS_NAME = "audiovae.safetensors"
@@ -52,28 +53,10 @@ def read_audiovae_state(path: Path) -> dict[str, torch.Tensor]:
     return data
 
 
-def _listing(keys: list[str]) -> str:
-    shown = ", ".join(keys[:_SHOWN])
-    return shown + (f", ... ({len(keys) - _SHOWN} more)" if len(keys) > _SHOWN else "")
-
-
 def check_state(vae: AudioVAE, state: dict[str, torch.Tensor], source: str) -> None:
     """Raise CheckpointError unless `state` has exactly the model's keys and shapes."""
     expected = vae.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = sorted(
-        f"{k} {tuple(state[k].shape)} (expected {tuple(expected[k].shape)})"
-        for k in set(expected) & set(state)
-        if state[k].shape != expected[k].shape
-    )
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} missing key(s): {_listing(missing)}")
-    if unexpected:
-        problems.append(f"{len(unexpected)} unexpected key(s): {_listing(unexpected)}")
-    if wrong:
-        problems.append(f"{len(wrong)} shape mismatch(es): {_listing(wrong)}")
+    problems = mismatches(shapes_of(expected), shapes_of(state))
     if problems:
         raise CheckpointError(
             f"{source} does not match audio_vae_config in config.json: " + "; ".join(problems)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...state_check import mismatches, shapes_of
 from .config import SpeechTokenizerConfig, load_speech_tokenizer_config
 from .decoder import CodecDecoder
 from .encoder import MimiEncoder
@@ -147,27 +148,7 @@ def read_weights(path: Path, expected: dict[str, torch.Tensor]) -> dict[str, tor
         raise CodecCheckpointError(
             f"cannot read {path} (corrupt or not safetensors): {error}"
         ) from error
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected))
-    if missing or unexpected:
-        raise CodecCheckpointError(
-            f"{path}: key mismatch; missing {len(missing)}: {_preview(missing)}; "
-            f"unexpected {len(unexpected)}: {_preview(unexpected)}"
-        )
-    wrong = [
-        f"{k} {tuple(weights[k].shape)} != {tuple(v.shape)}"
-        for k, v in expected.items()
-        if weights[k].shape != v.shape
-    ]
-    if wrong:
-        raise CodecCheckpointError(f"{path}: shape mismatch for {len(wrong)}: {_preview(wrong)}")
+    problems = mismatches(shapes_of(expected), shapes_of(weights))
+    if problems:
+        raise CodecCheckpointError(f"{path}: state dict mismatch; " + "; ".join(problems))
     return weights
-
-
-def _preview(items: list[str], limit: int = 8) -> str:
-    shown = ", ".join(items[:limit])
-    return (
-        shown + (f", ... (+{len(items) - limit})" if len(items) > limit else "")
-        if items
-        else "none"
-    )
