@@ -132,11 +132,15 @@ class MiniCPMStack(nn.Module):
         self.rope = longrope_table(lm, spec.head_dim, max_len) if spec.use_rope else None
         self.max_len = max_len
 
-    def new_caches(self, dtype: torch.dtype, device: torch.device) -> list[KVCache]:
+    def new_caches(
+        self, dtype: torch.dtype, device: torch.device, positions: int | None = None
+    ) -> list[KVCache]:
+        """Per-layer caches for `positions` (at most, and by default, max_len): a request
+        allocates what its prompt and length cap can fill, not the whole 8192."""
         s = self.spec
+        size = self.max_len if positions is None else min(int(positions), self.max_len)
         return [
-            KVCache(1, s.num_key_value_heads, self.max_len, s.head_dim, dtype, device)
-            for _ in self.layers
+            KVCache(1, s.num_key_value_heads, size, s.head_dim, dtype, device) for _ in self.layers
         ]
 
     def forward(

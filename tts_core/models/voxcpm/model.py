@@ -195,8 +195,9 @@ class VoxCPMModel:
             raise ValueError("max_len and inference_timesteps must be >= 1")
         net = self.net
         prompt = self._prompt(text, voice, max_len)
+        positions = prompt.tokens.shape[1] + prompt.cap  # the last step writes at P + cap - 1
         state: DecodeState = net.prefill(
-            prompt.tokens, prompt.patches, prompt.text_mask, prompt.audio_mask
+            prompt.tokens, prompt.patches, prompt.text_mask, prompt.audio_mask, positions
         )
         prev = prompt.patches[:, -1]  # (1, P, D): zeros unless the prompt ends with audio
         gen = torch.Generator("cpu").manual_seed(int(seed))

@@ -90,17 +90,19 @@ class VoxCPM2Network(nn.Module):
         patches: torch.Tensor,
         text_mask: torch.Tensor,
         audio_mask: torch.Tensor,
+        positions: int | None = None,
     ) -> DecodeState:
         """tokens (1, T) int64, patches (1, T, P, D), masks (1, T) float 0/1 -> state after
-        the prompt (base LM output FSQ'd at audio positions only)."""
+        the prompt (base LM output FSQ'd at audio positions only); the caches hold `positions`
+        (prompt + steps to come; default max_length)."""
         feat = self.encode_patches(patches)
         text = self.base_lm.embed_tokens(tokens) * self.scale_emb
         combined = text_mask[..., None] * text + audio_mask[..., None] * feat
-        base_caches = self.base_lm.new_caches(self.dtype, self.device)
+        base_caches = self.base_lm.new_caches(self.dtype, self.device, positions)
         enc = self.base_lm(combined, base_caches, 0)
         enc = self.fsq_layer(enc) * audio_mask[..., None] + enc * text_mask[..., None]
         fused = self.fusion_concat_proj(torch.cat((enc, audio_mask[..., None] * feat), dim=-1))
-        residual_caches = self.residual_lm.new_caches(self.dtype, self.device)
+        residual_caches = self.residual_lm.new_caches(self.dtype, self.device, positions)
         res = self.residual_lm(fused, residual_caches, 0)
         return DecodeState(base_caches, residual_caches, tokens.shape[1], enc[:, -1], res[:, -1])
 
