@@ -18,48 +18,15 @@ import argparse
 import json
 import resource
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import soundfile as sf
 import torch
-from common import FRAME_S, LANGUAGE, REF_CLIP, REF_TEXT, TEXT, mean_ms
+from common import FRAME_S, LANGUAGE, REF_CLIP, REF_TEXT, TEXT, Calls, mean_ms, wrap
 
 import tts_core
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
-
-@dataclass
-class Calls:
-    """Wall time of every call of one wrapped method, with a size per call."""
-
-    seconds: list[float] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
-    starts: list[float] = field(default_factory=list)  # perf_counter at each call's start
-
-    def clear(self) -> None:
-        self.seconds.clear()
-        self.sizes.clear()
-        self.starts.clear()
-
-
-def wrap(owner: object, name: str, size_of) -> Calls:
-    """Replace owner.name by a timed pass-through; size_of(args) labels each call."""
-    inner = getattr(owner, name)
-    calls = Calls()
-
-    def timed(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            calls.seconds.append(time.perf_counter() - start)
-            calls.sizes.append(size_of(args))
-            calls.starts.append(start)
-
-    setattr(owner, name, timed)
-    return calls
 
 
 def suppress_eos(model) -> None:
@@ -136,9 +103,9 @@ def run(args: argparse.Namespace) -> dict:
     voice = model.create_voice(ref, rate, ref_text=REF_TEXT)
     voice_s = time.perf_counter() - start
 
-    talker = wrap(model.talker, "forward", lambda a: a[0].shape[1])
-    predictor = wrap(model.talker.code_predictor, "predict", lambda a: 1)
-    decoder = wrap(model.speech_tokenizer.decoder, "decode_step", lambda a: a[0].shape[-1])
+    talker = wrap(model.talker, "forward", lambda a, k: a[0].shape[1])
+    predictor = wrap(model.talker.code_predictor, "predict")
+    decoder = wrap(model.speech_tokenizer.decoder, "decode_step", lambda a, k: a[0].shape[-1])
     greedy = not args.sampled
     stream_once(model, voice, min(2, args.frames), greedy, args.first_chunk, args.chunk)  # warm-up
     for calls in (talker, predictor, decoder):

@@ -27,48 +27,15 @@ import json
 import os
 import resource
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import REF_CLIP, REF_TEXT, TEXT
+from common import REF_CLIP, REF_TEXT, TEXT, wrap
 
 SEED = 0
 CFG = 2.0
 TIMESTEPS = 10
 MODES = ("zero_shot", "ref_text")
 MODE_LABEL = {"zero_shot": "zero-shot", "ref_text": "reference + transcript"}
-
-
-@dataclass
-class Calls:
-    """Wall time of every call of one wrapped method, with a size per call."""
-
-    seconds: list[float] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
-
-    def clear(self) -> None:
-        self.seconds.clear()
-        self.sizes.clear()
-
-    def ms(self, keep=lambda n: True) -> list[float]:
-        return [1000 * s for s, n in zip(self.seconds, self.sizes, strict=True) if keep(n)]
-
-
-def wrap(owner: object, name: str, size_of=lambda args, kwargs: 1) -> Calls:
-    """Replace owner.name by a timed pass-through (an instance attribute)."""
-    inner = getattr(owner, name)
-    calls = Calls()
-
-    def timed(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            calls.seconds.append(time.perf_counter() - start)
-            calls.sizes.append(size_of(args, kwargs))
-
-    setattr(owner, name, timed)
-    return calls
 
 
 def rss_mb() -> float:

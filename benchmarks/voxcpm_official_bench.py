@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import REF_CLIP, REF_TEXT, TEXT
+from common import REF_CLIP, REF_TEXT, TEXT, wrap
 from voxcpm_bench import (
     CFG,
     MODES,
@@ -38,7 +38,6 @@ from voxcpm_bench import (
     peak_rss_mb,
     rss_mb,
     summarize,
-    wrap,
 )
 
 
