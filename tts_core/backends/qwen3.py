@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..audio import SAMPLE_RATE
-from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.backend import QWEN3_SAMPLING, BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -25,7 +25,6 @@ DESCRIPTION = (
     "Qwen3-TTS voice cloning. With a transcript of the reference the clone is conditioned on "
     "the reference audio and its words (best); without one, only on a speaker embedding."
 )
-SAMPLING_NAMES = ("temperature", "top_k", "top_p", "repetition_penalty")
 DEFAULT_MAX_BATCH = 8
 
 
@@ -112,7 +111,7 @@ class Qwen3Backend:
 
     def sampling_defaults(self) -> dict[str, Any]:
         defaults = self.model.generation_defaults
-        return {name: getattr(defaults, name) for name in SAMPLING_NAMES}
+        return {name: getattr(defaults, name) for name in QWEN3_SAMPLING}
 
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
         if audio is None:

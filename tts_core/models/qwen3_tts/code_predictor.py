@@ -66,10 +66,9 @@ class CodePredictor(nn.Module):
     ) -> torch.Tensor:
         """embeds (B, T, talker_H) -> float32 logits (B, V) for `group` from the last position;
         by_row: the float projection and head one row at a time (see layers.rowwise)."""
-        apply = rowwise if by_row else _call
-        x = apply(self.small_to_mtp_projection, embeds)
+        x = rowwise(self.small_to_mtp_projection, embeds, by_row)
         hidden = self.model.run_layers(x, self.rope, caches, start)[:, -1]
-        return apply(self.lm_head[group - 1], hidden).float()
+        return rowwise(self.lm_head[group - 1], hidden, by_row).float()
 
     def predict(
         self,
@@ -91,7 +90,3 @@ class CodePredictor(nn.Module):
             embed = self.model.codec_embedding[group - 2](codes[:, group - 2 : group - 1])
             codes[:, group - 1] = choose(self._pass(embed, caches, group, group, by_row))
         return codes
-
-
-def _call(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return module(x)

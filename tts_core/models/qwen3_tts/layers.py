@@ -371,11 +371,12 @@ class DecoderStack(nn.Module):
         return self.norm(x)
 
 
-def rowwise(linear: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """`linear(x)` for x (B, ...), with a float layer applied one batch row at a time: a GEMM's
-    blocking, hence its rounding, depends on how many rows it multiplies, and a row's result must
-    not depend on the batch it is in. Int8Linear sums are exact integers and need no loop."""
-    if x.shape[0] == 1 or isinstance(linear, (Int8Linear, nn.Identity)):
+def rowwise(linear: nn.Module, x: torch.Tensor, by_row: bool = True) -> torch.Tensor:
+    """`linear(x)` for x (B, ...), with a float layer applied one batch row at a time when
+    `by_row`: a GEMM's blocking, hence its rounding, depends on how many rows it multiplies, and
+    a row's result must not depend on the batch it is in. Int8Linear sums are exact integers and
+    need no loop."""
+    if not by_row or x.shape[0] == 1 or isinstance(linear, (Int8Linear, nn.Identity)):
         return linear(x)
     return torch.cat([linear(x[row : row + 1]) for row in range(x.shape[0])])
 

@@ -179,22 +179,20 @@ class VoxCPMModel:
             cap=cap,
         )
 
-    @torch.inference_mode()
-    def _patches(
-        self,
-        text: str,
-        voice: Voice | None,
-        seed: int,
-        cfg_value: float,
-        inference_timesteps: int,
-        max_len: int,
-        info: dict,
-    ) -> Iterator[torch.Tensor]:
-        """Generated patches (P, D), one per step, in the official order (spec section 9)."""
+    def _plan(
+        self, text: str, voice: Voice | None, inference_timesteps: int, max_len: int
+    ) -> _Prompt:
+        """Check a request and build its prompt (ValueError on bad input, before any work)."""
         if max_len < 1 or inference_timesteps < 1:
             raise ValueError("max_len and inference_timesteps must be >= 1")
+        return self._prompt(text, voice, max_len)
+
+    @torch.inference_mode()
+    def _patches(
+        self, prompt: _Prompt, seed: int, cfg_value: float, inference_timesteps: int, info: dict
+    ) -> Iterator[torch.Tensor]:
+        """Generated patches (P, D), one per step, in the official order (spec section 9)."""
         net = self.net
-        prompt = self._prompt(text, voice, max_len)
         positions = prompt.tokens.shape[1] + prompt.cap  # the last step writes at P + cap - 1
         state: DecodeState = net.prefill(
             prompt.tokens, prompt.patches, prompt.text_mask, prompt.audio_mask, positions
@@ -229,8 +227,10 @@ class VoxCPMModel:
     ) -> GenerationResult:
         """The whole utterance, decoded in one VAE pass after the context patches."""
         info: dict = {}
-        args = (text, voice, seed, cfg_value, inference_timesteps, max_len, info)
-        generated = torch.stack(list(self._patches(*args)))
+        prompt = self._plan(text, voice, inference_timesteps, max_len)
+        generated = torch.stack(
+            list(self._patches(prompt, seed, cfg_value, inference_timesteps, info))
+        )
         context = self._context(voice)
         latents = generated if context is None else torch.cat([context, generated])
         audio = self.vae.decode(self._latents(latents))[0]
@@ -263,23 +263,24 @@ class VoxCPMModel:
         first = chunk_patches if first_chunk_patches is None else first_chunk_patches
         if chunk_patches < 1 or first < 1:
             raise ValueError("chunk_patches and first_chunk_patches must be >= 1")
-        self._prompt(text, voice, max_len)  # bad input fails here, before the first chunk
-        args = (text, voice, seed, cfg_value, inference_timesteps, max_len)
-        return self._stream(args, first, chunk_patches, should_stop)
+        prompt = self._plan(text, voice, inference_timesteps, max_len)  # bad input fails now
+        sampling = (seed, cfg_value, inference_timesteps)
+        return self._stream(prompt, voice, sampling, first, chunk_patches, should_stop)
 
     def _stream(
         self,
-        args: tuple,
+        prompt: _Prompt,
+        voice: Voice | None,
+        sampling: tuple[int, float, int],
         first: int,
         chunk_patches: int,
         should_stop: Callable[[], bool] | None,
     ) -> Iterator[AudioChunk]:
-        voice = args[1]
         warm = None if voice is None else voice.warm_decoder
         state = warm.clone() if warm is not None else self.vae.init_state(batch_size=1)
         pending: list[torch.Tensor] = []
         info: dict = {}
-        patches = self._patches(*args, info)
+        patches = self._patches(prompt, *sampling, info)
         try:
             for patch in patches:
                 if should_stop is not None and should_stop():

@@ -84,11 +84,6 @@ class ModelRunner:
         stack = self.talker.model
         hidden = stack.run_rows(embeds, self.talker.rope, [s.caches for s in seqs], positions)
         hidden = hidden[:, -1]  # (R, H)
-        head = rowwise if self.by_row else _call
-        logits = head(self.talker.codec_head, hidden).float()
+        logits = rowwise(self.talker.codec_head, hidden, self.by_row).float()
         for row, seq in enumerate(seqs):
             seq.logits, seq.hidden = logits[row : row + 1], hidden[row : row + 1]
-
-
-def _call(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return module(x)
