@@ -91,6 +91,8 @@ def write_safetensors(path: Path, shapes: dict[str, torch.Size], make, dtype) ->
 
 
 def vae_state(cfg: VoxCPM2Config, gen: torch.Generator) -> dict[str, torch.Tensor]:
+    from init_rules import vae_value  # tools/oracle/voxcpm, as the tiny fixtures' builder
+
     vae = AudioVAE(cfg.audio_vae)  # ~ a few hundred MB in float32, fine to hold
     out = {}
     for name, tensor in vae.state_dict().items():
@@ -98,19 +100,7 @@ def vae_state(cfg: VoxCPM2Config, gen: torch.Generator) -> dict[str, torch.Tenso
         if not tensor.is_floating_point():
             out[name] = tensor.clone()  # decoder.sr_bin_boundaries as configured
             continue
-        if name.endswith("weight_v"):
-            value = torch.randn(shape, generator=gen)
-        elif name.endswith("weight_g"):
-            value = 0.45 + 0.4 * torch.rand(shape, generator=gen)
-        elif name.endswith("alpha"):
-            value = 0.5 + 1.5 * torch.rand(shape, generator=gen)
-        elif name.endswith("scale_embed.weight"):
-            value = 1.0 + 0.3 * torch.randn(shape, generator=gen)
-        elif name.endswith("bias_embed.weight") or name.endswith("bias"):
-            value = 0.1 * torch.randn(shape, generator=gen)
-        else:
-            raise KeyError(f"no init rule for {name}")
-        out[name] = value.contiguous()
+        out[name] = vae_value(name, shape, gen).contiguous()
     return out
 
 

@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from init_rules import vae_value
 from safetensors.torch import save_file
 from tiny_tokenizer import write as write_tokenizer
 from transformers import LlamaTokenizerFast
@@ -166,20 +167,7 @@ def fill_weights(vae: AudioVAEV2, seed: int) -> None:
     for name, tensor in vae.state_dict().items():
         if not tensor.is_floating_point():
             continue  # decoder.sr_bin_boundaries stays as configured
-        shape = tensor.shape
-        if name.endswith("weight_v"):
-            value = torch.randn(shape, generator=gen)
-        elif name.endswith("weight_g"):
-            value = 0.45 + 0.4 * torch.rand(shape, generator=gen)
-        elif name.endswith("alpha"):
-            value = 0.5 + 1.5 * torch.rand(shape, generator=gen)
-        elif name.endswith("scale_embed.weight"):
-            value = 1.0 + 0.3 * torch.randn(shape, generator=gen)
-        elif name.endswith("bias_embed.weight") or name.endswith("bias"):
-            value = 0.1 * torch.randn(shape, generator=gen)
-        else:
-            raise KeyError(f"no init rule for {name}")
-        tensor.copy_(value)
+        tensor.copy_(vae_value(name, tensor.shape, gen))
 
 
 def build(out: Path, name: str = NAME, reference: Path = REFERENCE) -> Path:
