@@ -1,8 +1,9 @@
 """Streaming voice demo: `python app.py --model NAME_OR_PATH --device auto|cpu|cuda`.
 
-parse args -> put ffmpeg on PATH -> load the engine once -> build the page -> queue -> launch.
-`--model espeak` selects the offline eSpeak NG voice; a neural model that cannot be loaded
-falls back to it (logged, and shown in the page).
+parse args -> engine slot (the model downloads and loads in the background) -> voice
+registry -> page (its launch adds the HTTP routes) -> queue -> launch. `--model espeak` selects
+the offline eSpeak NG voice; a neural model that cannot be loaded falls back to it (logged,
+and explained in the page).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
@@ -45,6 +48,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--crossfade-ms", type=float, default=20.0,
                    help="Hann crossfade at joins of independent phrases (0 disables)")  # fmt: skip
     p.add_argument("--queue-size", type=int, default=32, help="requests waiting at most")
+    p.add_argument("--wait-for-model", action="store_true",
+                   help="load the model before serving (the default serves at once and loads "
+                   "it in the background: requests meanwhile get 503 / 'the model is "
+                   "loading')")  # fmt: skip
     p.add_argument("--no-fallback", action="store_true",
                    help="fail instead of falling back to espeak when the model cannot load")  # fmt: skip
     p.add_argument("--share", action="store_true", help="create a public Gradio share link")
@@ -80,29 +87,50 @@ def parse_file_size(text: str) -> int:
 
 
 def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported lazily
+    """The composition root: engine slot (model loading in the background unless
+    --wait-for-model) -> voice registry -> page, whose launch() adds the HTTP routes."""
     from tts_core.audio.ffmpeg import ensure_ffmpeg_on_path
-    from tts_core.engine import EngineConfig, Limits, get_engine
+    from tts_core.engine import EngineSlot
+    from tts_core.server import AccessPolicy, ApiConfig, open_voice_registry
     from tts_core.ui import build_demo
 
     ensure_ffmpeg_on_path()
+    slot = EngineSlot(args.model)
+    slot.load(partial(build_engine, args), background=not args.wait_for_model)
+    voices = open_voice_registry(args.voices_dir)
+    origins = tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip())
+    access = AccessPolicy(bind_host=args.host, allowed_origins=origins, api_key=args.api_key)
+    api = ApiConfig(max_upload_bytes=args.max_file_bytes, access=access)
+    concurrency = planned_concurrency(args)
+    demo = build_demo(slot, voices, ASSETS, api, concurrency=concurrency)
+    demo.queue(max_size=args.queue_size, default_concurrency_limit=concurrency)
+    return demo
+
+
+def build_engine(args: argparse.Namespace, report: Callable[..., None]):  # noqa: ANN201 - Engine
+    """Backend (downloading and loading, reported to `report`) -> engine."""
+    from tts_core.backends import load_backend
+    from tts_core.engine import Engine, EngineConfig, Limits
+
     limits = Limits(max_chars=args.max_chars, max_reference_s=args.max_reference_seconds)
-    config = EngineConfig(
-        limits=limits,
-        crossfade_ms=args.crossfade_ms,
-        max_concurrent=args.max_concurrent,
-        max_queue=args.queue_size,
-    )
-    engine = get_engine(args.model, args.device, config, allow_fallback=not args.no_fallback,
-                        dtype=args.dtype, quantize=args.quantize,
-                        max_batch=args.max_batch)  # fmt: skip
+    config = EngineConfig(limits=limits, crossfade_ms=args.crossfade_ms,
+                          max_concurrent=args.max_concurrent, max_queue=args.queue_size)  # fmt: skip
+    backend, notice = load_backend(args.model, args.device, allow_fallback=not args.no_fallback,
+                                   dtype=args.dtype, quantize=args.quantize,
+                                   max_batch=args.max_batch, report=report)  # fmt: skip
+    engine = Engine(backend, config, notice)
     info = engine.info()
     logging.getLogger("app").info(
         "engine ready: backend=%s model=%s device=%s concurrency=%d",
         info["backend"], info["model"], info["device"], engine.max_concurrent,
     )  # fmt: skip
-    demo = build_demo(engine, ASSETS)
-    demo.queue(max_size=args.queue_size, default_concurrency_limit=engine.max_concurrent)
-    return demo
+    return engine
+
+
+def planned_concurrency(args: argparse.Namespace) -> int:
+    """Gradio's limit for the page's synthesis events, fixed before the model is known: the
+    engine's own admission (which may be lower, e.g. VoxCPM2's 1) queues the rest."""
+    return args.max_concurrent or (4 if args.model == "espeak" else args.max_batch or 8)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -111,16 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parse_args(argv)
     demo = build_app(args)
-    from tts_core.engine import get_engine
-    from tts_core.server import AccessPolicy, ApiConfig, launch_with_routes
-
-    origins = tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip())
-    access = AccessPolicy(bind_host=args.host, allowed_origins=origins, api_key=args.api_key)
-    launch_with_routes(
-        demo,
-        lambda: get_engine(args.model, args.device),  # the engine build_app loaded (cached)
-        voices_dir=args.voices_dir,
-        config=ApiConfig(max_upload_bytes=args.max_file_bytes, access=access),
+    demo.launch(
         server_name=args.host,
         server_port=args.port,
         max_file_size=args.max_file_bytes,

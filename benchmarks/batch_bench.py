@@ -158,13 +158,13 @@ def run_http(model, args, voices) -> dict:  # noqa: ANN001
 
     from tts_core.backends.qwen3 import Qwen3Backend
     from tts_core.engine import Engine, EngineConfig
-    from tts_core.server import ApiConfig, install_routes
+    from tts_core.server import ApiConfig, VoiceRegistry, install_routes
 
     clients = args.http_clients
     backend = Qwen3Backend(model, str(args.checkpoint), "cpu", max_batch=clients)
     engine = Engine(backend, EngineConfig(max_queue=clients))
     app = FastAPI()
-    install_routes(app, lambda: engine, voices_dir=Path(tempfile.mkdtemp()), config=ApiConfig())
+    install_routes(app, engine, VoiceRegistry(tempfile.mkdtemp()), ApiConfig())
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]

@@ -84,7 +84,11 @@ def wait_for_server(url: str, process: subprocess.Popen, log_path: Path) -> None
     )
 
 
-def start_app(tmp_dir: Path, *extra: str) -> tuple[str, subprocess.Popen, Path]:
+def start_app(
+    tmp_dir: Path, *extra: str, wait_for_model: bool = True
+) -> tuple[str, subprocess.Popen, Path]:
+    """app.py on a free port, answering once the page is up (and, with `wait_for_model`, the
+    model loaded: `--wait-for-model`, so a test's first request never meets the loading 503)."""
     port = free_port()
     log_path = tmp_dir / f"app-{port}.log"
     env = {
@@ -94,6 +98,7 @@ def start_app(tmp_dir: Path, *extra: str) -> tuple[str, subprocess.Popen, Path]:
         "TTS_VOICES_DIR": str(tmp_dir / "voices"),  # never the user's own voice store
     }
     cmd = [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), *extra]
+    cmd += ["--wait-for-model"] if wait_for_model else []
     log = open(log_path, "w")  # noqa: SIM115 - closed when the process ends
     process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

@@ -94,8 +94,11 @@ def test_handle_cancel_ends_the_worker(engine):
     long_text = " ".join(["Another long sentence to keep the voice busy for a while."] * 15)
     handle = StreamHandle(engine, request(long_text))
     assert handle.next_event(timeout=10) is not None
-    handle.cancel(wait_s=5)
-    assert not handle.running
+    handle.cancel()
+    started = time.monotonic()
+    rest = list(handle)  # ends: the worker stopped and handed over its last event
+    assert time.monotonic() - started < 5
+    assert rest and rest[-1].final and rest[-1].stats["stop_reason"] == "cancelled"
     assert engine.active_requests == 0
 
 

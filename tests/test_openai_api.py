@@ -108,10 +108,10 @@ def serve(app) -> Iterator[str]:  # noqa: ANN001 - an ASGI app
 def make_api(engine: Engine, voices_dir: Path, **config):  # noqa: ANN003, ANN201 - FastAPI
     from fastapi import FastAPI
 
-    from tts_core.server import ApiConfig, install_routes
+    from tts_core.server import ApiConfig, VoiceRegistry, install_routes
 
     app = FastAPI()
-    install_routes(app, lambda: engine, voices_dir=voices_dir, config=ApiConfig(**config))
+    install_routes(app, engine, VoiceRegistry(voices_dir), ApiConfig(**config))
     return app
 
 
@@ -283,14 +283,14 @@ def test_models_and_voices_are_listed(api):
 def test_routes_work_on_a_launched_gradio_app(engine, tmp_path):
     import gradio as gr
 
-    from tts_core.server import install_routes
+    from tts_core.server import VoiceRegistry, install_routes
 
     with gr.Blocks() as demo:
         gr.Markdown("speech API next to a Gradio page")
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
                             server_port=free_port(), quiet=True)  # fmt: skip
     try:
-        install_routes(demo.app, lambda: engine, voices_dir=tmp_path)
+        install_routes(demo.app, engine, VoiceRegistry(tmp_path))
         response = speech(url.rstrip("/"), input="Hello from Gradio.", voice="coral",
                           response_format="wav")  # fmt: skip
         assert response.status_code == 200

@@ -18,7 +18,7 @@ import pytest
 from test_openai_api import PacedBackend, RecordingEngine, assert_error, serve, wait_until
 
 from tts_core.engine import EngineConfig
-from tts_core.server import AccessPolicy, ApiConfig, install_routes
+from tts_core.server import AccessPolicy, ApiConfig, install_routes, open_voice_registry
 from tts_core.server.access import normalize_origin
 
 TEXT = "Hello there, this is a short test."
@@ -30,7 +30,7 @@ def make_app(engine, voices_dir, **config):  # noqa: ANN001, ANN003, ANN201 - Fa
     from fastapi import FastAPI
 
     app = FastAPI()
-    install_routes(app, lambda: engine, voices_dir=voices_dir, config=ApiConfig(**config))
+    install_routes(app, engine, open_voice_registry(voices_dir), ApiConfig(**config))
     return app
 
 

@@ -262,3 +262,21 @@ def test_registration_errors_over_http(espeak_backend, tmp_path, speech_like, wr
         assert httpx.delete(f"{url}/v1/audio/voices/first", timeout=10).json()["deleted"]
         assert_error(httpx.delete(f"{url}/v1/audio/voices/first", timeout=10), 404, "voice")
         assert_error(httpx.delete(f"{url}/v1/audio/voices/alloy", timeout=10), 400, "voice")
+
+
+def test_only_the_browser_that_saved_a_voice_may_delete_it_from_the_page(tmp_path):
+    registry = VoiceRegistry(tmp_path)
+    registry.register("mine", str(FEMALE_CLIP), TRANSCRIPT, owner_key="secret-of-browser-a")
+    registry.register("api-made", str(FEMALE_CLIP), TRANSCRIPT)  # through /v1: no owner
+    meta = json.loads((tmp_path / "mine" / "meta.json").read_text())
+    assert "secret-of-browser-a" not in json.dumps(meta)  # only its digest is kept
+    mine = registry.get("mine")
+    assert mine.owned_by("secret-of-browser-a") and not mine.owned_by("secret-of-browser-b")
+    assert not mine.owned_by(None) and not registry.get("api-made").owned_by("")
+    assert "owner" not in mine.as_json()  # never listed
+    for name, key in (("mine", "secret-of-browser-b"), ("mine", None), ("api-made", "x")):
+        with pytest.raises(PermissionError, match="not saved from this browser"):
+            registry.delete(name, owner_key=key, check_owner=True)
+    registry.delete("mine", owner_key="secret-of-browser-a", check_owner=True)
+    registry.delete("api-made")  # the API (behind its key) may delete any custom voice
+    assert registry.names() == sorted(STOCK)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
-from ..engine.backend import Backend
+from ..engine.backend import Backend, Notice
 
 log = logging.getLogger(__name__)
 
 ESPEAK = "espeak"
+Report = Callable[..., None]  # EngineSlot.report(phase, done=, total=, unit=)
 
 
 def load_backend(
@@ -18,11 +20,12 @@ def load_backend(
     dtype: str = "auto",
     quantize: str = "auto",
     max_batch: int | None = None,
-) -> tuple[Backend, str | None]:
+    report: Report | None = None,
+) -> tuple[Backend, Notice | None]:
     """(backend, notice). `name` is "espeak" or a Hub repo id / local folder of a Qwen3-TTS or
     VoxCPM2 checkpoint: the backend is chosen from its config.json, not from the name. `dtype`,
     `quantize` and `max_batch` (None: its default) are Qwen3Backend.load's; VoxCPM2 takes
-    `dtype` and decodes one stream at a time.
+    `dtype` and decodes one stream at a time. `report` hears of the download and loading.
 
     When the neural model cannot be loaded and `allow_fallback` is set, returns the eSpeak
     backend with a notice saying why (logged too).
@@ -30,33 +33,59 @@ def load_backend(
     if name == ESPEAK:
         return _espeak(), None
     try:
-        return _neural(name, device, dtype, quantize, max_batch), None
+        return _neural(name, device, dtype, quantize, max_batch, report), None
     except Exception as exc:  # noqa: BLE001 - any load failure means "use the offline voice"
         if not allow_fallback:
             raise
-        first_line = (str(exc).strip().splitlines() or [""])[0]
-        reason = f"{type(exc).__name__}: {first_line[:240]}"
-        log.warning(
-            "Could not load model %r (%s); falling back to the offline eSpeak voice.", name, reason
-        )
-        notice = (
-            f"The neural model '{name}' could not be loaded ({reason}). "
-            "You are hearing the offline eSpeak NG voice instead, which does not clone voices."
-        )
+        notice = explain_load_failure(name, exc)
+        log.warning("Could not load model %r (%s); falling back to the offline eSpeak voice.",
+                    name, notice.details)  # fmt: skip
         return _espeak(), notice
 
 
-def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | None) -> Backend:
+def explain_load_failure(name: str, exc: BaseException) -> Notice:
+    """A load error in words a visitor understands, and how to get the real voice."""
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    details = f"{type(exc).__name__}: {first_line[:400]}"
+    text = str(exc)
+    if "no network connection" in text or "ConnectError" in text or "Name or service" in text:
+        what = f"The voice-cloning model ({name}) could not be downloaded: this machine cannot "
+        what += "reach the Hugging Face Hub, and the model is not in its local cache."
+        fix = "connect this machine to the internet and restart the app, or start it with "
+        fix += "`--model /path/to/a/downloaded/checkpoint`."
+    elif "no such repository" in text or "checkpoint folder not found" in text:
+        what = f"The voice-cloning model '{name}' was not found (no such local folder or Hub "
+        what += "repository, or it is private)."
+        fix = "check the name given to `--model` (a Hub repo id such as "
+        fix += "Qwen/Qwen3-TTS-12Hz-0.6B-Base, or a local folder)."
+    elif isinstance(exc, MemoryError) or "out of memory" in text.lower():
+        what = f"The voice-cloning model ({name}) did not fit in this machine's memory."
+        fix = "use a smaller model (the 0.6B one), `--quantize int8`, or a larger machine."
+    else:
+        what = f"The voice-cloning model ({name}) could not be loaded."
+        fix = "see the details below and the server log, then restart the app."
+    summary = (f"{what} You are hearing the built-in eSpeak NG voice instead: it reads the "
+               f"text aloud but does not imitate the reference voice. To get the real voice, "
+               f"{fix}")  # fmt: skip
+    return Notice(summary, details)
+
+
+def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | None,
+            report: Report | None) -> Backend:  # fmt: skip
+    from ..models.download import LOADING, reporting_to
     from ..models.registry import VOXCPM2, detect_architecture
 
-    if detect_architecture(name) == VOXCPM2:
-        from .voxcpm import VoxCPMBackend
+    report = report or (lambda *args, **kwargs: None)
+    report(LOADING)
+    with reporting_to(report):  # a Hub download reports its bytes, then LOADING again
+        if detect_architecture(name) == VOXCPM2:
+            from .voxcpm import VoxCPMBackend
 
-        return VoxCPMBackend.load(name, device, dtype=dtype)
-    from .qwen3 import Qwen3Backend
+            return VoxCPMBackend.load(name, device, dtype=dtype)
+        from .qwen3 import Qwen3Backend
 
-    extra = {} if max_batch is None else {"max_batch": max_batch}
-    return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize, **extra)
+        extra = {} if max_batch is None else {"max_batch": max_batch}
+        return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize, **extra)
 
 
 def _espeak() -> Backend:

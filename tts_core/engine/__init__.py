@@ -1,10 +1,11 @@
-"""Requests, streaming, stats and concurrency: the one process-wide engine."""
+"""Requests, admission, streaming and stats: the engine, and the slot that holds it while the
+model loads."""
 
 from .backend import LANGUAGES, PARAM_FIELDS, Backend, BackendChunk, SynthesisParams, Voice
 from .engine import Engine, EngineConfig, EngineStream, StreamEvent, SynthesisRequest
 from .errors import BackendError, EngineBusy, InputError
 from .handle import StreamHandle
-from .registry import clear_engines, get_engine
+from .loading import EngineSlot, LoadProgress, ModelLoading
 from .stats import RequestStats
 from .validation import Limits
 
@@ -16,9 +17,12 @@ __all__ = [
     "Engine",
     "EngineBusy",
     "EngineConfig",
+    "EngineSlot",
     "EngineStream",
     "InputError",
     "Limits",
+    "LoadProgress",
+    "ModelLoading",
     "RequestStats",
     "StreamEvent",
     "StreamHandle",
@@ -26,6 +30,4 @@ __all__ = [
     "SynthesisParams",
     "SynthesisRequest",
     "Voice",
-    "clear_engines",
-    "get_engine",
 ]

@@ -52,6 +52,14 @@ class SynthesisParams:
 PARAM_FIELDS = tuple(f.name for f in fields(SynthesisParams) if f.name != "language")
 
 
+@dataclass(frozen=True)
+class Notice:
+    """Why the app is not speaking with the model asked for: plain words, then the error."""
+
+    summary: str  # what happened, what you hear instead, how to get the real voice
+    details: str  # the exception, folded away in the page
+
+
 @dataclass
 class Voice:
     """A backend-specific voice, built once per reference clip and cached by the engine."""

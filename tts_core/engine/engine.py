@@ -1,6 +1,6 @@
 """The engine: admit -> validate -> (cached) voice -> backend stream -> chunks + live stats.
 
-One engine per process and model (see `get_engine`). Its admission bounds how many requests
+One engine per process and model, built by the app's composition root. Its admission bounds how many requests
 run on the backend at once and how many wait; the page, gradio_client and the HTTP routes share
 it, so a request beyond the bound is refused (`EngineBusy`) wherever it comes from.
 """
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..audio import SAMPLE_RATE, ChunkJoiner, ms_to_samples
 from .admission import Admission, Ticket
-from .backend import Backend, SynthesisParams, Voice
+from .backend import Backend, Notice, SynthesisParams, Voice
 from .errors import BackendError, InputError
 from .stats import RequestStats
 from .validation import Limits, check_params, clean_reference_text, clean_text, prepare_reference
@@ -66,11 +66,14 @@ class _Prepared:
 
 class Engine:
     def __init__(
-        self, backend: Backend, config: EngineConfig | None = None, notice: str | None = None
+        self, backend: Backend, config: EngineConfig | None = None, notice: Notice | None = None
     ) -> None:
         self.backend = backend
         self.config = config or EngineConfig()
-        self.notice = notice  # e.g. "fell back to eSpeak because ..." (shown in the page)
+        # e.g. "fell back to eSpeak because ...": summary shown in the page and in every
+        # request's stats, details folded away
+        self.notice = notice.summary if notice else None
+        self.notice_details = notice.details if notice else None
         self.sample_rate = int(getattr(backend, "sample_rate", SAMPLE_RATE))  # of every event
         limit = self.config.max_concurrent or backend.default_concurrency
         self.max_concurrent = max(1, int(limit))
@@ -103,6 +106,8 @@ class Engine:
             "max_queue": self.admission.queue_size,
             "max_chars": self.config.limits.max_chars,
             "notice": self.notice,
+            "notice_details": self.notice_details,
+            "sampling_defaults": b.sampling_defaults(),  # the knobs this backend reads
         }
 
     def prepare(self, request: SynthesisRequest) -> _Prepared:
@@ -222,6 +227,17 @@ class Engine:
         stats.add_chunk(audio.size, time.perf_counter() - started, batch)
         stats.finish(stop_reason)
         yield StreamEvent(audio, index, True, stats.as_dict())
+
+    def prepare_voice(
+        self, reference: str | Path | tuple[int, np.ndarray], reference_text: str | None
+    ) -> None:
+        """Build and cache the voice of a clip now (e.g. right after it was saved), so the
+        first request with it starts at once. Validates like a request (InputError)."""
+        limits = self.config.limits
+        ref_text = clean_reference_text(reference_text, limits)
+        audio, _notices = prepare_reference(reference, limits, ref_text is not None)
+        if audio is not None or not self.backend.needs_reference:
+            self._voice(audio, ref_text)
 
     def _voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:
         key = (_digest(reference), reference_text)

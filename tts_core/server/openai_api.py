@@ -99,9 +99,13 @@ def make_openai_router(state: ServerState) -> APIRouter:
     @api_errors
     async def models(request: Request) -> JSONResponse:
         state.config.access.check(request, api=True)
-        info = state.engine.info()
-        names = [*state.config.model_names, info["model"]]
-        data = [{"id": n, "object": "model", "owned_by": "tts_core"} for n in names]
+        info = state.slot.info()  # while loading: its status alone
+        status = info.pop("status")
+        served = info.get("model", status["model"])
+        names = [*state.config.model_names, served]
+        data = [{"id": n, "object": "model", "owned_by": "tts_core", "served_model": served,
+                 "status": status} for n in names]  # fmt: skip
+        data[-1]["info"] = info
         return JSONResponse({"object": "list", "data": data})
 
     add_voice_routes(router, state)

@@ -7,7 +7,7 @@ top_p, repetition_penalty, seed, first_chunk_frames, chunk_frames.
 
 Response: application/octet-stream of frames, each an 8-byte header (uint32 LE type, uint32 LE
 payload length) and the payload:
-    1 PCM   int16 LE mono samples at 24 kHz (one engine chunk)
+    1 PCM   int16 LE mono samples at the model's rate, header X-Sample-Rate (one chunk)
     2 STATS JSON: the engine's stats after that chunk (the last one has "done": true)
     3 ERROR JSON {"message": ...}: the synthesis failed after the response started
 Errors found before any audio (bad text, bad clip) are a 400 with the OpenAI error JSON.
@@ -59,7 +59,8 @@ def make_pcm_router(state: ServerState) -> APIRouter:
                 streams = open_streams(state.engine, [synthesis], cancel)
             else:
                 streams = await asyncio.to_thread(open_streams, state.engine, [synthesis], cancel)
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
+                   "X-Sample-Rate": str(state.engine.sample_rate)}  # fmt: skip
         body = run_in_thread(_producer(streams), cancel)
         return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 

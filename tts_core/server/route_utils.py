@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from starlette.datastructures import FormData
 from starlette.formparsers import MultiPartException, MultiPartParser
 
+from ..engine import BackendError, EngineBusy, ModelLoading
 from .errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,9 @@ MAX_JSON_BYTES = 1024 * 1024
 
 
 def api_errors(route: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """ApiError -> its JSON response; anything unexpected -> logged, 500 in the same shape."""
+    """ApiError -> its JSON response; EngineBusy (model loading, line full) -> 503 with
+    Retry-After; BackendError (its message is safe to show) -> 500; anything unexpected ->
+    logged, 500 in the same shape."""
 
     @functools.wraps(route)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -32,6 +35,10 @@ def api_errors(route: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[
             return await route(*args, **kwargs)
         except ApiError as exc:
             return exc.response()
+        except EngineBusy as exc:
+            return busy_error(exc).response()
+        except BackendError as exc:
+            return ApiError(500, str(exc), None, "backend_error").response()
         except Exception as exc:  # noqa: BLE001 - the client gets a short message, the log all
             log.exception("API request failed")
             return ApiError(500, f"Internal error ({type(exc).__name__}).").response()
@@ -98,6 +105,11 @@ async def limited_body(
 def _body_too_large() -> ApiError:
     return ApiError(413, f"The request body is larger than {MAX_JSON_BYTES} bytes.", None,
                     "too_large")  # fmt: skip
+
+
+def busy_error(exc: EngineBusy) -> ApiError:
+    code = "model_loading" if isinstance(exc, ModelLoading) else "engine_busy"
+    return ApiError(503, str(exc), None, code, {"Retry-After": str(exc.retry_after_s)})
 
 
 def validation_to_api_error(exc: ValidationError) -> ApiError:

@@ -1,13 +1,12 @@
-"""What the HTTP routes share: the engine provider, the voice registry and the API limits."""
+"""What the HTTP routes share: the engine slot, the voice registry and the API limits."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine import Engine
+from ..engine import Engine, EngineSlot
 from .access import AccessPolicy
 from .voices import VoiceRegistry
 
@@ -33,11 +32,17 @@ class ApiConfig:
 
 @dataclass
 class ServerState:
-    engine_provider: Callable[[], Engine]
+    slot: EngineSlot
     voices: VoiceRegistry
     config: ApiConfig = field(default_factory=ApiConfig)
     upload_roots: tuple[Path, ...] = ()  # where the page's reference files may live
 
     @property
     def engine(self) -> Engine:
-        return self.engine_provider()
+        """The engine; ModelLoading (an EngineBusy: 503 + Retry-After) while it loads."""
+        return self.slot.engine
+
+
+def as_slot(source: Engine | EngineSlot) -> EngineSlot:
+    """An engine the caller built is a slot that is ready from the start."""
+    return source if isinstance(source, EngineSlot) else EngineSlot.holding(source)

@@ -1,31 +1,26 @@
 """Bridge from the (blocking) engine to an async HTTP response body.
 
 A worker thread runs the synthesis and hands each piece of output to the event loop through
-`call_soon_threadsafe`, so bytes go out the moment they exist (no polling). When the response
+the engine's Handoff, so bytes go out the moment they exist (no polling). When the response
 ends early (the client disconnected: Starlette cancels the body iterator) the cancel event is
 set, which stops the engine and its backend within one backend buffer.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 
 from ..engine import Engine, EngineBusy, InputError, StreamEvent, SynthesisRequest
+from ..engine.handoff import run_on_thread
 from .errors import ApiError
+from .route_utils import busy_error
 
 log = logging.getLogger(__name__)
 
 Emit = Callable[[object], None]
-_END = object()
-
-
-class _Failure:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
 
 
 async def run_in_thread(
@@ -36,28 +31,9 @@ async def run_in_thread(
     Raises the worker's exception after its last item. Closing or cancelling this iterator
     sets `cancel` (and returns without waiting for the worker, which stops on its own).
     """
-    loop = asyncio.get_running_loop()
-    items: asyncio.Queue = asyncio.Queue()
-
-    def emit(item: object) -> None:
-        loop.call_soon_threadsafe(items.put_nowait, item)
-
-    def work() -> None:
-        try:
-            produce(emit, cancel)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the event loop
-            emit(_Failure(exc))
-        finally:
-            emit(_END)
-
-    threading.Thread(target=work, name="tts-http-stream", daemon=True).start()
+    handoff = run_on_thread(lambda put: produce(put, cancel), "tts-http-stream")
     try:
-        while True:
-            item = await items.get()
-            if item is _END:
-                return
-            if isinstance(item, _Failure):
-                raise item.error
+        async for item in handoff.drain():
             yield item
     finally:
         cancel.set()  # normal end: no-op for the finished worker; early end: stop synthesis
@@ -89,8 +65,7 @@ def engine_errors(params: dict[str, str] | None = None) -> Iterator[None]:
         param = (params or {}).get(exc.param, exc.param)
         raise ApiError(400, str(exc), param, "invalid_value") from None
     except EngineBusy as exc:
-        raise ApiError(503, str(exc), None, "engine_busy",
-                       {"Retry-After": str(exc.retry_after_s)}) from None  # fmt: skip
+        raise busy_error(exc) from None
 
 
 def chain_events(

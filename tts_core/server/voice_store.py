@@ -63,14 +63,19 @@ def store_errors() -> Iterator[None]:
         raise
 
 
-def stage(root: Path, name: str, audio: np.ndarray, transcript: str | None) -> Path:
-    """A new hidden folder under `root` holding the voice; nothing is left of it on failure."""
+def stage(
+    root: Path, name: str, audio: np.ndarray, transcript: str | None, owner: str | None = None
+) -> Path:
+    """A new hidden folder under `root` holding the voice; nothing is left of it on failure.
+    `owner`: a digest of who may delete it from the page (None: only the API may)."""
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{name}~", dir=root))
     try:
         wav = io.BytesIO()
         sf.write(wav, to_int16(audio), SAMPLE_RATE, subtype="PCM_16", format="WAV")
         meta = {"name": name, "transcript": transcript, "created_at": int(time.time())}
+        if owner is not None:
+            meta["owner"] = owner
         _write_synced(staging / REFERENCE_FILE, wav.getvalue())
         _write_synced(staging / META_FILE, json.dumps(meta, ensure_ascii=False, indent=1).encode())
     except BaseException:

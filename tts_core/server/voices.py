@@ -12,6 +12,8 @@ registry per root. Hand-damaged folders are listed as "damaged" so they can be d
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 import json
 import logging
 import threading
@@ -65,10 +67,18 @@ class NamedVoice:
     created_at: int = 0
     status: str = "ok"  # "ok" or "damaged": a custom folder whose files cannot be used
     problem: str | None = None  # what is wrong with a damaged one, without paths
+    owner: str | None = None  # digest of the page visitor who saved it (never listed)
+
+    def owned_by(self, owner_key: str | None) -> bool:
+        """True for the visitor whose key saved it (see `owner_digest`)."""
+        if not owner_key or self.owner is None:
+            return False
+        return hmac.compare_digest(self.owner, owner_digest(owner_key))
 
     def as_json(self) -> dict:
         data = asdict(self)
         data.pop("reference")
+        data.pop("owner")
         if data["problem"] is None:
             data.pop("problem")
         return {"id": self.name, "object": "voice", **data}
@@ -132,11 +142,14 @@ class VoiceRegistry:
         transcript: str | None,
         limits: Limits | None = None,
         replace: bool = False,
+        owner_key: str | None = None,
     ) -> NamedVoice:
         """Check the clip like a synthesis reference (InputError), then store it under `name`.
 
-        Raises FileExistsError when the name is taken and `replace` is false, and
-        VoiceStoreError when the disk is full or the store is not writable.
+        `owner_key`: the page visitor's secret; only that key may delete it from the page
+        (`delete(name, owner_key=...)`), the API may delete any custom voice. Raises
+        FileExistsError when the name is taken and `replace` is false, and VoiceStoreError
+        when the disk is full or the store is not writable.
         """
         check_name(name)
         if name in self._builtin:
@@ -150,7 +163,8 @@ class VoiceRegistry:
         with self._lock:  # refuse a taken name before writing anything
             self._check_free(name, replace)
         with store_errors():
-            staging = stage(self.root, name, audio, transcript)
+            owner = owner_digest(owner_key) if owner_key else None
+            staging = stage(self.root, name, audio, transcript, owner)
             try:
                 with self._lock:
                     self._check_free(name, replace)
@@ -160,18 +174,23 @@ class VoiceRegistry:
             finally:
                 remove(staging)  # left by a failed swap; already gone after a good one
 
-    def delete(self, name: str) -> None:
-        """Remove a custom voice, damaged or not.
+    def delete(self, name: str, owner_key: str | None = None, check_owner: bool = False) -> None:
+        """Remove a custom voice, damaged or not; with `check_owner` (the page) only the one
+        `owner_key` saved.
 
-        Raises VoiceNotFound, or FileExistsError for a built-in voice or a folder linked from
-        outside the store (not ours to remove).
+        Raises VoiceNotFound, PermissionError for someone else's voice, or FileExistsError for
+        a built-in voice or a folder linked from outside the store (not ours to remove).
         """
         if name in self._builtin:
             raise FileExistsError(f"'{name}' is a built-in voice and cannot be deleted.")
         with self._lock:
             target = self.root / name
-            if not NAME_PATTERN.match(name) or _read_custom(target) is None:
+            voice = _read_custom(target) if NAME_PATTERN.match(name) else None
+            if voice is None:
                 raise VoiceNotFound(name)
+            if check_owner and not voice.owned_by(owner_key):
+                raise PermissionError(f"The voice '{name}' was not saved from this browser; "
+                                      "only its owner (or the API) can delete it.")  # fmt: skip
             self._refuse_outside(target, "deleted")
             with store_errors():
                 trashed = trash(target)  # one rename: readers see the voice or nothing
@@ -228,6 +247,12 @@ class VoiceRegistry:
         self._warned = {key for key in self._warned if key[0] != name}
 
 
+def owner_digest(owner_key: str) -> str:
+    """What meta.json keeps of a visitor's secret key: its SHA-256, so reading the store does
+    not give the key away."""
+    return hashlib.sha256(owner_key.encode("utf-8")).hexdigest()
+
+
 def check_name(name: object) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise InputError(
@@ -265,7 +290,7 @@ def _read_custom(folder: Path) -> NamedVoice | None:
         if not isinstance(meta, dict):
             meta, problem = {}, "meta.json is not a JSON object"
     problem = problem or _clip_problem(reference)
-    transcript, created_at = meta.get("transcript"), meta.get("created_at")
+    transcript, created_at, owner = (meta.get(k) for k in ("transcript", "created_at", "owner"))
     return NamedVoice(
         name=folder.name,
         reference=reference,
@@ -274,6 +299,7 @@ def _read_custom(folder: Path) -> NamedVoice | None:
         created_at=created_at if isinstance(created_at, int) else 0,
         status="damaged" if problem else "ok",
         problem=problem,
+        owner=owner if isinstance(owner, str) else None,
     )
 
 

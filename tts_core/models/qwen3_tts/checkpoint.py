@@ -66,13 +66,17 @@ def resolve_checkpoint(
         patterns = DOWNLOAD_PATTERNS if required is REQUIRED_FILES else _names(required)
     from huggingface_hub import snapshot_download  # network only when a repo id is given
 
+    from ..download import download_finished, progress_bar
+
     try:
-        folder = snapshot_download(repo_id=text, allow_patterns=list(patterns))
+        folder = snapshot_download(repo_id=text, allow_patterns=list(patterns),
+                                   tqdm_class=progress_bar())  # fmt: skip
     except Exception as error:  # the hub raises many types; keep the cause attached
         raise FileNotFoundError(
             f"{text!r} is not a local folder and could not be downloaded from the Hub"
             f"{_hub_reason(error)}: {error}"
         ) from error
+    download_finished()
     return check_files(Path(folder), required)
 
 

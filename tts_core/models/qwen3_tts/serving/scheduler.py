@@ -25,7 +25,7 @@ import torch
 from ..decode_loop import step_input
 from ..model import AudioChunk, Qwen3TTSModel, Voice
 from .model_runner import ModelRunner
-from .sequence import END, Failure, Sequence, Status
+from .sequence import Sequence, Status
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class Scheduler:
                     failed = [*self._waiting, *self._prefilling, *self._decoding]
                     self._waiting.clear()
                 for seq in failed:
-                    self._finish(seq, Failure(error))
+                    self._finish(seq, error)
         for seq in [*self._waiting, *self._prefilling, *self._decoding]:
             self._finish(seq)
 
@@ -151,7 +151,7 @@ class Scheduler:
         except Exception as error:  # noqa: BLE001 - handed to each consumer, raised there
             log.exception("batch step failed for %d request(s)", len(seqs))
             for seq in seqs:
-                self._finish(seq, Failure(error))
+                self._finish(seq, error)
 
     def _drop_stopped(self) -> None:
         """Rows whose consumer closed the stream or whose should_stop answers True leave now
@@ -162,7 +162,7 @@ class Scheduler:
             try:
                 stop, failure = seq.stopped, None
             except Exception as error:  # noqa: BLE001 - the consumer's callback failed
-                stop, failure = True, Failure(error)
+                stop, failure = True, error
             if stop:
                 with self._cond:
                     if seq in self._waiting:
@@ -179,7 +179,7 @@ class Scheduler:
                     admitted = self.runner.admit(seq)
                 except Exception as error:  # noqa: BLE001 - e.g. the voice's decoder state
                     self._waiting.popleft()
-                    self._finish(seq, Failure(error))
+                    self._finish(seq, error)
                     continue
                 if not admitted:
                     return  # first come, first served: wait until a span frees
@@ -234,15 +234,14 @@ class Scheduler:
         if stop_reason is not None:
             self._finish(seq)
 
-    def _finish(self, seq: Sequence, failure: Failure | None = None) -> None:
-        """Take `seq` out of the batch, free its row and span, and end its stream."""
+    def _finish(self, seq: Sequence, failure: BaseException | None = None) -> None:
+        """Take `seq` out of the batch, free its row and span, and end its stream (with
+        `failure` raised to its consumer)."""
         for group in (self._prefilling, self._decoding):
             if seq in group:
                 group.remove(seq)
         self.runner.release(seq)
-        if failure is not None:
-            seq.outbox.put(failure)
-        seq.outbox.put(END)
+        seq.outbox.end(failure)
 
 
 def _row_chooser(seqs: list[Sequence]) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -263,26 +262,19 @@ class SequenceStream:
     def __init__(self, seq: Sequence, wake: threading.Condition) -> None:
         self._seq = seq
         self._wake = wake
-        self._ended = False
+        self._closed = False
 
     def __iter__(self) -> Iterator[AudioChunk]:
         return self
 
     def __next__(self) -> AudioChunk:
-        if self._ended:
+        if self._closed:
             raise StopIteration
-        item = self._seq.outbox.get()
-        if item is END:
-            self._ended = True
-            raise StopIteration
-        if isinstance(item, Failure):
-            self._ended = True
-            raise item.error
-        return item
+        return self._seq.outbox.get()
 
     def close(self) -> None:
-        if not self._ended:
-            self._ended = True
+        if not (self._closed or self._seq.outbox.finished):
+            self._closed = True
             self._seq.cancelled.set()
             with self._wake:
                 self._wake.notify_all()

@@ -9,21 +9,18 @@ uses to stop it and to read its chunks.
 from __future__ import annotations
 
 import enum
-import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
+from ....engine.handoff import Handoff
 from ..decode_loop import DecodeSettings, stop_id_tensor, talker_sampler
 from ..prompt import Prompt
 from ..sampling import draw, make_generator
 from ..talker import Talker
 from .kv_arena import Span
-
-END = object()  # put on the outbox after the last chunk (or after a stop without one)
 
 
 class Status(enum.Enum):
@@ -31,11 +28,6 @@ class Status(enum.Enum):
     PREFILL = "prefill"  # its prompt goes through the talker, a chunk at a time
     DECODING = "decoding"  # one frame per scheduler step
     DONE = "done"
-
-
-@dataclass
-class Failure:
-    error: BaseException
 
 
 class Sequence:
@@ -61,7 +53,7 @@ class Sequence:
         self.stop_ids = stop_id_tensor(talker, settings)
         self.status = Status.WAITING
         self.cancelled = threading.Event()
-        self.outbox: queue.Queue = queue.Queue()
+        self.outbox = Handoff()  # its chunks, then the end or its error
         self.submitted = time.perf_counter()
         # set at admission / while running
         self.span: Span | None = None

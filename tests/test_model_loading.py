@@ -1,0 +1,139 @@
+"""Up at once, model in the background: the slot, its progress, and what requests get meanwhile."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from test_openai_api import make_api, serve
+
+from tts_core.backends import explain_load_failure, load_backend
+from tts_core.engine import BackendError, Engine, EngineSlot, ModelLoading
+from tts_core.engine.loading import DOWNLOADING, FAILED, LOADING, READY
+from tts_core.models.download import download_finished, progress_bar, reporting_to
+
+SPEECH = {"input": "Hello there.", "voice": "coral", "response_format": "wav"}
+
+
+def test_slot_answers_loading_until_the_engine_is_set(espeak_backend):
+    slot = EngineSlot("some/model")
+    with pytest.raises(ModelLoading, match="still loading") as caught:
+        slot.engine
+    assert caught.value.retry_after_s > 0 and slot.info() == {"status": slot.progress.as_json()}
+    slot.report(DOWNLOADING, done=600e6, total=2400e6)
+    assert slot.progress.fraction == pytest.approx(0.25)
+    with pytest.raises(ModelLoading, match=r"downloading 0.60 of 2.40 GB \(25 %\)"):
+        slot.engine
+    slot.report(LOADING)
+    assert slot.progress.describe() == "loading the model into memory"
+    engine = Engine(espeak_backend)
+    slot.set(engine)
+    assert slot.engine is engine and slot.info()["status"]["status"] == READY
+    slot.report(DOWNLOADING, done=1, total=2)  # a late report cannot undo "ready"
+    assert slot.progress.phase == READY
+
+
+def test_background_load_hands_over_the_engine_or_its_failure(espeak_backend):
+    gate = threading.Event()
+
+    def build(report):  # noqa: ANN001, ANN202
+        report(LOADING)
+        gate.wait(10)
+        return Engine(espeak_backend)
+
+    slot = EngineSlot("espeak")
+    thread = slot.load(build)
+    time.sleep(0.05)
+    assert not slot.ready and slot.progress.phase == LOADING
+    gate.set()
+    thread.join(10)
+    assert slot.wait(1).backend is espeak_backend
+
+    def broken(report):  # noqa: ANN001, ANN202
+        raise OSError("disk on fire")
+
+    failed = EngineSlot("x")
+    failed.load(broken).join(10)
+    assert failed.progress.phase == FAILED
+    with pytest.raises(BackendError, match="could not be loaded .*disk on fire"):
+        failed.engine
+    with pytest.raises(OSError):  # --wait-for-model: the error stops the start
+        EngineSlot("x").load(broken, background=False)
+
+
+def test_hub_download_progress_reaches_the_slot():
+    """huggingface_hub opens its bars through the tqdm class we pass (2.x: one aggregated
+    byte bar whose total grows per file, plus a file-count bar); the slot hears the bytes."""
+    from huggingface_hub.utils.tqdm import _create_progress_bar
+
+    slot = EngineSlot("org/model")
+    with reporting_to(slot.report):
+        bar_class = progress_bar()
+        files = _create_progress_bar(cls=bar_class, log_level=30, name="f", total=3)
+        data = _create_progress_bar(cls=bar_class, log_level=30, name="b", total=0, unit="B")
+        data.total = 4000
+        data.refresh()
+        data.update(1000)
+        files.update(1)
+        assert (slot.progress.phase, slot.progress.done, slot.progress.unit) == (
+            DOWNLOADING, 1000, "B",
+        )  # fmt: skip
+        assert slot.progress.fraction == pytest.approx(0.25)
+        download_finished()
+    assert slot.progress.phase == LOADING
+    assert progress_bar() is None  # no listener: huggingface_hub's own bar, unchanged
+
+
+def test_a_missing_model_falls_back_with_a_plain_notice(tmp_path):
+    backend, notice = load_backend(str(tmp_path / "nowhere"))
+    assert backend.name == "espeak"
+    assert "was not found" in notice.summary and "eSpeak NG" in notice.summary
+    assert "To get the real voice" in notice.summary and "Error" not in notice.summary
+    assert notice.details.startswith("FileNotFoundError: checkpoint folder not found")
+    engine = Engine(backend, notice=notice)
+    assert engine.info()["notice"] == notice.summary
+    assert engine.info()["notice_details"] == notice.details
+    with pytest.raises(FileNotFoundError):
+        load_backend(str(tmp_path / "nowhere"), allow_fallback=False)
+
+
+def test_no_network_is_explained_in_plain_words():
+    error = FileNotFoundError("'Qwen/X' is not a local folder and could not be downloaded from "
+                              "the Hub (no network connection to the Hub, and no copy in the "
+                              "local cache): ConnectError: [Errno -2] Name or service not known")  # fmt: skip
+    notice = explain_load_failure("Qwen/X", error)
+    assert "cannot reach the Hugging Face Hub" in notice.summary
+    assert "--model /path/to/a/downloaded/checkpoint" in notice.summary
+    assert "Errno" not in notice.summary and "Errno" in notice.details
+
+
+def test_api_while_loading_is_503_with_retry_after_then_serves(espeak_backend, tmp_path):
+    slot = EngineSlot("org/model")
+    slot.report(DOWNLOADING, done=1e9, total=4e9)
+    with serve(make_api(slot, tmp_path)) as url:
+        models = httpx.get(f"{url}/v1/models", timeout=10).json()["data"]
+        status = models[-1]["status"]
+        assert models[-1]["id"] == "org/model" and status["status"] == DOWNLOADING
+        assert status["progress"] == pytest.approx(0.25) and status["download_size"] == 4e9
+        for path, body in (("/v1/audio/speech", SPEECH), ("/tts_stream/pcm", {"text": "Hi."})):
+            response = httpx.post(f"{url}{path}", json=body, timeout=10)
+            assert response.status_code == 503, response.text
+            assert response.headers["retry-after"] == "5"
+            assert response.json()["error"]["code"] == "model_loading"
+            assert "downloading 1.00 of 4.00 GB (25 %)" in response.json()["error"]["message"]
+        assert httpx.get(f"{url}/v1/audio/voices", timeout=10).status_code == 200
+        slot.set(Engine(espeak_backend))
+        assert httpx.post(f"{url}/v1/audio/speech", json=SPEECH, timeout=60).status_code == 200
+        ready = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][-1]
+        assert ready["status"]["status"] == READY and ready["info"]["sample_rate"] == 24_000
+
+
+def test_api_after_a_failed_load_says_why(tmp_path):
+    slot = EngineSlot("org/model")
+    slot.fail("OSError: disk on fire")
+    with serve(make_api(slot, tmp_path)) as url:
+        response = httpx.post(f"{url}/v1/audio/speech", json=SPEECH, timeout=10)
+        assert response.status_code == 500 and "disk on fire" in response.text
+        assert httpx.get(f"{url}/v1/models", timeout=10).json()["data"][-1]["status"]["error"]

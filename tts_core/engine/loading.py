@@ -1,0 +1,183 @@
+"""The engine while its model downloads and loads: the server is up at once.
+
+`EngineSlot` holds the engine once it exists and, before that, where its loading stands
+(`LoadProgress`: downloading n of m bytes, then loading). A request that arrives meanwhile
+gets `ModelLoading`, an `EngineBusy`: HTTP 503 with Retry-After, "the model is loading
+(n %)" in the page. Every surface takes the engine from the slot per request, so nothing is
+captured before it is ready.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .engine import Engine
+from .errors import BackendError, EngineBusy
+
+log = logging.getLogger(__name__)
+
+STARTING, DOWNLOADING, LOADING, READY, FAILED = (
+    "starting", "downloading", "loading", "ready", "failed",
+)  # fmt: skip
+RETRY_AFTER_S = 5  # what a request during loading is told; the page polls on its own
+
+
+@dataclass(frozen=True)
+class LoadProgress:
+    phase: str  # STARTING -> DOWNLOADING (Hub only) -> LOADING -> READY, or FAILED
+    model: str
+    done: float = 0.0  # downloaded so far, in `unit`
+    total: float | None = None  # None: not known (yet)
+    unit: str = "B"  # "B" (bytes) or "files" (huggingface_hub versions without a bytes bar)
+    error: str | None = None  # FAILED: why, in plain words
+    since: float = 0.0  # time.time() the phase began
+
+    @property
+    def fraction(self) -> float | None:
+        """Of the download (None while its size is unknown, 1.0 once past it)."""
+        if self.phase in (LOADING, READY):
+            return 1.0
+        if self.phase != DOWNLOADING or not self.total:
+            return None
+        return min(1.0, self.done / self.total)
+
+    def describe(self) -> str:
+        """'downloading 0.6 of 2.4 GB (25 %)', 'loading the model', ..."""
+        if self.phase == DOWNLOADING:
+            if self.unit == "B" and self.total:
+                return (f"downloading {self.done / 1e9:.2f} of {self.total / 1e9:.2f} GB "
+                        f"({100 * (self.fraction or 0):.0f} %)")  # fmt: skip
+            if self.total:
+                return f"downloading ({self.done:.0f} of {self.total:.0f} files)"
+            return "downloading"
+        return {STARTING: "starting", LOADING: "loading the model into memory",
+                READY: "ready", FAILED: f"failed: {self.error}"}[self.phase]  # fmt: skip
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "status": self.phase,
+            "model": self.model,
+            "progress": self.fraction,
+            "downloaded": self.done if self.phase == DOWNLOADING else None,
+            "download_size": self.total if self.phase == DOWNLOADING else None,
+            "unit": self.unit,
+            "message": self.describe(),
+            "error": self.error,
+        }
+
+
+class ModelLoading(EngineBusy):
+    """A request came before the model was ready: retry after `retry_after_s`."""
+
+    def __init__(self, progress: LoadProgress) -> None:
+        super().__init__(
+            f"The model is still loading ({progress.describe()}); try again in a few seconds.",
+            RETRY_AFTER_S,
+        )
+        self.progress = progress
+
+
+Report = Callable[..., None]  # report(phase, done=..., total=..., unit=...)
+Build = Callable[[Report], Engine]
+
+
+class EngineSlot:
+    """The engine, or how far its loading has come. Thread-safe; the engine is set once."""
+
+    def __init__(self, model: str, engine: Engine | None = None) -> None:
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._engine: Engine | None = None
+        self._failure: str | None = None
+        self._progress = LoadProgress(STARTING, model, since=time.time())
+        if engine is not None:
+            self.set(engine)
+
+    @classmethod
+    def holding(cls, engine: Engine) -> EngineSlot:
+        """A slot that is ready from the start (an engine built by the caller)."""
+        return cls(engine.backend.model_name, engine)
+
+    # ------------------------------------------------------------------ loading
+    def load(self, build: Build, background: bool = True) -> threading.Thread | None:
+        """Run `build(report)` (on a thread when `background`) and hold the engine it returns.
+
+        `build` calls `report(phase, done=, total=, unit=)` as it goes. An exception marks the
+        slot FAILED: requests then get a BackendError saying why (logged with its traceback).
+        """
+        if not background:
+            self._build(build, reraise=True)
+            return None
+        thread = threading.Thread(target=self._build, args=(build,), name="tts-model-load",
+                                  daemon=True)  # fmt: skip
+        thread.start()
+        return thread
+
+    def _build(self, build: Build, reraise: bool = False) -> None:
+        try:
+            self.set(build(self.report))
+        except Exception as exc:
+            log.exception("the model could not be loaded")
+            self.fail(f"{type(exc).__name__}: {exc}")
+            if reraise:
+                raise
+
+    def report(self, phase: str, done: float = 0.0, total: float | None = None,
+               unit: str = "B") -> None:  # fmt: skip
+        with self._lock:
+            if self._progress.phase in (READY, FAILED):
+                return
+            since = self._progress.since if phase == self._progress.phase else time.time()
+            self._progress = replace(self._progress, phase=phase, done=float(done),
+                                     total=total, unit=unit, since=since)  # fmt: skip
+
+    def set(self, engine: Engine) -> None:
+        """Hold `engine` (also replaces a held one: tests switch backends this way)."""
+        with self._lock:
+            self._engine = engine
+            self._progress = LoadProgress(READY, engine.backend.model_name, since=time.time())
+        self._ready.set()
+
+    def fail(self, reason: str) -> None:
+        with self._lock:
+            self._failure = reason
+            self._progress = replace(self._progress, phase=FAILED, error=reason)
+        self._ready.set()
+
+    # ------------------------------------------------------------------ use
+    @property
+    def engine(self) -> Engine:
+        """The engine; ModelLoading while it loads, BackendError if loading failed."""
+        engine = self._engine
+        if engine is not None:
+            return engine
+        progress = self.progress
+        if progress.phase == FAILED:
+            raise BackendError(f"The model could not be loaded ({progress.error}); see the "
+                               "server log.")  # fmt: skip
+        raise ModelLoading(progress)
+
+    @property
+    def ready(self) -> bool:
+        return self._engine is not None
+
+    @property
+    def progress(self) -> LoadProgress:
+        with self._lock:
+            return self._progress
+
+    def wait(self, timeout: float | None = None) -> Engine:
+        """Block until loading ended: the engine, or its error (as `engine`)."""
+        self._ready.wait(timeout)
+        return self.engine
+
+    def info(self) -> dict[str, Any]:
+        """engine.info() with the loading status; while loading, the status alone."""
+        status = self.progress.as_json()
+        engine = self._engine
+        return {**engine.info(), "status": status} if engine else {"status": status}
