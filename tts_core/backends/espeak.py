@@ -8,9 +8,9 @@ synthesized. Cancelling makes the library callback return "abort".
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ import soxr
 
 from ..audio import SAMPLE_RATE
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.handoff import Handoff, run_on_thread
 from .espeak_lib import PARAM_PITCH, PARAM_RANGE, PARAM_RATE, EspeakLibrary, get_library
 from .espeak_text import ESPEAK_VOICES, guess_language, split_phrases
 from .espeak_voice import (
@@ -30,7 +31,6 @@ from .espeak_voice import (
 
 VARIANTS = ("", "+f3")  # eSpeak's default (male) voice and its female variant 3
 _PHRASE_END = object()
-_DONE = object()
 
 DESCRIPTION = (
     "Offline eSpeak NG voice. It cannot clone: from your reference clip it only takes the "
@@ -114,46 +114,29 @@ class EspeakBackend:
             PARAM_RANGE: voice.data.pitch_range,
             PARAM_RATE: voice.data.rate_wpm,
         }
-        buffers: queue.Queue = queue.Queue()
         stop = threading.Event()
-        worker = threading.Thread(
-            target=self._speak_phrases,
-            args=(split_phrases(text), name, settings, buffers, stop, cancel),
-            name="espeak-synth",
-            daemon=True,
-        )
-        worker.start()
+        speak = partial(self._speak_phrases, split_phrases(text), name, settings, stop, cancel)
+        buffers = run_on_thread(speak, "espeak-synth")
         try:
             yield from self._resampled(buffers)
         finally:
             stop.set()  # consumer gone or done: the callback aborts the current phrase
-            worker.join(timeout=5)
 
-    def _speak_phrases(self, phrases, voice_name, settings, buffers, stop, cancel) -> None:  # noqa: ANN001
+    def _speak_phrases(self, phrases, voice_name, settings, stop, cancel, put) -> None:  # noqa: ANN001
         def on_audio(samples: np.ndarray) -> bool:
-            buffers.put(samples)
+            put(samples)
             return not (stop.is_set() or cancel.is_set())
 
-        try:
-            for phrase in phrases:
-                if stop.is_set() or cancel.is_set():
-                    break
-                self._lib.synthesize(phrase, voice_name, settings, on_audio)
-                buffers.put(_PHRASE_END)
-        except Exception as exc:  # noqa: BLE001 - re-raised on the consumer's thread
-            buffers.put(exc)
-        finally:
-            buffers.put(_DONE)
+        for phrase in phrases:
+            if stop.is_set() or cancel.is_set():
+                break
+            self._lib.synthesize(phrase, voice_name, settings, on_audio)
+            put(_PHRASE_END)
 
-    def _resampled(self, buffers: queue.Queue) -> Iterator[BackendChunk]:
+    def _resampled(self, buffers: Handoff) -> Iterator[BackendChunk]:
         """eSpeak's 22.05 kHz buffers -> 24 kHz pieces; a fresh resampler per phrase."""
         resampler, new_phrase, first = None, True, True
-        while True:
-            item = buffers.get()
-            if item is _DONE:
-                return
-            if isinstance(item, Exception):
-                raise item
+        for item in buffers:
             if item is _PHRASE_END:
                 if resampler is not None:
                     tail = resampler.resample_chunk(np.zeros(0, np.float32), last=True)
