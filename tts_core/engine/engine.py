@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..audio import SAMPLE_RATE, ChunkJoiner, ms_to_samples
+from ..audio import SAMPLE_RATE, Cadence, ChunkJoiner, ms_to_samples
 from .admission import Admission, Ticket
 from .backend import Backend, Notice, SynthesisParams, Voice
 from .errors import BackendError, InputError
@@ -190,7 +190,7 @@ class Engine:
         overlap = ms_to_samples(self.config.crossfade_ms, rate) if phrases else 0
         joiner = ChunkJoiner(overlap, ms_to_samples(self.config.fade_ms, rate))
         frame = self.backend.frame_samples
-        target = job.params.first_chunk_frames * frame
+        cadence = Cadence(job.params.first_chunk_frames, job.params.chunk_frames)
         pending: list[np.ndarray] = []
         stop_reason, index, started, batch = "end", 0, time.perf_counter(), None
         pieces = self.backend.stream(job.text, voice, job.params, cancel)
@@ -200,9 +200,9 @@ class Engine:
                 batch = _larger(batch, piece.batch_size)
                 pending.append(joiner.push(piece.audio, piece.independent))
                 # count the joiner's short held-back tail: it is audio of this chunk, not the next
-                if sum(p.size for p in pending) + joiner.held >= target:
+                if cadence.due((sum(p.size for p in pending) + joiner.held) / frame, index):
                     audio = np.concatenate(pending)
-                    pending, target = [], job.params.chunk_frames * frame
+                    pending = []
                     stats.add_chunk(audio.size, time.perf_counter() - started, batch)
                     yield StreamEvent(audio, index, False, stats.as_dict())
                     index, started, batch = index + 1, time.perf_counter(), None
