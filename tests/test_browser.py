@@ -1,5 +1,5 @@
-"""A real browser: headless Debian chromium loads the page, uploads a clip, clicks Generate,
-and the live audio must actually play while the stats update.
+"""A real browser: headless Debian chromium loads the page (`python app.py`), uploads a clip,
+clicks Generate, and the live audio must actually play while the stats panel updates.
 
 How playback is asserted: Debian's chromium decodes AAC (it uses the system FFmpeg; the test
 checks `MediaSource.isTypeSupported` first and fails with that reason otherwise), so the test
@@ -34,7 +34,7 @@ for (const type of ['play', 'playing', 'timeupdate', 'error']) {
 }
 window.__stats = [];
 new MutationObserver(() => {
-  const node = document.querySelector('#live-stats');
+  const node = document.querySelector('#live-stats .tts-stats');
   if (node && window.__stats[window.__stats.length - 1] !== node.innerText)
     window.__stats.push(node.innerText);
 }).observe(document, {subtree: true, childList: true, characterData: true});
@@ -72,6 +72,18 @@ def open_with_standard_player(page, url: str) -> None:
     page.get_by_label("Standard (gr.Audio, HLS)").check()
 
 
+def stat(page, name: str) -> str:
+    """A value of the live stats panel (data-s=name)."""
+    return page.text_content(f"#live-stats [data-s='{name}']")
+
+
+def wait_for_state(page, state: str) -> None:
+    page.wait_for_function(
+        f"() => document.querySelector(\"#live-stats [data-s='state']\")?.textContent === '{state}'",
+        timeout=30_000,
+    )
+
+
 def live_audio_events(page) -> list[list]:
     return [e for e in page.evaluate("window.__media") if e[3] == "live-audio" or e[0] == "click"]
 
@@ -97,12 +109,8 @@ def test_page_streams_audio_that_plays_and_stats_update(app_server, browser_cont
         "The browser test is speaking now. It should play while it streams. "
         "The stats next to the player change with every chunk.",
     )
-    before = page.inner_text("#live-stats")
-
     page.click("#generate")
-    page.wait_for_function(
-        "() => document.querySelector('#live-stats').innerText.includes('Done')", timeout=30_000
-    )
+    wait_for_state(page, "Done")
     page.wait_for_function(
         "() => { const a = document.querySelector('#live-audio audio');"
         " return a && a.currentTime > 1.0; }",
@@ -118,17 +126,18 @@ def test_page_streams_audio_that_plays_and_stats_update(app_server, browser_cont
     click = next(e[1] for e in events if e[0] == "click")
     playing = next(e[1] for e in events if e[0] == "playing")
     audible_s = (playing - click) / 1000
-    engine_s = re.search(r"time to first audio ([0-9.]+) s", page.inner_text("#live-stats"))
-    print(f"time to first audio: engine {engine_s and engine_s.group(1)} s (request -> first chunk), "
-          f"browser {audible_s:.3f} s (click -> <audio> 'playing')")  # fmt: skip
+    print(f"time to first audio: engine {stat(page, 'engine')} (request -> first chunk), "
+          f"browser {audible_s:.3f} s (click -> <audio> 'playing'), "
+          f"panel {stat(page, 'heard')}")  # fmt: skip
     assert 0 < audible_s < 10
+    heard_ms = int(re.fullmatch(r"(\d+) ms", stat(page, "heard")).group(1))
+    assert abs(heard_ms - audible_s * 1000) < 100  # the panel's heard = click -> 'playing'
+    assert re.fullmatch(r"\d+ ms", stat(page, "engine"))
     assert any(u.endswith("playlist.m3u8") for u in streamed)
     assert any(u.endswith(".aac") for u in streamed)
 
-    final = page.inner_text("#live-stats")
-    assert final != before and "Done" in final and "time to first audio" in final
-    seen = page.evaluate("window.__stats")  # every text the stats showed, in order
-    generating = [s for s in seen if "Generating" in s]
+    seen = page.evaluate("window.__stats")  # every text the stats panel showed, in order
+    generating = [s for s in seen if "Generating" in s and "chunks" in s]
     assert len(set(generating)) >= 2, seen  # updated on chunks while the stream was running
     full = page.locator(
         "#full-audio audio, #full-audio [data-testid='waveform-Full clip (download)']"
@@ -148,9 +157,7 @@ def test_bad_input_shows_a_clear_error_in_the_page(app_server, browser_context):
     # the page still works afterwards
     page.fill("#text textarea", "Working again.")
     page.click("#generate")
-    page.wait_for_function(
-        "() => document.querySelector('#live-stats').innerText.includes('Done')", timeout=30_000
-    )
+    wait_for_state(page, "Done")
 
 
 def set_chunk_frames(page, first: int, steady: int) -> None:
@@ -169,16 +176,16 @@ def test_stop_ends_the_stream(app_server, browser_context):
     set_chunk_frames(page, first=1, steady=1)  # ~700 chunks of 80 ms: a stream of many seconds
     page.click("#generate")
     page.wait_for_function(
-        "() => document.querySelector('#live-stats').innerText.includes('Generating')",
+        "() => /\\d+ chunks/.test(document.querySelector(\"#live-stats [data-s='chunks']\").textContent)",
         timeout=30_000,
     )
     page.click("#stop")
     page.wait_for_timeout(2000)
-    at_stop = page.inner_text("#live-stats")
+    at_stop = stat(page, "chunks")
     page.wait_for_timeout(2000)
-    assert page.inner_text("#live-stats") == at_stop  # no more chunks arrive
-    assert "Done" not in at_stop
-    chunks = int(re.search(r"chunks (\d+)", at_stop).group(1))
+    assert stat(page, "chunks") == at_stop  # no more chunks arrive
+    assert stat(page, "state") == "Stopped"
+    chunks = int(re.fullmatch(r"(\d+) chunks", at_stop).group(1))
     assert chunks < 500  # stopped well before the ~700 chunks of the whole text
 
 
@@ -200,3 +207,5 @@ def test_real_page_defaults_to_the_low_latency_player(app_server, browser_contex
     print(f"real page, low-latency player: click -> first sound {run['firstSoundMs']:.0f} ms, "
           f"engine {run['engineTtfaMs']:.0f} ms")  # fmt: skip
     page.wait_for_selector("#lowlatency-player [data-ll='download']:not([hidden])")
+    wait_for_state(page, "Done")  # the same stats panel, filled by the low-latency player
+    assert re.fullmatch(r"\d+ ms", stat(page, "heard")) and stat(page, "underruns") == "0"

@@ -1,10 +1,10 @@
-"""Headless Chromium clicks Generate on a page with the low-latency player and listens; and
-the player's PCM route over plain HTTP.
+"""Headless Chromium clicks Generate on the page's low-latency player and listens; and the
+player's PCM route over plain HTTP.
 
-A small Gradio page (inputs, Generate/Stop, the player, and the standard streaming gr.Audio
-behind the toggle) runs on 127.0.0.1 with the real eSpeak engine and the PCM route installed
-on Gradio's own app. Latency "as heard" comes from the page's AudioContext timeline: when the
-first scheduled buffer reaches the output, minus the click's timestamp.
+The real page (`build_demo(slot, voices).launch(prevent_thread_lock=True)`, which installs the
+PCM route itself) runs on 127.0.0.1 with the real eSpeak engine; tests switch the engine with
+`slot.set`. Latency "as heard" comes from the page's AudioContext timeline: when the first
+scheduled buffer reaches the output, minus the click's timestamp.
 
 Skips when Chromium or Playwright is missing, unless REQUIRE_BROWSER=1 (CI), where it fails.
 """
@@ -18,11 +18,12 @@ import statistics
 import struct
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
+from test_native_rate import backend as native_48k_backend
 from test_openai_api import (
     LONG_TEXT,
     PacedBackend,
@@ -34,9 +35,9 @@ from test_openai_api import (
     wait_until,
 )
 
-from tts_core.audio import SAMPLE_RATE, to_int16
+from tts_core.audio import SAMPLE_RATE
 from tts_core.audio.ffmpeg import ensure_ffmpeg_on_path
-from tts_core.engine import EngineConfig, StreamHandle, SynthesisRequest
+from tts_core.engine import Engine, EngineConfig, EngineSlot
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -88,67 +89,39 @@ def chromium_page(tmp_path_factory):
             context.close()
 
 
-def standard_stream(engine, text: str, language: str) -> Iterator:  # noqa: ANN001
-    """The standard player's handler: int16 chunks to a streaming gr.Audio, each followed
-    150 ms later by a 1-sample chunk (Gradio publishes a chunk only when the next arrives)."""
-    handle = StreamHandle(engine, SynthesisRequest(text, None, None))
-    nudge = (SAMPLE_RATE, np.zeros(1, np.int16))
-    try:
-        while True:
-            try:
-                event = handle.next_event(timeout=0.15)
-            except StopIteration:
-                break
-            if event is None or event.audio.size == 0:
-                yield nudge
-                continue
-            yield SAMPLE_RATE, to_int16(event.audio)
-        yield nudge
-    finally:
-        handle.cancel()
-
-
 @pytest.fixture(scope="module")
 def player_app(espeak_backend, tmp_path_factory):
-    """(url, engines): the page on Gradio's server; engines["current"] serves the requests."""
-    import gradio as gr
-
-    from tts_core.server import install_routes
-    from tts_core.ui.lowlatency import build_lowlatency_player
+    """(url, slot): the page on Gradio's server; slot.engine serves the requests."""
+    from tts_core.server import VoiceRegistry
+    from tts_core.ui import build_demo
 
     ensure_ffmpeg_on_path()  # Gradio's streaming gr.Audio encodes AAC with ffmpeg
-    engines = {"current": RecordingEngine(espeak_backend, EngineConfig(max_concurrent=2))}
-    with gr.Blocks(title="low-latency player test") as demo:
-        text = gr.Textbox(TEXT, label="Text", elem_id="text")
-        language = gr.Dropdown(["auto", "english"], value="auto", label="Language")
-        reference = gr.Audio(None, sources=["upload"], type="filepath", label="Reference",
-                             elem_id="reference")  # fmt: skip
-        with gr.Row():
-            generate = gr.Button("Generate", variant="primary", elem_id="generate")
-            stop = gr.Button("Stop", variant="stop", elem_id="stop")
-        fields = {"text": text, "language": language, "reference": reference}
-        player = build_lowlatency_player(fields, generate, stop)
-        live = gr.Audio(label="Live audio (standard)", streaming=True, autoplay=True,
-                        interactive=False, elem_id="live-audio")  # fmt: skip
-
-        def standard(*inputs: str) -> Iterator:
-            yield from standard_stream(engines["current"], *inputs)
-
-        player.standard_trigger.click(standard, [text, language], live)
-    demo.queue(default_concurrency_limit=2)
+    slot = EngineSlot.holding(RecordingEngine(espeak_backend, EngineConfig(max_concurrent=2)))
+    voices = VoiceRegistry(tmp_path_factory.mktemp("voices"))
+    demo = build_demo(slot, voices, concurrency=2).queue()
     _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
                             server_port=free_port(), quiet=True)  # fmt: skip
-    voices = tmp_path_factory.mktemp("voices")
-    install_routes(demo.app, lambda: engines["current"], voices_dir=voices)
     try:
-        yield url, engines
+        yield url, slot
     finally:
         demo.close()
 
 
-def open_page(page, url: str) -> None:  # noqa: ANN001
+@contextmanager
+def serving(slot: EngineSlot, engine: Engine) -> Iterator[Engine]:
+    """`engine` serves the page's requests inside the block."""
+    original = slot.engine
+    slot.set(engine)
+    try:
+        yield engine
+    finally:
+        slot.set(original)
+
+
+def open_page(page, url: str, text: str = TEXT) -> None:  # noqa: ANN001
     page.goto(url)
     page.wait_for_function("() => window.__ttsLowLatency !== undefined", timeout=30_000)
+    page.fill("#text textarea", text)
 
 
 def generate_and_wait(page) -> dict:  # noqa: ANN001
@@ -165,12 +138,12 @@ def generate_and_wait(page) -> dict:  # noqa: ANN001
 
 
 def assert_gapless(run: dict) -> None:
-    """Every buffer starts on the sample where the previous one ended; nothing was late."""
-    rate = run["contextRate"]
-    assert rate == SAMPLE_RATE
-    starts = [round(start * rate) for start, _ in run["schedule"]]
-    ends = [s + n for s, (_, n) in zip(starts, run["schedule"], strict=True)]
+    """Every buffer starts on the frame where the previous one ended; nothing was late."""
+    starts = [start for start, _ in run["schedule"]]  # in the AudioContext's frames
+    ends = [start + frames for start, frames in run["schedule"]]
     assert starts[1:] == ends[:-1]
+    audio_s = run["samples"] / run["rate"]
+    assert (ends[-1] - starts[0]) / run["contextRate"] == pytest.approx(audio_s, abs=1e-3)
     assert run["underruns"] == 0 and run["silentMs"] == 0
 
 
@@ -178,14 +151,15 @@ def assert_gapless(run: dict) -> None:
 def test_low_latency_player_is_heard_within_150_ms_of_the_engine(
     chromium_page, player_app, tmp_path
 ):
-    url, engines = player_app
+    url, slot = player_app
     page = chromium_page
     open_page(page, url)
     page.click("#text")  # a press in the page, as when typing the text: opens the audio device
     generate_and_wait(page)  # warm-up
     runs = [generate_and_wait(page) for _ in range(RUNS)]
     extra = []
-    for run, engine_run in zip(runs, engines["current"].runs[-RUNS:], strict=True):
+    for run, engine_run in zip(runs, slot.engine.runs[-RUNS:], strict=True):
+        assert run["rate"] == SAMPLE_RATE  # from the response's X-Sample-Rate
         assert run["samples"] == engine_run["samples"] > SAMPLE_RATE  # every sample played
         assert_gapless(run)
         extra.append(run["firstSoundMs"] - run["engineTtfaMs"])
@@ -204,12 +178,10 @@ def test_low_latency_player_is_heard_within_150_ms_of_the_engine(
 
 @pytest.mark.browser
 def test_stop_aborts_the_stream_and_the_generation(chromium_page, player_app, espeak_backend):
-    url, engines = player_app
+    url, slot = player_app
     paced = RecordingEngine(PacedBackend(espeak_backend, 8.0), EngineConfig(max_concurrent=2))
-    original, engines["current"] = engines["current"], paced
-    try:
-        open_page(chromium_page, url)
-        chromium_page.fill("#text textarea", LONG_TEXT)
+    with serving(slot, paced):
+        open_page(chromium_page, url, LONG_TEXT)
         chromium_page.click("#generate")
         chromium_page.wait_for_function("() => window.__ttsLowLatency.last?.chunks >= 2",
                                         timeout=20_000)  # fmt: skip
@@ -222,13 +194,14 @@ def test_stop_aborts_the_stream_and_the_generation(chromium_page, player_app, es
         assert paced.runs[-1]["cancel"].is_set()
         assert paced.runs[-1]["samples"] < len(LONG_TEXT) / 15 * SAMPLE_RATE / 2
         wait_until(lambda: paced.active_requests == 0, 5)
-    finally:
-        engines["current"] = original
+        stats_state = chromium_page.text_content("#live-stats [data-s='state']")
+        assert stats_state == "Stopped"
 
 
 @pytest.mark.browser
 def test_standard_player_stays_available_behind_the_toggle(chromium_page, player_app):
-    url, engines = player_app
+    url, slot = player_app
+    engine = slot.engine
     page = chromium_page
     open_page(page, url)
     page.evaluate(
@@ -237,29 +210,33 @@ def test_standard_player_stays_available_behind_the_toggle(chromium_page, player
         " document.addEventListener('pointerdown', (e) => { window.__press = e.timeStamp; }, true); }"
     )  # fmt: skip
     page.get_by_label("Standard (gr.Audio, HLS)").check()
-    runs_before = len(engines["current"].runs)
+    assert not page.is_visible("#lowlatency-player")  # its own controls: low-latency mode only
+    runs_before = len(engine.runs)
     last_low_latency_run = page.evaluate(LAST_RUN)
     page.click("#generate")
-    wait_until(lambda: len(engines["current"].runs) > runs_before, 20)
+    wait_until(lambda: len(engine.runs) > runs_before, 20)
     page.wait_for_function("() => window.__playing !== null", timeout=20_000)
     heard_ms = page.evaluate("() => window.__playing - window.__press")
     print(f"\nstandard gr.Audio (HLS) player: click -> 'playing' {heard_ms:.0f} ms")
     time.sleep(0.3)
     assert page.evaluate(LAST_RUN) == last_low_latency_run  # the low-latency player kept still
-    assert len(engines["current"].runs) == runs_before + 1  # exactly one synthesis per click
+    assert len(engine.runs) == runs_before + 1  # exactly one synthesis per click
+    page.get_by_label("Low latency (Web Audio)").check()
+    page.wait_for_selector("#lowlatency-player", state="visible")
+    assert not page.is_visible("#live-audio")  # the standard players hide in low-latency mode
 
 
 @pytest.mark.browser
 def test_uploaded_reference_clip_reaches_the_pcm_route(chromium_page, player_app):
-    url, engines = player_app
+    url, slot = player_app
     page = chromium_page
     open_page(page, url)
     page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
     page.wait_for_selector("#reference audio, #reference [data-testid='waveform-controls']",
                            state="attached", timeout=20_000)  # fmt: skip
     run = generate_and_wait(page)
-    voice = engines["current"].runs[-1]["stats"]["voice"]
-    assert run["samples"] == engines["current"].runs[-1]["samples"]
+    voice = slot.engine.runs[-1]["stats"]["voice"]
+    assert run["samples"] == slot.engine.runs[-1]["samples"]
     assert voice["variant"] == "+f3" and voice["ref_f0_hz"] > 150  # the uploaded female clip
 
 
@@ -330,8 +307,7 @@ def test_page_pcm_route_accepts_clips_under_the_upload_folder(page_route):
 @pytest.mark.browser
 def test_bad_input_is_reported_in_the_player(chromium_page, player_app):
     url, _ = player_app
-    open_page(chromium_page, url)
-    chromium_page.fill("#text textarea", "   ")
+    open_page(chromium_page, url, "   ")
     chromium_page.click("#generate")
     status = "#lowlatency-player [data-ll='status']"
     chromium_page.wait_for_function(
@@ -345,16 +321,23 @@ def test_bad_input_is_reported_in_the_player(chromium_page, player_app):
 def test_underruns_are_counted_when_generation_falls_behind(
     chromium_page, player_app, espeak_backend
 ):
-    url, engines = player_app
+    url, slot = player_app
     slow = RecordingEngine(PacedBackend(espeak_backend, 0.6), EngineConfig(max_concurrent=2))
-    original, engines["current"] = engines["current"], slow  # slower than real time
-    try:
-        open_page(chromium_page, url)
-        chromium_page.fill("#text textarea", "Slow generation. It cannot keep up with playback.")
+    with serving(slot, slow):  # slower than real time
+        open_page(chromium_page, url, "Slow generation. It cannot keep up with playback.")
         run = generate_and_wait(chromium_page)
-    finally:
-        engines["current"] = original
     assert run["underruns"] >= 1 and run["silentMs"] > 0
     assert run["samples"] == slow.runs[-1]["samples"]
-    text = chromium_page.text_content("#lowlatency-player [data-ll='underruns']")
+    text = chromium_page.text_content("#live-stats [data-s='underruns']")  # the stats panel
     assert text.startswith(f"{run['underruns']} (") and "silent" in text
+
+
+@pytest.mark.browser
+def test_the_player_takes_the_sample_rate_from_the_response(chromium_page, player_app):
+    """A 48 kHz model on a page built for a 24 kHz one: played at 48 kHz, every sample."""
+    url, slot = player_app
+    with serving(slot, RecordingEngine(native_48k_backend())) as native:
+        open_page(chromium_page, url)
+        run = generate_and_wait(chromium_page)
+    assert run["rate"] == 48_000 and run["samples"] == native.runs[-1]["samples"] == 12 * 3840
+    assert_gapless(run)

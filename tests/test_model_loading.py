@@ -20,12 +20,12 @@ SPEECH = {"input": "Hello there.", "voice": "coral", "response_format": "wav"}
 def test_slot_answers_loading_until_the_engine_is_set(espeak_backend):
     slot = EngineSlot("some/model")
     with pytest.raises(ModelLoading, match="still loading") as caught:
-        slot.engine
+        _ = slot.engine
     assert caught.value.retry_after_s > 0 and slot.info() == {"status": slot.progress.as_json()}
     slot.report(DOWNLOADING, done=600e6, total=2400e6)
     assert slot.progress.fraction == pytest.approx(0.25)
     with pytest.raises(ModelLoading, match=r"downloading 0.60 of 2.40 GB \(25 %\)"):
-        slot.engine
+        _ = slot.engine
     slot.report(LOADING)
     assert slot.progress.describe() == "loading the model into memory"
     engine = Engine(espeak_backend)
@@ -58,7 +58,7 @@ def test_background_load_hands_over_the_engine_or_its_failure(espeak_backend):
     failed.load(broken).join(10)
     assert failed.progress.phase == FAILED
     with pytest.raises(BackendError, match="could not be loaded .*disk on fire"):
-        failed.engine
+        _ = failed.engine
     with pytest.raises(OSError):  # --wait-for-model: the error stops the start
         EngineSlot("x").load(broken, background=False)
 

@@ -1,8 +1,9 @@
 """Gradio event handlers: inputs -> engine request -> yields for the page and the API.
 
-Errors the user can fix become gr.Error with the engine's message; anything unexpected is
-logged with its traceback and reported as a short internal error. Either way the server
-keeps serving.
+Each handler takes the engine from the slot per request (a request while the model loads gets
+its "still loading" message). Errors the user can fix become gr.Error with the engine's or the
+voice registry's message; anything unexpected is logged with its traceback and reported as a
+short internal error. Either way the server keeps serving.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from ..audio import to_int16
+from ..audio import SAMPLE_RATE, to_int16
 from ..engine import (
     BackendError,
     Engine,
     EngineBusy,
+    EngineSlot,
     InputError,
     StreamEvent,
     StreamHandle,
     SynthesisParams,
     SynthesisRequest,
 )
-from .formatting import stats_markdown, timeline_frame
+from ..server.voices import VoiceDamaged, VoiceNotFound, VoiceRegistry
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +55,13 @@ def make_request(
     chunk_frames: float = 6,
     cfg_value: float | None = None,
     inference_timesteps: float | None = None,
+    voice: str | None = None,
+    *,
+    voices: VoiceRegistry | None = None,
 ) -> SynthesisRequest:
-    """The page's inputs, in the order of the API (gradio_client) parameters: the fields of
-    SynthesisParams, appended at the end when new so positional callers keep working."""
+    """The page's inputs, in the order of the API (gradio_client) parameters: new ones are
+    appended at the end so positional callers keep working. `voice` names a built-in or saved
+    voice (from `voices`) used instead of the reference clip and its transcript."""
     params = SynthesisParams(
         language=language or "auto",
         temperature=temperature,
@@ -68,28 +74,48 @@ def make_request(
         cfg_value=cfg_value,
         inference_timesteps=inference_timesteps,
     )
+    if voice:
+        if voices is None:
+            raise InputError("Named voices are not available here; upload a clip instead.")
+        named, clip = voices.load(voice)
+        return SynthesisRequest(text, (SAMPLE_RATE, clip), named.transcript, params)
     return SynthesisRequest(text, reference or None, reference_text, params)
+
+
+# make_request's parameters are the API's (the registry is the page's, not the caller's)
+API_SIGNATURE = inspect.signature(make_request).replace(
+    parameters=[
+        p
+        for p in inspect.signature(make_request).parameters.values()
+        if p.kind is not p.KEYWORD_ONLY
+    ],  # fmt: skip
+    return_annotation=Any,
+)
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """InputError/BackendError -> gr.Error(message); other exceptions -> short gr.Error."""
+    """Engine and voice errors -> gr.Error(message); other exceptions -> short gr.Error."""
     try:
         yield
     except gr.Error:
         raise
-    except (InputError, BackendError, EngineBusy) as exc:
+    except VoiceNotFound as exc:
+        raise gr.Error(f"There is no voice named '{exc.args[0]}'.", print_exception=False) from None
+    except (InputError, BackendError, EngineBusy, VoiceDamaged) as exc:
         raise gr.Error(str(exc), print_exception=False) from None
     except Exception as exc:  # noqa: BLE001 - never show a stack trace to the user
         log.exception("request failed")
         raise gr.Error(f"Internal error ({type(exc).__name__}); see the server log.") from None
 
 
-def stream_to_page(engine: Engine, *inputs: Any) -> Iterator[tuple]:
-    """Outputs: live audio, stats Markdown, timeline plot, full clip, stats JSON."""
+def stream_to_page(
+    engine: Engine, *inputs: Any, voices: VoiceRegistry | None = None
+) -> Iterator[tuple]:
+    """Outputs: live audio, full clip, stats (the page's stats panel draws them)."""
     skip = gr.skip()
     with user_errors():
-        handle = StreamHandle(engine, make_request(*inputs))
+        handle = StreamHandle(engine, make_request(*inputs, voices=voices))
     pieces: list[np.ndarray] = []
     last_chunk_at: float | None = None  # set while a chunk waits to be flushed by a nudge
     stats: dict[str, Any] = {}
@@ -98,25 +124,19 @@ def stream_to_page(engine: Engine, *inputs: Any) -> Iterator[tuple]:
             if event is None:
                 if last_chunk_at is not None:
                     last_chunk_at = None
-                    yield (engine.sample_rate, _NUDGE), skip, skip, skip, skip
+                    yield (engine.sample_rate, _NUDGE), skip, skip
                 continue
             stats = event.stats
             if not pieces:
                 _warn(stats, engine.notice)
             pieces.append(event.audio)
-            state = "Done" if event.final else "Generating…"
             if event.audio.size:
                 last_chunk_at = time.perf_counter()
-                audio = (engine.sample_rate, to_int16(event.audio))
-                text = stats_markdown(stats, state, engine.notice)
-                yield audio, text, timeline_frame(stats), skip, skip
+                yield (engine.sample_rate, to_int16(event.audio)), skip, stats
         if last_chunk_at is not None:
             time.sleep(max(0.0, PUBLISH_NUDGE_S - (time.perf_counter() - last_chunk_at)))
-            yield (engine.sample_rate, _NUDGE), skip, skip, skip, skip
-        full = (engine.sample_rate, to_int16(np.concatenate(pieces)))
-        state = "Stopped" if stats.get("stop_reason") == "cancelled" else "Done"
-        text = stats_markdown(stats, state, engine.notice)
-        yield skip, text, timeline_frame(stats), full, stats
+            yield (engine.sample_rate, _NUDGE), skip, skip
+        yield skip, (engine.sample_rate, to_int16(np.concatenate(pieces))), stats
     finally:
         handle.cancel()  # Stop, disconnect or error: end the synthesis now
 
@@ -139,10 +159,12 @@ def _events_with_timeouts(handle: StreamHandle) -> Iterator[StreamEvent | None]:
         yield event
 
 
-def stream_to_api(engine: Engine, *inputs: Any) -> Iterator[tuple]:
+def stream_to_api(
+    engine: Engine, *inputs: Any, voices: VoiceRegistry | None = None
+) -> Iterator[tuple]:
     """/synthesize: one (chunk WAV, stats) per chunk; the last one's stats have done=true."""
     with user_errors():
-        handle = StreamHandle(engine, make_request(*inputs))
+        handle = StreamHandle(engine, make_request(*inputs, voices=voices))
     try:
         for event in _events_with_timeouts(handle):
             if event is None:
@@ -153,7 +175,9 @@ def stream_to_api(engine: Engine, *inputs: Any) -> Iterator[tuple]:
         handle.cancel()
 
 
-def synthesize_full(engine: Engine, *inputs: Any) -> Iterator[tuple]:
+def synthesize_full(
+    engine: Engine, *inputs: Any, voices: VoiceRegistry | None = None
+) -> Iterator[tuple]:
     """/synthesize_full: the finished clip (WAV) and the final stats (`predict` returns them).
 
     A generator that yields `gr.skip()` while it works: Gradio looks for a lost client, and
@@ -163,7 +187,7 @@ def synthesize_full(engine: Engine, *inputs: Any) -> Iterator[tuple]:
     """
     skip = gr.skip()
     with user_errors():
-        handle = StreamHandle(engine, make_request(*inputs))
+        handle = StreamHandle(engine, make_request(*inputs, voices=voices))
     pieces, stats = [], {}
     try:
         for event in _events_with_timeouts(handle):
@@ -176,19 +200,17 @@ def synthesize_full(engine: Engine, *inputs: Any) -> Iterator[tuple]:
     yield (engine.sample_rate, to_int16(np.concatenate(pieces))), stats
 
 
-def bind(fn: Callable, engine: Engine) -> Callable:
-    """fn(engine, *inputs) -> a Gradio handler whose API parameters carry make_request's names
-    (a generator stays a generator function: Gradio decides streaming from that)."""
-    if inspect.isgeneratorfunction(fn):
+def bind(fn: Callable, slot: EngineSlot, voices: VoiceRegistry | None) -> Callable[..., Iterator]:
+    """fn(engine, *inputs, voices=) -> a Gradio handler that takes the engine from `slot` per
+    request and whose API parameters carry make_request's names (every handler here is a
+    generator, and stays one: Gradio decides streaming from that)."""
 
-        def handler(*inputs: Any) -> Iterator:
-            yield from fn(engine, *inputs)
-    else:
+    def handler(*inputs: Any) -> Iterator:
+        with user_errors():
+            engine = slot.engine  # ModelLoading while the model loads
+        yield from fn(engine, *inputs, voices=voices)
 
-        def handler(*inputs: Any) -> Any:
-            return fn(engine, *inputs)
-
-    handler.__signature__ = inspect.signature(make_request).replace(return_annotation=Any)
+    handler.__signature__ = API_SIGNATURE
     handler.__name__ = handler.__qualname__ = fn.__name__
     handler.__doc__ = fn.__doc__
     return handler

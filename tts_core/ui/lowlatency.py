@@ -7,14 +7,14 @@ Generate/Stop buttons,
 
 renders a player-mode toggle, the player, and a hidden "standard" button, and binds a
 front-end-only handler to Generate (the click is the user gesture that starts the
-AudioContext) and to Stop. `fields` maps the PCM route's request names (text, language,
-reference, reference_text, temperature, top_k, top_p, repetition_penalty, seed,
-first_chunk_frames, chunk_frames) to the components that hold them. On Generate the handler
-either streams through the low-latency player (default) or, when the toggle says "Standard",
-clicks `player.standard_trigger`: bind the standard streaming gr.Audio handler to
-`player.standard_trigger.click` instead of `generate.click`, so that exactly one of the two
-players synthesizes per click and the Gradio queue is not involved in low-latency mode. The
-PCM route itself comes from `tts_core.server.install_routes`.
+AudioContext) and to Stop. `fields` maps the PCM route's request names (FIELDS: make_request's
+parameters) to the components that hold them. On Generate the handler either streams through
+the low-latency player (default) or, when the toggle says "Standard", clicks
+`player.standard_trigger`: bind the standard streaming gr.Audio handler to that button instead
+of `generate.click`, so that exactly one of the two players synthesizes per click and the
+Gradio queue is not involved in low-latency mode. The player reports to the page's stats panel
+(stats_panel.py) when there is one. The PCM route itself comes from
+`tts_core.server.install_routes` (the page's launch installs it).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from pathlib import Path
 
 import gradio as gr
 
-from ..audio import SAMPLE_RATE
 from ..engine import PARAM_FIELDS
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -33,17 +32,11 @@ LOW_LATENCY = "Low latency (Web Audio)"
 STANDARD = "Standard (gr.Audio, HLS)"
 DEFAULT_ROUTE = "/tts_stream/pcm"
 STANDARD_TRIGGER_ID = "standard-player-trigger"
-FIELDS = ("text", "language", "reference", "reference_text", *PARAM_FIELDS)  # make_request's
+FIELDS = ("text", "language", "reference", "reference_text", *PARAM_FIELDS, "voice")
 
 _MARKUP = """<div class="ll-player">
-<h3>Low-latency player</h3>
-<div class="ll-status" data-ll="status">Press Generate to start.</div>
-<dl>
-<dt>Click → first sound</dt><dd data-ll="first">–</dd>
-<dt>Engine's first audio</dt><dd data-ll="engine">–</dd>
-<dt>Underruns</dt><dd data-ll="underruns">–</dd>
-<dt>Received</dt><dd data-ll="audio">–</dd>
-</dl>
+<span class="ll-title">Low-latency player</span>
+<span class="ll-status" data-ll="status">Press Generate to start.</span>
 <div class="ll-download"><audio data-ll="replay" controls hidden></audio>
 <a data-ll="download" download="speech.wav" hidden>Download WAV</a></div>
 </div>"""
@@ -57,8 +50,7 @@ class LowLatencyPlayer:
 
 
 def player_script(fields: list[str], generate_id: str, route: str = DEFAULT_ROUTE,
-                  start_lead_s: float = 0.02, max_lead_s: float = 1.0,
-                  sample_rate: int = SAMPLE_RATE) -> str:  # fmt: skip
+                  start_lead_s: float = 0.02, max_lead_s: float = 1.0) -> str:  # fmt: skip
     config = {
         "route": route,
         "fields": fields,
@@ -67,7 +59,6 @@ def player_script(fields: list[str], generate_id: str, route: str = DEFAULT_ROUT
         "standardTriggerId": STANDARD_TRIGGER_ID,
         "startLeadS": start_lead_s,
         "maxLeadS": max_lead_s,
-        "sampleRate": int(sample_rate),  # the engine's: the PCM route sends its native rate
     }
     source = (STATIC / "lowlatency_player.js").read_text()
     return source.replace("__CONFIG__", json.dumps(config))
@@ -79,7 +70,6 @@ def build_lowlatency_player(
     stop: gr.Button | None = None,
     route: str = DEFAULT_ROUTE,
     start_lead_s: float = 0.02,
-    sample_rate: int = SAMPLE_RATE,
 ) -> LowLatencyPlayer:
     """Render the toggle + player and bind it to Generate/Stop (see the module docstring)."""
     unknown = sorted(set(fields) - set(FIELDS))
@@ -89,19 +79,20 @@ def build_lowlatency_player(
         raise ValueError("the Generate button needs an elem_id (click -> first sound timing)")
     mode = gr.Radio([LOW_LATENCY, STANDARD], value=LOW_LATENCY, label="Player",
                     elem_id="player-mode")  # fmt: skip
-    names = list(fields)
     html = gr.HTML(
         _MARKUP,
         css_template=(STATIC / "lowlatency_player.css").read_text(),
-        js_on_load=player_script(
-            names, generate.elem_id, route, start_lead_s, sample_rate=sample_rate
-        ),  # fmt: skip
+        js_on_load=player_script(list(fields), generate.elem_id, route, start_lead_s),
         elem_id="lowlatency-player",
     )
     trigger = gr.Button("Standard player", visible="hidden", elem_id=STANDARD_TRIGGER_ID)
     start = "(...values) => { window.__ttsLowLatency && window.__ttsLowLatency.start(values); }"
     generate.click(None, [mode, *fields.values()], None, js=start, queue=False)
     if stop is not None:
-        halt = "() => { window.__ttsLowLatency && window.__ttsLowLatency.stop(); }"
+        halt = ("() => { window.__ttsLowLatency && window.__ttsLowLatency.stop();"
+                " window.__ttsStats && window.__ttsStats.stopped(); }")  # fmt: skip
         stop.click(None, None, None, js=halt, queue=False)
+    # its own controls show in low-latency mode only (set_mode hides the block)
+    set_mode = "(mode) => { window.__ttsLowLatency && window.__ttsLowLatency.setMode(mode); }"
+    mode.change(None, mode, None, js=set_mode, queue=False)
     return LowLatencyPlayer(mode, html, trigger)

@@ -2,14 +2,14 @@
 // plays each PCM chunk the moment it arrives, gaplessly, with scheduled AudioBufferSourceNodes.
 //
 // Runs as gr.HTML's js_on_load: `element` is the player's root. __CONFIG__ is replaced by the
-// Python side with {route, fields, mode, generateId, standardTriggerId, startLeadS, maxLeadS,
-// sampleRate}.
-// window.__ttsLowLatency = {start(values), stop(), level(), context(), last} ("last": the
-// metrics of the last run,
-// read by the browser test).
+// Python side with {route, fields, mode, generateId, standardTriggerId, startLeadS, maxLeadS}.
+// The stream's sample rate comes with each response (header X-Sample-Rate): the model's.
+// Every run's numbers go to the page's stats panel (window.__ttsStats, stats_panel.js).
+// window.__ttsLowLatency = {start(values), stop(), setMode(mode), level(), context(), last}
+// ("last": the metrics of the last run, read by the browser tests).
 (() => {
   const CFG = __CONFIG__;
-  const RATE = CFG.sampleRate;
+  const panel = () => window.__ttsStats; // the shared stats panel (absent: nothing to show)
   const AUDIBLE = 0.001; // -60 dBFS: the first sample at least this loud counts as "heard"
   const $ = (name) => element.querySelector(`[data-ll="${name}"]`);
   let ctx = null;
@@ -31,23 +31,19 @@
 
   function audioContext() {
     // Created/resumed inside the click handler: the click is the user gesture autoplay needs.
-    if (ctx === null) {
-      try {
-        ctx = new AudioContext({ sampleRate: RATE, latencyHint: "interactive" });
-      } catch (err) {
-        ctx = new AudioContext({ latencyHint: "interactive" });
-      }
-    }
+    // At the device's own rate: a stream's rate is known only once its response arrives,
+    // and buffers of any rate play in any context (resampled by the browser).
+    if (ctx === null) ctx = new AudioContext({ latencyHint: "interactive" });
     if (ctx.state !== "running") ctx.resume();
     return ctx;
   }
 
-  const ms = (s) => (s === null || s === undefined ? "–" : `${Math.round(s)} ms`);
   function show(name, text) { const node = $(name); if (node) node.textContent = text; }
 
   class Run {
     constructor(clickT) {
       this.ctx = null; // attached right after the request is sent (opening it may take ~0.1 s)
+      this.rate = null; // the stream's sample rate (X-Sample-Rate)
       this.out = null;
       this.abort = new AbortController();
       this.lead = CFG.startLeadS;
@@ -57,8 +53,8 @@
       this.m = {
         clickT, firstSoundMs: null, firstAudibleMs: null, engineTtfaMs: null, underruns: 0,
         sentMs: null, headersMs: null, firstChunkMs: null, silentMs: 0, chunks: 0, samples: 0,
-        schedule: [], done: false, error: null,
-        contextRate: null, stopped: false, stats: null, endCtx: null,
+        schedule: [], done: false, error: null, // schedule: [start frame, frames] (context's)
+        rate: null, contextRate: null, stopped: false, stats: null, endCtx: null,
       };
       element.dataset.state = "waiting";
     }
@@ -89,25 +85,27 @@
         floats[i] = int16[i] / 32768;
         if (audible < 0 && Math.abs(floats[i]) >= AUDIBLE) audible = i;
       }
-      const rate = this.ctx.sampleRate;
+      const rate = this.ctx.sampleRate; // context frames; the chunk has this.rate samples/s
       const nowFrame = Math.ceil(this.ctx.currentTime * rate);
       const leadFrames = Math.round(this.lead * rate);
       if (this.nextFrame === null) {
         this.m.firstChunkMs = performance.now() - this.m.clickT;
         this.nextFrame = nowFrame + leadFrames;
         this.m.firstSoundMs = this.perfAt(this.nextFrame / rate) - this.m.clickT;
+        if (panel()) panel().heard(this.m.firstSoundMs);
       } else if (this.nextFrame < nowFrame + 64) { // playback caught up with generation
         const gap = nowFrame + leadFrames - this.nextFrame;
         this.m.underruns += 1;
         this.m.silentMs += (gap / rate) * 1000;
         this.nextFrame += gap;
         this.lead = Math.min(this.lead + gap / rate, CFG.maxLeadS); // grow the jitter buffer
+        if (panel()) panel().underruns(this.m.underruns, this.m.silentMs);
       }
       const startS = this.nextFrame / rate;
       if (this.m.firstAudibleMs === null && audible >= 0) {
-        this.m.firstAudibleMs = this.perfAt(startS + audible / RATE) - this.m.clickT;
+        this.m.firstAudibleMs = this.perfAt(startS + audible / this.rate) - this.m.clickT;
       }
-      const buffer = this.ctx.createBuffer(1, n, RATE);
+      const buffer = this.ctx.createBuffer(1, n, this.rate);
       buffer.copyToChannel(floats, 0);
       const source = this.ctx.createBufferSource();
       source.buffer = buffer;
@@ -115,14 +113,14 @@
       source.onended = () => this.sources.delete(source);
       source.start(startS);
       this.sources.add(source);
-      this.m.schedule.push([startS, n]);
-      this.nextFrame += Math.round((n / RATE) * rate);
+      const frames = Math.round((n / this.rate) * rate);
+      this.m.schedule.push([this.nextFrame, frames]);
+      this.nextFrame += frames;
       this.m.endCtx = this.nextFrame / rate;
       this.m.chunks += 1;
       this.m.samples += n;
       this.pcm.push(int16);
       element.dataset.state = "playing";
-      this.render();
     }
 
     onStats(stats) {
@@ -130,15 +128,7 @@
       if (stats.time_to_first_audio_s !== null && stats.time_to_first_audio_s !== undefined) {
         this.m.engineTtfaMs = stats.time_to_first_audio_s * 1000;
       }
-      this.render();
-    }
-
-    render() {
-      const m = this.m;
-      show("first", `${ms(m.firstSoundMs)} (first audible sample ${ms(m.firstAudibleMs)})`);
-      show("engine", ms(m.engineTtfaMs));
-      show("underruns", `${m.underruns} (${ms(m.silentMs)} silent)`);
-      show("audio", `${(m.samples / RATE).toFixed(2)} s in ${m.chunks} chunks`);
+      if (panel()) panel().update(stats);
     }
 
     async fetchAndPlay(body) {
@@ -155,6 +145,8 @@
         const answer = await response.json().catch(() => null);
         throw new Error((answer && answer.error && answer.error.message) || `HTTP ${response.status}`);
       }
+      this.rate = this.m.rate = Number(response.headers.get("X-Sample-Rate"));
+      if (!(this.rate > 0)) throw new Error("the response has no X-Sample-Rate");
       const reader = response.body.getReader();
       let pending = new Uint8Array(0);
       for (;;) {
@@ -196,7 +188,7 @@
     offerDownload() {
       const link = $("download");
       if (!link || this.pcm.length === 0) return;
-      const blob = wavBlob(this.pcm, RATE);
+      const blob = wavBlob(this.pcm, this.rate);
       if (link.href) URL.revokeObjectURL(link.href);
       link.href = URL.createObjectURL(blob);
       link.hidden = false;
@@ -240,15 +232,18 @@
   }
 
   async function start(values) {
-    if (values[0] !== CFG.mode) { // the standard gr.Audio player is selected: run its event
+    const clickT = lastClick !== null && performance.now() - lastClick < 2000 ? lastClick : performance.now();
+    lastClick = null;
+    const standard = values[0] !== CFG.mode;
+    if (panel()) panel().begin(standard ? "Standard player" : "Low-latency player", clickT);
+    if (standard) { // the standard gr.Audio player is selected: run its event
       stop();
       const trigger = document.getElementById(CFG.standardTriggerId);
       if (trigger) (trigger.tagName === "BUTTON" ? trigger : trigger.querySelector("button")).click();
       return;
     }
-    const clickT = lastClick !== null && performance.now() - lastClick < 2000 ? lastClick : performance.now();
-    lastClick = null;
     stop();
+    if (panel()) panel().underruns(0, 0); // counted by this player only
     const run = new Run(clickT);
     current = run;
     window.__ttsLowLatency.last = run.m;
@@ -260,6 +255,7 @@
       if (run.m.stopped) { show("status", "Stopped"); element.dataset.state = "stopped"; return; }
       run.m.error = String(err.message || err);
       show("status", `Error: ${run.m.error}`);
+      if (panel()) panel().failed(run.m.error);
       element.dataset.state = "error";
     }
   }
@@ -272,6 +268,11 @@
     }
   }
 
+  // The player's own controls show in low-latency mode only (the stats panel is shared).
+  function setMode(mode) {
+    (element.closest("#lowlatency-player") || element).style.display = mode === CFG.mode ? "" : "none";
+  }
+
   // Peak of the samples being output right now (0 when silent or idle).
   function level() {
     if (current === null || !current.meter) return 0;
@@ -280,5 +281,5 @@
     return samples.reduce((peak, x) => Math.max(peak, Math.abs(x)), 0);
   }
 
-  window.__ttsLowLatency = { start, stop, level, last: null, context: () => ctx };
+  window.__ttsLowLatency = { start, stop, setMode, level, last: null, context: () => ctx };
 })();

@@ -1,0 +1,288 @@
+"""Headless Chromium on the real page (`build_demo(slot, voices).launch(...)`): the voice
+library shared with /v1/audio/voices, the live stats panel filled by both players, and a page
+that follows the model while it loads.
+
+Skips when Chromium or Playwright is missing, unless REQUIRE_BROWSER=1 (CI), where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+from test_lowlatency_browser import CHROMIUM_ARGS, _browser_missing, chromium_executable
+from test_openai_api import RecordingEngine, free_port
+
+from tts_core.audio.ffmpeg import ensure_ffmpeg_on_path
+from tts_core.engine import Engine, EngineConfig, EngineSlot
+from tts_core.engine.backend import Notice
+from tts_core.server import VoiceRegistry
+from tts_core.ui import build_demo
+
+pytestmark = pytest.mark.browser
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+QWEN3_TINY = FIXTURES / "qwen3-tiny-a"
+FEMALE_CLIP = Path(__file__).resolve().parents[1] / "assets" / "reference_female_en.wav"
+FEMALE_TRANSCRIPT = "This is a short sample of a calm, clear voice."
+TEXT = "The page speaks with the voice you picked, and the stats panel fills as it goes."
+UPLOAD_LABEL = "Upload or record a clip"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """A Chromium context (one browser: its pages share localStorage, so the owner key)."""
+    missing = _browser_missing()
+    if missing:
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            pytest.fail(f"REQUIRE_BROWSER=1 but {missing}")
+        pytest.skip(missing)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=chromium_executable(),
+            args=CHROMIUM_ARGS, headless=True, viewport={"width": 1280, "height": 1000},
+        )  # fmt: skip
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def serve_page(slot: EngineSlot, voices: VoiceRegistry):  # noqa: ANN201 - (demo, url)
+    ensure_ffmpeg_on_path()  # the standard gr.Audio player encodes AAC with ffmpeg
+    demo = build_demo(slot, voices).queue()
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
+                            server_port=free_port(), quiet=True)  # fmt: skip
+    return demo, url.rstrip("/")
+
+
+@pytest.fixture(scope="module")
+def site(espeak_backend, tmp_path_factory):
+    """(url, engine, voices): the page on an eSpeak engine that records its runs."""
+    engine = RecordingEngine(espeak_backend, EngineConfig(max_concurrent=2))
+    voices = VoiceRegistry(tmp_path_factory.mktemp("voices"))
+    demo, url = serve_page(EngineSlot.holding(engine), voices)
+    try:
+        yield url, engine, voices
+    finally:
+        demo.close()
+
+
+def open_page(browser, url: str):  # noqa: ANN001, ANN201 - a playwright Page
+    page = browser.new_page()
+    page.goto(url)
+    page.wait_for_function("() => window.__ttsLowLatency && window.__ttsStats", timeout=30_000)
+    page.fill("#text textarea", TEXT)
+    return page
+
+
+def stat(page, name: str) -> str:  # noqa: ANN001
+    return page.text_content(f"#live-stats [data-s='{name}']")
+
+
+def generate(page, engine: RecordingEngine) -> dict:  # noqa: ANN001
+    """Click Generate; wait until the stats panel says Done; the engine's final stats."""
+    runs = len(engine.runs)
+    page.click("#generate")
+    page.wait_for_function(
+        "() => document.querySelector(\"#live-stats [data-s='state']\").textContent === 'Done'"
+        " && window.__ttsStats.last.heardMs !== null",
+        timeout=30_000,
+    )
+    assert len(engine.runs) == runs + 1
+    return engine.runs[-1]["stats"]
+
+
+def pick_voice(page, label: str) -> None:  # noqa: ANN001
+    page.click("#voice input")
+    page.get_by_role("option", name=label, exact=True).click()
+    page.wait_for_function(f"() => document.querySelector('#voice input').value === {label!r}")
+
+
+def api_voices(url: str) -> dict[str, dict]:
+    listed = httpx.get(f"{url}/v1/audio/voices", timeout=10).json()["data"]
+    return {voice["id"]: voice for voice in listed}
+
+
+def toast(page, text: str) -> None:  # noqa: ANN001
+    page.get_by_text(text).first.wait_for(timeout=10_000)
+
+
+def test_voice_library_saves_uses_and_deletes_a_voice(browser, site):
+    url, engine, _ = site
+    page = open_page(browser, url)
+    bodies = []
+    page.on("request", lambda r: bodies.append(r.post_data_json) if "/tts_stream/pcm" in r.url
+            else None)  # fmt: skip
+    page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
+    page.wait_for_selector("#reference audio", state="attached", timeout=20_000)
+    page.fill("#reference-text textarea, #reference-text input", FEMALE_TRANSCRIPT)
+    page.fill("#voice-name input, #voice-name textarea", "my-voice")
+    page.click("#save-voice")
+    page.wait_for_function(
+        "() => document.querySelector('#voice input').value === 'my-voice (saved by you)'",
+        timeout=10_000,
+    )
+    page.wait_for_selector("#reference", state="hidden")  # a named voice needs no clip
+    listed = api_voices(url)
+    assert listed["my-voice"]["kind"] == "custom"
+    assert listed["my-voice"]["transcript"] == FEMALE_TRANSCRIPT
+
+    low_latency = generate(page, engine)  # the low-latency player sends the voice's name
+    assert bodies[-1]["voice"] == "my-voice"
+    assert low_latency["voice"]["variant"].startswith("+f")  # the saved female clip
+    page.get_by_label("Standard (gr.Audio, HLS)").check()
+    standard = generate(page, engine)  # so does the standard player's handler
+    assert standard["voice"] == low_latency["voice"]
+
+    page = open_page(browser, url)  # a later visit of this browser: still its voice
+    pick_voice(page, "my-voice (saved by you)")
+    page.click("#delete-voice")
+    page.wait_for_function(
+        f"() => document.querySelector('#voice input').value === {UPLOAD_LABEL!r}",
+        timeout=10_000,
+    )
+    assert "my-voice" not in api_voices(url)
+    page.wait_for_selector("#reference", state="visible")
+
+
+def test_a_voice_registered_through_the_api_cannot_be_deleted_from_the_page(browser, site):
+    url, engine, voices = site
+    with open(FEMALE_CLIP, "rb") as clip:
+        answer = httpx.post(f"{url}/v1/audio/voices", data={"name": "api-voice"},
+                            files={"file": ("clip.wav", clip, "audio/wav")}, timeout=30)  # fmt: skip
+    assert answer.status_code == 201, answer.text
+    page = open_page(browser, url)  # loaded after the registration: it lists the voice
+    pick_voice(page, "api-voice")  # not "(saved by you)"
+    page.get_by_text("you can use it, not delete it").wait_for(timeout=10_000)
+    assert not page.is_visible("#delete-voice")  # the server refuses it too (test_page_handlers)
+    assert generate(page, engine)["voice"]["variant"].startswith("+f")
+    assert "api-voice" in api_voices(url) and "api-voice" in voices.names()
+
+
+def test_save_errors_are_shown_and_the_page_keeps_working(browser, site):
+    url, engine, _ = site
+    page = open_page(browser, url)
+    page.fill("#voice-name input, #voice-name textarea", "no-clip")
+    page.click("#save-voice")
+    toast(page, "Upload or record a clip first")
+    page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
+    page.wait_for_selector("#reference audio", state="attached", timeout=20_000)
+    page.fill("#voice-name input, #voice-name textarea", "alloy")
+    page.click("#save-voice")
+    toast(page, "'alloy' is a built-in voice")
+    page.fill("#voice-name input, #voice-name textarea", "bad name!")
+    page.click("#save-voice")
+    toast(page, "Voice names are 1-64 characters")
+    assert page.input_value("#voice input") == UPLOAD_LABEL
+    assert generate(page, engine)["done"]
+
+
+def assert_panel_filled(page, stats: dict, mode: str) -> None:  # noqa: ANN001
+    """Every tile holds a number, and the plot and the chunk bars are drawn."""
+    assert stat(page, "mode") == mode
+    assert re.fullmatch(r"\d+ ms", stat(page, "heard")), stat(page, "heard")
+    assert re.fullmatch(r"\d+ ms", stat(page, "engine"))
+    assert re.fullmatch(r"\d+\.\d{2,3}×", stat(page, "rtf"))
+    assert stat(page, "audio") == f"{stats['audio_s']:.2f} s"
+    assert stat(page, "chunks") == f"{stats['chunks']} chunks"
+    assert re.fullmatch(r"\d+ ms for \d+ ms", stat(page, "chunk"))
+    assert re.fullmatch(r"\d+ ms", stat(page, "queue"))
+    assert stat(page, "batch") == "not batched"  # eSpeak decodes one stream at a time
+    assert "espeak" in stat(page, "model") and "cpu" in stat(page, "model")
+    generated = page.get_attribute("#live-stats path.generated", "d")
+    assert generated.count("L") == stats["chunks"]  # the origin, then one point per chunk
+    assert page.get_attribute("#live-stats path.playback", "d").count("L") == 1
+    assert page.locator("#live-stats [data-s='bars'] rect").count() == min(stats["chunks"], 60)
+
+
+def test_the_stats_panel_is_filled_by_both_players(browser, site):
+    url, engine, _ = site
+    page = open_page(browser, url)
+    stats = generate(page, engine)
+    assert_panel_filled(page, stats, "Low-latency player")
+    assert stat(page, "underruns") == "0"
+    heard_ll = page.evaluate("() => window.__ttsLowLatency.last.firstSoundMs")
+    assert stat(page, "heard") == f"{round(heard_ll)} ms"
+
+    page.get_by_label("Standard (gr.Audio, HLS)").check()
+    assert not page.is_visible("#lowlatency-player") and page.is_visible("#live-stats")
+    stats = generate(page, engine)
+    assert_panel_filled(page, stats, "Standard player")
+    assert stat(page, "underruns") == "–"  # counted by the low-latency player only
+    page.wait_for_selector("#full-audio audio, #full-audio [data-testid^='waveform']",
+                           state="attached")  # fmt: skip
+
+
+def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_path):
+    if not (QWEN3_TINY / "config.json").is_file():
+        pytest.skip("tests/fixtures/qwen3-tiny-a is not there")
+    from tts_core.backends.qwen3 import Qwen3Backend
+
+    slot = EngineSlot(str(QWEN3_TINY))
+    slot.report("downloading", done=0.6e9, total=2.4e9)
+    demo, url = serve_page(slot, VoiceRegistry(tmp_path / "voices"))
+    try:
+        page = open_page(browser, url)
+        status = "#model-status"
+        assert "The model is loading: downloading 0.60 of 2.40 GB (25 %)" in page.text_content(
+            status
+        )
+        page.click("#generate")  # low-latency player: the route answers 503 with the message
+        page.wait_for_function(
+            "() => document.querySelector(\"#live-stats [data-s='state']\").textContent"
+            ".includes('still loading')",
+            timeout=10_000,
+        )
+        slot.report("loading")  # the page polls while the model loads
+        page.wait_for_function(
+            f"() => document.querySelector('{status}').textContent"
+            ".includes('The model is loading: loading the model into memory')",
+            timeout=5_000,
+        )
+        page.locator("#advanced").get_by_text("Advanced").first.click()
+        assert not page.get_by_text(
+            "Temperature", exact=True
+        ).is_visible()  # which knobs: not known yet
+
+        slot.set(Engine(Qwen3Backend.load(str(QWEN3_TINY), "cpu")))
+        page.wait_for_function(
+            f"() => document.querySelector('{status}').textContent.includes('Voice model: qwen3')",
+            timeout=5_000,
+        )
+        page.get_by_text("Temperature", exact=True).wait_for(timeout=5_000)  # Qwen3: sampling
+        polls = []
+        page.on("request", lambda r: polls.append(r.url) if "/run/predict" in r.url else None)
+        page.wait_for_timeout(2_500)
+        assert polls == []  # the timer stopped once the model was ready
+        assert not page.get_by_text(
+            "Diffusion steps", exact=True
+        ).is_visible()  # VoxCPM2's stay hidden
+        assert "(required)" in page.text_content("#reference")
+        page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
+        page.wait_for_selector("#reference audio", state="attached", timeout=20_000)
+        page.click("#generate")
+        page.wait_for_function(
+            "() => { const m = window.__ttsLowLatency.last; return m && (m.done || m.error); }",
+            timeout=60_000,
+        )
+        run = page.evaluate("() => window.__ttsLowLatency.last")
+        assert run["error"] is None and run["samples"] > 0
+
+        fallback = Notice("The model could not be loaded, so you hear the offline eSpeak voice "
+                          "instead.", "RuntimeError: weights missing")  # fmt: skip
+        slot.set(Engine(espeak_backend, notice=fallback))
+        page.reload()
+        notice = page.locator("#fallback-notice")
+        notice.get_by_text("you hear the offline eSpeak voice").wait_for(timeout=10_000)
+        assert not notice.get_by_text("RuntimeError: weights missing").is_visible()  # folded
+        notice.get_by_text("Details", exact=True).click()
+        assert notice.get_by_text("RuntimeError: weights missing").is_visible()
+        assert not page.get_by_text("Temperature", exact=True).is_visible()
+    finally:
+        demo.close()

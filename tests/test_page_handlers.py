@@ -1,0 +1,233 @@
+"""The page's handlers and voice library without a server: what each yield carries, named
+voices, the loading state, and the voice store's errors as the page shows them."""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import time
+
+import gradio as gr
+import numpy as np
+import pytest
+
+from tts_core.engine import Engine, EngineConfig, EngineSlot, Limits
+from tts_core.server import VoiceRegistry
+from tts_core.ui import handlers, voice_library
+from tts_core.ui.formatting import notice_html, status_html
+
+ADVANCED = (0.9, 50, 1.0, 1.05, -1)
+OWNER, STRANGER = "owner-key-of-this-browser", "someone-else"
+
+
+def page_outputs(engine, text, reference=None, first=2, steady=6, voice=None, voices=None):
+    inputs = (text, "english", reference, "", *ADVANCED, first, steady, None, None, voice)
+    return list(handlers.stream_to_page(engine, *inputs, voices=voices))
+
+
+def audio_of(output) -> np.ndarray | None:
+    value = output[0]
+    return value[1] if isinstance(value, tuple) else None
+
+
+@pytest.fixture()
+def voices(tmp_path):
+    return VoiceRegistry(tmp_path / "voices")
+
+
+def test_yields_int16_chunks_a_flush_nudge_then_the_full_clip_and_stats(engine):
+    outputs = page_outputs(engine, "One sentence here. And a second one, which is longer.")
+    audio = [audio_of(o) for o in outputs]
+    assert all(a.dtype == np.int16 for a in audio if a is not None)
+    real = [a for a in audio if a is not None and a.size > 1]
+    nudges = [i for i, a in enumerate(audio) if a is not None and a.size == 1]
+    last_real = max(i for i, a in enumerate(audio) if a is not None and a.size > 1)
+    assert nudges and nudges[-1] > last_real  # the last real chunk is flushed by a nudge
+    # every real chunk carries the stats so far (the stats panel redraws on each)
+    chunk_stats = [o[2] for o in outputs if audio_of(o) is not None and audio_of(o).size > 1]
+    assert [s["chunks"] for s in chunk_stats] == list(range(1, len(real) + 1))
+    final = outputs[-1]
+    rate, full = final[1]
+    assert rate == 24_000 and np.array_equal(full, np.concatenate(real))
+    assert final[2]["done"] and len(final[2]["timeline"]) == len(real)
+
+
+def test_single_chunk_stream_still_gets_a_second_yield(engine):
+    outputs = page_outputs(engine, "Hi.", first=25, steady=50)
+    audio = [audio_of(o) for o in outputs if audio_of(o) is not None]
+    assert len([a for a in audio if a.size > 1]) == 1
+    assert len(audio) >= 2  # Gradio may not play a stream that got a single yield
+
+
+def test_bad_input_is_a_gradio_error(engine):
+    with pytest.raises(gr.Error, match="enter some text"):
+        page_outputs(engine, "   ")
+
+
+def test_request_notices_reach_the_stats(engine, write_clip, speech_like):
+    short_limit = Engine(engine.backend, EngineConfig(limits=Limits(max_reference_s=2.0)))
+    clip = write_clip("long.wav", speech_like(5.0, 24_000))
+    final = page_outputs(short_limit, "Cut the reference.", reference=clip)[-1]
+    assert any("only its first 2 s were used" in n for n in final[2]["notices"])
+
+
+def test_a_named_voice_replaces_the_clip_and_its_transcript(engine, voices, write_clip):
+    request = handlers.make_request("Hi", "auto", write_clip("x.wav", np.zeros(100)), "other",
+                                    voice="coral", voices=voices)  # fmt: skip
+    voice, clip = voices.load("coral")
+    rate, audio = request.reference
+    assert rate == 24_000 and np.array_equal(audio, clip)
+    assert request.reference_text == voice.transcript
+    variants = {}  # eSpeak follows the clip's pitch: a female and a male voice differ
+    for name in ("coral", "onyx"):
+        final = page_outputs(engine, "Spoken by a named voice.", voice=name, voices=voices)[-1]
+        variants[name] = final[2]["voice"]["variant"]
+    assert variants["coral"].startswith("+f") and not variants["onyx"].startswith("+f")
+
+
+def test_an_unknown_voice_is_a_clear_error(engine, voices):
+    with pytest.raises(gr.Error, match="There is no voice named 'nobody'"):
+        page_outputs(engine, "Hello.", voice="nobody", voices=voices)
+
+
+def test_the_api_takes_voice_last_and_not_the_registry(engine, voices):
+    names = list(handlers.API_SIGNATURE.parameters)
+    assert names[:4] == ["text", "language", "reference", "reference_text"]
+    assert names[-1] == "voice" and "voices" not in names
+    handler = handlers.bind(handlers.synthesize_full, EngineSlot.holding(engine), voices)
+    assert inspect.isgeneratorfunction(handler)
+    assert list(inspect.signature(handler).parameters) == names
+
+
+def test_a_request_while_the_model_loads_gets_the_loading_message(engine, voices):
+    slot = EngineSlot("some/model")
+    slot.report("downloading", done=0.6e9, total=2.4e9)
+    handler = handlers.bind(handlers.synthesize_full, slot, voices)
+    with pytest.raises(gr.Error, match=r"still loading \(downloading 0.60 of 2.40 GB \(25 %\)\)"):
+        list(handler("Hello", "english", None, ""))
+    slot.set(engine)
+    (rate, audio), stats = list(handler("Hello", "english", None, ""))[-1]
+    assert rate == 24_000 and audio.size and stats["done"]
+
+
+def test_model_line_and_notice_follow_the_slot(engine):
+    slot = EngineSlot("some/model")
+    slot.report("downloading", done=0.6e9, total=2.4e9)
+    loading = status_html(slot.info())
+    assert "The model is loading: downloading 0.60 of 2.40 GB (25 %)" in loading
+    slot.report("loading")
+    assert "The model is loading: loading the model into memory" in status_html(slot.info())
+    slot.set(engine)
+    ready = slot.info()
+    assert "Voice model: <b>espeak</b>" in status_html(ready) and notice_html(ready) == ""
+    failed = EngineSlot("other")
+    failed.fail("OSError: <no disk>")
+    assert "could not be loaded: OSError: &lt;no disk&gt;" in status_html(failed.info())
+
+
+def test_notice_is_plain_with_its_details_folded(engine):
+    info = {"notice": "The model could not be loaded, so you hear eSpeak.",
+            "notice_details": "RuntimeError: <trace>"}  # fmt: skip
+    html = notice_html(info)
+    assert "<b>" not in html and "<strong>" not in html
+    assert "<details><summary>Details</summary><pre>RuntimeError: &lt;trace&gt;</pre>" in html
+
+
+# ------------------------------------------------------------------ voice library
+def test_choices_mark_the_voices_this_browser_saved(engine, voices, write_clip, speech_like):
+    clip = write_clip("me.wav", speech_like(3.0, 24_000))
+    voices.register("mine", clip, None, owner_key=OWNER)
+    voices.register("theirs", clip, None)  # through the API: no owner
+    (voices.root / "broken").mkdir()
+    (voices.root / "broken" / "reference.wav").write_text("not audio")
+    labels = dict((name, label) for label, name in voice_library.choices(voices, OWNER))
+    assert labels[""] == "Upload or record a clip" and labels["alloy"] == "alloy (built-in)"
+    assert labels["mine"] == "mine (saved by you)" and labels["theirs"] == "theirs"
+    assert "broken" not in labels  # damaged: it cannot speak
+    assert dict(voice_library.choices(voices, STRANGER)).get("mine (saved by you)") is None
+
+
+def test_save_stores_the_clip_and_warms_the_voice(engine, voices, write_clip, speech_like):
+    slot = EngineSlot.holding(engine)
+    warmed = []
+    engine.prepare_voice = lambda ref, text: warmed.append((ref[0], ref[1].size, text))
+    clip = write_clip("me.wav", speech_like(3.0, 24_000))
+    name = voice_library.save_voice(slot, voices, "my-voice", clip, "Hello there.", OWNER)
+    assert name == "my-voice" and voices.get(name).owned_by(OWNER)
+    assert voices.get(name).transcript == "Hello there."
+    deadline = time.monotonic() + 5  # warmed on a background thread
+    while not warmed and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert warmed == [(24_000, 3 * 24_000, "Hello there.")]
+
+
+@pytest.mark.parametrize(
+    ("name", "clip", "message"),
+    [
+        ("bad name!", "good", "Voice names are 1-64 characters"),
+        ("alloy", "good", "'alloy' is a built-in voice"),
+        ("taken", "good", "A voice named 'taken' already exists"),
+        ("fresh", None, "Upload or record a clip first"),
+        ("fresh", "short", "at least 1 s"),
+    ],
+)
+def test_save_errors_are_the_registrys_messages(engine, voices, write_clip, speech_like,
+                                                name, clip, message):  # fmt: skip
+    clips = {"good": write_clip("good.wav", speech_like(3.0, 24_000)),
+             "short": write_clip("short.wav", speech_like(0.4, 24_000)), None: None}  # fmt: skip
+    voices.register("taken", clips["good"], None)
+    with pytest.raises(gr.Error, match=message):
+        voice_library.save_voice(EngineSlot.holding(engine), voices, name, clips[clip], "", OWNER)
+
+
+def test_a_full_disk_is_reported_without_a_path(engine, voices, write_clip, speech_like,
+                                                monkeypatch):  # fmt: skip
+    import tts_core.server.voices as registry_module
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(voices.root / "x"))
+
+    monkeypatch.setattr(registry_module, "stage", full)
+    clip = write_clip("me.wav", speech_like(3.0, 24_000))
+    with pytest.raises(gr.Error) as caught:
+        voice_library.save_voice(EngineSlot.holding(engine), voices, "v", clip, "", OWNER)
+    assert caught.value.message == "The server has no disk space left for voices."
+
+
+def test_an_unusable_store_is_reported_without_a_path(engine, tmp_path, write_clip, speech_like):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    voices = VoiceRegistry(blocker / "voices")  # cannot be created: ENOTDIR
+    clip = write_clip("me.wav", speech_like(3.0, 24_000))
+    with pytest.raises(gr.Error) as caught:
+        voice_library.save_voice(EngineSlot.holding(engine), voices, "v", clip, "", OWNER)
+    assert str(tmp_path) not in caught.value.message and "server log" in caught.value.message
+
+
+def test_only_the_browser_that_saved_a_voice_may_delete_it(voices, write_clip, speech_like):
+    clip = write_clip("me.wav", speech_like(3.0, 24_000))
+    voices.register("mine", clip, None, owner_key=OWNER)
+    voices.register("theirs", clip, None)  # through the API
+    for name, key in (("mine", STRANGER), ("theirs", OWNER), ("theirs", "")):
+        with pytest.raises(gr.Error, match="not saved from this browser"):
+            voice_library.delete_voice(voices, name, key)
+    with pytest.raises(gr.Error, match="There is no voice named 'gone'"):
+        voice_library.delete_voice(voices, "gone", OWNER)
+    with pytest.raises(gr.Error, match="'alloy' is a built-in voice"):
+        voice_library.delete_voice(voices, "alloy", OWNER)
+    voice_library.delete_voice(voices, "mine", OWNER)
+    assert "mine" not in voices.names() and "theirs" in voices.names()
+
+
+def test_picking_a_voice_offers_delete_only_to_its_owner(voices, write_clip, speech_like):
+    clip = write_clip("me.wav", speech_like(3.0, 24_000))
+    voices.register("mine", clip, "Hello.", owner_key=OWNER)
+    visible = lambda update: update["visible"]  # noqa: E731
+    upload, about, delete = voice_library.show_picked(voices, "mine", OWNER)
+    assert not visible(upload) and visible(delete) and "Hello." in about["value"]
+    upload, about, delete = voice_library.show_picked(voices, "mine", STRANGER)
+    assert not visible(delete) and "not delete it" in about["value"]
+    upload, about, delete = voice_library.show_picked(voices, "alloy", OWNER)
+    assert not visible(delete) and "eSpeak" in about["value"]
+    upload, about, delete = voice_library.show_picked(voices, "", OWNER)
+    assert visible(upload) and not visible(about) and not visible(delete)

@@ -1,0 +1,193 @@
+"""The page's voice library: pick a built-in or saved voice, save the current clip as a voice,
+delete a voice this browser saved.
+
+It is the same VoiceRegistry as /v1/audio/voices, so a voice saved here is usable through the
+API at once, and the other way round. Who saved a voice is told by an owner key: a random
+secret made once per browser and kept in its localStorage (gr.BrowserState); the registry
+stores only its digest. Voices registered through the API have no owner: the page cannot
+delete them.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import gradio as gr
+
+from ..audio import SAMPLE_RATE
+from ..engine import BackendError, Engine, EngineBusy, EngineSlot, InputError
+from ..server.voices import VoiceNotFound, VoiceRegistry, VoiceStoreError
+
+log = logging.getLogger(__name__)
+
+UPLOAD = ""  # the dropdown's "Upload or record a clip" entry (no named voice)
+OWNER_STORAGE_KEY = "tts-core-voice-owner"
+# BrowserState encrypts what it keeps with this "secret", which the page receives anyway: a
+# fixed one keeps the key readable after a server restart (a random one would not), so a
+# browser keeps owning its voices.
+OWNER_SECRET = "tts-core-owner-key"
+
+
+@dataclass
+class VoiceLibrary:
+    voice: gr.Dropdown  # UPLOAD or a voice name: the make_request `voice` input
+    reference: gr.Audio  # the clip (UPLOAD only)
+    transcript: gr.Textbox  # what the clip says (optional)
+    owner: gr.BrowserState  # this browser's owner key
+    upload_box: gr.Column  # clip + transcript + save row, shown for UPLOAD only
+    name: gr.Textbox
+    save: gr.Button
+    about: gr.Markdown  # the picked voice's description
+    delete: gr.Button
+
+
+def build_voice_library(reference_label: str) -> VoiceLibrary:
+    """The voice inputs: a dropdown of voices (filled per browser on page load), and for
+    "Upload or record a clip" the clip, its transcript and a row to save them as a voice."""
+    owner = gr.BrowserState("", storage_key=OWNER_STORAGE_KEY, secret=OWNER_SECRET)
+    # allow_custom_value: an API caller may name a voice registered after the page was built
+    voice = gr.Dropdown([("Upload or record a clip", UPLOAD)], value=UPLOAD, label="Voice",
+                        allow_custom_value=True, elem_id="voice")  # fmt: skip
+    with gr.Column(elem_id="upload-box") as upload_box:
+        reference = gr.Audio(None, sources=["upload", "microphone"], type="filepath",
+                             label=reference_label, elem_id="reference")  # fmt: skip
+        transcript = gr.Textbox("", label="Transcript of the clip (optional)", lines=1,
+                                elem_id="reference-text")  # fmt: skip
+        with gr.Row(equal_height=True):
+            name = gr.Textbox(placeholder="Name it, e.g. my-voice", show_label=False, scale=3,
+                              max_length=64, elem_id="voice-name")  # fmt: skip
+            save = gr.Button("Save this voice", size="md", scale=2, elem_id="save-voice")
+    with gr.Row(equal_height=True):
+        about = gr.Markdown(visible=False, elem_id="voice-about")
+        delete = gr.Button("Delete voice", variant="stop", size="sm", visible=False, scale=0,
+                           min_width=120, elem_id="delete-voice")  # fmt: skip
+    return VoiceLibrary(voice, reference, transcript, owner, upload_box, name, save, about,
+                        delete)  # fmt: skip
+
+
+def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
+                       voices: VoiceRegistry) -> None:  # fmt: skip
+    """Events: page load -> this browser's list (and key); pick; save; delete."""
+
+    def refresh(owner_key: str) -> tuple:
+        owner_key = owner_key or secrets.token_urlsafe(24)  # made once per browser
+        return owner_key, gr.update(choices=choices(voices, owner_key))
+
+    def save(name: str, clip: str | None, text: str, owner_key: str) -> tuple:
+        owner_key = owner_key or secrets.token_urlsafe(24)
+        saved = save_voice(slot, voices, (name or "").strip(), clip, text, owner_key)
+        gr.Info(f"Saved the voice '{saved}'. It is selected now, and the API knows it too.")
+        return gr.update(choices=choices(voices, owner_key), value=saved), "", owner_key
+
+    def delete(name: str, owner_key: str) -> dict:
+        delete_voice(voices, name, owner_key)
+        gr.Info(f"Deleted the voice '{name}'.")
+        return gr.update(choices=choices(voices, owner_key), value=UPLOAD)
+
+    # queued (not queue=False): only queued events show a gr.Error's message as a toast
+    private = {"api_visibility": "private", "show_progress": "hidden"}
+    demo.load(refresh, lib.owner, [lib.owner, lib.voice], queue=False, **private)
+    lib.voice.change(lambda name, key: show_picked(voices, name, key), [lib.voice, lib.owner],
+                     [lib.upload_box, lib.about, lib.delete], queue=False, **private)  # fmt: skip
+    lib.save.click(save, [lib.name, lib.reference, lib.transcript, lib.owner],
+                   [lib.voice, lib.name, lib.owner], **private)  # fmt: skip
+    lib.delete.click(delete, [lib.voice, lib.owner], lib.voice, **private)
+
+
+def choices(voices: VoiceRegistry, owner_key: str | None) -> list[tuple[str, str]]:
+    """(label, name) for the dropdown: upload first, then built-in and saved voices; damaged
+    ones are left out (they cannot speak)."""
+    listed = [("Upload or record a clip", UPLOAD)]
+    for voice in voices.list():
+        if voice.status != "ok":
+            continue
+        if voice.kind == "builtin":
+            label = f"{voice.name} (built-in)"
+        else:
+            label = f"{voice.name} (saved by you)" if voice.owned_by(owner_key) else voice.name
+        listed.append((label, voice.name))
+    return listed
+
+
+def show_picked(voices: VoiceRegistry, name: str, owner_key: str | None) -> tuple:
+    """Updates for (upload box, about, delete): the upload box for UPLOAD, else what the
+    voice is, and Delete for a voice this browser saved."""
+    hidden = gr.update(visible=False)
+    if not name:
+        return gr.update(visible=True), hidden, hidden
+    try:
+        voice = voices.get(name)
+    except VoiceNotFound:
+        return hidden, gr.update(value=f"There is no voice named '{name}'.", visible=True), hidden
+    owned = voice.owned_by(owner_key)
+    lines = [
+        voice.description
+        or (
+            "Saved from this browser."
+            if owned
+            else "Saved from another browser or through the API: you can use it, not delete it."
+        )
+    ]
+    if voice.transcript:
+        lines.append(f"Its clip says: *{voice.transcript}*")
+    return hidden, gr.update(value="  \n".join(lines), visible=True), gr.update(visible=owned)
+
+
+def save_voice(slot: EngineSlot, voices: VoiceRegistry, name: str, clip: str | None,
+               transcript: str | None, owner_key: str) -> str:  # fmt: skip
+    """Register the clip under `name` (owned by `owner_key`) and warm it up in the background;
+    returns the name."""
+    if not clip:
+        raise gr.Error("Upload or record a clip first, then save it as a voice.")
+    with voice_errors():
+        engine = slot.engine
+        saved = voices.register(name, clip, transcript or None, limits=engine.config.limits,
+                                owner_key=owner_key)  # fmt: skip
+    threading.Thread(target=_warm, args=(engine, voices, saved.name), daemon=True).start()
+    return saved.name
+
+
+def delete_voice(voices: VoiceRegistry, name: str, owner_key: str | None) -> None:
+    """Delete `name` if the browser with `owner_key` saved it (gr.Error otherwise)."""
+    with voice_errors():
+        voices.delete(name, owner_key=owner_key, check_owner=True)
+
+
+def _warm(engine: Engine, voices: VoiceRegistry, name: str) -> None:
+    """Build the voice's prompt now, from the stored clip (as every request will read it), so
+    the first request with it starts at once."""
+    try:
+        voice, clip = voices.load(name)
+        engine.prepare_voice((SAMPLE_RATE, clip), voice.transcript)
+    except Exception:  # noqa: BLE001 - a warm-up only: the first request will report it
+        log.exception("could not prepare the saved voice %s", name)
+
+
+@contextmanager
+def voice_errors() -> Iterator[None]:
+    """The registry's refusals -> gr.Error with its message; anything else -> a short one (an
+    OSError's text would show a server path)."""
+    try:
+        yield
+    except gr.Error:
+        raise
+    except VoiceNotFound as exc:
+        raise gr.Error(f"There is no voice named '{exc.args[0]}' (any more).",
+                       print_exception=False) from None  # fmt: skip
+    except VoiceStoreError as exc:
+        raise gr.Error(exc.message, print_exception=False) from None
+    except (InputError, EngineBusy, BackendError) as exc:
+        raise gr.Error(str(exc), print_exception=False) from None
+    except (PermissionError, FileExistsError) as exc:
+        if exc.errno is None and exc.filename is None:  # the registry's own, a message only
+            raise gr.Error(str(exc), print_exception=False) from None
+        log.exception("voice store error")
+        raise gr.Error("The voice store failed; see the server log.") from None
+    except Exception:  # noqa: BLE001 - never a stack trace or a path in the page
+        log.exception("voice store error")
+        raise gr.Error("The voice store failed; see the server log.") from None
