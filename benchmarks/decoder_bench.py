@@ -16,12 +16,9 @@ import time
 from pathlib import Path
 
 import torch
+from window_decoder import WindowDecoder
 
-from tts_core.models.qwen3_tts.codec import (
-    CodecDecoder,
-    WindowDecoder,
-    load_speech_tokenizer_config,
-)
+from tts_core.models.qwen3_tts.codec import CodecDecoder, load_speech_tokenizer_config
 
 DEFAULT_CONFIG = Path(
     str(

@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 
 import torch
+from window_decoder import WindowDecoder
 
-from tts_core.models.qwen3_tts.codec import SpeechTokenizer, WindowDecoder
+from tts_core.models.qwen3_tts.codec import SpeechTokenizer
 
 FRAME_S = 0.08
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

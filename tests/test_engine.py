@@ -71,7 +71,13 @@ def test_phrase_joins_are_crossfaded_without_discontinuity(espeak_backend):
     out = np.concatenate([*(joiner.push(p.audio, p.independent) for p in pieces), joiner.finish()])
     steps = np.abs(np.diff(out))
     normal = float(np.percentile(steps, 99.9))
-    for join in joiner.joins:
+    joins, total = [], 0  # output index where each crossfade starts, from the piece sizes
+    for piece in pieces:
+        overlap = min(480, total, piece.audio.size) if piece.independent else 0
+        joins += [total - overlap] if overlap else []
+        total += piece.audio.size - overlap
+    assert len(joins) == 2 and total == out.size
+    for join in joins:
         assert float(steps[join - 2 : join + 482].max()) <= normal
 
 

@@ -37,8 +37,11 @@ def test_hard_cut_would_jump_but_crossfade_stays_within_normal_steps():
 
     joiner = ChunkJoiner(overlap=480, fade=120)
     out = run(joiner, [(a[:5000], False), (a[5000:], False), (b, True)])
-    assert joiner.joins == [a.size - 480]
     assert out.size == a.size + b.size - 480  # overlap-add shortens by the overlap
+    join, rise = a.size - 480, hann_rise(480)  # a's last 480 samples fade into b's first 480
+    assert np.array_equal(out[120:join], a[120:join])  # untouched after the fade-in
+    assert np.array_equal(out[join : a.size], a[join:] * (1.0 - rise) + b[:480] * rise)
+    assert np.array_equal(out[a.size : -120], b[480:-120])  # untouched before the fade-out
     assert float(np.max(np.abs(np.diff(out)))) <= 1.05 * normal_step(a, b)
 
 

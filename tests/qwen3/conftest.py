@@ -103,10 +103,17 @@ def golden_voice(goldens: Goldens, mode: str):
 # * float64: each run errs by the same amplification A = E / u32 times u64 (A: measured float32
 #   error over float32 unit roundoff; for the tiny decoders A ~ 700), so ours_fp64 vs x64 is
 #   <= 2 x 4 x A x u64 = 8 E x 2^-29. (Measured: ~8e-14 against a ~7e-13 bound.)
+# * bfloat16 (8 significant bits: eps 2^-7, unit roundoff U_BF16 = 2^-8): a bf16 run rounds each
+#   weight, activation and output once at U_BF16 (float32 accumulation) where a float32 run rounds
+#   at u32, so it errs by about A x U_BF16 with the network's own amplification A = E / u32
+#   (measured: 0.2-0.75 A U_BF16 on the tiny talkers, the VoxCPM2 stacks and VAE, and the
+#   well-conditioned codec decoder). With FP32_SPREAD as the margin, |ours_bf16 - x| <= 4 A U_BF16
+#   (bf16_bound), E from the golden or measured at test time (run_error).
 # E is floored at 4 roundings of the tensor's largest value: for tensors of a few values the max
 # error of one run is a poor estimate of another's (it can be a lucky 0.5 ulp).
 U32 = 2.0**-24  # float32 unit roundoff
 U64 = 2.0**-53  # float64 unit roundoff
+U_BF16 = 2.0**-8  # bfloat16 unit roundoff (eps 2^-7)
 FP32_SPREAD = 4
 
 
@@ -131,6 +138,18 @@ def fp64_bound(goldens: Goldens, key: str) -> float:
     return 2 * FP32_SPREAD * fp32_error(goldens, key) * (U64 / U32)
 
 
+def run_error(ours: torch.Tensor, exact: torch.Tensor) -> float:
+    """E measured at test time: max |ours - exact| of one float32 run, floored as above."""
+    exact = torch.as_tensor(exact).double()
+    error = float((torch.as_tensor(ours).double() - exact).abs().max())
+    return max(error, 4 * U32 * float(exact.abs().max()))
+
+
+def bf16_bound(fp32_error: float) -> float:
+    """Largest |ours_bf16 - exact| for a network whose float32 error is `fp32_error` (E)."""
+    return FP32_SPREAD * (fp32_error / U32) * U_BF16
+
+
 def check_fp32(ours: torch.Tensor, goldens: Goldens, key: str) -> str:
     """Assert our float32 `ours` is as close to golden `key` as the error model allows: to the
     float32 golden within fp32_bound and, where the float64 golden exists, to the exact value
@@ -147,6 +166,25 @@ def check_fp32(ours: torch.Tensor, goldens: Goldens, key: str) -> str:
         report += f"), max|ours - exact| {exact_error:.3g} (bound {exact_bound:.3g}"
         assert exact_error <= exact_bound, report + ")"
     return report + ")"
+
+
+# --- Output level -------------------------------------------------------------------------------
+# The tiny checkpoints' networks are random, yet their audio has a steady level: RMS 0.13-0.17 for
+# both Qwen3 codec decoders, 0.2-0.5 for VoxCPM2's VAE, peaks 0.65-0.99 (measured over the tests'
+# generations, float32 and bfloat16). What a broken stage gives is far from that: NaN, silence
+# (a zeroed or collapsed signal, RMS ~0) or a clipped one (peak > 1; both decoders end in a clamp or
+# tanh). RMS_FLOOR = 0.02 sits 16 dB under the quietest output measured, far above silence.
+RMS_FLOOR = 0.02
+
+
+def check_audio(audio: np.ndarray | torch.Tensor) -> None:
+    """Assert model output is finite, within [-1, 1], not empty and not silent (RMS_FLOOR)."""
+    audio = torch.as_tensor(audio).double()
+    assert audio.numel() > 0, "no audio"
+    assert bool(torch.isfinite(audio).all()), "non-finite samples"
+    peak, rms = float(audio.abs().max()), float(audio.pow(2).mean().sqrt())
+    assert peak <= 1.0, f"peak {peak:.3g} > 1"
+    assert rms >= RMS_FLOOR, f"RMS {rms:.3g} < {RMS_FLOOR} (silent?)"
 
 
 def load_ref_clip() -> tuple[np.ndarray, int]:

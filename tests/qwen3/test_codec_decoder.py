@@ -102,7 +102,7 @@ def _copy_folder(tiny_checkpoint: Path, tmp_path: Path) -> Path:
     ("section", "key", "value", "message"),
     [
         ("decoder_config", "hidden_size", None, "missing required field 'hidden_size'"),
-        ("decoder_config", "upsample_rates", "8,5,4,3", "expected a list of ints"),
+        ("decoder_config", "upsample_rates", "8,5,4,3", "must be a non-empty list of integers"),
         ("encoder_config", "_frame_rate", None, "missing required field '_frame_rate'"),
         ("decoder_config", "hidden_act", "gelu", "only 'silu'"),
     ],

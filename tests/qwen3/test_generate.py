@@ -12,7 +12,7 @@ import torch
 
 import tts_core
 
-from .conftest import fixture_path, fp32_pair_bound, load_goldens
+from .conftest import check_audio, fixture_path, fp32_pair_bound, load_goldens
 
 TINY = fixture_path("qwen3-tiny-a")
 
@@ -67,6 +67,7 @@ def test_at_most_max_new_tokens_minus_one_frames() -> None:
     assert result.codes.shape == (4, 16)
     assert result.stop_reason == "max_new_tokens"
     assert result.audio.shape == (4 * 1920,) and result.audio.dtype == np.float32
+    check_audio(result.audio)
 
 
 def test_eos_stop_matches_official_frame_count() -> None:

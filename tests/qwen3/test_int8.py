@@ -99,13 +99,13 @@ def test_accuracy_on_the_tiny_checkpoints(tiny_checkpoint: Path):
 
 
 def test_quantized_model_speaks_and_streams_like_it_generates(tiny_checkpoint: Path, goldens):
-    from .conftest import fp32_pair_bound, golden_voice
+    from .conftest import check_audio, fp32_pair_bound, golden_voice
 
     model = load_model(tiny_checkpoint, quantize="int8")
     voice = golden_voice(goldens, "xvec")
     result = model.generate("Hello there.", voice, seed=3, max_new_tokens=20)
-    assert np.isfinite(result.audio).all() and result.audio.size == result.codes.shape[0] * 1920
-    assert 0.001 < float(np.sqrt(np.mean(result.audio**2))) < 1.0  # not silent, not clipped
+    assert result.audio.size == result.codes.shape[0] * 1920
+    check_audio(result.audio)
     chunks = list(model.stream("Hello there.", voice, seed=3, max_new_tokens=20,
                                first_chunk_frames=2, chunk_frames=3))  # fmt: skip
     assert torch.equal(torch.cat([c.codes for c in chunks]), result.codes)

@@ -15,7 +15,15 @@ from tts_core.models.qwen3_tts.checkpoint import CheckpointError
 from tts_core.models.qwen3_tts.config import ConfigError, parse_config
 from tts_core.models.qwen3_tts.model import Qwen3TTSModel
 
-from .conftest import fixture_path
+from .conftest import (
+    bf16_bound,
+    check_audio,
+    fixture_path,
+    golden_voice,
+    load_goldens,
+    run_error,
+    shared_model,
+)
 
 TINY = fixture_path("qwen3-tiny-a")
 
@@ -54,12 +62,35 @@ def test_load_local_folder_reads_values_from_json() -> None:
     assert model.languages[0] == "auto" and len(model.languages) == 11
 
 
-def test_bfloat16_load_and_generate() -> None:
-    model = tts_core.load_model(TINY, dtype=torch.bfloat16)
-    assert model.dtype == torch.bfloat16
-    voice = tts_core.Voice(speaker_embedding=torch.zeros(model.config.talker.stack.hidden_size))
-    result = model.generate("Hello.", voice, greedy=True, max_new_tokens=4)
+def _prefill(model, goldens, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The talker's prefill logits and last hidden state (float64) for a golden case."""
+    case = goldens.cases[mode]
+    with torch.inference_mode():
+        prompt = model._prompt(case["text"], golden_voice(goldens, mode), case["language"])
+        caches = model.talker.new_caches(1, prompt.prefill.shape[1])
+        logits, hidden = model.talker(prompt.prefill, caches, start=0)
+    return logits.double(), hidden.double()
+
+
+@pytest.mark.parametrize("mode", ["icl", "xvec"])
+def test_bfloat16_load_matches_float32_within_bf16_rounding(mode: str) -> None:
+    """The bf16 talker's prefill logits and hidden state are the float32 talker's up to bf16
+    rounding: within bf16_bound of float64 (conftest error model, E = the float32 run's error;
+    measured 0.2-0.55 A u_bf16, logits off by ~0.1 of a peak ~15). Greedy codes may then part
+    (an argmax on a near tie), so the bf16 generation is checked for its audio level only."""
+    goldens = load_goldens("qwen3-tiny-a")
+    bf16 = tts_core.load_model(TINY, dtype=torch.bfloat16, warm_chunks=())
+    assert bf16.dtype == bf16.talker.codec_head.weight.dtype == torch.bfloat16
+    fp64 = tts_core.load_model(TINY, dtype=torch.float64, warm_chunks=())
+    runs = [_prefill(model, goldens, mode) for model in (shared_model(TINY), bf16, fp64)]
+    for ours32, ours16, exact in zip(*runs, strict=True):
+        bound = bf16_bound(run_error(ours32, exact))
+        assert bound < 0.2 * float(exact.abs().max())  # a bound a real error would break
+        error = float((ours16 - exact).abs().max())
+        assert error <= bound, f"bf16 vs float64: {error:.3g} > {bound:.3g}"
+    result = bf16.generate("Hello.", golden_voice(goldens, mode), greedy=True, max_new_tokens=4)
     assert result.codes.shape == (3, 16) and result.audio.dtype.name == "float32"
+    check_audio(result.audio)
 
 
 def test_from_config_builds_random_weights_deterministically() -> None:

@@ -11,7 +11,7 @@ import torch
 import tts_core
 from tts_core.models.qwen3_tts.decode_loop import FrameLoop
 
-from .conftest import fixture_path, fp32_pair_bound, golden_voice, load_goldens
+from .conftest import check_audio, fixture_path, fp32_pair_bound, golden_voice, load_goldens
 
 
 @cache
@@ -35,6 +35,7 @@ def test_stream_equals_generate(mode: str) -> None:
     audio = np.concatenate([chunk.audio for chunk in chunks])
     assert torch.equal(torch.cat([chunk.codes for chunk in chunks]), result.codes)
     assert audio.shape == result.audio.shape == (15 * 1920,)  # reference audio removed
+    check_audio(audio)
     # Same codes, decoded in other chunks: two float32 evaluations of the tiny-a decoder, which
     # differ by at most 2 x 4 E of its decoder golden (tests/qwen3/conftest.py; ~3.5e-4).
     bound = fp32_pair_bound(load_goldens("qwen3-tiny-a"), "decoder_wav")

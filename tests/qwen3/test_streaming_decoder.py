@@ -14,11 +14,11 @@ Long streams are 310 frames: past the 72-frame window and the official 300-frame
 bfloat16 (`CodecDecoder.set_dtype`), on the well-conditioned decoder only (the tiny checkpoints'
 ~700x amplification would turn bf16 rounding into errors of order 1). Its amplification
 A = E_w / u32 (E_w as above, floored at 4 roundings of the peak) predicts one run's error as
-A x u_bf16, u_bf16 = 2^-9 (half of bf16's eps 2^-8; bf16 weights, activations and outputs are each
+A x u_bf16, u_bf16 = 2^-8 (half of bf16's eps 2^-7; bf16 weights, activations and outputs are each
 rounded once, with float32 accumulation). With FP32_SPREAD as the margin for unlike kernels: one
 bf16 stream is within 4 A u_bf16 of the float64 full pass, and a bf16 stream and a bf16 full pass,
-two bf16 evaluations, within 2 x 4 A u_bf16 of each other (A ~0.4: bounds ~3e-3 and ~6e-3, against
-a signal peak ~0.07; measured on an AMD EPYC: ~1e-3 to float64, 0 between stream and full pass).
+two bf16 evaluations, within 2 x 4 A u_bf16 of each other (A ~0.4: bounds ~6e-3 and ~1.2e-2, against
+a signal peak ~0.07; measured on an AMD EPYC: ~1.2e-3 to float64, 0 between stream and full pass).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -35,15 +36,23 @@ import torch
 from tts_core.models.qwen3_tts.codec import (
     CodecDecoder,
     SpeechTokenizer,
-    WindowDecoder,
     load_speech_tokenizer_config,
 )
 
-from .conftest import FP32_SPREAD, U32, check_fp32, fp64_bound, load_goldens
+from .conftest import (
+    FP32_SPREAD,
+    bf16_bound,
+    check_fp32,
+    fp64_bound,
+    load_goldens,
+    run_error,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from window_decoder import WindowDecoder  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FRAMES = 310
-U_BF16 = 2.0**-9  # bfloat16 unit roundoff (eps 2^-8)
 
 
 def _fp64_tolerance(name: str) -> float:
@@ -56,8 +65,7 @@ def _float32_error() -> float:
     decoder = _well_conditioned_decoder()
     exact = _well_conditioned_decoder(torch.float64)
     codes = _codes(40, decoder.config.codebook_size, seed=12)
-    error = float((decoder(codes).double() - exact(codes)).abs().max())
-    return max(error, 4 * U32 * float(decoder(codes).abs().max()))
+    return run_error(decoder(codes), exact(codes))
 
 
 def _float32_tolerance() -> float:
@@ -67,7 +75,7 @@ def _float32_tolerance() -> float:
 
 def _bf16_bound() -> float:
     """One bf16 run against the exact value: FP32_SPREAD x A x u_bf16, A = E_w / u32."""
-    return FP32_SPREAD * (_float32_error() / U32) * U_BF16
+    return bf16_bound(_float32_error())
 
 
 @cache
@@ -153,7 +161,7 @@ def _check_bf16_stream(codes: torch.Tensor, schedule) -> None:
     assert streamed.dtype == full.dtype == torch.float32  # audio comes back float32
     exact = _full(_well_conditioned_decoder(torch.float64), codes)
     bound = _bf16_bound()
-    assert bound < 0.1 * float(exact.abs().max())  # a bound that can fail on a real error
+    assert bound < 0.2 * float(exact.abs().max())  # a bound that can fail on a real error
     assert _max_diff(streamed.double(), exact) <= bound
     assert _max_diff(full.double(), exact) <= bound
     assert _max_diff(streamed, full) <= 2 * bound  # two bf16 evaluations

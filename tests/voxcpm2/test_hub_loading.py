@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub.errors import LocalEntryNotFoundError
+from qwen3.conftest import bf16_bound, check_audio, run_error
 
 import tts_core
 from tts_core.models.qwen3_tts.model import Qwen3TTSModel
@@ -23,9 +24,10 @@ from tts_core.models.registry import (
 from tts_core.models.voxcpm import VoxCPMModel
 from tts_core.models.voxcpm.checkpoint import DOWNLOAD_PATTERNS
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, shared_model
 
 TINY = FIXTURES / "voxcpm2-tiny"
+FLOAT32_AND_64 = (torch.float32, torch.float64)
 
 
 def _copy(source: Path, target: Path, skip: tuple[str, ...] = ()) -> Path:
@@ -42,7 +44,7 @@ class FakeHub:
     def __init__(self, tmp_path: Path, repos: dict[str, Path]) -> None:
         self.tmp_path, self.repos, self.calls = tmp_path, repos, []
 
-    def __call__(self, repo_id: str, allow_patterns: list[str]) -> str:
+    def __call__(self, repo_id: str, allow_patterns: list[str], **_options) -> str:
         self.calls.append((repo_id, list(allow_patterns)))
         folder = self.tmp_path / "cache" / repo_id.replace("/", "--") / str(len(self.calls))
         folder.mkdir(parents=True)
@@ -96,11 +98,25 @@ def test_load_model_dispatches_on_the_config() -> None:
     assert isinstance(tts_core.load_model(FIXTURES / "qwen3-tiny-a"), Qwen3TTSModel)
 
 
+def _first_patch_audio(model) -> torch.Tensor:
+    chunks = model.stream("Hello.", None, seed=1, chunk_patches=1, first_chunk_patches=1)
+    return torch.from_numpy(next(iter(chunks)).audio).double()
+
+
 def test_load_model_bfloat16_voxcpm() -> None:
+    """bf16 LM / DiT stacks, float32 VAE. The first patch's audio (seeded noise through LocDiT,
+    then the VAE) is the float32 model's up to bf16 rounding: within bf16_bound of float64 (error
+    model of tests/qwen3/conftest.py, E = the float32 run's error; measured 0.4 A u_bf16)."""
     model = tts_core.load_model(TINY, dtype=torch.bfloat16)
     assert model.net.dtype == torch.bfloat16 and model.vae.dtype == torch.float32
+    ours16 = _first_patch_audio(model)
+    ours32, exact = (_first_patch_audio(shared_model(TINY, dt)) for dt in FLOAT32_AND_64)
+    bound = bf16_bound(run_error(ours32, exact))
+    assert bound < 0.5 * float(exact.abs().max())  # a bound a real error would break
+    assert float((ours16 - exact).abs().max()) <= bound
     audio = model.generate("Hello.", None, seed=1).audio
-    assert audio.dtype.name == "float32" and bool(torch.isfinite(torch.from_numpy(audio)).all())
+    assert audio.dtype.name == "float32"
+    check_audio(audio)
 
 
 @pytest.mark.parametrize(
@@ -170,7 +186,7 @@ def test_file_missing_on_the_hub_is_named(tmp_path: Path, hub: FakeHub) -> None:
 
 
 def test_no_network_is_said(monkeypatch) -> None:
-    def offline(repo_id: str, allow_patterns: list[str]) -> str:
+    def offline(repo_id: str, allow_patterns: list[str], **_options) -> str:
         raise LocalEntryNotFoundError("Please check your internet connection and try again.")
 
     monkeypatch.setattr("huggingface_hub.snapshot_download", offline)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from qwen3.conftest import U_BF16, bf16_bound, fp32_error
 from safetensors.torch import save_file
 
 from tts_core.models.voxcpm import AudioVAE, CheckpointError, ConfigError, VoxCPM2Config
@@ -101,13 +102,22 @@ def test_wrapped_and_safetensors_and_bf16_files_load(
     assert torch.equal(
         safetensors_vae.decoder.model[2].block[0].alpha, state["decoder.model.2.block.0.alpha"]
     )
-    # bf16 files are cast to float32 like the official `.to(torch.float32)`.
-    bf16 = {
-        k: v.to(torch.bfloat16) if v.is_floating_point() else v
-        for k, v in _state(tiny_folder).items()
-    }
+    # bf16 files are cast to float32 like the official `.to(torch.float32)`: each weight is the
+    # float32 one rounded to nearest bf16 (relative error <= u_bf16), and the decode errs as the
+    # bf16 error model of tests/qwen3/conftest.py says (E: the golden's float32 error; measured
+    # 0.36 A u_bf16): within bf16_bound of the float64 golden.
+    full = _state(tiny_folder)
+    bf16 = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in full.items()}
     vae = AudioVAE.from_folder(_folder_with(tmp_path / "b", tiny_folder, bf16))
     assert vae.dtype == torch.float32 and vae.decoder.model[0].weight.dtype == torch.float32
+    for key, value in vae.state_dict().items():
+        if value.is_floating_point():
+            assert torch.equal(value, bf16[key].float()), key
+            assert bool(((value - full[key]).abs() <= U_BF16 * full[key].abs()).all()), key
+    bound = bf16_bound(fp32_error(vae_goldens, "decode_audio"))
+    assert bound < 0.5 * float(vae_goldens["decode_audio_fp64"].abs().max())
+    error = (vae.decode(latents).double() - vae_goldens["decode_audio_fp64"]).abs().max()
+    assert float(error) <= bound
 
 
 def test_condition_bucket_comes_from_the_file(

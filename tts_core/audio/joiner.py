@@ -23,8 +23,6 @@ class ChunkJoiner:
         self._hold = max(self.overlap, self.fade)
         self._held = _EMPTY
         self._faded_in = 0  # how many leading samples already went through the fade-in
-        self.joins: list[int] = []  # output sample index of every crossfaded join (for tests)
-        self._emitted = 0
 
     @property
     def held(self) -> int:
@@ -42,7 +40,6 @@ class ChunkJoiner:
             joined = np.concatenate([self._held, piece])
         cut = max(0, joined.size - self._hold)
         self._held = joined[cut:]
-        self._emitted += cut
         return joined[:cut]
 
     def finish(self) -> np.ndarray:
@@ -52,7 +49,6 @@ class ChunkJoiner:
             length = min(self.fade, tail.size)
             tail = tail.copy()
             tail[-length:] *= hann_rise(length)[::-1]
-        self._emitted += tail.size
         return tail
 
     def _fade_in(self, piece: np.ndarray) -> np.ndarray:
@@ -67,5 +63,4 @@ class ChunkJoiner:
         length = min(self.overlap, held.size, piece.size)
         rise = hann_rise(length)
         mixed = held[held.size - length :] * (1.0 - rise) + piece[:length] * rise
-        self.joins.append(self._emitted + held.size - length)
         return np.concatenate([held[: held.size - length], mixed, piece[length:]])

@@ -7,9 +7,10 @@ unknown repo or a missing file). `load_model` and the backend loader dispatch on
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from .config_json import read_json_object
 
 QWEN3_TTS = "qwen3_tts"  # Qwen3-TTS 12 Hz: config.json "model_type"
 VOXCPM2 = "voxcpm2"  # VoxCPM2: config.json "architecture"
@@ -26,14 +27,7 @@ def read_config(name_or_path: str | Path) -> dict[str, Any]:
     from .qwen3_tts.checkpoint import resolve_checkpoint
 
     folder = resolve_checkpoint(name_or_path, required=(CONFIG_FILE,), patterns=(CONFIG_FILE,))
-    path = folder / CONFIG_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UnknownArchitectureError(f"{path}: not readable JSON ({error})") from error
-    if not isinstance(data, dict):
-        raise UnknownArchitectureError(f"{path}: expected a JSON object")
-    return data
+    return read_json_object(folder / CONFIG_FILE, UnknownArchitectureError)
 
 
 def architecture_of(config: dict[str, Any], source: str = CONFIG_FILE) -> str:

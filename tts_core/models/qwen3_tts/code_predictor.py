@@ -13,8 +13,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ..layers import DecoderStack, Embedding, KVCache, RotaryTable
 from .config import CodePredictorConfig
-from .layers import DecoderStack, Embedding, KVCache, RotaryTable, rowwise
+from .int8 import rowwise
 
 # logits (B, V) float32 -> chosen ids (B,)
 CodeChooser = Callable[[torch.Tensor], torch.Tensor]

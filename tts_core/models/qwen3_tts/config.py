@@ -7,10 +7,11 @@ here except fields the released JSON leaves out and the official code fills the 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..config_json import Fields, read_json_object
 
 MODEL_TYPE = "qwen3_tts"
 TALKER_MODEL_TYPE = "qwen3_tts_talker"
@@ -23,24 +24,11 @@ class ConfigError(ValueError):
     """A checkpoint config file is missing a field or holds a value we cannot run."""
 
 
-def _require(section: dict[str, Any], key: str, where: str) -> Any:
-    if key not in section:
-        raise ConfigError(f"{where}: required field '{key}' is missing")
-    return section[key]
-
-
-def _positive_int(section: dict[str, Any], key: str, where: str) -> int:
-    value = _require(section, key, where)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"{where}: '{key}' must be a positive integer, got {value!r}")
-    return value
-
-
-def _rope_type(section: dict[str, Any], where: str) -> str:
-    scaling = section.get("rope_scaling") or {}
+def _rope_type(section: Fields) -> str:
+    scaling = section.get("rope_scaling", None) or {}
     rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type not in SUPPORTED_ROPE_TYPES:
-        raise ConfigError(f"{where}: unsupported rope type {rope_type!r}")
+        raise ConfigError(f"{section.where}: unsupported rope type {rope_type!r}")
     return rope_type
 
 
@@ -59,7 +47,8 @@ class DecoderStackConfig:
     max_position_embeddings: int
 
     @classmethod
-    def from_dict(cls, section: dict[str, Any], where: str) -> DecoderStackConfig:
+    def from_dict(cls, raw: dict[str, Any], where: str) -> DecoderStackConfig:
+        section = Fields(raw, where, ConfigError)
         act = section.get("hidden_act", "silu")
         if act != "silu":
             raise ConfigError(f"{where}: unsupported hidden_act {act!r} (only 'silu')")
@@ -67,23 +56,22 @@ class DecoderStackConfig:
             raise ConfigError(f"{where}: attention_bias=true is not supported")
         if section.get("use_sliding_window", False):
             raise ConfigError(f"{where}: sliding-window attention is not supported")
-        _rope_type(section, where)
-        heads = _positive_int(section, "num_attention_heads", where)
-        kv_heads = _positive_int(section, "num_key_value_heads", where)
+        _rope_type(section)
+        heads = section.integer("num_attention_heads")
+        kv_heads = section.integer("num_key_value_heads")
         if heads % kv_heads:
             raise ConfigError(f"{where}: num_attention_heads {heads} not divisible by {kv_heads}")
-        hidden = _positive_int(section, "hidden_size", where)
-        head_dim = section.get("head_dim") or hidden // heads
+        hidden = section.integer("hidden_size")
         return cls(
             hidden_size=hidden,
-            num_hidden_layers=_positive_int(section, "num_hidden_layers", where),
+            num_hidden_layers=section.integer("num_hidden_layers"),
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
-            head_dim=int(head_dim),
-            intermediate_size=_positive_int(section, "intermediate_size", where),
-            rms_norm_eps=float(_require(section, "rms_norm_eps", where)),
-            rope_theta=_require(section, "rope_theta", where),
-            max_position_embeddings=_positive_int(section, "max_position_embeddings", where),
+            head_dim=section.optional_integer("head_dim") or hidden // heads,
+            intermediate_size=section.integer("intermediate_size"),
+            rms_norm_eps=section.number("rms_norm_eps"),
+            rope_theta=section.number("rope_theta"),
+            max_position_embeddings=section.integer("max_position_embeddings"),
         )
 
 
@@ -147,37 +135,35 @@ class GenerationDefaults:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GenerationDefaults:
-        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        return cls(**known)
+        return Fields(data, "generation_config.json", ConfigError).dataclass(cls)
 
 
-def _code_predictor_config(section: dict[str, Any], talker_groups: int) -> CodePredictorConfig:
-    where = "config.json talker_config.code_predictor_config"
+def _code_predictor_config(section: Fields, talker_groups: int) -> CodePredictorConfig:
     model_type = section.get("model_type", CODE_PREDICTOR_MODEL_TYPE)
     if model_type != CODE_PREDICTOR_MODEL_TYPE:
-        raise ConfigError(f"{where}: unknown model_type {model_type!r}")
-    groups = _positive_int(section, "num_code_groups", where)
+        raise ConfigError(f"{section.where}: unknown model_type {model_type!r}")
+    groups = section.integer("num_code_groups")
     if groups != talker_groups:
         raise ConfigError(
-            f"{where}: num_code_groups {groups} differs from the talker's {talker_groups}"
+            f"{section.where}: num_code_groups {groups} differs from the talker's {talker_groups}"
         )
     return CodePredictorConfig(
-        stack=DecoderStackConfig.from_dict(section, where),
-        vocab_size=_positive_int(section, "vocab_size", where),
+        stack=DecoderStackConfig.from_dict(section.raw, section.where),
+        vocab_size=section.integer("vocab_size"),
         num_code_groups=groups,
     )
 
 
-def _talker_config(section: dict[str, Any]) -> TalkerConfig:
-    where = "config.json talker_config"
+def _talker_config(section: Fields) -> TalkerConfig:
+    where = section.where
     model_type = section.get("model_type", TALKER_MODEL_TYPE)
     if model_type != TALKER_MODEL_TYPE:
         raise ConfigError(f"{where}: unknown model_type {model_type!r}")
-    groups = _positive_int(section, "num_code_groups", where)
+    groups = section.integer("num_code_groups")
     if groups < 2:
         raise ConfigError(f"{where}: num_code_groups must be >= 2, got {groups}")
     ids = {
-        name: _require(section, name, where)
+        name: section.integer(name, minimum=0)
         for name in (
             "codec_pad_id",
             "codec_bos_id",
@@ -188,17 +174,17 @@ def _talker_config(section: dict[str, Any]) -> TalkerConfig:
             "codec_think_eos_id",
         )
     }
-    vocab = _positive_int(section, "vocab_size", where)
+    vocab = section.integer("vocab_size")
     for name, value in ids.items():
-        if not isinstance(value, int) or not 0 <= value < vocab:
+        if value >= vocab:
             raise ConfigError(f"{where}: '{name}'={value!r} is outside the codec vocab {vocab}")
     languages = {str(k).lower(): int(v) for k, v in section.get("codec_language_id", {}).items()}
-    predictor = _code_predictor_config(_require(section, "code_predictor_config", where), groups)
+    predictor = _code_predictor_config(section.section("code_predictor_config"), groups)
     return TalkerConfig(
-        stack=DecoderStackConfig.from_dict(section, where),
+        stack=DecoderStackConfig.from_dict(section.raw, section.where),
         vocab_size=vocab,
-        text_vocab_size=_positive_int(section, "text_vocab_size", where),
-        text_hidden_size=_positive_int(section, "text_hidden_size", where),
+        text_vocab_size=section.integer("text_vocab_size"),
+        text_hidden_size=section.integer("text_hidden_size"),
         num_code_groups=groups,
         codec_language_id=languages,
         code_predictor=predictor,
@@ -208,21 +194,22 @@ def _talker_config(section: dict[str, Any]) -> TalkerConfig:
 
 def parse_config(data: dict[str, Any]) -> Qwen3TTSConfig:
     """Validate the parsed config.json and turn it into dataclasses (ConfigError on bad values)."""
-    where = "config.json"
-    model_type = data.get("model_type")
+    top = Fields(data, "config.json", ConfigError)
+    where = top.where
+    model_type = top.get("model_type", None)
     if model_type != MODEL_TYPE:
         raise ConfigError(f"{where}: unknown model_type {model_type!r} (expected {MODEL_TYPE!r})")
-    tokenizer_type = data.get("tokenizer_type")
+    tokenizer_type = top.get("tokenizer_type", None)
     if tokenizer_type not in SUPPORTED_TOKENIZER_TYPES:
         raise ConfigError(
             f"{where}: unknown tokenizer_type {tokenizer_type!r} "
             f"(supported: {', '.join(SUPPORTED_TOKENIZER_TYPES)})"
         )
-    model_kind = data.get("tts_model_type")
+    model_kind = top.get("tts_model_type", None)
     if model_kind != "base":
         raise ConfigError(f"{where}: tts_model_type {model_kind!r} is not supported (only 'base')")
-    talker = _talker_config(_require(data, "talker_config", where))
-    speaker = dict(data.get("speaker_encoder_config") or {})
+    talker = _talker_config(top.section("talker_config"))
+    speaker = dict(top.get("speaker_encoder_config", None) or {})
     enc_dim = speaker.get("enc_dim", talker.stack.hidden_size)
     if enc_dim != talker.stack.hidden_size:
         raise ConfigError(
@@ -231,35 +218,24 @@ def parse_config(data: dict[str, Any]) -> Qwen3TTSConfig:
         )
     return Qwen3TTSConfig(
         tts_model_type=model_kind,
-        tts_model_size=str(data.get("tts_model_size", "")),
+        tts_model_size=str(top.get("tts_model_size", "")),
         tokenizer_type=tokenizer_type,
-        im_start_token_id=_require(data, "im_start_token_id", where),
-        im_end_token_id=_require(data, "im_end_token_id", where),
-        tts_pad_token_id=_require(data, "tts_pad_token_id", where),
-        tts_bos_token_id=_require(data, "tts_bos_token_id", where),
-        tts_eos_token_id=_require(data, "tts_eos_token_id", where),
+        im_start_token_id=top.integer("im_start_token_id", minimum=0),
+        im_end_token_id=top.integer("im_end_token_id", minimum=0),
+        tts_pad_token_id=top.integer("tts_pad_token_id", minimum=0),
+        tts_bos_token_id=top.integer("tts_bos_token_id", minimum=0),
+        tts_eos_token_id=top.integer("tts_eos_token_id", minimum=0),
         talker=talker,
         speaker_encoder=speaker,
     )
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError as error:
-        raise FileNotFoundError(f"missing checkpoint file: {path}") from error
-    except json.JSONDecodeError as error:
-        raise ConfigError(f"{path}: not valid JSON ({error})") from error
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
-    return data
-
-
 def load_config(folder: Path) -> Qwen3TTSConfig:
-    return parse_config(read_json(Path(folder) / "config.json"))
+    return parse_config(read_json_object(Path(folder) / "config.json", ConfigError))
 
 
 def load_generation_defaults(folder: Path) -> GenerationDefaults:
     path = Path(folder) / "generation_config.json"
-    return GenerationDefaults.from_dict(read_json(path)) if path.exists() else GenerationDefaults()
+    if not path.exists():
+        return GenerationDefaults()
+    return GenerationDefaults.from_dict(read_json_object(path, ConfigError))

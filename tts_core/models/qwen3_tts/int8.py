@@ -79,3 +79,13 @@ def sqnr_db(reference: torch.Tensor, approximation: torch.Tensor) -> float:
     if noise == 0:
         return float("inf")
     return float(10 * torch.log10(signal / noise))
+
+
+def rowwise(linear: nn.Module, x: torch.Tensor, by_row: bool = True) -> torch.Tensor:
+    """`linear(x)` for x (B, ...), with a float layer applied one batch row at a time when
+    `by_row`: a GEMM's blocking, hence its rounding, depends on how many rows it multiplies, and
+    a row's result must not depend on the batch it is in. Int8Linear sums are exact integers and
+    need no loop."""
+    if not by_row or x.shape[0] == 1 or isinstance(linear, (Int8Linear, nn.Identity)):
+        return linear(x)
+    return torch.cat([linear(x[row : row + 1]) for row in range(x.shape[0])])

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..layers import compile_stack
 from .checkpoint import (
     build_talker,
     load_safetensors,
@@ -29,7 +30,6 @@ from .checkpoint import (
 )
 from .config import GenerationDefaults, Qwen3TTSConfig, load_config, load_generation_defaults
 from .decode_loop import DecodeSettings, FrameLoop, length_cap_frames, resolve_settings
-from .layers import compile_stack
 from .prompt import Prompt, SpecialTextVectors, build_prompt, ref_text_ids, target_text_ids
 from .static_step import DECODE_MODES
 from .text_tokenizer import TextTokenizer

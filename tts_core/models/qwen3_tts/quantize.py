@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from ..layers import DecoderLayer, DecoderStack
 from .int8 import Int8Linear, sqnr_db
-from .layers import DecoderLayer, DecoderStack
 
 if TYPE_CHECKING:
     from .model import Qwen3TTSModel

@@ -7,13 +7,14 @@ padding. Weights are the `speaker_encoder.*` tensors of model.safetensors, prefi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from ..config_json import Fields
 from ..state_check import mismatches, shapes_of
 from .mel import MelConfig, log_mel_spectrogram
 
@@ -35,14 +36,7 @@ class SpeakerEncoderConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> SpeakerEncoderConfig:
-        if not isinstance(raw, dict) or "enc_dim" not in raw:
-            raise ValueError("speaker_encoder_config must be an object with 'enc_dim'")
-        values = {}
-        for f in fields(cls):
-            if f.name in raw:
-                value = raw[f.name]
-                values[f.name] = tuple(value) if isinstance(value, list) else value
-        config = cls(**values)
+        config = Fields(raw, "speaker_encoder_config").dataclass(cls)
         config.validate()
         return config
 

@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import torch
 
+from ..layers import KVCache
 from .code_predictor import CodeChooser, CodePredictor
 from .cuda_graphs import GraphedCallable, unavailable_reason
-from .layers import KVCache
 from .talker import Talker
 
 DECODE_MODES = ("eager", "static", "cuda_graphs")

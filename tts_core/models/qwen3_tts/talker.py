@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers import DecoderStack, Embedding, KVCache, RotaryTable
 from .code_predictor import CodePredictor
 from .config import TalkerConfig
-from .layers import DecoderStack, Embedding, KVCache, RotaryTable
 
 INITIAL_ROPE_POSITIONS = 1024
 

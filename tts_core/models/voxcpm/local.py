@@ -38,7 +38,7 @@ class LocEnc(nn.Module):
 
     def __init__(self, encoder: MiniCPMStack, feat_dim: int) -> None:
         super().__init__()
-        hidden = encoder.spec.hidden_size
+        hidden = encoder.cfg.hidden_size
         self.special_token = nn.Parameter(torch.zeros(1, 1, 1, hidden))
         self.in_proj = nn.Linear(feat_dim, hidden)
         self.encoder = encoder
@@ -76,7 +76,7 @@ class LocDiT(nn.Module):
 
     def __init__(self, decoder: MiniCPMStack, feat_dim: int) -> None:
         super().__init__()
-        hidden = decoder.spec.hidden_size
+        hidden = decoder.cfg.hidden_size
         self.hidden = hidden
         self.in_proj = nn.Linear(feat_dim, hidden)
         self.cond_proj = nn.Linear(feat_dim, hidden)

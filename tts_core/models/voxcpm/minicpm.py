@@ -1,8 +1,8 @@
-"""MiniCPM-4 stacks of VoxCPM2 (spec voxcpm2.md sections 3 and 7), built from the shared Qwen3
-blocks (`tts_core.models.qwen3_tts.layers`: RMSNorm, GQA attention without q/k norm, SwiGLU,
-static KV cache, RoPE table with LongRoPE factors).
+"""MiniCPM-4 stacks of VoxCPM2 (spec voxcpm2.md sections 3 and 7), built on the shared
+transformer blocks (`tts_core.models.layers`: DecoderStack of RMSNorm, GQA attention, SwiGLU,
+static KV cache; RoPE table with LongRoPE factors).
 
-What differs from a Qwen3 layer lives here: no q/k norm, the optional muP residual scale
+What differs from a Qwen3 stack is set here: no q/k norm, the optional muP residual scale
 `scale_depth / sqrt(num_layers)`, optional RoPE (`residual_lm` has none), bidirectional
 prefill for LocEnc / LocDiT. Keys follow the checkpoint (`layers.N.self_attn.q_proj`, `norm`).
 """
@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..qwen3_tts.config import DecoderStackConfig
-from ..qwen3_tts.layers import Attention, KVCache, RMSNorm, RotaryTable, SwiGLU
-from .config import MiniCPMConfig
+from ..layers import DecoderStack, KVCache, RotaryTable
+from .config import LocalStackConfig, MiniCPMConfig
 
 
 @dataclass(frozen=True)
@@ -59,17 +58,16 @@ class StackSpec:
             residual_scale=lm.scale_depth / math.sqrt(layers) if lm.use_mup else 1.0,
         )
 
-    def attention_config(self, rope_theta: float, max_len: int) -> DecoderStackConfig:
-        return DecoderStackConfig(
-            hidden_size=self.hidden_size,
-            num_hidden_layers=self.num_hidden_layers,
-            num_attention_heads=self.num_attention_heads,
-            num_key_value_heads=self.num_key_value_heads,
-            head_dim=self.head_dim,
-            intermediate_size=self.intermediate_size,
-            rms_norm_eps=self.rms_norm_eps,
-            rope_theta=rope_theta,
-            max_position_embeddings=max_len,
+    @classmethod
+    def local(cls, lm: MiniCPMConfig, stack: LocalStackConfig) -> StackSpec:
+        """LocEnc's or LocDiT's stack: its own geometry, the rest of lm_config's."""
+        return cls.derive(
+            lm,
+            hidden=stack.hidden_dim,
+            ffn=stack.ffn_dim,
+            heads=stack.num_heads,
+            layers=stack.num_layers,
+            head_dim=stack.head_dim,
         )
 
 
@@ -83,36 +81,8 @@ def longrope_table(lm: MiniCPMConfig, head_dim: int, max_len: int) -> RotaryTabl
     return RotaryTable(head_dim, lm.rope_theta, max_len, ext_factors=factors, scale=scale)
 
 
-class MiniCPMRMSNorm(RMSNorm):
-    """The shared RMSNorm (float32 statistics for float32 and lower), except that a float64
-    model keeps float64 statistics, so the float64 parity runs are exact (tests only)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.float64:
-            return super().forward(x)
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
-
-
-class MiniCPMLayer(nn.Module):
-    def __init__(self, spec: StackSpec, attention_cfg: DecoderStackConfig) -> None:
-        super().__init__()
-        self.input_layernorm = MiniCPMRMSNorm(spec.hidden_size, spec.rms_norm_eps)
-        self.self_attn = Attention(attention_cfg, qk_norm=False)
-        self.post_attention_layernorm = MiniCPMRMSNorm(spec.hidden_size, spec.rms_norm_eps)
-        self.mlp = SwiGLU(spec.hidden_size, spec.intermediate_size)
-        self.residual_scale = spec.residual_scale
-
-    def forward(
-        self, x: torch.Tensor, rope, cache: KVCache | None, start: int, causal: bool
-    ) -> torch.Tensor:
-        h = self.self_attn(self.input_layernorm(x), rope, cache, start, causal=causal)
-        x = x + (h * self.residual_scale if self.residual_scale != 1.0 else h)
-        h = self.mlp(self.post_attention_layernorm(x))
-        return x + (h * self.residual_scale if self.residual_scale != 1.0 else h)
-
-
-class MiniCPMStack(nn.Module):
-    """`layers` + final `norm` (+ `embed_tokens` when `vocab_size` > 0).
+class MiniCPMStack(DecoderStack):
+    """`layers` + final `norm` (+ `embed_tokens` when `vocab_size` > 0) and the stack's RoPE.
 
     `forward(x, caches, start, causal)` runs positions [start, start+T) and returns the
     final-norm hidden states; with `caches` None it is a cache-free (bidirectional) pass."""
@@ -120,28 +90,19 @@ class MiniCPMStack(nn.Module):
     def __init__(
         self, spec: StackSpec, lm: MiniCPMConfig, max_len: int, vocab_size: int = 0
     ) -> None:
-        super().__init__()
-        self.spec = spec
-        attention_cfg = spec.attention_config(lm.rope_theta, max_len)
+        super().__init__(spec, qk_norm=False, residual_scale=spec.residual_scale)
         if vocab_size > 0:
             self.embed_tokens = nn.Embedding(vocab_size, spec.hidden_size)
-        self.layers = nn.ModuleList(
-            MiniCPMLayer(spec, attention_cfg) for _ in range(spec.num_hidden_layers)
-        )
-        self.norm = MiniCPMRMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.rope = longrope_table(lm, spec.head_dim, max_len) if spec.use_rope else None
         self.max_len = max_len
 
-    def new_caches(
+    def request_caches(
         self, dtype: torch.dtype, device: torch.device, positions: int | None = None
     ) -> list[KVCache]:
-        """Per-layer caches for `positions` (at most, and by default, max_len): a request
-        allocates what its prompt and length cap can fill, not the whole 8192."""
-        s = self.spec
+        """Per-layer caches for one request of `positions` (at most, and by default, max_len):
+        a request allocates what its prompt and length cap can fill, not the whole 8192."""
         size = self.max_len if positions is None else min(int(positions), self.max_len)
-        return [
-            KVCache(1, s.num_key_value_heads, size, s.head_dim, dtype, device) for _ in self.layers
-        ]
+        return self.new_caches(1, size, dtype, device)
 
     def forward(
         self,
@@ -153,7 +114,4 @@ class MiniCPMStack(nn.Module):
         steps = x.shape[1]
         if start + steps > self.max_len:
             raise RuntimeError(f"KV cache is full: position {start + steps} > {self.max_len}")
-        rope = None if self.rope is None else self.rope.window(start, steps, x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, rope, None if caches is None else caches[i], start, causal)
-        return self.norm(x)
+        return self.run_layers(x, self.rope, caches, start, causal)

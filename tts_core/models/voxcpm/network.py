@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..qwen3_tts.layers import KVCache
+from ..layers import KVCache
 from .config import VoxCPM2Config
 from .local import EulerCFM, LocDiT, LocEnc, ScalarQuantizer
 from .minicpm import MiniCPMStack, StackSpec
@@ -40,22 +40,7 @@ class VoxCPM2Network(nn.Module):
         )
         self.residual_lm = MiniCPMStack(residual, lm, cfg.max_length)
         enc, dit = cfg.encoder, cfg.dit.stack
-        enc_spec = StackSpec.derive(
-            lm,
-            hidden=enc.hidden_dim,
-            ffn=enc.ffn_dim,
-            heads=enc.num_heads,
-            layers=enc.num_layers,
-            head_dim=enc.head_dim,
-        )
-        dit_spec = StackSpec.derive(
-            lm,
-            hidden=dit.hidden_dim,
-            ffn=dit.ffn_dim,
-            heads=dit.num_heads,
-            layers=dit.num_layers,
-            head_dim=dit.head_dim,
-        )
+        enc_spec, dit_spec = StackSpec.local(lm, enc), StackSpec.local(lm, dit)
         patch = cfg.patch_size
         self.feat_encoder = LocEnc(MiniCPMStack(enc_spec, lm, patch + 1), cfg.feat_dim)
         estimator = LocDiT(MiniCPMStack(dit_spec, lm, 2 * patch + 3), cfg.feat_dim)
@@ -98,11 +83,11 @@ class VoxCPM2Network(nn.Module):
         feat = self.encode_patches(patches)
         text = self.base_lm.embed_tokens(tokens) * self.scale_emb
         combined = text_mask[..., None] * text + audio_mask[..., None] * feat
-        base_caches = self.base_lm.new_caches(self.dtype, self.device, positions)
+        base_caches = self.base_lm.request_caches(self.dtype, self.device, positions)
         enc = self.base_lm(combined, base_caches, 0)
         enc = self.fsq_layer(enc) * audio_mask[..., None] + enc * text_mask[..., None]
         fused = self.fusion_concat_proj(torch.cat((enc, audio_mask[..., None] * feat), dim=-1))
-        residual_caches = self.residual_lm.new_caches(self.dtype, self.device, positions)
+        residual_caches = self.residual_lm.request_caches(self.dtype, self.device, positions)
         res = self.residual_lm(fused, residual_caches, 0)
         return DecodeState(base_caches, residual_caches, tokens.shape[1], enc[:, -1], res[:, -1])
 

@@ -10,7 +10,6 @@ from .config import (
 from .decoder import CodecDecoder
 from .speech_tokenizer import CodecCheckpointError, SpeechTokenizer
 from .streaming import DecoderState
-from .window import WindowDecoder
 
 __all__ = [
     "CodecCheckpointError",
@@ -21,6 +20,5 @@ __all__ = [
     "MimiEncoderConfig",
     "SpeechTokenizer",
     "SpeechTokenizerConfig",
-    "WindowDecoder",
     "load_speech_tokenizer_config",
 ]

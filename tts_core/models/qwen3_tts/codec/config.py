@@ -7,45 +7,16 @@ error here, never a silent default.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ...config_json import Fields, read_json_object
 
 
 class CodecConfigError(ValueError):
     """The speech-tokenizer config is missing, unreadable or malformed."""
-
-
-def _field(section: dict[str, Any], name: str, kind: type, where: str) -> Any:
-    if name not in section:
-        raise CodecConfigError(f"{where}: missing required field '{name}'")
-    value = section[name]
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if kind is tuple:
-        if not isinstance(value, list | tuple) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value
-        ):
-            raise CodecConfigError(f"{where}.{name}: expected a list of ints, got {value!r}")
-        return tuple(value)
-    if kind is int and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise CodecConfigError(f"{where}.{name}: expected {kind.__name__}, got {value!r}")
-    return value
-
-
-def _from_section(cls: type, section: Any, where: str, renames: dict[str, str] | None = None):
-    if not isinstance(section, dict):
-        raise CodecConfigError(f"{where}: expected an object, got {type(section).__name__}")
-    renames = renames or {}
-    kinds = {"int": int, "float": float, "bool": bool, "str": str, "tuple[int, ...]": tuple}
-    values = {}
-    for f in fields(cls):
-        values[f.name] = _field(section, renames.get(f.name, f.name), kinds[f.type], where)
-    return cls(**values)
 
 
 @dataclass(frozen=True)
@@ -182,27 +153,20 @@ class SpeechTokenizerConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> SpeechTokenizerConfig:
-        if not isinstance(raw, dict):
-            raise CodecConfigError("speech tokenizer config: expected a JSON object")
-        where = "speech_tokenizer config"
-        decoder = _from_section(CodecDecoderConfig, raw.get("decoder_config"), "decoder_config")
-        encoder = _from_section(
-            MimiEncoderConfig,
-            raw.get("encoder_config"),
-            "encoder_config",
-            {"frame_rate": "_frame_rate"},
-        )
-        decoder.validate()
-        encoder.validate()
+        top = Fields(raw, "speech_tokenizer config", CodecConfigError)
+        decoder = Fields(top.get("decoder_config"), "decoder_config", CodecConfigError)
+        encoder = Fields(top.get("encoder_config"), "encoder_config", CodecConfigError)
         config = cls(
-            decoder=decoder,
-            encoder=encoder,
-            encoder_valid_num_quantizers=_field(raw, "encoder_valid_num_quantizers", int, where),
-            input_sample_rate=_field(raw, "input_sample_rate", int, where),
-            output_sample_rate=_field(raw, "output_sample_rate", int, where),
-            encode_downsample_rate=_field(raw, "encode_downsample_rate", int, where),
-            decode_upsample_rate=_field(raw, "decode_upsample_rate", int, where),
+            decoder=decoder.dataclass(CodecDecoderConfig),
+            encoder=encoder.dataclass(MimiEncoderConfig, {"frame_rate": "_frame_rate"}),
+            encoder_valid_num_quantizers=top.integer("encoder_valid_num_quantizers"),
+            input_sample_rate=top.integer("input_sample_rate"),
+            output_sample_rate=top.integer("output_sample_rate"),
+            encode_downsample_rate=top.integer("encode_downsample_rate"),
+            decode_upsample_rate=top.integer("decode_upsample_rate"),
         )
+        config.decoder.validate()
+        config.encoder.validate()
         config.validate()
         return config
 
@@ -226,11 +190,7 @@ def load_speech_tokenizer_config(folder: str | Path) -> SpeechTokenizerConfig:
     path = folder / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"speech tokenizer config not found: {path}")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CodecConfigError(f"cannot parse {path}: {error}") from error
-    config = SpeechTokenizerConfig.from_dict(raw)
+    config = SpeechTokenizerConfig.from_dict(read_json_object(path, CodecConfigError))
     _check_preprocessor(folder / "preprocessor_config.json", config)
     return config
 
@@ -238,10 +198,7 @@ def load_speech_tokenizer_config(folder: str | Path) -> SpeechTokenizerConfig:
 def _check_preprocessor(path: Path, config: SpeechTokenizerConfig) -> None:
     if not path.is_file():
         return
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CodecConfigError(f"cannot parse {path}: {error}") from error
+    raw = read_json_object(path, CodecConfigError)
     rate = raw.get("sampling_rate")
     if rate is not None and rate != config.input_sample_rate:
         raise CodecConfigError(

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...layers import Attention, LayerScale, inverse_frequencies, rope_cos_sin
 from .config import MimiEncoderConfig
 from .quantizer import EncoderRVQ
-from .transformer import rope_tables, rotate
 
 
 class MimiConv1d(nn.Module):
@@ -92,37 +92,9 @@ class SEANetEncoder(nn.Module):
         return x
 
 
-class MimiAttention(nn.Module):
-    def __init__(self, cfg: MimiEncoderConfig) -> None:
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = (
-            cfg.num_attention_heads,
-            cfg.num_key_value_heads,
-            cfg.head_dim,
-        )
-        bias = cfg.attention_bias
-        self.q_proj = nn.Linear(cfg.hidden_size, self.heads * self.head_dim, bias=bias)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.kv_heads * self.head_dim, bias=bias)
-        self.o_proj = nn.Linear(self.heads * self.head_dim, cfg.hidden_size, bias=bias)
-        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
-        self.inv_freq_fp32 = 1.0 / (cfg.rope_theta**exponents)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, steps, _ = x.shape  # (B, T, hidden)
-        q = self.q_proj(x).view(batch, steps, self.heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = rope_tables(self.inv_freq_fp32.to(x.device), steps, x.dtype)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        if self.kv_heads != self.heads:
-            k = k.repeat_interleave(self.heads // self.kv_heads, dim=1)
-            v = v.repeat_interleave(self.heads // self.kv_heads, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=steps > 1)
-        return self.o_proj(out.transpose(1, 2).reshape(batch, steps, -1))
-
-
 class MimiMLP(nn.Module):
+    """fc2(gelu(fc1(x))), no biases (not gated: Mimi's own MLP)."""
+
     def __init__(self, cfg: MimiEncoderConfig) -> None:
         super().__init__()
         self.fc1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
@@ -132,27 +104,25 @@ class MimiMLP(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
-class _Scale(nn.Module):
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.full((dim,), 0.01))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.scale * x
-
-
 class MimiTransformerLayer(nn.Module):
     def __init__(self, cfg: MimiEncoderConfig) -> None:
         super().__init__()
         self.input_layernorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
-        self.self_attn = MimiAttention(cfg)
-        self.self_attn_layer_scale = _Scale(cfg.hidden_size)
+        self.self_attn = Attention(
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.num_key_value_heads,
+            cfg.head_dim,
+            bias=cfg.attention_bias,
+        )
+        self.self_attn_layer_scale = LayerScale(cfg.hidden_size)
         self.post_attention_layernorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.norm_eps)
         self.mlp = MimiMLP(cfg)
-        self.mlp_layer_scale = _Scale(cfg.hidden_size)
+        self.mlp_layer_scale = LayerScale(cfg.hidden_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x)))
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        attended = self.self_attn(self.input_layernorm(x), rope, None, 0)  # causal, from 0
+        x = x + self.self_attn_layer_scale(attended)
         return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
 
 
@@ -160,10 +130,13 @@ class MimiTransformer(nn.Module):
     def __init__(self, cfg: MimiEncoderConfig) -> None:
         super().__init__()
         self.layers = nn.ModuleList(MimiTransformerLayer(cfg) for _ in range(cfg.num_hidden_layers))
+        # Kept out of the buffers so a cast of the module to bf16 never degrades it.
+        self.inv_freq_fp32 = inverse_frequencies(cfg.head_dim, cfg.rope_theta)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, T, hidden)
+        rope = rope_cos_sin(self.inv_freq_fp32.to(x.device), x.shape[1], x.dtype)
         for layer in self.layers:
-            x = layer(x)
+            x = layer(x, rope)
         return x
 
 

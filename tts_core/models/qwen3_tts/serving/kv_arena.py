@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..layers import DecoderStack, KVCache
+from ...layers import DecoderStack, KVCache
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..layers import rowwise
+from ..int8 import rowwise
 from ..model import Qwen3TTSModel
 from .kv_arena import KVArena, Span
 from .sequence import Sequence

@@ -1,4 +1,5 @@
-"""Window-mode streaming, as published streamers do it (kept for comparison with the exact mode).
+"""Window-mode streaming, as published streamers do it: the baseline the exact mode is compared
+with (benchmarks/decoder_modes.py, decoder_bench.py; tests/qwen3/test_streaming_decoder.py).
 
 Every `emit_every` frames the last `window` frames are decoded again from scratch (zero state)
 and only the newest audio is emitted. The seam with the previous chunk is blended with a Hann
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .decoder import CodecDecoder
+from tts_core.models.qwen3_tts.codec import CodecDecoder
 
 
 class WindowDecoder:
