@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ...audio.cadence import Cadence
 from ..layers import compile_stack
 from .checkpoint import (
     build_talker,
@@ -245,8 +246,7 @@ class Qwen3TTSModel:
         frees the model within one frame, not one chunk). Closing the generator frees the
         request's caches at once.
         """
-        if first_chunk_frames < 1 or chunk_frames < 1:
-            raise ValueError("first_chunk_frames and chunk_frames must be >= 1")
+        cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
         started = time.perf_counter()
         prompt, settings = self.plan(
             text,
@@ -262,7 +262,6 @@ class Qwen3TTSModel:
         self._codec()  # no codec: fail now, not at the first chunk
         loop = FrameLoop(self.talker, self.special, prompt, settings, mode=self.decode_mode)
         setup_s = time.perf_counter() - started
-        cadence = (first_chunk_frames, chunk_frames)
         return self._chunks(loop, voice, cadence, setup_s, should_stop or _never)
 
     def plan(
@@ -294,26 +293,26 @@ class Qwen3TTSModel:
         return prompt, settings
 
     @torch.inference_mode()
-    def _chunks(self, loop, voice, cadence, setup_s, should_stop):
-        first_chunk_frames, chunk_frames = cadence
+    def _chunks(self, loop, voice, cadence: Cadence, setup_s, should_stop):
         state = None
         try:
             clock = time.perf_counter()
             state = self.new_decoder_state(voice)
             pending: list[torch.Tensor] = []
-            target, compute, produced = first_chunk_frames, setup_s, 0
+            chunks_out, compute, produced = 0, setup_s, 0
             for frame in loop.frames():
                 if should_stop():
                     return
                 pending.append(frame)
                 produced += 1
                 at_limit = produced == loop.limit  # known final: no need to wait for the loop
-                if len(pending) == target or at_limit:
+                if cadence.due(len(pending), chunks_out) or at_limit:
                     reason = loop.limit_reason if at_limit else None
                     yield self.decode_chunk(state, pending, compute + _since(clock), reason)
                     if at_limit:
                         return
-                    pending, target, compute, clock = [], chunk_frames, 0.0, time.perf_counter()
+                    pending, compute, clock = [], 0.0, time.perf_counter()
+                    chunks_out += 1
             # Stopped by EOS: the last chunk holds what is pending (possibly no frames).
             yield self.decode_chunk(state, pending, compute + _since(clock), loop.stop_reason)
         finally:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...audio.cadence import Cadence
 from .audiovae import AudioVAE
 from .checkpoint import load_model_state, resolve_folder
 from .config import VoxCPM2Config
@@ -261,24 +262,23 @@ class VoxCPMModel:
         True ends the stream there, without decoding the patches not yet yielded. The last
         chunk of a stream that was not stopped carries `stop_reason`."""
         first = chunk_patches if first_chunk_patches is None else first_chunk_patches
-        if chunk_patches < 1 or first < 1:
-            raise ValueError("chunk_patches and first_chunk_patches must be >= 1")
+        cadence = Cadence(first, chunk_patches)  # ValueError below 1
         prompt = self._plan(text, voice, inference_timesteps, max_len)  # bad input fails now
         sampling = (seed, cfg_value, inference_timesteps)
-        return self._stream(prompt, voice, sampling, first, chunk_patches, should_stop)
+        return self._stream(prompt, voice, sampling, cadence, should_stop)
 
     def _stream(
         self,
         prompt: _Prompt,
         voice: Voice | None,
         sampling: tuple[int, float, int],
-        first: int,
-        chunk_patches: int,
+        cadence: Cadence,
         should_stop: Callable[[], bool] | None,
     ) -> Iterator[AudioChunk]:
         warm = None if voice is None else voice.warm_decoder
         state = warm.clone() if warm is not None else self.vae.init_state(batch_size=1)
         pending: list[torch.Tensor] = []
+        chunks_out = 0
         info: dict = {}
         patches = self._patches(prompt, *sampling, info)
         try:
@@ -286,9 +286,9 @@ class VoxCPMModel:
                 if should_stop is not None and should_stop():
                     return
                 pending.append(patch)
-                if len(pending) == first:
+                if cadence.due(len(pending), chunks_out):
                     yield self._decode_chunk(pending, state)
-                    pending, first = [], chunk_patches
+                    pending, chunks_out = [], chunks_out + 1
         finally:
             patches.close()  # ends the generation now, not at garbage collection
         last = self._decode_chunk(pending, state) if pending else self._empty_chunk()

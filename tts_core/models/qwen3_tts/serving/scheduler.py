@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ....audio.cadence import Cadence
 from ..decode_loop import step_input
 from ..model import AudioChunk, Qwen3TTSModel, Voice
 from .model_runner import ModelRunner
@@ -71,12 +72,11 @@ class Scheduler:
     ) -> SequenceStream:
         """Validate now (ValueError / TypeError, as `model.stream`) and queue the request; the
         returned stream yields its AudioChunks. `kwargs`: those of `model.stream`."""
-        if first_chunk_frames < 1 or chunk_frames < 1:
-            raise ValueError("first_chunk_frames and chunk_frames must be >= 1")
+        cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
         prompt, settings = self.model.plan(text, voice, language, **kwargs)
         self.model._codec()  # no codec: fail now
         seq = Sequence(self.model.talker, prompt, settings, voice,
-                       (first_chunk_frames, chunk_frames), should_stop or _never)  # fmt: skip
+                       cadence, should_stop or _never)  # fmt: skip
         if seq.prompt_len + 1 > self.runner.capacity:
             raise ValueError(
                 f"the prompt takes {seq.prompt_len} positions; the cache holds "

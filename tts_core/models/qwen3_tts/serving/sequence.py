@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from ....audio.cadence import Cadence
 from ....engine.handoff import Handoff
 from ..decode_loop import DecodeSettings, stop_id_tensor, talker_sampler
 from ..prompt import Prompt
@@ -37,13 +38,13 @@ class Sequence:
         prompt: Prompt,
         settings: DecodeSettings,
         voice: object,
-        cadence: tuple[int, int],
+        cadence: Cadence,
         should_stop: Callable[[], bool],
     ) -> None:
         self.prompt = prompt
         self.settings = settings
         self.voice = voice
-        self.first_chunk_frames, self.chunk_frames = cadence
+        self.cadence = cadence
         self.should_stop = should_stop
         self.limit, self.limit_reason = settings.frame_limit()
         self.prompt_len = prompt.prefill.shape[1]
@@ -119,8 +120,8 @@ class Sequence:
 
     @property
     def chunk_due(self) -> bool:
-        target = self.first_chunk_frames if self.frames == len(self.pending) else self.chunk_frames
-        return len(self.pending) == target or self.at_limit
+        chunks_out = 0 if self.frames == len(self.pending) else 1  # (any later one alike)
+        return self.cadence.due(len(self.pending), chunks_out) or self.at_limit
 
     @property
     def next_position(self) -> int:
