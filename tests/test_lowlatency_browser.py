@@ -68,13 +68,18 @@ def _browser_missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def chromium_page(tmp_path_factory):
+def require_browser() -> None:
+    """Skip without Chromium and Playwright, or fail under REQUIRE_BROWSER=1 (CI)."""
     missing = _browser_missing()
     if missing:
         if os.environ.get("REQUIRE_BROWSER") == "1":
             pytest.fail(f"REQUIRE_BROWSER=1 but {missing}")
         pytest.skip(missing)
+
+
+@pytest.fixture(scope="module")
+def chromium_page(tmp_path_factory):
+    require_browser()
     from playwright.sync_api import sync_playwright
 
     executable = chromium_executable()

@@ -7,13 +7,12 @@ Skips when Chromium or Playwright is missing, unless REQUIRE_BROWSER=1 (CI), whe
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import httpx
 import pytest
-from test_lowlatency_browser import CHROMIUM_ARGS, _browser_missing, chromium_executable
+from test_lowlatency_browser import CHROMIUM_ARGS, chromium_executable, require_browser
 from test_openai_api import RecordingEngine, free_port
 
 from tts_core.audio.ffmpeg import ensure_ffmpeg_on_path
@@ -35,11 +34,7 @@ UPLOAD_LABEL = "Upload or record a clip"
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     """A Chromium context (one browser: its pages share localStorage, so the owner key)."""
-    missing = _browser_missing()
-    if missing:
-        if os.environ.get("REQUIRE_BROWSER") == "1":
-            pytest.fail(f"REQUIRE_BROWSER=1 but {missing}")
-        pytest.skip(missing)
+    require_browser()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
