@@ -137,3 +137,19 @@ def test_api_after_a_failed_load_says_why(tmp_path):
         response = httpx.post(f"{url}/v1/audio/speech", json=SPEECH, timeout=10)
         assert response.status_code == 500 and "disk on fire" in response.text
         assert httpx.get(f"{url}/v1/models", timeout=10).json()["data"][-1]["status"]["error"]
+
+
+def test_errors_shown_to_visitors_carry_no_server_paths():
+    from tts_core.engine.errors import redact_paths
+
+    error = OSError("[Errno 28] No space left: '/home/alice/.cache/huggingface/hub/blobs/abc'")
+    assert redact_paths(str(error)) == "[Errno 28] No space left: '…/abc'"
+    kept = "'Qwen/Qwen3-TTS-12Hz-0.6B-Base' failed, see https://huggingface.co/docs"
+    assert redact_paths(kept) == kept  # repo ids and URLs are not paths
+    slot = EngineSlot("x")
+
+    def broken(report):  # noqa: ANN001, ANN202
+        raise error
+
+    slot.load(broken).join(10)
+    assert "alice" not in slot.progress.error and "…/abc" in slot.progress.error

@@ -231,3 +231,24 @@ def test_picking_a_voice_offers_delete_only_to_its_owner(voices, write_clip, spe
     assert not visible(delete) and "eSpeak" in about["value"]
     upload, about, delete = voice_library.show_picked(voices, "", OWNER)
     assert visible(upload) and not visible(about) and not visible(delete)
+
+
+def test_a_transcript_is_shown_as_text_not_markup(voices, write_clip, speech_like):
+    clip = write_clip("me.wav", speech_like(3.0, 24_000))
+    voices.register("tricky", clip, "![x](https://evil.example/p.png) <b>hi</b>", owner_key=OWNER)
+    _, about, _ = voice_library.show_picked(voices, "tricky", STRANGER)
+    assert "![" not in about["value"] and "<b>" not in about["value"]
+    assert r"\!\[x\]" in about["value"] and r"\<b\>" in about["value"]
+
+
+def test_with_an_api_key_the_page_does_not_write_the_voice_store(engine, voices):
+    from tts_core.server import AccessPolicy, ApiConfig
+    from tts_core.ui import build_demo
+
+    locked = ApiConfig(access=AccessPolicy(api_key="k"))
+    for api, editable in ((None, True), (ApiConfig(), True), (locked, False)):
+        config = build_demo(engine, voices, api=api).get_config_file()
+        (save,) = [c for c in config["components"] if c["props"].get("elem_id") == "save-voice"]
+        fns = [d for d in config["dependencies"] if save["id"] in
+               [t[0] for t in d.get("targets", [])]]  # fmt: skip
+        assert bool(fns) == editable  # no save event at all on a locked server

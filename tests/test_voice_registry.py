@@ -280,3 +280,17 @@ def test_only_the_browser_that_saved_a_voice_may_delete_it_from_the_page(tmp_pat
     registry.delete("mine", owner_key="secret-of-browser-a", check_owner=True)
     registry.delete("api-made")  # the API (behind its key) may delete any custom voice
     assert registry.names() == sorted(STOCK)
+
+
+def test_the_store_holds_at_most_max_voices(tmp_path):
+    from tts_core.server.voices import VoiceStoreError
+
+    registry = VoiceRegistry(tmp_path, max_voices=2)
+    registry.register("one", str(FEMALE_CLIP), TRANSCRIPT)
+    registry.register("two", str(FEMALE_CLIP), TRANSCRIPT)
+    with pytest.raises(VoiceStoreError, match="full") as caught:
+        registry.register("three", str(FEMALE_CLIP), TRANSCRIPT)
+    assert caught.value.status == 507 and not (tmp_path / "three").exists()
+    registry.register("two", str(FEMALE_CLIP), "Replaced.", replace=True)  # adds nothing
+    registry.delete("one")
+    registry.register("three", str(FEMALE_CLIP), TRANSCRIPT)

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 
 from ..engine.backend import Backend, Notice
+from ..engine.errors import redact_paths
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +39,15 @@ def load_backend(
         if not allow_fallback:
             raise
         notice = explain_load_failure(name, exc)
-        log.warning("Could not load model %r (%s); falling back to the offline eSpeak voice.",
-                    name, notice.details)  # fmt: skip
+        log.warning("Could not load model %r (%s: %s); falling back to the offline eSpeak "
+                    "voice.", name, type(exc).__name__, exc)  # fmt: skip
         return _espeak(), notice
 
 
 def explain_load_failure(name: str, exc: BaseException) -> Notice:
     """A load error in words a visitor understands, and how to get the real voice."""
     first_line = (str(exc).strip().splitlines() or [""])[0]
-    details = f"{type(exc).__name__}: {first_line[:400]}"
+    details = f"{type(exc).__name__}: {redact_paths(first_line[:400])}"  # the log: whole
     text = str(exc)
     if "no network connection" in text or "ConnectError" in text or "Name or service" in text:
         what = f"The voice-cloning model ({name}) could not be downloaded: this machine cannot "

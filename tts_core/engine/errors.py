@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+_PATH = re.compile(r"(?<![\w:/.~])(?:~|\.{1,2})?/(?:[^\s'\"/:,()]+/)+([^\s'\"/:,()]*)")
+
 
 class InputError(ValueError):
     """Bad request input: the message says what is wrong and how to fix it.
@@ -24,3 +28,8 @@ class EngineBusy(RuntimeError):
     def __init__(self, message: str, retry_after_s: int = 1) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+def redact_paths(text: str) -> str:
+    """Server paths in an error shown to visitors -> '…/name' (the log keeps them whole)."""
+    return _PATH.sub(lambda m: f"…/{m.group(1)}", text)

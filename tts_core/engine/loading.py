@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .engine import Engine
-from .errors import BackendError, EngineBusy
+from .errors import BackendError, EngineBusy, redact_paths
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +121,10 @@ class EngineSlot:
     def _build(self, build: Build, reraise: bool = False) -> None:
         try:
             self.set(build(self.report))
-        except Exception as exc:
+        except BaseException as exc:  # even KeyboardInterrupt: never "loading" forever
             log.exception("the model could not be loaded")
-            self.fail(f"{type(exc).__name__}: {exc}")
-            if reraise:
+            self.fail(f"{type(exc).__name__}: {redact_paths(str(exc))}")
+            if reraise or not isinstance(exc, Exception):
                 raise
 
     def report(self, phase: str, done: float = 0.0, total: float | None = None,

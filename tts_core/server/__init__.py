@@ -10,7 +10,7 @@
 to a FastAPI app. They take the engine from the slot per request, so they share its admission
 with the page and answer 503 + Retry-After while the model loads.
 
-The page (`tts_core.ui.build_demo`) installs them itself when launched; to mount Gradio in
+The page (`tts_core.ui.build_demo`) serves them itself when launched; to mount Gradio in
 your own FastAPI app instead:
 
     app = FastAPI(); install_routes(app, engine, voices)
@@ -27,6 +27,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from fastapi import APIRouter
+
 from ..engine import Engine, EngineSlot
 from .access import AccessPolicy
 from .state import ApiConfig, ServerState, as_slot, default_voices_dir
@@ -42,6 +44,7 @@ __all__ = [
     "as_slot",
     "default_voices_dir",
     "install_routes",
+    "make_router",
     "open_voice_registry",
 ]
 log = logging.getLogger(__name__)
@@ -65,6 +68,17 @@ def install_routes(
     config: ApiConfig | None = None,
 ) -> ServerState:
     """Add the speech API and the page's PCM route to `app`; returns the shared state."""
+    router, state = make_router(engine, voices, config)
+    app.include_router(router)
+    return state
+
+
+def make_router(
+    engine: Engine | EngineSlot,
+    voices: VoiceRegistry | None = None,
+    config: ApiConfig | None = None,
+) -> tuple[APIRouter, ServerState]:
+    """The routes of `install_routes` on one APIRouter (e.g. for FastAPI(routes=...))."""
     from .openai_api import make_openai_router
     from .pcm_stream import make_pcm_router
 
@@ -74,9 +88,10 @@ def install_routes(
         config=config or ApiConfig(),
         upload_roots=(gradio_upload_folder(), ASSETS),
     )
-    app.include_router(make_openai_router(state))
-    app.include_router(make_pcm_router(state))
-    return state
+    router = APIRouter()
+    router.include_router(make_openai_router(state))
+    router.include_router(make_pcm_router(state))
+    return router, state
 
 
 def gradio_upload_folder() -> Path:

@@ -95,8 +95,11 @@ class VoiceDamaged(Exception):
 class VoiceRegistry:
     """Built-in voices (read-only) + registered voices under `root` (created on demand)."""
 
-    def __init__(self, root: str | Path, builtin_folder: Path = BUILTIN_FOLDER) -> None:
+    def __init__(
+        self, root: str | Path, builtin_folder: Path = BUILTIN_FOLDER, max_voices: int = 500
+    ) -> None:
         self.root = Path(root)
+        self.max_voices = max_voices  # registered ones: a bound on what visitors can store
         self._builtin = _load_builtins(builtin_folder)
         self._lock = threading.Lock()
         self._warned: set[tuple[str, str | None]] = set()
@@ -160,8 +163,9 @@ class VoiceRegistry:
         audio, _notices = prepare_reference(audio_source, limits, transcript is not None)
         if audio is None:
             raise InputError("A reference clip is needed to register a voice.")
-        with self._lock:  # refuse a taken name before writing anything
+        with self._lock:  # refuse a taken name, or a full store, before writing anything
             self._check_free(name, replace)
+            self._check_room(name)
         with store_errors():
             owner = owner_digest(owner_key) if owner_key else None
             staging = stage(self.root, name, audio, transcript, owner)
@@ -224,6 +228,13 @@ class VoiceRegistry:
         if not replace:
             raise FileExistsError(f"A voice named '{name}' already exists.")
         self._refuse_outside(target, "replaced")
+
+    def _check_room(self, name: str) -> None:
+        taken = [p for p in self.root.iterdir() if not p.name.startswith(".")] if (
+            self.root.is_dir()) else []  # fmt: skip
+        if len(taken) >= self.max_voices and not (self.root / name).exists():
+            raise VoiceStoreError(f"The voice store is full ({self.max_voices} voices); delete "
+                                  "one first.", 507)  # fmt: skip
 
     def _refuse_outside(self, target: Path, verb: str) -> None:
         if not target.resolve().is_relative_to(self.root.resolve()):

@@ -8,14 +8,13 @@ the model (the model line, the notice, which knobs show, "reference required") c
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
 from ..engine import LANGUAGES, Engine, EngineSlot
-from ..server import ApiConfig, VoiceRegistry, as_slot, install_routes, open_voice_registry
+from ..server import ApiConfig, VoiceRegistry, as_slot, make_router, open_voice_registry
 from . import handlers
 from .formatting import notice_html, status_html
 from .lowlatency import FIELDS as PLAYER_FIELDS
@@ -45,16 +44,17 @@ class VoicePage(gr.Blocks):
     route and the /v1 speech API) on the same server."""
 
     def __init__(self, slot: EngineSlot, voices: VoiceRegistry, api: ApiConfig | None) -> None:
-        super().__init__(title="Streaming voice demo")
+        # uploads older than a day are removed hourly (a clip per visit would pile up)
+        super().__init__(title="Streaming voice demo", delete_cache=(3600, 86400))
         self.tts_slot, self.tts_voices, self.tts_api = slot, voices, api
 
-    def launch(self, *args: Any, prevent_thread_lock: bool = False, **kwargs: Any) -> Any:
-        result = super().launch(*args, prevent_thread_lock=True, **kwargs)
-        install_routes(self.app, self.tts_slot, self.tts_voices, self.tts_api)
-        interactive = bool(getattr(sys, "ps1", sys.flags.interactive))
-        if not prevent_thread_lock and not interactive:  # as Gradio's own launch
-            self.block_thread()
-        return result
+    def launch(self, *args: Any, **kwargs: Any) -> Any:
+        # the routes are part of the app from its creation: served from the first request,
+        # whatever launch does next (blocks, debug, share)
+        app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
+        router, _ = make_router(self.tts_slot, self.tts_voices, self.tts_api)
+        app_kwargs["routes"] = [*app_kwargs.get("routes", []), *router.routes]
+        return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
 
 
 def build_demo(
@@ -84,7 +84,7 @@ def build_demo(
         }  # fmt: skip
         with gr.Row():
             with gr.Column(scale=1):
-                inputs, library = _inputs(info, parts)
+                inputs, library = _inputs(info, parts, editable=_page_may_write(api))
                 with gr.Row():
                     generate = gr.Button("Generate", variant="primary", elem_id="generate")
                     stop = gr.Button("Stop", variant="stop", elem_id="stop")
@@ -101,13 +101,19 @@ def build_demo(
         if assets is not None:
             _examples(inputs, library, assets)
         _wire_synthesis(slot, voices, inputs, outputs, player, stop, concurrency)
-        wire_voice_library(demo, library, slot, voices)
+        wire_voice_library(demo, library, slot, voices, editable=_page_may_write(api))
         parts["timer"] = gr.Timer(1.0, active=_loading(info))
         refresh = {"fn": lambda: page_state(slot.info(), parts), "outputs": set(parts.values()),
                    "queue": False, "show_progress": "hidden", "api_visibility": "private"}  # fmt: skip
         demo.load(**refresh)
         parts["timer"].tick(**refresh)
     return demo
+
+
+def _page_may_write(api: ApiConfig | None) -> bool:
+    """Save and Delete in the page write the voice store without a key: only on a server
+    whose API needs none (with --api-key, voices are managed through /v1/audio/voices)."""
+    return not (api and api.access.api_key)
 
 
 def page_state(info: dict[str, Any], parts: dict[str, Any]) -> dict:
@@ -122,8 +128,9 @@ def page_state(info: dict[str, Any], parts: dict[str, Any]) -> dict:
         "guided": gr.update(visible=model["guided"]),
         "frames": model["frames"],
         "timer": gr.Timer(active=_loading(info)),  # polls until loading ended
-        **model["knobs"],
     }
+    if not _loading(info):  # the model's defaults, once known (never over a user's edits
+        updates.update(model["knobs"])  # while the timer polls)
     return {parts[name]: value for name, value in updates.items()}
 
 
@@ -148,7 +155,7 @@ def model_dependent(info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _inputs(info: dict[str, Any], parts: dict[str, Any]) -> tuple[list, Any]:
+def _inputs(info: dict[str, Any], parts: dict[str, Any], editable: bool) -> tuple[list, Any]:
     """The inputs in make_request's order, and the voice library; fills `parts` with what
     page_state updates."""
     model = model_dependent(info)
@@ -158,7 +165,7 @@ def _inputs(info: dict[str, Any], parts: dict[str, Any]) -> tuple[list, Any]:
     )  # fmt: skip
     choices = [("Auto-detect", "auto")] + [(name.capitalize(), name) for name in LANGUAGES]
     language = gr.Dropdown(choices, value="auto", label="Language", allow_custom_value=True)
-    library = build_voice_library(model["reference"])
+    library = build_voice_library(model["reference"], editable)
     parts["reference"] = library.reference
     with gr.Accordion("Advanced", open=False, elem_id="advanced"):
         knobs = _knobs(model, parts)

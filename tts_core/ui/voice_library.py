@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 UPLOAD = ""  # the dropdown's "Upload or record a clip" entry (no named voice)
 OWNER_STORAGE_KEY = "tts-core-voice-owner"
+_warming = threading.Semaphore(1)  # (a burst of saves warms the first; the rest warm on use)
 # BrowserState encrypts what it keeps with this "secret", which the page receives anyway: a
 # fixed one keeps the key readable after a server restart (a random one would not), so a
 # browser keeps owning its voices.
@@ -46,9 +47,10 @@ class VoiceLibrary:
     delete: gr.Button
 
 
-def build_voice_library(reference_label: str) -> VoiceLibrary:
+def build_voice_library(reference_label: str, editable: bool = True) -> VoiceLibrary:
     """The voice inputs: a dropdown of voices (filled per browser on page load), and for
-    "Upload or record a clip" the clip, its transcript and a row to save them as a voice."""
+    "Upload or record a clip" the clip, its transcript and (when `editable`) a row to save
+    them as a voice. Saved voices are listed to every visitor of the server."""
     owner = gr.BrowserState("", storage_key=OWNER_STORAGE_KEY, secret=OWNER_SECRET)
     # allow_custom_value: an API caller may name a voice registered after the page was built
     voice = gr.Dropdown([("Upload or record a clip", UPLOAD)], value=UPLOAD, label="Voice",
@@ -58,8 +60,9 @@ def build_voice_library(reference_label: str) -> VoiceLibrary:
                              label=reference_label, elem_id="reference")  # fmt: skip
         transcript = gr.Textbox("", label="Transcript of the clip (optional)", lines=1,
                                 elem_id="reference-text")  # fmt: skip
-        with gr.Row(equal_height=True):
+        with gr.Row(equal_height=True, visible=editable):
             name = gr.Textbox(placeholder="Name it, e.g. my-voice", show_label=False, scale=3,
+                              info="Saved voices are listed to everyone using this server.",
                               max_length=64, elem_id="voice-name")  # fmt: skip
             save = gr.Button("Save this voice", size="md", scale=2, elem_id="save-voice")
     with gr.Row(equal_height=True):
@@ -71,8 +74,9 @@ def build_voice_library(reference_label: str) -> VoiceLibrary:
 
 
 def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
-                       voices: VoiceRegistry) -> None:  # fmt: skip
-    """Events: page load -> this browser's list (and key); pick; save; delete."""
+                       voices: VoiceRegistry, editable: bool = True) -> None:  # fmt: skip
+    """Events: page load -> this browser's list (and key); pick; save and delete (only when
+    `editable`: a server whose API needs a key does not let the page write the store)."""
 
     def refresh(owner_key: str) -> tuple:
         owner_key = owner_key or secrets.token_urlsafe(24)  # made once per browser
@@ -92,8 +96,11 @@ def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
     # queued (not queue=False): only queued events show a gr.Error's message as a toast
     private = {"api_visibility": "private", "show_progress": "hidden"}
     demo.load(refresh, lib.owner, [lib.owner, lib.voice], queue=False, **private)
-    lib.voice.change(lambda name, key: show_picked(voices, name, key), [lib.voice, lib.owner],
-                     [lib.upload_box, lib.about, lib.delete], queue=False, **private)  # fmt: skip
+    lib.voice.change(lambda name, key: show_picked(voices, name, key if editable else None),
+                     [lib.voice, lib.owner], [lib.upload_box, lib.about, lib.delete],
+                     queue=False, **private)  # fmt: skip
+    if not editable:
+        return
     lib.save.click(save, [lib.name, lib.reference, lib.transcript, lib.owner],
                    [lib.voice, lib.name, lib.owner], **private)  # fmt: skip
     lib.delete.click(delete, [lib.voice, lib.owner], lib.voice, **private)
@@ -133,9 +140,17 @@ def show_picked(voices: VoiceRegistry, name: str, owner_key: str | None) -> tupl
             else "Saved from another browser or through the API: you can use it, not delete it."
         )
     ]
-    if voice.transcript:
-        lines.append(f"Its clip says: *{voice.transcript}*")
+    if voice.transcript:  # anyone's words: shown as text, never as Markdown or HTML
+        lines.append(f"Its clip says: “{plain(voice.transcript)}”")
     return hidden, gr.update(value="  \n".join(lines), visible=True), gr.update(visible=owned)
+
+
+def plain(text: str) -> str:
+    """`text` for gr.Markdown with every Markdown and HTML character escaped."""
+    return "".join(f"\\{c}" if c in _MARKUP else c for c in text)
+
+
+_MARKUP = set("\\`*_[]<>!&~|")  # inline Markdown and HTML (the text never starts a line)
 
 
 def save_voice(slot: EngineSlot, voices: VoiceRegistry, name: str, clip: str | None,
@@ -148,7 +163,8 @@ def save_voice(slot: EngineSlot, voices: VoiceRegistry, name: str, clip: str | N
         engine = slot.engine
         saved = voices.register(name, clip, transcript or None, limits=engine.config.limits,
                                 owner_key=owner_key)  # fmt: skip
-    threading.Thread(target=_warm, args=(engine, voices, saved.name), daemon=True).start()
+    if _warming.acquire(blocking=False):  # one warm-up at a time, outside admission: skip
+        threading.Thread(target=_warm, args=(engine, voices, saved.name), daemon=True).start()
     return saved.name
 
 
@@ -166,6 +182,8 @@ def _warm(engine: Engine, voices: VoiceRegistry, name: str) -> None:
         engine.prepare_voice((SAMPLE_RATE, clip), voice.transcript)
     except Exception:  # noqa: BLE001 - a warm-up only: the first request will report it
         log.exception("could not prepare the saved voice %s", name)
+    finally:
+        _warming.release()
 
 
 @contextmanager
