@@ -267,7 +267,9 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
             timeout=60_000,
         )
         run = page.evaluate("() => window.__ttsLowLatency.last")
-        assert run["error"] is None and run["samples"] > 0, {k: run[k] for k in ("stats", "chunks", "stopped", "done")}
+        assert run["error"] is None and run["samples"] > 0, {
+            k: run[k] for k in ("stats", "chunks", "stopped", "done")
+        }
 
         fallback = Notice("The model could not be loaded, so you hear the offline eSpeak voice "
                           "instead.", "RuntimeError: weights missing")  # fmt: skip
