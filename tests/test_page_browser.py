@@ -83,6 +83,10 @@ def stat(page, name: str) -> str:  # noqa: ANN001
 def generate(page, engine: RecordingEngine) -> dict:  # noqa: ANN001
     """Click Generate; wait until the stats panel says Done; the engine's final stats."""
     runs = len(engine.runs)
+    # clear the last run's "Done", so the wait below is for this click's run
+    page.evaluate(
+        "() => { document.querySelector(\"#live-stats [data-s='state']\").textContent = ''; }"
+    )
     page.click("#generate")
     page.wait_for_function(
         "() => document.querySelector(\"#live-stats [data-s='state']\").textContent === 'Done'"
@@ -261,6 +265,8 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
         assert "(required)" in page.text_content("#reference")
         page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
         page.wait_for_selector("#reference audio", state="attached", timeout=20_000)
+        # forget the run of the click during loading: wait for this click's own run
+        page.evaluate("() => { window.__ttsLowLatency.last = null; }")
         page.click("#generate")
         page.wait_for_function(
             "() => { const m = window.__ttsLowLatency.last; return m && (m.done || m.error); }",
