@@ -129,8 +129,9 @@ def launch_app(tmp_path_factory):
     stopped at the end of the session."""
     processes = []
 
-    def launch(*extra: str) -> tuple[str, Path]:
-        url, process, log_path = start_app(tmp_path_factory.mktemp("app"), *extra)
+    def launch(*extra: str, wait_for_model: bool = True) -> tuple[str, Path]:
+        url, process, log_path = start_app(tmp_path_factory.mktemp("app"), *extra,
+                                           wait_for_model=wait_for_model)  # fmt: skip
         processes.append(process)
         return url, log_path
 

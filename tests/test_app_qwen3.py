@@ -64,3 +64,27 @@ def test_reference_is_required_and_bad_clips_are_errors(qwen3_client, tmp_path):
     junk.write_bytes(b"not a wav file at all" * 20)
     with pytest.raises(AppError, match="not audio"):
         qwen3_client.predict(*call("Bad reference.", reference=junk), api_name="/synthesize_full")
+
+
+def test_a_model_loaded_in_the_background_is_served_once_ready(launch_app):
+    """Without --wait-for-model the app loads the model on its own thread and serves it once
+    /v1/models says ready (the tiny model may be ready before the first look; the loading
+    state itself: tests/test_model_loading.py, tests/test_page_launch.py)."""
+    import time
+
+    import httpx
+
+    url, log_path = launch_app("--model", str(CHECKPOINT), "--no-fallback", wait_for_model=False)
+    assert httpx.get(url, timeout=10).status_code == 200
+    deadline = time.monotonic() + 120
+    while True:
+        served = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][-1]
+        if served["status"]["status"] in ("ready", "failed") or time.monotonic() > deadline:
+            break
+        assert served["status"]["status"] in ("starting", "loading")  # a local folder
+        time.sleep(0.2)
+    assert served["status"]["status"] == "ready", log_path.read_text()[-2000:]
+    assert served["info"]["backend"] == "qwen3" and served["info"]["notice"] is None
+    body = {"input": "Hello.", "voice": "alloy", "response_format": "wav", "seed": 1}
+    response = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=120)
+    assert response.status_code == 200 and len(response.content) > 44
