@@ -53,15 +53,15 @@ def explain_load_failure(name: str, exc: BaseException) -> Notice:
         what = f"The voice-cloning model ({name}) could not be downloaded: this machine cannot "
         what += "reach the Hugging Face Hub, and the model is not in its local cache."
         fix = "connect this machine to the internet and restart the app, or start it with "
-        fix += "`--model /path/to/a/downloaded/checkpoint`."
+        fix += "--model /path/to/a/downloaded/checkpoint."
     elif "no such repository" in text or "checkpoint folder not found" in text:
         what = f"The voice-cloning model '{name}' was not found (no such local folder or Hub "
         what += "repository, or it is private)."
-        fix = "check the name given to `--model` (a Hub repo id such as "
+        fix = "check the name given to --model (a Hub repo id such as "
         fix += "Qwen/Qwen3-TTS-12Hz-0.6B-Base, or a local folder)."
     elif isinstance(exc, MemoryError) or "out of memory" in text.lower():
         what = f"The voice-cloning model ({name}) did not fit in this machine's memory."
-        fix = "use a smaller model (the 0.6B one), `--quantize int8`, or a larger machine."
+        fix = "use a smaller model (the 0.6B one), --quantize int8, or a larger machine."
     else:
         what = f"The voice-cloning model ({name}) could not be loaded."
         fix = "see the details below and the server log, then restart the app."
