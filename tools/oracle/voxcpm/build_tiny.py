@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 
 import torch
-from init_rules import vae_value
+from init_rules import model_value, vae_value
 from safetensors.torch import save_file
 from tiny_tokenizer import write as write_tokenizer
 from transformers import LlamaTokenizerFast
@@ -143,17 +143,7 @@ def fill_model_weights(state: dict[str, torch.Tensor], seed: int) -> dict[str, t
     gen = torch.Generator().manual_seed(seed)
     out = {}
     for name in sorted(state):
-        shape = state[name].shape
-        if name.endswith("norm.weight"):
-            value = 1.0 + 0.2 * torch.randn(shape, generator=gen)
-        elif name.endswith("embed_tokens.weight") or name.endswith("special_token"):
-            value = torch.randn(shape, generator=gen)
-        elif name.endswith(".bias"):
-            value = 0.1 * torch.randn(shape, generator=gen)
-        elif name.endswith(".weight") and len(shape) == 2:
-            value = torch.randn(shape, generator=gen) / shape[1] ** 0.5
-        else:
-            raise KeyError(f"no init rule for {name}")
+        value = model_value(name, state[name].shape, gen)
         out[name] = value.contiguous()
     return out
 

@@ -1,5 +1,6 @@
-"""Random AudioVAE V2 weights with a spread that keeps the audio in range (torch only, so the
-tiny-fixture builder in the oracle venv and the real-size benchmark checkpoint share it)."""
+"""Random VoxCPM2 weights with a spread that keeps activations O(1) and the audio in range
+(torch only, so the tiny-fixture builder in the oracle venv and the real-size benchmark
+checkpoint share them)."""
 
 from __future__ import annotations
 
@@ -18,4 +19,18 @@ def vae_value(name: str, shape: torch.Size, gen: torch.Generator) -> torch.Tenso
         return 1.0 + 0.3 * torch.randn(shape, generator=gen)
     if name.endswith("bias_embed.weight") or name.endswith("bias"):
         return 0.1 * torch.randn(shape, generator=gen)
+    raise KeyError(f"no init rule for {name}")
+
+
+def model_value(name: str, shape: torch.Size, gen: torch.Generator) -> torch.Tensor:
+    """A value for the tensor `name` of model.safetensors: linears ~ N(0, 1/fan_in), norms
+    around 1, embeddings ~ N(0, 1), biases small."""
+    if name.endswith("norm.weight"):
+        return 1.0 + 0.2 * torch.randn(shape, generator=gen)
+    if name.endswith("embed_tokens.weight") or name.endswith("special_token"):
+        return torch.randn(shape, generator=gen)
+    if name.endswith(".bias"):
+        return 0.1 * torch.randn(shape, generator=gen)
+    if name.endswith(".weight") and len(shape) == 2:
+        return torch.randn(shape, generator=gen) / shape[1] ** 0.5
     raise KeyError(f"no init rule for {name}")
