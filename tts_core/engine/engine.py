@@ -115,8 +115,7 @@ class Engine:
         limits = self.config.limits
         text = clean_text(request.text, limits)
         params = check_params(request.params, limits)
-        ref_text = clean_reference_text(request.reference_text, limits)
-        reference, notices = prepare_reference(request.reference, limits, ref_text is not None)
+        reference, ref_text, notices = self._reference(request.reference, request.reference_text)
         if reference is None and self.backend.needs_reference:
             raise InputError(
                 "This voice needs a reference clip: upload or record 3-10 s of clear speech.",
@@ -233,11 +232,18 @@ class Engine:
     ) -> None:
         """Build and cache the voice of a clip now (e.g. right after it was saved), so the
         first request with it starts at once. Validates like a request (InputError)."""
-        limits = self.config.limits
-        ref_text = clean_reference_text(reference_text, limits)
-        audio, _notices = prepare_reference(reference, limits, ref_text is not None)
+        audio, ref_text, _notices = self._reference(reference, reference_text)
         if audio is not None or not self.backend.needs_reference:
             self._voice(audio, ref_text)
+
+    def _reference(
+        self, reference: str | Path | tuple[int, np.ndarray] | None, reference_text: str | None
+    ) -> tuple[np.ndarray | None, str | None, list[str]]:
+        """(clip as float32 at 24 kHz or None, cleaned transcript, notices); InputError."""
+        limits = self.config.limits
+        ref_text = clean_reference_text(reference_text, limits)
+        audio, notices = prepare_reference(reference, limits, ref_text is not None)
+        return audio, ref_text, notices
 
     def _voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:
         key = (_digest(reference), reference_text)
