@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,7 +34,6 @@ class LoadProgress:
     total: float | None = None  # None: not known (yet)
     unit: str = "B"  # "B" (bytes) or "files" (huggingface_hub versions without a bytes bar)
     error: str | None = None  # FAILED: why, in plain words
-    since: float = 0.0  # time.time() the phase began
 
     @property
     def fraction(self) -> float | None:
@@ -94,7 +92,7 @@ class EngineSlot:
         self._ready = threading.Event()
         self._engine: Engine | None = None
         self._failure: str | None = None
-        self._progress = LoadProgress(STARTING, model, since=time.time())
+        self._progress = LoadProgress(STARTING, model)
         if engine is not None:
             self.set(engine)
 
@@ -132,15 +130,14 @@ class EngineSlot:
         with self._lock:
             if self._progress.phase in (READY, FAILED):
                 return
-            since = self._progress.since if phase == self._progress.phase else time.time()
             self._progress = replace(self._progress, phase=phase, done=float(done),
-                                     total=total, unit=unit, since=since)  # fmt: skip
+                                     total=total, unit=unit)  # fmt: skip
 
     def set(self, engine: Engine) -> None:
         """Hold `engine` (also replaces a held one: tests switch backends this way)."""
         with self._lock:
             self._engine = engine
-            self._progress = LoadProgress(READY, engine.backend.model_name, since=time.time())
+            self._progress = LoadProgress(READY, engine.backend.model_name)
         self._ready.set()
 
     def fail(self, reason: str) -> None:
