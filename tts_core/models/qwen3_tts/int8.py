@@ -4,8 +4,9 @@ y = (round(x / s_x) @ W_q^T) * s_x * s_w, with
   s_w (out,)  = max |W[o, :]| / 127   per output channel, fixed at load;
   s_x (rows,) = max |x[r, :]| / 127   per row (per token), computed for every call.
 
-The product is an int8 x int8 -> int32 matmul (`torch._int_mm`, oneDNN on x86), whose integer
-accumulation is exact: |sum| <= in_features * 127^2 < 2^31 for in_features < 133,000. So a row's
+The product is an int8 x int8 -> int32 matmul (`torch._int_mm`, oneDNN on x86, or our AVX-512
+VNNI kernel, ../native/int8_linear.c), whose integer accumulation is exact: |sum| <=
+in_features * 255 * 127 < 2^31 for in_features < 66,000 (the kernel's unsigned form). So a row's
 output depends on that row alone, bit for bit, whatever the batch and however the kernel splits
 the sum: a listener's audio never depends on who else is being served (a per-tensor activation
 scale, as FBGEMM's dynamic quantization uses, would couple the rows of a batch).
@@ -20,11 +21,18 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .. import native
+
 MIN_SCALE = 1e-30  # an all-zero row quantizes to zeros instead of 0/0
 
 
 class Int8Linear(nn.Module):
-    """A bias-optional linear layer over int8 weights; float input and output."""
+    """A bias-optional linear layer over int8 weights; float input and output.
+
+    On a CPU with AVX-512 VNNI the native kernel (../native/int8_linear.c) computes it, over
+    weights packed for that kernel; elsewhere `forward_reference` (torch._int_mm). The two are
+    equal bit for bit.
+    """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
@@ -32,17 +40,43 @@ class Int8Linear(nn.Module):
         scale = weight.abs().amax(dim=1).clamp_min(MIN_SCALE) / 127.0  # (out,)
         q = torch.round(weight / scale[:, None]).to(torch.int8)
         self.in_features, self.out_features = weight.shape[1], weight.shape[0]
-        # (out, in) int8, handed to _int_mm as a transposed view: oneDNN then reads it ~1.5x
-        # faster at one row than an (in, out) contiguous copy (benchmarks/int8_kernels.py)
-        self.register_buffer("weight_q", q.contiguous())
         self.register_buffer("weight_scale", scale)  # (out,) float32
         self.register_buffer("bias", None if bias is None else bias.detach().float())
+        # a flag, not the ctypes function: the module stays picklable and deep-copyable
+        self.packed = weight.device.type == "cpu" and native.int8_linear() is not None
+        if not self.packed:
+            # (out, in) int8, handed to _int_mm as a transposed view: oneDNN then reads it
+            # ~1.5x faster at one row than an (in, out) contiguous copy
+            self.register_buffer("weight_q", q.contiguous())
+        else:
+            self.register_buffer("weight_packed", pack_for_kernel(q))
+            # 128 * sum_k W[o, k]: the kernel feeds activations as q + 128 (unsigned bytes)
+            self.register_buffer("weight_sum128", q.sum(dim=1, dtype=torch.int32) * 128)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:
         return cls(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.packed or x.device.type != "cpu":
+            return self.forward_reference(x)
+        rows = x.reshape(-1, self.in_features)  # (R, in)
+        if rows.dtype != torch.float32 or not rows.is_contiguous():
+            rows = rows.float().contiguous()
+        out = torch.empty(rows.shape[0], self.out_features)
+        if rows.shape[0]:
+            bias = None if self.bias is None else self.bias.data_ptr()
+            status = native.int8_linear()(rows.data_ptr(), rows.shape[0], self.in_features,
+                                  self.out_features, self.weight_packed.data_ptr(),
+                                  self.weight_sum128.data_ptr(), self.weight_scale.data_ptr(),
+                                  bias, out.data_ptr())  # fmt: skip
+            if status != 0:
+                raise MemoryError("int8_linear: no memory for its scratch rows")
+        out = out.view(*x.shape[:-1], self.out_features)
+        return out if x.dtype == torch.float32 else out.to(x.dtype)
+
+    def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The same layer in torch ops (torch._int_mm); the native kernel's definition."""
         rows = x.reshape(-1, self.in_features)  # (R, in)
         if rows.dtype != torch.float32:
             rows = rows.float()
@@ -50,16 +84,40 @@ class Int8Linear(nn.Module):
         peak = rows.abs().amax(dim=1, keepdim=True)  # (R, 1); faster than vector_norm(inf)
         scale = peak.clamp_min_(MIN_SCALE).mul_(1.0 / 127.0)
         q = torch.round(rows / scale).to(torch.int8)  # |rows / scale| <= 127: no clamp needed
-        out = torch._int_mm(q, self.weight_q.t()) * scale  # int32 * float32 -> float32 (R, out)
+        out = torch._int_mm(q, self.int8_weight().t()) * scale  # int32 * f32 -> f32 (R, out)
         out.mul_(self.weight_scale)
         if self.bias is not None:
             out.add_(self.bias)
         out = out.view(*x.shape[:-1], self.out_features)
         return out if x.dtype == torch.float32 else out.to(x.dtype)
 
+    def int8_weight(self) -> torch.Tensor:
+        """(out, in) int8 weights, whichever layout is stored."""
+        if "weight_q" in self._buffers:
+            return self.weight_q
+        return unpack_from_kernel(self.weight_packed, self.out_features, self.in_features)
+
     def extra_repr(self) -> str:
         bias = self.bias is not None
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={bias}"
+        kernel = "native" if self.packed else "torch._int_mm"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={bias}, kernel={kernel}")  # fmt: skip
+
+
+def pack_for_kernel(q: torch.Tensor) -> torch.Tensor:
+    """(out, in) int8 -> (out16 / 16, in4 / 4, 16, 4), zero padded: the native kernel's
+    layout, 16 output channels x 4 inputs per 64-byte vector."""
+    out, inp = q.shape
+    out16, in4 = -(-out // 16) * 16, -(-inp // 4) * 4
+    padded = torch.zeros(out16, in4, dtype=torch.int8, device=q.device)
+    padded[:out, :inp] = q
+    return padded.view(out16 // 16, 16, in4 // 4, 4).permute(0, 2, 1, 3).contiguous()
+
+
+def unpack_from_kernel(packed: torch.Tensor, out: int, inp: int) -> torch.Tensor:
+    blocks, groups = packed.shape[:2]
+    full = packed.permute(0, 2, 1, 3).reshape(blocks * 16, groups * 4)
+    return full[:out, :inp].contiguous()
 
 
 def int8_matmul_available() -> bool:
