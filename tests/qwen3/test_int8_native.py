@@ -3,6 +3,8 @@ for bit wherever it runs, and a clean fallback to that path where it cannot be b
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -101,3 +103,20 @@ def test_without_the_kernel_layers_run_on_torch(
     assert not layer.packed and layer.weight_q.shape == (24, 40)
     x = torch.randn(5, 40)
     assert torch.equal(layer(x), layer.forward_reference(x))
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split()}
+
+
+@pytest.mark.skipif(native.compiler() is None or not native.enabled(), reason="no C compiler")
+def test_the_kernel_runs_wherever_the_cpu_has_its_instructions():
+    """Guards the skips above: a kernel that stopped building must fail here, not skip."""
+    needed = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
+    if not needed <= _cpu_flags():
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    assert native.int8_linear() is not None

@@ -93,5 +93,5 @@ def int8_linear() -> ctypes._CFuncPtr | None:
     kernel.restype = ctypes.c_int
     kernel.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_void_p]  # fmt: skip
+                       ctypes.c_void_p, ctypes.c_int]  # fmt: skip
     return kernel

@@ -110,17 +110,18 @@ static int reserve(int64_t rows, int64_t in4) {
   return scratch_q && scratch_s;
 }
 
-/* x (rows, in) float32 contiguous; packed weights as above; w_sum128, s_w
- * (out); bias (out) or NULL; y (rows, out). Returns 0, or -1 if scratch memory ran out. */
+/* x (rows, in) float32 contiguous; packed weights as above; w_sum128, s_w (out); bias (out)
+ * or NULL; y (rows, out); threads: torch.get_num_threads() (OpenMP's own default would be every
+ * core, whatever torch was told). Returns 0, or -1 if scratch memory ran out. */
 KERNEL int int8_linear(const float *x, int64_t rows, int64_t in, int64_t out,
                        const int8_t *packed, const int32_t *w_sum128, const float *s_w,
-                       const float *bias, float *y) {
+                       const float *bias, float *y, int threads) {
   int64_t in4 = (in + 3) / 4 * 4, blocks = (out + 15) / 16;
   if (!reserve(rows, in4)) return -1;
   uint8_t *q = scratch_q;
   float *s_x = scratch_s;
   for (int64_t r = 0; r < rows; r++) quantize_row(x + r * in, in, in4, q + r * in4, s_x + r);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t ob = 0; ob < blocks; ob++) {
     const int8_t *w = packed + ob * in4 * 16;
     for (int64_t r0 = 0; r0 < rows; r0 += MAX_TILE_ROWS) {

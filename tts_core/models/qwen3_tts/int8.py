@@ -69,7 +69,7 @@ class Int8Linear(nn.Module):
             status = native.int8_linear()(rows.data_ptr(), rows.shape[0], self.in_features,
                                   self.out_features, self.weight_packed.data_ptr(),
                                   self.weight_sum128.data_ptr(), self.weight_scale.data_ptr(),
-                                  bias, out.data_ptr())  # fmt: skip
+                                  bias, out.data_ptr(), torch.get_num_threads())  # fmt: skip
             if status != 0:
                 raise MemoryError("int8_linear: no memory for its scratch rows")
         out = out.view(*x.shape[:-1], self.out_features)
