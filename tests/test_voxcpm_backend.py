@@ -168,3 +168,30 @@ def test_guidance_and_steps_reach_the_model(backend: VoxCPMBackend) -> None:
     assert np.array_equal(default, speak(cfg_value=2.0, inference_timesteps=10))
     assert not np.array_equal(default, speak(cfg_value=0.5))
     assert not np.array_equal(default, speak(inference_timesteps=3))
+
+
+def test_the_model_computes_on_its_one_thread(backend: VoxCPMBackend, goldens) -> None:
+    """Voices, prompts and patches run on the backend's model thread, whoever asks (see
+    engine/model_thread.py: a second live OpenMP team slows every parallel op)."""
+    model, seen = backend.model, set()
+    hooks = [module.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
+             for part in (model.net, model.vae) for module in part.modules()]  # fmt: skip
+    clip = goldens["ref_clip"].numpy()
+    results: list = []
+
+    def listener(i: int) -> None:
+        voice = backend.create_voice(clip, "a reference" if i else None)
+        params = SynthesisParams(seed=i, first_chunk_frames=1, chunk_frames=2)
+        results.append(list(backend.stream("Hello.", voice, params, threading.Event())))
+
+    try:
+        threads = [threading.Thread(target=listener, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert len(results) == 2 and all(results)
+    assert seen == {backend.thread.call(threading.get_ident)}

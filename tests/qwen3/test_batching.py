@@ -297,3 +297,54 @@ def _wait_until(condition, timeout: float = 10.0) -> None:  # noqa: ANN001
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+def test_the_served_model_computes_on_the_scheduler_thread_only():
+    """Prompts, voices, steps and decoding all run on the scheduler's thread, whoever asks:
+    torch's OpenMP team stays with the thread that made it, and a second live team makes
+    libgomp sleep between parallel regions (one stream ~1.7x slower here; scheduler.py)."""
+    from tts_core.backends.qwen3 import Qwen3Backend
+    from tts_core.engine.backend import SynthesisParams
+
+    model = load_model(fixture_path("qwen3-tiny-a"), quantize="int8", warm_chunks=())
+    backend = Qwen3Backend(model, "qwen3-tiny-a", "cpu", max_batch=2)
+    seen: set[int] = set()
+    parts = (model.talker, model.speaker_encoder, model.speech_tokenizer)
+    hooks = [module.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
+             for part in parts for module in part.modules()]  # fmt: skip
+    audio, _ = load_ref_clip()  # the backend takes 24 kHz clips
+    results: list = []
+
+    def listener(i: int) -> None:
+        voice = backend.create_voice(audio, "a short reference" if i else None)
+        cancel = threading.Event()
+        chunks = backend.stream(TEXTS[i], voice, SynthesisParams(seed=i), cancel)
+        results.append(next(chunks))
+        cancel.set()  # two chunks are enough
+        results.append(next(chunks, None))
+        chunks.close()
+
+    try:
+        threads = [threading.Thread(target=listener, args=(i,)) for i in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(results) == 6 and results[0] is not None
+        assert seen == {backend.scheduler._thread.ident}
+    finally:
+        for hook in hooks:
+            hook.remove()
+        backend.scheduler.close()
+
+
+def test_scheduler_call_returns_raises_and_refuses_after_close():
+    scheduler = Scheduler(int8_model("qwen3-tiny-a"), max_batch=1)
+    assert scheduler.call(lambda a, b=0: (threading.get_ident(), a + b), 1, b=2)[1] == 3
+    with pytest.raises(ZeroDivisionError):
+        scheduler.call(lambda: 1 / 0)
+    thread = scheduler._thread
+    scheduler.close()
+    assert not thread.is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        scheduler.call(lambda: None)

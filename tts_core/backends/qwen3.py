@@ -119,7 +119,9 @@ class Qwen3Backend:
                 "This voice needs a reference clip: upload or record 3-10 s of speech."
             )
         try:
-            voice = self.model.create_voice(audio, SAMPLE_RATE, ref_text=reference_text)
+            # on the scheduler's thread, as every computation of the model (see its module doc)
+            voice = self.scheduler.call(self.model.create_voice, audio, SAMPLE_RATE,
+                                        ref_text=reference_text)  # fmt: skip
         except ValueError as exc:  # the model's own checks on the clip
             raise InputError(f"Reference clip: {exc}") from exc
         mode = getattr(voice, "mode", "icl" if reference_text else "xvector")

@@ -1,6 +1,7 @@
 """Adapter: our VoxCPM2 model (tts_core.models.voxcpm) -> the engine's Backend interface.
 
-One request at a time per model (default_concurrency 1: no batching yet). Audio comes at the
+One request at a time per model (default_concurrency 1: no batching yet), computed on one
+model thread (engine/model_thread.py says why). Audio comes at the
 model's own rate (48 kHz for the release) from one exact, stateful VAE decoder pass per stream,
 so chunks are never marked independent. A "frame" of the chunk-size settings is one patch.
 """
@@ -18,6 +19,7 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from ..engine.backend import VOXCPM_SAMPLING, BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
+from ..engine.model_thread import ModelThread
 from .qwen3 import resolve_device
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,7 @@ class VoxCPMBackend:
         self.sample_rate = int(model.sample_rate)
         self.frame_samples = int(model.patch_size * model.vae.decode_hop_length)  # per patch
         self.weight_format = str(model.net.dtype).removeprefix("torch.")
+        self.thread = ModelThread("tts-voxcpm")
 
     @classmethod
     def load(cls, name_or_path: str, device: str = "auto", dtype: str = "auto") -> VoxCPMBackend:
@@ -88,7 +91,8 @@ class VoxCPMBackend:
         if not np.all(np.isfinite(clip)):
             raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
         try:
-            voice = self.model.create_voice(clip.astype(np.float32), SAMPLE_RATE, reference_text)
+            voice = self.thread.call(self.model.create_voice, clip.astype(np.float32),
+                                     SAMPLE_RATE, reference_text)  # fmt: skip
         except ValueError as exc:  # the model's own checks on the clip
             raise InputError(f"Reference clip: {exc}", "reference") from exc
         mode = "continuation" if reference_text else "reference"
@@ -101,7 +105,8 @@ class VoxCPMBackend:
         generation after the patch in progress. `language` and the sampling knobs are ignored."""
         seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
         try:
-            chunks = self.model.stream(
+            generator = self.thread.call(
+                self.model.stream,
                 text,
                 voice.data,
                 seed=seed,
@@ -112,6 +117,7 @@ class VoxCPMBackend:
             )
         except ValueError as exc:  # the model's checks of this request (e.g. prompt too long)
             raise InputError(str(exc)) from exc
+        chunks = self.thread.iterate(generator)
         try:
             for chunk in chunks:
                 yield BackendChunk(chunk.audio, independent=False, frames=chunk.patches,

@@ -103,26 +103,33 @@ class EngineSlot:
 
     # ------------------------------------------------------------------ loading
     def load(self, build: Build, background: bool = True) -> threading.Thread | None:
-        """Run `build(report)` (on a thread when `background`) and hold the engine it returns.
+        """Run `build(report)` on a thread and hold the engine it returns; without `background`,
+        wait for it here and raise what it raised.
 
         `build` calls `report(phase, done=, total=, unit=)` as it goes. An exception marks the
         slot FAILED: requests then get a BackendError saying why (logged with its traceback).
+        A thread even when waiting: it ends after loading, and so does the OpenMP team torch made
+        for it, which would otherwise slow every later parallel op (serving/scheduler.py).
         """
-        if not background:
-            self._build(build, reraise=True)
-            return None
-        thread = threading.Thread(target=self._build, args=(build,), name="tts-model-load",
-                                  daemon=True)  # fmt: skip
+        failures: list[BaseException] = []
+        thread = threading.Thread(target=self._build, args=(build, failures),
+                                  name="tts-model-load", daemon=True)  # fmt: skip
         thread.start()
-        return thread
+        if background:
+            return thread
+        thread.join()
+        if failures:
+            raise failures[0]
+        return None
 
-    def _build(self, build: Build, reraise: bool = False) -> None:
+    def _build(self, build: Build, failures: list[BaseException]) -> None:
         try:
             self.set(build(self.report))
         except BaseException as exc:  # even KeyboardInterrupt: never "loading" forever
             log.exception("the model could not be loaded")
             self.fail(f"{type(exc).__name__}: {redact_paths(str(exc))}")
-            if reraise or not isinstance(exc, Exception):
+            failures.append(exc)
+            if not isinstance(exc, Exception):
                 raise
 
     def report(self, phase: str, done: float = 0.0, total: float | None = None,

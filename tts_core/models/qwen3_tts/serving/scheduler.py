@@ -10,6 +10,14 @@ prefill chunk (at most `prefill_chunk` prompt positions) of the oldest joining r
 decode step for every decoding row: c0 per row, one batched 15-pass code predictor, chunks whose
 cadence is due decoded and handed to their consumers, one batched talker step. A joining request
 thus delays the running ones by one prefill chunk per step, never by its whole prompt.
+
+Every model computation of the served model runs on this one thread: the steps, and, through
+`call`, each request's prompt and each voice. A CPU build of torch parallelizes its ops with
+OpenMP, whose team of worker threads belongs to the thread that made it and lives as long as
+it; once two such teams exist in a process (more OpenMP threads than cores), libgomp stops
+spinning between parallel regions and every region pays a sleep and wake-up. Measured here
+(2 cores, 0.6B int8): one stream took 107 ms a frame alone and ~200 ms after any other thread
+had run one parallel op, even with that thread idle.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -54,6 +63,7 @@ class Scheduler:
         self._waiting: deque[Sequence] = deque()
         self._prefilling: list[Sequence] = []
         self._decoding: list[Sequence] = []
+        self._calls: deque[tuple[Future, Callable[[], Any]]] = deque()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -73,7 +83,7 @@ class Scheduler:
         """Validate now (ValueError / TypeError, as `model.stream`) and queue the request; the
         returned stream yields its AudioChunks. `kwargs`: those of `model.stream`."""
         cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
-        prompt, settings = self.model.plan(text, voice, language, **kwargs)
+        prompt, settings = self.call(self.model.plan, text, voice, language, **kwargs)
         self.model._codec()  # no codec: fail now
         seq = Sequence(self.model.talker, prompt, settings, voice,
                        cadence, should_stop or _never)  # fmt: skip
@@ -90,6 +100,20 @@ class Scheduler:
             self._start()
             self._cond.notify_all()
         return SequenceStream(seq, self._cond)
+
+    def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` run on the scheduler's thread between two steps (see the module
+        doc: the served model computes on one thread); its result, or its exception, here."""
+        if threading.current_thread() is self._thread:
+            return fn(*args, **kwargs)
+        future: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the scheduler is closed")
+            self._calls.append((future, lambda: fn(*args, **kwargs)))
+            self._start()
+            self._cond.notify_all()
+        return future.result()
 
     @property
     def active(self) -> int:
@@ -115,7 +139,7 @@ class Scheduler:
             self._thread.start()
 
     def _has_work(self) -> bool:
-        return bool(self._waiting or self._prefilling or self._decoding)
+        return bool(self._calls or self._waiting or self._prefilling or self._decoding)
 
     def _loop(self) -> None:
         while True:
@@ -135,8 +159,25 @@ class Scheduler:
                     self._finish(seq, error)
         for seq in [*self._waiting, *self._prefilling, *self._decoding]:
             self._finish(seq)
+        with self._cond:
+            calls, self._calls = list(self._calls), deque()
+        for future, _ in calls:
+            future.set_exception(RuntimeError("the scheduler is closed"))
+
+    def _run_calls(self) -> None:
+        while True:
+            with self._cond:
+                if not self._calls:
+                    return
+                future, work = self._calls.popleft()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(work())
+                except BaseException as error:  # noqa: BLE001 - raised to the caller
+                    future.set_exception(error)
 
     def _step(self) -> None:
+        self._run_calls()
         self._drop_stopped()
         self._admit()
         if self._prefilling:
