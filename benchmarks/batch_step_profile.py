@@ -20,7 +20,7 @@ from pathlib import Path
 
 import soundfile as sf
 import torch
-from common import LANGUAGE, REF_CLIP, TEXT
+from common import LANGUAGE, REF_CLIP, TEXT, on_a_passing_thread
 
 import tts_core
 from tts_core.models.qwen3_tts.serving import Scheduler
@@ -90,12 +90,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    decoder = torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
-    model = tts_core.load_model(args.checkpoint, quantize="int8", decoder_dtype=decoder)
-    with torch.no_grad():
-        model.talker.codec_head.weight[model.config.talker.codec_eos_token_id].zero_()
-    audio, rate = sf.read(REF_CLIP, dtype="float32")
-    voice = model.create_voice(audio, rate)
+
+    def load():  # noqa: ANN202
+        decoder = torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
+        model = tts_core.load_model(args.checkpoint, quantize="int8", decoder_dtype=decoder)
+        with torch.no_grad():
+            model.talker.codec_head.weight[model.config.talker.codec_eos_token_id].zero_()
+        audio, rate = sf.read(REF_CLIP, dtype="float32")
+        return model, model.create_voice(audio, rate)
+
+    model, voice = on_a_passing_thread(load)
     results = {rows: profile(model, voice, rows, args.frames) for rows in args.rows}
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"{args.checkpoint} int8, {args.threads} threads, load average {load}")

@@ -13,11 +13,13 @@ import json
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
 
+from tts_core.models import native
 from tts_core.models.qwen3_tts.int8 import Int8Linear
 
 
@@ -61,9 +63,33 @@ def fbgemm_kernel(weights: list[torch.Tensor], xs: list[torch.Tensor]):  # noqa:
 
 
 def int8_rows_kernel(weights: list[torch.Tensor], xs: list[torch.Tensor]):  # noqa: ANN201
-    """Our Int8Linear: torch._int_mm with per-row activation scales."""
-    layers = [Int8Linear(w) for w in weights]
+    """Our Int8Linear on torch._int_mm, per-row activation scales."""
+    with no_native_kernel():
+        layers = [Int8Linear(w) for w in weights]
     return lambda: [layer(x) for x, layer in zip(xs, layers, strict=True)]
+
+
+def int8_native_kernel(weights: list[torch.Tensor], xs: list[torch.Tensor]):  # noqa: ANN201
+    """Our Int8Linear on its AVX-512 VNNI kernel (same bits as the torch._int_mm path)."""
+    layers = [Int8Linear(w) for w in weights]
+    if not all(layer.packed for layer in layers):
+        return None  # no C compiler or no AVX-512 VNNI here
+    return lambda: [layer(x) for x, layer in zip(xs, layers, strict=True)]
+
+
+@contextmanager
+def no_native_kernel() -> Iterator[None]:
+    saved = os.environ.get("TTS_CORE_NATIVE")
+    os.environ["TTS_CORE_NATIVE"] = "0"
+    native.int8_linear.cache_clear()
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["TTS_CORE_NATIVE"]
+        else:
+            os.environ["TTS_CORE_NATIVE"] = saved
+        native.int8_linear.cache_clear()
 
 
 def weight_only_kernel(weights: list[torch.Tensor], xs: list[torch.Tensor]):  # noqa: ANN201
@@ -78,6 +104,7 @@ KERNELS = {
     "bfloat16 F.linear": lambda w, x: float_kernel(w, x, torch.bfloat16),
     "int8 FBGEMM dynamic (per-tensor activations)": fbgemm_kernel,
     "int8 torch._int_mm, per-row activations (ours)": int8_rows_kernel,
+    "int8 AVX-512 VNNI kernel, per-row activations (ours)": int8_native_kernel,
     "int8 weight-only _weight_int8pack_mm": weight_only_kernel,
 }
 
@@ -103,7 +130,11 @@ def main() -> None:
             for name, build in KERNELS.items():
                 label = f"{name}{', fused' if fused else ''}"
                 try:
-                    ms = best_ms(build(weights, xs), args.repeats)
+                    run = build(weights, xs)
+                    if run is None:
+                        print(f"{label}: not available here")
+                        continue
+                    ms = best_ms(run, args.repeats)
                 except (RuntimeError, NotImplementedError) as exc:
                     print(f"{label}: not available ({type(exc).__name__}: {exc})"[:160])
                     continue

@@ -1,8 +1,9 @@
 """Measured memory read bandwidth: the hardware floor for weight-bound decoding.
 
-Reads a buffer much larger than the last-level cache in one pass, with no writes, with two
-kernels: a reduction (`sum`) and a float32 matrix-vector product (the shape of a decode step's
-weight read). Reports the best of several runs of each, in GB/s (1e9 bytes), and takes the
+Reads a buffer much larger than the last-level cache in one pass, with no writes, with up to
+three kernels: a reduction (`sum`), a float32 matrix-vector product (the shape of a decode step's
+weight read) and, on a CPU where it runs, our 8-bit kernel at one row over int8 weights
+(tts_core/models/native/int8_linear.c). Reports the best of several runs of each, in GB/s (1e9 bytes), and takes the
 faster kernel as the machine's read bandwidth: decoding a frame must read every weight once, so
 bytes-per-frame / this figure is the least time a frame can take.
 """
@@ -44,7 +45,34 @@ def measure_kernels(
     vector = torch.ones(COLUMNS, dtype=torch.float32, device=device)
     size = matrix.numel() * matrix.element_size()
     kernels = {"sum": matrix.sum, "matvec": lambda: torch.mv(matrix, vector)}
-    return {name: size / _best_seconds(run, repeats, device) / 1e9 for name, run in kernels.items()}
+    result = {
+        name: size / _best_seconds(run, repeats, device) / 1e9 for name, run in kernels.items()
+    }
+    int8 = _int8_matvec(size) if device == "cpu" else None
+    if int8 is not None:
+        result["int8 matvec (ours)"] = size / _best_seconds(int8, repeats, device) / 1e9
+    return result
+
+
+def _int8_matvec(size: int) -> Callable[[], object] | None:
+    """One row through our 8-bit kernel over `size` bytes of packed int8 weights."""
+    from tts_core.models import native
+
+    kernel = native.int8_linear()
+    if kernel is None:
+        return None
+    inputs, outputs = COLUMNS, size // COLUMNS // 16 * 16
+    packed = torch.ones(outputs // 16, inputs // 4, 16, 4, dtype=torch.int8)  # the kernel layout
+    w_sum, s_w = torch.zeros(outputs, dtype=torch.int32), torch.ones(outputs)
+    x, y = torch.ones(1, inputs), torch.empty(1, outputs)
+    tensors = (x, packed, w_sum, s_w, y)  # held by the closure: the kernel gets bare pointers
+
+    def run() -> None:
+        x, packed, w_sum, s_w, y = tensors
+        kernel(x.data_ptr(), 1, inputs, outputs, packed.data_ptr(), w_sum.data_ptr(),
+               s_w.data_ptr(), None, y.data_ptr(), torch.get_num_threads())  # fmt: skip
+
+    return run
 
 
 def measure_read_bandwidth(

@@ -56,9 +56,6 @@ class Scheduler:
         if prefill_chunk < 1:
             raise ValueError("prefill_chunk must be >= 1")
         self.model = model
-        capacity = cache_positions or max_batch * DEFAULT_POSITIONS_PER_ROW
-        self.runner = ModelRunner(model, max_batch, capacity)
-        self.max_batch = self.runner.max_batch
         self.prefill_chunk = int(prefill_chunk)
         self._waiting: deque[Sequence] = deque()
         self._prefilling: list[Sequence] = []
@@ -67,6 +64,14 @@ class Scheduler:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        capacity = cache_positions or max_batch * DEFAULT_POSITIONS_PER_ROW
+        # built on the loop thread too: its RoPE table is a parallel op (see the module doc)
+        try:
+            self.runner = self.call(ModelRunner, model, max_batch, capacity)
+        except BaseException:
+            self.close()  # no thread left waiting for a scheduler nobody holds
+            raise
+        self.max_batch = self.runner.max_batch
 
     # ------------------------------------------------------------------ consumer side
     def submit(
@@ -178,6 +183,8 @@ class Scheduler:
 
     def _step(self) -> None:
         self._run_calls()
+        if not (self._waiting or self._prefilling or self._decoding):
+            return
         self._drop_stopped()
         self._admit()
         if self._prefilling:
