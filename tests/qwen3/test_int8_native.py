@@ -92,7 +92,10 @@ def test_the_kernel_builds_once_into_the_cache(tmp_path, monkeypatch):
     assert built.stat().st_mtime_ns == stamp and list(built.parent.iterdir()) == [built]
 
 
-@pytest.mark.parametrize("setting", [("CC", "/nonexistent/cc"), ("TTS_CORE_NATIVE", "0")])
+@pytest.mark.parametrize(
+    "setting",
+    [("CC", "/nonexistent/cc"), ("TTS_CORE_NATIVE", "0"), ("TTS_CORE_CACHE", "/dev/null/cache")],
+)
 def test_without_the_kernel_layers_run_on_torch(
     setting, fresh_kernel_lookup, monkeypatch, tmp_path
 ):

@@ -55,24 +55,28 @@ def build(source: Path) -> Path | None:
     if cc is None:
         log.info("no C compiler (cc): %s runs on its torch path", source.name)
         return None
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    except OSError as error:
+        log.warning("could not run %s (%s): %s runs on its torch path", cc, error, source.name)
+        return None
     key = hashlib.sha256(source.read_bytes() + " ".join(CFLAGS).encode() + version.encode())
     target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # built beside the target, then renamed: processes building at once never load half a file
-    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        built = Path(scratch) / target.name
-        try:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # built beside the target, then renamed: processes building at once never load half a file
+        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+            built = Path(scratch) / target.name
             subprocess.run([cc, *CFLAGS, str(source), "-o", str(built)], check=True,
                            capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)  # fmt: skip
-        except (subprocess.SubprocessError, OSError) as error:
-            stderr = getattr(error, "stderr", "") or ""
-            log.warning("could not build %s (%s); using the torch path. %s",
-                        source.name, error, stderr[-2000:])  # fmt: skip
-            return None
-        os.replace(built, target)
+            os.replace(built, target)
+    except (subprocess.SubprocessError, OSError) as error:  # no compiler, no writable cache
+        stderr = getattr(error, "stderr", "") or ""
+        log.warning("could not build %s (%s); using the torch path. %s",
+                    source.name, error, stderr[-2000:])  # fmt: skip
+        return None
     log.info("built %s", target)
     return target
 
@@ -85,7 +89,11 @@ def int8_linear() -> ctypes._CFuncPtr | None:
     path = build(SOURCE_DIR / "int8_linear.c")
     if path is None:
         return None
-    library = ctypes.CDLL(str(path))
+    try:
+        library = ctypes.CDLL(str(path))
+    except OSError as error:  # e.g. a damaged file in the cache
+        log.warning("could not load %s (%s); using the torch path", path, error)
+        return None
     if not library.int8_linear_supported():
         log.info("this CPU has no AVX-512 VNNI: 8-bit layers run on torch._int_mm")
         return None
