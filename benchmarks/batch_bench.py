@@ -31,9 +31,10 @@ from pathlib import Path
 
 import soundfile as sf
 import torch
-from common import FRAME_S, LANGUAGE, REF_CLIP, REF_TEXT, TEXT, on_a_passing_thread
+from common import FRAME_S, LANGUAGE, REF_CLIP, REF_TEXT, TEXT
 
 import tts_core
+from tts_core.engine.model_thread import run_on_passing_thread
 from tts_core.models.qwen3_tts.serving import Scheduler
 
 TEXTS = [
@@ -213,7 +214,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model, voices, load_s = on_a_passing_thread(lambda: load(args))
+    model, voices, load_s = run_on_passing_thread(lambda: load(args))
     scheduler = Scheduler(model, max_batch=args.batch)
     Timed(scheduler, request(args.batch - 1, args, voices)).join()  # warm-up
     alone = run_alone(scheduler, args, voices)

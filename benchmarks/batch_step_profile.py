@@ -20,9 +20,10 @@ from pathlib import Path
 
 import soundfile as sf
 import torch
-from common import LANGUAGE, REF_CLIP, TEXT, on_a_passing_thread
+from common import LANGUAGE, REF_CLIP, TEXT
 
 import tts_core
+from tts_core.engine.model_thread import run_on_passing_thread
 from tts_core.models.qwen3_tts.serving import Scheduler
 from tts_core.models.qwen3_tts.serving import sequence as sequence_module
 
@@ -99,7 +100,7 @@ def main() -> None:
         audio, rate = sf.read(REF_CLIP, dtype="float32")
         return model, model.create_voice(audio, rate)
 
-    model, voice = on_a_passing_thread(load)
+    model, voice = run_on_passing_thread(load)
     results = {rows: profile(model, voice, rows, args.frames) for rows in args.rows}
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"{args.checkpoint} int8, {args.threads} threads, load average {load}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,23 +53,3 @@ def wrap(owner: object, name: str, size_of: Callable = lambda args, kwargs: 1) -
 
     setattr(owner, name, timed)
     return calls
-
-
-def on_a_passing_thread(fn: Callable[[], object]) -> object:
-    """fn() on a thread that then ends, its result here: torch's OpenMP team for that thread
-    ends with it. A team left on the main thread while the batch scheduler's thread computes
-    would make libgomp sleep between parallel regions (tts_core/engine/model_thread.py)."""
-    box: dict[str, object] = {}
-
-    def work() -> None:
-        try:
-            box["result"] = fn()
-        except BaseException as error:  # noqa: BLE001 - raised below, on the caller's thread
-            box["error"] = error
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["result"]

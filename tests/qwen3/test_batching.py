@@ -340,6 +340,7 @@ def test_the_served_model_computes_on_the_scheduler_thread_only():
 
 def test_scheduler_call_returns_raises_and_refuses_after_close():
     scheduler = Scheduler(int8_model("qwen3-tiny-a"), max_batch=1)
+    assert scheduler._thread is None  # a scheduler never used holds no thread
     assert scheduler.call(lambda a, b=0: (threading.get_ident(), a + b), 1, b=2)[1] == 3
     with pytest.raises(ZeroDivisionError):
         scheduler.call(lambda: 1 / 0)

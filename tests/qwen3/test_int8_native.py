@@ -123,3 +123,27 @@ def test_the_kernel_runs_wherever_the_cpu_has_its_instructions():
     if not needed <= _cpu_flags():
         pytest.skip("this CPU has no AVX-512 VNNI")
     assert native.int8_linear() is not None
+
+
+@needs_kernel
+def test_a_bfloat16_default_dtype_does_not_reach_the_kernel_buffers():
+    """The output buffer is float32 on the CPU whatever torch's defaults say."""
+    layer = Int8Linear(torch.randn(48, 64))
+    x = torch.randn(3, 64)
+    expected = layer.forward_reference(x)
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        out = layer(x)
+    finally:
+        torch.set_default_dtype(saved)
+    assert out.dtype == torch.float32 and torch.equal(out, expected)
+
+
+@needs_kernel
+def test_a_layer_cast_to_another_dtype_takes_the_torch_path():
+    """Its scales are no longer float32: the kernel would read them as float32 pointers."""
+    layer = Int8Linear(torch.randn(48, 64), torch.randn(48)).to(torch.bfloat16)
+    assert layer.weight_scale.dtype == torch.bfloat16
+    x = torch.randn(3, 64)
+    assert torch.equal(layer(x), layer.forward_reference(x))

@@ -11,6 +11,7 @@ other backends use a ModelThread.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -21,10 +22,18 @@ _DONE = object()
 
 class ModelThread:
     def __init__(self, name: str) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._ident: int | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name,
+                                            initializer=self._remember_thread)  # fmt: skip
+
+    def _remember_thread(self) -> None:
+        self._ident = threading.get_ident()
 
     def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """`fn(*args, **kwargs)` on the model thread; its result, or its exception, here."""
+        """`fn(*args, **kwargs)` on the model thread; its result, or its exception, here.
+        Called from the model thread itself (e.g. a generator closed there), it runs inline."""
+        if threading.get_ident() == self._ident:
+            return fn(*args, **kwargs)
         return self._executor.submit(fn, *args, **kwargs).result()
 
     def iterate(self, items: Iterator[T]) -> Iterator[T]:
@@ -40,3 +49,22 @@ class ModelThread:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+
+
+def run_on_passing_thread(fn: Callable[[], T]) -> T:
+    """fn() on a new thread that then ends, its result (or exception) here: work done once,
+    such as building caches, whose OpenMP team should not outlive it."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as error:  # noqa: BLE001 - raised below, on the caller's thread
+            box["error"] = error
+
+    thread = threading.Thread(target=work, name="tts-passing")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]

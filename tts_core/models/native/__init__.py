@@ -31,7 +31,7 @@ SOURCE_DIR = Path(__file__).parent
 # -ffp-contract=off: no fused multiply-adds, so each float step rounds as torch's separate
 # ops do; the AVX-512 code is enabled per function (target attributes) and only called after
 # int8_linear_supported() checked the CPU at run time.
-CFLAGS = ("-O3", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=off")
+CFLAGS = ("-O3", "-fPIC", "-shared", "-fopenmp", "-pthread", "-ffp-contract=off")
 BUILD_TIMEOUT_S = 120
 
 
@@ -50,21 +50,19 @@ def compiler() -> str | None:
 
 def build(source: Path) -> Path | None:
     """The shared library for `source`, compiled if no build of this source and compiler
-    exists yet; None (logged) where it cannot be built."""
+    exists yet; None (logged) where it cannot be built: no compiler, a compiler that fails, no
+    home or no writable cache directory."""
     cc = compiler()
     if cc is None:
         log.info("no C compiler (cc): %s runs on its torch path", source.name)
         return None
     try:
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    except OSError as error:
-        log.warning("could not run %s (%s): %s runs on its torch path", cc, error, source.name)
-        return None
-    key = hashlib.sha256(source.read_bytes() + " ".join(CFLAGS).encode() + version.encode())
-    target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
-    if target.exists():
-        return target
-    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True,
+                                 timeout=BUILD_TIMEOUT_S).stdout  # fmt: skip
+        key = hashlib.sha256(source.read_bytes() + " ".join(CFLAGS).encode() + version.encode())
+        target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
+        if target.exists():
+            return target
         target.parent.mkdir(parents=True, exist_ok=True)
         # built beside the target, then renamed: processes building at once never load half a file
         with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
@@ -72,7 +70,7 @@ def build(source: Path) -> Path | None:
             subprocess.run([cc, *CFLAGS, str(source), "-o", str(built)], check=True,
                            capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)  # fmt: skip
             os.replace(built, target)
-    except (subprocess.SubprocessError, OSError) as error:  # no compiler, no writable cache
+    except (subprocess.SubprocessError, OSError, RuntimeError) as error:  # RuntimeError: no home
         stderr = getattr(error, "stderr", "") or ""
         log.warning("could not build %s (%s); using the torch path. %s",
                     source.name, error, stderr[-2000:])  # fmt: skip

@@ -16,8 +16,10 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define KERNEL __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define INLINE static inline __attribute__((always_inline))
@@ -73,7 +75,9 @@ INLINE KERNEL void tile(int NR, const uint8_t *q, int64_t in4, const int8_t *w, 
   for (int64_t kg = 0; kg < in4 / 4; kg++) {
     __m512i wv = _mm512_loadu_si512(w + 64 * kg);
     for (int i = 0; i < NR; i++) {
-      __m512i a = _mm512_set1_epi32(*(const int32_t *)(q + i * in4 + 4 * kg));
+      int32_t four;  /* 4 activation bytes; memcpy: no aliasing through an int32_t pointer */
+      memcpy(&four, q + i * in4 + 4 * kg, sizeof four);
+      __m512i a = _mm512_set1_epi32(four);
       acc[i] = _mm512_dpbusd_epi32(acc[i], a, wv);
     }
   }
@@ -91,23 +95,46 @@ INLINE KERNEL void tile(int NR, const uint8_t *q, int64_t in4, const int8_t *w, 
   }
 }
 
-/* Scratch for the quantized rows, one per calling thread (a few hundred KB at most). */
-static __thread uint8_t *scratch_q;
-static __thread float *scratch_s;
-static __thread int64_t scratch_bytes, scratch_rows;
+/* Scratch for the quantized rows, one per calling thread (a few hundred KB at most), freed when
+ * that thread ends. */
+struct scratch {
+  uint8_t *q;
+  float *s_x;
+  int64_t bytes, rows;
+};
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
 
-static int reserve(int64_t rows, int64_t in4) {
-  if (rows * in4 > scratch_bytes) {
-    free(scratch_q);
-    scratch_q = aligned_alloc(64, (size_t)((rows * in4 + 63) / 64 * 64));
-    scratch_bytes = scratch_q ? rows * in4 : 0;
+static void free_scratch(void *p) {
+  struct scratch *s = p;
+  free(s->q);
+  free(s->s_x);
+  free(s);
+}
+
+static void make_scratch_key(void) { pthread_key_create(&scratch_key, free_scratch); }
+
+static struct scratch *reserve(int64_t rows, int64_t in4) {
+  pthread_once(&scratch_once, make_scratch_key);
+  struct scratch *s = pthread_getspecific(scratch_key);
+  if (!s) {
+    s = calloc(1, sizeof *s);
+    if (!s || pthread_setspecific(scratch_key, s)) {
+      free(s);
+      return NULL;
+    }
   }
-  if (rows > scratch_rows) {
-    free(scratch_s);
-    scratch_s = malloc((size_t)rows * sizeof(float));
-    scratch_rows = scratch_s ? rows : 0;
+  if (rows * in4 > s->bytes) {
+    free(s->q);
+    s->q = aligned_alloc(64, (size_t)((rows * in4 + 63) / 64 * 64));
+    s->bytes = s->q ? rows * in4 : 0;
   }
-  return scratch_q && scratch_s;
+  if (rows > s->rows) {
+    free(s->s_x);
+    s->s_x = malloc((size_t)rows * sizeof(float));
+    s->rows = s->s_x ? rows : 0;
+  }
+  return s->q && s->s_x ? s : NULL;
 }
 
 /* x (rows, in) float32 contiguous; packed weights as above; w_sum128, s_w (out); bias (out)
@@ -117,9 +144,10 @@ KERNEL int int8_linear(const float *x, int64_t rows, int64_t in, int64_t out,
                        const int8_t *packed, const int32_t *w_sum128, const float *s_w,
                        const float *bias, float *y, int threads) {
   int64_t in4 = (in + 3) / 4 * 4, blocks = (out + 15) / 16;
-  if (!reserve(rows, in4)) return -1;
-  uint8_t *q = scratch_q;
-  float *s_x = scratch_s;
+  struct scratch *scratch = reserve(rows, in4);
+  if (!scratch) return -1;
+  uint8_t *q = scratch->q;
+  float *s_x = scratch->s_x;
   for (int64_t r = 0; r < rows; r++) quantize_row(x + r * in, in, in4, q + r * in4, s_x + r);
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t ob = 0; ob < blocks; ob++) {

@@ -58,12 +58,12 @@ class Int8Linear(nn.Module):
         return cls(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.packed or x.device.type != "cpu":
+        if not self._native_ready(x):
             return self.forward_reference(x)
         rows = x.reshape(-1, self.in_features)  # (R, in)
         if rows.dtype != torch.float32 or not rows.is_contiguous():
             rows = rows.float().contiguous()
-        out = torch.empty(rows.shape[0], self.out_features)
+        out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32, device="cpu")
         if rows.shape[0]:
             bias = None if self.bias is None else self.bias.data_ptr()
             status = native.int8_linear()(rows.data_ptr(), rows.shape[0], self.in_features,
@@ -74,6 +74,14 @@ class Int8Linear(nn.Module):
                 raise MemoryError("int8_linear: no memory for its scratch rows")
         out = out.view(*x.shape[:-1], self.out_features)
         return out if x.dtype == torch.float32 else out.to(x.dtype)
+
+    def _native_ready(self, x: torch.Tensor) -> bool:
+        """The kernel reads float32 CPU buffers through bare pointers: anything else (a layer
+        moved to another dtype or device, an input elsewhere) takes the torch path."""
+        if not self.packed or x.device.type != "cpu" or self.weight_packed.device.type != "cpu":
+            return False
+        floats = (self.weight_scale,) if self.bias is None else (self.weight_scale, self.bias)
+        return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in floats)
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
         """The same layer in torch ops (torch._int_mm); the native kernel's definition."""

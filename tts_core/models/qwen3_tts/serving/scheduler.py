@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from ....audio.cadence import Cadence
+from ....engine.model_thread import run_on_passing_thread
 from ..decode_loop import step_input
 from ..model import AudioChunk, Qwen3TTSModel, Voice
 from .model_runner import ModelRunner
@@ -65,12 +66,9 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._closed = False
         capacity = cache_positions or max_batch * DEFAULT_POSITIONS_PER_ROW
-        # built on the loop thread too: its RoPE table is a parallel op (see the module doc)
-        try:
-            self.runner = self.call(ModelRunner, model, max_batch, capacity)
-        except BaseException:
-            self.close()  # no thread left waiting for a scheduler nobody holds
-            raise
+        # built on a thread that ends (its RoPE table is a parallel op: see the module doc); the
+        # loop thread starts on first use, so a scheduler never used holds no thread
+        self.runner = run_on_passing_thread(lambda: ModelRunner(model, max_batch, capacity))
         self.max_batch = self.runner.max_batch
 
     # ------------------------------------------------------------------ consumer side
@@ -170,11 +168,11 @@ class Scheduler:
             future.set_exception(RuntimeError("the scheduler is closed"))
 
     def _run_calls(self) -> None:
-        while True:
-            with self._cond:
-                if not self._calls:
-                    return
-                future, work = self._calls.popleft()
+        """The calls queued before this step; later ones wait for the next (a voice made here
+        pauses the running rows for its own time, as it used to slow them from a second thread)."""
+        with self._cond:
+            calls, self._calls = list(self._calls), deque()
+        for future, work in calls:
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(work())
