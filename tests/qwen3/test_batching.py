@@ -349,3 +349,41 @@ def test_scheduler_call_returns_raises_and_refuses_after_close():
     assert not thread.is_alive()
     with pytest.raises(RuntimeError, match="closed"):
         scheduler.call(lambda: None)
+
+
+def test_a_joiner_steps_alone_until_its_first_chunk_and_changes_no_codes():
+    """Two long rows run; a third joins: its first frames are stepped without the running rows
+    (its first audio at a 1-row step's cost), then it rides with them; every stream's codes
+    equal the same request alone (rows are batch-invariant)."""
+    name = "qwen3-tiny-a"
+    model = int8_model(name)
+    scheduler = Scheduler(model, max_batch=3)
+    steps: list[tuple[list[Sequence], list[Sequence]]] = []  # (stepped, decoding then)
+    original = scheduler._decode_step
+
+    def recording(seqs: list[Sequence]) -> None:
+        steps.append((list(seqs), list(scheduler._decoding)))
+        original(seqs)
+
+    scheduler._decode_step = recording
+    _, voice, _ = request(1, name)
+    long = {"max_new_tokens": 300, "first_chunk_frames": 2, "greedy": True}
+    texts = (TEXTS[0], TEXTS[2])
+    try:
+        alone = [collect(scheduler.submit(text, voice, **long)) for text in texts]
+        alone.append(collect(submit(scheduler, 5, name, first_chunk_frames=2)))
+        steps.clear()
+        running = [scheduler.submit(text, voice, **long) for text in texts]
+        first = [next(stream) for stream in running]  # both are past their first chunk
+        joiner = submit(scheduler, 5, name, first_chunk_frames=2)
+        got = [collect(joiner)]
+        got[:0] = [collect([chunk, *stream]) for chunk, stream in zip(first, running, strict=True)]
+        for (codes, audio, _), (want_codes, want_audio, _) in zip(got, alone, strict=True):
+            assert torch.equal(codes, want_codes) and np.array_equal(audio, want_audio)
+        joined = [(stepped, decoding) for stepped, decoding in steps if joiner._seq in stepped]
+        for stepped, decoding in joined[:2]:  # its 2-frame first chunk, alone
+            assert stepped == [joiner._seq] and len(decoding) == 3
+        assert len(joined[2][0]) == 3  # then with the running rows
+        assert got[2][2][0].batch_size == 1
+    finally:
+        scheduler.close()

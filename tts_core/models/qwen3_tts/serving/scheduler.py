@@ -7,9 +7,11 @@ for chunk in scheduler.submit("Hello", voice, seed=1):   # same chunks as model.
 Each scheduler step: drop the rows that were stopped or cancelled (their row and span are free
 at once) -> admit waiting requests while a row and a span of the KV arena are free -> run one
 prefill chunk (at most `prefill_chunk` prompt positions) of the oldest joining request -> one
-decode step for every decoding row: c0 per row, one batched 15-pass code predictor, chunks whose
-cadence is due decoded and handed to their consumers, one batched talker step. A joining request
-thus delays the running ones by one prefill chunk per step, never by its whole prompt.
+decode step for every decoding row (or, while a row has not delivered its first chunk, for the
+rows in that state alone: FIRST_CHUNK_PRIORITY_FRAMES): c0 per row, one batched 15-pass code
+predictor, chunks whose cadence is due decoded and handed to their consumers, one batched talker
+step. A joining request thus delays the running ones by one prefill chunk per step and a few
+steps of its own, never by its whole prompt.
 
 Every model computation of the served model runs on this one thread: the steps, and, through
 `call`, each request's prompt and each voice. A CPU build of torch parallelizes its ops with
@@ -42,6 +44,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_POSITIONS_PER_ROW = 1024  # arena size per row of --max-batch: ~80 s of audio per row
 DEFAULT_PREFILL_CHUNK = 128  # prompt positions per step while other rows decode
+# A row that has not delivered its first chunk steps alone (with other such rows) for up to this
+# many frames: a joiner hears its first audio after steps at its own batch size, not at the
+# full batch's, while the running rows wait those few cheap steps (their gap grows by that
+# much, far less than one steady chunk). Rows are batch-invariant, so no codes change.
+FIRST_CHUNK_PRIORITY_FRAMES = 4
 
 
 class Scheduler:
@@ -188,7 +195,13 @@ class Scheduler:
         if self._prefilling:
             self._guarded(self._prefilling[:1], self._prefill)
         if self._decoding:
-            self._guarded(list(self._decoding), self._decode_step)
+            self._guarded(self._rows_to_step(), self._decode_step)
+
+    def _rows_to_step(self) -> list[Sequence]:
+        """Rows before their first chunk alone (see FIRST_CHUNK_PRIORITY_FRAMES), else all."""
+        fresh = [seq for seq in self._decoding
+                 if seq.before_first_chunk and seq.frames < FIRST_CHUNK_PRIORITY_FRAMES]  # fmt: skip
+        return fresh if fresh else list(self._decoding)
 
     def _guarded(self, seqs: list[Sequence], work: Callable[[list[Sequence]], None]) -> None:
         """Run `work`; if it raises, the rows it touched fail with the error, the rest go on."""

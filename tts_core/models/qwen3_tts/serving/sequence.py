@@ -119,8 +119,13 @@ class Sequence:
         return self.frames == self.limit
 
     @property
+    def before_first_chunk(self) -> bool:
+        """No chunk delivered yet: every frame made so far is still pending."""
+        return self.frames == len(self.pending)
+
+    @property
     def chunk_due(self) -> bool:
-        chunks_out = 0 if self.frames == len(self.pending) else 1  # (any later one alike)
+        chunks_out = 0 if self.before_first_chunk else 1  # (any later one alike)
         return self.cadence.due(len(self.pending), chunks_out) or self.at_limit
 
     @property
