@@ -387,3 +387,19 @@ def test_a_joiner_steps_alone_until_its_first_chunk_and_changes_no_codes():
         assert got[2][2][0].batch_size == 1
     finally:
         scheduler.close()
+
+
+def test_joiners_never_hold_the_running_rows_back_more_than_the_cap():
+    """However many fresh rows there are, a full step comes after at most the cap."""
+    from tts_core.models.qwen3_tts.serving import scheduler as module
+
+    scheduler = Scheduler(int8_model("qwen3-tiny-a"), max_batch=4)
+    running = type("Row", (), {"before_first_chunk": False, "frames": 10})()
+    fresh = [type("Row", (), {"before_first_chunk": True, "frames": 0})() for _ in range(3)]
+    scheduler._decoding = [running, *fresh]
+    chosen = [scheduler._rows_to_step() for _ in range(2 * module.FIRST_CHUNK_PRIORITY_FRAMES + 2)]
+    cap = module.FIRST_CHUNK_PRIORITY_FRAMES
+    assert chosen[:cap] == [fresh] * cap and len(chosen[cap]) == 4
+    assert chosen[cap + 1 : 2 * cap + 1] == [fresh] * cap and len(chosen[2 * cap + 1]) == 4
+    scheduler._decoding = []
+    scheduler.close()

@@ -47,7 +47,9 @@ DEFAULT_PREFILL_CHUNK = 128  # prompt positions per step while other rows decode
 # A row that has not delivered its first chunk steps alone (with other such rows) for up to this
 # many frames: a joiner hears its first audio after steps at its own batch size, not at the
 # full batch's, while the running rows wait those few cheap steps (their gap grows by that
-# much, far less than one steady chunk). Rows are batch-invariant, so no codes change.
+# much, far less than one steady chunk). Rows are batch-invariant, so no codes change. However
+# many requests keep joining, the running rows are never held back more than this many steps
+# in a row.
 FIRST_CHUNK_PRIORITY_FRAMES = 4
 
 
@@ -72,6 +74,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._held_back = 0  # consecutive steps that left running rows out (priority steps)
         capacity = cache_positions or max_batch * DEFAULT_POSITIONS_PER_ROW
         # built on a thread that ends (its RoPE table is a parallel op: see the module doc); the
         # loop thread starts on first use, so a scheduler never used holds no thread
@@ -201,7 +204,12 @@ class Scheduler:
         """Rows before their first chunk alone (see FIRST_CHUNK_PRIORITY_FRAMES), else all."""
         fresh = [seq for seq in self._decoding
                  if seq.before_first_chunk and seq.frames < FIRST_CHUNK_PRIORITY_FRAMES]  # fmt: skip
-        return fresh if fresh else list(self._decoding)
+        if fresh and len(fresh) < len(self._decoding):
+            if self._held_back < FIRST_CHUNK_PRIORITY_FRAMES:
+                self._held_back += 1
+                return fresh
+        self._held_back = 0
+        return list(self._decoding)
 
     def _guarded(self, seqs: list[Sequence], work: Callable[[list[Sequence]], None]) -> None:
         """Run `work`; if it raises, the rows it touched fail with the error, the rest go on."""
