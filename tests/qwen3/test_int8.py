@@ -87,7 +87,12 @@ def test_accuracy_on_the_tiny_checkpoints(tiny_checkpoint: Path):
     int8_model = load_model(tiny_checkpoint, quantize="int8")
     report = int8_model.quantization
     heads = len(int8_model.talker.code_predictor.lm_head)
-    assert report.applied and len(report.layer_sqnr_db) == heads + 4 * (
+    # tiny-b has a talker -> predictor projection (24 -> 16), quantized where it holds the bound
+    projection = isinstance(int8_model.talker.code_predictor.small_to_mtp_projection, Int8Linear)
+    assert projection == ("code_predictor.small_to_mtp_projection" in report.layer_sqnr_db)
+    assert projection == isinstance(float_model.talker.code_predictor.small_to_mtp_projection,
+                                    torch.nn.Linear)  # fmt: skip
+    assert report.applied and len(report.layer_sqnr_db) == heads + projection + 4 * (
         len(int8_model.talker.model.layers) + len(int8_model.talker.code_predictor.model.layers)
     )
     assert report.min_sqnr_db >= quantize_module.MIN_SQNR_DB
@@ -170,3 +175,16 @@ def test_smoothing_handles_an_activation_outlier_channel(tiny_checkpoint: Path, 
         assert min(qkv) >= quantize_module.MIN_SQNR_DB, report.worst()
     else:
         assert min(qkv) < quantize_module.MIN_SQNR_DB - 3, report.worst()  # the problem is real
+
+
+def test_a_projection_below_the_bound_stays_float_and_decides_nothing(monkeypatch):
+    """The talker -> predictor projection has no norm to smooth into: below the bound it keeps
+    its float weights, and the rest is quantized all the same."""
+    from .conftest import fixture_path
+
+    model = load_model(fixture_path("qwen3-tiny-b"))
+    monkeypatch.setattr(quantize_module, "MIN_SQNR_DB", 200.0)
+    report = quantize_module.quantize_model(model)
+    assert report.applied and "code_predictor.small_to_mtp_projection" not in report.layer_sqnr_db
+    assert isinstance(model.talker.code_predictor.small_to_mtp_projection, torch.nn.Linear)
+    assert isinstance(model.talker.code_predictor.lm_head[0], Int8Linear)

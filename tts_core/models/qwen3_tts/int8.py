@@ -44,6 +44,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", None if bias is None else bias.detach().float())
         # a flag, not the ctypes function: the module stays picklable and deep-copyable
         self.packed = weight.device.type == "cpu" and native.int8_linear() is not None
+        self._buffers_native: bool | None = None
         if not self.packed:
             # (out, in) int8, handed to _int_mm as a transposed view: oneDNN then reads it
             # ~1.5x faster at one row than an (in, out) contiguous copy
@@ -77,11 +78,20 @@ class Int8Linear(nn.Module):
 
     def _native_ready(self, x: torch.Tensor) -> bool:
         """The kernel reads float32 CPU buffers through bare pointers: anything else (a layer
-        moved to another dtype or device, an input elsewhere) takes the torch path."""
-        if not self.packed or x.device.type != "cpu" or self.weight_packed.device.type != "cpu":
-            return False
-        floats = (self.weight_scale,) if self.bias is None else (self.weight_scale, self.bias)
-        return all(t.dtype == torch.float32 and t.device.type == "cpu" for t in floats)
+        moved to another dtype or device, an input elsewhere) takes the torch path. Checked
+        once per placement of the buffers (`_apply` resets it): a frame makes ~400 calls."""
+        if self._buffers_native is None:
+            floats = [self.weight_scale] + ([] if self.bias is None else [self.bias])
+            self._buffers_native = (
+                self.packed
+                and self.weight_packed.device.type == "cpu"
+                and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in floats)
+            )
+        return self._buffers_native and x.is_cpu
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
+        self._buffers_native = None  # .to() / .cuda() / .bfloat16() may have moved them
+        return super()._apply(fn, recurse)
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
         """The same layer in torch ops (torch._int_mm); the native kernel's definition."""
