@@ -13,6 +13,7 @@ import json
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -314,3 +315,44 @@ def test_split_text_keeps_every_word_and_prefers_sentence_ends():
     assert " ".join(pieces).replace(" ", "") == text.replace(" ", "")
     assert pieces[0] == "One two three."
     assert split_text("short", 20) == ["short"]
+
+
+def test_requests_waiting_in_line_do_not_hold_the_shared_pool(espeak_backend, tmp_path):
+    """Regression: the first event was fetched on asyncio's shared pool (cpu + 4 threads), where
+    requests waiting for their turn could take every thread while the head of the line, queued
+    behind them, never ran (a deadlock seen with 16 clients on 2 cores). Waiting requests must
+    wait on threads of their own."""
+    engine = RecordingEngine(PacedBackend(espeak_backend, 3.0),
+                             EngineConfig(max_concurrent=1, max_queue=4))  # fmt: skip
+    body = {"input": LONG_TEXT, "voice": "alloy", "response_format": "pcm"}
+    with serve(make_api(engine, tmp_path)) as url:
+        with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=60) as first:
+            chunks = first.iter_bytes()  # kept referenced: a dropped iterator closes the stream
+            next(chunks)  # the one slot is now taken
+            results: dict[int, int] = {}
+
+            def client(i: int) -> None:
+                short = {**body, "input": f"Number {i}."}
+                results[i] = httpx.post(
+                    f"{url}/v1/audio/speech", json=short, timeout=60
+                ).status_code
+
+            threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(3)]
+            for thread in threads:
+                thread.start()
+            wait_until(lambda: engine.waiting_requests == 3, 10)
+            time.sleep(0.3)  # each has reached its wait for a turn
+            names = {threading._active[ident].name for ident, frame in sys._current_frames().items()
+                     if ident in threading._active and _in_admission_wait(frame)}  # fmt: skip
+            assert names and all(name.startswith("tts-") for name in names), names
+        for thread in threads:
+            thread.join(timeout=60)
+        assert results == {0: 200, 1: 200, 2: 200}
+
+
+def _in_admission_wait(frame) -> bool:  # noqa: ANN001 - a frame object
+    while frame is not None:
+        if frame.f_code.co_name == "_wait" and frame.f_code.co_filename.endswith("admission.py"):
+            return True
+        frame = frame.f_back
+    return False

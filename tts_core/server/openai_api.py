@@ -31,7 +31,7 @@ from .audio_formats import CONTENT_TYPES, make_encoder
 from .errors import ApiError
 from .route_utils import api_errors, read_json, validation_to_api_error
 from .state import ServerState
-from .streaming import chain_events, engine_errors, open_streams, run_in_thread
+from .streaming import chain_events, engine_errors, on_own_thread, open_streams, run_in_thread
 from .text_split import split_text
 from .voice_routes import add_voice_routes, load_voice
 from .voices import NamedVoice
@@ -87,7 +87,7 @@ def make_openai_router(state: ServerState) -> APIRouter:
             # the first event before any byte: a request the model itself refuses (e.g. a
             # prompt longer than its cache) is then a 400, not a response cut off midway
             events = chain_events(streams, cancel)
-            first = await asyncio.to_thread(next, events, None)
+            first = await on_own_thread(next, events, None)  # may wait in line: see there
         sse = body.stream_format == "sse"
         produce = _producer(first, events, body.response_format, sse, engine.sample_rate)
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]

@@ -8,10 +8,12 @@ set, which stops the engine and its backend within one backend buffer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 from ..engine import Engine, EngineBusy, InputError, StreamEvent, SynthesisRequest
 from ..engine.handoff import run_on_thread
@@ -37,6 +39,29 @@ async def run_in_thread(
             yield item
     finally:
         cancel.set()  # normal end: no-op for the finished worker; early end: stop synthesis
+
+
+async def on_own_thread(fn: Callable[..., object], *args: object) -> object:
+    """`await fn(*args)` run on a thread of its own. For calls that may wait for a place in the
+    engine's line: on asyncio's shared pool (cpu + 4 threads) such waits can take every thread
+    while the request at the head of the line, whose call is queued behind them, never runs."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():  # the awaiting request may have been cancelled meanwhile
+            outcome()
+
+    def work() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - raised in the awaiting coroutine
+            loop.call_soon_threadsafe(settle, partial(future.set_exception, exc))
+        else:
+            loop.call_soon_threadsafe(settle, partial(future.set_result, result))
+
+    threading.Thread(target=work, name="tts-first-event", daemon=True).start()
+    return await future
 
 
 def open_streams(
