@@ -13,10 +13,12 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from .engine import Engine
 from .errors import BackendError, EngineBusy, redact_paths
+from .model_thread import run_on_passing_thread
 
 log = logging.getLogger(__name__)
 
@@ -111,25 +113,21 @@ class EngineSlot:
         A thread even when waiting: it ends after loading, and so does the OpenMP team torch made
         for it, which would otherwise slow every later parallel op (serving/scheduler.py).
         """
-        failures: list[BaseException] = []
-        thread = threading.Thread(target=self._build, args=(build, failures),
-                                  name="tts-model-load", daemon=True)  # fmt: skip
+        if not background:
+            run_on_passing_thread(partial(self._build, build, reraise=True))
+            return None
+        thread = threading.Thread(target=self._build, args=(build,), name="tts-model-load",
+                                  daemon=True)  # fmt: skip
         thread.start()
-        if background:
-            return thread
-        thread.join()
-        if failures:
-            raise failures[0]
-        return None
+        return thread
 
-    def _build(self, build: Build, failures: list[BaseException]) -> None:
+    def _build(self, build: Build, reraise: bool = False) -> None:
         try:
             self.set(build(self.report))
         except BaseException as exc:  # even KeyboardInterrupt: never "loading" forever
             log.exception("the model could not be loaded")
             self.fail(f"{type(exc).__name__}: {redact_paths(str(exc))}")
-            failures.append(exc)
-            if not isinstance(exc, Exception):
+            if reraise or not isinstance(exc, Exception):
                 raise
 
     def report(self, phase: str, done: float = 0.0, total: float | None = None,

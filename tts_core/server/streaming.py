@@ -8,12 +8,10 @@ set, which stops the engine and its backend within one backend buffer.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
-from functools import partial
+from contextlib import aclosing, contextmanager
 
 from ..engine import Engine, EngineBusy, InputError, StreamEvent, SynthesisRequest
 from ..engine.handoff import run_on_thread
@@ -45,23 +43,11 @@ async def on_own_thread(fn: Callable[..., object], *args: object) -> object:
     """`await fn(*args)` run on a thread of its own. For calls that may wait for a place in the
     engine's line: on asyncio's shared pool (cpu + 4 threads) such waits can take every thread
     while the request at the head of the line, whose call is queued behind them, never runs."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-
-    def settle(outcome: Callable[[], None]) -> None:
-        if not future.done():  # the awaiting request may have been cancelled meanwhile
-            outcome()
-
-    def work() -> None:
-        try:
-            result = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - raised in the awaiting coroutine
-            loop.call_soon_threadsafe(settle, partial(future.set_exception, exc))
-        else:
-            loop.call_soon_threadsafe(settle, partial(future.set_result, result))
-
-    threading.Thread(target=work, name="tts-first-event", daemon=True).start()
-    return await future
+    handoff = run_on_thread(lambda put: put(fn(*args)), "tts-first-event")
+    async with aclosing(handoff.drain()) as results:
+        async for result in results:
+            return result
+    raise RuntimeError("on_own_thread: the worker ended without a result")  # not reached
 
 
 def open_streams(

@@ -59,11 +59,21 @@ class Int8Linear(nn.Module):
         return cls(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self._native_ready(x):
-            return self.forward_reference(x)
-        rows = x.reshape(-1, self.in_features)  # (R, in)
-        if rows.dtype != torch.float32 or not rows.is_contiguous():
-            rows = rows.float().contiguous()
+        rows = x.reshape(-1, self.in_features).float()  # (R, in) float32
+        out = self._native(rows.contiguous()) if self._native_ready(x) else self._reference(rows)
+        return self._shaped(out, x)
+
+    def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
+        """The same layer in torch ops (torch._int_mm); the native kernel's definition."""
+        return self._shaped(self._reference(x.reshape(-1, self.in_features).float()), x)
+
+    def _shaped(self, out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """(R, out) float32 -> x's leading shape and dtype."""
+        out = out.view(*x.shape[:-1], self.out_features)
+        return out if x.dtype == torch.float32 else out.to(x.dtype)
+
+    def _native(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows (R, in) float32 contiguous -> (R, out) float32 through the C kernel."""
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32, device="cpu")
         if rows.shape[0]:
             bias = None if self.bias is None else self.bias.data_ptr()
@@ -73,8 +83,19 @@ class Int8Linear(nn.Module):
                                   bias, out.data_ptr(), torch.get_num_threads())  # fmt: skip
             if status != 0:
                 raise MemoryError("int8_linear: no memory for its scratch rows")
-        out = out.view(*x.shape[:-1], self.out_features)
-        return out if x.dtype == torch.float32 else out.to(x.dtype)
+        return out
+
+    def _reference(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows (R, in) float32 -> (R, out) float32 in torch ops."""
+        # few ops: at one row each op costs microseconds, and a frame makes ~430 of these calls
+        peak = rows.abs().amax(dim=1, keepdim=True)  # (R, 1); faster than vector_norm(inf)
+        scale = peak.clamp_min_(MIN_SCALE).mul_(1.0 / 127.0)
+        q = torch.round(rows / scale).to(torch.int8)  # |rows / scale| <= 127: no clamp needed
+        out = torch._int_mm(q, self.int8_weight().t()) * scale  # int32 * f32 -> f32 (R, out)
+        out.mul_(self.weight_scale)
+        if self.bias is not None:
+            out.add_(self.bias)
+        return out
 
     def _native_ready(self, x: torch.Tensor) -> bool:
         """The kernel reads float32 CPU buffers through bare pointers: anything else (a layer
@@ -92,22 +113,6 @@ class Int8Linear(nn.Module):
     def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
         self._buffers_native = None  # .to() / .cuda() / .bfloat16() may have moved them
         return super()._apply(fn, recurse)
-
-    def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
-        """The same layer in torch ops (torch._int_mm); the native kernel's definition."""
-        rows = x.reshape(-1, self.in_features)  # (R, in)
-        if rows.dtype != torch.float32:
-            rows = rows.float()
-        # few ops: at one row each op costs microseconds, and a frame makes ~430 of these calls
-        peak = rows.abs().amax(dim=1, keepdim=True)  # (R, 1); faster than vector_norm(inf)
-        scale = peak.clamp_min_(MIN_SCALE).mul_(1.0 / 127.0)
-        q = torch.round(rows / scale).to(torch.int8)  # |rows / scale| <= 127: no clamp needed
-        out = torch._int_mm(q, self.int8_weight().t()) * scale  # int32 * f32 -> f32 (R, out)
-        out.mul_(self.weight_scale)
-        if self.bias is not None:
-            out.add_(self.bias)
-        out = out.view(*x.shape[:-1], self.out_features)
-        return out if x.dtype == torch.float32 else out.to(x.dtype)
 
     def int8_weight(self) -> torch.Tensor:
         """(out, in) int8 weights, whichever layout is stored."""
