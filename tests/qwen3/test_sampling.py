@@ -9,7 +9,9 @@ from tts_core.models.qwen3_tts.sampling import (
     SamplingParams,
     TalkerSampler,
     draw,
+    draw_rows,
     make_generator,
+    probabilities,
     repetition_penalty,
     suppressed_ids,
     top_k,
@@ -108,6 +110,45 @@ def test_seed_reproducibility() -> None:
 
     assert run(5) == run(5)
     assert run(5) != run(6)
+
+
+def _multinomial(logits: torch.Tensor, params: SamplingParams, seed: int) -> torch.Tensor:
+    """The official draw: torch.multinomial over the warped probabilities."""
+    probs = probabilities(logits, params)
+    return torch.multinomial(probs, 1, generator=make_generator(seed)).squeeze(1)
+
+
+@pytest.mark.parametrize("vocab", [7, 2048, 3072])
+@pytest.mark.parametrize("rows", [1, 4])
+def test_draw_is_torch_multinomial(vocab: int, rows: int) -> None:
+    """draw skips multinomial's host-side checks but must pick the same ids from the same
+    generator (its algorithm, argmax of p / Exp(1), one draw over the whole tensor)."""
+    for seed in range(40):
+        logits = torch.randn(rows, vocab, generator=make_generator(seed)) * (1 + seed % 4)
+        params = SamplingParams(True, (0.6, 0.9, 1.0, 1.4)[seed % 4], (0, 1, 50)[seed % 3],
+                                (1.0, 0.9)[seed % 2])  # fmt: skip
+        assert torch.equal(draw(logits, params, make_generator(seed)),
+                           _multinomial(logits, params, seed))  # fmt: skip
+
+
+def test_draw_rows_gives_each_row_what_it_draws_alone() -> None:
+    """The batch scheduler's draw: rows with their own parameters (greedy among them) and
+    generators, warped together where they share parameters, equal row by row to draw alone
+    and to the official multinomial; each generator advances as if its row were drawn alone."""
+    sampled = SamplingParams(True, 0.9, 50, 1.0)
+    others = [GREEDY, SamplingParams(True, 0.7, 5, 0.8), sampled]
+    for trial in range(20):
+        logits = torch.randn(8, 2048, generator=make_generator(trial)) * 3
+        params = [sampled if row % 2 else others[(row + trial) % 3] for row in range(8)]
+        generators = [make_generator(100 * trial + row) for row in range(8)]
+        ids = draw_rows(logits, params, generators)
+        for row in range(8):
+            alone = make_generator(100 * trial + row)
+            assert torch.equal(ids[row : row + 1], draw(logits[row : row + 1], params[row], alone))
+            if params[row].do_sample:
+                official = _multinomial(logits[row : row + 1], params[row], 100 * trial + row)
+                assert torch.equal(ids[row : row + 1], official)
+            assert torch.equal(generators[row].get_state(), alone.get_state())
 
 
 def test_greedy_is_argmax() -> None:

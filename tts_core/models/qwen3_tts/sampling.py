@@ -10,10 +10,10 @@ All logits are float32 (B, V).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 NEG_INF = float("-inf")
 
@@ -80,12 +80,53 @@ def top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
-    """Warp and draw (B,) ids, or argmax when not sampling."""
+    """Warp and draw (B,) ids from one generator, as torch.multinomial(probs, 1) would; or
+    argmax when not sampling."""
     if not params.do_sample:
         return logits.argmax(dim=-1)
+    return exponential_argmax(probabilities(logits, params), [generator])
+
+
+def draw_rows(
+    logits: torch.Tensor, params: Sequence[SamplingParams], generators: Sequence[torch.Generator]
+) -> torch.Tensor:
+    """(R, V) logits, row r warped by params[r] and drawn from generators[r] (one generator per
+    row) -> (R,) ids, each equal to draw(logits[r:r+1], params[r], generators[r]). Rows sharing
+    their parameters are warped together: every warp is row-wise, so batching them changes no
+    value, and a batch of R rows costs a few ops instead of ~25 per row."""
+    rows = logits.shape[0]
+    ids = torch.empty(rows, dtype=torch.long, device=logits.device)
+    groups: dict[SamplingParams, list[int]] = {}
+    for row, row_params in enumerate(params):
+        groups.setdefault(row_params, []).append(row)
+    for shared, members in groups.items():
+        part = logits if len(members) == rows else logits[members]
+        if not shared.do_sample:
+            chosen = part.argmax(dim=-1)
+        else:
+            chosen = exponential_argmax(probabilities(part, shared), [generators[r] for r in members])
+        ids[members] = chosen
+    return ids
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """(B, V) logits -> temperature -> top-k -> top-p -> softmax, each row finite."""
     warped = top_p(top_k(temperature(logits, params.temperature), params.top_k), params.top_p)
-    probs = finite_or_argmax(warped.softmax(dim=-1), logits)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return finite_or_argmax(warped.softmax(dim=-1), logits)
+
+
+def exponential_argmax(probs: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:
+    """torch.multinomial(probs, 1)'s own algorithm (argmax of p / q, q ~ Exp(1) drawn from the
+    generator over the whole tensor) without its host-side validity checks, which `probs` from
+    `probabilities` always passes (finite, >= 0, positive sums). One generator: one draw over
+    all rows, as multinomial; one per row: row r's q from generators[r] alone."""
+    q = torch.empty_like(probs)
+    if len(generators) == 1:
+        q.exponential_(1, generator=generators[0])
+    else:
+        for row, generator in enumerate(generators):
+            q[row].exponential_(1, generator=generator)
+    return probs.div(q).argmax(dim=-1)
 
 
 def finite_or_argmax(probs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -94,7 +135,7 @@ def finite_or_argmax(probs: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
     temperature -> 0 limit. Rows stay independent and no value is read back to the host, so
     this also runs inside a CUDA graph; the draw still consumes the generator as before."""
     finite = torch.isfinite(probs).all(dim=-1, keepdim=True)  # (B, 1)
-    onehot = F.one_hot(logits.argmax(dim=-1), probs.shape[-1]).to(probs.dtype)
+    onehot = torch.zeros_like(probs).scatter_(1, logits.argmax(dim=-1, keepdim=True), 1.0)
     return torch.where(finite, probs, onehot)
 
 

@@ -37,6 +37,7 @@ from ....audio.cadence import Cadence
 from ....engine.model_thread import run_on_passing_thread
 from ..decode_loop import step_input
 from ..model import AudioChunk, Qwen3TTSModel, Voice
+from ..sampling import draw_rows
 from .model_runner import ModelRunner
 from .sequence import Sequence, Status
 
@@ -312,14 +313,11 @@ class Scheduler:
 
 
 def _row_chooser(seqs: list[Sequence]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """(R, V) logits of one code-predictor pass -> (R,) ids, each row with its own sampler."""
-
-    def choose(logits: torch.Tensor) -> torch.Tensor:
-        if len(seqs) == 1:
-            return seqs[0].choose_subcode(logits)
-        return torch.cat([seq.choose_subcode(logits[r : r + 1]) for r, seq in enumerate(seqs)])
-
-    return choose
+    """(R, V) logits of one code-predictor pass -> (R,) ids, each row with its own sampling
+    parameters and generator (draw_rows: the same ids as each row drawn alone)."""
+    params = [seq.settings.subtalker for seq in seqs]
+    generators = [seq.generator for seq in seqs]
+    return lambda logits: draw_rows(logits, params, generators)
 
 
 class SequenceStream:

@@ -19,7 +19,7 @@ from ....audio.cadence import Cadence
 from ....engine.handoff import Handoff
 from ..decode_loop import DecodeSettings, stop_id_tensor, talker_sampler
 from ..prompt import Prompt
-from ..sampling import draw, make_generator
+from ..sampling import make_generator
 from ..talker import Talker
 from .kv_arena import Span
 
@@ -103,10 +103,6 @@ class Sequence:
 
     def is_stop(self, c0: torch.Tensor) -> bool:
         return bool(torch.isin(c0, self.stop_ids).any())
-
-    def choose_subcode(self, logits: torch.Tensor) -> torch.Tensor:
-        """(1, V) logits of one code-predictor pass -> (1,) id."""
-        return draw(logits, self.settings.subtalker, self.generator)
 
     def add_frame(self, frame: torch.Tensor, batch: int) -> None:
         self.history[0, self.frames] = frame[0]
