@@ -97,9 +97,12 @@ class CausalTransConv1d(nn.Module):
             shifted = products[:, max(start - i, 0) : steps - i, i]
             missing = new_frames - shifted.shape[1]  # inputs before the first one are zeros
             out = out + (F.pad(shifted, (0, 0, 0, 0, missing, 0)) if missing else shifted)
+        out = out.permute(0, 2, 1, 3).reshape(batch, -1, new_frames * stride)  # (B, C_out, T')
         if self.conv.bias is not None:
+            # after the re-layout: broadcast along contiguous time, vectorized; on (B, new,
+            # C_out, s) the inner run is s samples and the same add took ~25x longer
             out = out + self.conv.bias[:, None]
-        return out.permute(0, 2, 1, 3).reshape(batch, -1, new_frames * stride)
+        return out
 
     def _weight_matrix(self) -> torch.Tensor:
         """(C_in, m * C_out * s) weight laid out for _overlap_add, cached per weight version."""
