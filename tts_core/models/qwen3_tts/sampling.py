@@ -101,11 +101,11 @@ def draw_rows(
         groups.setdefault(row_params, []).append(row)
     for shared, members in groups.items():
         part = logits if len(members) == rows else logits[members]
-        if not shared.do_sample:
-            chosen = part.argmax(dim=-1)
+        if shared.do_sample:
+            drawn_from = [generators[r] for r in members]
+            ids[members] = exponential_argmax(probabilities(part, shared), drawn_from)
         else:
-            chosen = exponential_argmax(probabilities(part, shared), [generators[r] for r in members])
-        ids[members] = chosen
+            ids[members] = part.argmax(dim=-1)
     return ids
 
 
