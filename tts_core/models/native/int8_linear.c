@@ -24,6 +24,7 @@
 #define KERNEL __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define INLINE static inline __attribute__((always_inline))
 #define MAX_TILE_ROWS 8
+#define PREFETCH_BYTES 2048
 
 int int8_linear_supported(void) {
   __builtin_cpu_init();
@@ -73,6 +74,11 @@ INLINE KERNEL void tile(int NR, const uint8_t *q, int64_t in4, const int8_t *w, 
   __m512i acc[MAX_TILE_ROWS];
   for (int i = 0; i < NR; i++) acc[i] = _mm512_setzero_si512();
   for (int64_t kg = 0; kg < in4 / 4; kg++) {
+    /* With several rows the vpdpbusd work per weight byte hides the memory stream from the
+     * hardware prefetcher's pace: asking 2 KB ahead overlaps them again (0.6B code predictor's
+     * layers, weights from memory, 8 rows: 12.3 -> 10.0 ms; 1 row unchanged). A prefetch
+     * past the end of the weights never faults. */
+    _mm_prefetch((const char *)(w + 64 * kg + PREFETCH_BYTES), _MM_HINT_T0);
     __m512i wv = _mm512_loadu_si512(w + 64 * kg);
     for (int i = 0; i < NR; i++) {
       int32_t four;  /* 4 activation bytes; memcpy: no aliasing through an int32_t pointer */
