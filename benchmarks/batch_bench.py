@@ -1,13 +1,14 @@
 """Continuous batching at real size: many streams at the cost of one.
 
     .venv/bin/python benchmarks/batch_bench.py --checkpoint /tmp/qwen3-0.6B-random \
-        --frames 48 --batch 8 --threads 2 [--http-clients 16] --json out.json
+        --frames 48 --batch 8 --sweep 1 2 4 8 16 --threads 2 [--http-clients 16] --json out.json
 
 Loads the model as the app does on a CPU (int8 layers, the codec decoder in bf16 where the CPU
 has native bf16), then, through the batch scheduler the app serves with:
 1. every request alone (its time to first audio, RTF = wall / audio, codes);
-2. the `--batch` requests submitted together: aggregate audio per wall second against one
-   stream's, each stream's RTF against its own alone, and whether its codes are identical;
+2. for each count of `--sweep` (and `--batch`), that many requests submitted together: audio
+   per wall second against one stream's, each stream's RTF against its own alone, and whether
+   its codes are identical (a table, side by side);
 3. one request joining `--batch - 1` running ones: its time to first audio against alone, and
    how much the running streams' gap between chunks grew while it joined (the issue's bound:
    one steady chunk's compute);
@@ -109,16 +110,34 @@ class Timed:
         return torch.cat(self.codes)
 
 
-def run_alone(scheduler: Scheduler, args, voices) -> list[Timed]:  # noqa: ANN001
-    return [Timed(scheduler, request(i, args, voices)).join() for i in range(args.batch)]
+def run_alone(scheduler: Scheduler, args, voices, count: int) -> list[Timed]:  # noqa: ANN001
+    return [Timed(scheduler, request(i, args, voices)).join() for i in range(count)]
 
 
-def run_batch(scheduler: Scheduler, args, voices) -> tuple[list[Timed], float]:  # noqa: ANN001
+def run_batch(scheduler: Scheduler, args, voices, count: int) -> tuple[list[Timed], float]:  # noqa: ANN001
     started = time.perf_counter()
-    streams = [Timed(scheduler, request(i, args, voices)) for i in range(args.batch)]
+    streams = [Timed(scheduler, request(i, args, voices)) for i in range(count)]
     for stream in streams:
         stream.join()
     return streams, time.perf_counter() - started
+
+
+def batch_result(alone: list[Timed], batch: list[Timed], wall_s: float) -> dict:
+    """N streams run together against the same requests alone (alone[:N])."""
+    alone = alone[: len(batch)]
+    single_rate = alone[0].audio_s / (alone[0].arrivals[-1] - alone[0].submitted)
+    aggregate_rate = sum(s.audio_s for s in batch) / wall_s
+    pairs = list(zip(alone, batch, strict=True))
+    return {
+        "streams": len(batch),
+        "aggregate_audio_per_wall_s": aggregate_rate,
+        "aggregate_vs_single": aggregate_rate / single_rate,
+        "rtf_ratio_max": max(b.rtf / a.rtf for a, b in pairs),
+        "rtf": [b.rtf for b in batch],
+        "rtf_alone": [a.rtf for a in alone],
+        "max_batch_seen": max(max(b.batches) for b in batch),
+        "identical_streams": sum(torch.equal(a.all_codes, b.all_codes) for a, b in pairs),
+    }
 
 
 def run_join(scheduler: Scheduler, args, voices) -> dict:  # noqa: ANN001
@@ -208,24 +227,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path, required=True)
     parser.add_argument("--frames", type=int, default=48)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=8, help="the batch a request joins")
+    parser.add_argument("--sweep", type=int, nargs="+", default=[1, 2, 4, 8, 16],
+                        help="stream counts run together, side by side")  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--http-clients", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model, voices, load_s = run_on_passing_thread(lambda: load(args))
-    scheduler = Scheduler(model, max_batch=args.batch)
+    counts = sorted({*args.sweep, args.batch})
+    scheduler = Scheduler(model, max_batch=max(counts))
     Timed(scheduler, request(args.batch - 1, args, voices)).join()  # warm-up
-    alone = run_alone(scheduler, args, voices)
-    batch, batch_wall = run_batch(scheduler, args, voices)
+    alone = run_alone(scheduler, args, voices, max(counts))
+    sweep = [batch_result(alone, *run_batch(scheduler, args, voices, n)) for n in counts]
     join = run_join(scheduler, args, voices)
     scheduler.close()
-    single_rate = alone[0].audio_s / (alone[0].arrivals[-1] - alone[0].submitted)
-    aggregate_rate = sum(s.audio_s for s in batch) / batch_wall
-    identical = sum(
-        torch.equal(a.all_codes, b.all_codes) for a, b in zip(alone, batch, strict=True)
-    )
     result = {
         "checkpoint": str(args.checkpoint),
         "weight_format": model.weight_format,
@@ -234,18 +251,10 @@ def main() -> None:
         "single": {
             "ttfa_s": alone[0].ttfa_s,
             "rtf": alone[0].rtf,
-            "audio_per_wall_s": single_rate,
+            "audio_per_wall_s": alone[0].audio_s / (alone[0].arrivals[-1] - alone[0].submitted),
         },
-        "batch": {
-            "streams": args.batch,
-            "aggregate_audio_per_wall_s": aggregate_rate,
-            "aggregate_vs_single": aggregate_rate / single_rate,
-            "rtf_ratio_max": max(b.rtf / a.rtf for a, b in zip(alone, batch, strict=True)),
-            "rtf": [b.rtf for b in batch],
-            "rtf_alone": [a.rtf for a in alone],
-            "max_batch_seen": max(max(b.batches) for b in batch),
-            "identical_streams": identical,
-        },
+        "batch": next(b for b in sweep if b["streams"] == args.batch),
+        "sweep": sweep,
         "join": {**join, "joiner_ttfa_vs_alone": join["joiner_ttfa_s"] / alone[0].ttfa_s},
     }
     if args.http_clients:
@@ -262,6 +271,11 @@ def print_table(r: dict) -> None:
     s, b, j = r["single"], r["batch"], r["join"]
     print(f"{r['checkpoint']} {r['weight_format']}, {r['threads']} threads, "
           f"load average {', '.join(f'{v:.2f}' for v in r['load_average'])}")  # fmt: skip
+    print("streams  audio per wall s  x one stream  worst RTF / alone  identical to alone")
+    for n in r["sweep"]:
+        print(f"{n['streams']:>7}  {n['aggregate_audio_per_wall_s']:>16.2f}  "
+              f"{n['aggregate_vs_single']:>12.2f}  {n['rtf_ratio_max']:>17.2f}  "
+              f"{n['identical_streams']:>15}/{n['streams']}")  # fmt: skip
     rows = [
         ("one stream: TTFA / RTF", f"{s['ttfa_s'] * 1000:.0f} ms / {s['rtf']:.2f}"),
         (f"{b['streams']} streams: aggregate audio per wall s",
