@@ -295,8 +295,17 @@ class Attention(nn.Module):
         v: torch.Tensor,
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
+        rows_apart: bool = False,
     ) -> torch.Tensor:
-        """`scaled_dot_product` then o_proj: q (B, heads, T, D), k/v (B, kv, S, D) -> (B, T, H)."""
+        """`scaled_dot_product` then o_proj: q (B, heads, T, D), k/v (B, kv, S, D) -> (B, T, H).
+        rows_apart: one call per batch row. The CPU kernel is not batch-invariant: with one
+        query over 8-16 keys (the code predictor's passes) a row's output can change in the
+        last bit with the batch size (tests/test_layers_batch_invariance.py), enough to flip a
+        sampled code now and then; row by row, each row gets the single-stream call."""
+        if rows_apart and q.shape[0] > 1:
+            rows = [scaled_dot_product(q[r : r + 1], k[r : r + 1], v[r : r + 1], mask, is_causal)
+                    for r in range(q.shape[0])]  # fmt: skip
+            return self._merge(torch.cat(rows))
         return self._merge(scaled_dot_product(q, k, v, mask, is_causal))
 
     def forward(
@@ -306,9 +315,11 @@ class Attention(nn.Module):
         cache: KVCache | None,
         start: int,
         causal: bool = True,
+        rows_apart: bool = False,
     ) -> torch.Tensor:
         """x (B, T, H) at positions [start, start+T). `cache` None: attend over x alone (start
-        must be 0); `causal=False`: every query sees every key (MiniCPM's LocEnc / LocDiT)."""
+        must be 0); `causal=False`: every query sees every key (MiniCPM's LocEnc / LocDiT).
+        rows_apart: attention row by row, with the call one row alone makes (see `attend`)."""
         steps = x.shape[1]
         q, k, v = self.qkv(x, rope)
         if cache is None:
@@ -319,7 +330,8 @@ class Attention(nn.Module):
             keys, values = cache.write(start, k, v)  # (B, kv, start+T, D)
         # From position 0 the mask is plain causal: the same call as the official (is_causal).
         mask = None if start == 0 or not causal else causal_mask(steps, start, x.device)
-        return self.attend(q, keys, values, mask, is_causal=causal and start == 0 and steps > 1)
+        is_causal = causal and start == 0 and steps > 1
+        return self.attend(q, keys, values, mask, is_causal, rows_apart)
 
     def forward_rows(
         self,
@@ -406,9 +418,10 @@ class DecoderLayer(nn.Module):
         cache: KVCache | None,
         start: int,
         causal: bool = True,
+        rows_apart: bool = False,
     ) -> torch.Tensor:
-        x = self._add(x, self.self_attn(self.input_layernorm(x), rope, cache, start, causal))
-        return self._mlp(x)
+        h = self.self_attn(self.input_layernorm(x), rope, cache, start, causal, rows_apart)
+        return self._mlp(self._add(x, h))
 
     def forward_rows(
         self, x: torch.Tensor, rope: tuple, caches: list[KVCache], positions: list[int]
@@ -452,13 +465,15 @@ class DecoderStack(nn.Module):
         caches: list[KVCache] | None,
         start: int,
         causal: bool = True,
+        rows_apart: bool = False,
     ) -> torch.Tensor:
         """x (B, T, H) at positions [start, start+T) -> (B, T, H). rope_table None: no RoPE;
-        caches None: a cache-free pass over x alone (start 0)."""
+        caches None: a cache-free pass over x alone (start 0); rows_apart: attention row by
+        row (Attention.attend), so a row's result does not depend on the batch."""
         rope = None if rope_table is None else rope_table.window(start, x.shape[1], x.dtype)
         per_layer = [None] * len(self.layers) if caches is None else caches
         for layer, cache in zip(self.layers, per_layer, strict=True):
-            x = layer(x, rope, cache, start, causal)
+            x = layer(x, rope, cache, start, causal, rows_apart)
         return self.norm(x)
 
     def run_rows(

@@ -66,9 +66,10 @@ class CodePredictor(nn.Module):
         self, embeds: torch.Tensor, caches: list[KVCache], start: int, group: int, by_row: bool
     ) -> torch.Tensor:
         """embeds (B, T, talker_H) -> float32 logits (B, V) for `group` from the last position;
-        by_row: the float projection and head one row at a time (see layers.rowwise)."""
+        by_row: the float projection and head, and attention, one row at a time (see rowwise
+        and Attention.attend), so that no row depends on the batch."""
         x = rowwise(self.small_to_mtp_projection, embeds, by_row)
-        hidden = self.model.run_layers(x, self.rope, caches, start)[:, -1]
+        hidden = self.model.run_layers(x, self.rope, caches, start, rows_apart=by_row)[:, -1]
         return rowwise(self.lm_head[group - 1], hidden, by_row).float()
 
     def predict(
