@@ -131,24 +131,44 @@ def test_draw_is_torch_multinomial(vocab: int, rows: int) -> None:
                            _multinomial(logits, params, seed))  # fmt: skip
 
 
-def test_draw_rows_gives_each_row_what_it_draws_alone() -> None:
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))]  # fmt: skip
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mixed", [True, False])
+def test_draw_rows_gives_each_row_what_it_draws_alone(device: str, mixed: bool) -> None:
     """The batch scheduler's draw: rows with their own parameters (greedy among them) and
     generators, warped together where they share parameters, equal row by row to draw alone
-    and to the official multinomial; each generator advances as if its row were drawn alone."""
+    and to the official multinomial; each generator advances as if its row were drawn alone.
+    mixed=False: every row shares the parameters (the usual batch, one group)."""
     sampled = SamplingParams(True, 0.9, 50, 1.0)
     others = [GREEDY, SamplingParams(True, 0.7, 5, 0.8), sampled]
     for trial in range(20):
-        logits = torch.randn(8, 2048, generator=make_generator(trial)) * 3
-        params = [sampled if row % 2 else others[(row + trial) % 3] for row in range(8)]
-        generators = [make_generator(100 * trial + row) for row in range(8)]
+        logits = (torch.randn(8, 2048, generator=make_generator(trial)) * 3).to(device)
+        params = [sampled if row % 2 or not mixed else others[(row + trial) % 3]
+                  for row in range(8)]  # fmt: skip
+        generators = [make_generator(100 * trial + row, device) for row in range(8)]
         ids = draw_rows(logits, params, generators)
         for row in range(8):
-            alone = make_generator(100 * trial + row)
+            alone = make_generator(100 * trial + row, device)
             assert torch.equal(ids[row : row + 1], draw(logits[row : row + 1], params[row], alone))
             if params[row].do_sample:
-                official = _multinomial(logits[row : row + 1], params[row], 100 * trial + row)
+                official = torch.multinomial(
+                    probabilities(logits[row : row + 1], params[row]), 1,
+                    generator=make_generator(100 * trial + row, device)).squeeze(1)  # fmt: skip
                 assert torch.equal(ids[row : row + 1], official)
             assert torch.equal(generators[row].get_state(), alone.get_state())
+
+
+def test_draw_rows_refuses_a_shared_generator_or_missing_rows() -> None:
+    logits = torch.randn(2, 16)
+    shared = make_generator(0)
+    params = SamplingParams(True, 0.9, 5, 1.0)
+    with pytest.raises(ValueError, match="own generator"):
+        draw_rows(logits, [params, params], [shared, shared])
+    with pytest.raises(ValueError, match="as many"):
+        draw_rows(logits, [params], [shared])
 
 
 def test_greedy_is_argmax() -> None:

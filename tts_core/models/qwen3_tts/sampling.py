@@ -82,9 +82,7 @@ def top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
 def draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> torch.Tensor:
     """Warp and draw (B,) ids from one generator, as torch.multinomial(probs, 1) would; or
     argmax when not sampling."""
-    if not params.do_sample:
-        return logits.argmax(dim=-1)
-    return exponential_argmax(probabilities(logits, params), [generator])
+    return _draw_group(logits, params, [generator])
 
 
 def draw_rows(
@@ -95,18 +93,30 @@ def draw_rows(
     their parameters are warped together: every warp is row-wise, so batching them changes no
     value, and a batch of R rows costs a few ops instead of ~25 per row."""
     rows = logits.shape[0]
-    ids = torch.empty(rows, dtype=torch.long, device=logits.device)
+    if not len(params) == len(generators) == rows:
+        raise ValueError(f"{rows} rows need as many parameters and generators")
+    if len({id(generator) for generator in generators}) < rows:
+        raise ValueError("each row needs its own generator (rows are drawn in groups)")
     groups: dict[SamplingParams, list[int]] = {}
     for row, row_params in enumerate(params):
         groups.setdefault(row_params, []).append(row)
+    if len(groups) == 1:  # the usual case: every row with the default parameters
+        return _draw_group(logits, params[0], generators)
+    ids = torch.empty(rows, dtype=torch.long, device=logits.device)
     for shared, members in groups.items():
-        part = logits if len(members) == rows else logits[members]
-        if shared.do_sample:
-            drawn_from = [generators[r] for r in members]
-            ids[members] = exponential_argmax(probabilities(part, shared), drawn_from)
-        else:
-            ids[members] = part.argmax(dim=-1)
+        index = torch.tensor(members, device=logits.device)
+        drawn_from = [generators[r] for r in members]
+        ids[index] = _draw_group(logits.index_select(0, index), shared, drawn_from)
     return ids
+
+
+def _draw_group(
+    logits: torch.Tensor, params: SamplingParams, generators: Sequence[torch.Generator]
+) -> torch.Tensor:
+    """Rows sharing `params`, row r drawn from generators[r]."""
+    if not params.do_sample:
+        return logits.argmax(dim=-1)
+    return exponential_argmax(probabilities(logits, params), generators)
 
 
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
