@@ -76,9 +76,10 @@ INLINE KERNEL void tile(int NR, const uint8_t *q, int64_t in4, const int8_t *w, 
   for (int64_t kg = 0; kg < in4 / 4; kg++) {
     /* With several rows the vpdpbusd work per weight byte hides the memory stream from the
      * hardware prefetcher's pace: asking 2 KB ahead overlaps them again (0.6B code predictor's
-     * layers, weights from memory, 8 rows: 12.3 -> 10.0 ms; 1 row unchanged). A prefetch
-     * past the end of the weights never faults. */
-    _mm_prefetch((const char *)(w + 64 * kg + PREFETCH_BYTES), _MM_HINT_T0);
+     * layers, weights from memory, 8 rows: 12.3 -> 10.0 ms; 1 row unchanged). The address is
+     * formed as an integer: near the end it lies past the weights, where a prefetch never
+     * faults but a pointer may not point. */
+    _mm_prefetch((const char *)((uintptr_t)(w + 64 * kg) + PREFETCH_BYTES), _MM_HINT_T0);
     __m512i wv = _mm512_loadu_si512(w + 64 * kg);
     for (int i = 0; i < NR; i++) {
       int32_t four;  /* 4 activation bytes; memcpy: no aliasing through an int32_t pointer */
