@@ -16,7 +16,8 @@ has native bf16), then, through the batch scheduler the app serves with:
    a real HTTP server with --max-batch N, each response compared byte for byte with the same
    request sent alone; peak RSS.
 The EOS row of codec_head is zeroed (as the random checkpoints already are), so request i runs
-exactly its own number of frames: `--frames` minus 3 per i, lengths differ as in real traffic.
+exactly its own number of frames: `--frames` minus 3 per i (at least 4), lengths differ as in
+real traffic (so the 16-stream run thins out towards its end).
 Only numbers from an idle machine count: the load average is printed with them.
 """
 
@@ -234,9 +235,11 @@ def main() -> None:
     parser.add_argument("--http-clients", type=int, default=0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    counts = sorted({*args.sweep, args.batch})
+    if counts[0] < 1:
+        parser.error("--batch and --sweep counts must be >= 1")
     torch.set_num_threads(args.threads)
     model, voices, load_s = run_on_passing_thread(lambda: load(args))
-    counts = sorted({*args.sweep, args.batch})
     scheduler = Scheduler(model, max_batch=max(counts))
     Timed(scheduler, request(args.batch - 1, args, voices)).join()  # warm-up
     alone = run_alone(scheduler, args, voices, max(counts))
