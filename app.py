@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
+DEFAULT_MAX_CONNECTIONS = 1000  # tts_core.server.connections.DEFAULT_MAX_CONNECTIONS
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 
@@ -54,7 +55,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "loading')")  # fmt: skip
     p.add_argument("--no-fallback", action="store_true",
                    help="fail instead of falling back to espeak when the model cannot load")  # fmt: skip
-    p.add_argument("--share", action="store_true", help="create a public Gradio share link")
+    p.add_argument("--shutdown-timeout", type=float, default=10.0,
+                   help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish "
+                   "before they are cancelled (new ones get 503 meanwhile)")  # fmt: skip
+    p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                   help="open HTTP connections at most (also kept below the open-files limit); "
+                   "past it the oldest idle one is closed")  # fmt: skip
+    p.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a client may take to send a request's head; a connection "
+                   "that sends nothing is closed after this")  # fmt: skip
+    p.add_argument("--body-timeout", type=float, default=30.0,
+                   help="longest pause, in seconds, while a request body is being received")  # fmt: skip
     p.add_argument("--voices-dir", default=None,
                    help="where registered voices are kept "
                    "(default: $TTS_VOICES_DIR or ~/.local/share/tts_core/voices)")  # fmt: skip
@@ -72,6 +83,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--queue-size must be >= 0 and --max-concurrent >= 1")
     if args.max_batch is not None and not 1 <= args.max_batch <= 256:
         p.error("--max-batch must be between 1 and 256")
+    if args.shutdown_timeout < 0 or min(args.header_timeout, args.body_timeout) <= 0:
+        p.error("--shutdown-timeout must be >= 0, --header-timeout and --body-timeout > 0")
+    if args.max_connections < 1:
+        p.error("--max-connections must be >= 1")
     return args
 
 
@@ -133,22 +148,35 @@ def planned_concurrency(args: argparse.Namespace) -> int:
     return args.max_concurrent or (4 if args.model == "espeak" else args.max_batch or 8)
 
 
+def serve_options(args: argparse.Namespace):  # noqa: ANN201 - ServeOptions, imported lazily
+    from tts_core.server.connections import ConnectionLimits
+    from tts_core.server.http_server import ServeOptions
+
+    limits = ConnectionLimits(header_timeout_s=args.header_timeout,
+                              body_idle_timeout_s=args.body_timeout,
+                              max_connections=args.max_connections)  # fmt: skip
+    return ServeOptions(host=args.host, port=args.port, connections=limits,
+                        shutdown_timeout_s=args.shutdown_timeout,
+                        max_file_size=args.max_file_bytes)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     args = parse_args(argv)
     demo = build_app(args)
-    demo.launch(
-        server_name=args.host,
-        server_port=args.port,
-        max_file_size=args.max_file_bytes,
-        # Gradio keeps per-session state for this many sessions (default 10000); the page
-        # keeps none worth 10000 visitors' memory
-        state_session_capacity=200,
-        share=args.share,
-        footer_links=["api", "gradio"],
-    )
+    # Gradio keeps per-session state for this many sessions (default 10000); the page keeps
+    # none worth 10000 visitors' memory
+    demo.state_session_capacity = 200
+    from tts_core.ui import serve_page
+
+    serve_page(demo, serve_options(args), on_started=page_ready)
+
+
+def page_ready(url: str) -> None:
+    logging.getLogger("app").info("page ready: %s (the voice is ready when 'engine ready' "
+                                  "is logged)", url)  # fmt: skip
 
 
 if __name__ == "__main__":

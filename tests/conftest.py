@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -85,7 +86,7 @@ def wait_for_server(url: str, process: subprocess.Popen, log_path: Path) -> None
 
 
 def start_app(
-    tmp_dir: Path, *extra: str, wait_for_model: bool = True
+    tmp_dir: Path, *extra: str, wait_for_model: bool = True, **popen: Any
 ) -> tuple[str, subprocess.Popen, Path]:
     """app.py on a free port, answering once the page is up (and, with `wait_for_model`, the
     model loaded: `--wait-for-model`, so a test's first request never meets the loading 503)."""
@@ -100,7 +101,8 @@ def start_app(
     cmd = [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), *extra]
     cmd += ["--wait-for-model"] if wait_for_model else []
     log = open(log_path, "w")  # noqa: SIM115 - closed when the process ends
-    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                               **popen)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for_server(url, process, log_path)

@@ -13,6 +13,7 @@ from collections import deque
 from .errors import EngineBusy
 
 POLL_S = 0.1  # how often a waiter looks at its cancel event
+CLOSED_RETRY_AFTER_S = 10  # a closing server: another replica, or this one restarted
 
 
 class Admission:
@@ -22,6 +23,8 @@ class Admission:
         self._cond = threading.Condition()
         self._running = 0
         self._waiting: deque[Ticket] = deque()
+        self._held: set[Ticket] = set()  # waiting or running
+        self._closed: str | None = None  # why new requests are refused, once closed
 
     @property
     def running(self) -> int:
@@ -31,17 +34,39 @@ class Admission:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    def reserve(self) -> Ticket:
-        """A place in line, or EngineBusy when every slot runs and the line is full."""
+    def reserve(self, cancel: threading.Event | None = None) -> Ticket:
+        """A place in line, or EngineBusy when every slot runs and the line is full (or the
+        line was closed). `cancel` is the request's own: `cancel_all` sets it."""
         with self._cond:
+            if self._closed is not None:
+                raise EngineBusy(self._closed, CLOSED_RETRY_AFTER_S)
             if self._running + len(self._waiting) >= self.slots + self.queue_size:
                 raise EngineBusy(
                     f"The server is busy ({self._running} running, {len(self._waiting)} "
                     "waiting); please retry in a moment."
                 )
-            ticket = Ticket(self)
+            ticket = Ticket(self, cancel or threading.Event())
             self._waiting.append(ticket)
+            self._held.add(ticket)
             return ticket
+
+    def close(self, reason: str) -> None:
+        """Refuse every later request with `reason` (EngineBusy); those in line keep theirs."""
+        with self._cond:
+            self._closed = reason
+
+    def wait_idle(self, timeout: float | None) -> bool:
+        """Block until no request runs or waits (True), or `timeout` passed (False)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._held, timeout)
+
+    def cancel_all(self) -> int:
+        """Set the cancel event of every request in line or running; how many there were."""
+        with self._cond:
+            held = list(self._held)
+        for ticket in held:
+            ticket.cancel.set()
+        return len(held)
 
     def _wait(self, ticket: Ticket, cancel: threading.Event) -> bool:
         with self._cond:
@@ -65,6 +90,7 @@ class Admission:
         elif ticket.state == "running":
             self._running -= 1
         ticket.state = "released"
+        self._held.discard(ticket)
         self._cond.notify_all()
 
     def _release(self, ticket: Ticket) -> None:
@@ -75,8 +101,9 @@ class Admission:
 class Ticket:
     """One request's place: waiting, then running, then released (exactly once)."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, cancel: threading.Event) -> None:
         self._admission = admission
+        self.cancel = cancel
         self.state = "waiting"
 
     def wait_turn(self, cancel: threading.Event) -> bool:

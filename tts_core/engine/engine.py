@@ -128,13 +128,13 @@ class Engine:
     ) -> EngineStream:
         """Takes a place in line (EngineBusy when the line is full) and validates now
         (InputError); the returned iterator waits for a slot, then yields the chunks."""
-        ticket = self.admission.reserve()
+        ticket = self.admission.reserve(cancel)
         try:
             prepared = self.prepare(request)
         except BaseException:
             ticket.release()
             raise
-        return EngineStream(self._run(prepared, cancel or threading.Event(), ticket), ticket)
+        return EngineStream(self._run(prepared, ticket.cancel, ticket), ticket)
 
     def synthesize(
         self, request: SynthesisRequest, cancel: threading.Event | None = None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from .admission import CLOSED_RETRY_AFTER_S
 from .engine import Engine
 from .errors import BackendError, EngineBusy, redact_paths
 from .model_thread import run_on_passing_thread
@@ -26,6 +27,8 @@ STARTING, DOWNLOADING, LOADING, READY, FAILED = (
     "starting", "downloading", "loading", "ready", "failed",
 )  # fmt: skip
 RETRY_AFTER_S = 5  # what a request during loading is told; the page polls on its own
+SHUTTING_DOWN = "The server is shutting down; please retry in a few seconds."
+CANCEL_GRACE_S = 5.0  # cancelled requests stop within a chunk: this bounds a stuck backend
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class EngineSlot:
         self._engine: Engine | None = None
         self._failure: str | None = None
         self._progress = LoadProgress(STARTING, model)
+        self._closing = False
         if engine is not None:
             self.set(engine)
 
@@ -151,10 +155,31 @@ class EngineSlot:
             self._progress = replace(self._progress, phase=FAILED, error=reason)
         self._ready.set()
 
+    # ------------------------------------------------------------------ shutdown
+    def close(self, timeout_s: float) -> bool:
+        """Stop admitting (every later request: ShuttingDown), let the requests in line and
+        running finish for up to `timeout_s`, then cancel what is left. True when all ended
+        on their own; returns once every request has let go of the engine or shortly after."""
+        self._closing = True
+        engine = self._engine
+        if engine is None:
+            return True
+        admission = engine.admission
+        admission.close(SHUTTING_DOWN)
+        if admission.wait_idle(timeout_s):
+            return True
+        log.warning("shutdown: cancelling %d request(s) still running after %.0f s",
+                    admission.cancel_all(), timeout_s)  # fmt: skip
+        admission.wait_idle(CANCEL_GRACE_S)
+        return False
+
     # ------------------------------------------------------------------ use
     @property
     def engine(self) -> Engine:
-        """The engine; ModelLoading while it loads, BackendError if loading failed."""
+        """The engine; ModelLoading while it loads, BackendError if loading failed,
+        ShuttingDown once closed."""
+        if self._closing:
+            raise EngineBusy(SHUTTING_DOWN, CLOSED_RETRY_AFTER_S)
         engine = self._engine
         if engine is not None:
             return engine

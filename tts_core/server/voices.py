@@ -17,6 +17,8 @@ import hmac
 import json
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -102,6 +104,8 @@ class VoiceRegistry:
         self.max_voices = max_voices  # registered ones: a bound on what visitors can store
         self._builtin = _load_builtins(builtin_folder)
         self._lock = threading.Lock()
+        self._writes = threading.Condition()  # counts registrations writing to the disk
+        self._writing_now = 0
         self._warned: set[tuple[str, str | None]] = set()
         recover(self.root)
 
@@ -166,7 +170,7 @@ class VoiceRegistry:
         with self._lock:  # refuse a taken name, or a full store, before writing anything
             self._check_free(name, replace)
             self._check_room(name)
-        with store_errors():
+        with self._writing(), store_errors():
             owner = owner_digest(owner_key) if owner_key else None
             staging = stage(self.root, name, audio, transcript, owner)
             try:
@@ -200,6 +204,23 @@ class VoiceRegistry:
                 trashed = trash(target)  # one rename: readers see the voice or nothing
             self._forget(name)
         remove(trashed)  # outside the lock: readers need not wait for the disk
+
+    def wait_for_writes(self, timeout: float) -> bool:
+        """Block until no registration is writing (True) or `timeout` passed (False); a write
+        cut short by the process ending is rolled back by `recover` at the next start."""
+        with self._writes:
+            return self._writes.wait_for(lambda: self._writing_now == 0, timeout)
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        with self._writes:
+            self._writing_now += 1
+        try:
+            yield
+        finally:
+            with self._writes:
+                self._writing_now -= 1
+                self._writes.notify_all()
 
     def store_problem(self) -> str | None:
         """For a start-up warning: why `root` cannot take voices, or None when it can."""

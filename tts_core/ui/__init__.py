@@ -1,5 +1,6 @@
 """The Gradio page and its handlers."""
 
 from .page import build_demo
+from .serving import serve_page
 
-__all__ = ["build_demo"]
+__all__ = ["build_demo", "serve_page"]

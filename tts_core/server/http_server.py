@@ -1,0 +1,150 @@
+"""The production HTTP server: the page and the routes on one uvicorn server we configure.
+
+Gradio's `launch()` runs uvicorn with no deadline for a request head, no cap on connections and
+no graceful shutdown (SIGTERM ends the process at once). `serve()` mounts the same Blocks app
+on a FastAPI app of ours and runs it with
+
+* connections bounded (`connections.py`: head and body deadlines, keep-alive, a cap below the
+  open-files limit, which is raised to the hard limit first);
+* an unknown Gradio event answered with 404 (`gradio_guard.py`), the disk cache bounded
+  (`disk_guard.py`), the API routes installed before the page;
+* on SIGTERM or SIGINT: stop admitting (every new request: 503 + Retry-After), let the
+  requests in flight finish for up to `shutdown_timeout_s`, cancel the rest, wait for voice
+  writes, then close the server and return (the process exits 0, `atexit` runs). A second
+  SIGINT exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import gradio as gr
+import uvicorn
+from fastapi import APIRouter, FastAPI
+from starlette.middleware import Middleware
+
+from ..engine import EngineSlot
+from .connections import (
+    ACCEPT_BACKLOG,
+    ConnectionGuard,
+    ConnectionLimits,
+    connection_cap,
+    guarded_protocol,
+    quiet_accept_errors,
+    raise_open_files_limit,
+)
+from .gradio_guard import UnknownEventGuard
+
+log = logging.getLogger(__name__)
+
+CLOSE_GRACE_S = 3.0  # after the drain: responses still being written get this long
+DRAIN_POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    host: str = "127.0.0.1"
+    port: int = 7860
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    shutdown_timeout_s: float = 10.0
+    max_file_size: int | None = None  # bytes, for Gradio's uploads
+    footer_links: tuple[str, ...] = ("api", "gradio")
+
+
+def build_asgi_app(blocks: gr.Blocks, router: APIRouter, options: ServeOptions,
+                   middleware: tuple[Middleware, ...] = ()) -> FastAPI:  # fmt: skip
+    """FastAPI app: our routes first, then the page mounted at /, behind the guards."""
+    guards = [Middleware(UnknownEventGuard, known_indices=lambda: blocks.fns.keys()), *middleware]
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, middleware=guards)
+    app.include_router(router)
+    return gr.mount_gradio_app(app, blocks, path="/", server_name=options.host,
+                               server_port=options.port, max_file_size=options.max_file_size,
+                               footer_links=list(options.footer_links))  # fmt: skip
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn.Server whose first SIGTERM/SIGINT drains the engine before closing."""
+
+    def __init__(self, config: uvicorn.Config, guard: ConnectionGuard, drain: Callable[[], None],
+                 on_started: Callable[[str], Any] | None = None) -> None:  # fmt: skip
+        super().__init__(config)
+        self.guard = guard
+        self.drain, self._on_started = drain, on_started
+        self._draining: threading.Thread | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        quiet_accept_errors(self.guard.notes)
+        await super().startup(sockets)
+        if self.started and self._on_started is not None:
+            self._on_started(f"http://{self.config.host}:{self.config.port}")
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # uvicorn re-raises a captured signal once it has stopped (the process then dies of
+        # it: exit 143, no atexit); a drained shutdown is a clean exit, so none is recorded
+        if self._draining is not None:
+            if sig == signal.SIGINT:
+                log.warning("second interrupt: exiting now")
+                self.force_exit = True
+            return
+        log.info("%s: draining (new requests get 503), then exiting",
+                 signal.Signals(sig).name)  # fmt: skip
+        self._draining = threading.Thread(target=self._drain_then_exit, name="tts-drain",
+                                          daemon=True)  # fmt: skip
+        self._draining.start()
+
+    def _drain_then_exit(self) -> None:
+        try:
+            self.drain()
+        except Exception:
+            log.exception("draining failed; closing the server anyway")
+        self.should_exit = True
+
+
+def make_drain(slot: EngineSlot, responses_open: Callable[[], int],
+               wait_for_writes: Callable[[float], bool],
+               timeout_s: float) -> Callable[[], None]:  # fmt: skip
+    """What a shutdown does before the server closes, while it still answers (503 to new
+    requests): the engine's requests finish or are cancelled at the deadline, the responses
+    still being sent get the rest of it, voice writes end."""
+
+    def drain() -> None:
+        deadline = time.monotonic() + timeout_s
+        if slot.close(timeout_s):
+            log.info("shutdown: every synthesis finished")
+        while responses_open() and time.monotonic() < deadline:
+            time.sleep(DRAIN_POLL_S)
+        if responses_open():
+            log.warning("shutdown: %d response(s) still open at the deadline", responses_open())
+        if not wait_for_writes(CLOSE_GRACE_S):
+            log.warning("shutdown: a voice write was still running; the store rolls it back")
+
+    return drain
+
+
+def serve(blocks: gr.Blocks, router: APIRouter, slot: EngineSlot, options: ServeOptions,
+          wait_for_writes: Callable[[float], bool] = lambda _timeout: True,
+          middleware: tuple[Middleware, ...] = (),
+          on_started: Callable[[str], Any] | None = None) -> None:  # fmt: skip
+    """Serve until SIGTERM/SIGINT, then drain (see the module docstring) and return."""
+    limits = options.connections
+    cap = connection_cap(limits.max_connections, raise_open_files_limit())
+    guard = ConnectionGuard(limits, cap)
+    app = build_asgi_app(blocks, router, options, middleware)
+    config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
+                            http=guarded_protocol(guard), ws="none", lifespan="on",
+                            backlog=ACCEPT_BACKLOG,
+                            timeout_keep_alive=int(max(1, limits.keep_alive_s)),
+                            timeout_graceful_shutdown=int(CLOSE_GRACE_S))  # fmt: skip
+    server = DrainingServer(config, guard, lambda: None, on_started)
+    server.drain = make_drain(slot, lambda: len(server.server_state.tasks), wait_for_writes,
+                              options.shutdown_timeout_s)  # fmt: skip
+    log.info("serving on http://%s:%d (at most %d connections)", options.host, options.port, cap)
+    server.run()
