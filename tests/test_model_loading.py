@@ -153,3 +153,30 @@ def test_errors_shown_to_visitors_carry_no_server_paths():
 
     slot.load(broken).join(10)
     assert "alice" not in slot.progress.error and "…/abc" in slot.progress.error
+
+
+def test_status_names_the_offline_voice_while_it_starts_after_a_failed_load(monkeypatch):
+    """Regression: after "falling back to the offline eSpeak voice", the status said "loading
+    the model into memory" for the lost model while eSpeak warmed up."""
+    import tts_core.backends as backends
+    from tts_core.ui.formatting import status_html
+
+    slot = EngineSlot("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
+    seen = []
+
+    def espeak_starting():  # noqa: ANN202 - what the status says while eSpeak warms up
+        seen.append((slot.progress.as_json(), status_html(slot.info())))
+        return "espeak backend"
+
+    def no_network(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        slot.report(LOADING)
+        raise OSError("no network")
+
+    monkeypatch.setattr(backends, "_neural", no_network)
+    monkeypatch.setattr(backends, "_espeak", espeak_starting)
+    backend, notice = load_backend(slot.progress.model, report=slot.report)
+    assert backend == "espeak backend" and notice is not None
+    ((status, line),) = seen
+    assert status["status"] == "falling_back"
+    assert "starting the offline eSpeak voice" in status["message"]
+    assert "loading the model into memory" not in line and "offline eSpeak voice" in line

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from ..engine.backend import Backend, Notice
 from ..engine.errors import redact_paths
+from ..engine.loading import FALLING_BACK
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ def load_backend(
         notice = explain_load_failure(name, exc)
         log.warning("Could not load model %r (%s: %s); falling back to the offline eSpeak "
                     "voice.", name, type(exc).__name__, exc)  # fmt: skip
+        if report is not None:
+            report(FALLING_BACK)  # the status names what is starting now, not the lost model
         return _espeak(), notice
 
 

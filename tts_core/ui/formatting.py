@@ -16,6 +16,8 @@ def status_html(info: dict[str, Any]) -> str:
     if status["status"] == "failed":
         return (f'<p class="model-line failed">The model could not be loaded: '
                 f"{escape_text(status['error'] or 'see the server log')}.</p>")  # fmt: skip
+    if status["status"] == "falling_back":
+        return f'<p class="model-line loading">{escape_text(status["message"])}.</p>'
     if "backend" not in info:  # still loading
         fraction = status.get("progress")
         bar = "" if fraction is None else f'<progress max="1" value="{fraction:.3f}"></progress>'
