@@ -1,4 +1,5 @@
-"""Rebuild the built-in voices behind OpenAI's stock voice names (synthetic eSpeak NG clips).
+"""Rebuild the built-in voices behind OpenAI's stock voice names (synthetic eSpeak NG clips);
+the recorded voices in voices.json (`"recorded": true`, CMU ARCTIC) are kept untouched.
 
 We have no recordings of OpenAI's voices and no network, so each name gets a distinct ~3 s
 clip spoken by eSpeak NG with its own variant, pitch, pitch range and rate. They are reference
@@ -47,7 +48,9 @@ def synthesize(voice: str, pitch: int, pitch_range: int, rate: int) -> np.ndarra
 
 
 def main() -> None:
-    manifest = {}
+    # the real recordings (CMU ARCTIC) are kept as they are, first: they are the page's default
+    old = json.loads((FOLDER / "voices.json").read_text())
+    manifest = {name: entry for name, entry in old.items() if entry.get("recorded")}
     for name, (voice, pitch, pitch_range, rate, description) in VOICES.items():
         audio = synthesize(voice, pitch, pitch_range, rate)
         sf.write(FOLDER / f"{name}.wav", audio, SAMPLE_RATE, subtype="PCM_16")
@@ -57,7 +60,8 @@ def main() -> None:
             "description": f"{description} (synthetic eSpeak NG '{voice}', not OpenAI's voice)",
         }
         print(f"{name}: {audio.size / SAMPLE_RATE:.2f} s ({voice}, pitch {pitch}, {rate} wpm)")
-    (FOLDER / "voices.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    text = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    (FOLDER / "voices.json").write_text(text)
 
 
 if __name__ == "__main__":

@@ -26,16 +26,19 @@ CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API en
 FALLBACK_CONCURRENCY = 8  # before the model is known
 KNOB_DEFAULTS = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
                  "cfg_value": 2.0, "inference_timesteps": 10}  # until the model says  # fmt: skip
-EXAMPLES = [  # (label, text, language, clip in `assets`, its transcript)
-    ("English, calm female voice",
+EXAMPLES = [  # (label, text, language, clip in `assets`, its transcript): real recordings
+    ("English, female (recorded)",
      "Hello! This voice is streamed to your browser while it is being synthesized.",
-     "english", "reference_female_en.wav", "This is a short sample of a calm, clear voice."),
-    ("English, lower male voice",
+     "english", "voices/arctic_slt_a0009.wav",
+     "He turned sharply, and faced Gregson across the table."),
+    ("English, Scottish male (recorded)",
      "Good morning. The weather today is sunny, with a light breeze from the west.",
-     "auto", "reference_male_en.wav", "Here is another voice, a little lower and slower."),
-    ("French", "Bonjour tout le monde. Ceci est une démonstration de synthèse vocale.",
-     "french", "reference_female_en.wav", ""),
-    ("German", "Guten Tag! Wie geht es Ihnen heute?", "german", "reference_male_en.wav", ""),
+     "english", "voices/arctic_awb_a0007.wav",
+     "And you always want to see it in the superlative degree."),
+    ("French, female voice", "Bonjour tout le monde. Ceci est une démonstration de synthèse vocale.",
+     "french", "voices/arctic_slt_a0009.wav", ""),
+    ("German, male voice", "Guten Tag! Wie geht es Ihnen heute?", "german",
+     "voices/arctic_awb_a0007.wav", ""),
 ]  # fmt: skip
 
 
