@@ -3,7 +3,10 @@
 eSpeak cannot clone a voice. We measure the reference's median F0, its F0 spread and its
 syllable rate, then pick the male or female variant and the pitch/range/rate parameters that
 come closest. The pitch parameter -> Hz mapping is measured on the installed library once
-(`calibrate_pitch`) instead of being assumed.
+(`EspeakBackend.pitch_lines`) instead of being assumed. The analysis is our numpy code
+(`audio.analysis`, equal to librosa's yin/rms/onset_detect up to rounding): librosa's first use
+JIT-compiles numba code, which kept the offline voice from starting for minutes on a fresh
+machine.
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-import librosa
 import numpy as np
 
 from ..audio import SAMPLE_RATE, resample
+from ..audio.analysis import onset_times, rms, yin
 
 ANALYSIS_RATE = 16_000
 FRAME, HOP = 1024, 160  # 64 ms frames, 10 ms hop at 16 kHz
@@ -54,19 +57,20 @@ def measure_f0(audio: np.ndarray, rate: int) -> np.ndarray:
     audio16 = resample(audio, rate, ANALYSIS_RATE)
     if audio16.size < FRAME:
         return np.zeros(0)
-    f0 = librosa.yin(audio16, fmin=F0_MIN, fmax=F0_MAX, sr=ANALYSIS_RATE, frame_length=FRAME,
-                     hop_length=HOP)  # fmt: skip
-    rms = librosa.feature.rms(y=audio16, frame_length=FRAME, hop_length=HOP)[0]
-    n = min(f0.size, rms.size)
-    loud = rms[:n] > 0.1 * float(rms.max() + 1e-12)
+    f0 = yin(
+        audio16, fmin=F0_MIN, fmax=F0_MAX, sr=ANALYSIS_RATE, frame_length=FRAME, hop_length=HOP
+    )
+    energy = rms(audio16, frame_length=FRAME, hop_length=HOP)
+    n = min(f0.size, energy.size)
+    loud = energy[:n] > 0.1 * float(energy.max() + 1e-12)
     inside = (f0[:n] > F0_MIN * 1.05) & (f0[:n] < F0_MAX * 0.95)
     return f0[:n][loud & inside]
 
 
 def speech_seconds(audio: np.ndarray) -> float:
     """Seconds of the clip that are not near-silence (pauses do not count toward the rate)."""
-    rms = librosa.feature.rms(y=audio, frame_length=480, hop_length=240)[0]  # 20 ms / 10 ms
-    return float(np.sum(rms > 0.05 * float(rms.max() + 1e-12))) * 240 / SAMPLE_RATE
+    energy = rms(audio, frame_length=480, hop_length=240)  # 20 ms frames, 10 ms apart
+    return float(np.sum(energy > 0.05 * float(energy.max() + 1e-12))) * 240 / SAMPLE_RATE
 
 
 def syllable_rate(audio: np.ndarray, reference_text: str | None) -> float | None:
@@ -79,7 +83,7 @@ def syllable_rate(audio: np.ndarray, reference_text: str | None) -> float | None
         cjk = len(re.findall(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]", reference_text))
         syllables = cjk + (words - (1 if cjk else 0)) * SYLLABLES_PER_WORD
         return syllables / active if syllables > 0 else None
-    onsets = librosa.onset.onset_detect(y=audio, sr=SAMPLE_RATE, units="time")
+    onsets = onset_times(audio, SAMPLE_RATE)
     return len(onsets) / active if len(onsets) >= 2 else None
 
 

@@ -1,0 +1,260 @@
+"""tts_core.audio.analysis (numpy YIN, frame RMS, spectral-flux onsets) against librosa.
+
+The offline voice used librosa.yin / feature.rms / onset.onset_detect; our numpy versions
+replace them so that no numba code is compiled on the start path. They follow librosa's
+definitions, so they must agree with it on the signals the voice analyses: synthetic harmonic
+tones and vowels, eSpeak's own output, and the clips in assets/. librosa stays a dependency
+and is only imported here.
+
+Where the tolerances come from. librosa computes in the input's dtype, float32 here (eSpeak
+and decoded clips are float32); we compute in float64. So the two differ by float32 rounding:
+* RMS: a mean of squares over a frame carries ~log2(frame) x 6e-8 relative error in float32
+  (pairwise summation), ~1e-6 for 1024 samples: rtol 1e-5 leaves 10x margin.
+* YIN: the difference function d(k) = 2 (r(0) - r(k)) - energy cancels r(0) near the dip,
+  which scales float32's 6e-8 by up to r(0) / d(k) ~ 1e3 before the parabolic interpolation;
+  a resulting error of ~1e-3 lag at the shortest period (38 lags at 16 kHz) is 0.05 cent.
+  We allow 0.1 cent per frame (observed: <= 0.015), far below what matters downstream: one
+  step of eSpeak's pitch parameter is ~14 cents (80-85 steps an octave, measured). A frame
+  whose d' sits within rounding of the 0.1 threshold could pick a different trough (an
+  octave-like jump); that may happen on at most 1 % of the frames the voice keeps (loud) and
+  2 % of all frames (silence and noise included; observed: 0 and < 0.5 %).
+* Onsets: the onset envelope differs by ~1e-5 dB (observed; float32 power spectra) of peaks
+  of 10-25 dB, i.e. ~1e-6 after normalization, while a pick needs the local maximum and 0.07
+  above the local mean: only a near-tie closer than 1e-6 could move a pick, so the picked
+  onsets must be the very same frames (ENVELOPE_ATOL bounds the envelope itself, 100x over).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import librosa  # a dependency of the project (the neural models use it), here the reference
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tts_core.audio import SAMPLE_RATE, analysis, resample
+from tts_core.backends import espeak_voice
+from tts_core.backends.espeak_voice import ANALYSIS_RATE, F0_MAX, F0_MIN, FRAME, HOP
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSET_CLIPS = sorted((ROOT / "assets").rglob("*.wav"))
+
+YIN_FRAME_CENTS = 0.1
+YIN_LOUD_DISAGREE, YIN_ALL_DISAGREE = 0.01, 0.02
+RMS_RTOL, RMS_ATOL = 1e-5, 1e-9
+ENVELOPE_ATOL = 1e-3  # dB (mean rise over the mel bands)
+
+
+def harmonic_tone(seconds: float, rate: int, f0, harmonics: int = 8) -> np.ndarray:
+    """Sum of harmonics 1/k of f0, which may be an array (a glide) of the signal's length."""
+    t = np.arange(int(seconds * rate)) / rate
+    phase = 2 * np.pi * np.cumsum(np.broadcast_to(f0, t.shape)) / rate
+    f0_max = float(np.max(f0))
+    signal = sum(
+        np.sin(k * phase + k) / k for k in range(1, harmonics + 1) if k * f0_max < rate / 2
+    )
+    return (0.5 * signal / np.max(np.abs(signal))).astype(np.float32)
+
+
+def vowel(seconds: float, rate: int, f0: float, formants=((700, 110), (1220, 120), (2600, 160))):
+    """A steady vowel: every harmonic of f0 below 5 kHz, weighted by resonances at the formants."""
+    t = np.arange(int(seconds * rate)) / rate
+    signal = np.zeros_like(t)
+    for k in range(1, int(5000 // f0) + 1):
+        f = k * f0
+        gain = sum(1.0 / np.hypot(1.0, (f - fc) / (bw / 2)) for fc, bw in formants)
+        signal += gain * np.sin(2 * np.pi * f * t + 0.7 * k) / k**0.5
+    return (0.5 * signal / np.max(np.abs(signal))).astype(np.float32)
+
+
+def synthetic_signals() -> dict[str, tuple[np.ndarray, int]]:
+    rate = SAMPLE_RATE
+    seconds = 3.0
+    t = np.arange(int(seconds * rate)) / rate
+    glide = 110 * 2 ** (t / seconds) * (1 + 0.02 * np.sin(2 * np.pi * 5.5 * t))  # + vibrato
+    syllables = 0.5 * (1 - np.cos(2 * np.pi * 4.0 * t))
+    noise = np.random.default_rng(0).standard_normal(t.size) * 0.05
+    with_gaps = harmonic_tone(seconds, rate, 180.0) * (np.sin(2 * np.pi * 1.5 * t) > 0)
+    return {
+        "glide": (harmonic_tone(seconds, rate, glide) * syllables.astype(np.float32), rate),
+        "vowel-low": (vowel(seconds, rate, 85.0) * syllables.astype(np.float32), rate),
+        "vowel-high": (vowel(seconds, rate, 310.0), rate),
+        "tone+noise-gaps": ((with_gaps + noise * (with_gaps == 0)).astype(np.float32), rate),
+    }
+
+
+@pytest.fixture(scope="module")
+def signals() -> dict[str, tuple[np.ndarray, int]]:
+    """name -> (float32 mono audio, rate): synthetic signals, eSpeak output, the asset clips."""
+    from tts_core.backends.espeak_lib import PARAM_PITCH, get_library
+
+    found = synthetic_signals()
+    lib = get_library()
+    for voice, pitch in (("en-us", 0), ("en-us", 100), ("en-us+f3", 0), ("en-us+f3", 100)):
+        pieces: list[np.ndarray] = []
+        lib.synthesize(espeak_voice.CALIBRATION_TEXT, voice, {PARAM_PITCH: pitch},
+                       lambda a, out=pieces: out.append(a) or True)  # fmt: skip
+        found[f"espeak {voice} p{pitch}"] = (np.concatenate(pieces), lib.sample_rate)
+    for path in ASSET_CLIPS:
+        audio, rate = sf.read(path, dtype="float32")
+        found[path.name] = (audio, rate)
+    assert len(ASSET_CLIPS) >= 2 and len(found) >= 10
+    return found
+
+
+def at_analysis_rate(audio: np.ndarray, rate: int) -> np.ndarray:
+    return resample(audio, rate, ANALYSIS_RATE)  # what measure_f0 analyses
+
+
+def test_yin_matches_librosa(signals) -> None:
+    for name, (audio, rate) in signals.items():
+        audio16 = at_analysis_rate(audio, rate)
+        kwargs = dict(
+            fmin=F0_MIN, fmax=F0_MAX, sr=ANALYSIS_RATE, frame_length=FRAME, hop_length=HOP
+        )
+        ours, theirs = analysis.yin(audio16, **kwargs), librosa.yin(audio16, **kwargs)
+        assert ours.shape == theirs.shape, name
+        cents = 1200 * np.abs(np.log2(ours / theirs))
+        loud = librosa.feature.rms(y=audio16, frame_length=FRAME, hop_length=HOP)[0]
+        loud = loud > 0.1 * loud.max()
+        apart = cents > YIN_FRAME_CENTS
+        assert np.mean(apart[loud]) <= YIN_LOUD_DISAGREE, (
+            f"{name}: {np.sum(apart[loud])} loud frames"
+        )
+        assert np.mean(apart) <= YIN_ALL_DISAGREE, f"{name}: {np.sum(apart)} of {apart.size} frames"
+
+
+def test_rms_matches_librosa(signals) -> None:
+    for name, (audio, _) in signals.items():
+        for frame_length, hop in ((FRAME, HOP), (480, 240), (2048, 512)):
+            ours = analysis.rms(audio, frame_length=frame_length, hop_length=hop)
+            theirs = librosa.feature.rms(y=audio, frame_length=frame_length, hop_length=hop)[0]
+            assert ours.shape == theirs.shape, name
+            np.testing.assert_allclose(ours, theirs, rtol=RMS_RTOL, atol=RMS_ATOL, err_msg=name)
+
+
+def test_onsets_match_librosa(signals) -> None:
+    counted = 0
+    for name, (audio, rate) in signals.items():
+        audio24 = resample(audio, rate, SAMPLE_RATE)  # what syllable_rate analyses
+        ours = analysis.onset_strength(audio24, SAMPLE_RATE)
+        theirs = librosa.onset.onset_strength(y=audio24, sr=SAMPLE_RATE)
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=ENVELOPE_ATOL, err_msg=name)
+        times = analysis.onset_times(audio24, SAMPLE_RATE)
+        expected = librosa.onset.onset_detect(y=audio24, sr=SAMPLE_RATE, units="time")
+        np.testing.assert_allclose(times, expected, rtol=0, atol=1e-9, err_msg=name)
+        counted += times.size
+    assert counted > 100  # the comparison saw real onsets, not empty lists
+
+
+def test_mel_filters_match_librosa() -> None:
+    for rate, n_fft, bands in ((24_000, 2048, 128), (16_000, 1024, 40)):
+        theirs = librosa.filters.mel(sr=rate, n_fft=n_fft, n_mels=bands)
+        np.testing.assert_allclose(analysis.mel_filters(rate, n_fft, bands), theirs, atol=1e-7)
+
+
+def librosa_yin(y, **kwargs):  # noqa: ANN001, ANN201
+    return librosa.yin(y, **kwargs)
+
+
+def librosa_rms(y, frame_length, hop_length):  # noqa: ANN001, ANN201
+    return librosa.feature.rms(y=y, frame_length=frame_length, hop_length=hop_length)[0]
+
+
+def librosa_onsets(y, sr):  # noqa: ANN001, ANN201
+    return librosa.onset.onset_detect(y=y, sr=sr, units="time")
+
+
+# the pitch lines measured on eSpeak NG 1.52 (fixed here: eSpeak's output varies a little per call)
+LINES = {
+    "": espeak_voice.PitchLine(base_hz=73.7, per_octave=84.3),
+    "+f3": espeak_voice.PitchLine(base_hz=139.6, per_octave=80.5),
+}
+
+
+def test_voice_parameters_match_librosa(signals, monkeypatch) -> None:
+    """What the offline voice takes from a clip: the same as with librosa's analysis."""
+    ours = {}
+    clips = {name: resample(audio, rate, SAMPLE_RATE) for name, (audio, rate) in signals.items()}
+    for name, audio in clips.items():
+        for text in (None, "a transcript of some eleven words, as a user might give"):
+            ours[name, text] = espeak_voice.settings_from_reference(audio, text, LINES)
+    monkeypatch.setattr(espeak_voice, "yin", librosa_yin)
+    monkeypatch.setattr(espeak_voice, "rms", librosa_rms)
+    monkeypatch.setattr(espeak_voice, "onset_times", librosa_onsets)
+    measured = 0
+    for (name, text), got in ours.items():
+        want = espeak_voice.settings_from_reference(clips[name], text, LINES)
+        label = f"{name} (transcript: {text is not None})"
+        assert got.variant == want.variant, label
+        # integer parameters: the floats below agree to ~1e-6, so a step apart only when one
+        # lands within that of a rounding boundary
+        for field in ("pitch", "pitch_range", "rate_wpm"):
+            assert abs(getattr(got, field) - getattr(want, field)) <= 1, f"{label}: {field}"
+        for field, tolerance in (("ref_f0_hz", 1e-4), ("ref_spread_semitones", 1e-3),
+                                 ("ref_syllables_per_s", 1e-9)):  # fmt: skip
+            a, b = getattr(got, field), getattr(want, field)
+            assert (a is None) == (b is None), f"{label}: {field} {a} vs {b}"
+            if a is not None:
+                assert a == pytest.approx(b, rel=tolerance), f"{label}: {field}"
+                measured += 1
+    assert measured >= 3 * len(clips)  # pitch and rate were found, not skipped
+
+
+# Known F0. Our YIN is librosa's: the difference function of a frame padded with zeros, whose
+# extra energy term tilts d' toward short lags and reads harmonic tones up to ~2.5 cents sharp
+# at 60 Hz (less higher up; a pure sine reads far sharper, but voices are not sines).
+# 3 cents is a fifth of one step of eSpeak's pitch parameter. Without parabolic interpolation
+# the period is whole lags: up to 21 cents off at 400 Hz (40 lags), so this test would fail.
+KNOWN_F0_CENTS = 3.0
+FRAME_F0_CENTS = 10.0  # single frames: the window's phase against the period moves them a bit
+KNOWN_F0 = (62.0, 65.4, 82.4, 98.0, 110.0, 131.0, 147.3, 196.0, 233.0, 261.6, 311.0, 349.2, 400.0)
+
+
+@pytest.mark.parametrize("kind", ["harmonic", "vowel"])
+def test_known_f0_is_recovered(kind) -> None:
+    for f0 in KNOWN_F0:
+        make = harmonic_tone if kind == "harmonic" else vowel
+        audio16 = make(1.0, ANALYSIS_RATE, f0)
+        frames = analysis.yin(audio16, fmin=F0_MIN, fmax=F0_MAX, sr=ANALYSIS_RATE,
+                              frame_length=FRAME, hop_length=HOP)  # fmt: skip
+        cents = 1200 * np.log2(frames[5:-5] / f0)  # not the edge frames, half zero padding
+        assert abs(np.median(cents)) <= KNOWN_F0_CENTS, f"{kind} {f0} Hz: {np.median(cents):.2f}"
+        assert np.max(np.abs(cents)) <= FRAME_F0_CENTS, f"{kind} {f0} Hz: {np.max(np.abs(cents))}"
+        if not F0_MIN * 1.05 < f0 < F0_MAX * 0.95:
+            continue  # measure_f0 drops values at the ends of the search range
+        # and through the voice's own entry point, from a 24 kHz clip
+        voiced = espeak_voice.measure_f0(make(1.0, SAMPLE_RATE, f0), SAMPLE_RATE)
+        median = 1200 * np.log2(np.median(voiced) / f0)
+        assert voiced.size >= 80 and abs(median) <= KNOWN_F0_CENTS, f"{kind} {f0} Hz: {median:.2f}"
+
+
+def test_block_processing_equals_one_pass(monkeypatch) -> None:
+    """Long inputs go through in blocks of frames; the blocks' results must join seamlessly."""
+    audio, rate = synthetic_signals()["glide"]
+    kwargs = dict(fmin=F0_MIN, fmax=F0_MAX, sr=rate, frame_length=FRAME, hop_length=HOP)
+    whole = analysis.yin(audio, **kwargs), analysis.rms(audio, FRAME, HOP)
+    onsets = analysis.onset_strength(audio, rate)
+    monkeypatch.setattr(analysis, "_BLOCK_VALUES", FRAME * 7)  # 7 frames a block: many blocks
+    np.testing.assert_array_equal(analysis.yin(audio, **kwargs), whole[0])
+    np.testing.assert_array_equal(analysis.rms(audio, FRAME, HOP), whole[1])
+    np.testing.assert_allclose(analysis.onset_strength(audio, rate), onsets, rtol=0, atol=1e-12)
+
+
+def test_short_silent_and_bad_inputs() -> None:
+    assert analysis.rms(np.zeros(0, np.float32), 480, 240).tolist() == [0.0]  # one padded frame
+    assert analysis.yin(np.zeros(100), fmin=60, fmax=420, sr=16_000, frame_length=1024).size == 1
+    silence = np.zeros(SAMPLE_RATE, np.float32)
+    assert analysis.onset_times(silence, SAMPLE_RATE).size == 0
+    assert espeak_voice.measure_f0(silence, SAMPLE_RATE).size == 0
+    assert espeak_voice.measure_f0(np.zeros(10, np.float32), SAMPLE_RATE).size == 0
+    assert espeak_voice.syllable_rate(silence, None) is None
+    settings = espeak_voice.settings_from_reference(silence, None, LINES)
+    assert settings.ref_f0_hz is None and settings.ref_syllables_per_s is None
+    with pytest.raises(ValueError, match="fmax"):
+        analysis.yin(silence, fmin=60, fmax=9000, sr=16_000)
+    with pytest.raises(ValueError, match="too short"):
+        analysis.yin(silence, fmin=60, fmax=420, sr=16_000, frame_length=32)
+    with pytest.raises(ValueError, match="mono"):
+        analysis.rms(np.zeros((10, 2)))

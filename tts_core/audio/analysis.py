@@ -1,0 +1,209 @@
+"""Audio analysis in numpy: frame RMS, YIN pitch and spectral-flux onsets.
+
+Model-agnostic and light to import (numpy only, no JIT): the offline voice measures its pitch
+calibration and every reference clip with these on the start path, where librosa's numba code
+cost a fresh machine minutes of compilation. Each function follows the librosa 0.11 function
+of the same name (centred frames, zero padding, the same defaults), so results agree with it up
+to float rounding; tests/test_audio_analysis.py holds them side by side.
+
+Long inputs are processed a block of frames at a time, so memory stays bounded by
+`_BLOCK_VALUES`, never by the clip's length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_BLOCK_VALUES = 1 << 20  # framed samples handled at once: 8 MB (the FFTs take a few times that)
+
+
+def frame(y: np.ndarray, frame_length: int, hop_length: int, center: bool = True) -> np.ndarray:
+    """(n_frames, frame_length) read-only view of `y`; centred: frame i is centred on sample
+    i * hop_length (`frame_length // 2` zeros added at both ends)."""
+    if frame_length < 1 or hop_length < 1:
+        raise ValueError(
+            f"frame_length ({frame_length}) and hop_length ({hop_length}) must be >= 1"
+        )
+    y = np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"expected a mono signal, got shape {y.shape}")
+    if center:
+        y = np.pad(y, frame_length // 2)
+    if y.size < frame_length:
+        return np.zeros((0, frame_length), y.dtype)
+    return np.lib.stride_tricks.sliding_window_view(y, frame_length)[::hop_length]
+
+
+def _blocks(frames: np.ndarray):  # noqa: ANN202 - iterator of (slice, block)
+    step = max(1, _BLOCK_VALUES // max(1, frames.shape[1]))
+    for start in range(0, frames.shape[0], step):
+        part = slice(start, start + step)
+        yield part, frames[part]
+
+
+def rms(
+    y: np.ndarray, frame_length: int = 2048, hop_length: int = 512, center: bool = True
+) -> np.ndarray:
+    """Root mean square of each frame, float64 (n_frames,) (librosa.feature.rms(y=...)[0])."""
+    frames = frame(np.asarray(y, np.float64), frame_length, hop_length, center)
+    out = np.empty(frames.shape[0])
+    for part, block in _blocks(frames):
+        out[part] = np.sqrt(np.einsum("ij,ij->i", block, block) / frame_length)
+    return out
+
+
+def yin(
+    y: np.ndarray,
+    *,
+    fmin: float,
+    fmax: float,
+    sr: float,
+    frame_length: int = 2048,
+    hop_length: int | None = None,
+    trough_threshold: float = 0.1,
+    center: bool = True,
+) -> np.ndarray:
+    """F0 in Hz of each frame by YIN (de Cheveigné and Kawahara 2002), float64 (n_frames,).
+
+    Per frame x (N samples): the difference function d(k) = sum_j (x[j] - x[j+k])^2 with x
+    taken as zero past the frame's end (so every lag sums over N terms), computed from the
+    autocorrelation r (one FFT): d(k) = 2 (r(0) - r(k)) - sum_{j<k} x[j]^2; the cumulative
+    mean normalized difference d'(k) = d(k) / mean(d(1..k)); the smallest lag in
+    [sr/fmax, sr/fmin] that is a local minimum of d' below `trough_threshold` (else the global
+    minimum); parabolic interpolation of d' around it. As librosa.yin, every frame gets a
+    value: silence and unvoiced frames get arbitrary ones, so callers gate frames by energy.
+    """
+    if not 0 < fmin < fmax <= sr / 2:
+        raise ValueError(f"need 0 < fmin ({fmin}) < fmax ({fmax}) <= sr / 2 ({sr / 2})")
+    min_period = int(np.floor(sr / fmax))
+    max_period = min(int(np.ceil(sr / fmin)), frame_length - 1)
+    if max_period - min_period < 2:
+        raise ValueError(f"frame_length {frame_length} is too short for fmin {fmin} at {sr} Hz")
+    frames = frame(np.asarray(y, np.float64), frame_length, hop_length or frame_length // 4, center)
+    periods = np.empty(frames.shape[0])
+    for part, block in _blocks(frames):
+        periods[part] = _yin_periods(block, min_period, max_period, trough_threshold)
+    return sr / periods
+
+
+def _yin_periods(x: np.ndarray, min_period: int, max_period: int, threshold: float) -> np.ndarray:
+    n_fft = 1 << (2 * x.shape[1] - 2).bit_length()  # >= 2N - 1: a linear, not circular, ACF
+    spectrum = np.fft.rfft(x, n_fft, axis=1)
+    acf = np.fft.irfft(spectrum.real**2 + spectrum.imag**2, n_fft, axis=1)[:, : max_period + 1]
+    head_energy = np.cumsum(np.square(x[:, :max_period]), axis=1)  # [k-1] = sum_{j<k} x[j]^2
+    diff = 2.0 * (acf[:, :1] - acf[:, 1:]) - head_energy  # d(k), k = 1..max_period
+    lags = np.arange(1, max_period + 1)
+    mean_so_far = np.cumsum(diff, axis=1) / lags
+    cmnd = diff[:, min_period - 1 :] / (
+        mean_so_far[:, min_period - 1 :] + np.finfo(np.float64).tiny
+    )
+    # cmnd[:, i] is d' at lag min_period + i
+    trough = np.empty(cmnd.shape, bool)
+    trough[:, 1:-1] = (cmnd[:, 1:-1] < cmnd[:, :-2]) & (cmnd[:, 1:-1] <= cmnd[:, 2:])
+    trough[:, 0] = cmnd[:, 0] < cmnd[:, 1]
+    trough[:, -1] = cmnd[:, -1] < cmnd[:, -2]
+    deep = trough & (cmnd < threshold)
+    rows = np.arange(cmnd.shape[0])
+    best = np.where(deep.any(axis=1), np.argmax(deep, axis=1), np.argmin(cmnd, axis=1))
+    inner = (best > 0) & (best < cmnd.shape[1] - 1)  # the ends get no interpolation
+    left = cmnd[rows, np.maximum(best - 1, 0)]
+    mid = cmnd[rows, best]
+    right = cmnd[rows, np.minimum(best + 1, cmnd.shape[1] - 1)]
+    curvature, slope = right + left - 2.0 * mid, (right - left) / 2.0
+    # a vertex more than one lag away means the parabola does not describe this minimum
+    fits = inner & (np.abs(slope) < np.abs(curvature))
+    shift = np.where(fits, -slope / np.where(fits, curvature, 1.0), 0.0)
+    return min_period + best + shift
+
+
+def onset_strength(
+    y: np.ndarray, sr: float, n_fft: int = 2048, hop_length: int = 512, n_bands: int = 128
+) -> np.ndarray:
+    """Spectral flux (n_frames,): the mean over `n_bands` mel bands of the rise in log power
+    (dB, 80 dB below the loudest value floored) from one STFT frame to the next, shifted so a
+    value sits at the frame where the rise's sound starts (librosa.onset.onset_strength)."""
+    frames = frame(np.asarray(y, np.float64), n_fft, hop_length, center=True)
+    window = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(n_fft) / n_fft)  # periodic Hann
+    bands = mel_filters(sr, n_fft, n_bands)
+    power = np.empty((frames.shape[0], n_bands))
+    for part, block in _blocks(frames):
+        spectrum = np.fft.rfft(block * window, axis=1)
+        power[part] = (spectrum.real**2 + spectrum.imag**2) @ bands.T
+    db = 10.0 * np.log10(np.maximum(power, 1e-10))
+    db = np.maximum(db, db.max(initial=-100.0) - 80.0)
+    flux = np.maximum(0.0, db[1:] - db[:-1]).mean(axis=1)
+    lead = 1 + n_fft // (2 * hop_length)  # the lag, and the centring of the frames
+    return np.concatenate([np.zeros(lead), flux])[: frames.shape[0]]
+
+
+def mel_filters(sr: float, n_fft: int, n_bands: int) -> np.ndarray:
+    """(n_bands, n_fft // 2 + 1) triangular filters on the Slaney mel scale from 0 Hz to sr/2,
+    each scaled to unit area (librosa.filters.mel's defaults)."""
+    bins_hz = np.fft.rfftfreq(n_fft, 1.0 / sr)
+    edges_hz = _mel_to_hz(np.linspace(0.0, _hz_to_mel(sr / 2.0), n_bands + 2))
+    widths = np.diff(edges_hz)
+    slopes = edges_hz[:, None] - bins_hz[None, :]
+    rising = -slopes[:-2] / widths[:-1, None]
+    falling = slopes[2:] / widths[1:, None]
+    weights = np.maximum(0.0, np.minimum(rising, falling))
+    return weights * (2.0 / (edges_hz[2:] - edges_hz[:-2]))[:, None]
+
+
+_MEL_LINEAR_HZ, _MEL_STEP_HZ = 1000.0, 200.0 / 3  # Slaney: linear below 1 kHz, log above
+_MEL_LOG_STEP = np.log(6.4) / 27.0
+
+
+def _hz_to_mel(hz: float | np.ndarray) -> np.ndarray:
+    hz = np.asarray(hz, np.float64)
+    linear = hz / _MEL_STEP_HZ
+    above = (
+        _MEL_LINEAR_HZ / _MEL_STEP_HZ
+        + np.log(np.maximum(hz, 1e-10) / _MEL_LINEAR_HZ) / _MEL_LOG_STEP
+    )
+    return np.where(hz >= _MEL_LINEAR_HZ, above, linear)
+
+
+def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
+    mel = np.asarray(mel, np.float64)
+    corner = _MEL_LINEAR_HZ / _MEL_STEP_HZ
+    above = _MEL_LINEAR_HZ * np.exp(_MEL_LOG_STEP * (mel - corner))
+    return np.where(mel >= corner, above, mel * _MEL_STEP_HZ)
+
+
+def peak_pick(
+    x: np.ndarray, pre_max: int, post_max: int, pre_avg: int, post_avg: int, delta: float, wait: int
+) -> np.ndarray:
+    """Indices n, picked greedily left to right, where x[n] is the maximum of
+    x[n - pre_max : n + post_max], at least `delta` above the mean of x[n - pre_avg :
+    n + post_avg], and more than `wait` samples after the previous pick (librosa.util.peak_pick,
+    after Böck, Krebs and Schedl 2012)."""
+    x = np.asarray(x, np.float64)
+    picks: list[int] = []
+    n = 0
+    while n < x.size:
+        window = x[max(0, n - pre_max) : n + post_max]
+        if x[n] >= window.max() and x[n] >= x[max(0, n - pre_avg) : n + post_avg].mean() + delta:
+            picks.append(n)
+            n += wait + 1
+        else:
+            n += 1
+    return np.asarray(picks, dtype=np.int64)
+
+
+def onset_times(y: np.ndarray, sr: float, hop_length: int = 512) -> np.ndarray:
+    """Onset times in seconds: peaks of the normalized `onset_strength` picked with
+    librosa.onset.onset_detect's settings (30 ms max window, 100 ms mean window, delta 0.07)."""
+    envelope = onset_strength(y, sr, hop_length=hop_length)
+    if envelope.size == 0 or not np.all(np.isfinite(envelope)):
+        return np.zeros(0)
+    envelope = envelope - envelope.min()
+    if not envelope.any():
+        return np.zeros(0)
+    envelope /= envelope.max() + np.finfo(np.float64).tiny
+
+    def frames_in(seconds: float) -> int:
+        return int(seconds * sr // hop_length)
+
+    picks = peak_pick(envelope, pre_max=frames_in(0.03), post_max=1, pre_avg=frames_in(0.10),
+                      post_avg=frames_in(0.10) + 1, delta=0.07, wait=frames_in(0.03))  # fmt: skip
+    return picks * hop_length / sr
