@@ -226,3 +226,12 @@ def test_command_line_weight_options():
         parse_args(["--quantize", "int3"])
     with pytest.raises(SystemExit):
         parse_args(["--max-file-size", "lots"])
+
+
+def test_gradio_client_may_leave_out_the_reference(client):
+    """Regression: `reference` had no default, so gradio_client refused a call without it
+    ("No value provided for required argument: reference"); a named voice or none now works."""
+    _, stats = client.predict(text="Hello there.", api_name="/synthesize_full")
+    assert stats["done"] and stats["audio_s"] > 0
+    _, stats = client.predict(text="Hello there.", voice="arctic-slt", api_name="/synthesize_full")
+    assert stats["voice"]["variant"] == "+f3"  # the recorded female voice: eSpeak's female variant

@@ -44,8 +44,8 @@ _NUDGE = np.zeros(1, dtype=np.int16)
 def make_request(
     text: str,
     language: str,
-    reference: str | None,
-    reference_text: str | None,
+    reference: str | None = None,  # optional for gradio_client: a voice, or none (eSpeak)
+    reference_text: str | None = None,
     temperature: float | None = None,
     top_k: float | None = None,
     top_p: float | None = None,
