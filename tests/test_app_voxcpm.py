@@ -85,6 +85,32 @@ def test_v1_refuses_a_voice_too_long_for_the_model_before_streaming(server, tmp_
     assert "shorter reference clip" in response.json()["error"]["message"]
 
 
+def pcm_frames(body: bytes) -> list[tuple[int, bytes]]:
+    """The PCM route's frames: (type, payload), each behind an 8-byte (type, length) header."""
+    frames, at = [], 0
+    while at < len(body):
+        kind, size = struct.unpack_from("<II", body, at)
+        frames.append((kind, body[at + 8 : at + 8 + size]))
+        at += 8 + size
+    return frames
+
+
+def test_pcm_route_refuses_a_transcript_without_a_clip_before_streaming(server):
+    """Regression: the page's PCM route answered 200 and then an error frame for a VoxCPM2
+    transcript sent without its clip (the backend checked it once the stream ran); the engine
+    now checks it while validating, so it is a 400 before any audio, as the README says."""
+    body = {"text": "Words without a clip.", "reference_text": "some words", "seed": 1}
+    response = httpx.post(f"{server}/tts_stream/pcm", json=body, timeout=120)
+    assert response.status_code == 400, response.content[:300]
+    error = response.json()["error"]
+    assert error["param"] == "reference_text" and "transcript" in error["message"]
+    del body["reference_text"]  # the same request without the transcript: zero-shot audio
+    response = httpx.post(f"{server}/tts_stream/pcm", json=body, timeout=120)
+    assert response.status_code == 200 and response.headers["x-sample-rate"] == str(RATE)
+    kinds = [kind for kind, _ in pcm_frames(response.content)]
+    assert 1 in kinds and 3 not in kinds  # PCM, and no error frame
+
+
 def test_bad_input_is_an_error_and_the_server_keeps_serving(server, tmp_path, speech_like):
     client = Client(server, verbose=False)
     # the tiny model's caches hold 4096 positions, ~7.7 s of reference at its tiny hop

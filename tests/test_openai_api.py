@@ -241,6 +241,36 @@ def test_input_longer_than_the_engine_limit_is_split(espeak_backend, tmp_path):
     assert len(response.content) == 2 * sum(run["samples"] for run in engine.runs)
 
 
+INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u200e\x07\x7f"  # zero-width, BOM, LRM, BEL, DEL
+
+
+def test_invisible_characters_at_a_split_point_keep_the_request_valid(espeak_backend, tmp_path):
+    """Regression: a long input was cut before control and zero-width characters were removed,
+    so a piece made only of them was refused (400 "Please enter some text to speak") and with
+    it the whole valid request."""
+    first = "The first sentence is long enough to fill most of one piece on its own."
+    second = "The second sentence comes after a long run of invisible characters."
+    text = f"{first} {INVISIBLE * 25} {second}"  # 200 invisible characters between them
+    engine = RecordingEngine(espeak_backend, EngineConfig(limits=Limits(max_chars=80)))
+    with serve(make_api(engine, tmp_path)) as url:
+        response = speech(url, input=text, voice="alloy", response_format="pcm")
+        blank = speech(url, input=f" {INVISIBLE * 3}\n", voice="alloy", response_format="pcm")
+    assert response.status_code == 200, response.text
+    assert [run["stats"]["done"] for run in engine.runs] == [True, True]  # one per sentence
+    assert len(response.content) == 2 * sum(run["samples"] for run in engine.runs) > 0
+    assert_error(blank, 400, "input")  # nothing visible at all: still "input must not be empty"
+
+
+def test_split_text_cleans_like_the_engine_and_gives_no_invisible_piece():
+    from tts_core.engine.validation import printable
+
+    text = f"One. {INVISIBLE * 9}\tTwo\u200b words. " + "x" * 25 + f" {INVISIBLE}"
+    pieces = split_text(text, 20)
+    assert pieces == ["One. Two words.", "x" * 20, "x" * 5]
+    assert all(printable(piece) == piece for piece in pieces)
+    assert split_text(INVISIBLE * 9, 20) == [] and split_text(INVISIBLE, 20) == []
+
+
 def test_busy_engine_answers_503_then_recovers(espeak_backend, tmp_path):
     config = EngineConfig(max_concurrent=1, max_queue=0)
     engine = RecordingEngine(PacedBackend(espeak_backend, 3.0), config)

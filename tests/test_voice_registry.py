@@ -295,3 +295,28 @@ def test_the_store_holds_at_most_max_voices(tmp_path):
     registry.register("two", str(FEMALE_CLIP), "Replaced.", replace=True)  # adds nothing
     registry.delete("one")
     registry.register("three", str(FEMALE_CLIP), TRANSCRIPT)
+
+
+def test_only_voice_folders_take_a_place_in_the_store(tmp_path):
+    """Regression: every entry of the voices folder counted towards max_voices, so a stray
+    file (a README, an editor's backup, an empty folder) took the place of a voice. Only what
+    the store lists as a voice counts, a damaged one included (it is listed until deleted)."""
+    from tts_core.server.voices import VoiceStoreError
+
+    registry = VoiceRegistry(tmp_path, max_voices=2)
+    registry.register("one", str(FEMALE_CLIP), TRANSCRIPT)
+    (tmp_path / "notes.txt").write_text("not a voice")
+    (tmp_path / "empty-folder").mkdir()
+    (tmp_path / "alloy").mkdir()  # a folder named like a built-in voice is never listed
+    (tmp_path / "alloy" / "meta.json").write_text("{}")
+    registry.register("two", str(FEMALE_CLIP), TRANSCRIPT)  # the second of two places
+    assert [v.name for v in registry.list() if v.kind == "custom"] == ["one", "two"]
+    with pytest.raises(VoiceStoreError, match="full"):
+        registry.register("three", str(FEMALE_CLIP), TRANSCRIPT)
+    shutil.rmtree(tmp_path / "one")
+    (tmp_path / "damaged").mkdir()  # listed as damaged: it takes a place until deleted
+    (tmp_path / "damaged" / "meta.json").write_text("{not json")
+    with pytest.raises(VoiceStoreError, match="full"):
+        registry.register("three", str(FEMALE_CLIP), TRANSCRIPT)
+    registry.delete("damaged")
+    registry.register("three", str(FEMALE_CLIP), TRANSCRIPT)

@@ -111,16 +111,24 @@ class Engine:
         }
 
     def prepare(self, request: SynthesisRequest) -> _Prepared:
-        """Validate everything that can be checked before any synthesis (raises InputError)."""
+        """Validate everything that can be checked before any synthesis (raises InputError).
+
+        `stream` runs it before it returns, so an HTTP route that opens its streams before it
+        answers can still say 400. Without a clip this includes the backend's own rules on
+        the voice (VoxCPM2: no transcript without its clip): such a voice costs the backend
+        nothing to build, so it is built (and cached) here rather than once the stream runs.
+        """
         limits = self.config.limits
         text = clean_text(request.text, limits)
         params = check_params(request.params, limits)
         reference, ref_text, notices = self._reference(request.reference, request.reference_text)
-        if reference is None and self.backend.needs_reference:
-            raise InputError(
-                "This voice needs a reference clip: upload or record 3-10 s of clear speech.",
-                "reference",
-            )
+        if reference is None:
+            if self.backend.needs_reference:
+                raise InputError(
+                    "This voice needs a reference clip: upload or record 3-10 s of clear speech.",
+                    "reference",
+                )
+            self._voice(None, ref_text)
         return _Prepared(text, params, reference, ref_text, notices)
 
     def stream(
@@ -172,15 +180,7 @@ class Engine:
         self, job: _Prepared, cancel: threading.Event, stats: RequestStats
     ) -> Iterator[StreamEvent]:
         t0 = time.perf_counter()
-        try:
-            voice = self._voice(job.reference, job.reference_text)
-        except (InputError, BackendError):
-            raise
-        except Exception as exc:
-            log.exception("backend %s could not build a voice", self.backend.name)
-            raise BackendError(
-                f"Could not build a voice from the reference ({type(exc).__name__}: {exc})."
-            ) from exc
+        voice = self._voice(job.reference, job.reference_text)
         stats.voice_s = time.perf_counter() - t0
         stats.voice = dict(voice.summary)
         # only backends whose phrases are synthesized independently need crossfades
@@ -246,12 +246,22 @@ class Engine:
         return audio, ref_text, notices
 
     def _voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:
+        """The backend's voice for this clip and transcript, from the cache or built now;
+        InputError for what the backend refuses, BackendError when it fails."""
         key = (_digest(reference), reference_text)
         with self._voices_lock:
             if key in self._voices:
                 self._voices.move_to_end(key)
                 return self._voices[key]
-        voice = self.backend.create_voice(reference, reference_text)  # outside the lock: slow
+        try:
+            voice = self.backend.create_voice(reference, reference_text)  # outside the lock
+        except (InputError, BackendError):
+            raise
+        except Exception as exc:
+            log.exception("backend %s could not build a voice", self.backend.name)
+            raise BackendError(
+                f"Could not build a voice from the reference ({type(exc).__name__}: {exc})."
+            ) from exc
         with self._voices_lock:
             self._voices[key] = voice
             while len(self._voices) > self.config.voice_cache_size:

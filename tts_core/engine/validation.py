@@ -23,8 +23,10 @@ class Limits:
     max_reference_text_chars: int = 2000
 
 
-def _printable(text: str) -> str:
-    """Control characters dropped, whitespace runs collapsed to one space."""
+def printable(text: str) -> str:
+    """The text as the engine speaks it: control and format characters (zero-width spaces and
+    joiners, BOM, bidi marks, ...) dropped, whitespace runs collapsed to one space. Empty when
+    nothing visible is left."""
     kept = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C")
     return " ".join(kept.split())
 
@@ -35,7 +37,7 @@ def clean_reference_text(text: object, limits: Limits) -> str | None:
         return None
     if not isinstance(text, str):
         raise InputError("The reference transcript must be a string.", "reference_text")
-    cleaned = _printable(text)
+    cleaned = printable(text)
     if len(cleaned) > limits.max_reference_text_chars:
         raise InputError(
             f"The reference transcript is {len(cleaned)} characters long; the limit is "
@@ -48,7 +50,7 @@ def clean_reference_text(text: object, limits: Limits) -> str | None:
 def clean_text(text: object, limits: Limits) -> str:
     if not isinstance(text, str):
         raise InputError("Text must be a string.", "text")
-    cleaned = _printable(text)
+    cleaned = printable(text)
     if not cleaned:
         raise InputError("Please enter some text to speak.", "text")
     if len(cleaned) > limits.max_chars:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..audio import SAMPLE_RATE
 from ..engine import SynthesisParams, SynthesisRequest
+from ..engine.validation import printable
 from .audio_formats import CONTENT_TYPES, make_encoder
 from .errors import ApiError
 from .route_utils import api_errors, read_json, validation_to_api_error
@@ -117,7 +118,7 @@ def parse_speech_body(payload: object, max_input_chars: int) -> SpeechBody:
         body = SpeechBody.model_validate(payload)
     except ValidationError as exc:
         raise validation_to_api_error(exc) from None
-    if not body.input.strip():
+    if not printable(body.input):  # blank, or only control / zero-width characters
         raise ApiError(400, "input must not be empty.", "input", "invalid_value")
     if len(body.input) > max_input_chars:
         raise ApiError(413, f"input is {len(body.input)} characters long; the limit is "
@@ -131,7 +132,8 @@ def parse_speech_body(payload: object, max_input_chars: int) -> SpeechBody:
 def build_requests(
     body: SpeechBody, voice: NamedVoice, clip: np.ndarray, max_chars: int
 ) -> list[SynthesisRequest]:
-    """One engine request per piece of the input; the clip was read once, into memory."""
+    """One engine request per piece of the (cleaned) input; the clip was read once, into
+    memory."""
     params = SynthesisParams(
         language=body.language,
         temperature=body.temperature,

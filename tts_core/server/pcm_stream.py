@@ -10,7 +10,8 @@ payload length) and the payload:
     1 PCM   int16 LE mono samples at the model's rate, header X-Sample-Rate (one chunk)
     2 STATS JSON: the engine's stats after that chunk (the last one has "done": true)
     3 ERROR JSON {"message": ...}: the synthesis failed after the response started
-Errors found before any audio (bad text, bad clip) are a 400 with the OpenAI error JSON.
+The engine validates the request before the response starts (bad text, bad clip, a transcript
+without its clip for VoxCPM2, ...): those errors are a 400 with the OpenAI error JSON.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def make_pcm_router(state: ServerState) -> APIRouter:
         synthesis = await page_request(state, payload)
         cancel = threading.Event()
         with engine_errors():
-            if synthesis.reference is None:  # nothing to decode: validate inline, no thread hop
+            if synthesis.reference is None:  # nothing to decode, and a clip-less voice costs
+                # nothing to build: validate inline, no thread hop
                 streams = open_streams(state.engine, [synthesis], cancel)
             else:
                 streams = await asyncio.to_thread(open_streams, state.engine, [synthesis], cancel)

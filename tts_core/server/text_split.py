@@ -1,20 +1,28 @@
 """Cut an API input longer than the engine's per-request limit into pieces it accepts.
 
 The speech API takes up to 4096 characters (like OpenAI) while the engine may be configured
-for fewer; the pieces are synthesized one after the other into the same response. Cuts fall
-after a sentence end when possible, else between words, else anywhere.
+for fewer; the pieces are synthesized one after the other into the same response. The input is
+cleaned first, as the engine's validation cleans a text (`printable`: control and zero-width
+characters dropped, whitespace collapsed), so the limit counts what the engine counts and no
+piece is made only of invisible characters. Cuts fall after a sentence end when possible, else
+between words, else anywhere.
 """
 
 from __future__ import annotations
 
 import re
 
+from ..engine.validation import printable
+
 _SENTENCE_END = re.compile(r"(?<=[.!?;:。！？；])\s+")
 
 
 def split_text(text: str, max_chars: int) -> list[str]:
-    """Pieces of at most `max_chars` characters whose concatenation (with spaces) is `text`."""
-    text = " ".join(text.split())
+    """Pieces of the cleaned `text`, each visible and at most `max_chars` characters long, whose
+    concatenation (with spaces) is the cleaned text; [] when nothing visible is left."""
+    text = printable(text)
+    if not text:
+        return []
     if len(text) <= max_chars:
         return [text]
     pieces: list[str] = []

@@ -251,9 +251,13 @@ class VoiceRegistry:
         self._refuse_outside(target, "replaced")
 
     def _check_room(self, name: str) -> None:
-        taken = [p for p in self.root.iterdir() if not p.name.startswith(".")] if (
-            self.root.is_dir()) else []  # fmt: skip
-        if len(taken) >= self.max_voices and not (self.root / name).exists():
+        """Full when `max_voices` voices are stored (damaged ones too: they are listed until
+        deleted); a stray file or a folder holding no voice takes no place."""
+        if _is_voice_folder(self.root / name):
+            return  # a replacement takes no new place
+        entries = self.root.iterdir() if self.root.is_dir() else ()
+        taken = sum(1 for p in entries if p.name not in self._builtin and _is_voice_folder(p))
+        if taken >= self.max_voices:
             raise VoiceStoreError(f"The voice store is full ({self.max_voices} voices); delete "
                                   "one first.", 507)  # fmt: skip
 
@@ -302,13 +306,19 @@ def _read_clip(path: Path) -> np.ndarray:
     return resample(audio.mean(axis=1), rate)
 
 
+def _is_voice_folder(folder: Path) -> bool:
+    """Whether `folder` holds a voice (maybe a damaged one), as `list()` shows it: a visible
+    folder with meta.json or reference.wav in it. Reads no file."""
+    if folder.name.startswith(".") or not folder.is_dir():
+        return False
+    return (folder / META_FILE).is_file() or (folder / REFERENCE_FILE).is_file()
+
+
 def _read_custom(folder: Path) -> NamedVoice | None:
     """The voice in `folder`, status "damaged" if its files are bad; None if it holds none."""
+    if not _is_voice_folder(folder):
+        return None
     meta_path, reference = folder / META_FILE, folder / REFERENCE_FILE
-    if folder.name.startswith(".") or not folder.is_dir():
-        return None
-    if not meta_path.is_file() and not reference.is_file():
-        return None
     meta, problem = {}, None
     if not meta_path.is_file():
         problem = "meta.json is missing"

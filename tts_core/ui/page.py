@@ -221,7 +221,7 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry, inputs: list, outpu
     # Generate runs the low-latency player in the browser; the page clicks this hidden
     # trigger instead when the player toggle says "Standard" (one synthesis per click).
     generating = wire(player.standard_trigger.click, handlers.stream_to_page, outputs,
-                      "generate", visibility="undocumented")  # fmt: skip
+                      "generate", visibility="private")  # fmt: skip
     stop.click(None, None, None, cancels=[generating])
     # API-only endpoints: a hidden button that no one clicks, so they run only when called
     api_only = gr.Button(visible=False)
@@ -243,7 +243,7 @@ def _examples(inputs: list, library: Any, assets: Path) -> None:
     if rows:
         targets = [inputs[0], inputs[1], library.reference, library.transcript, library.voice]
         gr.Examples(rows, inputs=targets, label="Examples", example_labels=labels,
-                    cache_examples=False)  # fmt: skip
+                    cache_examples=False, api_visibility="private")  # fmt: skip
 
 
 def _css(name: str) -> str:
