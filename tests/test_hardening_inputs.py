@@ -2,8 +2,8 @@
 
 Gradio runs an event called by its name (`POST /gradio_api/call/<name>`, `/run/<name>`) even
 when it is `api_visibility="private"`, which only hides it from the API docs and gradio_client.
-The voice library's events (refresh, pick, save, delete) refuse such a call: a 4xx before
-anything runs, and nothing saved or deleted. The page itself sends its events by index, and
+The EventGuard (server/gradio_guard.py), on both serving paths, answers such a call with 404
+before Gradio sees it: nothing saved or deleted. The page itself sends its events by index, and
 still saves and deletes voices (tests/test_page_browser.py drives it in Chromium).
 """
 
@@ -62,19 +62,44 @@ def library_calls(url: str) -> dict[str, list]:
     }
 
 
+ROUTES_BY_NAME = ("call", "call/v2", "run", "api")
+
+
 def test_the_voice_library_events_cannot_be_called_by_name(page):
     url, demo, voices, _ = page
     for name, data in library_calls(url).items():
-        queued = httpx.post(f"{url}/gradio_api/call/{name}", json={"data": data}, timeout=30)
-        assert 400 <= queued.status_code < 500, (name, queued.status_code, queued.text[:200])
-        assert "not an API endpoint" in queued.text
-        # the direct route runs an event without the queue: the handler refuses it itself
-        direct = httpx.post(f"{url}/gradio_api/run/{name}", json={"data": data}, timeout=30)
-        assert direct.status_code != 200 and "not an API endpoint" in direct.text, name
+        for route in ROUTES_BY_NAME:
+            answer = httpx.post(f"{url}/gradio_api/{route}/{name}", json={"data": data},
+                                timeout=30)  # fmt: skip
+            assert answer.status_code == 404, (route, name, answer.status_code, answer.text[:200])
+            assert "No API endpoint named" in answer.text
         assert "by-name" not in voices.names()  # nothing saved
         assert voices.get("kept").owned_by(OWNER)  # nothing deleted
     # those are the names Gradio gave the events: what a caller would try
     assert set(LIBRARY_EVENTS) <= {fn.api_name for fn in demo.fns.values()}
+
+
+def test_no_internal_event_of_the_page_answers_by_name(page):
+    url, demo, _, _ = page
+    internal = [fn.api_name for fn in demo.fns.values() if fn.api_name not in PUBLIC]
+    assert {"generate", "load_example"} <= set(internal)
+    for name in internal:
+        answer = httpx.post(f"{url}/gradio_api/call/{name}", json={"data": []}, timeout=30)
+        assert answer.status_code == 404, (name, answer.status_code)
+
+
+def test_the_public_api_and_the_page_s_own_calls_still_pass(page):
+    url, demo, _, _ = page
+    answer = httpx.post(f"{url}/gradio_api/call/synthesize_full",
+                        json={"data": ["Hello there.", "english", None, ""]}, timeout=30)  # fmt: skip
+    assert answer.status_code == 200 and "event_id" in answer.json()
+    refresh = next(i for i, fn in demo.fns.items() if fn.api_name == "refresh")
+    answer = httpx.post(f"{url}/gradio_api/run/predict", timeout=30,
+                        json={"fn_index": refresh, "data": [OWNER], "session_hash": "s1"})  # fmt: skip
+    assert answer.status_code == 200, answer.text[:300]
+    answer = httpx.post(f"{url}/gradio_api/queue/join", timeout=30,
+                        json={"fn_index": 10_000, "data": [], "session_hash": "s1"})  # fmt: skip
+    assert answer.status_code == 404
 
 
 def test_view_api_lists_only_the_two_endpoints(page):
@@ -84,16 +109,3 @@ def test_view_api_lists_only_the_two_endpoints(page):
     assert not api["unnamed_endpoints"]
     internal = [fn for fn in demo.fns.values() if fn.api_name not in PUBLIC]
     assert internal and all(fn.api_visibility == "private" for fn in internal)
-
-
-@pytest.mark.xfail(strict=True, reason="the page's other internal events (generate, load_example, "
-                   "the player toggles, the model-status refresh) still run when called by name: "
-                   "refusing that needs a guard in front of Gradio's by-name routes "
-                   "(tts_core/server/gradio_guard.py), outside this change")  # fmt: skip
-def test_no_internal_event_of_the_page_answers_by_name(page):
-    url, demo, _, _ = page
-    for fn in demo.fns.values():
-        if fn.api_name in PUBLIC or fn.api_name in LIBRARY_EVENTS:
-            continue
-        answer = httpx.post(f"{url}/gradio_api/call/{fn.api_name}", json={"data": []}, timeout=30)
-        assert 400 <= answer.status_code < 500, (fn.api_name, answer.status_code)

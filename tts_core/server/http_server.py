@@ -41,7 +41,7 @@ from .connections import (
     quiet_accept_errors,
     raise_open_files_limit,
 )
-from .gradio_guard import UnknownEventGuard
+from .gradio_guard import EventGuard
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class ServeOptions:
 def build_asgi_app(blocks: gr.Blocks, router: APIRouter, options: ServeOptions,
                    middleware: tuple[Middleware, ...] = ()) -> FastAPI:  # fmt: skip
     """FastAPI app: our routes first, then the page mounted at /, behind the guards."""
-    guards = [Middleware(UnknownEventGuard, known_indices=lambda: blocks.fns.keys()), *middleware]
+    guards = [Middleware(EventGuard, blocks=blocks), *middleware]
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, middleware=guards)
     app.include_router(router)
     return gr.mount_gradio_app(app, blocks, path="/", server_name=options.host,

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from ..engine import LANGUAGES, Engine, EngineSlot
 from ..server import ApiConfig, VoiceRegistry, as_slot, make_router, open_voice_registry
+from ..server.gradio_guard import EventGuard
 from . import handlers
 from .formatting import notice_html, status_html
 from .lowlatency import FIELDS as PLAYER_FIELDS
@@ -57,6 +59,8 @@ class VoicePage(gr.Blocks):
         app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
         router, _ = make_router(self.tts_slot, self.tts_voices, self.tts_api)
         app_kwargs["routes"] = [*app_kwargs.get("routes", []), *router.routes]
+        guard = Middleware(EventGuard, blocks=self)  # the page's events by index only
+        app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), guard]
         return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
 
 

@@ -7,12 +7,9 @@ secret made once per browser and kept in its localStorage (gr.BrowserState); the
 stores only its digest. Voices registered through the API have no owner: the page cannot
 delete them.
 
-These events are the page's own, not an API: `api_visibility="private"` keeps them out of the
-API docs and gradio_client, but Gradio still runs a private event called by its name
-(`/gradio_api/call/<name>`, `/run/<name>`). So each also refuses what the page did not send:
-the page sends its events by index to `queue/join` or `run/predict` (`sent_by_page`); a call by
-name is refused with a 400 before it is queued (`page_only`, the events' validator) and, on the
-direct `/run/<name>` routes that skip the queue, by the handler itself before it does anything.
+These events are the page's own, not an API: they are "private", and the server's EventGuard
+(server/gradio_guard.py) answers a call of a private event by its name with 404; the page
+sends them by index.
 """
 
 from __future__ import annotations
@@ -39,10 +36,6 @@ _warming = threading.Semaphore(1)  # (a burst of saves warms the first; the rest
 # fixed one keeps the key readable after a server restart (a random one would not), so a
 # browser keeps owning its voices.
 OWNER_SECRET = "tts-core-owner-key"
-# Gradio's routes the page sends its own events to (by fn_index, never by name)
-PAGE_EVENT_ROUTES = ("/queue/join", "/run/predict")
-NOT_AN_API = ("This is an event of the page, not an API endpoint: manage voices with "
-              "/v1/audio/voices.")  # fmt: skip
 
 
 @dataclass
@@ -89,30 +82,26 @@ def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
     """Events: page load -> this browser's list (and key); pick; save and delete (only when
     `editable`: a server whose API needs a key does not let the page write the store)."""
 
-    def refresh(owner_key: str, request: gr.Request) -> tuple:
-        refuse_unless_page(request)
+    def refresh(owner_key: str) -> tuple:
         owner_key = owner_key or secrets.token_urlsafe(24)  # made once per browser
         return owner_key, gr.update(choices=choices(voices, owner_key))
 
-    def pick(name: str, owner_key: str, request: gr.Request) -> tuple:
-        refuse_unless_page(request)
+    def pick(name: str, owner_key: str) -> tuple:
         return show_picked(voices, name, owner_key if editable else None)
 
-    def save(name: str, clip: str | None, text: str, owner_key: str, request: gr.Request) -> tuple:
-        refuse_unless_page(request)
+    def save(name: str, clip: str | None, text: str, owner_key: str) -> tuple:
         owner_key = owner_key or secrets.token_urlsafe(24)
         saved = save_voice(slot, voices, (name or "").strip(), clip, text, owner_key)
         gr.Info(f"Saved the voice '{saved}'. It is selected now, and the API knows it too.")
         return gr.update(choices=choices(voices, owner_key), value=saved), "", owner_key
 
-    def delete(name: str, owner_key: str, request: gr.Request) -> dict:
-        refuse_unless_page(request)
+    def delete(name: str, owner_key: str) -> dict:
         delete_voice(voices, name, owner_key)
         gr.Info(f"Deleted the voice '{name}'.")
         return gr.update(choices=choices(voices, owner_key), value=UPLOAD)
 
     # queued (not queue=False): only queued events show a gr.Error's message as a toast
-    private = {"api_visibility": "private", "show_progress": "hidden", "validator": page_only}
+    private = {"api_visibility": "private", "show_progress": "hidden"}
     demo.load(refresh, lib.owner, [lib.owner, lib.voice], queue=False, **private)
     lib.voice.change(pick, [lib.voice, lib.owner], [lib.upload_box, lib.about, lib.delete],
                      queue=False, **private)  # fmt: skip
@@ -121,31 +110,6 @@ def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
     lib.save.click(save, [lib.name, lib.reference, lib.transcript, lib.owner],
                    [lib.voice, lib.name, lib.owner], **private)  # fmt: skip
     lib.delete.click(delete, [lib.voice, lib.owner], lib.voice, **private)
-
-
-def sent_by_page(request: gr.Request | None) -> bool:
-    """Whether Gradio got this event the way the page sends it: by index, to `queue/join` or
-    `run/predict`; not by name (`call/<name>`, `run/<name>`, `api/<name>`)."""
-    inner = getattr(request, "request", None)  # the HTTP request that carried the event
-    path = getattr(getattr(inner, "url", None), "path", "")
-    return path.rstrip("/").endswith(PAGE_EVENT_ROUTES)
-
-
-def page_only(request: gr.Request, *inputs: object) -> object:
-    """Gradio validator of the page's own events: run when an event is queued, which a call by
-    name always is, so raising here answers that call 400 before anything runs. (The request
-    comes first: Gradio passes it only to a positional parameter.)"""
-    if not sent_by_page(request):
-        raise ValueError(NOT_AN_API)
-    valid = [gr.validate(True, "")] * len(inputs)  # one per input, as Gradio expects
-    return valid[0] if len(valid) == 1 else valid
-
-
-def refuse_unless_page(request: gr.Request | None) -> None:
-    """First line of every handler here: `run/<name>` runs an event without queueing it, so
-    without its validator."""
-    if not sent_by_page(request):
-        raise gr.Error(NOT_AN_API, print_exception=False)
 
 
 def choices(voices: VoiceRegistry, owner_key: str | None) -> list[tuple[str, str]]:
