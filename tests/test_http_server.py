@@ -294,3 +294,17 @@ def test_guard_log_lines_are_rate_limited(caplog):
         notes.event("closed: request head too slow")
     lines = [r.getMessage() for r in caplog.records if "connection guard" in r.getMessage()]
     assert len(lines) == 2 and "5000 x closed" in lines[1]
+
+
+def test_the_served_app_bounds_uploads_per_client(guarded_app):
+    """app.py's server carries the disk guard too (tests/test_disk_guard.py has the details):
+    past the per-client upload count, 429 with Retry-After."""
+    from tts_core.server.disk_guard import CachePolicy
+
+    url, _ = guarded_app
+    answers = []
+    for i in range(CachePolicy().uploads_per_window + 1):
+        files = [("files", (f"c{i}.wav", b"RIFF" + bytes(64), "audio/wav"))]
+        answers.append(httpx.post(f"{url}/gradio_api/upload", files=files, timeout=FAIL_AFTER_S))
+    assert [a.status_code for a in answers[:-1]] == [200] * (len(answers) - 1)
+    assert answers[-1].status_code == 429 and answers[-1].headers["retry-after"]

@@ -16,6 +16,7 @@ from starlette.middleware import Middleware
 
 from ..engine import LANGUAGES, Engine, EngineSlot
 from ..server import ApiConfig, VoiceRegistry, as_slot, make_router, open_voice_registry
+from ..server.disk_guard import CachePolicy, DiskGuard
 from ..server.gradio_guard import EventGuard
 from . import handlers
 from .formatting import notice_html, status_html
@@ -49,9 +50,13 @@ class VoicePage(gr.Blocks):
     route and the /v1 speech API) on the same server."""
 
     def __init__(self, slot: EngineSlot, voices: VoiceRegistry, api: ApiConfig | None) -> None:
-        # uploads older than a day are removed hourly (a clip per visit would pile up)
-        super().__init__(title="Streaming voice demo", delete_cache=(3600, 86400))
+        # no delete_cache: the disk guard added in launch() bounds Gradio's cache by bytes and
+        # age and limits uploads per client (Gradio's sweep had neither limit, and would run
+        # beside it); set `tts_cache_policy` before launch() for other limits
+        super().__init__(title="Streaming voice demo")
         self.tts_slot, self.tts_voices, self.tts_api = slot, voices, api
+        self.tts_cache_policy = CachePolicy()
+        self.tts_disk_guard: DiskGuard | None = None
 
     def launch(self, *args: Any, **kwargs: Any) -> Any:
         # the routes are part of the app from its creation: served from the first request,
@@ -60,8 +65,21 @@ class VoicePage(gr.Blocks):
         router, _ = make_router(self.tts_slot, self.tts_voices, self.tts_api)
         app_kwargs["routes"] = [*app_kwargs.get("routes", []), *router.routes]
         guard = Middleware(EventGuard, blocks=self)  # the page's events by index only
-        app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), guard]
+        disk = self.disk_guard_middleware()
+        app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), guard, disk]
         return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
+
+    def disk_guard_middleware(self) -> Middleware:
+        """The disk guard of whichever server serves the page (launch() or ui.serve_page): made
+        before serving, so the page's own cache files (example clips) are pinned; it starts its
+        janitor with the server's lifespan, and close() stops it."""
+        self.tts_disk_guard = DiskGuard.for_blocks(self, self.tts_cache_policy)
+        return self.tts_disk_guard.middleware()
+
+    def close(self, verbose: bool = True) -> None:
+        super().close(verbose)
+        if self.tts_disk_guard is not None:  # also stopped by the lifespan's shutdown, if any
+            self.tts_disk_guard.stop()
 
 
 def build_demo(

@@ -17,4 +17,4 @@ def serve_page(demo: VoicePage, options: ServeOptions,
     """Serve `demo` and its HTTP routes until SIGTERM/SIGINT, then drain and return."""
     router, _ = make_router(demo.tts_slot, demo.tts_voices, demo.tts_api)
     serve(demo, router, demo.tts_slot, options, wait_for_writes=demo.tts_voices.wait_for_writes,
-          on_started=on_started)  # fmt: skip
+          middleware=(demo.disk_guard_middleware(),), on_started=on_started)  # fmt: skip
