@@ -25,7 +25,7 @@ from common import LANGUAGE, REF_CLIP, TEXT
 import tts_core
 from tts_core.engine.model_thread import run_on_passing_thread
 from tts_core.models.qwen3_tts.serving import Scheduler
-from tts_core.models.qwen3_tts.serving import scheduler as scheduler_module
+from tts_core.models.qwen3_tts.serving import engine as engine_module
 
 
 def timed(owner: object, name: str, sink: dict, label: str, undo: list) -> None:
@@ -52,7 +52,7 @@ def profile(model, voice, rows: int, frames: int) -> tuple[dict, int]:  # noqa: 
     timed(scheduler.runner, "talker_step", spent, "talker step", undo)
     timed(scheduler.runner, "prefill", spent, "prefill", undo)
     timed(model, "decode_chunk", spent, "codec decoder (per row)", undo)
-    timed(scheduler_module, "draw_rows", spent, "code-predictor draws", undo)
+    timed(engine_module, "draw_rows", spent, "code-predictor draws", undo)
     step = scheduler._decode_step
 
     def counted(seqs):  # noqa: ANN001, ANN202

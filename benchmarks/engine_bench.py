@@ -4,8 +4,8 @@
         --dtype bfloat16 --frames 20 --threads 2 [--sampled] --json out.json
 
 Runs the public API exactly as the app does (`load_model`, `create_voice`, `stream`) and times
-its parts by wrapping three methods of the loaded objects (no engine code is changed):
-`talker.forward` (the first call is the prefill, later ones are talker steps),
+its parts by wrapping four methods (no engine code is changed): `talker.forward` (the prefill),
+`ModelRunner.talker_step` (the talker steps: `stream` runs the serving engine with one row),
 `code_predictor.predict` (the 15 passes of one frame) and `decoder.decode_step` (the first call
 warms the decoder on the reference codes; later ones decode the streamed chunks). The EOS row of
 `codec_head` is zeroed (as the random checkpoints already are) so exactly `--frames` frames are
@@ -25,6 +25,7 @@ import torch
 from common import FRAME_S, LANGUAGE, REF_CLIP, REF_TEXT, TEXT, Calls, mean_ms, wrap
 
 import tts_core
+from tts_core.models.qwen3_tts.serving.model_runner import ModelRunner
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -62,14 +63,14 @@ def stream_once(model, voice, frames: int, greedy: bool, first: int, chunk: int)
     return {"setup_s": setup_s, "ttfa_s": first_audio_s, "whole_s": whole_s, "compute_s": compute_s}
 
 
-def split(talker: Calls, predictor: Calls, decoder: Calls) -> dict:
+def split(talker: Calls, steps_calls: Calls, predictor: Calls, decoder: Calls) -> dict:
     """Per-part times of one clip from the wrapped calls.
 
     Decoder calls before the first frame's code predictor warm the decoder on the reference
     codes (no audio is emitted from them); the later ones decode the streamed chunks.
     """
     prefill = [s for s, n in zip(talker.seconds, talker.sizes, strict=True) if n > 1]
-    steps = [s for s, n in zip(talker.seconds, talker.sizes, strict=True) if n == 1]
+    steps = list(steps_calls.seconds)
     first_frame = predictor.starts[0] if predictor.starts else float("inf")
     warm = sum(1 for start in decoder.starts if start < first_frame)
     chunks = decoder.seconds[warm:]
@@ -104,14 +105,15 @@ def run(args: argparse.Namespace) -> dict:
     voice_s = time.perf_counter() - start
 
     talker = wrap(model.talker, "forward", lambda a, k: a[0].shape[1])
+    steps = wrap(ModelRunner, "talker_step", lambda a, k: len(a[1]))  # (runner, seqs, embeds)
     predictor = wrap(model.talker.code_predictor, "predict")
     decoder = wrap(model.speech_tokenizer.decoder, "decode_step", lambda a, k: a[0].shape[-1])
     greedy = not args.sampled
     stream_once(model, voice, min(2, args.frames), greedy, args.first_chunk, args.chunk)  # warm-up
-    for calls in (talker, predictor, decoder):
+    for calls in (talker, steps, predictor, decoder):
         calls.clear()
     clip = stream_once(model, voice, args.frames, greedy, args.first_chunk, args.chunk)
-    parts = split(talker, predictor, decoder)
+    parts = split(talker, steps, predictor, decoder)
 
     # Per-frame overhead outside the three parts (sampling, embeddings, chunk assembly).
     loop_ms = 1000 * clip["whole_s"] - parts["prefill_ms"] - parts["decoder_reference_warmup_ms"]

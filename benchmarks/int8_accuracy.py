@@ -109,15 +109,9 @@ def greedy_prefix_agreement(float_model, int8_model, frames: int) -> dict:  # no
 
 def _codes(model: Qwen3TTSModel, voice: Voice, frames: int) -> torch.Tensor:
     """Greedy frames (at most `frames`; EOS may stop sooner), no length cap."""
-    from tts_core.models.qwen3_tts.decode_loop import FrameLoop, resolve_settings
-
-    prompt = model._prompt(TEXT, voice, "english")
-    settings = resolve_settings(model.generation_defaults, {"max_new_tokens": frames + 1},
-                                greedy=True)  # fmt: skip
-    loop = FrameLoop(model.talker, model.special, prompt, settings)
-    with torch.inference_mode():
-        frames = list(loop.frames())
-    loop.release()
+    prompt, settings = model.plan(TEXT, voice, "english", greedy=True, length_cap=False,
+                                  max_new_tokens=frames + 1)  # fmt: skip
+    frames = list(model.frames(prompt, settings))
     return torch.stack(frames) if frames else torch.zeros(0, 16, dtype=torch.long)
 
 

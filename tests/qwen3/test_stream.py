@@ -1,7 +1,11 @@
-"""stream(): chunk cadence, equality with generate(), and freeing state when closed."""
+"""stream(): chunk cadence, equality with generate(), freeing state when closed, and the one
+engine: the served Scheduler's chunks, bit for bit, on the calling thread."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import weakref
 from functools import cache
 
 import numpy as np
@@ -9,7 +13,8 @@ import pytest
 import torch
 
 import tts_core
-from tts_core.models.qwen3_tts.decode_loop import FrameLoop
+from tts_core.models.layers import DecoderStack
+from tts_core.models.qwen3_tts.serving import Scheduler
 
 from .conftest import check_audio, fixture_path, fp32_pair_bound, golden_voice, load_goldens
 
@@ -88,23 +93,49 @@ def test_first_chunk_carries_exactly_first_chunk_frames() -> None:
 def test_breaking_early_frees_the_request_and_a_new_run_is_unaffected(monkeypatch) -> None:
     model = _model()
     fresh = model.generate(TEXT, _voice("icl"), greedy=True, max_new_tokens=10)
-    released = []
-    original = FrameLoop.release
+    made: list[weakref.ref] = []  # every KV tensor the stream allocates
+    new_caches = DecoderStack.new_caches
 
-    def spy(loop) -> None:
-        released.append(loop)
-        original(loop)
+    def tracked(self, *args, **kwargs):
+        caches = new_caches(self, *args, **kwargs)
+        made.extend(weakref.ref(t) for cache in caches for t in (cache.k, cache.v))
+        return caches
 
-    monkeypatch.setattr(FrameLoop, "release", spy)
+    monkeypatch.setattr(DecoderStack, "new_caches", tracked)
     stream = model.stream(TEXT, _voice("icl"), greedy=True, max_new_tokens=10)
+    assert made == []  # nothing is allocated before the first next()
     next(stream)
-    assert released == []
+    assert made and all(ref() is not None for ref in made)  # talker and code predictor caches
     stream.close()  # runs the generator's finally block at once
-    assert len(released) == 1
-    assert released[0].caches == [] and released[0].predictor_caches == []
+    assert all(ref() is None for ref in made)  # freed now, not at garbage collection
+    monkeypatch.undo()
     again = model.generate(TEXT, _voice("icl"), greedy=True, max_new_tokens=10)
     assert torch.equal(again.codes, fresh.codes)
     assert np.array_equal(again.audio, fresh.audio)
+
+
+def test_should_stop_ends_the_stream_without_a_final_chunk() -> None:
+    asked = []
+
+    def should_stop() -> bool:
+        asked.append(1)
+        return len(asked) > 5
+
+    chunks = list(_model().stream(TEXT, _voice("xvec"), greedy=True, max_new_tokens=30,
+                                  chunk_frames=2, should_stop=should_stop))  # fmt: skip
+    assert chunks and not any(chunk.final for chunk in chunks)
+    # asked before each frame: the 6th answer stops it, the 5th frame (pending) never leaves
+    assert sum(chunk.frames for chunk in chunks) == 4 and len(asked) == 6
+
+
+def test_a_failing_should_stop_raises_to_the_caller_after_the_chunks_made() -> None:
+    def broken() -> bool:
+        raise RuntimeError("consumer bug")
+
+    stream = _model().stream(TEXT, _voice("xvec"), greedy=True, max_new_tokens=30,
+                             should_stop=broken)  # fmt: skip
+    with pytest.raises(RuntimeError, match="consumer bug"):
+        next(stream)
 
 
 def test_bad_arguments_fail_before_the_first_chunk() -> None:
@@ -134,3 +165,69 @@ def test_icl_voice_decodes_its_reference_once(monkeypatch) -> None:
     assert calls.count(reference_frames) == 1
     assert sum(calls) == reference_frames + 2 * 7
     assert np.array_equal(first.audio, second.audio)
+
+
+@pytest.mark.parametrize("name", ["qwen3-tiny-a", "qwen3-tiny-b"])
+@pytest.mark.parametrize("mode", ["icl", "xvec"])
+@pytest.mark.parametrize("sampling", [{"seed": 11}, {"greedy": True}], ids=["seeded", "greedy"])
+def test_stream_gives_the_served_schedulers_chunks_on_the_calling_thread(name, mode, sampling):
+    """One engine: `model.stream` is the serving engine with one row, stepped on the caller's
+    thread. Its chunks equal those of the served Scheduler (its own thread, the shared KV
+    arena) for the same request and seed, field by field, codes and audio bit for bit (float32
+    layers: one row alone runs the same calls either way); and every model call of
+    `model.stream` runs on the calling thread, with no thread started."""
+    model = tts_core.load_model(fixture_path(name))
+    voice = golden_voice(load_goldens(name), mode)
+    kwargs = {"max_new_tokens": 20, "first_chunk_frames": 3, "chunk_frames": 5, **sampling}
+    here, seen = threading.get_ident(), set()
+    parts = (model.talker, model.speech_tokenizer.decoder)
+    hooks = [module.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
+             for part in parts for module in part.modules()]  # fmt: skip
+    threads_before = set(threading.enumerate())
+    try:
+        alone = list(model.stream(TEXT, voice, **kwargs))
+        assert seen == {here}
+        assert set(threading.enumerate()) == threads_before  # no scheduler thread started
+    finally:
+        for hook in hooks:
+            hook.remove()
+    scheduler = Scheduler(model, max_batch=2)  # the prompts fit its first prefill chunk
+    try:
+        served = list(scheduler.submit(TEXT, voice, **kwargs))
+    finally:
+        scheduler.close()
+    assert len(alone) == len(served) >= 2
+    for ours, theirs in zip(alone, served, strict=True):
+        assert torch.equal(ours.codes, theirs.codes)
+        assert np.array_equal(ours.audio, theirs.audio)
+        assert (ours.frames, ours.final, ours.stop_reason, ours.batch_size) == (
+            theirs.frames, theirs.final, theirs.stop_reason, theirs.batch_size)  # fmt: skip
+        assert ours.compute_s > 0 and theirs.compute_s > 0
+    check_audio(np.concatenate([chunk.audio for chunk in alone]))
+
+
+def test_cuda_graphs_is_accepted_ignored_and_says_so(caplog) -> None:
+    """load_model(cuda_graphs=True) still loads (compatibility) and decodes as without it,
+    with a warning that the engine has no CUDA graphs yet."""
+    with caplog.at_level(logging.WARNING):
+        model = tts_core.load_model(fixture_path("qwen3-tiny-a"), cuda_graphs=True)
+    assert any("CUDA graphs are not in the decode engine yet" in r.message for r in caplog.records)
+    assert not hasattr(model, "set_decode_mode") and not hasattr(model, "decode_mode")
+    args = (TEXT, _voice("xvec"))
+    expected = _model().generate(*args, greedy=True, max_new_tokens=8)
+    got = model.generate(*args, greedy=True, max_new_tokens=8)
+    assert torch.equal(got.codes, expected.codes) and np.array_equal(got.audio, expected.audio)
+
+
+def test_frames_gives_the_codes_of_stream_without_the_codec() -> None:
+    """model.frames (codes only, no codec: calibration, accuracy runs) is the same engine."""
+    model = _model()
+    kwargs = {"seed": 3, "max_new_tokens": 12}
+    codes = torch.cat([chunk.codes for chunk in model.stream(TEXT, _voice("icl"), **kwargs)])
+    prompt, settings = model.plan(TEXT, _voice("icl"), **kwargs)
+    codec, model.speech_tokenizer = model.speech_tokenizer, None
+    try:
+        frames = list(model.frames(prompt, settings))
+    finally:
+        model.speech_tokenizer = codec
+    assert torch.equal(torch.stack(frames), codes)

@@ -235,9 +235,9 @@ def causal_mask(steps: int, start: int, device: torch.device) -> torch.Tensor | 
 class Attention(nn.Module):
     """GQA self-attention: q/k/v/o projections, optional per-head q/k RMSNorm (before RoPE).
 
-    `forward` attends over a static KVCache, or over x alone (cache None); `forward_rows` and
-    `forward_static` are the talker's batched-rows and fixed-shape single steps. A model with
-    another key source (the codec's sliding KVWindow) builds on `qkv` and `attend`."""
+    `forward` attends over a static KVCache, or over x alone (cache None); `forward_rows` is the
+    talker's step of independent rows. A model with another key source (the codec's sliding
+    KVWindow) builds on `qkv` and `attend`."""
 
     def __init__(
         self,
@@ -353,22 +353,6 @@ class Attention(nn.Module):
             outs.append(scaled_dot_product(q[row : row + 1], keys, values))
         return self._merge(torch.cat(outs) if len(outs) > 1 else outs[0])  # (R, 1, H)
 
-    def forward_static(
-        self,
-        x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor],
-        cache: KVCache,
-        input_pos: torch.Tensor,
-        mask: torch.Tensor,
-    ) -> torch.Tensor:
-        """One position with fixed shapes (CUDA-graph / fullgraph safe): x (B, 1, H), rope
-        (1, D) each, input_pos (1,) int64, mask (1, L) bool over the whole cache (key <= pos).
-        K/V are written at input_pos in place; attention reads all L slots, masked."""
-        q, k, v = self.qkv(x, rope)
-        cache.k.index_copy_(2, input_pos, k)
-        cache.v.index_copy_(2, input_pos, v)
-        return self.attend(q, cache.k, cache.v, mask)
-
 
 # -------------------------------------------------------------------------------- decoder stacks
 class StackGeometry(Protocol):
@@ -429,12 +413,6 @@ class DecoderLayer(nn.Module):
         h = self.self_attn.forward_rows(self.input_layernorm(x), rope, caches, positions)
         return self._mlp(self._add(x, h))
 
-    def forward_static(
-        self, x: torch.Tensor, rope: tuple, cache: KVCache, input_pos: torch.Tensor, mask
-    ) -> torch.Tensor:
-        h = self.self_attn.forward_static(self.input_layernorm(x), rope, cache, input_pos, mask)
-        return self._mlp(self._add(x, h))
-
 
 class DecoderStack(nn.Module):
     """`layers` + final `norm`; every run returns final-norm hidden states."""
@@ -484,30 +462,17 @@ class DecoderStack(nn.Module):
         positions: list[int],
     ) -> torch.Tensor:
         """One position for each of R sequences at their own positions: x (R, 1, H),
-        row_caches[r] = row r's per-layer caches -> final-norm hidden (R, 1, H)."""
+        row_caches[r] = row r's per-layer caches -> final-norm hidden (R, 1, H). One row runs
+        `run_layers` itself (compiled where the stack is): the very calls forward_rows makes
+        for a row, with its RoPE rows sliced instead of gathered."""
+        if len(row_caches) == 1:
+            return self.run_layers(x, rope_table, row_caches[0], positions[0])
         cos, sin = rope_table.typed(x.dtype)
         index = torch.tensor(positions, device=x.device)
         rope = tuple(table.index_select(0, index)[:, None, None, :] for table in (cos, sin))
         for depth, layer in enumerate(self.layers):
             caches = [per_layer[depth] for per_layer in row_caches]
             x = layer.forward_rows(x, rope, caches, positions)
-        return self.norm(x)
-
-    def run_layers_static(
-        self,
-        x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor],
-        caches: list[KVCache],
-        input_pos: torch.Tensor,
-    ) -> torch.Tensor:
-        """One position, fixed shapes: x (B, 1, H); rope = whole cos/sin tables (L_rope, D);
-        input_pos (1,) int64 on x's device -> final-norm hidden (B, 1, H). No Python value
-        depends on the data, so the call can be captured in a CUDA graph or fullgraph-compiled."""
-        cos, sin = (table.index_select(0, input_pos) for table in rope)  # (1, D) each
-        slots = torch.arange(caches[0].max_len, device=x.device)  # (L,)
-        mask = slots[None, :] <= input_pos[:, None]  # (1, L) bool
-        for layer, cache in zip(self.layers, caches, strict=True):
-            x = layer.forward_static(x, (cos, sin), cache, input_pos, mask)
         return self.norm(x)
 
 

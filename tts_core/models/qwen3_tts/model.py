@@ -4,10 +4,14 @@ model = load_model("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
 voice = model.create_voice(audio, sample_rate, ref_text="...")   # ref_text=None: x-vector
 for chunk in model.stream("Hello", voice): play(chunk.audio)
 result = model.generate("Hello", voice, greedy=True)
+
+`stream` runs the serving engine (serving/engine.py) with one row, stepped on the caller's
+thread: the same step, and the same numbers, as the served Scheduler.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,14 +34,15 @@ from .checkpoint import (
     resolve_checkpoint,
 )
 from .config import GenerationDefaults, Qwen3TTSConfig, load_config, load_generation_defaults
-from .decode_loop import DecodeSettings, FrameLoop, length_cap_frames, resolve_settings
+from .decode_settings import DecodeSettings, length_cap_frames, resolve_settings
 from .prompt import Prompt, SpecialTextVectors, build_prompt, ref_text_ids, target_text_ids
-from .static_step import DECODE_MODES
 from .text_tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
     from .codec.speech_tokenizer import SpeechTokenizer
     from .codec.streaming import DecoderState
+
+log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24000
 
@@ -91,7 +96,6 @@ class Qwen3TTSModel:
         self.text_tokenizer = text_tokenizer
         self.speaker_encoder = speaker_encoder
         self.speech_tokenizer = speech_tokenizer
-        self.decode_mode = "eager"  # "eager" | "static" | "cuda_graphs" (set_decode_mode)
         self.quantization: Any = None  # a quantize.QuantizationReport once quantized
         with torch.inference_mode():
             self.special = SpecialTextVectors.compute(self.talker, config)
@@ -168,17 +172,6 @@ class Qwen3TTSModel:
         compile_stack(self.talker.code_predictor.model)
         return self
 
-    def set_decode_mode(self, mode: str) -> Qwen3TTSModel:
-        """How each frame's talker step and code-predictor passes run (same codes either way):
-        "eager" (default, fastest on CPU), "static" (fixed shapes, whole-cache masked attention)
-        or "cuda_graphs" (the static steps replayed from CUDA graphs captured per request; CUDA
-        only, else eager with a warning; capture failure -> warning and eager from then on;
-        `TTS_NO_CUDA_GRAPH=1` turns it off)."""
-        if mode not in DECODE_MODES:
-            raise ValueError(f"unknown decode mode {mode!r}; choose one of {DECODE_MODES}")
-        self.decode_mode = mode
-        return self
-
     # ------------------------------------------------------------------ voices
     @torch.inference_mode()
     def create_voice(
@@ -209,7 +202,7 @@ class Qwen3TTSModel:
     def generate(
         self, text: str, voice: Voice, language: str | None = "auto", **kwargs: Any
     ) -> GenerationResult:
-        """Whole utterance: the stream collected (same loop, same numbers); takes the same
+        """Whole utterance: the stream collected (same engine, same numbers); takes the same
         keyword arguments as `stream`."""
         chunk_frames = kwargs.pop("chunk_frames", 25)
         kwargs.setdefault("first_chunk_frames", chunk_frames)
@@ -236,16 +229,24 @@ class Qwen3TTSModel:
     ) -> Iterator[AudioChunk]:
         """Generator of AudioChunks; validates everything before the first `next()`.
 
+        The serving engine with one row (serving/engine.py `run_alone`), stepped on the thread
+        that iterates: no thread is started, and the chunks are those the served Scheduler
+        gives the same request. Its talker cache (prompt + frame limit positions) is made at
+        the first `next()`.
+
         Sampling kwargs use the official names (temperature, top_k, top_p, repetition_penalty,
         do_sample, subtalker_*, max_new_tokens; defaults from generation_config.json).
         greedy: argmax in talker and sub-talker, no repetition penalty. seed: per-request
         torch.Generator. stop_ids: extra c0 ids that end the utterance like EOS.
         repetition_window: penalize only the last N frames' c0. length_cap: stop at
-        `length_cap_frames(text tokens)` frames (reason "length_cap"). should_stop: asked after
-        every frame; when it answers True the stream ends there without a final chunk (a Stop
-        frees the model within one frame, not one chunk). Closing the generator frees the
-        request's caches at once.
+        `length_cap_frames(text tokens)` frames (reason "length_cap"). should_stop: asked
+        before every frame; when it answers True the stream ends there without a final chunk
+        (a Stop frees the model within one frame, not one chunk). Closing the generator frees
+        the request's caches at once.
         """
+        from .serving.engine import InlineOutbox, run_alone  # serving builds on this module
+        from .serving.sequence import Sequence
+
         cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
         started = time.perf_counter()
         prompt, settings = self.plan(
@@ -260,9 +261,18 @@ class Qwen3TTSModel:
             **sampling,
         )
         self._codec()  # no codec: fail now, not at the first chunk
-        loop = FrameLoop(self.talker, self.special, prompt, settings, mode=self.decode_mode)
-        setup_s = time.perf_counter() - started
-        return self._chunks(loop, voice, cadence, setup_s, should_stop or _never)
+        seq = Sequence(self.talker, prompt, settings, voice, cadence, should_stop or _never,
+                       outbox=InlineOutbox())  # fmt: skip
+        seq.chunk_started = started  # the first chunk's compute includes this setup
+        return run_alone(self, seq)
+
+    def frames(self, prompt: Prompt, settings: DecodeSettings) -> Iterator[torch.Tensor]:
+        """The (G,) int64 code frames of a planned request (`plan`), without audio: the same
+        engine as `stream`, on the calling thread, and no codec needed (calibration, accuracy
+        runs). Closing the generator frees the request's caches at once."""
+        from .serving.engine import frames_alone
+
+        return frames_alone(self, prompt, settings)
 
     def plan(
         self,
@@ -291,35 +301,6 @@ class Qwen3TTSModel:
             length_cap=length_cap_frames(prompt.text_tokens) if length_cap else None,
         )
         return prompt, settings
-
-    @torch.inference_mode()
-    def _chunks(self, loop, voice, cadence: Cadence, setup_s, should_stop):
-        state = None
-        try:
-            clock = time.perf_counter()
-            state = self.new_decoder_state(voice)
-            pending: list[torch.Tensor] = []
-            chunks_out, compute, produced = 0, setup_s, 0
-            for frame in loop.frames():
-                if should_stop():
-                    return
-                pending.append(frame)
-                produced += 1
-                at_limit = produced == loop.limit  # known final: no need to wait for the loop
-                if cadence.due(len(pending), chunks_out) or at_limit:
-                    reason = loop.limit_reason if at_limit else None
-                    yield self.decode_chunk(state, pending, compute + _since(clock), reason)
-                    if at_limit:
-                        return
-                    pending, compute, clock = [], 0.0, time.perf_counter()
-                    chunks_out += 1
-            # Stopped by EOS: the last chunk holds what is pending (possibly no frames).
-            yield self.decode_chunk(state, pending, compute + _since(clock), loop.stop_reason)
-        finally:
-            if loop.graphs_failed:  # do not retry a failing capture on every request
-                self.decode_mode = "eager"
-            loop.release()
-            del state
 
     def new_decoder_state(self, voice: Voice) -> DecoderState:
         """A fresh codec-decoder state for one stream; for ICL, a clone of the voice's warm
@@ -441,7 +422,8 @@ def load_model(
     warm_chunks: tuple[int, ...] = (2, 6),
 ) -> Qwen3TTSModel:
     """Hub repo id or local folder -> ready Qwen3TTSModel (`compile`: see Qwen3TTSModel.compile;
-    `cuda_graphs`: decode mode "cuda_graphs", see Qwen3TTSModel.set_decode_mode).
+    `cuda_graphs`: accepted for compatibility and ignored, with a warning: the engine has no
+    CUDA graphs yet).
 
     quantize: None/"none" keeps the weights in `dtype`; "int8" makes the talker's and the code
     predictor's layers 8-bit (CPU; see quantize.py); "auto" does so on a CPU where the int8
@@ -469,7 +451,8 @@ def load_model(
         if warm_chunks:
             codec.decoder.warm_up(tuple(warm_chunks))
     if cuda_graphs:
-        model.set_decode_mode("cuda_graphs")
+        log.warning("cuda_graphs=True is ignored: CUDA graphs are not in the decode engine yet "
+                    "(every request decodes eagerly)")  # fmt: skip
     return model.compile() if compile else model
 
 

@@ -138,3 +138,13 @@ def _icl_part(
         return text[:, :codec_len] + codec, text[0, codec_len:]
     padding = special.pad.expand(1, codec_len - text_len, -1)
     return torch.cat([text, padding], dim=1) + codec, special.pad[None]
+
+
+def step_input(
+    talker: Talker, special: SpecialTextVectors, prompt: Prompt, frame: torch.Tensor, index: int
+) -> torch.Tensor:
+    """The talker's input after frame `index` (G,): F(frame) + the prompt's trailing text vector
+    `index` (tts_pad once they run out), (1, 1, H)."""
+    trailing = prompt.trailing
+    text = trailing[index] if index < trailing.shape[0] else special.pad
+    return (talker.frame_embed(frame[None]) + text).view(1, 1, -1)

@@ -93,6 +93,8 @@ def draw_rows(
     their parameters are warped together: every warp is row-wise, so batching them changes no
     value, and a batch of R rows costs a few ops instead of ~25 per row."""
     rows = logits.shape[0]
+    if rows == 1 and len(params) == len(generators) == 1:  # one row: draw's own call
+        return _draw_group(logits, params[0], generators)
     if not len(params) == len(generators) == rows:
         raise ValueError(f"{rows} rows need as many parameters and generators")
     if len({id(generator) for generator in generators}) < rows:

@@ -1,10 +1,14 @@
-"""The talker's KV arena: one preallocated (1, kv, capacity, D) cache per layer for all rows.
+"""The talker's KV caches: the served arena shared by every row, or one request's own cache.
 
+KVArena (the Scheduler's): one preallocated (1, kv, capacity, D) cache per layer for all rows.
 Each admitted sequence gets one contiguous span of positions, sized at admission for its prompt
 plus its frame limit. Its caches are views of that span (`KVCache.over`), so a row's attention
 reads exactly its own filled keys (no copy, no padding) and nothing is allocated per request.
 A span is never cleared: a row only ever reads the positions it has written, so the arena is
 left uninitialized (`torch.empty`) and takes memory only as far as rows have written.
+
+RequestKV (`model.stream`, one row on the caller's thread): the same interface over a cache
+made for one request, prompt + frame limit positions, dropped the moment the request ends.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from ...layers import DecoderStack, KVCache
+from ..talker import Talker
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,32 @@ class KVArena:
         """Per-layer (1, kv, span.length, D) caches over the span's storage."""
         window = slice(span.offset, span.end)
         return [KVCache.over(c.k[:, :, window], c.v[:, :, window]) for c in self.layers]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(c.k.nbytes + c.v.nbytes for c in self.layers)
+
+
+class RequestKV:
+    """One request's own talker cache: `talker.new_caches(1, positions)`, lent whole to that one
+    request and released (storage dropped) when it gives its span back."""
+
+    def __init__(self, talker: Talker, positions: int) -> None:
+        self.capacity = int(positions)
+        self.layers = talker.new_caches(1, self.capacity)
+        self._lent = False
+
+    def allocate(self, length: int) -> Span | None:
+        if self._lent or length > self.capacity:
+            return None
+        self._lent = True
+        return Span(0, length)
+
+    def free(self, span: Span) -> None:
+        self.layers = []  # one request only: its memory goes now, not when this object does
+
+    def caches(self, span: Span) -> list[KVCache]:
+        return [KVCache.over(c.k[:, :, : span.end], c.v[:, :, : span.end]) for c in self.layers]
 
     @property
     def nbytes(self) -> int:

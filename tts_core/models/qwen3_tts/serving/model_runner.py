@@ -1,8 +1,9 @@
-"""The model side of the batch scheduler: caches allocated once, and the batched calls.
+"""The model side of the engine: caches allocated once, and the batched calls.
 
 It owns what every step needs and nothing that belongs to one request: the talker's KV arena
-(`capacity` positions shared by all rows), the code predictor's cache for `max_batch` rows, and
-the device and dtype (read once from the model). Rows run their own prefill, then step
+(`capacity` positions shared by all rows; for `model.stream`, `for_request`: one request's own
+cache), the code predictor's cache for `max_batch` rows, and the device and dtype (read once
+from the model). Rows run their own prefill, then step
 together: one talker step for every decoding row at its own position, one 15-pass code-predictor
 run for all of them. Every op either works row by row with the call a single stream makes, or is
 exact (int8 sums, embeddings, elementwise), so with int8 layers a row's codes are bit-identical
@@ -17,12 +18,19 @@ import torch
 
 from ..int8 import rowwise
 from ..model import Qwen3TTSModel
-from .kv_arena import KVArena, Span
+from .kv_arena import KVArena, RequestKV, Span
 from .sequence import Sequence
 
 
 class ModelRunner:
-    def __init__(self, model: Qwen3TTSModel, max_batch: int, capacity: int) -> None:
+    def __init__(
+        self,
+        model: Qwen3TTSModel,
+        max_batch: int,
+        capacity: int,
+        arena: KVArena | RequestKV | None = None,
+    ) -> None:
+        """arena: the talker's KV cache (None: a KVArena of `capacity` positions)."""
         if max_batch < 1 or capacity < 2:
             raise ValueError("max_batch must be >= 1 and the cache >= 2 positions")
         self.model = model
@@ -30,10 +38,18 @@ class ModelRunner:
         self.device, self.dtype = model.device, model.dtype
         self.max_batch = int(max_batch)
         self.talker.ensure_rope(capacity)
-        self.arena = KVArena(self.talker.model, capacity, self.dtype, self.device)
+        if arena is None:
+            arena = KVArena(self.talker.model, capacity, self.dtype, self.device)
+        self.arena = arena
         self.predictor_caches = self.talker.code_predictor.new_caches(self.max_batch)
         # float heads one row at a time only where the layers are batch-invariant anyway
         self.by_row = model.quantization is not None
+
+    @classmethod
+    def for_request(cls, model: Qwen3TTSModel, positions: int) -> ModelRunner:
+        """One row whose talker cache is made for one request of `positions` positions (its
+        prompt + frame limit) and released with it: `model.stream`'s private runner."""
+        return cls(model, 1, positions, arena=RequestKV(model.talker, positions))
 
     @property
     def capacity(self) -> int:
@@ -44,7 +60,12 @@ class ModelRunner:
         span = self.arena.allocate(seq.positions_needed())
         if span is None:
             return False
-        seq.admit(span, self.arena.caches(span), self.model.new_decoder_state(seq.voice))
+        try:
+            state = self.model.new_decoder_state(seq.voice) if seq.audio else None
+        except BaseException:
+            self.arena.free(span)
+            raise
+        seq.admit(span, self.arena.caches(span), state)
         return True
 
     def release(self, seq: Sequence) -> None:
@@ -72,7 +93,9 @@ class ModelRunner:
         """c0 (R,) of the rows' next frames -> their codes 1..G-1, (R, G-1) int64."""
         rows = len(seqs)
         hidden = torch.cat([seq.hidden for seq in seqs]) if rows > 1 else seqs[0].hidden
-        caches = [cache.first_rows(rows) for cache in self.predictor_caches]
+        caches = self.predictor_caches
+        if rows < self.max_batch:
+            caches = [cache.first_rows(rows) for cache in caches]
         predictor = self.talker.code_predictor
         c0_embed = self.talker.codec_embed(c0)
         return predictor.predict(hidden, c0_embed, caches, choose, by_row=self.by_row)

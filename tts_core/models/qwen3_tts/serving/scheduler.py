@@ -1,17 +1,14 @@
-"""Continuous batching: one thread steps every active Qwen3-TTS stream together.
+"""Continuous batching, served: one thread steps every active Qwen3-TTS stream together.
 
 scheduler = Scheduler(model, max_batch=8)
 for chunk in scheduler.submit("Hello", voice, seed=1):   # same chunks as model.stream
     play(chunk.audio)
 
-Each scheduler step: drop the rows that were stopped or cancelled (their row and span are free
-at once) -> admit waiting requests while a row and a span of the KV arena are free -> run one
-prefill chunk (at most `prefill_chunk` prompt positions) of the oldest joining request -> one
-decode step for every decoding row (or, while a row has not delivered its first chunk, for the
-rows in that state alone: FIRST_CHUNK_PRIORITY_FRAMES): c0 per row, one batched 15-pass code
-predictor, chunks whose cadence is due decoded and handed to their consumers, one batched talker
-step. A joining request thus delays the running ones by one prefill chunk per step and a few
-steps of its own, never by its whole prompt.
+The Scheduler is the served driver of the one engine (engine.py: BatchEngine, whose `step` it
+runs; `model.stream` steps a one-row engine on its caller's thread instead): `submit` checks a
+request and queues it, the loop thread steps while there is work, and each request's chunks
+reach its consumer through its SequenceStream. A joining request delays the running ones by one
+prefill chunk per step and a few steps of its own, never by its whole prompt.
 
 Every model computation of the served model runs on this one thread: the steps, and, through
 `call`, each request's prompt and each voice. A CPU build of torch parallelizes its ops with
@@ -31,30 +28,21 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-import torch
-
 from ....audio.cadence import Cadence
 from ....engine.model_thread import run_on_passing_thread
-from ..decode_loop import step_input
 from ..model import AudioChunk, Qwen3TTSModel, Voice
-from ..sampling import draw_rows
+from .engine import DEFAULT_PREFILL_CHUNK, FIRST_CHUNK_PRIORITY_FRAMES, BatchEngine
 from .model_runner import ModelRunner
-from .sequence import Sequence, Status
+from .sequence import Sequence
+
+__all__ = ["FIRST_CHUNK_PRIORITY_FRAMES", "Scheduler", "SequenceStream"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_POSITIONS_PER_ROW = 1024  # arena size per row of --max-batch: ~80 s of audio per row
-DEFAULT_PREFILL_CHUNK = 128  # prompt positions per step while other rows decode
-# A row that has not delivered its first chunk steps alone (with other such rows) for up to this
-# many frames: a joiner hears its first audio after steps at its own batch size, not at the
-# full batch's, while the running rows wait those few cheap steps (their gap grows by that
-# much, far less than one steady chunk). Rows are batch-invariant, so no codes change. However
-# many requests keep joining, the running rows are never held back more than this many steps
-# in a row.
-FIRST_CHUNK_PRIORITY_FRAMES = 4
 
 
-class Scheduler:
+class Scheduler(BatchEngine):
     def __init__(
         self,
         model: Qwen3TTSModel,
@@ -66,21 +54,14 @@ class Scheduler:
         max_batch * 1024); a request reserves its prompt + frame limit there when admitted."""
         if prefill_chunk < 1:
             raise ValueError("prefill_chunk must be >= 1")
-        self.model = model
-        self.prefill_chunk = int(prefill_chunk)
-        self._waiting: deque[Sequence] = deque()
-        self._prefilling: list[Sequence] = []
-        self._decoding: list[Sequence] = []
-        self._calls: deque[tuple[Future, Callable[[], Any]]] = deque()
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        self._held_back = 0  # consecutive steps that left running rows out (priority steps)
         capacity = cache_positions or max_batch * DEFAULT_POSITIONS_PER_ROW
         # built on a thread that ends (its RoPE table is a parallel op: see the module doc); the
         # loop thread starts on first use, so a scheduler never used holds no thread
-        self.runner = run_on_passing_thread(lambda: ModelRunner(model, max_batch, capacity))
-        self.max_batch = self.runner.max_batch
+        runner = run_on_passing_thread(lambda: ModelRunner(model, max_batch, capacity))
+        super().__init__(model, runner, prefill_chunk)
+        self._calls: deque[tuple[Future, Callable[[], Any]]] = deque()
+        self._thread: threading.Thread | None = None
+        self._closed = False
 
     # ------------------------------------------------------------------ consumer side
     def submit(
@@ -129,15 +110,6 @@ class Scheduler:
             self._cond.notify_all()
         return future.result()
 
-    @property
-    def active(self) -> int:
-        """Rows in use (prefilling or decoding)."""
-        return len(self._prefilling) + len(self._decoding)
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiting)
-
     def close(self) -> None:
         """Stop the thread; requests still queued or running end without a final chunk."""
         with self._cond:
@@ -153,7 +125,7 @@ class Scheduler:
             self._thread.start()
 
     def _has_work(self) -> bool:
-        return bool(self._calls or self._waiting or self._prefilling or self._decoding)
+        return bool(self._calls) or self.has_requests()
 
     def _loop(self) -> None:
         while True:
@@ -166,13 +138,8 @@ class Scheduler:
                 self._step()
             except Exception as error:  # noqa: BLE001 - a bug outside a guarded step: fail
                 log.exception("scheduler step failed; ending every request")
-                with self._cond:
-                    failed = [*self._waiting, *self._prefilling, *self._decoding]
-                    self._waiting.clear()
-                for seq in failed:
-                    self._finish(seq, error)
-        for seq in [*self._waiting, *self._prefilling, *self._decoding]:
-            self._finish(seq)
+                self._finish_all(error)
+        self._finish_all()
         with self._cond:
             calls, self._calls = list(self._calls), deque()
         for future, _ in calls:
@@ -192,132 +159,7 @@ class Scheduler:
 
     def _step(self) -> None:
         self._run_calls()
-        if not (self._waiting or self._prefilling or self._decoding):
-            return
-        self._drop_stopped()
-        self._admit()
-        if self._prefilling:
-            self._guarded(self._prefilling[:1], self._prefill)
-        if self._decoding:
-            self._guarded(self._rows_to_step(), self._decode_step)
-
-    def _rows_to_step(self) -> list[Sequence]:
-        """Rows before their first chunk alone (see FIRST_CHUNK_PRIORITY_FRAMES), else all."""
-        fresh = [seq for seq in self._decoding
-                 if seq.before_first_chunk and seq.frames < FIRST_CHUNK_PRIORITY_FRAMES]  # fmt: skip
-        if fresh and len(fresh) < len(self._decoding):
-            if self._held_back < FIRST_CHUNK_PRIORITY_FRAMES:
-                self._held_back += 1
-                return fresh
-        self._held_back = 0
-        return list(self._decoding)
-
-    def _guarded(self, seqs: list[Sequence], work: Callable[[list[Sequence]], None]) -> None:
-        """Run `work`; if it raises, the rows it touched fail with the error, the rest go on."""
-        try:
-            work(seqs)
-        except Exception as error:  # noqa: BLE001 - handed to each consumer, raised there
-            log.exception("batch step failed for %d request(s)", len(seqs))
-            for seq in seqs:
-                self._finish(seq, error)
-
-    def _drop_stopped(self) -> None:
-        """Rows whose consumer closed the stream or whose should_stop answers True leave now
-        (a should_stop that raises ends its own request with that error, no other)."""
-        with self._cond:
-            everyone = [*self._waiting, *self._prefilling, *self._decoding]
-        for seq in everyone:
-            try:
-                stop, failure = seq.stopped, None
-            except Exception as error:  # noqa: BLE001 - the consumer's callback failed
-                stop, failure = True, error
-            if stop:
-                with self._cond:
-                    if seq in self._waiting:
-                        self._waiting.remove(seq)
-                self._finish(seq, failure)
-
-    def _admit(self) -> None:
-        while self.active < self.max_batch:
-            with self._cond:
-                if not self._waiting:
-                    return
-                seq = self._waiting[0]
-                try:
-                    admitted = self.runner.admit(seq)
-                except Exception as error:  # noqa: BLE001 - e.g. the voice's decoder state
-                    self._waiting.popleft()
-                    self._finish(seq, error)
-                    continue
-                if not admitted:
-                    return  # first come, first served: wait until a span frees
-                self._waiting.popleft()
-            self._prefilling.append(seq)
-
-    def _prefill(self, seqs: list[Sequence]) -> None:
-        seq = seqs[0]
-        if self.runner.prefill(seq, self.prefill_chunk):
-            self._prefilling.remove(seq)
-            seq.status = Status.DECODING
-            self._decoding.append(seq)
-
-    @torch.inference_mode()
-    def _decode_step(self, seqs: list[Sequence]) -> None:
-        going, c0s = [], []
-        for seq in seqs:
-            c0 = seq.choose_c0()
-            if seq.is_stop(c0):
-                self._deliver(seq, "eos")
-            else:
-                going.append(seq)
-                c0s.append(c0)
-        if not going:
-            return
-        rows = len(going)
-        c0 = torch.cat(c0s)
-        codes = self.runner.predict(going, c0, _row_chooser(going))
-        stepping, inputs = [], []
-        for row, seq in enumerate(going):
-            frame = torch.cat([c0[row : row + 1], codes[row]])  # (G,)
-            seq.add_frame(frame, rows)
-            if seq.at_limit:
-                self._deliver(seq, seq.limit_reason)
-                continue
-            if seq.chunk_due:
-                self._deliver(seq, None)
-            stepping.append(seq)
-            inputs.append(self._step_input(seq, frame))
-        if stepping:
-            self.runner.talker_step(stepping, torch.cat(inputs))
-
-    def _step_input(self, seq: Sequence, frame: torch.Tensor) -> torch.Tensor:
-        model = self.model
-        return step_input(model.talker, model.special, seq.prompt, frame, seq.frames - 1)
-
-    def _deliver(self, seq: Sequence, stop_reason: str | None) -> None:
-        """Decode the pending frames into the next chunk; with a stop reason it is the last."""
-        frames, waited_s, batch = seq.take_chunk()
-        chunk = self.model.decode_chunk(seq.decoder_state, frames, waited_s, stop_reason, batch)
-        seq.outbox.put(chunk)
-        if stop_reason is not None:
-            self._finish(seq)
-
-    def _finish(self, seq: Sequence, failure: BaseException | None = None) -> None:
-        """Take `seq` out of the batch, free its row and span, and end its stream (with
-        `failure` raised to its consumer)."""
-        for group in (self._prefilling, self._decoding):
-            if seq in group:
-                group.remove(seq)
-        self.runner.release(seq)
-        seq.outbox.end(failure)
-
-
-def _row_chooser(seqs: list[Sequence]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """(R, V) logits of one code-predictor pass -> (R,) ids, each row with its own sampling
-    parameters and generator (draw_rows: the same ids as each row drawn alone)."""
-    params = [seq.settings.subtalker for seq in seqs]
-    generators = [seq.generator for seq in seqs]
-    return lambda logits: draw_rows(logits, params, generators)
+        self.step()
 
 
 class SequenceStream:

@@ -1,9 +1,11 @@
-"""One request inside the batch scheduler: everything that differs from row to row.
+"""One request inside the engine: everything that differs from row to row.
 
 Its own prompt and position, sampling parameters, random generator, c0 history (repetition
-penalty), stop ids, frame limit, chunk cadence, span of the KV arena and codec-decoder state.
-The scheduler thread owns every field except `cancelled` and the outbox, which the consumer
-uses to stop it and to read its chunks.
+penalty), stop ids, frame limit, chunk cadence, span of the KV cache and codec-decoder state.
+The stepping thread (the scheduler's, or the caller's for `model.stream`) owns every field
+except `cancelled` and the outbox, which the consumer uses to stop it and to read its chunks.
+A request made with `audio=False` (`model.frames`) has no decoder state: its outbox receives
+lists of code frames instead of AudioChunks, and no codec is needed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 
 from ....audio.cadence import Cadence
 from ....engine.handoff import Handoff
-from ..decode_loop import DecodeSettings, stop_id_tensor, talker_sampler
+from ..decode_settings import DecodeSettings, stop_id_tensor, talker_sampler
 from ..prompt import Prompt
 from ..sampling import make_generator
 from ..talker import Talker
@@ -40,12 +42,16 @@ class Sequence:
         voice: object,
         cadence: Cadence,
         should_stop: Callable[[], bool],
+        audio: bool = True,
+        outbox: Handoff | None = None,
     ) -> None:
+        """outbox: where its chunks go (None: a Handoff to a consumer on another thread)."""
         self.prompt = prompt
         self.settings = settings
         self.voice = voice
         self.cadence = cadence
         self.should_stop = should_stop
+        self.audio = audio  # False: code frames only, no codec-decoder state (model.frames)
         self.limit, self.limit_reason = settings.frame_limit()
         self.prompt_len = prompt.prefill.shape[1]
         device = talker.device
@@ -54,7 +60,7 @@ class Sequence:
         self.stop_ids = stop_id_tensor(talker, settings)
         self.status = Status.WAITING
         self.cancelled = threading.Event()
-        self.outbox = Handoff()  # its chunks, then the end or its error
+        self.outbox = Handoff() if outbox is None else outbox  # chunks, then end or error
         self.submitted = time.perf_counter()
         # set at admission / while running
         self.span: Span | None = None
@@ -65,6 +71,9 @@ class Sequence:
         self.frames = 0  # frames emitted
         self.logits: torch.Tensor | None = None  # (1, V) float32: the next c0's logits
         self.hidden: torch.Tensor | None = None  # (1, H): the talker's last final-norm hidden
+        # the last frame while the talker has not consumed it yet: its talker step runs at the
+        # start of the row's next decode step (BatchEngine._decode_step)
+        self.awaiting_step: torch.Tensor | None = None
         self.pending: list[torch.Tensor] = []  # frames of the chunk being gathered
         self.chunk_batch = 0  # most rows stepped together for the pending frames
         self.chunk_started = self.submitted
@@ -88,7 +97,7 @@ class Sequence:
         """Drop the per-request state; returns the span to give back to the arena."""
         span, self.span = self.span, None
         self.caches, self.decoder_state, self.history = [], None, None
-        self.logits = self.hidden = None
+        self.logits = self.hidden = self.awaiting_step = None
         self.status = Status.DONE
         return span
 
@@ -135,3 +144,9 @@ class Sequence:
         taken = (self.pending, now - self.chunk_started, max(self.chunk_batch, 1))
         self.pending, self.chunk_batch, self.chunk_started = [], 0, now
         return taken
+
+    def restart_clock(self) -> None:
+        """The next chunk's time counts from now (the consumer stepping this request inline
+        took its chunk and has handed control back: its own time is not compute)."""
+        if not self.pending:
+            self.chunk_started = time.perf_counter()
