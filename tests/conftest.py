@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,89 @@ def engine(espeak_backend):
     from tts_core.engine import Engine
 
     return Engine(espeak_backend)
+
+
+# Tests of Stop / cancel / disconnect: how soon a request ends after its cancel depends on the
+# machine, what it did after the cancel does not. None of these constants is a speed claim.
+HELD_AFTER_S = 1.0  # audio a held request gives at full speed: the default cadence's first two
+# chunks (2 + 6 frames of 80 ms) and more
+TRICKLE_S = 0.15  # then one piece (~74 ms of eSpeak audio) per TRICKLE_S until its cancel: the
+# rest of a long text (600+ pieces) would take longer than HANG_S
+HANG_S = 60.0  # how long a test waits for what a broken path never does
+
+
+class HeldRun:
+    """One request of a HeldBackend: `holding` once it trickles, `cancelled` once its cancel
+    came while it trickled, `after_cancel` = pieces it was asked for once the cancel was set,
+    `ended` once its stream was closed."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.holding = threading.Event()
+        self.cancelled = threading.Event()
+        self.after_cancel = 0
+        self.ended = threading.Event()
+
+
+class HeldBackend:
+    """A backend (the real eSpeak one, in the tests) whose requests for `held` texts slow down
+    after HELD_AFTER_S of audio to one piece per TRICKLE_S, until their cancel comes.
+
+    Such a request does not end by itself while a test waits (HANG_S), so the test counts what
+    happened after the cancel instead of timing how soon the request ended: a busy machine
+    cannot make it fail and a fast one cannot hide a broken path. The engine looks at the
+    cancel after every piece, so a correct path asks for one piece at most after it (the one
+    it was waiting for). The pieces keep coming (slowly) because Gradio stops a streaming job
+    only when its handler yields. `release` (at the end of a test) lets every request go on at
+    full speed."""
+
+    def __init__(self, inner, held=lambda text: True) -> None:  # noqa: ANN001
+        self._inner = inner
+        self._held = held
+        self._released = threading.Event()
+        self.runs: list[HeldRun] = []
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - the inner backend's attributes
+        return getattr(self._inner, name)
+
+    def release(self) -> None:
+        self._released.set()
+
+    def stream(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
+        run = HeldRun(text)
+        self.runs.append(run)
+        full_speed = int(HELD_AFTER_S * getattr(self._inner, "sample_rate", 24_000))
+        held, produced = self._held(text), 0
+        pieces = self._inner.stream(text, voice, params, cancel)
+        try:
+            for piece in pieces:
+                run.after_cancel += cancel.is_set()
+                yield piece
+                produced += piece.audio.size
+                if held and produced >= full_speed and not self._released.is_set():
+                    run.holding.set()
+                    if cancel.wait(TRICKLE_S):
+                        run.cancelled.set()
+                        held = False
+        finally:
+            pieces.close()
+            run.ended.set()
+
+    def wait_holding(self, since: int = 0, timeout: float = HANG_S) -> HeldRun:
+        """The first request from runs[since] on that trickles, once it does."""
+        deadline = time.monotonic() + timeout
+        while not (held := [run for run in self.runs[since:] if run.holding.is_set()]):
+            assert time.monotonic() < deadline, "no request reached its hold point"
+            time.sleep(0.01)
+        return held[0]
+
+
+@pytest.fixture()
+def held_backend(espeak_backend):
+    """HeldBackend over the real eSpeak backend, holding every request; released at the end."""
+    backend = HeldBackend(espeak_backend)
+    yield backend
+    backend.release()
 
 
 def speech_like(seconds: float, rate: int, f0: float = 140.0, amplitude: float = 0.5) -> np.ndarray:

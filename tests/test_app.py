@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from conftest import HANG_S, HeldBackend
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
@@ -99,73 +100,76 @@ def test_oversize_upload_is_refused(client, tmp_path, speech_like):
     assert client.predict(*args(), api_name="/synthesize_full")[1]["done"]
 
 
-class PacedEspeak:
-    """eSpeak paced like a neural model at ~4x real time, so a request lasts long enough to
-    be cancelled halfway (everything else about it is the real backend)."""
-
-    def __init__(self, backend) -> None:
-        self._backend = backend
-
-    def __getattr__(self, name):
-        return getattr(self._backend, name)
-
-    def stream(self, text, voice, params, cancel):
-        for piece in self._backend.stream(text, voice, params, cancel):
-            time.sleep(piece.audio.size / 24_000 / 4)
-            yield piece
-
-
 @pytest.fixture()
 def slow_app(espeak_backend, free_port):
+    """(engine, url, backend): the page on the real eSpeak voice, whose LONG_TEXT requests
+    slow to a trickle after their first second of audio until their cancel (HeldBackend): a
+    request that must be stopped cannot end on its own first, however fast or slow the
+    machine is."""
     from tts_core.engine import Engine
     from tts_core.ui import build_demo
 
-    engine = Engine(PacedEspeak(espeak_backend))
+    backend = HeldBackend(espeak_backend, held=lambda text: text == LONG_TEXT)
+    engine = Engine(backend)
     demo = build_demo(engine).queue()
     _, url, _ = demo.launch(prevent_thread_lock=True, quiet=True, server_port=free_port)
-    yield engine, url.rstrip("/")
+    yield engine, url.rstrip("/"), backend
+    backend.release()
     demo.close()
 
 
 LONG_TEXT = " ".join(["This long sentence keeps the slow voice busy for a while."] * 12)
 
 
-def wait_until_idle(engine, since: float, limit_s: float = 10.0) -> float:
-    while engine.active_requests and time.monotonic() - since < limit_s:
-        time.sleep(0.05)
-    return time.monotonic() - since
+def wait_until_idle(engine) -> None:
+    """Until no request runs: a hang detector (a held request whose cancel never comes runs
+    forever), not a speed bound."""
+    deadline = time.monotonic() + HANG_S
+    while engine.active_requests:
+        assert time.monotonic() < deadline, f"the request still runs after {HANG_S} s"
+        time.sleep(0.02)
+
+
+def assert_stopped_by_its_cancel(engine, backend) -> None:
+    """The held request ended through its cancel, asking for one piece at most after it (the
+    one it was waiting for), and gave its slot back."""
+    run = backend.runs[-1]
+    assert run.text == LONG_TEXT
+    wait_until_idle(engine)
+    assert run.cancelled.is_set(), "the request ended without its cancel reaching the backend"
+    assert run.ended.is_set()
+    assert run.after_cancel <= 1, f"{run.after_cancel} pieces asked for after the cancel"
 
 
 def test_stop_ends_the_generation_promptly(slow_app):
-    engine, url = slow_app
+    engine, url, backend = slow_app
     client = Client(url, verbose=False)
     job = client.submit(*args(text=LONG_TEXT), api_name="/synthesize")
-    deadline = time.monotonic() + 60
-    while len(job.outputs()) < 2 and time.monotonic() < deadline:
+    backend.wait_holding()
+    deadline = time.monotonic() + HANG_S
+    while len(job.outputs()) < 2:  # the page got its first chunks
+        assert time.monotonic() < deadline, "no chunks reached the client"
         time.sleep(0.05)
     assert engine.active_requests == 1
-    cancelled_at = time.monotonic()
     job.cancel()
-    assert wait_until_idle(engine, cancelled_at) < 3  # the whole text would take ~10 s more
-    assert engine.active_requests == 0
+    assert_stopped_by_its_cancel(engine, backend)
     assert client.predict(*args(text="Still here."), api_name="/synthesize_full")[1]["done"]
 
 
 def test_client_disconnect_ends_the_generation_promptly(slow_app):
     import httpx
 
-    engine, url = slow_app
+    engine, url, backend = slow_app
     data = [LONG_TEXT, "english", None, "", *ADVANCED, *GUIDANCE, None]  # plain HTTP: all 14
     event = httpx.post(f"{url}/gradio_api/call/synthesize", json={"data": data}).json()["event_id"]
     chunks = 0
-    with httpx.stream("GET", f"{url}/gradio_api/call/synthesize/{event}", timeout=60) as sse:
+    with httpx.stream("GET", f"{url}/gradio_api/call/synthesize/{event}", timeout=HANG_S) as sse:
         for line in sse.iter_lines():
             chunks += line.startswith("event: generating")
             if chunks == 2:
                 break  # leaving the block closes the connection: a client that went away
     assert engine.active_requests == 1
-    assert wait_until_idle(engine, time.monotonic()) < 3
-    assert engine.active_requests == 0
+    assert_stopped_by_its_cancel(engine, backend)
 
 
 def test_unloadable_model_falls_back_to_espeak_with_a_notice(launch_app, tmp_path):
@@ -183,37 +187,28 @@ def test_unloadable_model_falls_back_to_espeak_with_a_notice(launch_app, tmp_pat
     assert any("built-in eSpeak NG voice" in notice for notice in stats["notices"])
 
 
-def _wait_running(engine, limit_s: float = 60) -> None:
-    deadline = time.monotonic() + limit_s
-    while engine.active_requests == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert engine.active_requests == 1
-    time.sleep(0.5)  # well inside the synthesis
-
-
 def test_cancelled_full_synthesis_frees_the_engine(slow_app):
     """A cancelled /synthesize_full kept synthesizing ~7 s, holding the engine's slot."""
-    engine, url = slow_app
+    engine, url, backend = slow_app
     client = Client(url, verbose=False)
     job = client.submit(*args(text=LONG_TEXT), api_name="/synthesize_full")
-    _wait_running(engine)
-    cancelled_at = time.monotonic()
+    backend.wait_holding()  # well inside the synthesis, and it cannot end by itself
     job.cancel()
-    assert wait_until_idle(engine, cancelled_at) < 2  # the whole text would take ~10 s more
+    assert_stopped_by_its_cancel(engine, backend)
     assert client.predict(*args(text="Still here."), api_name="/synthesize_full")[1]["done"]
 
 
 def test_lost_client_of_full_synthesis_frees_the_engine(slow_app):
     import httpx
 
-    engine, url = slow_app
+    engine, url, backend = slow_app
     data = [LONG_TEXT, "english", None, "", *ADVANCED, *GUIDANCE, None]  # plain HTTP: all 14
     call = f"{url}/gradio_api/call/synthesize_full"
     event = httpx.post(call, json={"data": data}).json()["event_id"]
-    with httpx.stream("GET", f"{call}/{event}", timeout=60):  # headers only: no event comes
-        _wait_running(engine)  # before the end for a function that is not a generator
-    left_at = time.monotonic()  # leaving the block closed the connection
-    assert wait_until_idle(engine, left_at) < 3
+    with httpx.stream("GET", f"{call}/{event}", timeout=HANG_S):  # headers only: no event comes
+        backend.wait_holding()  # before the end for a function that is not a generator
+    # leaving the block closed the connection
+    assert_stopped_by_its_cancel(engine, backend)
 
 
 def test_command_line_weight_options():

@@ -6,6 +6,10 @@ checks `MediaSource.isTypeSupported` first and fails with that reason otherwise)
 waits for the live <audio> element's own `playing` event and for its `currentTime` to advance,
 and it also records the HLS responses (playlist.m3u8 and .aac segments) the page fetched. The
 time from the click to `playing` is the time to first audio as a listener hears it.
+
+Stop is tested on the same page served in this process over a held eSpeak voice
+(conftest.HeldBackend), so the stream is still running whenever Stop is clicked; there the
+Stop button's place is also recorded on every frame while chunks arrive: it must not move.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
+from conftest import HANG_S, HeldBackend
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
@@ -24,12 +30,12 @@ FLAGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
 RECORDER = """
-window.__media = [];
+window.__media = [];  // event timestamps: the stats panel's own clock (click -> 'playing')
 for (const type of ['play', 'playing', 'timeupdate', 'error']) {
   document.addEventListener(type, (e) => {
     const owner = e.target.closest && e.target.closest('[id]');
     if (e.target.tagName === 'AUDIO' && owner)
-      window.__media.push([type, performance.now(), e.target.currentTime, owner.id]);
+      window.__media.push([type, e.timeStamp, e.target.currentTime, owner.id]);
   }, true);
 }
 window.__stats = [];
@@ -38,8 +44,8 @@ new MutationObserver(() => {
   if (node && window.__stats[window.__stats.length - 1] !== node.innerText)
     window.__stats.push(node.innerText);
 }).observe(document, {subtree: true, childList: true, characterData: true});
-document.addEventListener('click', (e) => {
-  if (e.target.closest && e.target.closest('#generate')) window.__media.push(['click', performance.now(), 0, '']);
+document.addEventListener('pointerdown', (e) => {
+  if (e.target.closest && e.target.closest('#generate')) window.__media.push(['click', e.timeStamp, 0, '']);
 }, true);
 """
 
@@ -80,7 +86,7 @@ def stat(page, name: str) -> str:
 def wait_for_state(page, state: str) -> None:
     page.wait_for_function(
         f"() => document.querySelector(\"#live-stats [data-s='state']\")?.textContent === '{state}'",
-        timeout=30_000,
+        timeout=HANG_S * 1000,  # a hang detector, not a speed bound
     )
 
 
@@ -129,9 +135,11 @@ def test_page_streams_audio_that_plays_and_stats_update(app_server, browser_cont
     print(f"time to first audio: engine {stat(page, 'engine')} (request -> first chunk), "
           f"browser {audible_s:.3f} s (click -> <audio> 'playing'), "
           f"panel {stat(page, 'heard')}")  # fmt: skip
-    assert 0 < audible_s < 10
+    assert audible_s > 0  # how soon is printed, not asserted: a loaded machine takes seconds
     heard_ms = int(re.fullmatch(r"(\d+) ms", stat(page, "heard")).group(1))
-    assert abs(heard_ms - audible_s * 1000) < 100  # the panel's heard = click -> 'playing'
+    # the panel's heard = press on Generate -> the first 'playing', from the events' own
+    # timestamps as recorded here (not from when a busy page got to handle them): equal
+    assert abs(heard_ms - audible_s * 1000) <= 1
     assert re.fullmatch(r"\d+ ms", stat(page, "engine"))
     assert any(u.endswith("playlist.m3u8") for u in streamed)
     assert any(u.endswith(".aac") for u in streamed)
@@ -168,25 +176,113 @@ def set_chunk_frames(page, first: int, steady: int) -> None:
         box.press("Enter")
 
 
-def test_stop_ends_the_stream(app_server, browser_context):
-    url, _ = app_server
-    page = browser_context.new_page()
-    open_with_standard_player(page, url)
-    page.fill("#text textarea", " ".join(["This is a long text that will be stopped."] * 23))
-    set_chunk_frames(page, first=1, steady=1)  # ~700 chunks of 80 ms: a stream of many seconds
+STOP_TEXT = " ".join(["This is a long text that will be stopped."] * 23)
+# Stop's box on every animation frame, in page coordinates (a scroll is no layout shift)
+BOX_RECORDER = """() => {
+  window.__stopBoxes = [];
+  const sample = () => {
+    const b = document.querySelector('#stop').getBoundingClientRect();
+    window.__stopBoxes.push([b.x + scrollX, b.y + scrollY, b.width, b.height].map(Math.round));
+    if (window.__stopBoxes.length < 100000) requestAnimationFrame(sample);
+  };
+  sample();
+}"""
+
+
+@pytest.fixture(scope="module")
+def held_page(espeak_backend):
+    """(url, engine, backend): the page in this process on the real eSpeak voice, whose
+    STOP_TEXT requests trickle after their first second of audio until their cancel
+    (conftest.HeldBackend): a stream that is still running when Stop is clicked, however
+    fast or slow the machine is."""
+    from test_openai_api import RecordingEngine, free_port
+
+    from tts_core.audio.ffmpeg import ensure_ffmpeg_on_path
+    from tts_core.ui import build_demo
+
+    ensure_ffmpeg_on_path()  # the standard gr.Audio player encodes AAC with ffmpeg
+    backend = HeldBackend(espeak_backend, held=lambda text: text == STOP_TEXT)
+    engine = RecordingEngine(backend)
+    demo = build_demo(engine).queue()
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
+                            server_port=free_port(), quiet=True)  # fmt: skip
+    try:
+        yield url.rstrip("/"), engine, backend
+    finally:
+        backend.release()
+        demo.close()
+
+
+def start_long_stream(page, url: str, backend, standard: bool):  # noqa: ANN201 - HeldRun
+    """Open the page, ask for many 1-frame chunks of STOP_TEXT, record Stop's box on every
+    frame from before Generate on, and return the request once it is past its first chunks."""
+    if standard:
+        open_with_standard_player(page, url)
+    else:
+        page.goto(url)
+        page.wait_for_function("() => window.__ttsLowLatency !== undefined", timeout=30_000)
+    page.fill("#text textarea", STOP_TEXT)
+    set_chunk_frames(page, first=1, steady=1)  # a chunk per 80 ms: the page updates a lot
+    page.locator("#stop").scroll_into_view_if_needed()
+    page.evaluate(BOX_RECORDER)
+    before = len(backend.runs)
     page.click("#generate")
-    page.wait_for_function(
+    run = backend.wait_holding(since=before)
+    page.wait_for_function(  # the page shows the chunks
         "() => /\\d+ chunks/.test(document.querySelector(\"#live-stats [data-s='chunks']\").textContent)",
-        timeout=30_000,
+        timeout=HANG_S * 1000,
     )
-    page.click("#stop")
-    page.wait_for_timeout(2000)
-    at_stop = stat(page, "chunks")
-    page.wait_for_timeout(2000)
-    assert stat(page, "chunks") == at_stop  # no more chunks arrive
-    assert stat(page, "state") == "Stopped"
-    chunks = int(re.fullmatch(r"(\d+) chunks", at_stop).group(1))
-    assert chunks < 500  # stopped well before the ~700 chunks of the whole text
+    return run
+
+
+def click_stop(page) -> None:
+    """A real mouse click at the middle of Stop. Not `page.click`: its actionability wait
+    needs two animation frames with the same box, which a page busy drawing chunks on a
+    loaded machine may not paint in time (seen: 30 s "waiting for element to be visible,
+    enabled and stable"); that the box does not move is asserted, not waited for."""
+    box = page.locator("#stop").bounding_box()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+
+
+@pytest.mark.parametrize("standard", [False, True], ids=["low-latency", "standard"])
+def test_the_stop_button_stays_put_while_chunks_arrive(browser_context, held_page, standard):
+    """Stop must not move while the stream updates the page (the stats panel, the player's
+    status, the live audio): a button that shifts under the pointer is one a user misses, and
+    one Playwright never finds stable."""
+    url, engine, backend = held_page
+    page = browser_context.new_page()
+    start_long_stream(page, url, backend, standard)
+    chunks = page.text_content("#live-stats [data-s='chunks']")
+    page.wait_for_function(  # and a few more chunks drawn
+        f"() => document.querySelector(\"#live-stats [data-s='chunks']\").textContent !== '{chunks}'",
+        timeout=HANG_S * 1000,
+    )
+    boxes = page.evaluate("window.__stopBoxes")
+    click_stop(page)
+    wait_for_state(page, "Stopped")
+    page.close()
+    assert len(boxes) >= 2 and len({tuple(b) for b in boxes}) == 1, boxes[
+        :: max(1, len(boxes) // 20)
+    ]
+
+
+def test_stop_ends_the_stream(browser_context, held_page):
+    url, engine, backend = held_page
+    page = browser_context.new_page()
+    run = start_long_stream(page, url, backend, standard=True)
+    click_stop(page)
+    wait_for_state(page, "Stopped")
+    deadline = time.monotonic() + HANG_S
+    while engine.active_requests:  # a hang detector, not a speed bound
+        assert time.monotonic() < deadline, "the synthesis still runs after Stop"
+        time.sleep(0.02)
+    assert run.cancelled.is_set(), "the stream ended without Stop reaching the synthesis"
+    assert run.after_cancel <= 1  # no more chunks made after Stop (one in flight at most)
+    made = engine.runs[-1]["stats"]["chunks"]
+    # every chunk the page counts was made before Stop took effect; the text has 700+
+    shown = int(re.fullmatch(r"(\d+) chunks", stat(page, "chunks")).group(1))
+    assert 0 < shown <= made < 500
+    page.close()
 
 
 def test_real_page_defaults_to_the_low_latency_player(app_server, browser_context):
@@ -208,4 +304,9 @@ def test_real_page_defaults_to_the_low_latency_player(app_server, browser_contex
           f"engine {run['engineTtfaMs']:.0f} ms")  # fmt: skip
     page.wait_for_selector("#lowlatency-player [data-ll='download']:not([hidden])")
     wait_for_state(page, "Done")  # the same stats panel, filled by the low-latency player
-    assert re.fullmatch(r"\d+ ms", stat(page, "heard")) and stat(page, "underruns") == "0"
+    assert re.fullmatch(r"\d+ ms", stat(page, "heard"))
+    # its underrun count (the standard player shows "–"): how many depends on how busy the
+    # machine is (a chunk that comes late makes playback wait), so it is checked, not zeroed
+    shown = re.fullmatch(r"(\d+)(?: \((\d+) ms silent\))?", stat(page, "underruns"))
+    assert shown and int(shown.group(1)) == run["underruns"], stat(page, "underruns")
+    assert (run["underruns"] > 0) == (shown.group(2) is not None) == (run["silentMs"] > 0)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
 import numpy as np
 import pytest
+from conftest import HANG_S
 
 from tts_core.engine import (
     BackendChunk,
@@ -96,17 +98,31 @@ def test_cancel_stops_promptly(espeak_backend):
     assert engine.active_requests == 0
 
 
-def test_handle_cancel_ends_the_worker(engine):
+def test_handle_cancel_ends_the_worker(held_backend):
+    """The handle's cancel reaches the backend, which is asked for one piece at most after it
+    (counted, not timed: the held request waits for its cancel, see HeldBackend)."""
+    engine = Engine(held_backend)
     long_text = " ".join(["Another long sentence to keep the voice busy for a while."] * 15)
     handle = StreamHandle(engine, request(long_text))
-    assert handle.next_event(timeout=10) is not None
+    assert handle.next_event(timeout=HANG_S) is not None
+    run = held_backend.wait_holding()
     handle.cancel()
-    started = time.monotonic()
-    rest = list(handle)  # ends: the worker stops after the event it was computing
-    assert time.monotonic() - started < 5 and not any(
-        e.final and e.stats["stop_reason"] == "end" for e in rest
-    )
-    assert engine.active_requests == 0
+    rest = drain(handle)
+    assert run.cancelled.is_set() and run.after_cancel <= 1
+    assert not any(e.final and e.stats["stop_reason"] == "end" for e in rest)
+    assert run.ended.is_set() and engine.active_requests == 0
+
+
+def drain(handle: StreamHandle) -> list:
+    """The handle's remaining events (a hang detector, not a speed bound: HANG_S per event)."""
+    events = []
+    while True:
+        try:
+            event = handle.next_event(timeout=HANG_S)
+        except StopIteration:
+            return events
+        assert event is not None, f"no event and no end in {HANG_S} s"
+        events.append(event)
 
 
 def test_concurrent_requests_do_not_corrupt_each_other(engine, speech_like):
@@ -138,21 +154,44 @@ def test_concurrent_requests_do_not_corrupt_each_other(engine, speech_like):
 
 
 def test_concurrency_limit_queues_requests(espeak_backend):
+    """With one slot taken, a second request waits in line (seen parked there, not timed), then
+    runs once the first ends; its queue_wait_s covers at least the time it was seen waiting."""
     engine = Engine(espeak_backend, EngineConfig(max_concurrent=1))
     first = engine.stream(request())
-    next(first)  # holds the only slot
-    waiting = {}
-
-    def second() -> None:
-        waiting["stats"] = list(engine.stream(request("Waiting in line.")))[-1].stats
-
-    thread = threading.Thread(target=second)
+    next(first)  # holds the only slot while it is not read on
+    second = engine.stream(request("Waiting in line."))  # its place in line, taken now
+    assert (engine.active_requests, engine.waiting_requests) == (1, 1)
+    results: dict = {}
+    thread = threading.Thread(target=lambda: results.update(events=list(second)), daemon=True)
     thread.start()
-    time.sleep(0.3)
-    assert "stats" not in waiting and engine.active_requests == 1
+    # either it parks in the line (correct) or it gets through and produces (a broken limit)
+    deadline = time.monotonic() + HANG_S
+    while not (parked := _waiting_for_its_turn(thread)) and not results:
+        assert time.monotonic() < deadline and thread.is_alive(), "the second request vanished"
+        time.sleep(0.005)
+    assert parked and not results, "the second request ran beside the first"
+    parked_at = time.perf_counter()
+    time.sleep(0.05)  # a wait long enough to show in the stats (rounded to 0.1 ms)
+    assert (engine.active_requests, engine.waiting_requests) == (1, 1) and not results
+    released_at = time.perf_counter()
     list(first)
-    thread.join(timeout=30)
-    assert waiting["stats"]["queue_wait_s"] >= 0.25
+    thread.join(timeout=HANG_S)
+    stats = results["events"][-1].stats
+    assert stats["done"] and stats["stop_reason"] == "end"
+    # its wait began before it was seen parked and ended after the first one's release
+    assert stats["queue_wait_s"] >= released_at - parked_at - 1e-4
+
+
+def _waiting_for_its_turn(thread: threading.Thread) -> bool:
+    """`thread` is blocked in Ticket.wait_turn (its place in the engine's line)."""
+    from tts_core.engine.admission import Ticket
+
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code is Ticket.wait_turn.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def test_voice_is_cached_per_reference(engine, speech_like):
@@ -188,7 +227,7 @@ class FrameChunks:
 
     def __init__(self, signal: np.ndarray, first: int, steady: int) -> None:
         self.signal, self.sizes = signal, (first, steady)
-        self.yielded_at: list[float] = []
+        self.log: list[tuple[str, int]] = []  # ("made", i) as chunk i is yielded
 
     def sampling_defaults(self):
         return {}
@@ -199,9 +238,10 @@ class FrameChunks:
         return Voice(self.name, None)
 
     def stream(self, text, voice, params, cancel):
-        start, size = 0, self.sizes[0] * self.frame_samples
+        start, size, index = 0, self.sizes[0] * self.frame_samples, 0
         while start < self.signal.size:
-            self.yielded_at.append(time.perf_counter())
+            self.log.append(("made", index))
+            index += 1
             yield BackendChunk(self.signal[start : start + size], frames=size // 1920)
             start, size = start + size, self.sizes[1] * self.frame_samples
             time.sleep(0.05)  # "compute" of the next chunk
@@ -211,16 +251,19 @@ def test_dependent_chunks_pass_through_without_crossfade_or_delay():
     t = np.arange(20 * 1920) / RATE
     signal = (0.5 * np.sin(2 * np.pi * 200 * t)).astype(np.float32)
     backend = FrameChunks(signal, first=2, steady=6)
-    events, arrived = [], []
+    events, log = [], backend.log
     for event in Engine(backend).stream(request(first_chunk_frames=2, chunk_frames=6)):
         events.append(event)
-        arrived.append(time.perf_counter())
+        log.append(("got", event.index))
     out = np.concatenate([e.audio for e in events])
     assert out.size == signal.size  # no overlap-add anywhere
     assert np.array_equal(out[120:-120], signal[120:-120])  # only the 5 ms end fades differ
-    # each model chunk becomes an event as soon as it exists (not one chunk later)
-    for made, got in zip(backend.yielded_at, arrived, strict=False):
-        assert got - made < 0.04
+    # each model chunk becomes an event as soon as it exists, not one chunk later: event i
+    # reaches the consumer before the backend is asked for chunk i + 1 (order, not seconds)
+    made = [i for kind, i in log if kind == "made"]
+    assert made == [0, 1, 2, 3]  # 20 frames: 2 + 6 + 6 + 6
+    for i in made[:-1]:
+        assert log.index(("got", i)) < log.index(("made", i + 1)), log
 
 
 SAMPLES = {
@@ -251,11 +294,32 @@ def test_auto_language_follows_the_script():
         assert guesses[language] == language
 
 
-def test_first_audio_arrives_long_before_the_synthesis_ends(engine):
+class CountingBackend:
+    """A backend, counting the pieces it has handed to the engine."""
+
+    def __init__(self, inner) -> None:  # noqa: ANN001
+        self._inner, self.pieces = inner, 0
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - the inner backend's attributes
+        return getattr(self._inner, name)
+
+    def stream(self, *args):  # noqa: ANN002, ANN201
+        for piece in self._inner.stream(*args):
+            self.pieces += 1
+            yield piece
+
+
+def test_first_audio_arrives_long_before_the_synthesis_ends(espeak_backend):
+    """Streamed, not one file at the end: the first event reaches the consumer when the backend
+    has handed over a small part of the text's pieces (counted, not timed)."""
+    backend = CountingBackend(espeak_backend)
     long_text = " ".join(f"Sentence number {i} is here to make the text long." for i in range(18))
-    events = list(engine.stream(request(long_text)))
+    events, pieces_at_first = [], None
+    for event in Engine(backend).stream(request(long_text)):
+        events.append(event)
+        pieces_at_first = pieces_at_first or backend.pieces
     stats = events[-1].stats
-    assert stats["audio_s"] > 30
-    assert (
-        stats["time_to_first_audio_s"] < 0.3 * stats["wall_s"]
-    )  # streamed, not one file at the end
+    assert stats["audio_s"] > 30 and len(events) > 10
+    # the first chunk is 2 frames (0.16 s) of > 30 s: its pieces and at most one more
+    assert pieces_at_first <= backend.pieces / 10, (pieces_at_first, backend.pieces)
+    assert 0 < stats["time_to_first_audio_s"] < stats["wall_s"]

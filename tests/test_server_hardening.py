@@ -15,6 +15,7 @@ import time
 import httpx
 import numpy as np
 import pytest
+from conftest import HANG_S  # wait_until's deadlines: hang detectors, not speed claims
 from test_openai_api import PacedBackend, RecordingEngine, assert_error, serve, wait_until
 
 from tts_core.engine import EngineConfig
@@ -149,13 +150,69 @@ def test_api_key_guards_v1_only(engine, tmp_path):
         )
 
 
-def test_openai_client_sends_the_key_the_server_expects():
-    """What the openai SDK sends (Authorization: Bearer <api_key>) is what _check_key reads."""
-    from starlette.requests import Request
+# What openai-python (1.x/2.x) sends for `OpenAI(base_url=URL + "/v1", api_key=KEY)
+# .audio.speech.create(...)`, header for header (its _base_client default_headers,
+# platform_headers and _build_headers; Accept from resources/audio/speech.py), over httpx: no
+# Origin (not a browser), the key as a Bearer token, JSON written compactly.
+SDK_VERSION = "2.54.0"
+SDK_HEADERS = {
+    "Accept": "application/octet-stream",
+    "Content-Type": "application/json",
+    "User-Agent": f"OpenAI/Python {SDK_VERSION}",
+    "X-Stainless-Lang": "python",
+    "X-Stainless-Package-Version": SDK_VERSION,
+    "X-Stainless-OS": "Linux",
+    "X-Stainless-Arch": "x64",
+    "X-Stainless-Runtime": "CPython",
+    "X-Stainless-Runtime-Version": "3.11.9",
+    "X-Stainless-Async": "false",
+    "x-stainless-retry-count": "0",
+    "x-stainless-read-timeout": "600",
+}
+SDK_BODY = {"input": TEXT, "model": "tts-1", "voice": "alloy", "response_format": "pcm"}
 
-    scope = {"type": "http", "method": "POST", "path": "/v1/audio/speech",
-             "headers": [(b"authorization", b"Bearer k"), (b"host", b"127.0.0.1:1")]}  # fmt: skip
-    AccessPolicy(api_key="k").check(Request(scope), api=True)  # no error
+
+def sdk_speech(url: str, api_key: str | None, **body) -> httpx.Response:  # noqa: ANN003
+    headers = dict(SDK_HEADERS)
+    if api_key is not None:
+        headers["Authorization"] = f"Bearer {api_key}"
+    content = json.dumps({**SDK_BODY, **body}, separators=(",", ":")).encode()
+    return httpx.post(f"{url}/v1/audio/speech", content=content, headers=headers, timeout=30)
+
+
+def test_the_openai_sdks_request_passes_the_key_check_and_a_wrong_key_does_not(engine, tmp_path):
+    """The request the openai SDK sends, with the server's key: speech; with another key or
+    none: 401 with the SDK's error shape (openai.AuthenticationError is raised from it)."""
+    with serve(make_app(engine, tmp_path, access=AccessPolicy(api_key="s3cret"))) as url:
+        speech = sdk_speech(url, "s3cret")
+        assert speech.status_code == 200, speech.text[:300]
+        assert len(speech.content) > 24_000  # pcm: > 0.5 s of 24 kHz int16
+        for key in ("wrong", "s3cre", None):
+            refused = sdk_speech(url, key)
+            assert assert_error(refused, 401)["code"] == "invalid_api_key"
+            assert refused.headers["www-authenticate"] == "Bearer"
+        models = httpx.get(f"{url}/v1/models", timeout=10,
+                           headers={**SDK_HEADERS, "Accept": "application/json",
+                                    "Authorization": "Bearer s3cret"})  # fmt: skip
+        assert models.status_code == 200 and models.json()["data"]
+
+
+def test_the_openai_sdk_itself_gets_speech_with_the_key(engine, tmp_path):
+    openai = pytest.importorskip(
+        "openai",
+        reason="the openai SDK is not installed: the request its installed version builds "
+        "(URL joining, headers, error mapping) is not exercised; the test above sends the one "
+        "openai-python 1.x/2.x sends",
+    )
+    with serve(make_app(engine, tmp_path, access=AccessPolicy(api_key="s3cret"))) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="s3cret", max_retries=0)
+        speech = client.audio.speech.create(model="tts-1", voice="alloy", input=TEXT,
+                                            response_format="pcm")  # fmt: skip
+        assert len(speech.content) > 24_000
+        assert client.models.list().data
+        wrong = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.audio.speech.create(model="tts-1", voice="alloy", input=TEXT)
 
 
 @pytest.mark.parametrize(
@@ -336,10 +393,10 @@ def test_v1_busy_check_counts_waiters(espeak_backend, tmp_path):
             with httpx.stream("POST", f"{url}/tts_stream/pcm", json={"text": LONG},
                               timeout=60) as second:  # fmt: skip
                 assert second.status_code == 200  # admitted: it waits in line
-                wait_until(lambda: engine.waiting_requests == 1, 5)
+                wait_until(lambda: engine.waiting_requests == 1, HANG_S)
                 third = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=10)
                 assert assert_error(third, 503)["code"] == "engine_busy"
-        wait_until(lambda: engine.active_requests + engine.waiting_requests == 0, 10)
+        wait_until(lambda: engine.active_requests + engine.waiting_requests == 0, HANG_S)
 
 
 def test_closed_connection_while_waiting_gives_the_place_back(espeak_backend, tmp_path):
@@ -355,9 +412,9 @@ def test_closed_connection_while_waiting_gives_the_place_back(espeak_backend, tm
                 raw.sendall(b"POST /tts_stream/pcm HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                             b"Content-Type: application/json\r\nContent-Length: "
                             + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
-                wait_until(lambda: engine.waiting_requests == 1, 5)
-            wait_until(lambda: engine.waiting_requests == 0, 5)  # the waiter left the line
-        wait_until(lambda: engine.active_requests == 0, 10)
+                wait_until(lambda: engine.waiting_requests == 1, HANG_S)
+            wait_until(lambda: engine.waiting_requests == 0, HANG_S)  # the waiter left the line
+        wait_until(lambda: engine.active_requests == 0, HANG_S)
     assert np.all([run["ended"] is not None for run in engine.runs])
 
 

@@ -14,6 +14,11 @@ Stable names (other tests depend on them):
 Every test under tests/qwen3 runs with `torch.set_num_threads(1)` (autouse session fixture), for
 speed only: no bound below assumes a thread count or a CPU (see "Float error model").
 
+Weight formats: `served_weights()` is the `quantize` this CPU serves ("int8", or "none" without
+an int8 matmul), `weight_formats(what)` the values to parametrize a test over (int8 skipped
+where missing), `needs_int8(what)` the skip mark of an int8-only test; `what` names what a CPU
+without int8 leaves unchecked.
+
 The plain functions `load_goldens(name)`, `load_ref_clip()`, `fixture_path(name)` do the same
 outside pytest; `shared_model(folder)` is one float32 CPU model per folder for tests that only
 read it, and `golden_voice(goldens, mode)` the official voice ("icl" or "xvec") of the goldens. Nothing here imports qwen_tts or transformers.
@@ -185,6 +190,35 @@ def check_audio(audio: np.ndarray | torch.Tensor) -> None:
     peak, rms = float(audio.abs().max()), float(audio.pow(2).mean().sqrt())
     assert peak <= 1.0, f"peak {peak:.3g} > 1"
     assert rms >= RMS_FLOOR, f"RMS {rms:.3g} < {RMS_FLOOR} (silent?)"
+
+
+# --- Weight formats -----------------------------------------------------------------------------
+# The served CPU model (quantize="auto") has int8 layers where torch._int_mm runs on the CPU
+# (int8.int8_matmul_available) and float ones elsewhere. A test of what both share runs on the
+# float weights everywhere and on the int8 ones where they exist (`weight_formats`); a test of
+# the int8 layers themselves skips elsewhere (`needs_int8`), saying what is then not covered.
+@cache
+def int8_available() -> bool:
+    from tts_core.models.qwen3_tts.int8 import int8_matmul_available
+
+    return int8_matmul_available()
+
+
+def served_weights() -> str:
+    """The `quantize` the served CPU model has here: "int8", or "none" without an int8 matmul."""
+    return "int8" if int8_available() else "none"
+
+
+def needs_int8(uncovered: str) -> pytest.MarkDecorator:
+    """Skip without an int8 matmul; `uncovered`: what this CPU's run then does not check."""
+    reason = f"no int8 matmul on this CPU (torch._int_mm): {uncovered} not checked here"
+    return pytest.mark.skipif(not int8_available(), reason=reason)
+
+
+def weight_formats(uncovered: str) -> list:
+    """`quantize` values to parametrize over: "int8" (skipped without an int8 matmul, with
+    `uncovered` in its reason) and "none"."""
+    return [pytest.param("int8", marks=needs_int8(uncovered)), "none"]
 
 
 def load_ref_clip() -> tuple[np.ndarray, int]:

@@ -2,10 +2,15 @@
 
 On the tiny checkpoints, both clone modes, greedy and seeded sampling: the scheduler alone gives
 the very chunks `model.stream` gives, and 8 requests with other texts, voices, seeds and lengths,
-joining at different times, each give exactly what they give alone. Exact equality is the claim
-for the int8 layers (exact integer sums, per-row activation scales, attention and float heads
-row by row; see serving/model_runner.py); it is what the tests assert. Rows leave on EOS, cap,
-stop, cancel or failure and give their row and cache span back at once.
+joining at different times, each give exactly what they give alone. Exact equality of every
+bit is the claim for the int8 layers (exact integer sums, per-row activation scales, attention
+and float heads row by row; see serving/model_runner.py). Float layers (`quantize="none"`, what
+a CPU without an int8 matmul serves) run batched GEMMs that round by batch shape: their rows
+agree within float32 rounding (bounded in the step test), which is far from any code decision
+of these requests, so their codes and audio are equal too. The tests that compare batched with
+alone run on both weight formats (int8 where the CPU has it); the others on the format this CPU
+serves. Rows leave on EOS, cap, stop, cancel or failure and give their row and cache span back
+at once.
 """
 
 from __future__ import annotations
@@ -18,16 +23,23 @@ import numpy as np
 import pytest
 import torch
 
-from tts_core.models.qwen3_tts.int8 import int8_matmul_available
 from tts_core.models.qwen3_tts.model import load_model
 from tts_core.models.qwen3_tts.serving import Scheduler
 from tts_core.models.qwen3_tts.serving.kv_arena import Span, SpanAllocator
 from tts_core.models.qwen3_tts.serving.model_runner import ModelRunner
 from tts_core.models.qwen3_tts.serving.sequence import Sequence
 
-from .conftest import check_audio, fixture_path, load_ref_clip
+from .conftest import (
+    check_audio,
+    fixture_path,
+    fp32_pair_bound,
+    load_goldens,
+    load_ref_clip,
+    served_weights,
+    weight_formats,
+)
 
-pytestmark = pytest.mark.skipif(not int8_matmul_available(), reason="no int8 matmul here")
+WEIGHTS = weight_formats("the int8 layers' batch invariance (bit for bit) is")
 
 TEXTS = [
     "Hello there, how are you today?",
@@ -42,14 +54,20 @@ TEXTS = [
 DECODE = {"max_new_tokens": 32}
 
 
+def served_model(name: str, weights: str | None = None):
+    """The tiny checkpoint as served: `weights` "int8" or "none" (None: what this CPU serves);
+    one model per checkpoint and format."""
+    return _model(name, weights or served_weights())
+
+
 @cache
-def int8_model(name: str):
-    return load_model(fixture_path(name), quantize="int8", warm_chunks=())
+def _model(name: str, weights: str):
+    return load_model(fixture_path(name), quantize=weights, warm_chunks=())
 
 
 @cache
 def voices(name: str) -> tuple:
-    model = int8_model(name)
+    model = served_model(name)
     audio, rate = load_ref_clip()
     return model.create_voice(audio, rate, ref_text="a short reference"), model.create_voice(
         audio, rate
@@ -74,8 +92,9 @@ def name(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def test_scheduler_alone_gives_the_chunks_of_model_stream(name):
-    model = int8_model(name)
+@pytest.mark.parametrize("weights", WEIGHTS)
+def test_scheduler_alone_gives_the_chunks_of_model_stream(name, weights):
+    model = served_model(name, weights)
     scheduler = Scheduler(model, max_batch=4, prefill_chunk=10_000)
     try:
         for i in (0, 1, 2):  # x-vector greedy, ICL sampled, x-vector sampled
@@ -90,9 +109,10 @@ def test_scheduler_alone_gives_the_chunks_of_model_stream(name):
         scheduler.close()
 
 
-def test_eight_requests_in_a_batch_give_what_they_give_alone(name):
+@pytest.mark.parametrize("weights", WEIGHTS)
+def test_eight_requests_in_a_batch_give_what_they_give_alone(name, weights):
     """Chunked prefill (5 positions a step) and staggered joins: rows enter while others run."""
-    model = int8_model(name)
+    model = served_model(name, weights)
     scheduler = Scheduler(model, max_batch=8, prefill_chunk=5)
     try:
         alone = [collect(submit(scheduler, i, name)) for i in range(8)]
@@ -119,11 +139,16 @@ def test_eight_requests_in_a_batch_give_what_they_give_alone(name):
         scheduler.close()
 
 
-def test_each_row_of_a_batched_step_is_bit_identical_to_the_row_alone(name):
+@pytest.mark.parametrize("weights", WEIGHTS)
+def test_each_row_of_a_batched_step_is_the_row_alone(name, weights):
     """The mechanism under the tests above, at the float level where codes cannot show it: the
     talker step's logits and hidden states and every code-predictor pass's logits of a row at its
-    own position are the same bits alone and in a batch of 4 (rows at 4 different positions)."""
-    model = int8_model(name)
+    own position, alone and in a batch of 4 (rows at 4 different positions): the same bits with
+    int8 layers; with float ones, two float32 evaluations of the same network (conftest's error
+    model: <= 2 x 4 E, E of the golden talker logits and hidden states; the code predictor has
+    no golden of its own: its stack is the talker's size on tiny-a and smaller on tiny-b, so the
+    talker's logits E stands in) and the same codes."""
+    model = served_model(name, weights)
     runner = ModelRunner(model, max_batch=4, capacity=1024)
     hidden = model.talker.cfg.stack.hidden_size
     filler = torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(1))
@@ -153,18 +178,27 @@ def test_each_row_of_a_batched_step_is_bit_identical_to_the_row_alone(name):
         codes = runner.predict(rows, rows_c0, choose)
         return step, torch.stack(seen, 1), codes  # passes: (R, 15, V)
 
+    goldens = load_goldens(name)
+    logits_bound, hidden_bound = (max(fp32_pair_bound(goldens, f"{mode}_{key}") for mode in
+                                      ("icl", "xvec")) for key in ("prefill_logits", "past_hidden"))  # fmt: skip
+
+    def same(alone: torch.Tensor, batched: torch.Tensor, bound: float) -> bool:
+        if weights == "int8":
+            return torch.equal(alone, batched)
+        return float((alone - batched).abs().max()) <= bound
+
     batch_step, batch_passes, batch_codes = run(seqs, embeds, c0)
     for r, seq in enumerate(seqs):
         step, passes, codes = run([seq], embeds[r : r + 1], c0[r : r + 1])
-        assert torch.equal(step[0][0], batch_step[r][0]) and torch.equal(
-            step[0][1], batch_step[r][1]
-        )
-        assert torch.equal(passes[0], batch_passes[r]) and torch.equal(codes[0], batch_codes[r])
+        assert same(step[0][0], batch_step[r][0], logits_bound), f"row {r}: talker logits"
+        assert same(step[0][1], batch_step[r][1], hidden_bound), f"row {r}: talker hidden"
+        assert same(passes[0], batch_passes[r], logits_bound), f"row {r}: predictor logits"
+        assert torch.equal(codes[0], batch_codes[r]), f"row {r}: codes"
 
 
 def test_a_cancelled_row_leaves_at_once_and_the_others_are_unchanged():
     name = "qwen3-tiny-a"
-    model = int8_model(name)
+    model = served_model(name)
     scheduler = Scheduler(model, max_batch=4)
     try:
         alone = [collect(submit(scheduler, i, name)) for i in (1, 2)]
@@ -193,7 +227,7 @@ def test_a_cancelled_row_leaves_at_once_and_the_others_are_unchanged():
 
 def test_a_failing_request_ends_alone():
     name = "qwen3-tiny-a"
-    model = int8_model(name)
+    model = served_model(name)
     scheduler = Scheduler(model, max_batch=4)
     try:
         expected = collect(submit(scheduler, 2, name))
@@ -215,7 +249,7 @@ def test_a_failing_request_ends_alone():
 def test_a_full_cache_makes_a_request_wait_its_turn():
     """A cache holding one request at a time: the second waits for the span, then runs."""
     name = "qwen3-tiny-b"
-    model = int8_model(name)
+    model = served_model(name)
     text, voice, kwargs = request(1, name)
     probe = Scheduler(model, max_batch=1)
     need = probe.submit(text, voice, **kwargs)
@@ -235,7 +269,7 @@ def test_a_full_cache_makes_a_request_wait_its_turn():
 
 def test_the_cache_caps_a_request_and_refuses_a_prompt_it_cannot_hold():
     name = "qwen3-tiny-a"
-    model = int8_model(name)
+    model = served_model(name)
     text, voice, kwargs = request(1, name)  # ICL: a prompt of a few dozen positions
     prompt_len = model.plan(text, voice, **kwargs)[0].prefill.shape[1]
     scheduler = Scheduler(model, max_batch=2, cache_positions=prompt_len + 3)
@@ -250,7 +284,7 @@ def test_the_cache_caps_a_request_and_refuses_a_prompt_it_cannot_hold():
 
 
 def test_bad_requests_are_refused_before_they_queue():
-    model = int8_model("qwen3-tiny-a")
+    model = served_model("qwen3-tiny-a")
     _, voice, _ = request(0, "qwen3-tiny-a")
     scheduler = Scheduler(model, max_batch=2)
     try:
@@ -292,7 +326,8 @@ def _arena_free(scheduler: Scheduler) -> bool:
     return scheduler.runner.arena.allocator.free_positions == scheduler.runner.capacity
 
 
-def _wait_until(condition, timeout: float = 10.0) -> None:  # noqa: ANN001
+def _wait_until(condition, timeout: float = 60.0) -> None:  # noqa: ANN001
+    """A hang detector (a loaded machine may take seconds), not a speed bound."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
@@ -306,7 +341,7 @@ def test_the_served_model_computes_on_the_scheduler_thread_only():
     from tts_core.backends.qwen3 import Qwen3Backend
     from tts_core.engine.backend import SynthesisParams
 
-    model = load_model(fixture_path("qwen3-tiny-a"), quantize="int8", warm_chunks=())
+    model = load_model(fixture_path("qwen3-tiny-a"), quantize=served_weights(), warm_chunks=())
     backend = Qwen3Backend(model, "qwen3-tiny-a", "cpu", max_batch=2)
     seen: set[int] = set()
     parts = (model.talker, model.speaker_encoder, model.speech_tokenizer)
@@ -339,7 +374,7 @@ def test_the_served_model_computes_on_the_scheduler_thread_only():
 
 
 def test_scheduler_call_returns_raises_and_refuses_after_close():
-    scheduler = Scheduler(int8_model("qwen3-tiny-a"), max_batch=1)
+    scheduler = Scheduler(served_model("qwen3-tiny-a"), max_batch=1)
     assert scheduler._thread is None  # a scheduler never used holds no thread
     assert scheduler.call(lambda a, b=0: (threading.get_ident(), a + b), 1, b=2)[1] == 3
     with pytest.raises(ZeroDivisionError):
@@ -356,7 +391,7 @@ def test_a_joiner_steps_alone_until_its_first_chunk_and_changes_no_codes():
     (its first audio at a 1-row step's cost), then it rides with them; every stream's codes
     equal the same request alone (rows are batch-invariant)."""
     name = "qwen3-tiny-a"
-    model = int8_model(name)
+    model = served_model(name)
     scheduler = Scheduler(model, max_batch=3)
     steps: list[tuple[list[Sequence], list[Sequence]]] = []  # (stepped, decoding then)
     original = scheduler._decode_step
@@ -393,7 +428,7 @@ def test_joiners_never_hold_the_running_rows_back_more_than_the_cap():
     """However many fresh rows there are, a full step comes after at most the cap."""
     from tts_core.models.qwen3_tts.serving import scheduler as module
 
-    scheduler = Scheduler(int8_model("qwen3-tiny-a"), max_batch=4)
+    scheduler = Scheduler(served_model("qwen3-tiny-a"), max_batch=4)
     running = type("Row", (), {"before_first_chunk": False, "frames": 10})()
     fresh = [type("Row", (), {"before_first_chunk": True, "frames": 0})() for _ in range(3)]
     scheduler._decoding = [running, *fresh]
