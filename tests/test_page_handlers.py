@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import inspect
+import threading
 import time
 
 import gradio as gr
@@ -252,3 +253,38 @@ def test_with_an_api_key_the_page_does_not_write_the_voice_store(engine, voices)
         fns = [d for d in config["dependencies"] if save["id"] in
                [t[0] for t in d.get("targets", [])]]  # fmt: skip
         assert bool(fns) == editable  # no save event at all on a locked server
+
+
+class StalledBackend:
+    """The eSpeak backend whose stream makes nothing until released (or cancelled)."""
+
+    def __init__(self, inner) -> None:  # noqa: ANN001 - EspeakBackend
+        self._inner = inner
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - delegate the Backend attributes
+        return getattr(self._inner, name)
+
+    def stream(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
+        while not (self.release.is_set() or cancel.is_set()):
+            self.release.wait(0.01)
+        yield from ()
+
+
+@pytest.mark.parametrize("handler", [handlers.stream_to_page, handlers.synthesize_full])
+def test_a_stalled_synthesis_still_yields_so_stop_can_end_it(espeak_backend, handler):
+    """Regression: the page's stream yielded only when a chunk came, and Gradio stops a job
+    only at a yield, so Stop could not end a synthesis whose backend had stalled."""
+    backend = StalledBackend(espeak_backend)
+    outputs = handler(Engine(backend), "Hello there.", "english", None, "")
+    got: list = []
+    waiter = threading.Thread(target=lambda: got.append(next(outputs)), daemon=True)
+    waiter.start()
+    try:
+        waiter.join(60)  # a hang detector: the yield comes after PUBLISH_NUDGE_S (0.15 s)
+        assert got, "the handler did not yield while the backend made nothing"
+        assert not backend.release.is_set() and all(o == gr.skip() for o in got[0])
+    finally:
+        backend.release.set()
+        waiter.join(60)
+        outputs.close()  # what Gradio does on Stop: the synthesis is cancelled

@@ -121,10 +121,10 @@ def stream_to_page(
     stats: dict[str, Any] = {}
     try:
         for event in _events_with_timeouts(handle):
-            if event is None:
-                if last_chunk_at is not None:
-                    last_chunk_at = None
-                    yield (engine.sample_rate, _NUDGE), skip, skip
+            if event is None:  # yield anyway: Gradio stops a job (Stop) only at a yield
+                nudge = last_chunk_at is not None
+                last_chunk_at = None
+                yield ((engine.sample_rate, _NUDGE) if nudge else skip), skip, skip
                 continue
             stats = event.stats
             if not pieces:
