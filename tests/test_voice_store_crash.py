@@ -6,7 +6,6 @@ import errno
 import os
 import shutil
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -239,9 +238,7 @@ def test_a_replace_and_a_load_do_not_wait_on_each_others_disk_writes(tmp_path, c
     writer = threading.Thread(target=registry.register, args=("v", clips["B"], "B", None, True))
     writer.start()
     assert started.wait(10)
-    begin = time.monotonic()
     assert registry.load("v")[0].transcript == "A"  # served while the new clip is written
-    assert time.monotonic() - begin < 5
     release.set()
     writer.join(10)
     assert registry.load("v")[0].transcript == "B"
