@@ -156,9 +156,7 @@ def assert_gapless(run: dict) -> None:
 
 
 @pytest.mark.browser
-def test_low_latency_player_is_heard_soon_after_the_engine(
-    chromium_page, player_app, tmp_path
-):
+def test_low_latency_player_is_heard_soon_after_the_engine(chromium_page, player_app, tmp_path):
     url, slot = player_app
     page = chromium_page
     open_page(page, url)
