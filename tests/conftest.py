@@ -58,6 +58,24 @@ class HeldRun:
         self.ended = threading.Event()
 
 
+class StalledBackend:
+    """A backend (the real eSpeak one, in the tests) whose streams make nothing until
+    `release` is set or their cancel comes: a synthesis stuck in the model."""
+
+    def __init__(self, inner) -> None:  # noqa: ANN001
+        self._inner = inner
+        self.started, self.release = threading.Event(), threading.Event()
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - the inner backend's attributes
+        return getattr(self._inner, name)
+
+    def stream(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
+        self.started.set()
+        while not (self.release.is_set() or cancel.is_set()):
+            self.release.wait(0.01)
+        yield from ()
+
+
 class HeldBackend:
     """A backend (the real eSpeak one, in the tests) whose requests for `held` texts slow down
     after HELD_AFTER_S of audio to one piece per TRICKLE_S, until their cancel comes.

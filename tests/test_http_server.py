@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import start_app
+from conftest import StalledBackend, start_app
 
 from tts_core.engine import Engine, EngineBusy, EngineSlot, SynthesisRequest
 from tts_core.server.connections import ConnectionGuard, ConnectionLimits, RateLimitedLog
@@ -205,24 +205,8 @@ def test_sigterm_cuts_a_response_nobody_reads_at_the_deadline(tmp_path):
 # ---------------------------------------------------------------- in-process pieces
 
 
-class HeldBackend:
-    """The eSpeak backend, but each stream blocks until cancelled."""
-
-    def __init__(self, inner) -> None:  # noqa: ANN001 - EspeakBackend
-        self._inner = inner
-        self.started = threading.Event()
-
-    def __getattr__(self, name: str):  # noqa: ANN204 - delegate the Backend attributes
-        return getattr(self._inner, name)
-
-    def stream(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
-        self.started.set()
-        cancel.wait()
-        yield from ()
-
-
 def test_closing_the_slot_refuses_new_requests_and_cancels_the_stuck_ones(espeak_backend):
-    backend = HeldBackend(espeak_backend)
+    backend = StalledBackend(espeak_backend)
     slot = EngineSlot.holding(Engine(backend))
     stream = slot.engine.stream(SynthesisRequest(text="Hello there."))
     outcome: list = []

@@ -11,6 +11,7 @@ import time
 import gradio as gr
 import numpy as np
 import pytest
+from conftest import StalledBackend
 
 from tts_core.engine import Engine, EngineConfig, EngineSlot, Limits
 from tts_core.server import VoiceRegistry
@@ -253,22 +254,6 @@ def test_with_an_api_key_the_page_does_not_write_the_voice_store(engine, voices)
         fns = [d for d in config["dependencies"] if save["id"] in
                [t[0] for t in d.get("targets", [])]]  # fmt: skip
         assert bool(fns) == editable  # no save event at all on a locked server
-
-
-class StalledBackend:
-    """The eSpeak backend whose stream makes nothing until released (or cancelled)."""
-
-    def __init__(self, inner) -> None:  # noqa: ANN001 - EspeakBackend
-        self._inner = inner
-        self.release = threading.Event()
-
-    def __getattr__(self, name: str):  # noqa: ANN204 - delegate the Backend attributes
-        return getattr(self._inner, name)
-
-    def stream(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
-        while not (self.release.is_set() or cancel.is_set()):
-            self.release.wait(0.01)
-        yield from ()
 
 
 @pytest.mark.parametrize("handler", [handlers.stream_to_page, handlers.synthesize_full])
