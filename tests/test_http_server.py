@@ -161,8 +161,26 @@ def test_idle_sockets_cannot_exhaust_the_open_files_limit(tmp_path):
         process.wait(FAIL_AFTER_S)
 
 
-def test_sigterm_drains_answers_503_meanwhile_and_exits_0(tmp_path):
-    url, process, log_path = start_app(tmp_path, "--model", "espeak", "--shutdown-timeout", "30")
+@pytest.fixture()
+def own_app(tmp_path):
+    """own_app(*args) -> start_app(...) for a test that ends the process itself; killed at
+    teardown if the test failed before it did."""
+    processes: list[subprocess.Popen] = []
+
+    def start(*args: str) -> tuple[str, subprocess.Popen, Path]:
+        url, process, log_path = start_app(tmp_path, *args)
+        processes.append(process)
+        return url, process, log_path
+
+    yield start
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait(FAIL_AFTER_S)
+
+
+def test_sigterm_drains_answers_503_meanwhile_and_exits_0(own_app):
+    url, process, log_path = own_app("--model", "espeak", "--shutdown-timeout", "30")
     ffmpeg_folder = re.search(r"ffmpeg: (\S+)/ffmpeg ->", log_path.read_text())
     request = {"input": SPEECH, "voice": "alloy", "response_format": "pcm"}
     with httpx.stream("POST", f"{url}/v1/audio/speech", json=request,
@@ -182,9 +200,9 @@ def test_sigterm_drains_answers_503_meanwhile_and_exits_0(tmp_path):
         assert not Path(ffmpeg_folder.group(1)).exists()
 
 
-def test_sigterm_cuts_a_response_nobody_reads_at_the_deadline(tmp_path):
+def test_sigterm_cuts_a_response_nobody_reads_at_the_deadline(own_app):
     """A client that stops reading cannot hold the process past the shutdown deadline."""
-    url, process, log_path = start_app(tmp_path, "--model", "espeak", "--shutdown-timeout", "1")
+    url, process, log_path = own_app("--model", "espeak", "--shutdown-timeout", "1")
     body = json.dumps({"input": SPEECH, "voice": "alloy", "response_format": "pcm"}).encode()
     host, port = url.removeprefix("http://").split(":")
     with socket.socket() as sock:
