@@ -18,6 +18,9 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
 SERVER_START_TIMEOUT_S = 120
+# Playwright waits are hang detectors: a page on a loaded 2-core box (other work, the server
+# and Chromium sharing the cores) may take tens of seconds to render; a broken one never does
+BROWSER_HANG_MS = 120_000
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HANG_S, HeldBackend
+from conftest import BROWSER_HANG_MS, HANG_S, HeldBackend
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
@@ -66,6 +66,7 @@ def browser_context(tmp_path_factory):
             str(profile), executable_path=CHROMIUM, headless=True, args=FLAGS,
             viewport={"width": 1280, "height": 1000},
         )  # fmt: skip
+        context.set_default_timeout(BROWSER_HANG_MS)
         yield context
         context.close()
 
@@ -109,7 +110,7 @@ def test_page_streams_audio_that_plays_and_stats_update(app_server, browser_cont
     page.locator("#reference input[type=file]").set_input_files(
         str(ASSETS / "reference_male_en.wav")
     )
-    page.wait_for_selector("#reference audio", state="attached", timeout=20_000)
+    page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)
     page.fill(
         "#text textarea",
         "The browser test is speaking now. It should play while it streams. "
@@ -120,7 +121,7 @@ def test_page_streams_audio_that_plays_and_stats_update(app_server, browser_cont
     page.wait_for_function(
         "() => { const a = document.querySelector('#live-audio audio');"
         " return a && a.currentTime > 1.0; }",
-        timeout=30_000,
+        timeout=BROWSER_HANG_MS,
     )
     page.screenshot(path=str(tmp_path / "page.png"), full_page=True)
     if os.environ.get("SCREENSHOT_PATH"):
@@ -160,7 +161,7 @@ def test_bad_input_shows_a_clear_error_in_the_page(app_server, browser_context):
     page.fill("#text textarea", "   ")
     page.click("#generate")
     toast = page.get_by_text("Please enter some text to speak.")
-    toast.first.wait_for(timeout=20_000)
+    toast.first.wait_for(timeout=BROWSER_HANG_MS)
     assert "Traceback" not in page.content()
     # the page still works afterwards
     page.fill("#text textarea", "Working again.")
@@ -220,7 +221,9 @@ def start_long_stream(page, url: str, backend, standard: bool):  # noqa: ANN201 
         open_with_standard_player(page, url)
     else:
         page.goto(url)
-        page.wait_for_function("() => window.__ttsLowLatency !== undefined", timeout=30_000)
+        page.wait_for_function(
+            "() => window.__ttsLowLatency !== undefined", timeout=BROWSER_HANG_MS
+        )
     page.fill("#text textarea", STOP_TEXT)
     set_chunk_frames(page, first=1, steady=1)  # a chunk per 80 ms: the page updates a lot
     page.locator("#stop").scroll_into_view_if_needed()
@@ -290,12 +293,12 @@ def test_real_page_defaults_to_the_low_latency_player(app_server, browser_contex
     url, _ = app_server
     page = browser_context.new_page()
     page.goto(url)
-    page.wait_for_function("() => window.__ttsLowLatency !== undefined", timeout=30_000)
+    page.wait_for_function("() => window.__ttsLowLatency !== undefined", timeout=BROWSER_HANG_MS)
     page.fill("#text textarea", "The default player of the real page speaks now.")
     page.click("#generate")
     page.wait_for_function(
         "() => { const m = window.__ttsLowLatency.last; return m && (m.done || m.error); }",
-        timeout=30_000,
+        timeout=BROWSER_HANG_MS,
     )
     run = page.evaluate("() => window.__ttsLowLatency.last")
     assert run["error"] is None, run["error"]

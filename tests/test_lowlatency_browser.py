@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import BROWSER_HANG_MS
 from test_native_rate import backend as native_48k_backend
 from test_openai_api import (
     LONG_TEXT,
@@ -91,6 +92,7 @@ def chromium_page(tmp_path_factory):
             str(tmp_path_factory.mktemp("chromium-profile")), executable_path=executable,
             args=CHROMIUM_ARGS, headless=True, viewport={"width": 1100, "height": 900},
         )  # fmt: skip
+        context.set_default_timeout(BROWSER_HANG_MS)
         try:
             yield context.new_page()
         finally:
@@ -128,7 +130,7 @@ def serving(slot: EngineSlot, engine: Engine) -> Iterator[Engine]:
 
 def open_page(page, url: str, text: str = TEXT) -> None:  # noqa: ANN001
     page.goto(url)
-    page.wait_for_function("() => window.__ttsLowLatency !== undefined", timeout=30_000)
+    page.wait_for_function("() => window.__ttsLowLatency !== undefined", timeout=BROWSER_HANG_MS)
     page.fill("#text textarea", text)
 
 
@@ -138,7 +140,7 @@ def generate_and_wait(page) -> dict:  # noqa: ANN001
     page.wait_for_function(
         "(prev) => { const m = window.__ttsLowLatency.last;"
         " return m && m.clickT !== (prev && prev.clickT) && (m.done || m.error); }",
-        arg=before, timeout=30_000,
+        arg=before, timeout=BROWSER_HANG_MS,
     )  # fmt: skip
     run = page.evaluate(LAST_RUN)
     assert run["error"] is None, run["error"]
@@ -173,10 +175,12 @@ def test_low_latency_player_is_heard_soon_after_the_engine(chromium_page, player
     summary = [{k: round(r[k], 1) for k in keys} for r in runs]
     print(f"\nlow-latency player (ms after the click): {summary}")
     assert statistics.median(extra) <= MAX_EXTRA_MS, summary
-    page.wait_for_function("() => window.__ttsLowLatency.level() > 0.05", timeout=60_000)  # heard
+    page.wait_for_function(
+        "() => window.__ttsLowLatency.level() > 0.05", timeout=BROWSER_HANG_MS
+    )  # heard
     end = runs[-1]["endCtx"]
     page.wait_for_function(f"() => window.__ttsLowLatency.context().currentTime > {end}",
-                           timeout=20_000)  # fmt: skip
+                           timeout=BROWSER_HANG_MS)  # fmt: skip
     assert page.evaluate("() => window.__ttsLowLatency.context().state") == "running"
     page.wait_for_selector("#lowlatency-player [data-ll='download']:not([hidden])")
     page.locator("#lowlatency-player").screenshot(path=str(tmp_path / "player.png"))
@@ -190,11 +194,12 @@ def test_stop_aborts_the_stream_and_the_generation(chromium_page, player_app, es
         open_page(chromium_page, url, LONG_TEXT)
         chromium_page.click("#generate")
         chromium_page.wait_for_function("() => window.__ttsLowLatency.last?.chunks >= 2",
-                                        timeout=20_000)  # fmt: skip
+                                        timeout=BROWSER_HANG_MS)  # fmt: skip
         chromium_page.click("#stop")
         status = "#lowlatency-player [data-ll='status']"
         chromium_page.wait_for_function(
-            f"() => document.querySelector(\"{status}\").textContent === 'Stopped'", timeout=60_000
+            f"() => document.querySelector(\"{status}\").textContent === 'Stopped'",
+            timeout=BROWSER_HANG_MS,
         )
         wait_until(lambda: paced.runs and paced.runs[-1]["ended"] is not None, 60)
         assert paced.runs[-1]["cancel"].is_set()
@@ -221,7 +226,7 @@ def test_standard_player_stays_available_behind_the_toggle(chromium_page, player
     last_low_latency_run = page.evaluate(LAST_RUN)
     page.click("#generate")
     wait_until(lambda: len(engine.runs) > runs_before, 20)
-    page.wait_for_function("() => window.__playing !== null", timeout=20_000)
+    page.wait_for_function("() => window.__playing !== null", timeout=BROWSER_HANG_MS)
     heard_ms = page.evaluate("() => window.__playing - window.__press")
     print(f"\nstandard gr.Audio (HLS) player: click -> 'playing' {heard_ms:.0f} ms")
     time.sleep(0.3)
@@ -239,7 +244,7 @@ def test_uploaded_reference_clip_reaches_the_pcm_route(chromium_page, player_app
     open_page(page, url)
     page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
     page.wait_for_selector("#reference audio, #reference [data-testid='waveform-controls']",
-                           state="attached", timeout=20_000)  # fmt: skip
+                           state="attached", timeout=BROWSER_HANG_MS)  # fmt: skip
     run = generate_and_wait(page)
     voice = slot.engine.runs[-1]["stats"]["voice"]
     assert run["samples"] == slot.engine.runs[-1]["samples"]
@@ -318,7 +323,7 @@ def test_bad_input_is_reported_in_the_player(chromium_page, player_app):
     status = "#lowlatency-player [data-ll='status']"
     chromium_page.wait_for_function(
         f"() => document.querySelector(\"{status}\").textContent.startsWith('Error: ')",
-        timeout=10_000,
+        timeout=BROWSER_HANG_MS,
     )
     assert "enter some text" in chromium_page.text_content(status)
 

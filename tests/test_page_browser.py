@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import BROWSER_HANG_MS
 from test_lowlatency_browser import CHROMIUM_ARGS, chromium_executable, require_browser
 from test_openai_api import RecordingEngine, free_port
 
@@ -42,6 +43,7 @@ def browser(tmp_path_factory):
             str(tmp_path_factory.mktemp("chromium-profile")), executable_path=chromium_executable(),
             args=CHROMIUM_ARGS, headless=True, viewport={"width": 1280, "height": 1000},
         )  # fmt: skip
+        context.set_default_timeout(BROWSER_HANG_MS)
         try:
             yield context
         finally:
@@ -71,7 +73,9 @@ def site(espeak_backend, tmp_path_factory):
 def open_page(browser, url: str):  # noqa: ANN001, ANN201 - a playwright Page
     page = browser.new_page()
     page.goto(url)
-    page.wait_for_function("() => window.__ttsLowLatency && window.__ttsStats", timeout=30_000)
+    page.wait_for_function(
+        "() => window.__ttsLowLatency && window.__ttsStats", timeout=BROWSER_HANG_MS
+    )
     page.fill("#text textarea", TEXT)
     return page
 
@@ -91,7 +95,7 @@ def generate(page, engine: RecordingEngine) -> dict:  # noqa: ANN001
     page.wait_for_function(
         "() => document.querySelector(\"#live-stats [data-s='state']\").textContent === 'Done'"
         " && window.__ttsStats.last.heardMs !== null",
-        timeout=30_000,
+        timeout=BROWSER_HANG_MS,
     )
     assert len(engine.runs) == runs + 1
     return engine.runs[-1]["stats"]
@@ -109,7 +113,7 @@ def api_voices(url: str) -> dict[str, dict]:
 
 
 def toast(page, text: str) -> None:  # noqa: ANN001
-    page.get_by_text(text).first.wait_for(timeout=10_000)
+    page.get_by_text(text).first.wait_for(timeout=BROWSER_HANG_MS)
 
 
 def test_voice_library_saves_uses_and_deletes_a_voice(browser, site):
@@ -119,13 +123,13 @@ def test_voice_library_saves_uses_and_deletes_a_voice(browser, site):
     page.on("request", lambda r: bodies.append(r.post_data_json) if "/tts_stream/pcm" in r.url
             else None)  # fmt: skip
     page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
-    page.wait_for_selector("#reference audio", state="attached", timeout=20_000)
+    page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)
     page.fill("#reference-text textarea, #reference-text input", FEMALE_TRANSCRIPT)
     page.fill("#voice-name input, #voice-name textarea", "my-voice")
     page.click("#save-voice")
     page.wait_for_function(
         "() => document.querySelector('#voice input').value === 'my-voice (saved by you)'",
-        timeout=10_000,
+        timeout=BROWSER_HANG_MS,
     )
     page.wait_for_selector("#reference", state="hidden")  # a named voice needs no clip
     listed = api_voices(url)
@@ -144,7 +148,7 @@ def test_voice_library_saves_uses_and_deletes_a_voice(browser, site):
     page.click("#delete-voice")
     page.wait_for_function(
         f"() => document.querySelector('#voice input').value === {UPLOAD_LABEL!r}",
-        timeout=10_000,
+        timeout=BROWSER_HANG_MS,
     )
     assert "my-voice" not in api_voices(url)
     page.wait_for_selector("#reference", state="visible")
@@ -158,7 +162,7 @@ def test_a_voice_registered_through_the_api_cannot_be_deleted_from_the_page(brow
     assert answer.status_code == 201, answer.text
     page = open_page(browser, url)  # loaded after the registration: it lists the voice
     pick_voice(page, "api-voice")  # not "(saved by you)"
-    page.get_by_text("you can use it, not delete it").wait_for(timeout=10_000)
+    page.get_by_text("you can use it, not delete it").wait_for(timeout=BROWSER_HANG_MS)
     assert not page.is_visible("#delete-voice")  # the server refuses it too (test_page_handlers)
     assert generate(page, engine)["voice"]["variant"].startswith("+f")
     assert "api-voice" in api_voices(url) and "api-voice" in voices.names()
@@ -171,7 +175,7 @@ def test_save_errors_are_shown_and_the_page_keeps_working(browser, site):
     page.click("#save-voice")
     toast(page, "Upload or record a clip first")
     page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
-    page.wait_for_selector("#reference audio", state="attached", timeout=20_000)
+    page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)
     page.fill("#voice-name input, #voice-name textarea", "alloy")
     page.click("#save-voice")
     toast(page, "'alloy' is a built-in voice")
@@ -236,13 +240,13 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
         page.wait_for_function(
             "() => document.querySelector(\"#live-stats [data-s='state']\").textContent"
             ".includes('still loading')",
-            timeout=10_000,
+            timeout=BROWSER_HANG_MS,
         )
         slot.report("loading")  # the page polls while the model loads
         page.wait_for_function(
             f"() => document.querySelector('{status}').textContent"
             ".includes('The model is loading: loading the model into memory')",
-            timeout=5_000,
+            timeout=BROWSER_HANG_MS,
         )
         page.locator("#advanced").get_by_text("Advanced").first.click()
         assert not page.get_by_text(
@@ -252,9 +256,11 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
         slot.set(Engine(Qwen3Backend.load(str(QWEN3_TINY), "cpu")))
         page.wait_for_function(
             f"() => document.querySelector('{status}').textContent.includes('Voice model: qwen3')",
-            timeout=5_000,
+            timeout=BROWSER_HANG_MS,
         )
-        page.get_by_text("Temperature", exact=True).wait_for(timeout=5_000)  # Qwen3: sampling
+        page.get_by_text("Temperature", exact=True).wait_for(
+            timeout=BROWSER_HANG_MS
+        )  # Qwen3: sampling
         polls = []
         page.on("request", lambda r: polls.append(r.url) if "/run/predict" in r.url else None)
         page.wait_for_timeout(2_500)
@@ -264,13 +270,13 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
         ).is_visible()  # VoxCPM2's stay hidden
         assert "(required)" in page.text_content("#reference")
         page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
-        page.wait_for_selector("#reference audio", state="attached", timeout=20_000)
+        page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)
         # forget the run of the click during loading: wait for this click's own run
         page.evaluate("() => { window.__ttsLowLatency.last = null; }")
         page.click("#generate")
         page.wait_for_function(
             "() => { const m = window.__ttsLowLatency.last; return m && (m.done || m.error); }",
-            timeout=60_000,
+            timeout=BROWSER_HANG_MS,
         )
         run = page.evaluate("() => window.__ttsLowLatency.last")
         assert run["error"] is None and run["samples"] > 0, {
@@ -282,7 +288,7 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
         slot.set(Engine(espeak_backend, notice=fallback))
         page.reload()
         notice = page.locator("#fallback-notice")
-        notice.get_by_text("you hear the offline eSpeak voice").wait_for(timeout=10_000)
+        notice.get_by_text("you hear the offline eSpeak voice").wait_for(timeout=BROWSER_HANG_MS)
         assert not notice.get_by_text("RuntimeError: weights missing").is_visible()  # folded
         notice.get_by_text("Details", exact=True).click()
         assert notice.get_by_text("RuntimeError: weights missing").is_visible()
