@@ -12,6 +12,8 @@ from conftest import HANG_S, HeldBackend
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
+from tts_core.ui.handlers import FIRST_RELEASE_ORDER
+
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
 TEXT = "Streaming works. Each sentence is its own phrase! Here is the third, and the last one."
@@ -39,8 +41,21 @@ def wav_seconds(path: str) -> float:
 def test_named_endpoints(client):
     endpoints = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
     assert {"/synthesize", "/synthesize_full"} <= set(endpoints)
-    names = [p["parameter_name"] for p in endpoints["/synthesize"]["parameters"]]
-    assert names[:4] == ["text", "language", "reference", "reference_text"]
+    for endpoint in ("/synthesize", "/synthesize_full"):
+        names = [p["parameter_name"] for p in endpoints[endpoint]["parameters"]]
+        assert names == list(FIRST_RELEASE_ORDER)  # positional callers' order, kept
+
+
+def test_gradio_client_passes_knobs_by_name(client):
+    """The chunk sizes by name: the first chunk holds about first_chunk_frames x 80 ms (a
+    chunk ends with the eSpeak buffer that completes it: well under 0.5 s past its target)."""
+    text = "The first chunk of this sentence is as long as the request asks it to be."
+    small = client.predict(text=text, first_chunk_frames=1, chunk_frames=25,
+                           api_name="/synthesize_full")[1]  # fmt: skip
+    large = client.predict(text=text, language="english", first_chunk_frames=25,
+                           api_name="/synthesize_full")[1]  # fmt: skip
+    assert small["audio_s"] > 2.5 and large["audio_s"] > 2.5  # room for a 2 s first chunk
+    assert small["chunk_audio_s"][0] < 0.5 < 1.9 < large["chunk_audio_s"][0]
 
 
 def test_synthesize_streams_chunks_then_final_stats(client):

@@ -171,7 +171,7 @@ def test_bad_input_shows_a_clear_error_in_the_page(app_server, browser_context):
 
 def set_chunk_frames(page, first: int, steady: int) -> None:
     page.locator("#advanced").get_by_text("Advanced").first.click()
-    for elem_id, value in (("first-chunk", first), ("chunk-size", steady)):
+    for elem_id, value in (("knob-first-chunk-frames", first), ("knob-chunk-frames", steady)):
         box = page.locator(f"#{elem_id} input[type=number]")
         box.fill(str(value))
         box.press("Enter")

@@ -219,7 +219,13 @@ def test_sse_events_carry_the_pcm_then_done_with_stats(api):
         ({"input": "hi", "voice": "alloy", "stream_format": "chunks"}, 400, "stream_format"),
         ({"input": "hi", "voice": "alloy", "speed": 2.0}, 400, "speed"),
         ({"input": "hi", "voice": "alloy", "language": "klingon"}, 400, None),
-        ({"input": "hi", "voice": "alloy", "temperature": -1}, 400, None),
+        ({"input": "hi", "voice": "alloy", "temperature": -1}, 400, "temperature"),
+        # every known model's knobs are checked, whichever is served (here eSpeak)
+        ({"input": "hi", "voice": "alloy", "top_k": 2.5}, 400, "top_k"),
+        ({"input": "hi", "voice": "alloy", "cfg_value": "strong"}, 400, "cfg_value"),
+        ({"input": "hi", "voice": "alloy", "seed": True}, 400, "seed"),
+        ({"input": "hi", "voice": "alloy", "seed": 1.5}, 400, "seed"),
+        ({"input": "hi", "voice": "alloy", "first_chunk_frames": 0}, 400, "first_chunk_frames"),
     ],
 )
 def test_bad_requests_get_openai_errors(api, body, status, param):

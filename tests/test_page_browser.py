@@ -222,6 +222,36 @@ def test_the_stats_panel_is_filled_by_both_players(browser, site):
                            state="attached")  # fmt: skip
 
 
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
+def test_text_and_generate_are_in_view_without_scrolling(browser, site, width, height):
+    """Issue #24: Generate was below the fold on a 1000 px desktop screen (upload, transcript,
+    the save row and Advanced came first) and halfway down a phone's page."""
+    url, _, _ = site
+    page = browser.new_page()
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(url)
+    page.wait_for_function(
+        "() => window.__ttsLowLatency && window.__ttsStats", timeout=BROWSER_HANG_MS
+    )
+    # the model line is filled in (its description is the tallest part above the text)
+    page.locator("#model-status").get_by_text("Voice model").wait_for(timeout=BROWSER_HANG_MS)
+    assert page.evaluate("() => window.scrollY") == 0
+    for selector in ("#text textarea", "#generate", "#stop"):
+        box = page.locator(selector).bounding_box()
+        assert box is not None, selector
+        inside = (0 <= box["x"] and box["x"] + box["width"] <= width
+                  and 0 <= box["y"] and box["y"] + box["height"] <= height)  # fmt: skip
+        assert inside, (selector, box, (width, height))
+    # in view and on top: the point at its centre is the button itself
+    hit = page.evaluate("""() => {
+        const b = document.querySelector('#generate').getBoundingClientRect();
+        const el = document.elementFromPoint(b.x + b.width / 2, b.y + b.height / 2);
+        return !!el && !!el.closest('#generate');
+    }""")  # fmt: skip
+    assert hit
+    page.close()
+
+
 def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_path):
     if not (QWEN3_TINY / "config.json").is_file():
         pytest.skip("tests/fixtures/qwen3-tiny-a is not there")

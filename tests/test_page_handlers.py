@@ -18,13 +18,15 @@ from tts_core.server import VoiceRegistry
 from tts_core.ui import handlers, voice_library
 from tts_core.ui.formatting import notice_html, status_html
 
-ADVANCED = (0.9, 50, 1.0, 1.05, -1)
 OWNER, STRANGER = "owner-key-of-this-browser", "someone-else"
 
 
 def page_outputs(engine, text, reference=None, first=2, steady=6, voice=None, voices=None):
-    inputs = (text, "english", reference, "", *ADVANCED, first, steady, None, None, voice)
-    return list(handlers.stream_to_page(engine, *inputs, voices=voices))
+    """The page's handler, its inputs by name (the API's parameter names)."""
+    outputs = handlers.stream_to_page(engine, text, language="english", reference=reference,
+                                      reference_text="", seed=-1, first_chunk_frames=first,
+                                      chunk_frames=steady, voice=voice, voices=voices)  # fmt: skip
+    return list(outputs)
 
 
 def audio_of(output) -> np.ndarray | None:
@@ -92,13 +94,41 @@ def test_an_unknown_voice_is_a_clear_error(engine, voices):
         page_outputs(engine, "Hello.", voice="nobody", voices=voices)
 
 
-def test_the_api_takes_voice_last_and_not_the_registry(engine, voices):
-    names = list(handlers.API_SIGNATURE.parameters)
-    assert names[:4] == ["text", "language", "reference", "reference_text"]
-    assert names[-1] == "voice" and "voices" not in names
-    handler = handlers.bind(handlers.synthesize_full, EngineSlot.holding(engine), voices)
+def test_the_api_keeps_the_first_releases_order_and_not_the_registry(engine, voices):
+    api = handlers.ApiParameters.for_engine(engine)
+    names = list(api.names)
+    assert names == list(handlers.FIRST_RELEASE_ORDER) and "voices" not in names
+    handler = handlers.bind(handlers.synthesize_full, EngineSlot.holding(engine), voices, api)
     assert inspect.isgeneratorfunction(handler)
     assert list(inspect.signature(handler).parameters) == names
+
+
+def test_positional_and_named_values_make_the_same_request(engine):
+    positional = handlers.make_request("Hi", "english", None, "", 0.7, 40, 0.9, 1.1, 9, 1, 3,
+                                       1.5, 12)  # fmt: skip
+    named = handlers.make_request(text="Hi", language="english", temperature=0.7, top_k=40,
+                                  top_p=0.9, repetition_penalty=1.1, seed=9, first_chunk_frames=1,
+                                  chunk_frames=3, cfg_value=1.5, inference_timesteps=12)  # fmt: skip
+    assert positional.params == named.params
+    assert named.params.values == {"temperature": 0.7, "top_k": 40, "top_p": 0.9,
+                                   "repetition_penalty": 1.1, "seed": 9, "first_chunk_frames": 1,
+                                   "chunk_frames": 3, "cfg_value": 1.5,
+                                   "inference_timesteps": 12}  # fmt: skip
+    assert type(named.params.values["top_k"]) is int
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"top_p": 0}, r"top_p must be in \(0, 1\]; got 0"),  # every known backend's knob
+        ({"inference_timesteps": 0.5}, "inference_timesteps must be a whole number"),
+        ({"seed": "x"}, "seed must be a whole number"),
+        ({"no_such_knob": 1}, "This API takes text, language"),
+    ],
+)
+def test_bad_values_are_gradio_errors_naming_them(engine, values, message):
+    with pytest.raises(gr.Error, match=message):
+        list(handlers.synthesize_full(engine, "Hello.", **values))
 
 
 def test_a_request_while_the_model_loads_gets_the_loading_message(engine, voices):

@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tts_core.engine import Engine, InputError, Limits, SynthesisParams, SynthesisRequest
+from tts_core.engine import (
+    Engine,
+    EngineConfig,
+    InputError,
+    Limits,
+    SynthesisParams,
+    SynthesisRequest,
+)
 from tts_core.engine.validation import prepare_reference
 
 RATE = 24_000
@@ -45,20 +52,78 @@ def test_unsupported_language(engine):
     check(engine, language="French")  # case does not matter
 
 
+class AllKnobs:
+    """The eSpeak backend, declaring the knobs of Qwen3-TTS and VoxCPM2 (their own
+    declarations): the engine checks the knobs of the backend it serves."""
+
+    def __init__(self, inner) -> None:  # noqa: ANN001
+        self._inner = inner
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        return getattr(self._inner, name)
+
+    @property
+    def knobs(self) -> tuple:
+        from tts_core.backends.qwen3 import Qwen3Backend
+        from tts_core.backends.voxcpm import VoxCPMBackend
+
+        return (*Qwen3Backend.knobs, *VoxCPMBackend.knobs)
+
+
+@pytest.fixture()
+def knobbed(espeak_backend) -> Engine:
+    return Engine(AllKnobs(espeak_backend))
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"temperature": 0}, "temperature"),
-        ({"top_p": 1.5}, "top_p"),
-        ({"top_k": 2.5}, "top_k"),
-        ({"seed": "abc"}, "seed"),
+        ({"temperature": 0}, r"temperature must be in \[0.01, 5\]; got 0"),
+        ({"temperature": 1e-45}, "temperature"),  # the float32 floor (MIN_TEMPERATURE)
+        ({"temperature": float("nan")}, "temperature"),
+        ({"top_p": 1.5}, r"top_p must be in \(0, 1\]; got 1.5"),
+        ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+        ({"top_k": 2.5}, r"top_k must be a whole number in \[0, 100000\]; got 2.5"),
+        ({"top_k": -1}, "top_k"),
+        ({"repetition_penalty": 1e-40}, r"repetition_penalty must be in \[0.1, 5\]"),
+        ({"cfg_value": 10.5}, r"cfg_value must be in \[0, 10\]"),
+        ({"inference_timesteps": 0}, r"inference_timesteps must be a whole number in \[1, 100\]"),
+        ({"seed": "abc"}, "seed must be a whole number."),
+        ({"seed": -2}, r"seed must be a whole number in \[-1, 4294967295\]"),
+        ({"seed": 2**32}, "seed"),
         ({"first_chunk_frames": 0}, "first_chunk_frames"),
-        ({"chunk_frames": 1000}, "chunk_frames"),
+        ({"chunk_frames": 1000}, r"chunk_frames must be a whole number in \[1, 100\]"),
     ],
 )
-def test_bad_parameters(engine, params, message):
-    with pytest.raises(InputError, match=message):
-        check(engine, **params)
+def test_bad_parameters(knobbed, params, message):
+    with pytest.raises(InputError, match=message) as caught:
+        check(knobbed, **params)
+    assert caught.value.param == next(iter(params))
+
+
+def test_good_parameters_are_typed_and_unset_ones_are_left_out(knobbed):
+    params = knobbed.prepare(SynthesisRequest("Hi.", None, None, SynthesisParams(
+        top_k=50.0, top_p=1.0, temperature="0.7", seed=-1, inference_timesteps=None,
+    ))).params  # fmt: skip
+    assert params.values == {"top_k": 50, "top_p": 1.0, "temperature": 0.7}
+    assert type(params.values["top_k"]) is int and params.seed is None  # -1: random
+    assert (params.first_chunk_frames, params.chunk_frames) == (2, 6)  # the declared defaults
+
+
+def test_the_chunk_limit_comes_from_the_engines_limits(espeak_backend):
+    engine = Engine(espeak_backend, EngineConfig(limits=Limits(max_chunk_frames=8)))
+    check(engine, chunk_frames=8)
+    with pytest.raises(InputError, match=r"chunk_frames must be a whole number in \[1, 8\]"):
+        check(engine, chunk_frames=9)
+
+
+def test_knobs_the_backend_does_not_have_are_left_out(engine):
+    """eSpeak reads no sampling knob: its engine neither checks nor passes them on (the page
+    and the HTTP routes check every known backend's knobs themselves)."""
+    params = engine.prepare(SynthesisRequest("Hi.", None, None, SynthesisParams(
+        temperature=99, cfg_value="x", seed=4,
+    ))).params  # fmt: skip
+    assert params.values == {"seed": 4}
 
 
 def test_missing_reference_where_needed(espeak_backend):

@@ -162,3 +162,31 @@ def test_warm_up_changes_nothing_a_later_request_sees(tiny_checkpoint: Path, dty
     assert torch.equal(_stream(decoder, rest, [2, 6]), before)
     with pytest.raises(ValueError, match=">= 1"):
         decoder.warm_up((0,))
+
+
+def test_time_dtypes_times_copies_and_leaves_the_decoder_as_it_was(tiny_checkpoint: Path) -> None:
+    from tts_core.models.qwen3_tts.codec.decoder import time_dtypes
+
+    decoder = _load(tiny_checkpoint).decoder
+    before = {name: t.clone() for name, t in _tensors(decoder).items()}
+    seconds = time_dtypes(decoder, (torch.float32, torch.bfloat16), chunk_frames=2, repeats=1)
+    assert set(seconds) == {torch.float32, torch.bfloat16}
+    assert all(s > 0 for s in seconds.values())
+    assert decoder.dtype == torch.float32
+    after = _tensors(decoder)
+    assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+@pytest.mark.parametrize("faster", [torch.float32, torch.bfloat16])
+def test_the_backend_keeps_the_faster_decoder_dtype(tiny_checkpoint, monkeypatch, faster) -> None:
+    """The app's CPU choice follows the timing (real timings: BENCHMARKS.md), not CPU flags."""
+    import tts_core.models.qwen3_tts.codec.decoder as decoder_module
+    from tts_core.backends import qwen3
+
+    def timed(decoder, dtypes, **_):
+        return {d: (0.1 if d == faster else 0.2) for d in dtypes}
+
+    monkeypatch.setattr(decoder_module, "time_dtypes", timed)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    backend = qwen3.Qwen3Backend.load(str(tiny_checkpoint), "cpu", quantize="none")
+    assert backend.model.speech_tokenizer.decoder_dtype == faster

@@ -6,8 +6,11 @@ import logging
 from collections.abc import Callable
 
 from ..engine.backend import Backend, Notice
+from ..engine.engine import Engine
 from ..engine.errors import redact_paths
+from ..engine.knobs import Knob, backend_knobs, merge_knobs, shared_knobs
 from ..engine.loading import FALLING_BACK
+from ..engine.validation import Limits
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +30,7 @@ def load_backend(
     """(backend, notice). `name` is "espeak" or a Hub repo id / local folder of a Qwen3-TTS or
     VoxCPM2 checkpoint: the backend is chosen from its config.json, not from the name. `dtype`,
     `quantize` and `max_batch` (None: its default) are Qwen3Backend.load's; VoxCPM2 takes
-    `dtype` and decodes one stream at a time. `report` hears of the download and loading.
+    `dtype` and `max_batch`. `report` hears of the download and loading.
 
     When the neural model cannot be loaded and `allow_fallback` is set, returns the eSpeak
     backend with a notice saying why (logged too).
@@ -45,6 +48,30 @@ def load_backend(
         if report is not None:
             report(FALLING_BACK)  # the status names what is starting now, not the lost model
         return _espeak(), notice
+
+
+def backend_classes() -> tuple[type, ...]:
+    """Every backend load_backend may serve, for what they declare (their `knobs`). Importing
+    them loads no model and no torch."""
+    from .espeak import EspeakBackend
+    from .qwen3 import Qwen3Backend
+    from .voxcpm import VoxCPMBackend
+
+    return (Qwen3Backend, VoxCPMBackend, EspeakBackend)
+
+
+def request_knobs(engine: Engine | None = None) -> tuple[Knob, ...]:
+    """Every knob a request may carry, each once: the shared ones (with `engine`'s chunk limit),
+    those of every backend in backend_classes(), and those of the backend `engine` serves (a
+    backend built by the caller may declare more, or declare a known name its own way: the
+    served declaration wins). The HTTP routes and the page accept and check all of them, so
+    a request means the same whichever model is served (a value out of its range is refused
+    everywhere); each backend reads only its own, the engine leaves out the rest."""
+    limits = engine.config.limits if engine is not None else Limits()
+    served = backend_knobs(engine.backend) if engine is not None else ()
+    taken = {knob.name for knob in served}
+    known = [[knob for knob in cls.knobs if knob.name not in taken] for cls in backend_classes()]
+    return merge_knobs(shared_knobs(limits.max_chunk_frames), *known, served)
 
 
 def explain_load_failure(name: str, exc: BaseException) -> Notice:
@@ -80,15 +107,15 @@ def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | 
     from ..models.registry import VOXCPM2, detect_architecture
 
     report = report or (lambda *args, **kwargs: None)
+    extra = {} if max_batch is None else {"max_batch": max_batch}
     report(LOADING)
     with reporting_to(report):  # a Hub download reports its bytes, then LOADING again
         if detect_architecture(name) == VOXCPM2:
             from .voxcpm import VoxCPMBackend
 
-            return VoxCPMBackend.load(name, device, dtype=dtype)
+            return VoxCPMBackend.load(name, device, dtype=dtype, **extra)
         from .qwen3 import Qwen3Backend
 
-        extra = {} if max_batch is None else {"max_batch": max_batch}
         return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize, **extra)
 
 

@@ -49,6 +49,7 @@ class EspeakBackend:
     frame_samples = 1920  # chunk sizes are counted in 80 ms frames, as for the neural model
     description = DESCRIPTION
     default_concurrency = 4  # synthesis is ~100x real time; the library lock serializes it
+    knobs = ()  # it reads only the language: pitch and rate come from the reference
 
     def __init__(self) -> None:
         self._lib: EspeakLibrary = get_library()

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..audio import SAMPLE_RATE
-from ..engine.backend import QWEN3_SAMPLING, BackendChunk, SynthesisParams, Voice
+from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
+from ..engine.knobs import Knob
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,26 @@ DESCRIPTION = (
     "the reference audio and its words (best); without one, only on a speaker embedding."
 )
 DEFAULT_MAX_BATCH = 8
+# Practical floors: below them the sampler's arithmetic leaves float32 (logits / 1e-45 is inf,
+# and softmax of inf is NaN) while no audible difference from greedy remains to be had.
+MIN_TEMPERATURE = 0.01
+MIN_REPETITION_PENALTY = 0.1
+# The request knobs this backend reads (besides the shared seed and chunk sizes). Defaults: the
+# checkpoint's generation_config.json (sampling_defaults); the page starts at the released
+# checkpoints' values until the model is loaded.
+KNOBS = (
+    Knob("temperature", float, MIN_TEMPERATURE, 5.0, label="Temperature", step=0.05,
+         ui_range=(0.1, 2.0), ui_value=0.9,
+         help="Higher: more varied speech; lower: steadier, closer to the likeliest."),
+    Knob("top_k", int, 0, 100_000, label="Top-k (0: off)", step=1, ui_range=(0, 200),
+         ui_value=50, help="Sample each code among the k likeliest."),
+    Knob("top_p", float, 0.0, 1.0, low_open=True, label="Top-p", step=0.05,
+         ui_range=(0.05, 1.0), ui_value=1.0,
+         help="Sample among the likeliest codes that together hold this probability."),
+    Knob("repetition_penalty", float, MIN_REPETITION_PENALTY, 5.0, label="Repetition penalty",
+         step=0.01, ui_range=(1.0, 2.0), ui_value=1.05,
+         help="Above 1: codes already produced are less likely again (fewer loops)."),
+)  # fmt: skip
 
 
 def resolve_device(device: str) -> str:
@@ -38,15 +59,38 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _decoder_dtype(device: str, dtype: str):  # noqa: ANN202 - torch.dtype | None
-    """bfloat16 for the codec decoder on a CPU with native bf16 (AVX512_BF16 / AMX): 1.7-2x
-    faster there, ~45 dB SNR against float64 on well-conditioned and real-size random decoders
-    (benchmarks/decoder_dtype.py). Elsewhere the model's own dtype (bf16 would be emulated)."""
+def _choose_decoder_dtype(model: Any, device: str, dtype: str) -> str:
+    """On a float32 CPU model, run the codec decoder in bfloat16 where that is faster here: a
+    streaming chunk is timed in both (codec.decoder.time_dtypes; ~1 s at load). Native bf16
+    (AVX512_BF16 / AMX) makes it 1.7-2x faster at ~45 dB SNR against float64
+    (benchmarks/decoder_dtype.py); AVX-512 without it, or AVX2, makes it slower, much slower.
+    Skipped where oneDNN has no bf16 path at all. Returns the choice, in words, for the log."""
     import torch
 
-    if device == "cpu" and dtype == "float32" and torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        return torch.bfloat16
-    return None
+    from ..models.qwen3_tts.codec.decoder import time_dtypes
+
+    codec = model.speech_tokenizer
+    if codec is None or device != "cpu" or dtype != "float32":
+        return "as the weights"
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return "float32 (no bfloat16 kernels on this CPU)"
+    seconds = time_dtypes(codec.decoder, (torch.float32, torch.bfloat16))
+    times = ", ".join(
+        f"{str(d).removeprefix('torch.')} {1000 * s:.0f} ms" for d, s in seconds.items()
+    )
+    best = min(seconds, key=seconds.__getitem__)
+    if best != codec.decoder_dtype:
+        codec.set_decoder_dtype(best)  # no voice has cached a decoder state yet
+        codec.decoder.warm_up()
+    return f"{str(best).removeprefix('torch.')}, the faster for a 6-frame chunk here ({times})"
+
+
+def _native_bf16_gpu(device: str) -> bool:
+    """A CUDA GPU with bfloat16 arithmetic (compute capability 8.0+: A100, L4, H100, RTX 30xx+);
+    older ones (T4, V100) would emulate it, so `auto` keeps float32 there."""
+    import torch
+
+    return device == "cuda" and torch.cuda.get_device_capability() >= (8, 0)
 
 
 class Qwen3Backend:
@@ -55,6 +99,7 @@ class Qwen3Backend:
     needs_reference = True
     independent_phrases = False  # one exact stateful decoder pass: never crossfade
     description = DESCRIPTION
+    knobs = KNOBS
 
     def __init__(
         self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH
@@ -65,6 +110,7 @@ class Qwen3Backend:
         self.model_name = model_name
         self.device = device
         self.weight_format = getattr(model, "weight_format", None)  # "int8", "float32", ...
+        self.weight_format_reason = getattr(model, "format_decision", "")  # quantize "auto"
         codec = getattr(model, "speech_tokenizer", None)
         self.frame_samples = int(getattr(codec, "samples_per_frame", 1920))
         self.sample_rate = int(getattr(codec, "sample_rate", SAMPLE_RATE))
@@ -80,38 +126,36 @@ class Qwen3Backend:
         quantize: str = "auto",
         max_batch: int = DEFAULT_MAX_BATCH,
     ) -> Qwen3Backend:
-        """dtype "auto": bfloat16 on CUDA, float32 on CPU; quantize "auto": 8-bit layers on a
-        CPU where they keep >= 30 dB SQNR on a calibration run (see load_model); max_batch:
-        streams decoded together (the KV arena is sized for it at load)."""
+        """dtype "auto": bfloat16 on a GPU with native bf16, else float32; quantize "auto":
+        8-bit layers on a CPU where they are faster and keep >= 30 dB SQNR (see load_model);
+        max_batch: streams decoded together (the KV arena is sized for it at load)."""
         import torch
 
         import tts_core
 
         device = resolve_device(device)
         if dtype == "auto":
-            dtype = "bfloat16" if device == "cuda" else "float32"
+            dtype = "bfloat16" if _native_bf16_gpu(device) else "float32"
         model = tts_core.load_model(
             name_or_path,
             device=device,
             dtype=getattr(torch, dtype),
             quantize=quantize,
-            decoder_dtype=_decoder_dtype(device, dtype),
         )
+        decoder_choice = _choose_decoder_dtype(model, device, dtype)
         report = model.quantization
         if report is not None:
             log.info("quantized to int8: min layer SQNR %.1f dB (worst: %s)",
                      report.min_sqnr_db, ", ".join(f"{n} {v:.1f}" for n, v in report.worst()))  # fmt: skip
-        elif quantize == "auto" and device == "cpu":
-            log.info("kept %s weights: int8 did not hold the SQNR bound or cannot run here", dtype)
-        codec = model.speech_tokenizer
-        decoder = str(codec.decoder_dtype).removeprefix("torch.") if codec is not None else "-"
+        elif model.format_decision:
+            log.info("weights: %s", model.format_decision)
         log.info("loaded %s on %s (%s, weights %s, codec decoder %s)", name_or_path, device,
-                 dtype, model.weight_format, decoder)  # fmt: skip
+                 dtype, model.weight_format, decoder_choice)  # fmt: skip
         return cls(model, str(name_or_path), device, max_batch=max_batch)
 
     def sampling_defaults(self) -> dict[str, Any]:
         defaults = self.model.generation_defaults
-        return {name: getattr(defaults, name) for name in QWEN3_SAMPLING}
+        return {knob.name: getattr(defaults, knob.name) for knob in self.knobs}
 
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
         if audio is None:
@@ -141,7 +185,7 @@ class Qwen3Backend:
             chunk_frames=params.chunk_frames,
             seed=params.seed,
             should_stop=cancel.is_set,  # a Stop frees the row at the next step
-            **params.sampling_kwargs(),
+            **params.values_of(self.knobs),  # by name: the model's own keywords
         )
         try:
             for chunk in chunks:

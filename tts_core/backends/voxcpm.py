@@ -17,13 +17,23 @@ from typing import Any
 import numpy as np
 
 from ..audio import SAMPLE_RATE
-from ..engine.backend import VOXCPM_SAMPLING, BackendChunk, SynthesisParams, Voice
+from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
+from ..engine.knobs import Knob
 from ..engine.model_thread import ModelThread
 from .qwen3 import resolve_device
 
 log = logging.getLogger(__name__)
 CFG_VALUE, INFERENCE_TIMESTEPS = 2.0, 10  # the official generate()'s defaults
+# The request knobs this backend reads (besides the shared seed and chunk sizes)
+KNOBS = (
+    Knob("cfg_value", float, 0.0, 10.0, default=CFG_VALUE, label="Guidance (CFG value)",
+         step=0.1, ui_range=(0.0, 5.0),
+         help="Classifier-free guidance: higher follows the text and the voice more closely."),
+    Knob("inference_timesteps", int, 1, 100, default=INFERENCE_TIMESTEPS, step=1,
+         ui_range=(1, 50), label="Diffusion steps",
+         help="Flow-matching steps per patch: more cost more time per patch."),
+)  # fmt: skip
 
 DESCRIPTION = (
     "VoxCPM2 voice cloning. With a reference clip it speaks in that voice; with its transcript "
@@ -38,6 +48,7 @@ class VoxCPMBackend:
     needs_reference = False  # zero-shot without a clip
     independent_phrases = False  # one exact stateful decoder pass: never crossfade
     description = DESCRIPTION
+    knobs = KNOBS
     default_concurrency = 1
 
     def __init__(self, model: Any, model_name: str, device: str) -> None:
@@ -69,7 +80,7 @@ class VoxCPMBackend:
 
     def sampling_defaults(self) -> dict[str, Any]:
         """VoxCPM2's own knobs (no temperature / top-k / top-p / repetition penalty)."""
-        return {"cfg_value": CFG_VALUE, "inference_timesteps": INFERENCE_TIMESTEPS}
+        return {knob.name: knob.default for knob in self.knobs}
 
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
         """audio: 24 kHz mono float32 reference or None (zero-shot: the model makes up a voice)."""
@@ -110,7 +121,7 @@ class VoxCPMBackend:
                 text,
                 voice.data,
                 seed=seed,
-                **{**self.sampling_defaults(), **params.sampling_kwargs(VOXCPM_SAMPLING)},
+                **{**self.sampling_defaults(), **params.values_of(self.knobs)},
                 first_chunk_patches=params.first_chunk_frames,
                 chunk_patches=params.chunk_frames,
                 should_stop=cancel.is_set,

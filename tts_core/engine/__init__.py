@@ -1,10 +1,11 @@
 """Requests, admission, streaming and stats: the engine, and the slot that holds it while the
 model loads."""
 
-from .backend import LANGUAGES, PARAM_FIELDS, Backend, BackendChunk, SynthesisParams, Voice
+from .backend import LANGUAGES, Backend, BackendChunk, SynthesisParams, Voice
 from .engine import Engine, EngineConfig, EngineStream, StreamEvent, SynthesisRequest
 from .errors import BackendError, EngineBusy, InputError
 from .handle import StreamHandle
+from .knobs import SHARED_KNOBS, Knob
 from .loading import EngineSlot, LoadProgress, ModelLoading
 from .stats import RequestStats
 from .validation import Limits
@@ -20,13 +21,14 @@ __all__ = [
     "EngineSlot",
     "EngineStream",
     "InputError",
+    "Knob",
     "Limits",
     "LoadProgress",
     "ModelLoading",
     "RequestStats",
     "StreamEvent",
     "StreamHandle",
-    "PARAM_FIELDS",
+    "SHARED_KNOBS",
     "SynthesisParams",
     "SynthesisRequest",
     "Voice",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from .knobs import SHARED_KNOBS, Knob
 
 LANGUAGES = (
     "chinese",
@@ -23,33 +25,48 @@ LANGUAGES = (
 )
 
 
-QWEN3_SAMPLING = ("temperature", "top_k", "top_p", "repetition_penalty")
-VOXCPM_SAMPLING = ("cfg_value", "inference_timesteps")
-
-
-@dataclass
 class SynthesisParams:
-    """Per-request knobs. Sampling values of None mean "the backend's default"."""
+    """One request's settings: its language and its knob values by name (engine/knobs.py:
+    the shared seed and chunk sizes, and each backend's own knobs). A knob that is left out, or
+    None, takes its default: the declared one, else the backend's own. `Engine.prepare` checks
+    the values against the shared knobs and the backend's (`check_params`)."""
 
-    language: str = "auto"
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    seed: int | None = None
-    first_chunk_frames: int = 2  # frames of the first chunk (small: low time to first audio)
-    chunk_frames: int = 6  # frames of every later chunk
-    cfg_value: float | None = None  # VoxCPM2: classifier-free guidance strength
-    inference_timesteps: int | None = None  # VoxCPM2: diffusion (flow-matching) steps
+    def __init__(self, language: str = "auto", **values: Any) -> None:
+        self.language = language
+        self.values: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
 
-    def sampling_kwargs(self, names: tuple[str, ...] = QWEN3_SAMPLING) -> dict[str, Any]:
-        """The set ones among `names`, as keyword arguments for a model call."""
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of the knob `name`, or `default` when it is not set."""
+        return self.values.get(name, default)
+
+    def values_of(self, knobs: Iterable[Knob]) -> dict[str, Any]:
+        """The set values of `knobs`, by name: keyword arguments for a model call."""
+        return {knob.name: self.values[knob.name] for knob in knobs if knob.name in self.values}
+
+    # the shared knobs, which the engine and every backend read
+    @property
+    def seed(self) -> int | None:
+        return self.values.get("seed")  # None: a random seed
+
+    @property
+    def first_chunk_frames(self) -> int:
+        return self.values.get("first_chunk_frames", _SHARED["first_chunk_frames"].default)
+
+    @property
+    def chunk_frames(self) -> int:
+        return self.values.get("chunk_frames", _SHARED["chunk_frames"].default)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SynthesisParams):
+            return NotImplemented
+        return (self.language, self.values) == (other.language, other.values)
+
+    def __repr__(self) -> str:
+        values = "".join(f", {name}={value!r}" for name, value in self.values.items())
+        return f"SynthesisParams(language={self.language!r}{values})"
 
 
-# The request schema, once: every surface (page, PCM route, /v1, gradio_client) takes these
-# names; a backend reads the ones it knows (see Backend.sampling_defaults).
-PARAM_FIELDS = tuple(f.name for f in fields(SynthesisParams) if f.name != "language")
+_SHARED = {knob.name: knob for knob in SHARED_KNOBS}
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,9 @@ class Backend(Protocol):
     frame_samples: int  # audio samples per "frame" at sample_rate, the chunk-size unit
     description: str  # what this backend does with the reference, in plain words
     default_concurrency: int
+    # the request settings it reads besides the shared ones (knobs.shared_knobs), declared once
+    # on the class: the API, the page and the validation are made from them
+    knobs: tuple[Knob, ...]
 
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
         """audio: (N,) float32 mono reference at tts_core.audio.SAMPLE_RATE (24 kHz), or None
@@ -101,9 +121,11 @@ class Backend(Protocol):
     def stream(
         self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
     ) -> Iterator[BackendChunk]:
-        """Yield audio as it is produced; stop soon after `cancel` is set."""
+        """Yield audio as it is produced; stop soon after `cancel` is set. Knob values are read
+        by name from `params` (`params.values_of(self.knobs)`, `params.seed`, ...)."""
         ...
 
     def sampling_defaults(self) -> dict[str, Any]:
-        """Defaults for the UI's sampling controls (empty if the backend does not sample)."""
+        """Each of its knobs -> its default (a knob declared with default None: the loaded
+        model's own); empty for a backend without knobs."""
         ...

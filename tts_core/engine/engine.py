@@ -23,6 +23,7 @@ from ..audio import SAMPLE_RATE, Cadence, ChunkJoiner, ms_to_samples
 from .admission import Admission, Ticket
 from .backend import Backend, Notice, SynthesisParams, Voice
 from .errors import BackendError, InputError
+from .knobs import backend_knobs
 from .stats import RequestStats
 from .validation import Limits, check_params, clean_reference_text, clean_text, prepare_reference
 
@@ -99,6 +100,7 @@ class Engine:
             "sample_rate": self.sample_rate,
             "frame_ms": round(1000 * b.frame_samples / self.sample_rate, 3),  # chunk-size unit
             "weight_format": getattr(b, "weight_format", None),
+            "weight_format_reason": getattr(b, "weight_format_reason", ""),
             "can_clone": b.can_clone,
             "needs_reference": b.needs_reference,
             "description": b.description,
@@ -120,7 +122,7 @@ class Engine:
         """
         limits = self.config.limits
         text = clean_text(request.text, limits)
-        params = check_params(request.params, limits)
+        params = check_params(request.params, limits, backend_knobs(self.backend))
         reference, ref_text, notices = self._reference(request.reference, request.reference_text)
         if reference is None:
             if self.backend.needs_reference:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import unicodedata
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from ..audio import AudioDecodeError, decode_reference
 from .backend import LANGUAGES, SynthesisParams
 from .errors import InputError
+from .knobs import Knob, merge_knobs, parse_knobs, shared_knobs
 
 
 @dataclass(frozen=True)
@@ -72,35 +74,16 @@ def check_language(language: object) -> str:
     return value
 
 
-# Practical floors: below them the sampler's arithmetic leaves float32 (logits / 1e-45 is inf,
-# and softmax of inf is NaN) while no audible difference from greedy remains to be had.
-MIN_TEMPERATURE = 0.01
-MIN_REPETITION_PENALTY = 0.1
-
-
-def check_params(params: SynthesisParams, limits: Limits) -> SynthesisParams:
-    temperature = _range("temperature", params.temperature, MIN_TEMPERATURE, 5.0)
-    top_p = _range("top_p", params.top_p, 0.0, 1.0, low_open=True)
-    penalty = _range("repetition_penalty", params.repetition_penalty, MIN_REPETITION_PENALTY, 5.0)
-    top_k = _as_int("top_k", params.top_k, 0, 100_000)
-    seed = _as_int("seed", params.seed, -1, 2**32 - 1)
-    first = _as_int("first_chunk_frames", params.first_chunk_frames, 1, limits.max_chunk_frames)
-    steady = _as_int("chunk_frames", params.chunk_frames, 1, limits.max_chunk_frames)
-    cfg_value = _range("cfg_value", params.cfg_value, 0.0, 10.0)
-    timesteps = _as_int("inference_timesteps", params.inference_timesteps, 1, 100)
-    return replace(
-        params,
-        language=check_language(params.language),
-        temperature=temperature,
-        top_p=top_p,
-        repetition_penalty=penalty,
-        top_k=top_k,
-        seed=None if seed is None or seed < 0 else seed,  # -1 / empty: random
-        first_chunk_frames=first,
-        chunk_frames=steady,
-        cfg_value=cfg_value,
-        inference_timesteps=timesteps,
-    )
+def check_params(
+    params: SynthesisParams, limits: Limits, knobs: Sequence[Knob] = ()
+) -> SynthesisParams:
+    """The language, and the values of the shared knobs (the chunk sizes up to
+    `limits.max_chunk_frames`) and of `knobs` (the backend's own), each checked against its
+    declaration: InputError naming the knob. Values of other knobs are left out: the backend
+    does not read them (the HTTP routes and the page check those of every known backend
+    themselves, tts_core.backends.request_knobs)."""
+    declared = merge_knobs(shared_knobs(limits.max_chunk_frames), knobs)
+    return SynthesisParams(check_language(params.language), **parse_knobs(params.values, declared))
 
 
 def prepare_reference(
@@ -152,31 +135,3 @@ def _length_text(original_s: float | None, limit_s: float) -> str:
     if original_s is None or round(original_s, 1) <= limit_s:
         return f"longer than {limit_s:g} s"
     return f"{original_s:.1f} s long"
-
-
-def _range(
-    name: str, value: object, low: float, high: float, low_open: bool = False
-) -> float | None:
-    if value is None or value == "":
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be a number.", name) from exc
-    too_low = number <= low if low_open else number < low
-    if too_low or number > high or not np.isfinite(number):
-        bracket = "(" if low_open else "["
-        raise InputError(f"{name} must be in {bracket}{low:g}, {high:g}]; got {value}.", name)
-    return number
-
-
-def _as_int(name: str, value: object, low: int, high: int) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        number = float(value)  # gradio sliders and JSON clients may send 50.0
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must be a whole number.", name) from exc
-    if not np.isfinite(number) or number != int(number) or not low <= number <= high:
-        raise InputError(f"{name} must be a whole number in [{low}, {high}]; got {value}.", name)
-    return int(number)

@@ -4,10 +4,14 @@ Request (JSON, OpenAI's `audio.speech.create` fields): model, input (<= 4096 cha
 voice (a name, or {"id": name}), response_format (wav | pcm | mp3 | opus | flac | aac; default
 mp3 as OpenAI), speed (only 1.0), stream_format ("audio": the encoded bytes with chunked
 transfer as they are generated; "sse": `speech.audio.delta` events with base64 audio, then
-`speech.audio.done`), instructions (ignored). Extensions: language, seed, temperature, top_k,
-top_p, repetition_penalty (Qwen3-TTS), cfg_value, inference_timesteps (VoxCPM2). Audio keeps
-the model's native rate (header X-Sample-Rate): `pcm` is raw 16-bit little-endian mono, 24 kHz
-for Qwen3-TTS as OpenAI's, 48 kHz for VoxCPM2.
+`speech.audio.done`), instructions (ignored). Extensions: language, and the knobs by name
+(tts_core.backends.request_knobs: seed, first_chunk_frames, chunk_frames; Qwen3-TTS's
+temperature, top_k, top_p, repetition_penalty; VoxCPM2's cfg_value, inference_timesteps; and any
+the served backend declares), each checked against its declaration (400 naming it); a knob of
+another model than the served one is checked, then ignored. Audio keeps the model's native
+rate (header X-Sample-Rate): `pcm` is raw 16-bit little-endian mono, 24 kHz for Qwen3-TTS as
+OpenAI's, 48 kHz for VoxCPM2. GET /v1/models lists the served model's knobs as JSON Schema
+properties (`info.knobs`).
 """
 
 from __future__ import annotations
@@ -26,11 +30,18 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..audio import SAMPLE_RATE
-from ..engine import SynthesisParams, SynthesisRequest
+from ..engine import Engine, SynthesisParams, SynthesisRequest
+from ..engine.knobs import Knob, backend_knobs, knob_defaults, shared_knobs
 from ..engine.validation import printable
 from .audio_formats import CONTENT_TYPES, make_encoder
 from .errors import ApiError
-from .route_utils import api_errors, read_json, validation_to_api_error
+from .route_utils import (
+    api_errors,
+    read_json,
+    request_values,
+    served_engine,
+    validation_to_api_error,
+)
 from .state import ServerState
 from .streaming import chain_events, engine_errors, on_own_thread, open_streams, run_in_thread
 from .text_split import split_text
@@ -54,13 +65,7 @@ class SpeechBody(BaseModel):
     stream_format: Literal["audio", "sse"] = "audio"
     instructions: str | None = None
     language: str = "auto"
-    seed: int | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    cfg_value: float | None = None  # VoxCPM2
-    inference_timesteps: int | None = None  # VoxCPM2
+    # and the knobs, by name: read from the same JSON object by request_values (route_utils)
 
     @field_validator("voice")
     @classmethod
@@ -78,10 +83,12 @@ def make_openai_router(state: ServerState) -> APIRouter:
     @api_errors
     async def speech(request: Request):  # noqa: ANN202 - StreamingResponse | JSONResponse
         state.config.access.check(request, api=True)
-        body = parse_speech_body(await read_json(request), state.config.max_input_chars)
+        payload = await read_json(request)
+        body = parse_speech_body(payload, state.config.max_input_chars)
+        params = SynthesisParams(body.language, **request_values(payload, state.slot))
         voice, clip = await load_voice(state, body.voice)
         engine = state.engine
-        requests = build_requests(body, voice, clip, engine.config.limits.max_chars)
+        requests = build_requests(body, params, voice, clip, engine.config.limits.max_chars)
         cancel = threading.Event()
         with engine_errors(API_PARAMS):
             streams = await asyncio.to_thread(open_streams, engine, requests, cancel)
@@ -106,6 +113,12 @@ def make_openai_router(state: ServerState) -> APIRouter:
         names = [*state.config.model_names, served]
         data = [{"id": n, "object": "model", "owned_by": "tts_core", "served_model": served,
                  "status": status} for n in names]  # fmt: skip
+        engine = served_engine(state.slot)
+        if engine is not None:  # the knobs this model reads, besides the language
+            defaults = knob_defaults(engine.backend)
+            info["knobs"] = {knob.name: knob.json_schema(defaults.get(knob.name))
+                             for knob in (*_shared_knobs(engine),
+                                          *backend_knobs(engine.backend))}  # fmt: skip
         data[-1]["info"] = info
         return JSONResponse({"object": "list", "data": data})
 
@@ -130,24 +143,18 @@ def parse_speech_body(payload: object, max_input_chars: int) -> SpeechBody:
 
 
 def build_requests(
-    body: SpeechBody, voice: NamedVoice, clip: np.ndarray, max_chars: int
+    body: SpeechBody, params: SynthesisParams, voice: NamedVoice, clip: np.ndarray, max_chars: int
 ) -> list[SynthesisRequest]:
-    """One engine request per piece of the (cleaned) input; the clip was read once, into
-    memory."""
-    params = SynthesisParams(
-        language=body.language,
-        temperature=body.temperature,
-        top_k=body.top_k,
-        top_p=body.top_p,
-        repetition_penalty=body.repetition_penalty,
-        seed=body.seed,
-        cfg_value=body.cfg_value,
-        inference_timesteps=body.inference_timesteps,
-    )
+    """One engine request per piece of the (cleaned) input, each with `params`; the clip was
+    read once, into memory."""
     return [
         SynthesisRequest(piece, (SAMPLE_RATE, clip), voice.transcript, params)
         for piece in split_text(body.input, max_chars)
     ]
+
+
+def _shared_knobs(engine: Engine) -> tuple[Knob, ...]:
+    return shared_knobs(engine.config.limits.max_chunk_frames)
 
 
 def _producer(first, events, response_format: str, sse: bool, rate: int):  # noqa: ANN202, ANN001

@@ -2,8 +2,9 @@
 
 Request JSON: text, language, reference (the path Gradio gave the uploaded clip, or
 {"path": ...}; only files under Gradio's upload folder or the app's assets are accepted),
-reference_text, voice (a registered/built-in voice name instead of a clip), temperature, top_k,
-top_p, repetition_penalty, seed, first_chunk_frames, chunk_frames.
+reference_text, voice (a registered/built-in voice name instead of a clip), and the knobs by
+name, as /v1/audio/speech takes them (route_utils.request_values: a bad value is a 400 naming
+it; the page sends the values of all its knob controls, and each backend reads its own).
 
 Response: application/octet-stream of frames, each an 8-byte header (uint32 LE type, uint32 LE
 payload length) and the payload:
@@ -27,10 +28,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from ..audio import SAMPLE_RATE
-from ..engine import PARAM_FIELDS, BackendError, InputError, SynthesisParams, SynthesisRequest
+from ..engine import BackendError, InputError, SynthesisParams, SynthesisRequest
 from .audio_formats import pcm16_bytes
 from .errors import ApiError
-from .route_utils import api_errors, read_json
+from .route_utils import api_errors, read_json, request_values
 from .state import ServerState
 from .streaming import chain_events, engine_errors, open_streams, run_in_thread
 from .voice_routes import load_voice
@@ -70,9 +71,9 @@ def make_pcm_router(state: ServerState) -> APIRouter:
 
 
 async def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
-    """The page's JSON -> a SynthesisRequest (the engine validates values later)."""
-    known = {k: payload.get(k) for k in PARAM_FIELDS if payload.get(k) not in (None, "")}
-    params = SynthesisParams(language=str(payload.get("language") or "auto"), **known)
+    """The page's JSON -> a SynthesisRequest (knob values checked now, the rest by the engine)."""
+    language = str(payload.get("language") or "auto")
+    params = SynthesisParams(language, **request_values(payload, state.slot))
     reference_text = payload.get("reference_text") or None
     voice_name = payload.get("voice")
     if voice_name:

@@ -1,4 +1,5 @@
-"""Helpers shared by the routes: error wrapping, bounded body reading, pydantic -> 400.
+"""Helpers shared by the routes: error wrapping, bounded body reading, pydantic -> 400, the
+request's knobs.
 
 The routes may be added to an app that is already serving (Gradio's), whose exception
 handlers are fixed by then, so every route turns its own errors into responses.
@@ -17,7 +18,9 @@ from pydantic import ValidationError
 from starlette.datastructures import FormData
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from ..engine import BackendError, EngineBusy, ModelLoading
+from ..backends import request_knobs
+from ..engine import BackendError, Engine, EngineBusy, EngineSlot, InputError, ModelLoading
+from ..engine.knobs import parse_knobs
 from .errors import ApiError
 
 log = logging.getLogger(__name__)
@@ -118,3 +121,22 @@ def validation_to_api_error(exc: ValidationError) -> ApiError:
     param = ".".join(str(part) for part in first.get("loc", ())) or None
     message = first.get("msg", "Invalid request body.")
     return ApiError(400, f"{param}: {message}" if param else message, param, "invalid_value")
+
+
+def served_engine(slot: EngineSlot) -> Engine | None:
+    """The engine when it serves; None while the model loads, after it failed or once the
+    server is closing (the request then gets that answer from the slot)."""
+    try:
+        return slot.engine
+    except (EngineBusy, BackendError):
+        return None
+
+
+def request_values(payload: dict[str, Any], slot: EngineSlot) -> dict[str, Any]:
+    """The knob values of a JSON request, by name (tts_core.backends.request_knobs: the shared
+    knobs, every known backend's and the served one's), checked: a bad one is a 400 naming it.
+    Other fields are not looked at."""
+    try:
+        return parse_knobs(payload, request_knobs(served_engine(slot)))
+    except InputError as exc:
+        raise ApiError(400, str(exc), exc.param, "invalid_value") from None

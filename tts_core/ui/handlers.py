@@ -4,6 +4,10 @@ Each handler takes the engine from the slot per request (a request while the mod
 its "still loading" message). Errors the user can fix become gr.Error with the engine's or the
 voice registry's message; anything unexpected is logged with its traceback and reported as a
 short internal error. Either way the server keeps serving.
+
+The inputs are the API's parameters (ApiParameters: the request's fields and the knobs every
+known backend declares, by name); each handler takes them by position, in `names` order, or by
+name, and the page's inputs and the handlers' signature are made from the same list.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import inspect
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -19,17 +23,20 @@ import gradio as gr
 import numpy as np
 
 from ..audio import SAMPLE_RATE, to_int16
+from ..backends import request_knobs
 from ..engine import (
     BackendError,
     Engine,
     EngineBusy,
     EngineSlot,
     InputError,
+    Knob,
     StreamEvent,
     StreamHandle,
     SynthesisParams,
     SynthesisRequest,
 )
+from ..engine.knobs import parse_knobs
 from ..server.voices import VoiceDamaged, VoiceNotFound, VoiceRegistry
 
 log = logging.getLogger(__name__)
@@ -41,56 +48,70 @@ PUBLISH_NUDGE_S = 0.15
 _NUDGE = np.zeros(1, dtype=np.int16)
 
 
+# The request's fields besides its knobs
+FIELDS = ("text", "language", "reference", "reference_text", "voice")
+# gradio_client and plain HTTP callers may pass every value by position: this was the order of
+# the first release, kept so that their calls keep working. Knobs declared since come after
+# `voice`, in the order request_knobs gives. Nothing else depends on this order: the page's
+# inputs and the handlers' signature are both made from ApiParameters.names.
+FIRST_RELEASE_ORDER = ("text", "language", "reference", "reference_text", "temperature", "top_k",
+                       "top_p", "repetition_penalty", "seed", "first_chunk_frames",
+                       "chunk_frames", "cfg_value", "inference_timesteps", "voice")  # fmt: skip
+
+
+class ApiParameters:
+    """The Gradio API's parameters, by name: the request's fields and `knobs` (the page's
+    controls for them are looked up by these names, and the handlers' signature carries them,
+    so gradio_client callers pass any of them by name)."""
+
+    def __init__(self, knobs: Sequence[Knob]) -> None:
+        self.knobs = tuple(knobs)
+        knob_names = [knob.name for knob in self.knobs]
+        first = [name for name in FIRST_RELEASE_ORDER if name in FIELDS or name in knob_names]
+        self.names = (*first, *(name for name in knob_names if name not in first))
+        # `text` is required; any other value left out is None (a knob's default)
+        kind, empty = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty
+        parameters = [inspect.Parameter(name, kind, default=empty if name == "text" else None)
+                      for name in self.names]  # fmt: skip
+        self.signature = inspect.Signature(parameters, return_annotation=Any)
+
+    @classmethod
+    def for_engine(cls, engine: Engine | None = None) -> ApiParameters:
+        """The parameters of every known backend's knobs, and of `engine`'s backend's
+        (tts_core.backends.request_knobs)."""
+        return cls(request_knobs(engine))
+
+    def request(self, inputs: tuple, named: dict[str, Any],
+                voices: VoiceRegistry | None = None) -> SynthesisRequest:  # fmt: skip
+        """The API's values (positional in `names` order, or by name) -> an engine request;
+        InputError for a bad knob value, or for values that are not this API's."""
+        try:
+            values = self.signature.bind(*inputs, **named).arguments
+        except TypeError as exc:
+            raise InputError(f"This API takes {', '.join(self.names)}: {exc}.") from None
+        knobs = parse_knobs(values, self.knobs)  # InputError naming the knob
+        params = SynthesisParams(values.get("language") or "auto", **knobs)
+        text, voice = values["text"], values.get("voice")
+        if voice:
+            if voices is None:
+                raise InputError("Named voices are not available here; upload a clip instead.")
+            named_voice, clip = voices.load(voice)
+            return SynthesisRequest(text, (SAMPLE_RATE, clip), named_voice.transcript, params)
+        return SynthesisRequest(text, values.get("reference") or None,
+                                values.get("reference_text"), params)  # fmt: skip
+
+
 def make_request(
-    text: str,
-    language: str,
-    reference: str | None = None,  # optional for gradio_client: a voice, or none (eSpeak)
-    reference_text: str | None = None,
-    temperature: float | None = None,
-    top_k: float | None = None,
-    top_p: float | None = None,
-    repetition_penalty: float | None = None,
-    seed: float | None = None,
-    first_chunk_frames: float = 2,
-    chunk_frames: float = 6,
-    cfg_value: float | None = None,
-    inference_timesteps: float | None = None,
-    voice: str | None = None,
-    *,
+    *inputs: Any,
     voices: VoiceRegistry | None = None,
+    api: ApiParameters | None = None,
+    **named: Any,
 ) -> SynthesisRequest:
-    """The page's inputs, in the order of the API (gradio_client) parameters: new ones are
-    appended at the end so positional callers keep working. `voice` names a built-in or saved
-    voice (from `voices`) used instead of the reference clip and its transcript."""
-    params = SynthesisParams(
-        language=language or "auto",
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        repetition_penalty=repetition_penalty,
-        seed=seed,
-        first_chunk_frames=first_chunk_frames,
-        chunk_frames=chunk_frames,
-        cfg_value=cfg_value,
-        inference_timesteps=inference_timesteps,
-    )
-    if voice:
-        if voices is None:
-            raise InputError("Named voices are not available here; upload a clip instead.")
-        named, clip = voices.load(voice)
-        return SynthesisRequest(text, (SAMPLE_RATE, clip), named.transcript, params)
-    return SynthesisRequest(text, reference or None, reference_text, params)
-
-
-# make_request's parameters are the API's (the registry is the page's, not the caller's)
-API_SIGNATURE = inspect.signature(make_request).replace(
-    parameters=[
-        p
-        for p in inspect.signature(make_request).parameters.values()
-        if p.kind is not p.KEYWORD_ONLY
-    ],  # fmt: skip
-    return_annotation=Any,
-)
+    """The API's values (`api`'s parameters, default: those of every known backend's knobs)
+    -> a SynthesisRequest.
+    `voice` names a built-in or saved voice (from `voices`) used instead of the reference clip
+    and its transcript."""
+    return (api or ApiParameters.for_engine()).request(inputs, named, voices)
 
 
 @contextmanager
@@ -110,12 +131,17 @@ def user_errors() -> Iterator[None]:
 
 
 def stream_to_page(
-    engine: Engine, *inputs: Any, voices: VoiceRegistry | None = None
+    engine: Engine,
+    *inputs: Any,
+    voices: VoiceRegistry | None = None,
+    api: ApiParameters | None = None,
+    **named: Any,
 ) -> Iterator[tuple]:
     """Outputs: live audio, full clip, stats (the page's stats panel draws them)."""
     skip = gr.skip()
     with user_errors():
-        handle = StreamHandle(engine, make_request(*inputs, voices=voices))
+        api = api or ApiParameters.for_engine(engine)
+        handle = StreamHandle(engine, make_request(*inputs, voices=voices, api=api, **named))
     pieces: list[np.ndarray] = []
     last_chunk_at: float | None = None  # set while a chunk waits to be flushed by a nudge
     stats: dict[str, Any] = {}
@@ -160,11 +186,16 @@ def _events_with_timeouts(handle: StreamHandle) -> Iterator[StreamEvent | None]:
 
 
 def stream_to_api(
-    engine: Engine, *inputs: Any, voices: VoiceRegistry | None = None
+    engine: Engine,
+    *inputs: Any,
+    voices: VoiceRegistry | None = None,
+    api: ApiParameters | None = None,
+    **named: Any,
 ) -> Iterator[tuple]:
     """/synthesize: one (chunk WAV, stats) per chunk; the last one's stats have done=true."""
     with user_errors():
-        handle = StreamHandle(engine, make_request(*inputs, voices=voices))
+        api = api or ApiParameters.for_engine(engine)
+        handle = StreamHandle(engine, make_request(*inputs, voices=voices, api=api, **named))
     try:
         for event in _events_with_timeouts(handle):
             if event is None:
@@ -176,7 +207,11 @@ def stream_to_api(
 
 
 def synthesize_full(
-    engine: Engine, *inputs: Any, voices: VoiceRegistry | None = None
+    engine: Engine,
+    *inputs: Any,
+    voices: VoiceRegistry | None = None,
+    api: ApiParameters | None = None,
+    **named: Any,
 ) -> Iterator[tuple]:
     """/synthesize_full: the finished clip (WAV) and the final stats (`predict` returns them).
 
@@ -187,7 +222,8 @@ def synthesize_full(
     """
     skip = gr.skip()
     with user_errors():
-        handle = StreamHandle(engine, make_request(*inputs, voices=voices))
+        api = api or ApiParameters.for_engine(engine)
+        handle = StreamHandle(engine, make_request(*inputs, voices=voices, api=api, **named))
     pieces, stats = [], {}
     try:
         for event in _events_with_timeouts(handle):
@@ -200,17 +236,24 @@ def synthesize_full(
     yield (engine.sample_rate, to_int16(np.concatenate(pieces))), stats
 
 
-def bind(fn: Callable, slot: EngineSlot, voices: VoiceRegistry | None) -> Callable[..., Iterator]:
-    """fn(engine, *inputs, voices=) -> a Gradio handler that takes the engine from `slot` per
-    request and whose API parameters carry make_request's names (every handler here is a
+def bind(
+    fn: Callable,
+    slot: EngineSlot,
+    voices: VoiceRegistry | None,
+    api: ApiParameters | None = None,
+) -> Callable[..., Iterator]:
+    """fn(engine, *inputs, voices=, api=) -> a Gradio handler that takes the engine from `slot`
+    per request and whose signature is `api`'s (default: every known backend's knobs): its
+    parameter names are the API's, which gradio_client calls by (every handler here is a
     generator, and stays one: Gradio decides streaming from that)."""
+    api = api or ApiParameters.for_engine()
 
     def handler(*inputs: Any) -> Iterator:
         with user_errors():
             engine = slot.engine  # ModelLoading while the model loads
-        yield from fn(engine, *inputs, voices=voices)
+        yield from fn(engine, *inputs, voices=voices, api=api)
 
-    handler.__signature__ = API_SIGNATURE
+    handler.__signature__ = api.signature
     handler.__name__ = handler.__qualname__ = fn.__name__
     handler.__doc__ = fn.__doc__
     return handler

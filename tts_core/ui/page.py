@@ -1,9 +1,15 @@
 """The Gradio Blocks page: text + voice in, two players out (low-latency Web Audio by default,
 Gradio's streaming gr.Audio behind a toggle), one live stats panel, and the named API.
 
-The page is built before the model has loaded (it loads in the background): what depends on
-the model (the model line, the notice, which knobs show, "reference required") comes from
-`slot.info()` on page load and from a 1 s timer that runs until loading ended.
+The page is built before the model has loaded (it loads in the background), so it has a control
+for every knob a known backend declares (and for the served backend's, when the engine is there
+at build time), each made from its declaration (engine/knobs.py). What depends on the model
+(the model line, the notice, which knobs show and their defaults, "reference required") comes
+from the slot on page load and from a 1 s timer that runs until loading ended.
+
+Layout: the text and Generate / Stop come first, so they are in view without scrolling on a
+desktop (1280 x 1000) and on a phone (390 x 844); the language, the voice and the Advanced
+knobs follow; the players and the stats panel are in the second column (below, on a phone).
 """
 
 from __future__ import annotations
@@ -14,21 +20,21 @@ from typing import Any
 import gradio as gr
 from starlette.middleware import Middleware
 
-from ..engine import LANGUAGES, Engine, EngineSlot
+from ..engine import LANGUAGES, SHARED_KNOBS, Engine, EngineSlot, Knob
+from ..engine.knobs import knob_defaults
 from ..server import ApiConfig, VoiceRegistry, as_slot, make_router, open_voice_registry
 from ..server.disk_guard import CachePolicy, DiskGuard
 from ..server.gradio_guard import EventGuard
+from ..server.route_utils import served_engine
 from . import handlers
 from .formatting import notice_html, status_html
-from .lowlatency import FIELDS as PLAYER_FIELDS
 from .lowlatency import STANDARD, build_lowlatency_player
 from .stats_panel import build_stats_panel
 from .voice_library import UPLOAD, build_voice_library, wire_voice_library
 
 CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API endpoints
 FALLBACK_CONCURRENCY = 8  # before the model is known
-KNOB_DEFAULTS = {"temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
-                 "cfg_value": 2.0, "inference_timesteps": 10}  # until the model says  # fmt: skip
+SHARED_NAMES = frozenset(knob.name for knob in SHARED_KNOBS)  # shown whatever the model
 EXAMPLES = [  # (label, text, language, clip in `assets`, its transcript): real recordings
     ("English, female (recorded)",
      "Hello! This voice is streamed to your browser while it is being synthesized.",
@@ -92,12 +98,18 @@ def build_demo(
     """The page for an engine, or for the slot it is loading into. `voices`: the registry
     shared with /v1/audio/voices (default: `open_voice_registry()`); `assets`: where the
     example clips are (none: no examples); `api`: the routes' config; `concurrency`: Gradio's
-    limit on the synthesis events (default: the engine's, or 8 while it loads)."""
+    limit on the synthesis events (default: the engine's, or 8 while it loads).
+
+    The knob controls and the Gradio API's parameters are made from the knob declarations
+    (tts_core.backends.request_knobs): every known backend's, and the served backend's when
+    the engine is there already; only the served model's own show."""
     slot = as_slot(source)
     voices = voices if voices is not None else open_voice_registry()
+    engine = served_engine(slot)  # None while the model loads
     if concurrency is None:
-        concurrency = slot.engine.max_concurrent if slot.ready else FALLBACK_CONCURRENCY
+        concurrency = engine.max_concurrent if engine is not None else FALLBACK_CONCURRENCY
     info = slot.info()
+    parameters = handlers.ApiParameters.for_engine(engine)
     with VoicePage(slot, voices, api) as demo:
         gr.Markdown("# Streaming voice demo\nType some text and pick or upload a voice: you "
                     "hear it while it is being generated.")  # fmt: skip
@@ -109,12 +121,19 @@ def build_demo(
         }  # fmt: skip
         with gr.Row():
             with gr.Column(scale=1):
-                inputs, library = _inputs(info, parts, editable=_page_may_write(api))
-                with gr.Row():
-                    generate = gr.Button("Generate", variant="primary", elem_id="generate")
-                    stop = gr.Button("Stop", variant="stop", elem_id="stop")
+                # the text and Generate first: in view without scrolling on a desktop or a
+                # phone screen; the voice and the knobs below them
+                controls = {"text": _text_box(info, parts)}
+                with gr.Row():  # side by side on a phone too (a small min_width)
+                    generate = gr.Button("Generate", variant="primary", elem_id="generate",
+                                         min_width=80)  # fmt: skip
+                    stop = gr.Button("Stop", variant="stop", elem_id="stop", min_width=80)
+                library = _voice_inputs(info, parts, controls, editable=_page_may_write(api))
+                with gr.Accordion("Advanced", open=False, elem_id="advanced"):
+                    knob_controls = _knob_controls(parameters.knobs, engine, info, parts)
+                controls.update(knob_controls)
             with gr.Column(scale=1):
-                fields = dict(zip(PLAYER_FIELDS, inputs, strict=True))
+                fields = {name: controls[name] for name in parameters.names}
                 player = build_lowlatency_player(fields, generate, stop)
                 # Gradio's streaming player and its full clip: shown when the toggle says
                 # "Standard" (the low-latency player has its own replay + download)
@@ -124,12 +143,16 @@ def build_demo(
                                    standard_outputs, queue=False, api_visibility="private")  # fmt: skip
                 outputs.append(build_stats_panel())
         if assets is not None:
-            _examples(inputs, library, assets)
-        _wire_synthesis(slot, voices, inputs, outputs, player, stop, concurrency)
+            _examples(controls, assets)
+        inputs = [controls[name] for name in parameters.names]
+        _wire_synthesis(slot, voices, parameters, inputs, outputs, player, stop, concurrency)
         wire_voice_library(demo, library, slot, voices, editable=_page_may_write(api))
         parts["timer"] = gr.Timer(1.0, active=_loading(info))
-        refresh = {"fn": lambda: page_state(slot.info(), parts), "outputs": set(parts.values()),
-                   "queue": False, "show_progress": "hidden", "api_visibility": "private"}  # fmt: skip
+        model_knobs = {knob: knob_controls[knob.name] for knob in parameters.knobs
+                       if knob.name not in SHARED_NAMES}  # fmt: skip
+        refresh = {"fn": lambda: page_state(slot, parts, model_knobs),
+                   "outputs": {*parts.values(), *model_knobs.values()}, "queue": False,
+                   "show_progress": "hidden", "api_visibility": "private"}  # fmt: skip
         demo.load(**refresh)
         parts["timer"].tick(**refresh)
     return demo
@@ -141,22 +164,29 @@ def _page_may_write(api: ApiConfig | None) -> bool:
     return not (api and api.access.api_key)
 
 
-def page_state(info: dict[str, Any], parts: dict[str, Any]) -> dict:
-    """What depends on the model, from slot.info(): {component: update}."""
+def page_state(slot: EngineSlot, parts: dict[str, Any], model_knobs: dict[Knob, Any]) -> dict:
+    """What depends on the model, from the slot: {component: update}. `model_knobs`: the
+    page's control of each backend knob (the shared ones always show)."""
+    info = slot.info()
     model = model_dependent(info)
     updates = {
-        "status": status_html(info),
-        "notice": gr.update(value=notice_html(info), visible=bool(info.get("notice"))),
-        "text": gr.update(label=model["text"], max_length=info.get("max_chars")),
-        "reference": gr.update(label=model["reference"]),
-        "sampling": gr.update(visible=model["sampling"]),
-        "guided": gr.update(visible=model["guided"]),
-        "frames": model["frames"],
-        "timer": gr.Timer(active=_loading(info)),  # polls until loading ended
+        parts["status"]: status_html(info),
+        parts["notice"]: gr.update(value=notice_html(info), visible=bool(info.get("notice"))),
+        parts["text"]: gr.update(label=model["text"], max_length=info.get("max_chars")),
+        parts["reference"]: gr.update(label=model["reference"]),
+        parts["frames"]: model["frames"],
+        parts["timer"]: gr.Timer(active=_loading(info)),  # polls until loading ended
     }
-    if not _loading(info):  # the model's defaults, once known (never over a user's edits
-        updates.update(model["knobs"])  # while the timer polls)
-    return {parts[name]: value for name, value in updates.items()}
+    engine = served_engine(slot)
+    served = knob_defaults(engine.backend) if engine is not None else {}
+    for knob, control in model_knobs.items():
+        update: dict[str, Any] = {"visible": knob.name in served}
+        default = served.get(knob.name)
+        # the model's default, once known (never over a user's edits while the timer polls)
+        if default is not None and not _loading(info):
+            update.update(_control_values(knob, default))
+        updates[control] = gr.update(**update)
+    return updates
 
 
 def _loading(info: dict[str, Any]) -> bool:
@@ -164,63 +194,78 @@ def _loading(info: dict[str, Any]) -> bool:
 
 
 def model_dependent(info: dict[str, Any]) -> dict[str, Any]:
-    """Labels, knob visibility and knob defaults for slot.info() (loading: generic ones)."""
-    knobs = info.get("sampling_defaults", {})
+    """Labels for slot.info() (loading: generic ones)."""
     needed = {True: " (required)", False: " (optional for this model)"}.get(
         info.get("needs_reference"),
         "",  # None while loading
     )
+    frame_ms = info.get("frame_ms", 80)
     return {
         "text": f"Text (up to {info['max_chars']} characters)" if "max_chars" in info else "Text",
         "reference": f"Reference clip: 3-10 s of speech{needed}",
-        "sampling": "temperature" in knobs,
-        "guided": "cfg_value" in knobs,
-        "frames": f"**Streaming** (1 frame = {info.get('frame_ms', 80):g} ms of audio)",
-        "knobs": {**KNOB_DEFAULTS, **{k: v for k, v in knobs.items() if k in KNOB_DEFAULTS}},
+        "frames": f"**Every model:** the seed, and the chunk sizes in frames (1 frame = "
+        f"{frame_ms:g} ms of audio)",
     }
 
 
-def _inputs(info: dict[str, Any], parts: dict[str, Any], editable: bool) -> tuple[list, Any]:
-    """The inputs in make_request's order, and the voice library; fills `parts` with what
-    page_state updates."""
-    model = model_dependent(info)
+def _text_box(info: dict[str, Any], parts: dict[str, Any]) -> gr.Textbox:
     parts["text"] = gr.Textbox(
-        label=model["text"], lines=4, max_length=info.get("max_chars"), elem_id="text",
+        label=model_dependent(info)["text"], lines=3, max_length=info.get("max_chars"),
+        elem_id="text",
         value="Hello! This is a streaming voice demo. The audio plays while it is being generated.",
     )  # fmt: skip
+    return parts["text"]
+
+
+def _voice_inputs(info: dict[str, Any], parts: dict[str, Any], controls: dict[str, Any],
+                  editable: bool) -> Any:  # fmt: skip
+    """Language and the voice library; adds their controls (by API name) to `controls`."""
     choices = [("Auto-detect", "auto")] + [(name.capitalize(), name) for name in LANGUAGES]
-    language = gr.Dropdown(choices, value="auto", label="Language", allow_custom_value=True)
-    library = build_voice_library(model["reference"], editable)
+    controls["language"] = gr.Dropdown(choices, value="auto", label="Language",
+                                       allow_custom_value=True, elem_id="language")  # fmt: skip
+    library = build_voice_library(model_dependent(info)["reference"], editable)
     parts["reference"] = library.reference
-    with gr.Accordion("Advanced", open=False, elem_id="advanced"):
-        knobs = _knobs(model, parts)
-    inputs = [parts["text"], language, library.reference, library.transcript, *knobs,
-              library.voice]  # fmt: skip
-    return inputs, library
+    controls.update(reference=library.reference, reference_text=library.transcript,
+                    voice=library.voice)  # fmt: skip
+    return library
 
 
-def _knobs(model: dict[str, Any], parts: dict[str, Any]) -> list:
-    """Each backend's own knobs (sampling_defaults names them) show, the others stay hidden, so
-    the API's parameter list is the same whichever model is served. Order: make_request's."""
-    v = model["knobs"]
-    with gr.Group(visible=model["sampling"]) as parts["sampling"]:
-        parts["temperature"] = gr.Slider(0.1, 2.0, v["temperature"], step=0.05,
-                                         label="Temperature")  # fmt: skip
-        parts["top_k"] = gr.Slider(0, 200, v["top_k"], step=1, label="Top-k (0: off)")
-        parts["top_p"] = gr.Slider(0.05, 1.0, v["top_p"], step=0.05, label="Top-p")
-        parts["repetition_penalty"] = gr.Slider(1.0, 2.0, v["repetition_penalty"], step=0.01,
-                                                label="Repetition penalty")  # fmt: skip
-    with gr.Group(visible=model["guided"]) as parts["guided"]:
-        parts["cfg_value"] = gr.Slider(0.0, 5.0, v["cfg_value"], step=0.1,
-                                       label="Guidance (CFG value)")  # fmt: skip
-        parts["inference_timesteps"] = gr.Slider(1, 50, v["inference_timesteps"], step=1,
-                                                 label="Diffusion steps")  # fmt: skip
-    seed = gr.Number(value=-1, precision=0, label="Seed (-1: random)")
-    parts["frames"] = gr.Markdown(model["frames"])
-    first = gr.Slider(1, 25, value=2, step=1, label="First chunk (frames)", elem_id="first-chunk")
-    steady = gr.Slider(1, 50, value=6, step=1, label="Later chunks (frames)", elem_id="chunk-size")
-    return [parts["temperature"], parts["top_k"], parts["top_p"], parts["repetition_penalty"],
-            seed, first, steady, parts["cfg_value"], parts["inference_timesteps"]]  # fmt: skip
+def _knob_controls(knobs: tuple[Knob, ...], engine: Engine | None, info: dict[str, Any],
+                   parts: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """A control per knob, by name, made from its declaration: the backends' own first (only
+    the served model's show; none while it loads), then the shared ones."""
+    served = knob_defaults(engine.backend) if engine is not None else {}
+    controls = {}
+    for knob in knobs:
+        if knob.name not in SHARED_NAMES:
+            controls[knob.name] = _control(knob, served.get(knob.name), knob.name in served)
+    parts["frames"] = gr.Markdown(model_dependent(info)["frames"])
+    for knob in knobs:
+        if knob.name in SHARED_NAMES:
+            controls[knob.name] = _control(knob, None, True)
+    return controls
+
+
+def _control(knob: Knob, default: Any, visible: bool) -> gr.components.Component:
+    """A slider (or a number box) for `knob`: its label, help text, range and step."""
+    common = {"label": knob.label or knob.name, "info": knob.help or None, "visible": visible,
+              "elem_id": "knob-" + knob.name.replace("_", "-")}  # fmt: skip
+    if knob.control == "number":
+        return gr.Number(knob.initial(default), precision=0 if knob.kind is int else None,
+                         **common)  # fmt: skip
+    values = _control_values(knob, default)
+    return gr.Slider(values["minimum"], values["maximum"], values["value"],
+                     step=knob.slider_step(), **common)  # fmt: skip
+
+
+def _control_values(knob: Knob, default: Any) -> dict[str, Any]:
+    """A slider's value and range: the slider's declared range, widened to hold a default
+    (the model's own) that lies outside it, or Gradio would refuse every request."""
+    value = knob.initial(default)
+    low, high = knob.slider_range()
+    if knob.control == "number":
+        return {"value": value}
+    return {"value": value, "minimum": min(low, value), "maximum": max(high, value)}
 
 
 def _standard_outputs() -> list:
@@ -231,12 +276,14 @@ def _standard_outputs() -> list:
     return [live, full]
 
 
-def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry, inputs: list, outputs: list,
+def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
+                    parameters: handlers.ApiParameters, inputs: list, outputs: list,
                     player: Any, stop: gr.Button, concurrency: int) -> None:  # fmt: skip
-    """The standard player's event and the API-only endpoints, on one concurrency pool."""
+    """The standard player's event and the API-only endpoints, on one concurrency pool;
+    `inputs`: the controls of `parameters.names`, in that order."""
 
     def wire(trigger: Any, fn: Any, outs: list, api_name: str, visibility: str = "public") -> Any:
-        return trigger(handlers.bind(fn, slot, voices), inputs=inputs, outputs=outs,
+        return trigger(handlers.bind(fn, slot, voices, parameters), inputs=inputs, outputs=outs,
                        api_name=api_name, api_visibility=visibility, concurrency_id=CONCURRENCY_ID,
                        concurrency_limit=concurrency, show_progress="minimal")  # fmt: skip
 
@@ -256,16 +303,16 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry, inputs: list, outpu
         wire(api_only.click, fn, outs, api_name)
 
 
-def _examples(inputs: list, library: Any, assets: Path) -> None:
+def _examples(controls: dict[str, Any], assets: Path) -> None:
     rows, labels = [], []
     for label, text, language, clip, transcript in EXAMPLES:
         if (assets / clip).is_file():
             rows.append([text, language, str(assets / clip), transcript, UPLOAD])
             labels.append(label)
     if rows:
-        targets = [inputs[0], inputs[1], library.reference, library.transcript, library.voice]
-        gr.Examples(rows, inputs=targets, label="Examples", example_labels=labels,
-                    cache_examples=False, api_visibility="private")  # fmt: skip
+        names = ("text", "language", "reference", "reference_text", "voice")
+        gr.Examples(rows, inputs=[controls[name] for name in names], label="Examples",
+                    example_labels=labels, cache_examples=False, api_visibility="private")  # fmt: skip
 
 
 def _css(name: str) -> str:

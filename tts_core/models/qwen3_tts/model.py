@@ -97,6 +97,7 @@ class Qwen3TTSModel:
         self.speaker_encoder = speaker_encoder
         self.speech_tokenizer = speech_tokenizer
         self.quantization: Any = None  # a quantize.QuantizationReport once quantized
+        self.format_decision = ""  # why `weight_format` was chosen, in words ("": as asked)
         with torch.inference_mode():
             self.special = SpecialTextVectors.compute(self.talker, config)
 
@@ -444,6 +445,9 @@ def load_model(
 
         report = quantize_model(model, min_sqnr_db=MIN_SQNR_DB if mode == "auto" else None)
         model.quantization = report if report.applied else None
+        model.format_decision = getattr(report, "decision", "")
+    elif mode == "auto":
+        model.format_decision = f"kept {model.weight_format}: no int8 matmul on {device}"
     codec = model.speech_tokenizer
     if codec is not None:
         if decoder_dtype is not None:

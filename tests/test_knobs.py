@@ -1,0 +1,230 @@
+"""One schema: a knob declared once, on a backend class, reaches every surface.
+
+`Breathy` declares a knob no other file knows ("breathiness"); served, it is checked by the
+engine, taken by /v1/audio/speech and the page's PCM route (out of range: a 400 naming it), shown
+in the page as a slider with its label and help, and passed by name through gradio_client; its
+value reaches the backend's stream each time. The declarations of the real backends make the
+same surfaces: their ranges, the page's controls and the Gradio API's parameter order.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from gradio_client import Client
+from gradio_client.exceptions import AppError
+from test_openai_api import assert_error, free_port, make_api, serve
+
+from tts_core.engine import Engine, InputError, Knob, SynthesisParams, SynthesisRequest
+from tts_core.engine.knobs import merge_knobs, parse_knobs, shared_knobs
+from tts_core.ui import build_demo, handlers
+
+BREATHINESS = Knob("breathiness", float, 0.0, 1.0, default=0.25, step=0.05, label="Breathiness",
+                   help="Air in the voice (a test knob: eSpeak does not read it).")  # fmt: skip
+
+
+class Breathy:
+    """The real eSpeak voice with one knob of its own, declared here and nowhere else; records
+    the params each stream got."""
+
+    knobs = (BREATHINESS,)
+
+    def __init__(self, inner) -> None:  # noqa: ANN001 - EspeakBackend
+        self._inner = inner
+        self.seen: list[SynthesisParams] = []
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - the inner backend's attributes
+        return getattr(self._inner, name)
+
+    def sampling_defaults(self) -> dict:
+        return {"breathiness": 0.25}
+
+    def stream(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
+        self.seen.append(params)
+        yield from self._inner.stream(text, voice, params, cancel)
+
+
+@pytest.fixture()
+def breathy(espeak_backend) -> Breathy:
+    return Breathy(espeak_backend)
+
+
+def request(**values) -> SynthesisRequest:  # noqa: ANN003
+    return SynthesisRequest("Hello there.", None, None, SynthesisParams("english", **values))
+
+
+# ------------------------------------------------------------------------------- engine
+def test_the_engine_checks_the_served_backends_own_knob(breathy, espeak_backend):
+    engine = Engine(breathy)
+    assert engine.prepare(request(breathiness="0.5")).params.get("breathiness") == 0.5
+    for value, message in ((1.5, r"breathiness must be in \[0, 1\]; got 1.5"),
+                           ("loud", "breathiness must be a number"),
+                           (True, "breathiness must be a number")):  # fmt: skip
+        with pytest.raises(InputError, match=message) as caught:
+            engine.prepare(request(breathiness=value))
+        assert caught.value.param == "breathiness"
+    # a backend without the knob does not read it: its engine leaves the value out
+    plain = Engine(espeak_backend).prepare(request(breathiness=7, seed=3)).params
+    assert plain.get("breathiness") is None and plain.seed == 3
+
+
+def test_the_value_reaches_the_stream_by_name(breathy):
+    _, stats = Engine(breathy).synthesize(request(breathiness=0.75, seed=11, chunk_frames=3))
+    params = breathy.seen[-1]
+    assert stats["done"] and params.get("breathiness") == 0.75
+    assert (params.seed, params.first_chunk_frames, params.chunk_frames) == (11, 2, 3)
+    assert params.values_of(Breathy.knobs) == {"breathiness": 0.75}
+
+
+# -------------------------------------------------------------------------------- HTTP
+def test_v1_speech_and_the_pcm_route_take_the_knob(breathy, tmp_path):
+    with serve(make_api(Engine(breathy), tmp_path)) as url:
+        body = {"input": "Hello.", "voice": "alloy", "response_format": "pcm"}
+        answer = httpx.post(f"{url}/v1/audio/speech", json={**body, "breathiness": 0.75,
+                            "first_chunk_frames": 1}, timeout=60)  # fmt: skip
+        assert answer.status_code == 200, answer.text[:300]
+        assert breathy.seen[-1].get("breathiness") == 0.75
+        assert breathy.seen[-1].first_chunk_frames == 1  # a shared knob, now on /v1 too
+        streams = len(breathy.seen)
+        for bad in (1.5, -0.1, "loud", True):
+            answer = httpx.post(f"{url}/v1/audio/speech", json={**body, "breathiness": bad},
+                                timeout=60)  # fmt: skip
+            error = assert_error(answer, 400, "breathiness")
+            assert "breathiness must be" in error["message"]
+        assert len(breathy.seen) == streams  # refused before any synthesis
+
+        answer = httpx.post(f"{url}/tts_stream/pcm", json={"text": "Hello.", "breathiness": 0.3},
+                            timeout=60)  # fmt: skip
+        assert answer.status_code == 200 and breathy.seen[-1].get("breathiness") == 0.3
+        answer = httpx.post(f"{url}/tts_stream/pcm", json={"text": "Hello.", "breathiness": 2},
+                            timeout=60)  # fmt: skip
+        assert_error(answer, 400, "breathiness")
+
+        info = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][-1]["info"]
+    assert info["knobs"]["breathiness"] == {
+        "type": "number", "minimum": 0.0, "maximum": 1.0, "default": 0.25,
+        "title": "Breathiness", "description": BREATHINESS.help,
+    }  # fmt: skip
+    assert set(info["knobs"]) == {"seed", "first_chunk_frames", "chunk_frames", "breathiness"}
+
+
+# -------------------------------------------------------------------------------- page
+def components_by_label(config: dict) -> dict[str, dict]:
+    return {c["props"]["label"]: c for c in config["components"] if c["props"].get("label")}
+
+
+def test_the_page_has_a_slider_for_it_and_the_api_a_parameter(breathy, tmp_path):
+    from tts_core.server import VoiceRegistry
+
+    demo = build_demo(Engine(breathy), VoiceRegistry(tmp_path / "voices"))
+    config = demo.get_config_file()
+    slider = components_by_label(config)["Breathiness"]
+    assert slider["type"] == "slider"
+    props = slider["props"]
+    assert (props["minimum"], props["maximum"], props["step"]) == (0.0, 1.0, 0.05)
+    assert props["value"] == 0.25 and props["info"] == BREATHINESS.help
+    assert props["visible"] is not False
+    # the other models' knobs are there (one API whatever is served) but hidden
+    assert components_by_label(config)["Temperature"]["props"]["visible"] is False
+    api = demo.get_api_info()["named_endpoints"]["/synthesize_full"]["parameters"]
+    names = [p["parameter_name"] for p in api]
+    assert names[: len(handlers.FIRST_RELEASE_ORDER)] == list(handlers.FIRST_RELEASE_ORDER)
+    assert names[-1] == "breathiness"  # declared after the first release: after `voice`
+
+
+def test_every_api_parameter_is_wired_to_its_own_control(breathy, tmp_path):
+    """The inputs and the parameter names come from one list: the control at each position
+    carries the label of the knob of that name (reordering a declaration cannot cross them)."""
+    from tts_core.backends import request_knobs
+    from tts_core.server import VoiceRegistry
+
+    engine = Engine(breathy)
+    demo = build_demo(engine, VoiceRegistry(tmp_path / "voices"))
+    knobs = {knob.name: knob for knob in request_knobs(engine)}
+    for api_name in ("synthesize", "synthesize_full"):
+        (fn,) = [fn for fn in demo.fns.values() if fn.api_name == api_name]
+        labels = [block.label for block in fn.inputs]
+        names = list(handlers.ApiParameters.for_engine(engine).names)
+        assert len(labels) == len(names) == len(knobs) + len(handlers.FIELDS)
+        for name, label in zip(names, labels, strict=True):
+            if name in knobs:
+                assert label == knobs[name].label, name
+        assert labels[names.index("voice")] == "Voice"
+        assert labels[names.index("reference_text")] == "Transcript of the clip (optional)"
+
+
+def test_gradio_client_passes_the_knob_by_name(breathy, tmp_path):
+    from tts_core.server import VoiceRegistry
+
+    demo = build_demo(Engine(breathy), VoiceRegistry(tmp_path / "voices")).queue()
+    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
+                            server_port=free_port(), quiet=True)  # fmt: skip
+    try:
+        client = Client(url, verbose=False)
+        _, stats = client.predict(text="Hello there.", breathiness=0.6, seed=5,
+                                  api_name="/synthesize_full")  # fmt: skip
+        assert stats["done"]
+        assert breathy.seen[-1].get("breathiness") == 0.6 and breathy.seen[-1].seed == 5
+        # positional, as the first release's callers do: the knob takes its control's value
+        first_release = ("Hello.", "english", None, "", 0.9, 50, 1.0, 1.05, -1, 2, 6, 2.0, 10)
+        assert client.predict(*first_release, api_name="/synthesize_full")[1]["done"]
+        assert breathy.seen[-1].get("breathiness") == 0.25 and breathy.seen[-1].seed is None
+        with pytest.raises(AppError, match="maximum"):  # the slider's own bound
+            client.predict(text="Hello.", breathiness=1.5, api_name="/synthesize_full")
+    finally:
+        demo.close()
+
+
+# ------------------------------------------------------------------------ declarations
+def test_the_real_backends_declarations_make_the_first_releases_api():
+    assert handlers.ApiParameters.for_engine().names == handlers.FIRST_RELEASE_ORDER
+
+
+def test_a_knob_declared_twice_differently_is_refused():
+    other = Knob("breathiness", float, 0.0, 2.0, label="Breathiness")
+    assert merge_knobs((BREATHINESS,), (BREATHINESS,)) == (BREATHINESS,)
+    with pytest.raises(ValueError, match="declared twice"):
+        merge_knobs((BREATHINESS,), (other,))
+    for name in ("text", "voice", "input", "api_name", "not a name"):
+        with pytest.raises(ValueError, match="reserved"):
+            Knob(name, float, 0.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "parsed"),
+    [
+        (Knob("k", int, 0, 10), 4.0, 4),  # sliders send whole numbers as floats
+        (Knob("k", int, 0, 10), "7", 7),
+        (Knob("k", float, 0.0, 1.0), "0.5", 0.5),
+        (Knob("k", int, -1, 9, unset=-1), -1, None),  # the seed's "random"
+        (Knob("k", float, 0.0, 1.0), "", None),
+        (Knob("k", float, 0.0, 1.0, low_open=True, high_open=True), 0.999, 0.999),
+    ],
+)
+def test_parse_types_and_unset(knob, value, parsed):
+    result = knob.parse(value)
+    assert result == parsed and type(result) is type(parsed)
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "message"),
+    [
+        (Knob("k", int, 0, 10), 2.5, r"k must be a whole number in \[0, 10\]; got 2.5"),
+        (Knob("k", int, 0, 10), 10**400, r"in \[0, 10\]"),  # exact: no float overflow
+        (Knob("k", float, 0.0, 1.0), 10**400, r"k must be in \[0, 1\]"),
+        (Knob("k", float, 0.0, 1.0), float("nan"), r"k must be in \[0, 1\]; got nan"),
+        (Knob("k", float, 0.0, 1.0, low_open=True), 0.0, r"k must be in \(0, 1\]"),
+        (Knob("k", float, 0.0, 1.0, high_open=True), 1.0, r"k must be in \[0, 1\)"),
+        (Knob("k", int, 0, 10), [3], "k must be a whole number."),
+    ],
+)
+def test_parse_refuses_with_the_knobs_name(knob, value, message):
+    with pytest.raises(InputError, match=message) as caught:
+        knob.parse(value)
+    assert caught.value.param == "k"
+
+
+def test_parse_knobs_leaves_out_what_is_unset_or_unknown():
+    seed, first, steady = shared_knobs()
+    values = {"seed": -1, "first_chunk_frames": 3.0, "chunk_frames": None, "other": 99}
+    assert parse_knobs(values, (seed, first, steady)) == {"first_chunk_frames": 3}

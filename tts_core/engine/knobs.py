@@ -1,0 +1,193 @@
+"""A request's knobs, each declared once: name, type, valid range, default, and how the page
+shows it.
+
+Every backend class declares the knobs it reads (`Backend.knobs`: Qwen3-TTS's sampling values,
+VoxCPM2's guidance and diffusion steps); the ones every backend shares (the seed and the chunk
+sizes, whose maxima are the engine's `Limits`) are declared here. Everything else is made from
+these declarations: the engine's validation (`Knob.parse`, with messages naming the knob), the
+extra fields of the `/v1/audio/speech` body, the page's PCM route, the page's sliders and the
+names of the Gradio API's parameters. A request carries its knob values by name
+(`SynthesisParams`), and a backend reads its own by name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InputError
+
+Number = int | float
+
+# Names a knob may not take: the request's other fields (page, Gradio API, /v1 body) and the
+# names gradio_client keeps for itself.
+RESERVED = frozenset({
+    "text", "language", "reference", "reference_text", "voice", "voices",  # the page / Gradio API
+    "model", "input", "response_format", "speed", "stream_format", "instructions",  # /v1
+    "api_name", "fn_index", "result_callbacks",  # gradio_client
+})  # fmt: skip
+CONTROLS = ("slider", "number")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One request setting. `default` None means "the backend's own" (e.g. the checkpoint's
+    generation_config.json: the backend's `sampling_defaults()` says it once loaded)."""
+
+    name: str
+    kind: type  # int or float
+    low: Number
+    high: Number
+    default: Number | None = None
+    label: str = ""
+    help: str = ""
+    step: Number | None = None  # the slider's step; None: 1 for int, 1/100 of the range for float
+    low_open: bool = False  # (low, ...: low itself is refused
+    high_open: bool = False
+    ui_range: tuple[Number, Number] | None = None  # the slider's, where narrower than the valid
+    ui_value: Number | None = None  # what the page shows before the backend tells its default
+    unset: Number | None = None  # a value meaning "not set" (the seed's -1: a random seed)
+    control: str = "slider"  # or "number": a free box (the seed)
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier() or self.name in RESERVED or self.name.startswith("_"):
+            raise ValueError(f"knob name {self.name!r}: not an identifier, or a reserved name")
+        if self.kind not in (int, float):
+            raise ValueError(f"knob {self.name!r}: kind must be int or float")
+        if not self.low <= self.high or self.control not in CONTROLS:
+            raise ValueError(f"knob {self.name!r}: low > high, or control not in {CONTROLS}")
+
+    # ------------------------------------------------------------------ validation
+    def parse(self, value: object) -> Number | None:
+        """`value` (a number, or its text) as this knob's type; None when not set (None, "" or
+        `unset`). InputError naming the knob when it is not a number of its kind or out of
+        range."""
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        number = self._number(value)
+        if number is None:
+            what = "a whole number" if self.kind is int else "a number"
+            raise InputError(f"{self.name} must be {what}.", self.name)
+        if not (self._in_range(number) and (self.kind is float or number == int(number))):
+            what = "a whole number in" if self.kind is int else "in"
+            raise InputError(
+                f"{self.name} must be {what} {self.range_text()}; got {_shown(value)}.", self.name
+            )
+        parsed = int(number) if self.kind is int else float(number)
+        return None if self.unset is not None and parsed == self.unset else parsed
+
+    def range_text(self) -> str:
+        """'[0.01, 5]', '(0, 1]' (the valid range, as the error messages write it)."""
+        low, high = (f"{v}" if self.kind is int else f"{v:g}" for v in (self.low, self.high))
+        return f"{'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+
+    def _number(self, value: object) -> Number | None:
+        if isinstance(value, bool):  # JSON true is not 1
+            return None
+        if isinstance(value, int):
+            return value  # exact, however large: the range check refuses what is too large
+        try:
+            number = float(value)  # a float, or its text: sliders and JSON clients may send 50.0
+        except (TypeError, ValueError, OverflowError):
+            return None
+        return number
+
+    def _in_range(self, number: Number) -> bool:
+        if isinstance(number, float) and not math.isfinite(number):
+            return False
+        above = number > self.low if self.low_open else number >= self.low
+        below = number < self.high if self.high_open else number <= self.high
+        return above and below
+
+    # ------------------------------------------------------------------ the page
+    def slider_range(self) -> tuple[Number, Number]:
+        """The page's slider bounds: `ui_range` within the valid range."""
+        low, high = self.ui_range or (self.low, self.high)
+        return max(low, self.low), min(high, self.high)
+
+    def slider_step(self) -> Number:
+        if self.step is not None:
+            return self.step
+        low, high = self.slider_range()
+        return 1 if self.kind is int else (high - low) / 100 or 1
+
+    def initial(self, backend_default: Number | None = None) -> Number:
+        """The value a control starts at: the backend's default once known, else the declared
+        one, else `ui_value`, else the slider's low end."""
+        for value in (backend_default, self.default, self.ui_value):
+            if value is not None:
+                return value
+        return self.slider_range()[0]
+
+    def json_schema(self, backend_default: Number | None = None) -> dict[str, Any]:
+        """This knob as a JSON Schema property (GET /v1/models lists them)."""
+        schema: dict[str, Any] = {"type": "integer" if self.kind is int else "number"}
+        schema["exclusiveMinimum" if self.low_open else "minimum"] = self.low
+        schema["exclusiveMaximum" if self.high_open else "maximum"] = self.high
+        default = backend_default if backend_default is not None else self.default
+        if default is not None:
+            schema["default"] = default
+        return {**schema, "title": self.label or self.name, "description": self.help}
+
+
+def shared_knobs(max_chunk_frames: int = 100) -> tuple[Knob, ...]:
+    """The knobs every backend reads; the chunk sizes' maximum is `Limits.max_chunk_frames`."""
+    return (
+        Knob("seed", int, -1, 2**32 - 1, unset=-1, ui_value=-1, control="number",
+             label="Seed (-1: random)",
+             help="The same seed, text and voice give the same audio; -1 picks one at random."),
+        Knob("first_chunk_frames", int, 1, max_chunk_frames, default=2, ui_range=(1, 25),
+             label="First chunk (frames)",
+             help="Frames in the first chunk: fewer start the audio sooner."),
+        Knob("chunk_frames", int, 1, max_chunk_frames, default=6, ui_range=(1, 50),
+             label="Later chunks (frames)",
+             help="Frames in every later chunk: more cost less overhead per frame."),
+    )  # fmt: skip
+
+
+SHARED_KNOBS = shared_knobs()  # with the default Limits (the engine uses its own limits)
+
+
+def backend_knobs(backend: object) -> tuple[Knob, ...]:
+    """The knobs `backend` declares (none for a backend without a `knobs` attribute)."""
+    return tuple(getattr(backend, "knobs", ()) or ())
+
+
+def merge_knobs(*groups: Iterable[Knob]) -> tuple[Knob, ...]:
+    """The knobs of all `groups`, in order, each name once. ValueError when one name is declared
+    differently twice: two meanings for one request field."""
+    merged: dict[str, Knob] = {}
+    for group in groups:
+        for knob in group:
+            known = merged.setdefault(knob.name, knob)
+            if known != knob:
+                raise ValueError(f"the knob {knob.name!r} is declared twice, differently: "
+                                 f"{known} and {knob}")  # fmt: skip
+    return tuple(merged.values())
+
+
+def parse_knobs(values: Mapping[str, Any], knobs: Iterable[Knob]) -> dict[str, Number]:
+    """The values of `knobs` found in `values`, checked and typed (InputError naming the first
+    bad one); the unset ones and names that are no knob here are left out."""
+    parsed = {}
+    for knob in knobs:
+        if knob.name in values:
+            value = knob.parse(values[knob.name])
+            if value is not None:
+                parsed[knob.name] = value
+    return parsed
+
+
+def knob_defaults(backend: object) -> dict[str, Number | None]:
+    """Each of the backend's knobs -> its default: the backend's own (`sampling_defaults()`)
+    where it says one, else the declared one (None: not known)."""
+    own_defaults = getattr(backend, "sampling_defaults", None)
+    own = dict(own_defaults() or {}) if own_defaults is not None else {}
+    return {knob.name: own.get(knob.name, knob.default) for knob in backend_knobs(backend)}
+
+
+def _shown(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
