@@ -29,11 +29,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    choices=["auto", "cpu", "cuda"])  # fmt: skip
     p.add_argument("--dtype", default=os.environ.get("TTS_DTYPE", "auto"),
                    choices=["auto", "float32", "bfloat16"],
-                   help="weights and activations: auto = bfloat16 on CUDA, float32 on CPU")  # fmt: skip
+                   help="weights and activations: auto = bfloat16 on a GPU with native bf16 "
+                   "(compute capability 8.0+), else float32")  # fmt: skip
     p.add_argument("--quantize", default=os.environ.get("TTS_QUANTIZE", "auto"),
                    choices=["auto", "none", "int8"],
                    help="8-bit talker and code-predictor layers (CPU); auto = int8 on a CPU "
-                   "where every layer keeps >= 30 dB SQNR on a calibration run")  # fmt: skip
+                   "where it is faster than float (timed, cached) and every layer keeps >= 30 dB SQNR "
+                   "on a calibration run")  # fmt: skip
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     p.add_argument("--max-chars", type=int, default=1000, help="longest accepted text")
@@ -126,6 +128,7 @@ def build_engine(args: argparse.Namespace, report: Callable[..., None]):  # noqa
     """Backend (downloading and loading, reported to `report`) -> engine."""
     from tts_core.backends import load_backend
     from tts_core.engine import Engine, EngineConfig, Limits
+    from tts_core.engine.loading import WARMING
 
     limits = Limits(max_chars=args.max_chars, max_reference_s=args.max_reference_seconds)
     config = EngineConfig(limits=limits, crossfade_ms=args.crossfade_ms,
@@ -134,12 +137,31 @@ def build_engine(args: argparse.Namespace, report: Callable[..., None]):  # noqa
                                    dtype=args.dtype, quantize=args.quantize,
                                    max_batch=args.max_batch, report=report)  # fmt: skip
     engine = Engine(backend, config, notice)
+    report(WARMING)
+    warm_builtin_voices(engine)
     info = engine.info()
     logging.getLogger("app").info(
         "engine ready: backend=%s model=%s device=%s concurrency=%d",
         info["backend"], info["model"], info["device"], engine.max_concurrent,
     )  # fmt: skip
     return engine
+
+
+def warm_builtin_voices(engine) -> None:  # noqa: ANN001 - Engine
+    """Build the voices of the built-in real recordings (assets/voices/voices.json, as the
+    page's examples use them: with their transcript and without) into the engine's cache, so a
+    visitor's first click does not wait for them (an ICL voice costs seconds on a CPU)."""
+    import json
+
+    from tts_core.engine import InputError
+
+    for entry in json.loads((ASSETS / "voices" / "voices.json").read_text()).values():
+        if entry.get("recorded"):
+            for transcript in (entry.get("transcript"), None):
+                try:
+                    engine.prepare_voice(ASSETS / "voices" / entry["file"], transcript)
+                except InputError as exc:  # e.g. a limit set below the clip's length
+                    logging.getLogger("app").warning("built-in voice %s: %s", entry["file"], exc)
 
 
 def planned_concurrency(args: argparse.Namespace) -> int:

@@ -54,3 +54,19 @@ def _median_f0(audio: np.ndarray, rate: int) -> float:
         low, high = rate // 400, rate // 60
         estimates.append(rate / (low + int(np.argmax(ac[low:high]))))
     return float(np.median(estimates))
+
+
+def test_the_built_in_recordings_are_prepared_before_the_first_click(engine, monkeypatch):
+    """app.warm_builtin_voices (run while the status says "warming"): a request with a built-in
+    recording, with its transcript or without, then finds its voice in the engine's cache."""
+    import app
+
+    app.warm_builtin_voices(engine)
+
+    def no_new_voice(*_args, **_kwargs):
+        raise AssertionError("the voice was built again")
+
+    monkeypatch.setattr(engine.backend, "create_voice", no_new_voice)
+    for entry in RECORDED.values():
+        for transcript in (entry["transcript"], None):
+            engine.prepare_voice(BUILTIN_FOLDER / entry["file"], transcript)  # from the cache

@@ -23,8 +23,8 @@ from .model_thread import run_on_passing_thread
 
 log = logging.getLogger(__name__)
 
-STARTING, DOWNLOADING, LOADING, FALLING_BACK, READY, FAILED = (
-    "starting", "downloading", "loading", "falling_back", "ready", "failed",
+STARTING, DOWNLOADING, LOADING, WARMING, FALLING_BACK, READY, FAILED = (
+    "starting", "downloading", "loading", "warming", "falling_back", "ready", "failed",
 )  # fmt: skip
 RETRY_AFTER_S = 5  # what a request during loading is told; the page polls on its own
 SHUTTING_DOWN = "The server is shutting down; please retry in a few seconds."
@@ -33,7 +33,8 @@ CANCEL_GRACE_S = 5.0  # cancelled requests stop within a chunk: this bounds a st
 
 @dataclass(frozen=True)
 class LoadProgress:
-    phase: str  # STARTING -> DOWNLOADING (Hub only) -> LOADING -> READY, or FAILED; or
+    phase: str  # STARTING -> DOWNLOADING (Hub only) -> LOADING -> WARMING (the built-in
+    # voices are prepared) -> READY, or FAILED; or
     model: str  # ... -> FALLING_BACK (the offline voice starts instead) -> READY
     done: float = 0.0  # downloaded so far, in `unit`
     total: float | None = None  # None: not known (yet)
@@ -43,7 +44,7 @@ class LoadProgress:
     @property
     def fraction(self) -> float | None:
         """Of the download (None while its size is unknown, 1.0 once past it)."""
-        if self.phase in (LOADING, READY):
+        if self.phase in (LOADING, WARMING, READY):
             return 1.0
         if self.phase != DOWNLOADING or not self.total:
             return None
@@ -59,6 +60,7 @@ class LoadProgress:
                 return f"downloading ({self.done:.0f} of {self.total:.0f} files)"
             return "downloading"
         return {STARTING: "starting", LOADING: "loading the model into memory",
+                WARMING: "preparing the built-in voices",
                 FALLING_BACK: f"{self.model} could not be loaded; starting the offline eSpeak "
                 "voice instead", READY: "ready", FAILED: f"failed: {self.error}"}[self.phase]  # fmt: skip
 

@@ -5,7 +5,8 @@
 and drained by a reader thread so that encoded bytes are sent as soon as ffmpeg emits them.
 
 A streamed WAV cannot know its length up front: its RIFF and data sizes are 0xFFFFFFFF, the
-convention for "until the end of the stream" that players and libsndfile accept.
+convention for "until the end of the stream" that players and libsndfile accept. A response
+sent whole (`streamed=False`) has its exact sizes: the bytes are held until the end.
 """
 
 from __future__ import annotations
@@ -100,6 +101,27 @@ class WavEncoder(Encoder):
             self.sink(wav_header(0, self.rate))
 
 
+class WholeWavEncoder(Encoder):
+    """A WAV whose header has its real sizes: everything is held until `finish`."""
+
+    def __init__(self, sink: Sink, rate: int = SAMPLE_RATE) -> None:
+        super().__init__(sink)
+        self.rate = rate
+        self._pieces: list[bytes] = []
+
+    def feed(self, audio: np.ndarray) -> None:
+        if audio.size:
+            self._pieces.append(pcm16_bytes(audio))
+
+    def finish(self) -> None:
+        data = b"".join(self._pieces)
+        self._pieces = []
+        self.sink(wav_header(len(data), self.rate) + data)
+
+    def close(self) -> None:
+        self._pieces = []
+
+
 class FfmpegEncoder(Encoder):
     def __init__(self, sink: Sink, response_format: str, rate: int = SAMPLE_RATE) -> None:
         super().__init__(sink)
@@ -137,12 +159,15 @@ class FfmpegEncoder(Encoder):
             self._proc.wait(timeout=5)
 
 
-def make_encoder(response_format: str, sink: Sink, rate: int = SAMPLE_RATE) -> Encoder:
-    """`rate`: of the audio fed in (the engine's native rate), kept in the output."""
+def make_encoder(
+    response_format: str, sink: Sink, rate: int = SAMPLE_RATE, streamed: bool = True
+) -> Encoder:
+    """`rate`: of the audio fed in (the engine's native rate), kept in the output. `streamed`
+    False: a WAV gets its real sizes (other formats are the same either way)."""
     if response_format == "pcm":
         return PcmEncoder(sink)
     if response_format == "wav":
-        return WavEncoder(sink, rate)
+        return WavEncoder(sink, rate) if streamed else WholeWavEncoder(sink, rate)
     if response_format in _FFMPEG_OUTPUT:
         return FfmpegEncoder(sink, response_format, rate)
     raise ValueError(f"unknown response_format {response_format!r}")
