@@ -168,6 +168,34 @@ def test_wav_streams_before_generation_ends_and_has_the_engine_length(api):
     assert np.abs(samples).max() > 1000  # speech, not silence
 
 
+def test_a_wav_sent_whole_has_its_real_sizes_and_a_content_length(api):
+    """`stream: false`: what `curl -o` and `soxi` need (a streamed WAV says "until the end")."""
+    url, engine = api
+    response = speech(url, input=TEXT, voice="alloy", response_format="wav", stream=False)
+    assert response.status_code == 200 and response.headers["content-type"] == "audio/wav"
+    samples = engine.runs[-1]["samples"]
+    assert int(response.headers["content-length"]) == len(response.content) == 44 + 2 * samples
+    data = response.content
+    assert int.from_bytes(data[4:8], "little") == 36 + 2 * samples
+    assert int.from_bytes(data[40:44], "little") == 2 * samples
+    assert sf.info(io.BytesIO(data)).frames == samples
+
+
+def test_a_client_gone_before_a_whole_response_stops_the_generation(api):
+    url, engine = api
+    runs = len(engine.runs)
+    body = {"model": "tts-1", "input": LONG_TEXT, "voice": "alloy", "response_format": "wav",
+            "stream": False}  # fmt: skip
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up while the file is being made
+        httpx.post(f"{url}/v1/audio/speech", json=body, timeout=httpx.Timeout(60, read=1.0))
+    wait_until(lambda: len(engine.runs) > runs and engine.runs[-1]["ended"] is not None, 60)
+    run = engine.runs[-1]
+    assert run["cancel"].is_set()
+    full = len(LONG_TEXT) / 15 * SAMPLE_RATE  # ~15 characters per second of eSpeak speech
+    assert run["samples"] < 0.5 * full
+    wait_until(lambda: engine.active_requests == 0, 60)
+
+
 def test_pcm_is_raw_int16_of_the_engine_length(api):
     url, engine = api
     response = speech(url, input=TEXT, voice={"id": "nova"}, response_format="pcm")

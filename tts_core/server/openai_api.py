@@ -4,7 +4,9 @@ Request (JSON, OpenAI's `audio.speech.create` fields): model, input (<= 4096 cha
 voice (a name, or {"id": name}), response_format (wav | pcm | mp3 | opus | flac | aac; default
 mp3 as OpenAI), speed (only 1.0), stream_format ("audio": the encoded bytes with chunked
 transfer as they are generated; "sse": `speech.audio.delta` events with base64 audio, then
-`speech.audio.done`), instructions (ignored). Extensions: language, and the knobs by name
+`speech.audio.done`), instructions (ignored). Extensions: stream (default true; false: the
+whole file in one response with its Content-Length, and a WAV with its real sizes instead of
+"until the end of the stream"), language, and the knobs by name
 (tts_core.backends.request_knobs: seed, first_chunk_frames, chunk_frames; Qwen3-TTS's
 temperature, top_k, top_p, repetition_penalty; VoxCPM2's cfg_value, inference_timesteps; and any
 the served backend declares), each checked against its declaration (400 naming it); a knob of
@@ -26,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..audio import SAMPLE_RATE
@@ -63,6 +65,7 @@ class SpeechBody(BaseModel):
     response_format: Literal["wav", "pcm", "mp3", "opus", "flac", "aac"] = "mp3"
     speed: float = 1.0
     stream_format: Literal["audio", "sse"] = "audio"
+    stream: bool = True  # False: sent whole when done (exact sizes, Content-Length)
     instructions: str | None = None
     language: str = "auto"
     # and the knobs, by name: read from the same JSON object by request_values (route_utils)
@@ -97,10 +100,15 @@ def make_openai_router(state: ServerState) -> APIRouter:
             events = chain_events(streams, cancel)
             first = await on_own_thread(next, events, None)  # may wait in line: see there
         sse = body.stream_format == "sse"
-        produce = _producer(first, events, body.response_format, sse, engine.sample_rate)
+        whole = not body.stream and not sse
+        produce = _producer(first, events, body.response_format, sse, engine.sample_rate,
+                            streamed=not whole)  # fmt: skip
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
                    "X-Sample-Rate": str(engine.sample_rate)}  # fmt: skip
+        if whole:
+            content = await _whole(produce, cancel, request)
+            return Response(content, media_type=media, headers=headers)
         return StreamingResponse(run_in_thread(produce, cancel), media_type=media, headers=headers)
 
     @router.get("/v1/models")
@@ -157,14 +165,30 @@ def _shared_knobs(engine: Engine) -> tuple[Knob, ...]:
     return shared_knobs(engine.config.limits.max_chunk_frames)
 
 
-def _producer(first, events, response_format: str, sse: bool, rate: int):  # noqa: ANN202, ANN001
+DISCONNECT_POLL_S = 0.5  # how often a whole response's client is checked while it is made
+
+
+async def _whole(produce, cancel: threading.Event, request: Request) -> bytes:  # noqa: ANN001
+    """Run `produce` on a worker thread into one buffer; a client that goes away meanwhile
+    cancels the synthesis (as a streamed one does)."""
+    pieces: list[bytes] = []
+    work = asyncio.ensure_future(asyncio.to_thread(produce, pieces.append, cancel))
+    while not work.done():
+        await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
+        if not work.done() and await request.is_disconnected():
+            cancel.set()
+    await work
+    return b"".join(pieces)
+
+
+def _producer(first, events, response_format: str, sse: bool, rate: int, streamed: bool = True):  # noqa: ANN202, ANN001
     """The worker-thread body: `first` (already taken, or None) then the rest of the engine's
     `events` generator -> encoder -> emitted bytes (or SSE events); closes `events` at the end,
     which gives the engine's slot back at once."""
 
     def produce(emit, cancel: threading.Event) -> None:  # noqa: ANN001
         sink = (lambda data: emit(_sse("speech.audio.delta", audio=_b64(data)))) if sse else emit
-        encoder = make_encoder(response_format, sink, rate)
+        encoder = make_encoder(response_format, sink, rate, streamed=streamed)
         stats: dict = {}
         try:
             for event in itertools.chain([first] if first is not None else [], events):
