@@ -7,12 +7,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tts-core-installed
 ARGS ?=
 
-.PHONY: run test install lint browser clean-venv
+.PHONY: run test install lint browser cross clean-venv
 
 run: $(STAMP)
 	$(PY) app.py $(ARGS)
 
-test: $(STAMP) browser lint
+test: $(STAMP) browser cross lint
 	$(PY) -m pytest
 
 install: $(STAMP)
@@ -39,6 +39,18 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else \
 		echo "chromium not found and not root: the browser test will be skipped"; \
+	fi
+
+# The ARM64 8-bit kernel is checked under emulation: Debian's aarch64 cross compiler and
+# qemu-user, installed when missing and we are root (else those tests skip and say why).
+cross:
+	@if command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 && command -v qemu-aarch64 >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's gcc-aarch64-linux-gnu and qemu-user for the ARM64 kernel test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			gcc-aarch64-linux-gnu qemu-user >/dev/null; \
+	else \
+		echo "no aarch64 cross compiler or qemu-user and not root: the ARM64 kernel test will be skipped"; \
 	fi
 
 clean-venv:

@@ -81,10 +81,13 @@ def test_a_model_loaded_in_the_background_is_served_once_ready(launch_app):
         served = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][-1]
         if served["status"]["status"] in ("ready", "failed") or time.monotonic() > deadline:
             break
-        assert served["status"]["status"] in ("starting", "loading")  # a local folder
+        assert served["status"]["status"] in ("starting", "loading", "warming")  # a local folder
         time.sleep(0.2)
     assert served["status"]["status"] == "ready", log_path.read_text()[-2000:]
     assert served["info"]["backend"] == "qwen3" and served["info"]["notice"] is None
+    info = served["info"]  # --quantize auto: what was chosen and why (tiny layers: not timed)
+    assert info["weight_format"] == "int8", info
+    assert info["weight_format_reason"].startswith("int8: every layer >= 30 dB SQNR"), info
     body = {"input": "Hello.", "voice": "alloy", "response_format": "wav", "seed": 1}
     response = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=120)
     assert response.status_code == 200 and len(response.content) > 44

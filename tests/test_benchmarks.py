@@ -111,3 +111,26 @@ def test_quick_mode_runs_end_to_end(tmp_path: Path) -> None:
     for heading in ("## Targets", "## Bandwidth floor", "## Per configuration", "## Decoder cost"):
         assert heading in markdown
     assert "| tiny-a | float32 | greedy | ours |" in markdown
+
+
+def test_isa_bench_runs_a_configuration_and_writes_its_row(tmp_path: Path) -> None:
+    command = [sys.executable, str(BENCH / "isa_bench.py"), "--checkpoint", str(TINY),
+               "--frames", "4", "--threads", "1", "--only", "int8 torch._int_mm",
+               "--out", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    (row,) = json.loads((tmp_path / "summary.json").read_text())
+    assert row["label"] == "int8 torch._int_mm" and row["env"] == {"TTS_CORE_NATIVE_ISA": "torch"}
+    assert row["frame_ms"] > 0 and "| int8 torch._int_mm |" in done.stdout
+
+
+def test_served_bench_times_a_request_through_the_real_app(tmp_path: Path) -> None:
+    out = tmp_path / "served.json"
+    command = [sys.executable, str(BENCH / "served_bench.py"), "--model", str(TINY),
+               "--requests", "2", "--json", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["weight_format"] == "int8" and result["weight_format_reason"].startswith("int8")
+    for run in result["requests"]:
+        assert 0 < run["first_byte_ms"] < 1000 * run["wall_s"] and run["audio_s"] > 0

@@ -18,7 +18,7 @@ from tts_core.models.qwen3_tts.int8 import (
 
 pytestmark = pytest.mark.skipif(not int8_matmul_available(), reason="no int8 matmul here")
 needs_kernel = pytest.mark.skipif(
-    native.int8_linear() is None, reason="no C compiler or no AVX-512 VNNI on this CPU"
+    native.int8_linear() is None, reason="no C compiler, or no native kernel for this CPU"
 )
 
 

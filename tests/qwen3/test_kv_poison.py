@@ -4,9 +4,7 @@ Every slot of the talker's and the code predictor's static caches (`KVCache`, ze
 of the batching arena (serving/kv_arena.py, `torch.empty`: whatever the memory held) is set to
 NaN when it is allocated. One such slot inside an attention call would make its output NaN (a
 softmax weight of 0 times NaN is NaN), so equal codes and bit-equal finite audio show that the
-eager step and the batched rows read only the positions [0, position] they wrote. (The
-fixed-shape "static" / CUDA-graph step reads every slot under a mask, by design: it needs finite
-slots, which the zero fill gives, and is not poisoned here.)
+engine's rows read only the positions [0, position] they wrote.
 """
 
 from __future__ import annotations

@@ -2,9 +2,16 @@
 
 Each kernel has an exact pure-torch twin (tests hold them equal bit for bit), so a machine
 without a C compiler, or without the instructions a kernel needs, runs the same numbers
-more slowly. The shared library is built once per source and compiler into
-`$TTS_CORE_CACHE` (default `~/.cache/tts_core`)/native and reused by later processes.
-Set TTS_CORE_NATIVE=0 to use the torch paths only.
+more slowly. The shared library is built once per source (and the headers beside it) and
+compiler into `$TTS_CORE_CACHE` (default `~/.cache/tts_core`)/native and reused by later
+processes. Set TTS_CORE_NATIVE=0 to use the torch paths only.
+
+The 8-bit linear kernel comes in one C file per instruction set (int8_linear*.c), each built
+only when it is asked for; `int8_linear()` takes the best this CPU runs: on x86-64 AVX-512
+VNNI, then AVX-VNNI, then AVX2; on 64-bit ARM NEON with the dot product; else None (the torch
+path). TTS_CORE_NATIVE_ISA=avx512vnni|avxvnni|avx2|neon forces one (for tests and benchmarks
+on a CPU that has more; where the CPU lacks it: the torch path, with a warning),
+TTS_CORE_NATIVE_ISA=torch forces the torch path.
 
 Kernels run on torch's own OpenMP threads: torch is imported first and has loaded its
 libgomp.so.1, which the dynamic linker then gives our library too (one thread pool, sized by
@@ -18,9 +25,11 @@ import functools
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch  # noqa: F401  (loads torch's libgomp before ours is opened)
@@ -39,9 +48,13 @@ def enabled() -> bool:
     return os.environ.get("TTS_CORE_NATIVE", "1") != "0"
 
 
+def cache_root() -> Path:
+    """`$TTS_CORE_CACHE`, default `~/.cache/tts_core` (RuntimeError where there is no home)."""
+    return Path(os.environ.get("TTS_CORE_CACHE") or Path.home() / ".cache" / "tts_core")
+
+
 def cache_dir() -> Path:
-    root = os.environ.get("TTS_CORE_CACHE") or Path.home() / ".cache" / "tts_core"
-    return Path(root) / "native"
+    return cache_root() / "native"
 
 
 def compiler() -> str | None:
@@ -59,7 +72,9 @@ def build(source: Path) -> Path | None:
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  timeout=BUILD_TIMEOUT_S).stdout  # fmt: skip
-        key = hashlib.sha256(source.read_bytes() + " ".join(CFLAGS).encode() + version.encode())
+        headers = b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))
+        key = hashlib.sha256(source.read_bytes() + headers + " ".join(CFLAGS).encode()
+                             + version.encode())  # fmt: skip
         target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
         if target.exists():
             return target
@@ -79,25 +94,135 @@ def build(source: Path) -> Path | None:
     return target
 
 
+@dataclass(frozen=True)
+class Int8Layout:
+    """How a kernel wants its (out, in) int8 weights: blocks of `block` output channels, each a
+    run of (`block`, `group`) tiles along the inputs (packed[ob][kg][j][t] = W[block ob + j]
+    [group kg + t]), the inputs zero padded to a multiple of `in_multiple`."""
+
+    block: int
+    group: int
+    in_multiple: int
+
+
+@dataclass(frozen=True)
+class Int8Isa:
+    name: str  # the TTS_CORE_NATIVE_ISA value
+    source: str  # C file in this folder
+    symbol: str  # entry point; `symbol`_supported checks the CPU
+    layout: Int8Layout
+    cpu_flags: tuple[str, ...]  # as /proc/cpuinfo names them (tests, reports)
+    machines: tuple[str, ...]  # platform.machine() values (lower case) it can be built for
+
+
+X86 = ("x86_64", "amd64")
+ARM64 = ("aarch64", "arm64")
+# best first: the order int8_linear() tries them in
+INT8_ISAS = {
+    isa.name: isa
+    for isa in (
+        Int8Isa("avx512vnni", "int8_linear.c", "int8_linear", Int8Layout(16, 4, 4),
+                ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"), X86),
+        Int8Isa("avxvnni", "int8_linear_avxvnni.c", "int8_linear_avxvnni", Int8Layout(8, 4, 8),
+                ("avx2", "avx_vnni"), X86),
+        Int8Isa("avx2", "int8_linear_avx2.c", "int8_linear_avx2", Int8Layout(8, 2, 8),
+                ("avx2",), X86),
+        Int8Isa("neon", "int8_linear_neon.c", "int8_linear_neon", Int8Layout(16, 4, 16),
+                ("asimddp",), ARM64),
+    )
+}  # fmt: skip
+ISA_ENV = "TTS_CORE_NATIVE_ISA"
+TORCH_ISA = "torch"  # TTS_CORE_NATIVE_ISA value: no kernel
+
+
+@dataclass(frozen=True)
+class Int8Kernel:
+    """One loaded 8-bit linear kernel; called as the C function (int8_common.h):
+    (x, rows, in, out, packed, w_sum128, s_w, bias or None, y, threads) -> 0 or -1."""
+
+    isa: Int8Isa
+    function: ctypes._CFuncPtr
+
+    @property
+    def layout(self) -> Int8Layout:
+        return self.isa.layout
+
+    def __call__(self, *args: object) -> int:
+        return self.function(*args)
+
+
+def int8_isas_here() -> list[str]:
+    """The INT8_ISAS this machine's architecture could run (whether its CPU does is up to
+    each kernel's check), best first."""
+    machine = platform.machine().lower()
+    return [name for name, isa in INT8_ISAS.items() if machine in isa.machines]
+
+
 @functools.cache
-def int8_linear() -> ctypes._CFuncPtr | None:
-    """The AVX-512 VNNI 8-bit linear kernel (int8_linear.c), or None where it cannot run."""
-    if not enabled():
+def int8_kernel(isa: str) -> Int8Kernel | None:
+    """The 8-bit linear kernel for `isa` (a key of INT8_ISAS), built on first use; None where
+    native code is off, it is for another architecture, it cannot be built or loaded, or this
+    CPU lacks its instructions."""
+    spec = INT8_ISAS[isa]
+    if not enabled() or isa not in int8_isas_here():
         return None
-    path = build(SOURCE_DIR / "int8_linear.c")
+    path = build(SOURCE_DIR / spec.source)
     if path is None:
         return None
     try:
         library = ctypes.CDLL(str(path))
-    except OSError as error:  # e.g. a damaged file in the cache
+        supported = getattr(library, f"{spec.symbol}_supported")()
+        function = getattr(library, spec.symbol)
+    except (OSError, AttributeError) as error:  # e.g. a damaged file in the cache
         log.warning("could not load %s (%s); using the torch path", path, error)
         return None
-    if not library.int8_linear_supported():
-        log.info("this CPU has no AVX-512 VNNI: 8-bit layers run on torch._int_mm")
+    if not supported:
+        log.info("this CPU has no %s: its 8-bit kernel cannot run", isa)
         return None
-    kernel = library.int8_linear
-    kernel.restype = ctypes.c_int
-    kernel.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_void_p, ctypes.c_int]  # fmt: skip
-    return kernel
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+    return Int8Kernel(spec, function)
+
+
+@functools.cache
+def _chosen_int8_kernel() -> Int8Kernel | None:
+    if not enabled():
+        return None
+    forced = os.environ.get(ISA_ENV, "").strip().lower()
+    if forced == TORCH_ISA:
+        log.info("%s=%s: 8-bit layers run on torch._int_mm", ISA_ENV, forced)
+        return None
+    if forced:
+        if forced not in INT8_ISAS:
+            log.warning("%s=%s is none of %s; ignored", ISA_ENV, forced,
+                        ", ".join([*INT8_ISAS, TORCH_ISA]))  # fmt: skip
+        else:
+            kernel = int8_kernel(forced)
+            if kernel is None:
+                log.warning("%s=%s: that kernel cannot run here; 8-bit layers run on "
+                            "torch._int_mm", ISA_ENV, forced)  # fmt: skip
+            return kernel
+    for isa in int8_isas_here():
+        kernel = int8_kernel(isa)
+        if kernel is not None:
+            log.info("8-bit layers run on the native %s kernel", isa)
+            return kernel
+    log.info("no native 8-bit kernel runs here: 8-bit layers run on torch._int_mm")
+    return None
+
+
+def int8_linear() -> Int8Kernel | None:
+    """The 8-bit linear kernel for this CPU (module doc: best first, or TTS_CORE_NATIVE_ISA),
+    or None: the torch path. Looked up once; `int8_linear.cache_clear()` forgets it and every
+    loaded kernel (after a change of the environment)."""
+    return _chosen_int8_kernel()
+
+
+def _forget_kernels() -> None:
+    _chosen_int8_kernel.cache_clear()
+    int8_kernel.cache_clear()
+
+
+int8_linear.cache_clear = _forget_kernels  # type: ignore[attr-defined]

@@ -1,13 +1,8 @@
-/* y[r, o] = float(sum_k q[r, k] * W[o, k]) * s_x[r] * s_w[o] (+ bias[o]): the 8-bit linear
- * layer of ../qwen3_tts/int8.py, bit for bit, with AVX-512 VNNI.
+/* The 8-bit linear layer of ../qwen3_tts/int8.py with AVX-512 VNNI (512-bit vpdpbusd): the
+ * definition, bit for bit equal to the torch path, is in int8_common.h.
  *
- * Activations are quantized per row exactly as the torch path does it:
- *   s_x = max(max_k |x[r, k]|, 1e-30) * (float)(1/127);  q = round_half_even(x / s_x).
  * vpdpbusd multiplies unsigned by signed bytes, so q is stored as q + 128 (1..255) and
- * 128 * sum_k W[o, k] (w_sum128) is subtracted from each sum: integers, exact. The float
- * steps are the torch path's, in its order, one rounding each (no FMA: built with
- * -ffp-contract=off), so the output equals `Int8Linear.forward_reference` bit for bit and a row
- * never depends on the other rows of its batch.
+ * 128 * sum_k W[o, k] (w_sum128) is subtracted from each sum: integers, exact.
  *
  * Weights are packed per 16 output channels and 4 inputs, the layout vpdpbusd reads:
  *   packed[ob][kg][j][t] = W[16 ob + j][4 kg + t]   (zero padded to out16 x in4)
@@ -15,16 +10,10 @@
  * the weights are read from memory once per call whatever the number of rows.
  */
 #include <immintrin.h>
-#include <math.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
+
+#include "int8_common.h"
 
 #define KERNEL __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
-#define INLINE static inline __attribute__((always_inline))
-#define MAX_TILE_ROWS 8
-#define PREFETCH_BYTES 2048
 
 int int8_linear_supported(void) {
   __builtin_cpu_init();
@@ -33,7 +22,8 @@ int int8_linear_supported(void) {
 }
 
 /* One row: s_x and q + 128, padded with 128 (a zero) to in4. NaN anywhere -> s_x = NaN, so the
- * row's output is NaN, as the torch path's is. */
+ * row's output is NaN, as the torch path's is. A NaN quotient converts to 0x80000000, whose low
+ * byte + 128 is 128: a zero, as quantize_scalar gives. */
 KERNEL static void quantize_row(const float *x, int64_t in, int64_t in4, uint8_t *q, float *s_x) {
   __m512 peak = _mm512_setzero_ps();
   __mmask16 nan = 0;
@@ -49,9 +39,7 @@ KERNEL static void quantize_row(const float *x, int64_t in, int64_t in4, uint8_t
     peak = _mm512_max_ps(peak, _mm512_abs_ps(v));
     nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
   }
-  float p = _mm512_reduce_max_ps(peak);
-  float scale = (p < 1e-30f ? 1e-30f : p) * (float)(1.0 / 127.0);
-  if (nan) scale = NAN;
+  float scale = row_scale(_mm512_reduce_max_ps(peak), nan != 0);
   *s_x = scale;
   __m512 s = _mm512_set1_ps(scale);
   __m512i offset = _mm512_set1_epi32(128);
@@ -102,56 +90,12 @@ INLINE KERNEL void tile(int NR, const uint8_t *q, int64_t in4, const int8_t *w, 
   }
 }
 
-/* Scratch for the quantized rows, one per calling thread (a few hundred KB at most), freed when
- * that thread ends. */
-struct scratch {
-  uint8_t *q;
-  float *s_x;
-  int64_t bytes, rows;
-};
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-
-static void free_scratch(void *p) {
-  struct scratch *s = p;
-  free(s->q);
-  free(s->s_x);
-  free(s);
-}
-
-static void make_scratch_key(void) { pthread_key_create(&scratch_key, free_scratch); }
-
-static struct scratch *reserve(int64_t rows, int64_t in4) {
-  pthread_once(&scratch_once, make_scratch_key);
-  struct scratch *s = pthread_getspecific(scratch_key);
-  if (!s) {
-    s = calloc(1, sizeof *s);
-    if (!s || pthread_setspecific(scratch_key, s)) {
-      free(s);
-      return NULL;
-    }
-  }
-  if (rows * in4 > s->bytes) {
-    free(s->q);
-    s->q = aligned_alloc(64, (size_t)((rows * in4 + 63) / 64 * 64));
-    s->bytes = s->q ? rows * in4 : 0;
-  }
-  if (rows > s->rows) {
-    free(s->s_x);
-    s->s_x = malloc((size_t)rows * sizeof(float));
-    s->rows = s->s_x ? rows : 0;
-  }
-  return s->q && s->s_x ? s : NULL;
-}
-
-/* x (rows, in) float32 contiguous; packed weights as above; w_sum128, s_w (out); bias (out)
- * or NULL; y (rows, out); threads: torch.get_num_threads() (OpenMP's own default would be every
- * core, whatever torch was told). Returns 0, or -1 if scratch memory ran out. */
+/* The entry point (int8_common.h): x (rows, in) float32 contiguous; packed weights as above. */
 KERNEL int int8_linear(const float *x, int64_t rows, int64_t in, int64_t out,
                        const int8_t *packed, const int32_t *w_sum128, const float *s_w,
                        const float *bias, float *y, int threads) {
   int64_t in4 = (in + 3) / 4 * 4, blocks = (out + 15) / 16;
-  struct scratch *scratch = reserve(rows, in4);
+  struct scratch *scratch = reserve(rows, rows * in4);
   if (!scratch) return -1;
   uint8_t *q = scratch->q;
   float *s_x = scratch->s_x;
@@ -163,16 +107,9 @@ KERNEL int int8_linear(const float *x, int64_t rows, int64_t in, int64_t out,
       const uint8_t *qt = q + r0 * in4;
       const float *st = s_x + r0;
       float *yt = y + r0 * out;
-      switch (rows - r0 >= MAX_TILE_ROWS ? MAX_TILE_ROWS : rows - r0) {
-        case 8: tile(8, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16); break;
-        case 7: tile(7, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16); break;
-        case 6: tile(6, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16); break;
-        case 5: tile(5, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16); break;
-        case 4: tile(4, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16); break;
-        case 3: tile(3, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16); break;
-        case 2: tile(2, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16); break;
-        default: tile(1, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16); break;
-      }
+#define TILE(n) tile(n, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16)
+      FOR_TILE_ROWS(rows - r0 >= MAX_TILE_ROWS ? MAX_TILE_ROWS : rows - r0, TILE)
+#undef TILE
     }
   }
   return 0;

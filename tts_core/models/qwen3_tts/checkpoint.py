@@ -372,12 +372,33 @@ def _talker_weights(state: Mapping[str, torch.Tensor] | TensorSource) -> TensorS
     return under(source, "talker.")
 
 
-def load_talker(config, state: Mapping[str, torch.Tensor] | TensorSource, device, dtype):
+def load_talker(
+    config,
+    state: Mapping[str, torch.Tensor] | TensorSource,
+    device,
+    dtype,
+    drop: Callable[[nn.Module], None] | None = None,
+):
     """Talker from the `talker.`-prefixed part of model.safetensors (strict), streamed when
-    `state` is an open SafetensorsFile."""
+    `state` is an open SafetensorsFile.
+
+    `drop` is called on the storage-free talker once every key and shape has been checked,
+    before any weight is allocated: the modules it takes out are neither allocated nor read
+    (int8_store.py: the float projections a saved int8 model replaces)."""
     source = _talker_weights(state)
-    talker = _new_talker(config, device, dtype)
-    load_strict(talker, source, _TALKER_WHERE)
+    if drop is None:
+        talker = _new_talker(config, device, dtype)
+        load_strict(talker, source, _TALKER_WHERE)
+        return talker
+    from .talker import Talker
+
+    with torch.device("meta"):
+        talker = Talker(config.talker)
+    check_strict(talker, source, _TALKER_WHERE)
+    drop(talker)
+    _materialize(talker, device, dtype)
+    talker.init_rope()
+    _fill(talker, source)
     return talker
 
 

@@ -4,11 +4,12 @@ y = (round(x / s_x) @ W_q^T) * s_x * s_w, with
   s_w (out,)  = max |W[o, :]| / 127   per output channel, fixed at load;
   s_x (rows,) = max |x[r, :]| / 127   per row (per token), computed for every call.
 
-The product is an int8 x int8 -> int32 matmul (`torch._int_mm`, oneDNN on x86, or our AVX-512
-VNNI kernel, ../native/int8_linear.c), whose integer accumulation is exact: |sum| <=
-in_features * 255 * 127 < 2^31 for in_features < 66,000 (the kernel's unsigned form). So a row's
-output depends on that row alone, bit for bit, whatever the batch and however the kernel splits
-the sum: a listener's audio never depends on who else is being served (a per-tensor activation
+The product is an int8 x int8 -> int32 matmul (`torch._int_mm`, oneDNN on x86, or our native
+kernel for this CPU's instruction set, ../native/int8_linear*.c: AVX-512 VNNI, AVX-VNNI, AVX2
+or ARM64 NEON dot product), whose integer accumulation is exact: |sum| <= in_features * 255 *
+127 < 2^31 for in_features < 66,000 (the VNNI kernels' unsigned form). So a row's output
+depends on that row alone, bit for bit, whatever the batch and however the kernel splits the
+sum: a listener's audio never depends on who else is being served (a per-tensor activation
 scale, as FBGEMM's dynamic quantization uses, would couple the rows of a batch).
 
 Measured on a 2-core AMD EPYC (benchmarks/int8_kernels.py), the talker's fused projections
@@ -29,9 +30,10 @@ MIN_SCALE = 1e-30  # an all-zero row quantizes to zeros instead of 0/0
 class Int8Linear(nn.Module):
     """A bias-optional linear layer over int8 weights; float input and output.
 
-    On a CPU with AVX-512 VNNI the native kernel (../native/int8_linear.c) computes it, over
-    weights packed for that kernel; elsewhere `forward_reference` (torch._int_mm). The two are
-    equal bit for bit.
+    Where a native kernel runs (../native: AVX-512 VNNI, AVX-VNNI, AVX2 or NEON, the best this
+    CPU has, or the one TTS_CORE_NATIVE_ISA names) it computes it, over weights packed at
+    construction in that kernel's layout (`kernel_isa` says which); elsewhere
+    `forward_reference` (torch._int_mm). They are all equal bit for bit.
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
@@ -39,19 +41,40 @@ class Int8Linear(nn.Module):
         weight = weight.detach().float()
         scale = weight.abs().amax(dim=1).clamp_min(MIN_SCALE) / 127.0  # (out,)
         q = torch.round(weight / scale[:, None]).to(torch.int8)
-        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self._set_weights(q, scale, None if bias is None else bias.detach().float())
+
+    @classmethod
+    def from_int8(
+        cls, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> Int8Linear:
+        """The layer over already quantized weights: `q` (out, in) int8 and `scale` (out,)
+        float32 as `int8_weight()` and `weight_scale` give them, `bias` float32 or None
+        (int8_store.py: a saved model), packed for this CPU's kernel as at construction."""
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer._set_weights(q, scale, bias)
+        return layer
+
+    def _set_weights(self, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.in_features, self.out_features = q.shape[1], q.shape[0]
         self.register_buffer("weight_scale", scale)  # (out,) float32
-        self.register_buffer("bias", None if bias is None else bias.detach().float())
-        # a flag, not the ctypes function: the module stays picklable and deep-copyable
-        self.packed = weight.device.type == "cpu" and native.int8_linear() is not None
+        self.register_buffer("bias", bias)
+        kernel = native.int8_linear() if q.device.type == "cpu" else None
+        # names, not the ctypes function: the module stays picklable and deep-copyable
+        self.packed = kernel is not None
+        self.kernel_isa: str | None = None if kernel is None else kernel.isa.name
         self._buffers_native: bool | None = None
         if not self.packed:
             # (out, in) int8, handed to _int_mm as a transposed view: oneDNN then reads it
             # ~1.5x faster at one row than an (in, out) contiguous copy
             self.register_buffer("weight_q", q.contiguous())
         else:
-            self.register_buffer("weight_packed", pack_for_kernel(q))
-            # 128 * sum_k W[o, k]: the kernel feeds activations as q + 128 (unsigned bytes)
+            layout = kernel.layout
+            self.register_buffer(
+                "weight_packed", pack_for_kernel(q, layout.block, layout.group, layout.in_multiple)
+            )
+            # 128 * sum_k W[o, k]: the VNNI kernels feed activations as q + 128 (unsigned bytes);
+            # kept for every kernel (out int32s), so the buffers do not depend on the CPU
             self.register_buffer("weight_sum128", q.sum(dim=1, dtype=torch.int32) * 128)
 
     @classmethod
@@ -60,7 +83,8 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).float()  # (R, in) float32
-        out = self._native(rows.contiguous()) if self._native_ready(x) else self._reference(rows)
+        kernel = native.int8_kernel(self.kernel_isa) if self._native_ready(x) else None
+        out = self._reference(rows) if kernel is None else self._native(kernel, rows.contiguous())
         return self._shaped(out, x)
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
@@ -72,15 +96,15 @@ class Int8Linear(nn.Module):
         out = out.view(*x.shape[:-1], self.out_features)
         return out if x.dtype == torch.float32 else out.to(x.dtype)
 
-    def _native(self, rows: torch.Tensor) -> torch.Tensor:
+    def _native(self, kernel: native.Int8Kernel, rows: torch.Tensor) -> torch.Tensor:
         """rows (R, in) float32 contiguous -> (R, out) float32 through the C kernel."""
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32, device="cpu")
         if rows.shape[0]:
             bias = None if self.bias is None else self.bias.data_ptr()
-            status = native.int8_linear()(rows.data_ptr(), rows.shape[0], self.in_features,
-                                  self.out_features, self.weight_packed.data_ptr(),
-                                  self.weight_sum128.data_ptr(), self.weight_scale.data_ptr(),
-                                  bias, out.data_ptr(), torch.get_num_threads())  # fmt: skip
+            status = kernel.function(rows.data_ptr(), rows.shape[0], self.in_features,
+                                     self.out_features, self.weight_packed.data_ptr(),
+                                     self.weight_sum128.data_ptr(), self.weight_scale.data_ptr(),
+                                     bias, out.data_ptr(), torch.get_num_threads())  # fmt: skip
             if status != 0:
                 raise MemoryError("int8_linear: no memory for its scratch rows")
         return out
@@ -99,8 +123,9 @@ class Int8Linear(nn.Module):
 
     def _native_ready(self, x: torch.Tensor) -> bool:
         """The kernel reads float32 CPU buffers through bare pointers: anything else (a layer
-        moved to another dtype or device, an input elsewhere) takes the torch path. Checked
-        once per placement of the buffers (`_apply` resets it): a frame makes ~400 calls."""
+        moved to another dtype or device, an input elsewhere) takes the torch path, as does a
+        layer whose kernel can no longer be loaded (native.int8_kernel: None). Checked once per
+        placement of the buffers (`_apply` resets it): a frame makes ~400 calls."""
         if self._buffers_native is None:
             floats = [self.weight_scale] + ([] if self.bias is None else [self.bias])
             self._buffers_native = (
@@ -122,24 +147,33 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         bias = self.bias is not None
-        kernel = "native" if self.packed else "torch._int_mm"
+        kernel = f"native {self.kernel_isa}" if self.packed else "torch._int_mm"
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={bias}, kernel={kernel}")  # fmt: skip
 
 
-def pack_for_kernel(q: torch.Tensor) -> torch.Tensor:
-    """(out, in) int8 -> (out16 / 16, in4 / 4, 16, 4), zero padded: the native kernel's
-    layout, 16 output channels x 4 inputs per 64-byte vector."""
+def pack_for_kernel(
+    q: torch.Tensor, block: int = 16, group: int = 4, in_multiple: int | None = None
+) -> torch.Tensor:
+    """(out, in) int8 -> (out_b / block, in_p / group, block, group), zero padded (out to a
+    multiple of `block`, in to one of `in_multiple`, default `group`): a native kernel's layout
+    (native.Int8Layout), packed[ob][kg][j][t] = q[block ob + j][group kg + t]. The defaults are
+    the AVX-512 VNNI kernel's: 16 output channels x 4 inputs per 64-byte vector."""
     out, inp = q.shape
-    out16, in4 = -(-out // 16) * 16, -(-inp // 4) * 4
-    padded = torch.zeros(out16, in4, dtype=torch.int8, device=q.device)
-    padded[:out, :inp] = q
-    return padded.view(out16 // 16, 16, in4 // 4, 4).permute(0, 2, 1, 3).contiguous()
+    step = in_multiple or group
+    out_b, in_p = -(-out // block) * block, -(-inp // step) * step
+    if (out_b, in_p) == (out, inp) and q.is_contiguous():
+        padded = q  # nothing to pad (every real model's layer): no copy, loading stays lean
+    else:
+        padded = torch.zeros(out_b, in_p, dtype=torch.int8, device=q.device)
+        padded[:out, :inp] = q
+    return padded.view(out_b // block, block, in_p // group, group).permute(0, 2, 1, 3).contiguous()
 
 
 def unpack_from_kernel(packed: torch.Tensor, out: int, inp: int) -> torch.Tensor:
-    blocks, groups = packed.shape[:2]
-    full = packed.permute(0, 2, 1, 3).reshape(blocks * 16, groups * 4)
+    """The (out, in) int8 weights back from any pack_for_kernel layout."""
+    blocks, groups, block, group = packed.shape
+    full = packed.permute(0, 2, 1, 3).reshape(blocks * block, groups * group)
     return full[:out, :inp].contiguous()
 
 

@@ -41,6 +41,7 @@ from .text_tokenizer import TextTokenizer
 if TYPE_CHECKING:
     from .codec.speech_tokenizer import SpeechTokenizer
     from .codec.streaming import DecoderState
+    from .int8_store import SavedInt8
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,14 @@ class Qwen3TTSModel:
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32
+        cls,
+        name_or_path: str | Path,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        int8: SavedInt8 | None = None,
     ) -> Qwen3TTSModel:
+        """`int8`: a saved int8 model (int8_store.py) whose layers take the place of the float
+        projections, which are then neither allocated nor read; the report is set too."""
         from .checkpoint import check_model_weights
 
         folder = resolve_checkpoint(name_or_path)
@@ -137,9 +144,16 @@ class Qwen3TTSModel:
             defaults = load_generation_defaults(folder)
             text_tokenizer = TextTokenizer.from_folder(folder)
             codec = load_speech_tokenizer(folder / "speech_tokenizer", device, dtype)
-            talker = load_talker(config, weights, device, dtype)
+            quantized = int8 is not None and int8.report.applied
+            talker = load_talker(config, weights, device, dtype,
+                                 drop=int8.drop if quantized else None)  # fmt: skip
+            if quantized:
+                int8.install(talker)
             speaker_encoder = load_speaker_encoder(config, weights, device, dtype)
-        return cls(config, defaults, talker, text_tokenizer, speaker_encoder, codec)
+        model = cls(config, defaults, talker, text_tokenizer, speaker_encoder, codec)
+        if quantized:
+            model.quantization = int8.report
+        return model
 
     @classmethod
     def from_config(
@@ -428,8 +442,11 @@ def load_model(
 
     quantize: None/"none" keeps the weights in `dtype`; "int8" makes the talker's and the code
     predictor's layers 8-bit (CPU; see quantize.py); "auto" does so on a CPU where the int8
-    matmul runs and every layer keeps >= 30 dB SQNR on a calibration run, else keeps `dtype`.
-    `model.quantization` holds the report (None when not quantized).
+    matmul runs faster than the float layers (quantize.speed_check) and every layer keeps
+    >= 30 dB SQNR on a calibration run, else keeps `dtype` (`model.format_decision` says why).
+    `model.quantization` holds the report (None when not quantized). The outcome of "int8" and
+    "auto" is saved at the first load and read by the next ones (int8_store.py: no calibration
+    then; TTS_CORE_INT8_CACHE=0 turns it off).
     decoder_dtype: the codec decoder's own dtype (None: `dtype`); the encoder stays as loaded
     so reference codes stay exact. warm_chunks: chunk sizes (frames) the decoder runs once on
     dummy codes at load, so a request's first chunk costs what a steady one does.
@@ -439,15 +456,12 @@ def load_model(
         raise ValueError(f"quantize must be one of {QUANTIZE_MODES}, got {quantize!r}")
     if mode == "int8" and torch.device(device).type != "cpu":
         raise ValueError("quantize='int8' is the CPU path; on a GPU use dtype=torch.bfloat16")
-    model = Qwen3TTSModel.from_pretrained(name_or_path, device=device, dtype=dtype)
     if mode == "int8" or (mode == "auto" and _int8_worth_trying(device)):
-        from .quantize import MIN_SQNR_DB, quantize_model
-
-        report = quantize_model(model, min_sqnr_db=MIN_SQNR_DB if mode == "auto" else None)
-        model.quantization = report if report.applied else None
-        model.format_decision = getattr(report, "decision", "")
-    elif mode == "auto":
-        model.format_decision = f"kept {model.weight_format}: no int8 matmul on {device}"
+        model = _load_int8(name_or_path, device, dtype, auto=mode == "auto")
+    else:
+        model = Qwen3TTSModel.from_pretrained(name_or_path, device=device, dtype=dtype)
+        if mode == "auto":
+            model.format_decision = f"kept {model.weight_format}: no int8 matmul on {device}"
     codec = model.speech_tokenizer
     if codec is not None:
         if decoder_dtype is not None:
@@ -458,6 +472,32 @@ def load_model(
         log.warning("cuda_graphs=True is ignored: CUDA graphs are not in the decode engine yet "
                     "(every request decodes eagerly)")  # fmt: skip
     return model.compile() if compile else model
+
+
+def _load_int8(name_or_path: str | Path, device: str, dtype: torch.dtype, auto: bool):
+    """The checkpoint quantized as quantize_model does (`auto`: with its SQNR bound and speed
+    check), or the outcome int8_store saved at an earlier load: then nothing is calibrated,
+    timed or rounded, and the float projections it replaces are never loaded."""
+    from .int8_store import Int8Store
+    from .quantize import MIN_SQNR_DB, quantize_model
+
+    min_sqnr_db = MIN_SQNR_DB if auto else None
+    folder = resolve_checkpoint(name_or_path)
+    store = Int8Store.open(folder, dtype, min_sqnr_db=min_sqnr_db, check_speed=auto)
+    saved = None if store is None else store.read(load_config(folder), dtype)
+    if saved is not None:
+        model = Qwen3TTSModel.from_pretrained(folder, device=device, dtype=dtype, int8=saved)
+        report = saved.report
+    else:
+        model = Qwen3TTSModel.from_pretrained(folder, device=device, dtype=dtype)
+        report = quantize_model(model, min_sqnr_db=min_sqnr_db, check_speed=auto)
+        if store is not None:
+            store.write(model, report)
+    model.quantization = report if report.applied else None
+    model.format_decision = report.decision
+    if report.saved_in is not None:
+        model.format_decision += f" (saved in {report.saved_in} at an earlier load)"
+    return model
 
 
 def _int8_worth_trying(device: str) -> bool:

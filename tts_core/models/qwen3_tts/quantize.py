@@ -18,20 +18,44 @@ quantize_model(model):
    of a float32 frame) becomes Int8Linear only where it holds the SQNR bound on its own: it has
    no norm to fold smoothing into, so it never decides for the other layers;
 6. report each layer's output SQNR on the calibration inputs against the float layer.
+
+`auto` (load_model(quantize="auto"), i.e. min_sqnr_db given) decides by speed as well as
+accuracy: before calibrating, `speed_check` times the model's own layer shapes through
+Int8Linear (on the kernel this CPU would use: native AVX-512 VNNI / AVX-VNNI / AVX2, or
+torch._int_mm) against its float nn.Linear layers, at 1 and 8 rows, over enough layers that the
+weights stream from memory as in decoding. int8 is kept only where it is faster at every row
+count and every layer holds MIN_SQNR_DB; the measurement is cached per CPU model, kernel, torch
+version, threads, dtype and shapes in `$TTS_CORE_CACHE` (default ~/.cache/tts_core)/
+int8_speed.json. `report.decision` and the log say what was chosen and why.
+
+load_model saves the outcome (the int8 layers, the folded norms and this report, or a float
+decision alone) at the first load, and later loads read it instead of calling quantize_model:
+int8_store.py.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import platform
+import tempfile
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import native
 from ..layers import DecoderLayer, DecoderStack
 from .int8 import Int8Linear, sqnr_db
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from .model import Qwen3TTSModel
@@ -50,6 +74,53 @@ SMOOTH_ALPHA = 0.5
 RECORD_AT = {"attn_in": "self_attn.q_proj", "o_in": "self_attn.o_proj",
              "mlp_in": "mlp.gate_proj", "down_in": "mlp.down_proj"}  # fmt: skip
 MIN_SQNR_DB = 30.0  # `auto` keeps int8 only if every layer holds this on the calibration run
+# `auto`'s speed check (module doc):
+SPEED_ROWS = (1, 8)  # one stream, and the default batch of streams decoded together
+MIN_TIMED_BYTES = 32 << 20  # int8 layers smaller than this (the test fixtures) are not timed:
+# their calls cost Python overhead, not weight reads, and SQNR alone decides
+TIMED_BYTES = 64 << 20  # per stack at least this many int8 bytes timed (and twice the last-level
+# cache): the weights come from memory, as a real model's do at every step
+SPEED_REPEATS = 5  # best of, int8 and float alternated
+# Measured again (each format's best kept) before "int8 is slower" is believed and cached: on a
+# busy machine one measurement once put int8 at 3137 ms a frame against ~60 ms idle
+SPEED_RETRIES = 2
+SPEED_CACHE_FILE = "int8_speed.json"
+
+
+@dataclass
+class SpeedCheck:
+    """A frame's decoder-layer projections on this CPU (talker step + code-predictor passes;
+    the heads are left out), estimated from timed layers: each stack's time x its layers /
+    layers timed x its passes per frame, in ms by number of rows."""
+
+    kernel: str  # what the int8 layers run on: "native avx2", ..., "torch._int_mm"
+    float_dtype: str  # the float layers' dtype: "float32", "bfloat16"
+    int8_ms: dict[int, float]
+    float_ms: dict[int, float]
+    source: str = "measured"  # or "cached in PATH"
+
+    @property
+    def int8_faster(self) -> bool:
+        return all(self.int8_ms[rows] < self.float_ms[rows] for rows in self.float_ms)
+
+    def describe(self) -> str:
+        times = ", ".join(
+            f"{rows} row{'s' * (rows > 1)} {self.int8_ms[rows]:.1f} vs {self.float_ms[rows]:.1f} ms"
+            for rows in sorted(self.float_ms)
+        )
+        return f"int8 on {self.kernel} vs {self.float_dtype}: {times} a frame, {self.source}"
+
+    def to_json(self) -> dict:
+        return {"kernel": self.kernel, "float_dtype": self.float_dtype,
+                "int8_ms": self.int8_ms, "float_ms": self.float_ms}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, entry: dict, source: str) -> SpeedCheck:
+        def ms(d: dict) -> dict[int, float]:
+            return {int(rows): float(v) for rows, v in d.items()}
+
+        return cls(entry["kernel"], entry["float_dtype"], ms(entry["int8_ms"]),
+                   ms(entry["float_ms"]), source)  # fmt: skip
 
 
 @dataclass
@@ -57,10 +128,32 @@ class QuantizationReport:
     mode: str
     layer_sqnr_db: dict[str, float] = field(default_factory=dict)
     applied: bool = False
+    speed: SpeedCheck | None = None  # `auto`: int8 against float on this CPU (None: not timed)
+    decision: str = ""  # what was chosen and why, in words (logged)
+    saved_in: str | None = None  # the int8_store file this report was read from (None: made now)
 
     @property
     def min_sqnr_db(self) -> float:
         return min(self.layer_sqnr_db.values(), default=float("inf"))
+
+    def to_json(self) -> dict:
+        """Everything but `saved_in` (int8_store.py keeps it beside the weights); floats as
+        JSON writes them (repr: they read back exactly, infinities included)."""
+        speed = self.speed and {**self.speed.to_json(), "source": self.speed.source}
+        return {"mode": self.mode, "layer_sqnr_db": self.layer_sqnr_db, "applied": self.applied,
+                "speed": speed, "decision": self.decision}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, entry: dict, saved_in: str | None = None) -> QuantizationReport:
+        speed = entry["speed"]
+        return cls(
+            mode=str(entry["mode"]),
+            layer_sqnr_db={str(k): float(v) for k, v in entry["layer_sqnr_db"].items()},
+            applied=bool(entry["applied"]),
+            speed=None if speed is None else SpeedCheck.from_json(speed, str(speed["source"])),
+            decision=str(entry["decision"]),
+            saved_in=saved_in,
+        )
 
     def worst(self, count: int = 3) -> list[tuple[str, float]]:
         return sorted(self.layer_sqnr_db.items(), key=lambda item: item[1])[:count]
@@ -72,15 +165,29 @@ def stacks(model: Qwen3TTSModel) -> dict[str, DecoderStack]:
 
 @torch.inference_mode()
 def quantize_model(
-    model: Qwen3TTSModel, smooth: bool = True, min_sqnr_db: float | None = None
+    model: Qwen3TTSModel,
+    smooth: bool = True,
+    min_sqnr_db: float | None = None,
+    check_speed: bool | None = None,
 ) -> QuantizationReport:
     """Make the decoder stacks int8 in place (see module doc) and return per-layer SQNR.
 
     With `min_sqnr_db`, nothing is changed unless every layer reaches it on the calibration
     run (`report.applied` says which): the float model stays exactly as loaded otherwise.
+    `check_speed` (default: when `min_sqnr_db` is given, as `auto` does) first times int8
+    against the float layers on this CPU (speed_check) and, where int8 is slower, changes
+    nothing and does not calibrate. `report.decision` says what was chosen and why.
     """
-    inputs = calibrate(model)
     report, plans = QuantizationReport("int8"), []
+    float_name = str(model.dtype).removeprefix("torch.")
+    if check_speed is None:
+        check_speed = min_sqnr_db is not None
+    if check_speed:
+        report.speed = speed_check(model)
+        if report.speed is not None and not report.speed.int8_faster:
+            return _decided(report, f"kept {float_name}: int8 is slower here "
+                                    f"({report.speed.describe()})")  # fmt: skip
+    inputs = calibrate(model)
     for stack_name, stack in stacks(model).items():
         for index, layer in enumerate(stack.layers):
             prefix = f"{stack_name}.layers.{index}"
@@ -108,14 +215,202 @@ def quantize_model(
                 x @ head.weight.detach().float().t(), quantized(x)
             )
     if min_sqnr_db is not None and report.min_sqnr_db < min_sqnr_db:
-        return report
+        name, worst = report.worst(1)[0]
+        return _decided(report, f"kept {float_name}: layer {name} keeps {worst:.1f} dB SQNR "
+                                f"< {min_sqnr_db:g} dB")  # fmt: skip
     for layer, scales, modules in plans:
         _install(layer, scales, modules)
     for index, quantized in enumerate(quantized_heads):
         heads[index] = quantized
     _quantize_projection(model, inputs.get(("code_predictor", "projection")), report)
     report.applied = True
+    if min_sqnr_db is None:
+        why = "asked for"
+    else:
+        why = f"every layer >= {min_sqnr_db:g} dB SQNR (min {report.min_sqnr_db:.1f})"
+    if report.speed is not None:
+        why += f", faster here ({report.speed.describe()})"
+    elif check_speed:
+        why += ", not timed (layers too small for speed to matter)"
+    return _decided(report, f"int8: {why}")
+
+
+def _decided(report: QuantizationReport, decision: str) -> QuantizationReport:
+    report.decision = decision
+    log.info("quantize: %s", decision)
     return report
+
+
+# ------------------------------------------------------------------------------ speed (auto)
+def speed_check(model: Qwen3TTSModel) -> SpeedCheck | None:
+    """int8 against float on this CPU for this model's layers: from the cache, else measured
+    (measure_speed) and cached; None for a model too small to time (MIN_TIMED_BYTES)."""
+    total = sum(_int8_bytes(layer) for stack in stacks(model).values() for layer in stack.layers)
+    if total < MIN_TIMED_BYTES:
+        return None
+    key = _speed_key(model)
+    path = _speed_cache_path()
+    cached = _read_json(path).get(key) if path is not None else None
+    if cached is not None:
+        try:
+            return SpeedCheck.from_json(cached, f"cached in {path}")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass  # an entry of an older layout: measure again
+    check = measure_speed(model)
+    for _ in range(SPEED_RETRIES):  # "slower" is kept for good: make sure it is not noise
+        if check.int8_faster:
+            break
+        check = _best_of(check, measure_speed(model))
+    if path is not None:
+        _write_json_entry(path, key, check.to_json())
+    return check
+
+
+def _best_of(a: SpeedCheck, b: SpeedCheck) -> SpeedCheck:
+    """Each format's best time at each row count over two measurements: other work on the
+    machine only ever adds time, so the minimum is the closer estimate of the CPU's speed."""
+    return SpeedCheck(
+        a.kernel,
+        a.float_dtype,
+        {rows: min(a.int8_ms[rows], b.int8_ms[rows]) for rows in a.int8_ms},
+        {rows: min(a.float_ms[rows], b.float_ms[rows]) for rows in a.float_ms},
+    )
+
+
+@torch.inference_mode()
+def measure_speed(model: Qwen3TTSModel, repeats: int = SPEED_REPEATS) -> SpeedCheck:
+    """Time each stack's first layers (TIMED_BYTES of int8 weights, or all) as the model runs
+    them: its float nn.Linear projections (q, k, v, o, gate, up, down) against Int8Linear over
+    the fused ones (qkv, o, gate_up, down: what quantize_model installs), on random rows, at
+    each of SPEED_ROWS; best of `repeats`, the two alternated."""
+    kernel = native.int8_linear()
+    int8_ms = dict.fromkeys(SPEED_ROWS, 0.0)
+    float_ms = dict.fromkeys(SPEED_ROWS, 0.0)
+    budget = max(TIMED_BYTES, 2 * _last_level_cache_bytes())
+    passes = {"talker": 1, "code_predictor": len(model.talker.code_predictor.lm_head)}
+    for name, stack in stacks(model).items():
+        layers, timed, size = list(stack.layers), [], 0
+        for layer in layers:
+            timed.append(layer)
+            size += _int8_bytes(layer)
+            if size >= budget:
+                break
+        floats = [m for layer in timed for m in _float_projections(layer)]
+        int8s = [Int8Linear(w) for layer in timed for _, w in fused_weights(layer, {}).values()]
+        scale = passes[name] * len(layers) / len(timed)
+        for rows in SPEED_ROWS:
+            xs = {m.in_features: torch.randn(rows, m.in_features, dtype=model.dtype,
+                                             device=model.device) for m in floats}  # fmt: skip
+            times = _best_ms_alternated([_runner(int8s, xs), _runner(floats, xs)], repeats)
+            int8_ms[rows] += times[0] * scale
+            float_ms[rows] += times[1] * scale
+        del int8s
+    return SpeedCheck(
+        kernel="torch._int_mm" if kernel is None else f"native {kernel.isa.name}",
+        float_dtype=str(model.dtype).removeprefix("torch."),
+        int8_ms={rows: round(ms, 3) for rows, ms in int8_ms.items()},
+        float_ms={rows: round(ms, 3) for rows, ms in float_ms.items()},
+    )
+
+
+def _runner(modules: list[nn.Module], xs: dict[int, torch.Tensor]) -> Callable[[], object]:
+    return lambda: [m(xs[m.in_features]) for m in modules]
+
+
+def _float_projections(layer: DecoderLayer) -> list[nn.Linear]:
+    attn, mlp = layer.self_attn, layer.mlp
+    return [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj,
+            mlp.gate_proj, mlp.up_proj, mlp.down_proj]  # fmt: skip
+
+
+def _int8_bytes(layer: DecoderLayer) -> int:
+    return sum(m.weight.numel() for m in _float_projections(layer))
+
+
+def _best_ms_alternated(runs: list[Callable[[], object]], repeats: int) -> list[float]:
+    for run in runs:  # warm: pages touched, kernels loaded, scratch allocated
+        run()
+    best = [float("inf")] * len(runs)
+    for _ in range(repeats):
+        for i, run in enumerate(runs):
+            start = time.perf_counter()
+            run()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return [b * 1000 for b in best]
+
+
+def _last_level_cache_bytes() -> int:
+    """The L3 (or last) cache of CPU 0 from sysfs; 32 MiB where it cannot be read."""
+    caches = sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"))
+    for path in reversed(caches):
+        try:
+            text = path.read_text().strip().upper()
+            factor = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            return int(text.rstrip("KMG")) * factor
+        except (OSError, ValueError):
+            continue
+    return 32 << 20
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith(("model name", "hardware", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _speed_key(model: Qwen3TTSModel) -> str:
+    """What the timing depends on: the CPU, the int8 kernel, torch, threads, dtype, shapes."""
+    kernel = native.int8_linear()
+    shapes = {
+        name: [
+            len(stack.layers),
+            *(tuple(m.weight.shape) for m in _float_projections(stack.layers[0])),
+        ]
+        for name, stack in stacks(model).items()
+    }
+    return json.dumps({
+        "cpu": _cpu_model(),
+        "kernel": "torch._int_mm" if kernel is None else kernel.isa.name,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "dtype": str(model.dtype),
+        "passes": len(model.talker.code_predictor.lm_head),
+        "shapes": shapes,
+        "rows": list(SPEED_ROWS),
+    }, sort_keys=True)  # fmt: skip
+
+
+def _speed_cache_path() -> Path | None:
+    try:
+        return native.cache_root() / SPEED_CACHE_FILE
+    except RuntimeError:  # no home directory
+        return None
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_json_entry(path: Path, key: str, entry: dict) -> None:
+    """Add one entry, written beside the file and renamed (readers never see half a file); a
+    cache that cannot be written is only logged: the next load measures again."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _read_json(path)
+        data[key] = entry
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+            json.dump(data, f, indent=1)
+        os.replace(f.name, path)
+    except OSError as error:
+        log.info("could not cache the int8 speed check in %s (%s)", path, error)
 
 
 def _quantize_projection(model: Qwen3TTSModel, x: torch.Tensor | None,
@@ -137,7 +432,6 @@ def _quantize_projection(model: Qwen3TTSModel, x: torch.Tensor | None,
 def calibrate(model: Qwen3TTSModel) -> dict[tuple, torch.Tensor]:
     """(rows, in) float32 inputs from a greedy run, keyed (stack, layer index, input group)
     for the layers (see RECORD_AT) and ("code_predictor", "lm_head", i) for the heads."""
-    from .decode_loop import FrameLoop, resolve_settings
     from .model import Voice
 
     recorded: dict[tuple, list[torch.Tensor]] = defaultdict(list)
@@ -157,15 +451,10 @@ def calibrate(model: Qwen3TTSModel) -> dict[tuple, torch.Tensor]:
     try:
         voice = Voice(speaker_embedding=torch.zeros(
             model.config.talker.stack.hidden_size, device=model.device, dtype=model.dtype))  # fmt: skip
-        prompt = model._prompt(CALIBRATION_TEXT, voice, "english")
-        settings = resolve_settings(model.generation_defaults,
-                                    {"max_new_tokens": CALIBRATION_FRAMES + 1}, greedy=True)  # fmt: skip
-        loop = FrameLoop(model.talker, model.special, prompt, settings)
-        try:
-            for _ in loop.frames():
-                pass
-        finally:
-            loop.release()
+        prompt, settings = model.plan(CALIBRATION_TEXT, voice, "english", greedy=True,
+                                      length_cap=False, max_new_tokens=CALIBRATION_FRAMES + 1)  # fmt: skip
+        for _ in model.frames(prompt, settings):
+            pass
     finally:
         for hook in hooks:
             hook.remove()

@@ -1,0 +1,137 @@
+"""One stream served through `/v1/audio/speech`, as a user gets it: first byte and RTF.
+
+    .venv/bin/python benchmarks/served_bench.py --model /tmp/qwen3-0.6B-random \
+        [--requests 3] [--app-arg=--quantize=auto ...] [--env TTS_CORE_NATIVE_ISA=avx2] \
+        [--json out.json]
+
+Starts the real app (`app.py --model ... --wait-for-model`, the app's defaults otherwise: on a
+CPU `--quantize auto` and the codec decoder dtype it times at load), then sends `--requests`
+requests one after another for the same built-in voice, streaming raw PCM (16-bit, the model's
+rate), and times each from the request to its first body byte and to its last. The first
+request of a voice also builds the voice prompt (reference codes, speaker embedding); later
+ones reuse it. RTF after the first byte = (last byte - first byte) / audio after the first
+chunk. Prints a table with the load average and the app's weight-format line, writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+TEXT = ("The quick brown fox jumps over the lazy dog while the evening light fades slowly "
+        "over the quiet harbour, and somewhere a radio plays an old song.")  # fmt: skip
+READY_TIMEOUT_S = 900  # a hang detector for the first start of a 1.7B int8 model on 2 cores
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def start_app(args: argparse.Namespace, port: int, log_path: Path) -> subprocess.Popen:
+    env = {**os.environ, **dict(item.split("=", 1) for item in args.env)}
+    command = [sys.executable, str(REPO / "app.py"), "--model", args.model, "--port", str(port),
+               "--wait-for-model", "--no-fallback", *args.app_arg]  # fmt: skip
+    app = subprocess.Popen(command, cwd=REPO, env=env, stdout=log_path.open("w"),
+                           stderr=subprocess.STDOUT)  # fmt: skip
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if app.poll() is not None:
+            raise SystemExit(f"the app exited:\n{log_path.read_text()[-3000:]}")
+        try:
+            info = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()["data"][-1]
+            if info["status"]["status"] == "ready":
+                return app
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    app.kill()
+    raise SystemExit("the app did not become ready")
+
+
+def one_request(url: str, seed: int, sample_rate: int) -> dict:
+    body = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "pcm",
+            "seed": seed}  # fmt: skip
+    started = time.perf_counter()
+    first_at, first_bytes, total = None, 0, 0
+    with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=900) as response:
+        response.raise_for_status()
+        rate = int(response.headers.get("x-sample-rate", sample_rate))
+        for piece in response.iter_bytes():
+            if not piece:
+                continue
+            if first_at is None:
+                first_at, first_bytes = time.perf_counter(), len(piece)
+            total += len(piece)
+    ended = time.perf_counter()
+    audio_s, after_first_s = total / 2 / rate, (total - first_bytes) / 2 / rate
+    return {
+        "first_byte_ms": 1000 * (first_at - started),
+        "wall_s": ended - started,
+        "audio_s": audio_s,
+        "rtf_after_first_byte": (ended - first_at) / after_first_s if after_first_s else None,
+        "rtf_whole": (ended - started) / audio_s,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--requests", type=int, default=3)
+    ap.add_argument("--app-arg", action="append", default=[], help="passed on to app.py")
+    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the app")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    port, log_path = free_port(), Path(f"/tmp/served_bench_{os.getpid()}.log")
+    load_before = load_average()
+    began = time.perf_counter()
+    app = start_app(args, port, log_path)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        start_s = time.perf_counter() - began
+        info = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][-1]["info"]
+        runs = [one_request(url, seed, info["sample_rate"]) for seed in range(args.requests)]
+    finally:
+        app.terminate()
+        app.wait(timeout=60)
+    decoder = [line for line in log_path.read_text().splitlines() if "loaded " in line]
+    result = {"model": args.model, "env": args.env, "app_args": args.app_arg,
+              "weight_format": info.get("weight_format"),
+              "weight_format_reason": info.get("weight_format_reason"),
+              "load_line": decoder[-1] if decoder else None, "start_s": start_s,
+              "load_average_before": load_before, "load_average_after": load_average(),
+              "requests": runs}  # fmt: skip
+    print(
+        f"model {args.model} {' '.join(args.env)} {' '.join(args.app_arg)}; ready after "
+        f"{start_s:.1f} s; load average before {load_before}, after {load_average()}"
+    )
+    print(f"weights: {info.get('weight_format')} ({info.get('weight_format_reason')})")
+    print(result["load_line"])
+    print("| request | first byte ms | audio s | RTF after first byte | RTF whole |")
+    print("|--:|--:|--:|--:|--:|")
+    for i, run in enumerate(runs):
+        rtf = run["rtf_after_first_byte"]
+        print(
+            f"| {i + 1}{' (new voice)' if i == 0 else ''} | {run['first_byte_ms']:.0f} | "
+            f"{run['audio_s']:.2f} | {rtf:.2f} | {run['rtf_whole']:.2f} |"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,620 @@
+"""The int8 model, saved once: `load_model(quantize="int8" | "auto")` calibrates and quantizes
+at the first load (quantize.py) and saves the outcome; later loads read it and skip the
+calibration run, SmoothQuant, the SQNR measurement, the rounding and (`auto`) the speed check.
+
+Where: `$TTS_CORE_CACHE` (default ~/.cache/tts_core)/int8/, one file per checkpoint, dtype,
+request and key: `<model.safetensors sha256[:12]>-<dtype>-<int8|auto>-<key sha256[:16]>
+.safetensors`. `TTS_CORE_INT8_CACHE=0` turns it off (every load calibrates, nothing is read
+or written).
+
+A file is a standard safetensors file:
+* metadata `report`: quantize_model's QuantizationReport (per-layer SQNR, applied, the speed
+  check, the decision in words), so `model.quantization` and the log say what they said at the
+  first load; `key`: everything the outcome depends on (below), compared in full on reading;
+  `checksum`: sha256 of the data, checked on reading;
+* where int8 was applied, each Int8Linear of the talker as `<module>.weight_q` (out, in) int8,
+  `.weight_scale` (out,) float32 and `.bias` float32, and the RMSNorm weights SmoothQuant folded
+  its scales into (every decoder layer's two), in the model's dtype. A float decision of `auto`
+  (int8 slower here, or a layer below the SQNR bound) is a file with the report alone: it too
+  skips the calibration.
+* The int8 weights are saved unpacked, (out, in) as `Int8Linear.int8_weight()` gives them, and
+  packed at load for the kernel that runs (native.Int8Layout: AVX-512 VNNI 16 x 4, AVX2 8 x 2,
+  NEON 16 x 4 padded to 16, ...; the torch._int_mm path reads the unpacked layout as it is).
+  The kernel is chosen per process (the CPU, TTS_CORE_NATIVE, TTS_CORE_NATIVE_ISA) while the
+  weights are the same for all: one file serves them all, and packing is one permuted copy per
+  layer as it is read (the whole int8 read and pack: ~1 s for the 0.6B's 0.53 GB).
+
+A later load reads the file before the checkpoint: the float projections it replaces are
+taken out of the storage-free talker (checkpoint.load_talker's `drop`), so they are neither
+allocated nor read, and the peak resident size stays below the float model's.
+
+A missing file is made; a truncated, garbled or corrupt file (checksum), or one whose key or
+tensors do not match, is ignored with a log line and made again. Files are written beside
+their final name and renamed (`os.replace`), so two processes starting at once both write a
+whole file and a reader only ever opens a whole one; the checksum also catches a file a crash
+left half written on disk (no fsync is paid: such a file is made again).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+import torch
+from torch import nn
+
+from .. import native
+from .int8 import Int8Linear
+
+if TYPE_CHECKING:
+    from .config import Qwen3TTSConfig
+    from .model import Qwen3TTSModel
+    from .quantize import QuantizationReport
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1  # the file's layout; a change of how the contents are computed changes
+# the key through `code_digest` (below) without a new version
+ENV = "TTS_CORE_INT8_CACHE"  # "0" (or off/false/no): no saved int8 models
+FOLDER = "int8"
+HASHES_FILE = "checkpoint_hashes.json"
+KEEP_PER_CHECKPOINT = 2  # files kept per checkpoint, dtype and request, the most recently used:
+# another thread count or CPU (a home folder shared by two machines) keeps its own; a file of
+# another version of our code, format or torch is removed at once (it is never read again)
+UPGRADED = (("format",), ("code",), ("machine", "torch"))  # key parts an upgrade changes
+STALE_TEMP_S = 3600  # a temp file this old was left by a writer that died
+# The files the quantized talker is computed from: the weights, the architecture, and what the
+# calibration run reads (the prompt's tokens, the generation defaults). Not the codec.
+IDENTITY_FILES = ("config.json", "generation_config.json", "model.safetensors", "vocab.json",
+                  "merges.txt", "tokenizer_config.json")  # fmt: skip
+HASH_MEMO_BYTES = 64 << 20  # files at least this large have their hash remembered (below)
+MAX_HEADER_BYTES = 100 << 20
+_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16",
+           torch.float16: "F16", torch.int8: "I8"}  # fmt: skip
+_DTYPE_NAMES = {name: dtype for dtype, name in _DTYPES.items()}
+_CHECKSUM_PLACEHOLDER = "0" * 64
+
+
+class StoreError(ValueError):
+    """A saved file that cannot be used (why, in words); it is made again."""
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def folder() -> Path | None:
+    """Where the files go; None where the store is off or there is no home directory."""
+    if not enabled():
+        return None
+    try:
+        return native.cache_root() / FOLDER
+    except RuntimeError:
+        return None
+
+
+# ------------------------------------------------------------------------------ the key
+# The checkpoint's identity is the sha256 of each file in IDENTITY_FILES, contents and all.
+# Anything cheaper can match a changed checkpoint: a fine-tune saved by the same code has the
+# same config, the same safetensors header and the same file sizes (only the values differ),
+# and a Hub etag or commit is a name in the Hub's cache folder, which a file edited or replaced
+# in place keeps. The full hash of a multi-GB model.safetensors costs about 0.55 s a GB (sha256
+# on the CPU's SHA instructions: 1.05 s for the 0.6B's 1.8 GB, 2.05 s for the 1.7B's 3.9 GB
+# from the page cache on the 2-core EPYC), paid once per file: it is remembered
+# in HASHES_FILE under the file's real path with its size, mtime, ctime, inode and device. A
+# write to the file changes its ctime, which only the kernel sets (no copy tool can set it
+# back, unlike the mtime), and a file replaced by another has another inode: a remembered hash
+# is never used for other contents. The file is stat'ed before and after hashing, and a hash
+# is remembered only if nothing changed meanwhile (a file still being written); only files of
+# HASH_MEMO_BYTES or more are remembered, whose hashing outlasts the kernel's timestamp tick
+# (a few ms), so a later write cannot share the remembered ctime.
+def checkpoint_identity(folder: Path, memo: Path | None) -> dict[str, str]:
+    """{file name: sha256} of the checkpoint's IDENTITY_FILES that exist."""
+    return {name: file_sha256(folder / name, memo)
+            for name in IDENTITY_FILES if (folder / name).is_file()}  # fmt: skip
+
+
+def file_sha256(path: Path, memo: Path | None) -> str:
+    """sha256 of the file's contents; for a large file, remembered in `memo` (see above)."""
+    real = path.resolve()
+    before = _identity_stat(real)
+    if before["size"] < HASH_MEMO_BYTES or memo is None:
+        return _hash_file(real)
+    remembered = _read_json(memo).get(str(real))
+    if (
+        isinstance(remembered, dict)
+        and isinstance(remembered.get("sha256"), str)
+        and all(remembered.get(name) == value for name, value in before.items())
+    ):
+        return remembered["sha256"]
+    digest = _hash_file(real)
+    if _identity_stat(real) == before:
+        _remember(memo, str(real), {**before, "sha256": digest})
+    return digest
+
+
+def _identity_stat(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "ino": st.st_ino, "dev": st.st_dev}  # fmt: skip
+
+
+def _hash_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _remember(memo: Path, real: str, entry: dict) -> None:
+    """Add one hash; entries of files that no longer exist are dropped (temp checkpoints)."""
+    data = {path: e for path, e in _read_json(memo).items() if Path(path).exists()}
+    data[real] = entry
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(memo, lambda f: f.write(json.dumps(data, indent=1).encode()))
+    except OSError as error:
+        log.info("could not remember the checkpoint hash in %s (%s)", memo, error)
+
+
+@functools.cache
+def code_digest() -> str:
+    """sha256 of the sources the saved contents are computed by: the Qwen3-TTS package (the
+    calibration run is the model's own decode, quantize.py and int8.py round it) and the
+    shared layers. Any change there, a new release included, makes new files instead of
+    reading ones an older calculation made (a format version alone relies on someone
+    remembering to raise it)."""
+    package = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in [*sorted(package.rglob("*.py")), package.parent / "layers.py"]:
+        digest.update(str(path.relative_to(package.parent)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def store_key(
+    identity: dict[str, str], dtype: torch.dtype, min_sqnr_db: float | None, check_speed: bool
+) -> dict:
+    """Everything quantize_model(model, min_sqnr_db=..., check_speed=...) depends on.
+
+    Besides the checkpoint and the code: the dtype; quantize.py's constants (read now, so a
+    test that changes one gets a file of its own); the CPU model, torch's version and the
+    thread count, because the calibration run is float arithmetic whose last bits depend on
+    them (oneDNN and MKL choose kernels by instruction set and split work by threads): a file
+    made on another machine would be a good model, but not bit for bit the one quantizing here
+    gives. `auto` adds what its speed check depends on (the int8 kernel, the timing constants).
+    """
+    from . import quantize
+
+    key: dict = {
+        "format": FORMAT_VERSION,
+        "checkpoint": identity,
+        "code": code_digest(),
+        "dtype": _dtype_name(dtype),
+        "request": {"min_sqnr_db": min_sqnr_db, "check_speed": check_speed, "smooth": True},
+        "calibration": {
+            "text": quantize.CALIBRATION_TEXT,
+            "frames": quantize.CALIBRATION_FRAMES,
+            "max_rows_kept": quantize.MAX_ROWS_KEPT,
+            "max_rows": quantize.MAX_ROWS,
+            "smooth_alpha": quantize.SMOOTH_ALPHA,
+            "min_sqnr_db": quantize.MIN_SQNR_DB,  # the projection's own bound (step 5)
+        },
+        "machine": {
+            "cpu": quantize._cpu_model(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        },
+    }
+    if check_speed:
+        kernel = native.int8_linear()
+        key["speed"] = {
+            "kernel": "torch._int_mm" if kernel is None else kernel.isa.name,
+            "rows": list(quantize.SPEED_ROWS),
+            "min_timed_bytes": quantize.MIN_TIMED_BYTES,
+            "timed_bytes": quantize.TIMED_BYTES,
+            "repeats": quantize.SPEED_REPEATS,
+        }
+    return key
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# ------------------------------------------------------------------------------ what is saved
+TALKER_STACKS = {"model": ("model",), "code_predictor.model": ("code_predictor", "model")}
+
+
+@dataclass
+class SavedInt8:
+    """What a file gave: the report, and (applied) the int8 modules and folded norm weights,
+    named as in the talker; `drop` and `install` put them in place of the float layers."""
+
+    report: QuantizationReport
+    modules: dict[str, Int8Linear] = field(default_factory=dict)
+    norms: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def drop(self, talker: nn.Module) -> None:
+        """On the storage-free talker (checkpoint.load_talker): the float layers the int8 ones
+        replace become empty placeholders, so their weights are never allocated nor read."""
+        for name in self.modules:
+            _put(talker, name, nn.Identity())
+
+    @torch.no_grad()
+    def install(self, talker: nn.Module) -> None:
+        """After the rest is loaded: the int8 layers and the folded norms, as quantize._install
+        left them (qkv and gate/up fused, q/k/v and gate/up gone)."""
+        for name, module in self.modules.items():
+            _put(talker, name, module)
+        for name, value in self.norms.items():
+            talker.get_parameter(name).copy_(value)
+
+
+def _put(talker: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, attr = name.rpartition(".")
+    parent = talker.get_submodule(parent_name)
+    if attr == "qkv_proj" and "q_proj" in parent._modules:
+        parent.qkv_sizes = tuple(getattr(parent, p).out_features
+                                 for p in ("q_proj", "k_proj", "v_proj"))  # fmt: skip
+        del parent.q_proj, parent.k_proj, parent.v_proj
+    elif attr == "gate_up_proj" and "gate_proj" in parent._modules:
+        del parent.gate_proj, parent.up_proj
+    setattr(parent, attr, module)
+
+
+def _layout(talker: nn.Module, dtype: torch.dtype) -> tuple[dict, set[str], dict[str, set[str]]]:
+    """For a (storage-free) float talker: {tensor name: (dtype, shape)} of everything a file may
+    hold, the names it must hold when int8 was applied, and each module's tensor names (a file
+    holds all of a module's or none: the projection is optional, quantize.py step 5)."""
+    allowed: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
+    required: set[str] = set()
+    modules: dict[str, set[str]] = {}
+
+    def linear(name: str, out: int, inp: int, bias: bool, must: bool = True) -> None:
+        names = {f"{name}.weight_q": (torch.int8, (out, inp)),
+                 f"{name}.weight_scale": (torch.float32, (out,))}  # fmt: skip
+        if bias:
+            names[f"{name}.bias"] = (torch.float32, (out,))
+        allowed.update(names)
+        modules[name] = set(names)
+        if must:
+            required.update(names)
+
+    for prefix, path in TALKER_STACKS.items():
+        stack = functools.reduce(getattr, path, talker)
+        for index, layer in enumerate(stack.layers):
+            at, attn, mlp = f"{prefix}.layers.{index}", layer.self_attn, layer.mlp
+            q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
+            # fused and smoothed weights have no bias (quantize.fused_weights)
+            linear(f"{at}.self_attn.qkv_proj", q.out_features + k.out_features + v.out_features,
+                   q.in_features, bias=False)  # fmt: skip
+            linear(f"{at}.self_attn.o_proj", attn.o_proj.out_features, attn.o_proj.in_features,
+                   bias=False)  # fmt: skip
+            linear(f"{at}.mlp.gate_up_proj", mlp.gate_proj.out_features + mlp.up_proj.out_features,
+                   mlp.gate_proj.in_features, bias=False)  # fmt: skip
+            linear(f"{at}.mlp.down_proj", mlp.down_proj.out_features, mlp.down_proj.in_features,
+                   bias=False)  # fmt: skip
+            for norm in ("input_layernorm", "post_attention_layernorm"):
+                name = f"{at}.{norm}.weight"
+                allowed[name] = (dtype, tuple(getattr(layer, norm).weight.shape))
+                required.add(name)
+    predictor = talker.code_predictor
+    for index, head in enumerate(predictor.lm_head):
+        linear(f"code_predictor.lm_head.{index}", head.out_features, head.in_features,
+               bias=head.bias is not None)  # fmt: skip
+    projection = predictor.small_to_mtp_projection
+    if isinstance(projection, nn.Linear):
+        linear("code_predictor.small_to_mtp_projection", projection.out_features,
+               projection.in_features, bias=projection.bias is not None, must=False)  # fmt: skip
+    return allowed, required, modules
+
+
+def _saved_tensors(model: Qwen3TTSModel) -> list[tuple[str, torch.dtype, tuple, Callable]]:
+    """(name, dtype, shape, make) of every tensor a file of this quantized model holds; `make`
+    gives the tensor when it is written (unpacking one layer at a time)."""
+    talker, items = model.talker, []
+    for name, module in talker.named_modules():
+        if isinstance(module, Int8Linear):
+            out, inp = module.out_features, module.in_features
+            items.append((f"{name}.weight_q", torch.int8, (out, inp), module.int8_weight))
+            items.append((f"{name}.weight_scale", torch.float32, (out,),
+                          module.weight_scale.detach))  # fmt: skip
+            if module.bias is not None:
+                items.append((f"{name}.bias", torch.float32, (out,), module.bias.detach))
+    for prefix, path in TALKER_STACKS.items():
+        stack = functools.reduce(getattr, path, talker)
+        for index, layer in enumerate(stack.layers):
+            for norm in ("input_layernorm", "post_attention_layernorm"):
+                weight = getattr(layer, norm).weight
+                items.append((f"{prefix}.layers.{index}.{norm}.weight", weight.dtype,
+                              tuple(weight.shape), weight.detach))  # fmt: skip
+    return items
+
+
+# ------------------------------------------------------------------------------ the store
+class Int8Store:
+    """The saved outcome of one quantize_model request on one checkpoint: `read`, `write`."""
+
+    def __init__(self, path: Path, key: dict) -> None:
+        self.path = path
+        self.key = key
+        self.key_text = json.dumps(key, sort_keys=True)
+
+    @classmethod
+    def open(
+        cls,
+        checkpoint: Path,
+        dtype: torch.dtype,
+        min_sqnr_db: float | None,
+        check_speed: bool,
+    ) -> Int8Store | None:
+        """The store for this request, its key computed (the checkpoint hashed, or its hash
+        remembered); None where saving is off (TTS_CORE_INT8_CACHE=0, no home directory) or the
+        checkpoint cannot be read to hash it (loading it will say why)."""
+        where = folder()
+        if where is None:
+            return None
+        try:
+            identity = checkpoint_identity(Path(checkpoint), where / HASHES_FILE)
+        except OSError as error:
+            log.info("int8 not saved: could not hash the checkpoint (%s)", error)
+            return None
+        key = store_key(identity, dtype, min_sqnr_db, check_speed)
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+        weights = identity.get("model.safetensors", "none")[:12]
+        mode = "int8" if min_sqnr_db is None else "auto"
+        name = f"{weights}-{_dtype_name(dtype)}-{mode}-{digest[:16]}.safetensors"
+        return cls(where / name, key)
+
+    @property
+    def _family(self) -> str:
+        """The name up to the key: files of the same checkpoint, dtype and request."""
+        return self.path.name.rsplit("-", 1)[0] + "-"
+
+    # ---------------------------------------------------------------- read
+    def read(self, config: Qwen3TTSConfig, dtype: torch.dtype) -> SavedInt8 | None:
+        """The saved outcome, checked in full (key, tensor names, dtypes and shapes, checksum);
+        None where there is none, or it cannot be used (logged: it is made again)."""
+        from .quantize import QuantizationReport
+        from .talker import Talker
+
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                metadata, entries, data_start = _read_header(f, size)
+                if metadata.get("format") != f"tts_core int8 v{FORMAT_VERSION}":
+                    raise StoreError(f"not a version {FORMAT_VERSION} file")
+                if metadata.get("key") != self.key_text:
+                    raise StoreError("it was saved for another checkpoint, dtype or request")
+                report = QuantizationReport.from_json(json.loads(metadata["report"]),
+                                                      saved_in=str(self.path))  # fmt: skip
+                with torch.device("meta"):
+                    layout = _layout(Talker(config.talker), dtype)
+                _check_names(entries, report.applied, layout)
+                saved = SavedInt8(report)
+                _read_tensors(f, data_start, entries, metadata.get("checksum", ""), saved)
+        except FileNotFoundError:
+            return None
+        except (StoreError, OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            log.warning("ignoring the saved int8 model %s (%s); quantizing again", self.path,
+                        error)  # fmt: skip
+            return None
+        _touch(self.path)  # most recently used: kept when the folder is pruned
+        log.info("quantize: %s (saved in %s at an earlier load)", report.decision, self.path)
+        return saved
+
+    # ---------------------------------------------------------------- write
+    def write(self, model: Qwen3TTSModel, report: QuantizationReport) -> None:
+        """Save the outcome of quantize_model on `model` (whole file or nothing; a folder that
+        cannot be written is only logged: the next load quantizes again)."""
+        items = _saved_tensors(model) if report.applied else []
+        metadata = {"format": f"tts_core int8 v{FORMAT_VERSION}", "key": self.key_text,
+                    "report": json.dumps(report.to_json())}  # fmt: skip
+        started = time.perf_counter()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomically(self.path, lambda f: _write_safetensors(f, items, metadata))
+        except OSError as error:
+            log.info("could not save the int8 model in %s (%s)", self.path, error)
+            return
+        log.info("saved the int8 model in %s (%.1f s); later loads read it",
+                 self.path, time.perf_counter() - started)  # fmt: skip
+        self._prune()
+
+    def _prune(self) -> None:
+        """Keep the KEEP_PER_CHECKPOINT most recently used files of this family, none made by
+        another version (UPGRADED); remove temp files of writers that died."""
+        try:
+            others = sorted((p for p in self.path.parent.glob(self._family + "*.safetensors")
+                             if p != self.path),
+                            key=lambda p: p.stat().st_mtime_ns, reverse=True)  # fmt: skip
+            stale = [p for i, p in enumerate(others)
+                     if i + 1 >= KEEP_PER_CHECKPOINT or self._outdated(p)]  # fmt: skip
+            now = time.time()
+            stale += [p for p in self.path.parent.glob("*.tmp")
+                      if now - p.stat().st_mtime > STALE_TEMP_S]  # fmt: skip
+            for path in stale:
+                path.unlink(missing_ok=True)
+                log.info("removed %s", path)
+        except OSError as error:  # another process pruned it first
+            log.debug("pruning %s: %s", self.path.parent, error)
+
+    def _outdated(self, path: Path) -> bool:
+        """A file of another version of our code, format or torch (or no readable key)."""
+        try:
+            with open(path, "rb") as f:
+                metadata = _read_header(f, os.fstat(f.fileno()).st_size)[0]
+            key = json.loads(metadata["key"])
+            return any(functools.reduce(dict.get, part, key) !=
+                       functools.reduce(dict.get, part, self.key) for part in UPGRADED)  # fmt: skip
+        except OSError:  # gone already (another process pruned it), or unreadable: left be
+            return False
+        except (StoreError, ValueError, KeyError, TypeError, AttributeError):
+            return True
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------------------------------ the file
+def _read_header(f: BinaryIO, size: int) -> tuple[dict, list, int]:
+    """(metadata, [(name, dtype, shape, start, end)] in file order, data start) of a
+    safetensors file, checked: the tensors tile the data exactly up to the end of the file."""
+    head = f.read(8)
+    if len(head) < 8:
+        raise StoreError("truncated (no header)")
+    length = int.from_bytes(head, "little")
+    if length > MAX_HEADER_BYTES or 8 + length > size:
+        raise StoreError("truncated or garbled header")
+    try:
+        header = json.loads(f.read(length))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise StoreError(f"garbled header ({error})") from error
+    if not isinstance(header, dict):
+        raise StoreError("garbled header")
+    metadata = header.pop("__metadata__", {})
+    entries = []
+    for name, info in header.items():
+        dtype = _DTYPE_NAMES.get(info.get("dtype"))
+        shape, (start, end) = tuple(int(n) for n in info["shape"]), info["data_offsets"]
+        count = 1
+        for n in shape:
+            count *= n
+        if dtype is None or end - start != count * dtype.itemsize:
+            raise StoreError(f"garbled entry {name}")
+        entries.append((name, dtype, shape, int(start), int(end)))
+    entries.sort(key=lambda e: e[3])
+    position = 0
+    for name, _, _, start, end in entries:
+        if start != position:
+            raise StoreError(f"garbled offsets at {name}")
+        position = end
+    if 8 + length + position != size:
+        raise StoreError(f"truncated: {size} bytes, the header describes {8 + length + position}")
+    return metadata, entries, 8 + length
+
+
+def _check_names(entries: list, applied: bool, layout: tuple[dict, set, dict]) -> None:
+    allowed, required, modules = layout
+    names = {e[0]: (e[1], e[2]) for e in entries}
+    if not applied:
+        if names:
+            raise StoreError("tensors in a file of a float decision")
+        return
+    for name, spec in names.items():
+        if allowed.get(name) != spec:
+            raise StoreError(f"unexpected tensor {name} {spec}" if name not in allowed else
+                             f"{name} is {spec}, the model needs {allowed[name]}")  # fmt: skip
+    missing = sorted(required - set(names))
+    if missing:
+        raise StoreError(f"missing {', '.join(missing[:3])}")
+    for module, parts in modules.items():
+        if parts & set(names) and not parts <= set(names):
+            raise StoreError(f"{module} is incomplete")
+
+
+def _read_tensors(f: BinaryIO, start: int, entries: list, checksum: str, saved: SavedInt8) -> None:
+    """Read the data in file order straight into new tensors (no map, no second copy), hash it,
+    and build the int8 modules into `saved` (each packed as its weights arrive; the float
+    tensors come first in the file). The checksum is compared at the end: a corrupt file gives
+    nothing."""
+    digest = hashlib.sha256()
+    floats: dict[str, torch.Tensor] = {}
+    # Where the layers are packed for a kernel (Int8Linear keeps only the packed copy), each
+    # weight is read into one reused buffer: no short-lived allocation per layer, whose freed
+    # blocks the allocator would keep (measured: up to 0.3 GB more resident on the 0.6B).
+    packs = native.int8_linear() is not None
+    largest = max((e[4] - e[3] for e in entries if e[1] == torch.int8 and packs), default=0)
+    scratch = torch.empty(largest, dtype=torch.int8)
+    f.seek(start)
+    for name, dtype, shape, begin, end in entries:
+        if dtype == torch.int8 and packs:
+            tensor = scratch[: end - begin].view(shape)
+        else:
+            tensor = torch.empty(shape, dtype=dtype)
+        view = tensor.view(-1).view(torch.uint8).numpy()
+        if f.readinto(view) != end - begin:
+            raise StoreError("truncated data")
+        digest.update(view)
+        if dtype != torch.int8:
+            floats[name] = tensor
+            continue
+        module = name.removesuffix(".weight_q")
+        layer = Int8Linear.from_int8(
+            tensor, floats.pop(f"{module}.weight_scale"), floats.pop(f"{module}.bias", None)
+        )
+        if "weight_q" in layer._buffers and layer.weight_q.data_ptr() == scratch.data_ptr():
+            layer.weight_q = layer.weight_q.clone()  # not packed after all: its own copy
+        saved.modules[module] = layer
+        del tensor, view
+    if digest.hexdigest() != checksum:
+        raise StoreError("checksum mismatch: the data is corrupt")
+    saved.norms = floats
+
+
+def _write_safetensors(f: BinaryIO, items: list, metadata: dict[str, str]) -> None:
+    """A safetensors file written tensor by tensor (each made, written, hashed and dropped),
+    wider dtypes first (every tensor then starts at a multiple of its item size); the data's
+    sha256 goes into the header's `checksum` at the end."""
+    items = sorted(items, key=lambda item: (-item[1].itemsize, item[0]))
+    header: dict = {"__metadata__": {**metadata, "checksum": _CHECKSUM_PLACEHOLDER}}
+    offset = 0
+    for name, dtype, shape, _ in items:
+        count = 1
+        for n in shape:
+            count *= n
+        header[name] = {"dtype": _DTYPES[dtype], "shape": list(shape),
+                        "data_offsets": [offset, offset + count * dtype.itemsize]}  # fmt: skip
+        offset += count * dtype.itemsize
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors pads it
+    f.write(len(text).to_bytes(8, "little") + text)
+    digest = hashlib.sha256()
+    for _, dtype, shape, make in items:
+        tensor = make().detach().to("cpu", dtype).contiguous()
+        assert tuple(tensor.shape) == tuple(shape), (tensor.shape, shape)
+        data = tensor.view(-1).view(torch.uint8).numpy()
+        digest.update(data)
+        f.write(data)
+    marker = f'"checksum":"{_CHECKSUM_PLACEHOLDER}"'.encode()
+    f.seek(8 + text.index(marker) + len(b'"checksum":"'))
+    f.write(digest.hexdigest().encode())
+
+
+def _write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """`write` into a temp file beside `path`, then rename it over `path`: a reader sees the
+    old file or the new one, whole; writers at once each rename a whole file."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def saved_files(where: Path | None = None) -> Iterable[Path]:
+    """The saved int8 models (tests, tools)."""
+    where = folder() if where is None else where
+    return [] if where is None else sorted(where.glob("*.safetensors"))
