@@ -1,58 +1,62 @@
-"""ModelThread and run_on_passing_thread: where a model's computations run (model_thread.py)."""
+"""Where a served model computes: its engine's loop thread (`EngineLoop.call`, the one thread
+for the steps, prompts and voices: tts_core/serving/loop.py) and, for work done once,
+`run_on_passing_thread` (engine/model_thread.py)."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
+import torch
 
-from tts_core.engine.model_thread import ModelThread, run_on_passing_thread
+from tts_core.engine.model_thread import run_on_passing_thread
+from tts_core.models.voxcpm.model import VoxCPMModel
+from tts_core.models.voxcpm.serving import VoxCPMScheduler
+
+TINY = Path(__file__).resolve().parent / "fixtures" / "voxcpm2-tiny"
 
 
-def test_calls_run_on_one_thread_and_raise_there():
-    model_thread = ModelThread("test-model")
+@pytest.fixture(scope="module")
+def model() -> VoxCPMModel:
+    return VoxCPMModel.from_folder(TINY, device="cpu", dtype=torch.float32)
+
+
+def test_calls_run_on_the_loop_thread_and_raise_there(model):
+    loop = VoxCPMScheduler(model, max_batch=1)
+    assert loop._thread is None  # a loop never used holds no thread
     try:
-        idents = {model_thread.call(threading.get_ident) for _ in range(3)}
-        assert len(idents) == 1 and threading.get_ident() not in idents
+        idents = {loop.call(threading.get_ident) for _ in range(3)}
+        assert idents == {loop._thread.ident} and threading.get_ident() not in idents
+        assert loop.call(lambda a, b=0: a + b, 1, b=2) == 3
         with pytest.raises(ZeroDivisionError):
-            model_thread.call(lambda: 1 / 0)
+            loop.call(lambda: 1 / 0)
     finally:
-        model_thread.close()
+        loop.close()
 
 
-def test_a_call_from_the_model_thread_runs_inline_instead_of_deadlocking():
-    model_thread = ModelThread("test-model")
+def test_a_call_from_the_loop_thread_runs_inline_instead_of_deadlocking(model):
+    loop = VoxCPMScheduler(model, max_batch=1)
     result: list[int] = []
-    caller = threading.Thread(
-        target=lambda: result.append(model_thread.call(lambda: model_thread.call(lambda: 5)))
-    )
+    caller = threading.Thread(target=lambda: result.append(loop.call(lambda: loop.call(lambda: 5))))
     caller.start()
-    caller.join(timeout=10)
+    caller.join(timeout=60)  # a hang detector: the nested call runs inline at once
     try:
         assert not caller.is_alive() and result == [5]
     finally:
-        model_thread.close()
+        loop.close()
 
 
-def test_iterate_advances_and_closes_the_generator_on_the_model_thread():
-    model_thread, seen, closed = ModelThread("test-model"), [], []
-
-    def numbers():
-        try:
-            for n in range(10):
-                seen.append(threading.get_ident())
-                yield n
-        finally:
-            closed.append(threading.get_ident())
-
-    items = model_thread.iterate(numbers())
-    assert [next(items), next(items)] == [0, 1]
-    items.close()
-    try:
-        home = model_thread.call(threading.get_ident)
-        assert set(seen) == {home} and closed == [home]
-    finally:
-        model_thread.close()
+def test_a_closed_loop_ends_its_thread_and_refuses_work(model):
+    loop = VoxCPMScheduler(model, max_batch=1)
+    loop.call(lambda: None)
+    thread = loop._thread
+    loop.close()
+    assert not thread.is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        loop.call(lambda: None)
+    with pytest.raises(RuntimeError, match="closed"):
+        loop.submit("Hello.", None, seed=1)
 
 
 def test_run_on_passing_thread_returns_and_raises_here():

@@ -11,6 +11,7 @@ voxcpm==2.0.3 golden within `check_fp32`'s bounds.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -53,7 +54,8 @@ def test_backend_contract(backend: VoxCPMBackend) -> None:
     model = backend.model
     assert isinstance(backend, Backend)
     assert (backend.name, backend.can_clone, backend.needs_reference) == ("voxcpm", True, False)
-    assert backend.independent_phrases is False and backend.default_concurrency == 1
+    assert backend.independent_phrases is False
+    assert backend.default_concurrency == backend.scheduler.max_batch == 8  # --max-batch's default
     assert backend.sample_rate == model.sample_rate == 48000
     assert backend.frame_samples == model.patch_size * model.vae.decode_hop_length == 90
     assert backend.weight_format == "float32" and backend.sampling_defaults() == {
@@ -100,23 +102,25 @@ def test_engine_stream_equals_model(backend: VoxCPMBackend, goldens, key: str) -
 
 
 def test_cancel_stops_within_one_patch(backend: VoxCPMBackend, monkeypatch) -> None:
-    """Stop set while the 2nd patch is made (the chunk needs 3): no 3rd patch is generated."""
-    model, cancel, made = backend.model, threading.Event(), []
-    original = model._patches
+    """Stop set while the 2nd patch is made (the chunk needs 3): no 3rd patch is generated, and
+    the row is freed at the scheduler's next step."""
+    net, cancel, made = backend.model.net, threading.Event(), []
+    encode = net.encode_patches
 
-    def counting(*args, **kwargs):
-        for patch in original(*args, **kwargs):
-            made.append(patch)
+    def counting(patches):  # noqa: ANN001, ANN202 - LocEnc of each new patch (and the prompt)
+        if patches.shape[1] == 1:  # one new patch (the prompt is longer)
+            made.append(patches)
             if len(made) == 2:
                 cancel.set()
-            yield patch
+        return encode(patches)
 
-    monkeypatch.setattr(model, "_patches", counting)
+    monkeypatch.setattr(net, "encode_patches", counting)
     params = SynthesisParams(seed=5, first_chunk_frames=1, chunk_frames=3)
     pieces = list(backend.stream("Hello world, this is a test.", backend.create_voice(None, None),
                                  params, cancel))  # fmt: skip
     assert len(made) == 2  # the tiny model's stop head can end no earlier than the 4th patch
     assert [p.frames for p in pieces] == [1]
+    _wait_until(lambda: backend.scheduler.active == 0)
 
 
 def test_cancel_through_the_engine_frees_the_slot(backend: VoxCPMBackend) -> None:
@@ -171,8 +175,8 @@ def test_guidance_and_steps_reach_the_model(backend: VoxCPMBackend) -> None:
 
 
 def test_the_model_computes_on_its_one_thread(backend: VoxCPMBackend, goldens) -> None:
-    """Voices, prompts and patches run on the backend's model thread, whoever asks (see
-    engine/model_thread.py: a second live OpenMP team slows every parallel op)."""
+    """Voices, prompts and patches run on the backend's scheduler thread, whoever asks (see
+    tts_core/serving/loop.py: a second live OpenMP team slows every parallel op)."""
     model, seen = backend.model, set()
     hooks = [module.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
              for part in (model.net, model.vae) for module in part.modules()]  # fmt: skip
@@ -194,4 +198,110 @@ def test_the_model_computes_on_its_one_thread(backend: VoxCPMBackend, goldens) -
         for hook in hooks:
             hook.remove()
     assert len(results) == 2 and all(results)
-    assert seen == {backend.thread.call(threading.get_ident)}
+    assert seen == {backend.scheduler._thread.ident}
+
+
+# ------------------------------------------------------------------------- concurrent streams
+TINY_B = FIXTURES / "voxcpm2-tiny-b"  # its streams run long enough to be joined (tens of patches)
+CONCURRENT = [  # (text, voice: none / reference / + transcript, seed, first and later chunk)
+    ("A second voice speaks here.", "ref", 2, 1, 2),  # 124 patches, stop head
+    ("Yet another sentence to say, slowly.", "none", 2, 2, 3),  # 184: its length cap
+    ("Hello world, this is a test.", "ref_text", 1, 1, 1),  # 5: joins, ends first
+    ("Short.", "ref", 1, 2, 2),  # 40: joins
+]
+
+
+@pytest.fixture(scope="module")
+def backend_b() -> VoxCPMBackend:
+    return VoxCPMBackend(shared_model(TINY_B), "voxcpm2-tiny-b", "cpu")
+
+
+def _request(i: int) -> SynthesisRequest:
+    text, voice, seed, first, steady = CONCURRENT[i]
+    clip = load_goldens("voxcpm2-tiny-b-model")["ref_clip"].numpy()  # 24 kHz
+    return SynthesisRequest(
+        text,
+        reference=None if voice == "none" else (24000, clip),
+        reference_text="a short reference" if voice == "ref_text" else None,
+        params=SynthesisParams(seed=seed, first_chunk_frames=first, chunk_frames=steady),
+    )
+
+
+class JoinGate(threading.Event):
+    """The first request's cancel event, which its scheduler's loop asks before every step
+    (should_stop). Once that request's consumer has its first chunk (`started`), the gate holds
+    the loop's step until the two joiners are queued in the scheduler (it runs their pending
+    calls, voices and request checks, itself), so they join at that very step, while the first
+    runs: an event, not a race with the consumers' threads."""
+
+    def __init__(self, backend: VoxCPMBackend, started: threading.Event) -> None:
+        super().__init__()
+        self.scheduler, self.started, self.joined = backend.scheduler, started, False
+
+    def is_set(self) -> bool:
+        if (not self.joined and self.started.is_set()
+                and threading.current_thread() is self.scheduler._thread):  # fmt: skip
+            scheduler = self.scheduler  # all four requests in it: the joiners are queued
+            _wait_until(lambda: scheduler._run_calls() or scheduler.waiting + scheduler.active == 4)
+            self.joined = True
+        return super().is_set()
+
+
+def test_four_concurrent_streams_give_each_its_audio_alone(backend_b: VoxCPMBackend) -> None:
+    """Four requests through the engine on one scheduler: two start, two join once the first
+    has delivered its first chunk; of different lengths (5 to 184 patches, stop head and length
+    cap), each gives exactly the bytes it gives alone, with the same seed."""
+    config = EngineConfig(limits=LIMITS, fade_ms=0.0, max_concurrent=4, max_queue=0)
+    engine = Engine(backend_b, config)
+
+    def run(i: int, cancel: threading.Event | None = None, started=None) -> list:  # noqa: ANN001
+        events = []
+        for event in engine.stream(_request(i), cancel):
+            events.append(event)
+            if started is not None:
+                started.set()
+        return events
+
+    alone = [run(i) for i in range(4)]
+    started, results = threading.Event(), {}
+    gate = JoinGate(backend_b, started)
+
+    def consumer(i: int) -> None:
+        if i >= 2:
+            started.wait(timeout=120)  # a hang detector: the first chunk comes within the test
+        results[i] = run(i, gate if i == 0 else None, started if i == 0 else None)
+
+    threads = [threading.Thread(target=consumer, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert gate.joined
+    lengths = set()
+    for i in range(4):
+        audio = np.concatenate([e.audio for e in results[i]])
+        expected = np.concatenate([e.audio for e in alone[i]])
+        assert audio.tobytes() == expected.tobytes(), f"request {i} differs from itself alone"
+        final, final_alone = results[i][-1].stats, alone[i][-1].stats
+        assert final["stop_reason"] == final_alone["stop_reason"]
+        assert max(_batches(final)) > 1 and set(_batches(final_alone)) == {1}
+        lengths.add(audio.size)
+        check_audio(audio)
+    assert len(lengths) == 4
+    assert {results[i][-1].stats["stop_reason"] for i in range(4)} == {"stop_head", "length_cap"}
+    assert max(max(_batches(results[i][-1].stats)) for i in range(4)) >= 3
+    _wait_until(lambda: backend_b.scheduler.active == 0)
+    assert engine.active_requests == 0
+
+
+def _batches(stats: dict) -> list[int]:
+    """Streams decoded together for each chunk with audio (an empty final chunk has None)."""
+    return [b for b in stats["chunk_batch_size"] if b is not None]
+
+
+def _wait_until(condition, timeout: float = 120.0) -> None:  # noqa: ANN001
+    """A hang detector (a loaded machine may take seconds), not a speed bound."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)

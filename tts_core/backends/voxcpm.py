@@ -1,9 +1,11 @@
 """Adapter: our VoxCPM2 model (tts_core.models.voxcpm) -> the engine's Backend interface.
 
-One request at a time per model (default_concurrency 1: no batching yet), computed on one
-model thread (engine/model_thread.py says why). Audio comes at the
-model's own rate (48 kHz for the release) from one exact, stateful VAE decoder pass per stream,
-so chunks are never marked independent. A "frame" of the chunk-size settings is one patch.
+Every request goes through the model's VoxCPMScheduler (continuous batching on the one
+decode engine: up to `max_batch` streams step together on one loop thread, each bit-identical
+to the same request alone; see models/voxcpm/serving.py), which computes the voices too.
+Audio comes at the model's own rate (48 kHz for the release) from one exact, stateful VAE
+decoder pass per stream, so chunks are never marked independent. A "frame" of the chunk-size
+settings is one patch.
 """
 
 from __future__ import annotations
@@ -20,8 +22,7 @@ from ..audio import SAMPLE_RATE
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
-from ..engine.model_thread import ModelThread
-from .qwen3 import resolve_device
+from .qwen3 import DEFAULT_MAX_BATCH, resolve_device
 
 log = logging.getLogger(__name__)
 CFG_VALUE, INFERENCE_TIMESTEPS = 2.0, 10  # the official generate()'s defaults
@@ -49,21 +50,35 @@ class VoxCPMBackend:
     independent_phrases = False  # one exact stateful decoder pass: never crossfade
     description = DESCRIPTION
     knobs = KNOBS
-    default_concurrency = 1
 
-    def __init__(self, model: Any, model_name: str, device: str) -> None:
+    def __init__(
+        self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH
+    ) -> None:
+        from ..models.voxcpm.serving import VoxCPMScheduler
+
         self.model = model
         self.model_name = model_name
         self.device = device
         self.sample_rate = int(model.sample_rate)
         self.frame_samples = int(model.patch_size * model.vae.decode_hop_length)  # per patch
         self.weight_format = str(model.net.dtype).removeprefix("torch.")
-        self.thread = ModelThread("tts-voxcpm")
+        self.scheduler = VoxCPMScheduler(model, max_batch=max_batch)  # thread starts on first use
+        self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
+
+    def close(self) -> None:
+        """Stop the scheduler's thread; streams still running end without a final chunk."""
+        self.scheduler.close()
 
     @classmethod
-    def load(cls, name_or_path: str, device: str = "auto", dtype: str = "auto") -> VoxCPMBackend:
+    def load(
+        cls,
+        name_or_path: str,
+        device: str = "auto",
+        dtype: str = "auto",
+        max_batch: int = DEFAULT_MAX_BATCH,
+    ) -> VoxCPMBackend:
         """Hub repo id or local folder; dtype "auto": bfloat16 on CUDA, float32 on CPU (the
-        AudioVAE always runs in float32)."""
+        AudioVAE always runs in float32); max_batch: streams decoded together."""
         import torch
 
         from ..models.voxcpm.model import VoxCPMModel
@@ -76,7 +91,7 @@ class VoxCPMBackend:
         )
         log.info("loaded VoxCPM2 %s on %s (%s, %d Hz)", name_or_path, device, dtype,
                  model.sample_rate)  # fmt: skip
-        return cls(model, str(name_or_path), device)
+        return cls(model, str(name_or_path), device, max_batch=max_batch)
 
     def sampling_defaults(self) -> dict[str, Any]:
         """VoxCPM2's own knobs (no temperature / top-k / top-p / repetition penalty)."""
@@ -102,8 +117,9 @@ class VoxCPMBackend:
         if not np.all(np.isfinite(clip)):
             raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
         try:
-            voice = self.thread.call(self.model.create_voice, clip.astype(np.float32),
-                                     SAMPLE_RATE, reference_text)  # fmt: skip
+            # on the scheduler's thread, as every computation of the model (serving/loop.py)
+            voice = self.scheduler.call(self.model.create_voice, clip.astype(np.float32),
+                                        SAMPLE_RATE, reference_text)  # fmt: skip
         except ValueError as exc:  # the model's own checks on the clip
             raise InputError(f"Reference clip: {exc}", "reference") from exc
         mode = "continuation" if reference_text else "reference"
@@ -112,12 +128,12 @@ class VoxCPMBackend:
     def stream(
         self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
     ) -> Iterator[BackendChunk]:
-        """Patches decoded `first_chunk_frames` then `chunk_frames` at a time; a Stop ends the
-        generation after the patch in progress. `language` and the sampling knobs are ignored."""
+        """Patches decoded `first_chunk_frames` then `chunk_frames` at a time; a Stop frees the
+        row at the scheduler's next step (after the patch in progress). `language` and the
+        sampling knobs are ignored."""
         seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
         try:
-            generator = self.thread.call(
-                self.model.stream,
+            chunks = self.scheduler.submit(
                 text,
                 voice.data,
                 seed=seed,
@@ -128,12 +144,11 @@ class VoxCPMBackend:
             )
         except ValueError as exc:  # the model's checks of this request (e.g. prompt too long)
             raise InputError(str(exc)) from exc
-        chunks = self.thread.iterate(generator)
         try:
             for chunk in chunks:
                 yield BackendChunk(chunk.audio, independent=False, frames=chunk.patches,
-                                   stop_reason=chunk.stop_reason)  # fmt: skip
+                                   stop_reason=chunk.stop_reason, batch_size=chunk.batch_size)  # fmt: skip
                 if cancel.is_set():
                     return
         finally:
-            chunks.close()  # ends the model's generation now, not at garbage collection
+            chunks.close()  # frees the row and its caches now, not at garbage collection

@@ -5,6 +5,7 @@ with classifier-free guidance (CFG-Zero*) and the sway-sampled timestep schedule
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -93,15 +94,27 @@ class LocDiT(nn.Module):
         cond: torch.Tensor,
         dt: torch.Tensor,
     ) -> torch.Tensor:
+        tokens = self.tokens(x, mu, self.time_token(t, dt), cond)
+        return self.velocity(self.decoder(tokens, causal=False), x.shape[-1])
+
+    def time_token(self, t: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
+        """(B, H): time_mlp(sin_emb(t)) + delta_time_mlp(sin_emb(dt)), in the model dtype."""
+        dtype = self.in_proj.weight.dtype
+        time = self.time_mlp(sinusoidal(t, self.hidden).to(dtype))
+        return time + self.delta_time_mlp(sinusoidal(dt, self.hidden).to(dtype))
+
+    def tokens(
+        self, x: torch.Tensor, mu: torch.Tensor, time: torch.Tensor, cond: torch.Tensor
+    ) -> torch.Tensor:
+        """The decoder's input (B, 3 + 2P, H): [mu as 2 tokens, time, cond_proj, in_proj]."""
         x = self.in_proj(x.transpose(1, 2))
         cond = self.cond_proj(cond.transpose(1, 2))
-        time = self.time_mlp(sinusoidal(t, self.hidden).to(x.dtype))
-        time = time + self.delta_time_mlp(sinusoidal(dt, self.hidden).to(x.dtype))
         mu = mu.view(x.shape[0], -1, x.shape[-1])
-        tokens = torch.cat([mu, time[:, None], cond, x], dim=1)
-        hidden = self.decoder(tokens, causal=False)
-        hidden = hidden[:, cond.shape[1] + mu.shape[1] + 1 :]
-        return self.out_proj(hidden).transpose(1, 2)
+        return torch.cat([mu, time[:, None], cond, x], dim=1)
+
+    def velocity(self, hidden: torch.Tensor, patch: int) -> torch.Tensor:
+        """The decoder's output (B, 3 + 2P, H) -> velocity (B, D, P) from the last P tokens."""
+        return self.out_proj(hidden[:, hidden.shape[1] - patch :]).transpose(1, 2)
 
 
 def sway_schedule(steps: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -144,14 +157,63 @@ class EulerCFM(nn.Module):
                     dt.reshape(1).expand(2 * batch) if self.mean_mode else torch.zeros_like(t_in)
                 )
                 out = self.estimator(torch.cat([x, x]), mu_in, t_in, cond_in, dt_in)
-                v_cond, v_uncond = out[:batch], out[batch:]
-                pos, neg = v_cond.reshape(batch, -1), v_uncond.reshape(batch, -1)
-                dot = torch.sum(pos * neg, dim=1, keepdim=True)
-                norm = torch.sum(neg**2, dim=1, keepdim=True) + CFG_ZERO_EPS
-                s_star = (dot / norm).view(batch, 1, 1)
-                velocity = v_uncond * s_star + cfg_value * (v_cond - v_uncond * s_star)
+                velocity = guided_velocity(out, cfg_value)
             x = x - dt * velocity
             t = t - dt
             if step < steps:
                 dt = t - t_span[step + 1]
         return x
+
+    def solve_requests(
+        self,
+        zs: list[torch.Tensor],
+        mus: list[torch.Tensor],
+        conds: list[torch.Tensor],
+        steps: int,
+        cfg_values: list[float],
+        run_decoder: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None,
+    ) -> list[torch.Tensor]:
+        """`forward` for R requests at once, each of one row (z (1, D, P), mu (1, 2H), cond
+        (1, D, P)) with its own cfg value and the same `steps`: every op of a request is the op
+        `forward` makes for it alone, so its patch is bit-identical to solving it alone; only
+        the LocDiT's transformer sees every request's tokens, through `run_decoder` (a list of
+        (2, T, H) token tensors -> their final-norm hidden states; default: one call each). The
+        time token is the same for all (same t) and computed once."""
+        estimator = self.estimator
+        if run_decoder is None:
+            run_decoder = lambda tokens: [estimator.decoder(x, causal=False) for x in tokens]  # noqa: E731
+        patch = zs[0].shape[-1]
+        t_span = sway_schedule(steps, zs[0].dtype, zs[0].device)
+        t, dt = t_span[0], t_span[0] - t_span[1]
+        zero_init = max(1, int((steps + 1) * ZERO_INIT_FRACTION))
+        xs = list(zs)
+        mu_ins = [torch.cat([mu, torch.zeros_like(mu)]) for mu in mus]
+        cond_ins = [torch.cat([cond, cond]) for cond in conds]
+        for step in range(1, steps + 1):
+            if step <= zero_init:
+                velocities = [torch.zeros_like(x) for x in xs]
+            else:
+                t_in = t.reshape(1).expand(2)
+                dt_in = dt.reshape(1).expand(2) if self.mean_mode else torch.zeros_like(t_in)
+                time = estimator.time_token(t_in, dt_in)
+                tokens = [estimator.tokens(torch.cat([x, x]), mu_in, time, cond_in)
+                          for x, mu_in, cond_in in zip(xs, mu_ins, cond_ins, strict=True)]  # fmt: skip
+                velocities = [guided_velocity(estimator.velocity(hidden, patch), cfg)
+                              for hidden, cfg in zip(run_decoder(tokens), cfg_values, strict=True)]  # fmt: skip
+            xs = [x - dt * velocity for x, velocity in zip(xs, velocities, strict=True)]
+            t = t - dt
+            if step < steps:
+                dt = t - t_span[step + 1]
+        return xs
+
+
+def guided_velocity(out: torch.Tensor, cfg_value: float) -> torch.Tensor:
+    """CFG-Zero*: the estimator's output (2B, D, P), conditional rows then unconditional ->
+    v_u s* + cfg (v_c - v_u s*), s* = <v_c, v_u> / (|v_u|^2 + eps) per row over D x P."""
+    batch = out.shape[0] // 2
+    v_cond, v_uncond = out[:batch], out[batch:]
+    pos, neg = v_cond.reshape(batch, -1), v_uncond.reshape(batch, -1)
+    dot = torch.sum(pos * neg, dim=1, keepdim=True)
+    norm = torch.sum(neg**2, dim=1, keepdim=True) + CFG_ZERO_EPS
+    s_star = (dot / norm).view(batch, 1, 1)
+    return v_uncond * s_star + cfg_value * (v_cond - v_uncond * s_star)

@@ -14,6 +14,10 @@ the same clip as reference and prompt. Noise: one `randn((1, D, P))` per patch f
 `torch.Generator` seeded with `seed` (float32, CPU), the official draws after
 `torch.manual_seed(seed)`. Not reproduced on purpose: retry_badcase (off in the contract),
 the denoiser and text normalization (`normalize=True`).
+
+`generate` and `stream` run the serving engine (tts_core/serving, VoxCPM2's step in serving.py)
+with one row on the caller's thread: the patches the served VoxCPMScheduler gives the same
+request, whatever else it serves.
 """
 
 from __future__ import annotations
@@ -21,21 +25,24 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from ...audio.cadence import Cadence
+from ...serving.alone import InlineOutbox
 from .audiovae import AudioVAE
 from .checkpoint import load_model_state, resolve_folder
 from .config import VoxCPM2Config
 from .network import DecodeState, VoxCPM2Network
+from .serving import VoxSequence, run_alone
 from .tokenizer import VoxCPMTokenizer, normalize_target_text
 from .vae_checkpoint import load_audiovae_state
+from .vae_streaming import VAEDecoderState
 from .voice import Voice, pad_to_patches, resample, to_mono
 
 AUDIO_START, REF_AUDIO_START, REF_AUDIO_END = 101, 103, 104
-MIN_LEN = 2
 LENGTH_RATIO = 6.0  # retry_badcase_ratio_threshold: caps the length even with retries off
 LENGTH_EXTRA = 10
 CONTEXT_PATCHES = 3  # streaming_prefix_len (4) - 1
@@ -55,6 +62,7 @@ class AudioChunk:
     sample_rate: int
     patches: int  # generated patches in this chunk
     stop_reason: str | None = None  # on the last chunk: "stop_head" or "length_cap"
+    batch_size: int = 1  # rows stepped together when this chunk's patches were made
 
 
 @dataclass
@@ -188,35 +196,6 @@ class VoxCPMModel:
             raise ValueError("max_len and inference_timesteps must be >= 1")
         return self._prompt(text, voice, max_len)
 
-    @torch.inference_mode()
-    def _patches(
-        self, prompt: _Prompt, seed: int, cfg_value: float, inference_timesteps: int, info: dict
-    ) -> Iterator[torch.Tensor]:
-        """Generated patches (P, D), one per step, in the official order (spec section 9)."""
-        net = self.net
-        positions = prompt.tokens.shape[1] + prompt.cap  # the last step writes at P + cap - 1
-        state: DecodeState = net.prefill(
-            prompt.tokens, prompt.patches, prompt.text_mask, prompt.audio_mask, positions
-        )
-        prev = prompt.patches[:, -1]  # (1, P, D): zeros unless the prompt ends with audio
-        gen = torch.Generator("cpu").manual_seed(int(seed))
-        shape = (1, self.config.feat_dim, self.patch_size)
-        info["stop_reason"] = "length_cap"
-        for i in range(prompt.cap):
-            noise = torch.randn(shape, generator=gen, dtype=torch.float32)
-            z = noise.to(device=net.device, dtype=net.dtype)
-            mu = net.dit_condition(state)
-            patch = net.feat_decoder(z, mu, prev.transpose(1, 2), inference_timesteps, cfg_value)
-            patch = patch.transpose(1, 2)  # (1, P, D)
-            embed = net.encode_patches(patch[:, None])[:, 0]  # (1, H)
-            yield patch[0]
-            prev = patch
-            stop = int(net.stop_logits(state).argmax(dim=-1)[0])
-            if i > MIN_LEN and stop == 1:
-                info["stop_reason"] = "stop_head"
-                break
-            net.advance(state, embed)
-
     def generate(
         self,
         text: str,
@@ -226,12 +205,12 @@ class VoxCPMModel:
         inference_timesteps: int = 10,
         max_len: int = 4096,
     ) -> GenerationResult:
-        """The whole utterance, decoded in one VAE pass after the context patches."""
-        info: dict = {}
-        prompt = self._plan(text, voice, inference_timesteps, max_len)
-        generated = torch.stack(
-            list(self._patches(prompt, seed, cfg_value, inference_timesteps, info))
-        )
+        """The whole utterance: the patches of `stream`'s engine (one row, this thread), then
+        decoded in one VAE pass after the context patches."""
+        seq = self.request(text, voice, seed, cfg_value, inference_timesteps, max_len,
+                           audio=False, outbox=InlineOutbox())  # fmt: skip
+        chunks = list(run_alone(self, seq))
+        generated = torch.stack([patch for chunk in chunks for patch in chunk.patches])
         context = self._context(voice)
         latents = generated if context is None else torch.cat([context, generated])
         audio = self.vae.decode(self._latents(latents))[0]
@@ -241,7 +220,7 @@ class VoxCPMModel:
             audio=audio.float().cpu().numpy(),
             sample_rate=self.sample_rate,
             patches=generated.shape[0],
-            stop_reason=info["stop_reason"],
+            stop_reason=chunks[-1].stop_reason,
         )
 
     def stream(
@@ -258,50 +237,78 @@ class VoxCPMModel:
     ) -> Iterator[AudioChunk]:
         """The same audio as `generate`, decoded every `chunk_patches` patches (the first chunk
         after `first_chunk_patches`, default the same) with a per-stream decoder state (the
-        voice's warm state cloned, or a fresh one). `should_stop` is asked after every patch:
-        True ends the stream there, without decoding the patches not yet yielded. The last
-        chunk of a stream that was not stopped carries `stop_reason`."""
+        voice's warm state cloned, or a fresh one). `should_stop` is asked before every patch:
+        True ends the stream there, without decoding the patches not yet handed out. The last
+        chunk of a stream that was not stopped carries `stop_reason`.
+
+        The serving engine with one row (serving.py), stepped on the thread that iterates: the
+        chunks are those the served VoxCPMScheduler gives the same request, whatever else it
+        serves. Bad input raises now; closing the generator frees the request's caches."""
+        seq = self.request(text, voice, seed, cfg_value, inference_timesteps, max_len,
+                           chunk_patches, first_chunk_patches, should_stop,
+                           outbox=InlineOutbox())  # fmt: skip
+        return run_alone(self, seq)
+
+    def request(
+        self,
+        text: str,
+        voice: Voice | None = None,
+        seed: int = 0,
+        cfg_value: float = 2.0,
+        inference_timesteps: int = 10,
+        max_len: int = 4096,
+        chunk_patches: int = 1,
+        first_chunk_patches: int | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        *,
+        audio: bool = True,
+        outbox: Any = None,
+    ) -> VoxSequence:
+        """A checked request for the engine (`stream`'s arguments; ValueError on bad input):
+        its prompt, sampling and chunk cadence. `outbox` None: for a consumer on another
+        thread (VoxCPMScheduler); audio False: patches only (`generate`)."""
         first = chunk_patches if first_chunk_patches is None else first_chunk_patches
         cadence = Cadence(first, chunk_patches)  # ValueError below 1
-        prompt = self._plan(text, voice, inference_timesteps, max_len)  # bad input fails now
-        sampling = (seed, cfg_value, inference_timesteps)
-        return self._stream(prompt, voice, sampling, cadence, should_stop)
+        prompt = self._plan(text, voice, inference_timesteps, max_len)
+        sampling = (int(seed), float(cfg_value), int(inference_timesteps))
+        return VoxSequence(prompt, voice, sampling, cadence, should_stop or _never, audio=audio,
+                           outbox=outbox)  # fmt: skip
 
-    def _stream(
-        self,
-        prompt: _Prompt,
-        voice: Voice | None,
-        sampling: tuple[int, float, int],
-        cadence: Cadence,
-        should_stop: Callable[[], bool] | None,
-    ) -> Iterator[AudioChunk]:
+    @torch.inference_mode()
+    def prefill(self, prompt: _Prompt) -> tuple[DecodeState, torch.Tensor]:
+        """A request's LM state after its prompt (caches of prompt + length cap positions) and
+        its first CFM condition: the prompt's last patch (zeros unless it ends with audio)."""
+        positions = prompt.tokens.shape[1] + prompt.cap  # the last step writes at P + cap - 1
+        state = self.net.prefill(
+            prompt.tokens, prompt.patches, prompt.text_mask, prompt.audio_mask, positions
+        )
+        return state, prompt.patches[:, -1]
+
+    def new_decoder_state(self, voice: Voice | None) -> VAEDecoderState:
+        """A stream's VAE decoder state: the voice's warm state cloned, or a fresh one."""
         warm = None if voice is None else voice.warm_decoder
-        state = warm.clone() if warm is not None else self.vae.init_state(batch_size=1)
-        pending: list[torch.Tensor] = []
-        chunks_out = 0
-        info: dict = {}
-        patches = self._patches(prompt, *sampling, info)
-        try:
-            for patch in patches:
-                if should_stop is not None and should_stop():
-                    return
-                pending.append(patch)
-                if cadence.due(len(pending), chunks_out):
-                    yield self._decode_chunk(pending, state)
-                    pending, chunks_out = [], chunks_out + 1
-        finally:
-            patches.close()  # ends the generation now, not at garbage collection
-        last = self._decode_chunk(pending, state) if pending else self._empty_chunk()
-        last.stop_reason = info["stop_reason"]
-        yield last  # empty when the audio ended on a chunk boundary
+        return warm.clone() if warm is not None else self.vae.init_state(batch_size=1)
 
-    def _empty_chunk(self) -> AudioChunk:
-        return AudioChunk(np.zeros(0, np.float32), self.sample_rate, 0)
-
-    def _decode_chunk(self, patches: list[torch.Tensor], state) -> AudioChunk:
-        audio = self.vae.decode_step(self._latents(torch.stack(patches)), state)[0]
-        return AudioChunk(audio.float().cpu().numpy(), self.sample_rate, len(patches))
+    def decode_chunk(
+        self,
+        patches: list[torch.Tensor],
+        state: VAEDecoderState,
+        stop_reason: str | None = None,
+        batch_size: int = 1,
+    ) -> AudioChunk:
+        """Patches (each (P, D)) -> the next AudioChunk of the stream whose decoder state this
+        is (no patches: an empty chunk)."""
+        if not patches:
+            audio = np.zeros(0, np.float32)
+        else:
+            audio = self.vae.decode_step(self._latents(torch.stack(patches)), state)[0]
+            audio = audio.float().cpu().numpy()
+        return AudioChunk(audio, self.sample_rate, len(patches), stop_reason, batch_size)
 
     @staticmethod
     def _context(voice: Voice | None) -> torch.Tensor | None:
         return None if voice is None or voice.context_patches is None else voice.context_patches
+
+
+def _never() -> bool:
+    return False

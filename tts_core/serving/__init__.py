@@ -1,0 +1,31 @@
+"""The one decode engine every neural model runs on (nano-vllm's engine/ shape), model-agnostic.
+
+* request.py  `Request`: the books the engine keeps of every request (cadence, frame limit,
+              pending frames, stop, outbox); a model's request subclasses it
+* engine.py   `BatchEngine`: one step = drop stopped -> admit -> one prefill chunk -> one
+              decode step of the rows; `StepModel`: what a model implements to plug in
+* loop.py     `EngineLoop`: the engine stepped on its own thread for a served model, `call`
+              for the model's other work on that thread; `RequestStream` for the consumer
+* alone.py    `run_alone`: a private one-row engine stepped by the caller's `next()`
+              (`model.stream`); `InlineOutbox`
+
+Models: Qwen3-TTS (models/qwen3_tts/serving/) and VoxCPM2 (models/voxcpm/serving.py).
+"""
+
+from .alone import InlineOutbox, run_alone
+from .engine import DEFAULT_PREFILL_CHUNK, FIRST_CHUNK_PRIORITY_FRAMES, BatchEngine, StepModel
+from .loop import EngineLoop, RequestStream
+from .request import Request, Status
+
+__all__ = [
+    "DEFAULT_PREFILL_CHUNK",
+    "FIRST_CHUNK_PRIORITY_FRAMES",
+    "BatchEngine",
+    "EngineLoop",
+    "InlineOutbox",
+    "Request",
+    "RequestStream",
+    "Status",
+    "StepModel",
+    "run_alone",
+]
