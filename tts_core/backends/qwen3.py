@@ -19,6 +19,7 @@ from ..audio import SAMPLE_RATE
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
+from .device import resolve_device, resolve_dtype
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +50,6 @@ KNOBS = (
 )  # fmt: skip
 
 
-def resolve_device(device: str) -> str:
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda was asked for, but no CUDA device is available")
-    return device
-
-
 def _choose_decoder_dtype(model: Any, device: str, dtype: str) -> str:
     """On a float32 CPU model, run the codec decoder in bfloat16 where that is faster here: a
     streaming chunk is timed in both (codec.decoder.time_dtypes; ~1 s at load). Native bf16
@@ -83,14 +74,6 @@ def _choose_decoder_dtype(model: Any, device: str, dtype: str) -> str:
         codec.set_decoder_dtype(best)  # no voice has cached a decoder state yet
         codec.decoder.warm_up()
     return f"{str(best).removeprefix('torch.')}, the faster for a 6-frame chunk here ({times})"
-
-
-def _native_bf16_gpu(device: str) -> bool:
-    """A CUDA GPU with bfloat16 arithmetic (compute capability 8.0+: A100, L4, H100, RTX 30xx+);
-    older ones (T4, V100) would emulate it, so `auto` keeps float32 there."""
-    import torch
-
-    return device == "cuda" and torch.cuda.get_device_capability() >= (8, 0)
 
 
 class Qwen3Backend:
@@ -134,8 +117,7 @@ class Qwen3Backend:
         import tts_core
 
         device = resolve_device(device)
-        if dtype == "auto":
-            dtype = "bfloat16" if _native_bf16_gpu(device) else "float32"
+        dtype = resolve_dtype(dtype, device)
         model = tts_core.load_model(
             name_or_path,
             device=device,

@@ -22,7 +22,8 @@ from ..audio import SAMPLE_RATE
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
-from .qwen3 import DEFAULT_MAX_BATCH, resolve_device
+from .device import resolve_device, resolve_dtype
+from .qwen3 import DEFAULT_MAX_BATCH
 
 log = logging.getLogger(__name__)
 CFG_VALUE, INFERENCE_TIMESTEPS = 2.0, 10  # the official generate()'s defaults
@@ -77,15 +78,14 @@ class VoxCPMBackend:
         dtype: str = "auto",
         max_batch: int = DEFAULT_MAX_BATCH,
     ) -> VoxCPMBackend:
-        """Hub repo id or local folder; dtype "auto": bfloat16 on CUDA, float32 on CPU (the
+        """Hub repo id or local folder; dtype "auto": as backends.device.resolve_dtype (the
         AudioVAE always runs in float32); max_batch: streams decoded together."""
         import torch
 
         from ..models.voxcpm.model import VoxCPMModel
 
         device = resolve_device(device)
-        if dtype == "auto":
-            dtype = "bfloat16" if device == "cuda" else "float32"
+        dtype = resolve_dtype(dtype, device)
         model = VoxCPMModel.from_pretrained(
             name_or_path, device=device, dtype=getattr(torch, dtype)
         )

@@ -24,7 +24,7 @@ class UnknownArchitectureError(ValueError):
 
 def read_config(name_or_path: str | Path) -> dict[str, Any]:
     """config.json of a local folder or Hub repo id (downloading that file only)."""
-    from .qwen3_tts.checkpoint import resolve_checkpoint
+    from .checkpoint import resolve_checkpoint
 
     folder = resolve_checkpoint(name_or_path, required=(CONFIG_FILE,), patterns=(CONFIG_FILE,))
     return read_json_object(folder / CONFIG_FILE, UnknownArchitectureError)

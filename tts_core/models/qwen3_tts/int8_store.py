@@ -167,14 +167,17 @@ def _remember(memo: Path, real: str, entry: dict) -> None:
 @functools.cache
 def code_digest() -> str:
     """sha256 of the sources the saved contents are computed by: the Qwen3-TTS package (the
-    calibration run is the model's own decode, quantize.py and int8.py round it) and the
-    shared layers. Any change there, a new release included, makes new files instead of
+    calibration run is the model's own decode on the serving engine, quantize.py and int8.py
+    round it), the shared layers and checkpoint loader, and the engine. Any change there, a new release included, makes new files instead of
     reading ones an older calculation made (a format version alone relies on someone
     remembering to raise it)."""
     package = Path(__file__).resolve().parent
+    models = package.parent
+    shared = [models / "layers.py", models / "checkpoint.py",
+              *sorted((models.parent / "serving").glob("*.py"))]  # fmt: skip
     digest = hashlib.sha256()
-    for path in [*sorted(package.rglob("*.py")), package.parent / "layers.py"]:
-        digest.update(str(path.relative_to(package.parent)).encode() + b"\0")
+    for path in [*sorted(package.rglob("*.py")), *shared]:
+        digest.update(str(path.relative_to(models.parent)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
 

@@ -22,10 +22,10 @@ import numpy as np
 import torch
 
 from ...audio.cadence import Cadence
+from ..checkpoint import load_safetensors
 from ..layers import compile_stack
 from .checkpoint import (
     build_talker,
-    load_safetensors,
     load_speaker_encoder,
     load_speech_tokenizer,
     load_talker,

@@ -42,7 +42,7 @@ DOWNLOAD_PATTERNS = (
 def resolve_folder(name_or_path: str | Path) -> Path:
     """A local folder, or a Hub repo id downloaded with the files above only (the Qwen3
     loader's mechanism and errors: no network, unknown repo, a missing file named)."""
-    from ..qwen3_tts.checkpoint import resolve_checkpoint
+    from ..checkpoint import resolve_checkpoint
 
     return resolve_checkpoint(name_or_path, required=REQUIRED_FILES, patterns=DOWNLOAD_PATTERNS)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..qwen3_tts.codec.streaming import ConvHistory  # the same causal-conv history
+from ..streaming_state import ConvHistory  # the same causal-conv history as Qwen3's codec
 
 
 @dataclass

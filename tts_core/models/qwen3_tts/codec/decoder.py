@@ -20,10 +20,11 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from ...streaming_state import ConvHistory, KVWindow
 from .config import CodecDecoderConfig
 from .layers import CausalConv1d, CausalTransConv1d, ConvNeXtBlock, DecoderBlock, SnakeBeta
 from .quantizer import DecoderQuantizer
-from .streaming import ConvHistory, DecoderState, KVWindow
+from .streaming import DecoderState
 from .transformer import PreTransformer
 
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .streaming import ConvHistory
+from ...streaming_state import ConvHistory
 
 
 class SnakeBeta(nn.Module):

@@ -21,8 +21,8 @@ from ...layers import (
     inverse_frequencies,
     rope_cos_sin,
 )
+from ...streaming_state import KVWindow
 from .config import CodecDecoderConfig
-from .streaming import KVWindow
 
 
 def sliding_window_mask(queries: int, keys: int, window: int, device: torch.device) -> torch.Tensor:
