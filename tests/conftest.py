@@ -18,6 +18,23 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
 SERVER_START_TIMEOUT_S = 120
+# Every browser test drives one browser: Debian's chromium (`make test` installs it as root),
+# at $CHROMIUM_PATH if set, else /usr/bin/chromium, else `chromium` on PATH; never a browser
+# Playwright downloaded (the launch always names this executable). It decodes AAC with the
+# system FFmpeg, which the HLS player's test needs.
+CHROMIUM_PATH = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+
+
+def chromium_executable() -> str | None:
+    if Path(CHROMIUM_PATH).is_file():
+        return CHROMIUM_PATH
+    if "CHROMIUM_PATH" in os.environ:
+        return None
+    import shutil
+
+    return shutil.which("chromium")
+
+
 # Playwright waits are hang detectors: a page on a loaded 2-core box (other work, the server
 # and Chromium sharing the cores) may take tens of seconds to render; a broken one never does
 BROWSER_HANG_MS = 120_000

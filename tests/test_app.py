@@ -46,6 +46,18 @@ def test_named_endpoints(client):
         assert names == list(FIRST_RELEASE_ORDER)  # positional callers' order, kept
 
 
+def test_espeak_keeps_the_language_choice(client):
+    """eSpeak (and Qwen3-TTS) read the language: the page shows the dropdown (VoxCPM2 hides
+    it: tests/test_app_voxcpm.py)."""
+    import httpx
+
+    config = httpx.get(f"{client.src.rstrip('/')}/config", timeout=30).json()
+    (language,) = [
+        c for c in config["components"] if c.get("props", {}).get("elem_id") == "language"
+    ]
+    assert language["props"].get("visible", True) is True
+
+
 def test_gradio_client_passes_knobs_by_name(client):
     """The chunk sizes by name: the first chunk holds about first_chunk_frames x 80 ms (a
     chunk ends with the eSpeak buffer that completes it: well under 0.5 s past its target)."""

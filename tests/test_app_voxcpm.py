@@ -152,3 +152,15 @@ def test_the_page_shows_the_models_own_knobs(server):
 
     assert shown("Guidance (CFG value)") and shown("Diffusion steps")
     assert not shown("Temperature") and not shown("Top-p")
+
+
+def test_the_page_offers_no_language_choice_for_voxcpm(server):
+    """VoxCPM2's language follows the text: /v1/models says so and the page hides its
+    Language dropdown (issue #24; Qwen3-TTS and eSpeak keep it: tests/test_app.py)."""
+    served = httpx.get(f"{server}/v1/models", timeout=30).json()["data"][-1]
+    assert served["info"]["reads_language"] is False
+    config = httpx.get(f"{server}/config", timeout=30).json()
+    (language,) = [
+        c for c in config["components"] if c.get("props", {}).get("elem_id") == "language"
+    ]
+    assert language["props"]["visible"] is False

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BROWSER_HANG_MS, HANG_S, HeldBackend
+from conftest import BROWSER_HANG_MS, HANG_S, HeldBackend, chromium_executable
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM = chromium_executable()
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import BROWSER_HANG_MS
+from conftest import BROWSER_HANG_MS, CHROMIUM_PATH, chromium_executable
 from test_native_rate import backend as native_48k_backend
 from test_openai_api import (
     LONG_TEXT,
@@ -40,7 +40,6 @@ from tts_core.audio import SAMPLE_RATE
 from tts_core.audio.ffmpeg import ensure_ffmpeg_on_path
 from tts_core.engine import Engine, EngineConfig, EngineSlot
 
-CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--autoplay-policy=no-user-gesture-required"]  # fmt: skip
@@ -56,15 +55,9 @@ LAST_RUN = (
 )
 
 
-def chromium_executable() -> str | None:
-    if Path(CHROMIUM).is_file():
-        return CHROMIUM
-    return None if "CHROMIUM_PATH" in os.environ else shutil.which("chromium")
-
-
 def _browser_missing() -> str | None:
     if chromium_executable() is None:
-        return f"Chromium not found at {CHROMIUM}"
+        return f"Chromium not found at {CHROMIUM_PATH}"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:

@@ -48,6 +48,7 @@ class VoxCPMBackend:
     name = "voxcpm"
     can_clone = True
     needs_reference = False  # zero-shot without a clip
+    reads_language = False  # the language follows the text (the page hides its dropdown)
     independent_phrases = False  # one exact stateful decoder pass: never crossfade
     description = DESCRIPTION
     knobs = KNOBS

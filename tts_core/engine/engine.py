@@ -102,6 +102,7 @@ class Engine:
             "weight_format": getattr(b, "weight_format", None),
             "weight_format_reason": getattr(b, "weight_format_reason", ""),
             "can_clone": b.can_clone,
+            "reads_language": getattr(b, "reads_language", True),  # VoxCPM2: from the text
             "needs_reference": b.needs_reference,
             "description": b.description,
             "max_concurrent": self.max_concurrent,

@@ -174,6 +174,8 @@ def page_state(slot: EngineSlot, parts: dict[str, Any], model_knobs: dict[Knob, 
         parts["notice"]: gr.update(value=notice_html(info), visible=bool(info.get("notice"))),
         parts["text"]: gr.update(label=model["text"], max_length=info.get("max_chars")),
         parts["reference"]: gr.update(label=model["reference"]),
+        # a model whose language follows the text (VoxCPM2) has no use for the dropdown
+        parts["language"]: gr.update(visible=info.get("reads_language", True)),
         parts["frames"]: model["frames"],
         parts["timer"]: gr.Timer(active=_loading(info)),  # polls until loading ended
     }
@@ -222,7 +224,9 @@ def _voice_inputs(info: dict[str, Any], parts: dict[str, Any], controls: dict[st
     """Language and the voice library; adds their controls (by API name) to `controls`."""
     choices = [("Auto-detect", "auto")] + [(name.capitalize(), name) for name in LANGUAGES]
     controls["language"] = gr.Dropdown(choices, value="auto", label="Language",
-                                       allow_custom_value=True, elem_id="language")  # fmt: skip
+                                       allow_custom_value=True, elem_id="language",
+                                       visible=info.get("reads_language", True))  # fmt: skip
+    parts["language"] = controls["language"]
     library = build_voice_library(model_dependent(info)["reference"], editable)
     parts["reference"] = library.reference
     controls.update(reference=library.reference, reference_text=library.transcript,

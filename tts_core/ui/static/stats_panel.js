@@ -2,7 +2,7 @@
 // panel). The low-latency player feeds it from the PCM route's STATS frames; the standard
 // player from its handler's stats output (a hidden gr.JSON whose change event calls update).
 // window.__ttsStats = {begin(label, clickT), update(stats), heard(ms), underruns(n, silentMs),
-//                      failed(message), stopped(), last}
+//                      failed(message), stopped(), playbackCurve(timeline), last}
 // stats: the engine's (RequestStats.as_dict): time_to_first_audio_s, real_time_factor, chunks,
 // chunk_compute_s[], chunk_audio_s[], chunk_batch_size[], queue_wait_s, timeline [[wall s,
 // audio s so far], ...], done, stop_reason, backend, model, device, weight_format, notices[].
@@ -59,17 +59,37 @@
     $("bars").innerHTML = bars(s.chunk_compute_s || [], s.chunk_audio_s || []);
   }
 
-  // Audio produced vs wall-clock time, and where playback would be had it started at the
-  // first chunk: while "generated" stays above "playback", the listener never waits.
+  // Where a player that starts at the first chunk would be: it plays at real time and, when
+  // it reaches the end of the audio received so far, waits (flat) for the next chunk; it is
+  // never ahead of "generated". timeline [[wall s, audio s so far], ...] -> [[wall s, played s]].
+  function playbackCurve(timeline) {
+    if (!timeline.length) return [];
+    const points = [[timeline[0][0], 0]];
+    let [t, played] = points[0];
+    for (let i = 0; i < timeline.length; i++) {
+      const available = timeline[i][1];
+      const until = i + 1 < timeline.length ? timeline[i + 1][0] : Infinity;
+      const caughtUp = t + (available - played); // when the buffer would run dry
+      if (caughtUp <= until) {
+        if (caughtUp > t) points.push([caughtUp, available]);
+        [t, played] = [Math.max(t, caughtUp), available];
+        if (until !== Infinity) points.push([until, available]); // stalled until the next chunk
+        t = Math.max(t, until === Infinity ? t : until);
+      } else {
+        played += until - t;
+        t = until;
+        points.push([t, played]);
+      }
+    }
+    return points;
+  }
+
+  // Audio produced vs wall-clock time, and the playback that audio allows (playbackCurve):
+  // while "generated" stays above "playback" the listener never waits; a flat step is a wait.
   function plot(timeline) {
     const W = 400, H = 160, L = 30, R = 10, T = 6, B = 16;
     const generated = [[0, 0], ...timeline];
-    const playback = [];
-    if (timeline.length) {
-      const start = timeline[0][0];
-      const end = Math.max(last(timeline)[0], start + last(timeline)[1]);
-      playback.push([start, 0], [end, end - start]);
-    }
+    const playback = playbackCurve(timeline);
     const points = generated.concat(playback);
     const xMax = Math.max(0.5, ...points.map((p) => p[0]));
     const yMax = Math.max(0.5, ...points.map((p) => p[1]));
@@ -114,5 +134,6 @@
   function stopped() { if (run && element.dataset.state === "running") state("stopped", "Stopped"); }
 
   element.dataset.state = "idle";
-  window.__ttsStats = { begin, update, heard, underruns, failed, stopped, last: null };
+  window.__ttsStats = { begin, update, heard, underruns, failed, stopped, playbackCurve,
+                        last: null };
 })();
