@@ -180,6 +180,23 @@ def test_low_latency_player_is_heard_soon_after_the_engine(chromium_page, player
 
 
 @pytest.mark.browser
+def test_stop_after_generation_stops_playback_and_says_so(chromium_page, player_app):
+    """Issue #24: a Stop while the fully generated speech still plays ended only playback, yet
+    the player said "Stopped" while the stats said "Done"; both now say what happened."""
+    url, _ = player_app
+    open_page(chromium_page, url, LONG_TEXT)  # eSpeak: generated far faster than it plays
+    chromium_page.click("#generate")
+    chromium_page.wait_for_function("() => window.__ttsLowLatency.last?.done === true",
+                                    timeout=BROWSER_HANG_MS)  # fmt: skip
+    end = chromium_page.evaluate("() => window.__ttsLowLatency.last.endCtx")
+    assert chromium_page.evaluate("() => window.__ttsLowLatency.context().currentTime") < end
+    chromium_page.click("#stop")
+    status = chromium_page.text_content("#lowlatency-player [data-ll='status']")
+    assert status == "Playback stopped (the speech was fully generated)"
+    assert chromium_page.text_content("#live-stats [data-s='state']") == "Done"
+
+
+@pytest.mark.browser
 def test_stop_aborts_the_stream_and_the_generation(chromium_page, player_app, espeak_backend):
     url, slot = player_app
     paced = RecordingEngine(PacedBackend(espeak_backend, 8.0), EngineConfig(max_concurrent=2))

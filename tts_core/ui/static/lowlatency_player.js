@@ -262,8 +262,9 @@
 
   function stop() {
     if (current !== null && !current.m.stopped) {
+      const generated = current.m.done; // the stats panel says "Done": only playback ends here
       current.stop();
-      show("status", "Stopped");
+      show("status", generated ? "Playback stopped (the speech was fully generated)" : "Stopped");
       element.dataset.state = "stopped";
     }
   }
