@@ -16,47 +16,18 @@
 #include "int8_common.h"
 
 #define KERNEL __attribute__((target("avx2,avxvnni")))
+#include "int8_avx256.h"
 
 int int8_linear_avxvnni_supported(void) {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avxvnni");
 }
 
-/* 8 floats -> 8 int32 q: x / s (one IEEE division, as torch's), rounded half to even; a NaN
- * quotient becomes 0 (quantize_scalar). */
-INLINE KERNEL __m256i quantize8(const float *x, __m256 s) {
-  __m256 v = _mm256_div_ps(_mm256_loadu_ps(x), s);
-  v = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
-  return _mm256_cvtps_epi32(v);
-}
-
-INLINE KERNEL float max8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-  return _mm_cvtss_f32(m);
-}
-
 /* One row: s_x and q + 128, padded with 128 (a zero) to in8. NaN anywhere -> s_x = NaN, so the
  * row's output is NaN, as the torch path's is. */
 KERNEL static void quantize_row(const float *x, int64_t in, int64_t in8, uint8_t *q, float *s_x) {
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  __m256 peak = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 8 <= in; k += 8) {
-    __m256 v = _mm256_loadu_ps(x + k);
-    peak = _mm256_max_ps(peak, _mm256_andnot_ps(sign, v));
-    nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-  }
-  float p = max8(peak);
-  int has_nan = _mm256_movemask_ps(nan) != 0;
-  for (; k < in; k++) {
-    float a = fabsf(x[k]);
-    if (a != a) has_nan = 1;
-    else if (a > p) p = a;
-  }
-  float scale = row_scale(p, has_nan);
+  float scale = avx256_row_scale(x, in);
+  int64_t k;
   *s_x = scale;
   __m256 s = _mm256_set1_ps(scale);
   const __m256i offset = _mm256_set1_epi32(128);
