@@ -113,18 +113,35 @@ class BatchEngine:
         if self._prefilling:
             self._guarded(self._prefilling[:1], self._prefill)
         if self._decoding:
-            self._guarded(self._rows_to_step(), self._decode_step)
+            rows = self._rows_to_step()
+            if rows:
+                self._guarded(rows, self._decode_step)
+
+    def has_work(self) -> bool:
+        """Anything a step would do now: requests to admit or prefill, a decoding row whose
+        input is there, or one to drop (rows waiting for input alone leave nothing to do)."""
+        with self._cond:
+            if self._waiting:
+                return True
+        if self._prefilling:
+            return True
+        return any(seq.input_ready or seq.cancelled.is_set() for seq in self._decoding)
 
     def _rows_to_step(self) -> list[Request]:
-        """Rows before their first chunk alone (see FIRST_CHUNK_PRIORITY_FRAMES), else all."""
-        fresh = [seq for seq in self._decoding
+        """The rows whose input is there (`Request.input_ready`; the others wait, holding their
+        cache and state); of those, rows before their first chunk alone (see
+        FIRST_CHUNK_PRIORITY_FRAMES), else all."""
+        # (getattr: rows that are not Requests, e.g. the test doubles of the priority test, are
+        # always ready)
+        ready = [seq for seq in self._decoding if getattr(seq, "input_ready", True)]
+        fresh = [seq for seq in ready
                  if seq.before_first_chunk and seq.frames < FIRST_CHUNK_PRIORITY_FRAMES]  # fmt: skip
-        if fresh and len(fresh) < len(self._decoding):
+        if fresh and len(fresh) < len(ready):
             if self._held_back < FIRST_CHUNK_PRIORITY_FRAMES:
                 self._held_back += 1
                 return fresh
         self._held_back = 0
-        return list(self._decoding)
+        return ready
 
     def _guarded(self, seqs: list[Request], work: Callable[[list[Request]], None]) -> None:
         """Run `work`; if it raises, the rows it touched fail with the error, the rest go on."""

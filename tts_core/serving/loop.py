@@ -54,6 +54,11 @@ class EngineLoop(BatchEngine):
             self._cond.notify_all()
         return RequestStream(seq, self._cond)
 
+    def wake(self) -> None:
+        """Input arrived for a waiting row (Request.input_ready): step again (any thread)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """`fn(*args, **kwargs)` run on the loop thread between two steps (see the module
         doc: the served model computes on one thread); its result, or its exception, here."""
@@ -84,7 +89,7 @@ class EngineLoop(BatchEngine):
             self._thread.start()
 
     def _has_work(self) -> bool:
-        return bool(self._calls) or self.has_requests()
+        return bool(self._calls) or self.has_work()
 
     def _loop(self) -> None:
         while True:

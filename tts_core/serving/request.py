@@ -63,6 +63,13 @@ class Request:
         self.chunk_batch = max(self.chunk_batch, batch)
 
     @property
+    def input_ready(self) -> bool:
+        """Can this row take its next decode step? (False: it waits for more input, e.g. text
+        still to come, and keeps its place, cache and state.) Cheap: the loop asks it while
+        deciding whether to sleep."""
+        return True
+
+    @property
     def at_limit(self) -> bool:
         return self.frames == self.limit
 

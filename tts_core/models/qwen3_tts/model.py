@@ -317,6 +317,65 @@ class Qwen3TTSModel:
         )
         return prompt, settings
 
+    def fed_prefill_tokens(self, voice: Voice) -> int:
+        """Target-text tokens the prompt's prefill holds (text fed in pieces, issue #27): one in
+        x-vector mode; T2 - len(ref_text ids) in ICL mode (T2 = reference frames + 1)."""
+        if voice.ref_codes is None:
+            return 1
+        if not voice.ref_text or not voice.ref_text.strip():
+            raise ValueError("an ICL voice needs its reference transcript (ref_text)")
+        return voice.ref_codes.shape[0] + 1 - len(ref_text_ids(self.text_tokenizer, voice.ref_text))
+
+    def plan_fed(
+        self,
+        role_ids: list[int],
+        target_ids: list[int],
+        voice: Voice,
+        language: str | None = "auto",
+        *,
+        greedy: bool = False,
+        seed: int | None = None,
+        stop_ids: tuple[int, ...] = (),
+        repetition_window: int | None = None,
+        length_cap: bool = True,
+        **sampling: Any,
+    ) -> tuple[Prompt, DecodeSettings, bool]:
+        """`plan` for text fed in pieces (serving/fed.py): the prompt from the role ids and the
+        `fed_prefill_tokens` first target ids, its trailing vectors those that follow them
+        (tts_eos comes with done); settings without the length cap (applied at done, from the
+        whole text), which is returned as asked."""
+        language = "auto" if language is None else language
+        if not isinstance(language, str):
+            raise ValueError(f"language must be a string, got {type(language).__name__}")
+        ref_ids = None
+        if voice.ref_codes is not None:
+            if not voice.ref_text or not voice.ref_text.strip():
+                raise ValueError("an ICL voice needs its reference transcript (ref_text)")
+            ref_ids = ref_text_ids(self.text_tokenizer, voice.ref_text)
+        tail = self.text_tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n")
+        with torch.inference_mode():
+            prompt = build_prompt(
+                self.talker,
+                self.config,
+                self.special,
+                [*role_ids, *target_ids, *tail],
+                language,
+                voice.speaker_embedding,
+                ref_ids=ref_ids,
+                ref_codes=voice.ref_codes,
+            )
+        prompt.trailing = prompt.trailing[:-1]  # tts_eos: at done
+        settings = resolve_settings(
+            self.generation_defaults,
+            sampling,
+            greedy=greedy,
+            seed=seed,
+            stop_ids=stop_ids,
+            repetition_window=repetition_window,
+            length_cap=None,
+        )
+        return prompt, settings, length_cap
+
     def new_decoder_state(self, voice: Voice) -> DecoderState:
         """A fresh codec-decoder state for one stream; for ICL, a clone of the voice's warm
         state (the decoder after the reference frames)."""

@@ -145,3 +145,12 @@ class TextTokenizer:
 
     def token_to_id(self, token: str) -> int | None:
         return self._tokenizer.token_to_id(token)
+
+    def pieces(self, text: str) -> list[tuple[int, list[int]]]:
+        """`text` (NFC-normalized; added tokens not matched) as its pre-tokens (split regex
+        pieces): (start character, BPE ids of the piece) each, the ids `encode` gives in context."""
+        model = self._tokenizer.model
+        return [
+            (start, [token.id for token in model.tokenize(piece)])
+            for piece, (start, _) in self._tokenizer.pre_tokenizer.pre_tokenize_str(text)
+        ]

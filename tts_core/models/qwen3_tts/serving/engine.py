@@ -28,6 +28,7 @@ from ....serving.alone import InlineOutbox
 from ....serving.engine import DEFAULT_PREFILL_CHUNK, FIRST_CHUNK_PRIORITY_FRAMES, BatchEngine
 from ..prompt import step_input
 from ..sampling import draw_rows
+from .fed import FedSequence
 from .model_runner import ModelRunner
 from .sequence import Sequence, Status
 
@@ -80,6 +81,8 @@ class Qwen3Runner(ModelRunner):
     def _step_input(self, seq: Sequence) -> torch.Tensor:
         """The talker's input for `seq`'s last frame (index frames - 1)."""
         model = self.model
+        if isinstance(seq, FedSequence):  # text that arrived since its last step
+            seq.sync(model.talker, model.special.eos)
         frame = seq.awaiting_step
         return step_input(model.talker, model.special, seq.prompt, frame, seq.frames - 1)
 

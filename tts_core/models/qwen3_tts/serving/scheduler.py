@@ -24,6 +24,7 @@ from ....serving.engine import DEFAULT_PREFILL_CHUNK, FIRST_CHUNK_PRIORITY_FRAME
 from ....serving.loop import EngineLoop, RequestStream
 from ..model import Qwen3TTSModel, Voice
 from .engine import Qwen3Runner
+from .fed import FedRequest
 from .sequence import Sequence
 
 __all__ = ["FIRST_CHUNK_PRIORITY_FRAMES", "Scheduler", "SequenceStream"]
@@ -76,6 +77,21 @@ class Scheduler(EngineLoop):
             )
         seq.cap_to(self.runner.capacity)
         return self.enqueue(seq)
+
+    def open_fed(
+        self,
+        voice: Voice,
+        language: str | None = "auto",
+        *,
+        first_chunk_frames: int = 2,
+        chunk_frames: int = 6,
+        should_stop: Callable[[], bool] | None = None,
+        **kwargs: Any,
+    ) -> FedRequest:
+        """A request whose text arrives in pieces (fed.py): `feed(piece)`, `done()`, and its
+        `stream`, whose chunks equal those of `submit(whole text, ...)` with the same kwargs."""
+        return FedRequest(self, voice, language, first_chunk_frames, chunk_frames, should_stop,
+                          kwargs)  # fmt: skip
 
 
 def _never() -> bool:

@@ -1,0 +1,181 @@
+"""Qwen3-TTS rows whose text arrives in pieces (issue #27): "speak it as it comes".
+
+In the streaming-text prompt the talker takes one trailing target-text vector per frame after
+the prefill, then tts_eos, then tts_pad. A `FedSequence` holds only the trailing vectors of the
+text committed so far (`TextFeed`: stable ids, equal to the whole text's ids); a row whose next
+vector is not there yet does not step (`input_ready` False: the engine leaves it out of the
+decode step, its KV span, sampler and decoder state kept), so every frame it makes sees exactly
+the inputs the whole text would have given. `done` appends tts_eos and applies the length cap
+of the whole text's token count; the KV span is reserved for `max_new_tokens` frames, since
+the text's length is not known at admission.
+
+`FedRequest` (Scheduler.open_fed) is the consumer's handle: `feed(piece)`, `done()`, `stream`.
+It queues the row once the prefill's text is committed: x-vector mode one target token, ICL
+mode T2 - len(ref_text) tokens (T2 = reference frames + 1); a text done before that is
+submitted whole, exactly as a one-shot request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ....audio.cadence import Cadence
+from ..decode_settings import length_cap_frames
+from ..text_feed import TextFeed
+from .sequence import Sequence
+
+if TYPE_CHECKING:
+    from ....serving.loop import RequestStream
+    from ..model import Voice
+    from .scheduler import Scheduler
+
+
+class FedSequence(Sequence):
+    """A Sequence whose trailing text vectors arrive while it runs."""
+
+    def __init__(self, *args: Any, text_tokens: int, length_cap: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
+        self._new_ids: list[int] = []  # committed, not yet embedded (any thread appends)
+        self._done = False  # the feeder said done (under _lock)
+        self._eos_added = False  # loop thread only
+        self.text_tokens = text_tokens
+        self._length_cap = length_cap
+
+    def push(self, ids: list[int], done: bool = False) -> None:
+        """Committed target ids (any thread); done: nothing more comes."""
+        with self._lock:
+            self._new_ids.extend(ids)
+            self._done = self._done or done
+
+    @property
+    def input_ready(self) -> bool:
+        if self._eos_added or self.frames - 1 < self.prompt.trailing.shape[0]:
+            return True
+        with self._lock:
+            return bool(self._new_ids) or self._done
+
+    @torch.inference_mode()
+    def sync(self, talker: Any, eos: torch.Tensor) -> None:
+        """Embed the ids pushed since the last step (loop thread); after done, tts_eos and the
+        whole text's length cap."""
+        with self._lock:
+            ids, self._new_ids = self._new_ids, []
+            done = self._done
+        parts = [self.prompt.trailing]
+        if ids:
+            ids_t = torch.tensor([ids], dtype=torch.long, device=self.prompt.trailing.device)
+            parts.append(talker.text_embed(ids_t)[0])
+            self.text_tokens += len(ids)
+        if done and not self._eos_added:
+            parts.append(eos[None])
+            self._eos_added = True
+            if self._length_cap:
+                cap = max(length_cap_frames(self.text_tokens), self.frames)
+                if cap < self.limit:
+                    self.limit, self.limit_reason = cap, "length_cap"
+        if len(parts) > 1:
+            self.prompt.trailing = torch.cat(parts, 0)
+
+
+class FedRequest:
+    """Text in pieces -> one request's audio chunks (`stream`), as if the text came at once."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        voice: Voice,
+        language: str | None,
+        first_chunk_frames: int,
+        chunk_frames: int,
+        should_stop: Callable[[], bool] | None,
+        kwargs: dict[str, Any],
+    ) -> None:
+        model = scheduler.model
+        self._scheduler = scheduler
+        self._voice, self._language = voice, language
+        self._cadence = (first_chunk_frames, chunk_frames)
+        Cadence(first_chunk_frames, chunk_frames)  # ValueError now
+        self._should_stop = should_stop
+        self._kwargs = kwargs
+        self._feed = TextFeed(model.text_tokenizer)
+        self._need = scheduler.call(model.fed_prefill_tokens, voice)
+        self._seq: FedSequence | None = None
+        self._stream: RequestStream | None = None
+        self._ready = threading.Event()  # the stream exists
+        self._lock = threading.Lock()
+
+    @property
+    def text(self) -> str:
+        return self._feed.text
+
+    def feed(self, piece: str) -> None:
+        """More text (any piece: a word, a character, half a word)."""
+        with self._lock:
+            ids = self._feed.feed(piece)
+            if self._seq is not None:
+                self._seq.push(ids)
+                self._scheduler.wake()
+            elif len(self._feed.committed) >= max(self._need, 1):
+                self._open()
+
+    def done(self) -> None:
+        """No more text: the rest is committed, then tts_eos."""
+        with self._lock:
+            rest = self._feed.finish()
+            if self._seq is not None:
+                self._seq.push(rest, done=True)
+                self._scheduler.wake()
+                return
+            first, chunks = self._cadence
+            self._stream = self._scheduler.submit(
+                self._feed.text, self._voice, self._language, first_chunk_frames=first,
+                chunk_frames=chunks, should_stop=self._should_stop, **self._kwargs,
+            )  # fmt: skip
+            self._ready.set()
+
+    @property
+    def stream(self) -> RequestStream:
+        """The chunks (blocks until the request is queued: enough text, or done)."""
+        self._ready.wait()
+        assert self._stream is not None
+        return self._stream
+
+    def wait_stream(self, timeout: float | None) -> RequestStream | None:
+        return self._stream if self._ready.wait(timeout) else None
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+
+    def _open(self) -> None:
+        scheduler, model = self._scheduler, self._scheduler.model
+        committed = self._feed.committed
+        used = max(self._need, 1 if self._voice.ref_codes is None else 0)
+        prompt, settings, length_cap = scheduler.call(
+            model.plan_fed, self._feed.role, committed[:used], self._voice, self._language,
+            **self._kwargs,
+        )  # fmt: skip
+        model._codec()
+        first, chunks = self._cadence
+        seq = FedSequence(model.talker, prompt, settings, self._voice, Cadence(first, chunks),
+                          self._should_stop or _never, text_tokens=used,
+                          length_cap=length_cap)  # fmt: skip
+        if seq.prompt_len + 1 > scheduler.runner.capacity:
+            raise ValueError(
+                f"the prompt takes {seq.prompt_len} positions; the cache holds "
+                f"{scheduler.runner.capacity}: use a shorter reference clip"
+            )
+        seq.cap_to(scheduler.runner.capacity)
+        seq.push(committed[used:])
+        self._seq = seq
+        self._stream = scheduler.enqueue(seq)
+        self._ready.set()
+
+
+def _never() -> bool:
+    return False
