@@ -76,6 +76,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "call the API (e.g. https://example.org); '*' allows any")  # fmt: skip
     p.add_argument("--api-key", default=os.environ.get("TTS_API_KEY") or None,
                    help="require 'Authorization: Bearer KEY' on /v1 (env TTS_API_KEY)")  # fmt: skip
+    p.add_argument("--private-voices", action="store_true",
+                   default=env_flag(os.environ.get("TTS_PRIVATE_VOICES")),
+                   help="a voice saved from the page is listed to, and usable by, only the "
+                   "browser that saved it (and /v1 behind --api-key); env TTS_PRIVATE_VOICES=1")  # fmt: skip
     args = p.parse_args(argv)
     try:
         args.max_file_bytes = parse_file_size(args.max_file_size)
@@ -90,6 +94,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.max_connections < 1:
         p.error("--max-connections must be >= 1")
     return args
+
+
+def env_flag(value: str | None) -> bool:
+    """An on/off environment variable: 1, true, yes or on (any case) is on."""
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def parse_file_size(text: str) -> int:
@@ -114,7 +123,7 @@ def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported l
     ensure_ffmpeg_on_path()
     slot = EngineSlot(args.model)
     slot.load(partial(build_engine, args), background=not args.wait_for_model)
-    voices = open_voice_registry(args.voices_dir)
+    voices = open_voice_registry(args.voices_dir, private=args.private_voices)
     origins = tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip())
     access = AccessPolicy(bind_host=args.host, allowed_origins=origins, api_key=args.api_key)
     api = ApiConfig(max_upload_bytes=args.max_file_bytes, access=access)

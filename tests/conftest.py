@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,21 +20,75 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
 SERVER_START_TIMEOUT_S = 120
-# Every browser test drives one browser: Debian's chromium (`make test` installs it as root),
-# at $CHROMIUM_PATH if set, else /usr/bin/chromium, else `chromium` on PATH; never a browser
-# Playwright downloaded (the launch always names this executable). It decodes AAC with the
-# system FFmpeg, which the HLS player's test needs.
-CHROMIUM_PATH = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+# Every browser test drives one browser: Debian's chromium, /usr/bin/chromium (`make test`
+# installs it as root: the Makefile's `browser` target), or the one $CHROMIUM_PATH names on a
+# machine without it; never a browser Playwright downloaded (`playwright install`): every
+# launch goes through `chromium_context`, which names this executable. Debian's build decodes
+# AAC with the system FFmpeg, which the HLS player's test needs.
+DEBIAN_CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_PATH = os.environ.get("CHROMIUM_PATH", DEBIAN_CHROMIUM)
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--autoplay-policy=no-user-gesture-required"]  # fmt: skip
 
 
 def chromium_executable() -> str | None:
-    if Path(CHROMIUM_PATH).is_file():
-        return CHROMIUM_PATH
-    if "CHROMIUM_PATH" in os.environ:
-        return None
-    import shutil
+    """CHROMIUM_PATH if it is there (no search elsewhere: one browser for every test)."""
+    return CHROMIUM_PATH if Path(CHROMIUM_PATH).is_file() else None
 
-    return shutil.which("chromium")
+
+def browser_missing() -> str | None:
+    """Why the browser tests cannot run here, or None."""
+    if chromium_executable() is None:
+        return f"Chromium not found at {CHROMIUM_PATH} (`make test` installs Debian's as root)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright is not installed"
+    return None
+
+
+def require_browser() -> str:
+    """The chromium executable; skips without it (or Playwright), or fails under
+    REQUIRE_BROWSER=1 (CI)."""
+    missing = browser_missing()
+    if missing:
+        if os.environ.get("REQUIRE_BROWSER") == "1":
+            pytest.fail(f"REQUIRE_BROWSER=1 but {missing}")
+        pytest.skip(missing)
+    return CHROMIUM_PATH
+
+
+@contextmanager
+def chromium_context(profile: Path, viewport: dict[str, int] | None = None) -> Iterator[Any]:
+    """A Playwright BrowserContext of CHROMIUM_PATH (headless, a fresh profile in `profile`,
+    so its pages share localStorage), waits bounded by BROWSER_HANG_MS. The one place any
+    test starts a browser."""
+    executable = require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile), executable_path=executable, args=CHROMIUM_ARGS, headless=True,
+            viewport=viewport or {"width": 1280, "height": 1000},
+        )  # fmt: skip
+        context.set_default_timeout(BROWSER_HANG_MS)
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def pytest_report_header(config) -> str:  # noqa: ANN001 - pytest's hook
+    """Say which browser the browser tests drive."""
+    if chromium_executable() is None:
+        return f"browser tests: no chromium at {CHROMIUM_PATH}"
+    try:
+        version = subprocess.run([CHROMIUM_PATH, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        version = f"version unknown: {exc}"
+    return f"browser tests: {CHROMIUM_PATH} ({version})"
 
 
 # Playwright waits are hang detectors: a page on a loaded 2-core box (other work, the server

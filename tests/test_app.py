@@ -257,3 +257,42 @@ def test_gradio_client_may_leave_out_the_reference(client):
     assert stats["done"] and stats["audio_s"] > 0
     _, stats = client.predict(text="Hello there.", voice="arctic-slt", api_name="/synthesize_full")
     assert stats["voice"]["variant"] == "+f3"  # the recorded female voice: eSpeak's female variant
+
+
+def test_private_voices_option_and_its_environment_variable(monkeypatch):
+    from app import parse_args
+
+    assert parse_args([]).private_voices is False
+    assert parse_args(["--private-voices"]).private_voices is True
+    for value, on in (("1", True), ("true", True), ("YES", True), ("0", False), ("", False)):
+        monkeypatch.setenv("TTS_PRIVATE_VOICES", value)
+        assert parse_args([]).private_voices is on, value
+
+
+def test_the_app_with_private_voices(launch_app):
+    """`--private-voices`: a voice saved by one visitor (here over /v1 with its X-Voice-Owner
+    key; the page's browsers: tests/test_page_browser.py) is not listed to, nor usable by,
+    anyone else, gradio_client's named endpoints included (they carry no key)."""
+    import httpx
+
+    url, _ = launch_app("--model", "espeak", "--private-voices")
+    owner = {"X-Voice-Owner": "a-visitors-own-secret-key"}
+    with open(REFERENCE, "rb") as clip:
+        made = httpx.post(f"{url}/v1/audio/voices", data={"name": "kept"}, headers=owner,
+                          files={"file": ("c.wav", clip, "audio/wav")}, timeout=60)  # fmt: skip
+    assert made.status_code == 201, made.text
+
+    def listed(**headers: str) -> list[str]:
+        data = httpx.get(f"{url}/v1/audio/voices", headers=headers, timeout=30).json()["data"]
+        return [voice["id"] for voice in data if voice["kind"] == "custom"]
+
+    assert listed(**owner) == ["kept"] and listed() == []
+    body = {"input": "Hello.", "voice": "kept", "response_format": "pcm", "stream": False}
+    spoken = httpx.post(f"{url}/v1/audio/speech", json=body, headers=owner, timeout=60)
+    assert spoken.status_code == 200 and len(spoken.content) > 0
+    assert httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60).status_code == 404
+    client = Client(url, verbose=False)
+    with pytest.raises(AppError, match="There is no voice named 'kept'"):
+        client.predict(text="Hello.", voice="kept", api_name="/synthesize_full")
+    _, stats = client.predict(text="Hello.", voice="arctic-slt", api_name="/synthesize_full")
+    assert stats["done"]

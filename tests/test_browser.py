@@ -1,4 +1,4 @@
-"""A real browser: headless Debian chromium loads the page (`python app.py`), uploads a clip,
+"""A real browser: headless Debian chromium (conftest's `chromium_context`) loads the page (`python app.py`), uploads a clip,
 clicks Generate, and the live audio must actually play while the stats panel updates.
 
 How playback is asserted: Debian's chromium decodes AAC (it uses the system FFmpeg; the test
@@ -21,14 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BROWSER_HANG_MS, HANG_S, HeldBackend, chromium_executable
+from conftest import BROWSER_HANG_MS, HANG_S, HeldBackend, chromium_context
 
-CHROMIUM = chromium_executable()
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
-FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 RECORDER = """
 window.__media = [];  // event timestamps: the stats panel's own clock (click -> 'playing')
 for (const type of ['play', 'playing', 'timeupdate', 'error']) {
@@ -54,21 +49,9 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def browser_context(tmp_path_factory):
-    if CHROMIUM is None:
-        if os.environ.get("REQUIRE_BROWSER"):
-            pytest.fail("chromium is not installed (REQUIRE_BROWSER is set)")
-        pytest.skip("chromium is not installed")
-    from playwright.sync_api import sync_playwright
-
     profile = tmp_path_factory.mktemp("chromium-profile")  # fresh --user-data-dir
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport={"width": 1280, "height": 1000},
-        )  # fmt: skip
-        context.set_default_timeout(BROWSER_HANG_MS)
+    with chromium_context(profile) as context:
         yield context
-        context.close()
 
 
 def open_with_standard_player(page, url: str) -> None:

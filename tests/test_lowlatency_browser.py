@@ -6,7 +6,8 @@ PCM route itself) runs on 127.0.0.1 with the real eSpeak engine; tests switch th
 `slot.set`. Latency "as heard" comes from the page's AudioContext timeline: when the first
 scheduled buffer reaches the output, minus the click's timestamp.
 
-Skips when Chromium or Playwright is missing, unless REQUIRE_BROWSER=1 (CI), where it fails.
+The browser is conftest's (`chromium_context`: Debian's chromium). Skips when it or Playwright
+is missing, unless REQUIRE_BROWSER=1 (CI), where it fails.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import BROWSER_HANG_MS, CHROMIUM_PATH, chromium_executable
+from conftest import BROWSER_HANG_MS, chromium_context
 from test_native_rate import backend as native_48k_backend
 from test_openai_api import (
     LONG_TEXT,
@@ -40,9 +41,6 @@ from tts_core.audio import SAMPLE_RATE
 from tts_core.audio.ffmpeg import ensure_ffmpeg_on_path
 from tts_core.engine import Engine, EngineConfig, EngineSlot
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--autoplay-policy=no-user-gesture-required"]  # fmt: skip
 FEMALE_CLIP = Path(__file__).resolve().parents[1] / "assets" / "reference_female_en.wav"
 TEXT = "Hello! This is the low latency player. You hear me as soon as my first chunk arrives."
 # click -> first sound may exceed the engine's time to first audio by this: ~150 ms on an idle
@@ -55,41 +53,11 @@ LAST_RUN = (
 )
 
 
-def _browser_missing() -> str | None:
-    if chromium_executable() is None:
-        return f"Chromium not found at {CHROMIUM_PATH}"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "playwright is not installed"
-    return None
-
-
-def require_browser() -> None:
-    """Skip without Chromium and Playwright, or fail under REQUIRE_BROWSER=1 (CI)."""
-    missing = _browser_missing()
-    if missing:
-        if os.environ.get("REQUIRE_BROWSER") == "1":
-            pytest.fail(f"REQUIRE_BROWSER=1 but {missing}")
-        pytest.skip(missing)
-
-
 @pytest.fixture(scope="module")
 def chromium_page(tmp_path_factory):
-    require_browser()
-    from playwright.sync_api import sync_playwright
-
-    executable = chromium_executable()
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=executable,
-            args=CHROMIUM_ARGS, headless=True, viewport={"width": 1100, "height": 900},
-        )  # fmt: skip
-        context.set_default_timeout(BROWSER_HANG_MS)
-        try:
-            yield context.new_page()
-        finally:
-            context.close()
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    with chromium_context(profile, {"width": 1100, "height": 900}) as context:
+        yield context.new_page()
 
 
 @pytest.fixture(scope="module")

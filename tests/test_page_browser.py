@@ -2,7 +2,8 @@
 library shared with /v1/audio/voices, the live stats panel filled by both players, and a page
 that follows the model while it loads.
 
-Skips when Chromium or Playwright is missing, unless REQUIRE_BROWSER=1 (CI), where it fails.
+The browser is conftest's (`chromium_context`: Debian's chromium). Skips when it or Playwright
+is missing, unless REQUIRE_BROWSER=1 (CI), where it fails.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import re
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
-from conftest import BROWSER_HANG_MS
-from test_lowlatency_browser import CHROMIUM_ARGS, chromium_executable, require_browser
+from conftest import BROWSER_HANG_MS, chromium_context
 from test_openai_api import RecordingEngine, free_port
 
 from tts_core.audio.ffmpeg import ensure_ffmpeg_on_path
@@ -35,19 +36,8 @@ UPLOAD_LABEL = "Upload or record a clip"
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     """A Chromium context (one browser: its pages share localStorage, so the owner key)."""
-    require_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=chromium_executable(),
-            args=CHROMIUM_ARGS, headless=True, viewport={"width": 1280, "height": 1000},
-        )  # fmt: skip
-        context.set_default_timeout(BROWSER_HANG_MS)
-        try:
-            yield context
-        finally:
-            context.close()
+    with chromium_context(tmp_path_factory.mktemp("chromium-profile")) as context:
+        yield context
 
 
 def serve_page(slot: EngineSlot, voices: VoiceRegistry):  # noqa: ANN201 - (demo, url)
@@ -116,6 +106,24 @@ def toast(page, text: str) -> None:  # noqa: ANN001
     page.get_by_text(text).first.wait_for(timeout=BROWSER_HANG_MS)
 
 
+def note(page, text: str) -> None:  # noqa: ANN001
+    """Wait until the line under the voice picker says `text` (what a save or delete did)."""
+    page.locator("#voice-note").get_by_text(text).wait_for(timeout=BROWSER_HANG_MS)
+
+
+def on_top(page, selector: str) -> bool:  # noqa: ANN001
+    """Whether the middle of `selector` is the element itself, not something over it."""
+    return page.evaluate("""(selector) => {
+        const node = document.querySelector(selector);
+        const b = node.getBoundingClientRect();
+        const hit = document.elementFromPoint(b.x + b.width / 2, b.y + b.height / 2);
+        return !!hit && (hit === node || node.contains(hit));
+    }""", selector)  # fmt: skip
+
+
+PLAYER_STATUS = "#lowlatency-player [data-ll='status']"
+
+
 def test_voice_library_saves_uses_and_deletes_a_voice(browser, site):
     url, engine, _ = site
     page = open_page(browser, url)
@@ -132,6 +140,11 @@ def test_voice_library_saves_uses_and_deletes_a_voice(browser, site):
         timeout=BROWSER_HANG_MS,
     )
     page.wait_for_selector("#reference", state="hidden")  # a named voice needs no clip
+    # Issue #24: "Saved the voice" was a toast that lingered over the player's status: it is
+    # said under the picker, and nothing covers the status
+    note(page, "Saved the voice 'my-voice': it is selected now, and the API knows it too.")
+    assert page.locator("[data-testid='toast-body']").count() == 0
+    assert on_top(page, PLAYER_STATUS)
     listed = api_voices(url)
     assert listed["my-voice"]["kind"] == "custom"
     assert listed["my-voice"]["transcript"] == FEMALE_TRANSCRIPT
@@ -152,6 +165,10 @@ def test_voice_library_saves_uses_and_deletes_a_voice(browser, site):
     )
     assert "my-voice" not in api_voices(url)
     page.wait_for_selector("#reference", state="visible")
+    note(page, "Deleted the voice 'my-voice'.")
+    assert page.locator("[data-testid='toast-body']").count() == 0
+    pick_voice(page, "alloy (built-in)")  # picking a voice clears the note
+    page.wait_for_selector("#voice-note", state="hidden")
 
 
 def test_a_voice_registered_through_the_api_cannot_be_deleted_from_the_page(browser, site):
@@ -173,15 +190,16 @@ def test_save_errors_are_shown_and_the_page_keeps_working(browser, site):
     page = open_page(browser, url)
     page.fill("#voice-name input, #voice-name textarea", "no-clip")
     page.click("#save-voice")
-    toast(page, "Upload or record a clip first")
+    note(page, "Not saved: Upload or record a clip first")
     page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
     page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)
     page.fill("#voice-name input, #voice-name textarea", "alloy")
     page.click("#save-voice")
-    toast(page, "'alloy' is a built-in voice")
+    note(page, "Not saved: 'alloy' is a built-in voice")
     page.fill("#voice-name input, #voice-name textarea", "bad name!")
     page.click("#save-voice")
-    toast(page, "Voice names are 1-64 characters")
+    note(page, "Not saved: Voice names are 1-64 characters")
+    assert page.locator("[data-testid='toast-body']").count() == 0
     assert page.input_value("#voice input") == UPLOAD_LABEL
     assert generate(page, engine)["done"]
 
@@ -327,6 +345,24 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
         demo.close()
 
 
+def played_at(timeline: list[list[float]], t: float) -> float:
+    """The reference model of the plot's playback line: a player that starts at the first
+    chunk, plays at real time and waits whenever it has played all it received. At wall time
+    t it has played min(audio received by t, min over the chunks i received by t of (audio
+    before chunk i + t - chunk i's arrival)): each term is "played straight on since chunk i
+    came", which it cannot be past, and the first, t - first arrival, is real time."""
+    before = [0.0] + [audio for _, audio in timeline[:-1]]  # audio received before chunk i
+    arrived = [(at, b) for (at, _), b in zip(timeline, before, strict=True) if at <= t]
+    if not arrived:
+        return 0.0
+    received = max(audio for at, audio in timeline if at <= t)
+    return min(received, *(before + t - at for at, before in arrived))
+
+
+def generated_at(timeline: list[list[float]], t: float) -> float:
+    return max([0.0] + [audio for at, audio in timeline if at <= t])
+
+
 def test_the_playback_line_waits_for_audio_it_has_not_received(browser, site):
     """Issue #24: with generation slower than real time the dashed "playback" line climbed to
     91.9 s for 3.2 s of audio. A player that starts at the first chunk plays at real time and
@@ -343,3 +379,150 @@ def test_the_playback_line_waits_for_audio_it_has_not_received(browser, site):
     curve = page.evaluate("(t) => window.__ttsStats.playbackCurve(t)", fast)
     assert abs(curve[-1][0] - 1.32) < 1e-9 and curve[-1][1] == 1.12
     assert all(abs((t - 0.2) - played) < 1e-9 for t, played in curve)  # one straight line
+
+
+def test_the_playback_line_is_the_waiting_players_position_at_every_moment(browser, site):
+    """playbackCurve against the reference model (played_at) on random timelines, fast, slow
+    and mixed: equal at every breakpoint and between them, never above "generated", rising at
+    real time or flat (a wait), ending when all the audio has played."""
+    import random
+
+    url, _, _ = site
+    page = open_page(browser, url)
+    rng = random.Random(24)
+    timelines = []
+    for speed in (0.3, 0.9, 1.0, 1.1, 4.0, None):  # audio s per wall s; None: bursts and stalls
+        t, audio, timeline = rng.uniform(0.05, 2.0), 0.0, []
+        for _ in range(rng.randint(1, 25)):
+            chunk = rng.choice([0.08, 0.16, 0.48, 1.2])
+            audio += chunk
+            timeline.append([t, audio])
+            rate = speed or rng.choice([0.2, 5.0])
+            t += chunk / rate * rng.uniform(0.8, 1.2)
+        timelines.append(timeline)
+    curves = page.evaluate("(ts) => ts.map((t) => window.__ttsStats.playbackCurve(t))", timelines)
+    for timeline, curve in zip(timelines, curves, strict=True):
+        xs, ys = [x for x, _ in curve], [y for _, y in curve]
+        assert xs == sorted(xs) and curve[0] == [timeline[0][0], 0]
+        assert abs(ys[-1] - timeline[-1][1]) < 1e-9  # it ends having played everything
+        for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
+            assert abs(y1 - y0) < 1e-9 or abs((y1 - y0) - (x1 - x0)) < 1e-9  # wait or play
+        end = xs[-1] + 1.0
+        probes = xs + [rng.uniform(xs[0], end) for _ in range(200)] + [at for at, _ in timeline]
+        for t in probes:
+            shown = float(np.interp(t, xs, ys))
+            assert abs(shown - played_at(timeline, t)) < 1e-9, (timeline, t)
+            assert shown <= generated_at(timeline, t) + 1e-9  # never ahead of "generated"
+
+
+def test_the_plot_of_a_slow_run_tops_out_at_the_audio_made(browser, site):
+    """The issue's run: 3.2 s of audio over 91.9 s of wall time. The plot's audio axis ends
+    at 3.2 s (it ran to 91.9 s before), and the dashed line ends level with "generated"."""
+    url, _, _ = site
+    page = open_page(browser, url)
+    timeline = [[1.0, 0.16], [30.0, 1.2], [60.0, 2.2], [91.9, 3.2]]
+    page.evaluate("(timeline) => window.__ttsStats.update({chunks: 4, timeline, audio_s: 3.2})",
+                  timeline)  # fmt: skip
+    plot = page.locator("#live-stats [data-s='plot'] svg")
+    labels = plot.locator("text[text-anchor='end']").all_text_contents()  # the audio axis
+    assert max(float(label) for label in labels) == 3.2
+
+    def heights(path: str) -> list[float]:  # SVG y of each point: smaller is higher
+        d = plot.locator(f"path.{path}").get_attribute("d")
+        return [float(y) for y in re.findall(r"[ML][\d.]+,([\d.]+)", d)]
+
+    assert min(heights("playback")) == min(heights("generated"))
+
+
+def test_a_new_error_leaves_no_clip_of_the_last_run_beside_it(browser, site):
+    """Issue #24: a stale replay control stayed next to a new error. Both players drop the
+    last run's clip when a new one starts, and the stats panel says what went wrong."""
+    url, engine, _ = site
+    page = open_page(browser, url)
+    replay, download = (f"#lowlatency-player [data-ll='{n}']" for n in ("replay", "download"))
+    generate(page, engine)
+    page.wait_for_selector(f"{replay}:not([hidden])")
+    page.fill("#text textarea", "   ")
+    page.click("#generate")
+    page.wait_for_function(
+        f"() => document.querySelector(\"{PLAYER_STATUS}\").textContent.startsWith('Error: ')",
+        timeout=BROWSER_HANG_MS,
+    )
+    assert page.is_hidden(replay) and page.is_hidden(download)
+    assert stat(page, "state").startswith("Error: ") and "enter some text" in stat(page, "state")
+
+    page.get_by_label("Standard (gr.Audio, HLS)").check()
+    page.fill("#text textarea", TEXT)
+    generate(page, engine)
+    full = "#full-audio audio, #full-audio [data-testid^='waveform']"
+    page.wait_for_selector(full, state="attached")
+    page.fill("#text textarea", "   ")
+    page.click("#generate")
+    toast(page, "Please enter some text to speak.")
+    page.wait_for_function(
+        "() => document.querySelector(\"#live-stats [data-s='state']\").textContent"
+        ".startsWith('Error: ')",
+        timeout=BROWSER_HANG_MS,
+    )  # not "Generating…" for ever
+    page.wait_for_selector(full, state="detached")
+
+
+@pytest.fixture(scope="module")
+def private_site(espeak_backend, tmp_path_factory):
+    """(url, engine, voices): the page with private voices (`--private-voices`)."""
+    engine = RecordingEngine(espeak_backend, EngineConfig(max_concurrent=2))
+    voices = VoiceRegistry(tmp_path_factory.mktemp("private-voices"), private=True)
+    demo, url = serve_page(EngineSlot.holding(engine), voices)
+    try:
+        yield url, engine, voices
+    finally:
+        demo.close()
+
+
+def test_with_private_voices_a_browser_sees_and_uses_only_its_own(browser, private_site):
+    """Issue #24: every visitor's saved voices were listed to everyone. With private voices a
+    browser lists and speaks with the built-in voices and its own; another browser (its own
+    key) neither sees nor can use them, even by typing the name; GET /v1/audio/voices without
+    a key lists none of them."""
+    url, engine, voices = private_site
+    page = open_page(browser, url)
+    bodies = []
+    page.on("request", lambda r: bodies.append(r.post_data_json) if "/tts_stream/pcm" in r.url
+            else None)  # fmt: skip
+    assert "Only this browser will see the voices it saves." in page.text_content("#upload-box")
+    page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
+    page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)
+    page.fill("#voice-name input, #voice-name textarea", "mine-only")
+    page.click("#save-voice")
+    note(page, "Saved the voice 'mine-only': it is selected now.")
+    assert page.input_value("#voice input") == "mine-only (saved by you)"
+    assert "mine-only" in voices.names() and "mine-only" not in api_voices(url)
+    spoken = generate(page, engine)  # the low-latency player sends the browser's key
+    assert bodies[-1]["voice"] == "mine-only" and len(bodies[-1]["owner_key"]) >= 16
+    assert spoken["voice"]["variant"].startswith("+f")
+    page.get_by_label("Standard (gr.Audio, HLS)").check()
+    assert generate(page, engine)["voice"] == spoken["voice"]  # so does the standard player
+
+    stranger_context = browser.browser.new_context()  # another browser: its own storage, key
+    stranger_context.set_default_timeout(BROWSER_HANG_MS)
+    try:
+        stranger = open_page(stranger_context, url)
+        stranger.click("#voice input")
+        offered = [o.strip("✓ ") for o in stranger.get_by_role("option").all_text_contents()]
+        assert "alloy (built-in)" in offered and not any("mine-only" in o for o in offered)
+        stranger.keyboard.press("Escape")
+        stranger.fill("#voice input", "mine-only")  # the dropdown takes a typed name
+        stranger.press("#voice input", "Enter")
+        missing = stranger.locator("#voice-about").get_by_text("There is no voice named")
+        missing.wait_for(timeout=BROWSER_HANG_MS)
+        assert missing.text_content() == "There is no voice named 'mine-only'."
+        assert not stranger.is_visible("#delete-voice")
+        stranger.click("#generate")
+        stranger.wait_for_function(
+            f"() => document.querySelector(\"{PLAYER_STATUS}\").textContent.startsWith('Error: ')",
+            timeout=BROWSER_HANG_MS,
+        )
+        assert "Unknown voice 'mine-only'" in stranger.text_content(PLAYER_STATUS)
+    finally:
+        stranger_context.close()
+    assert "mine-only" in voices.names()

@@ -303,3 +303,84 @@ def test_a_stalled_synthesis_still_yields_so_stop_can_end_it(espeak_backend, han
         backend.release.set()
         waiter.join(60)
         outputs.close()  # what Gradio does on Stop: the synthesis is cancelled
+
+
+# ------------------------------------------------------------------ private voices
+@pytest.fixture()
+def private_voices(tmp_path, write_clip, speech_like):
+    """A private registry holding "mine" (saved by OWNER's browser) and "api-made" (no owner)."""
+    registry = VoiceRegistry(tmp_path / "private-voices", private=True)
+    clip = write_clip("me.wav", speech_like(3.0, 24_000))
+    registry.register("mine", clip, "Hello.", owner_key=OWNER)
+    registry.register("api-made", clip, None)
+    return registry
+
+
+def test_private_voices_are_listed_and_shown_to_their_browser_only(private_voices):
+    mine = dict((name, label) for label, name in voice_library.choices(private_voices, OWNER))
+    theirs = dict((name, label) for label, name in voice_library.choices(private_voices, STRANGER))
+    assert mine["mine"] == "mine (saved by you)" and "api-made" not in mine
+    assert "mine" not in theirs and "api-made" not in theirs
+    assert theirs["alloy"] == "alloy (built-in)"
+    _, about, delete = voice_library.show_picked(private_voices, "mine", OWNER)
+    assert "no one else sees it" in about["value"] and delete["visible"]
+    _, about, delete = voice_library.show_picked(private_voices, "mine", STRANGER)
+    assert about["value"] == "There is no voice named 'mine'." and not delete["visible"]
+    # a server with --api-key: the page shows its own voices, but no Delete
+    _, about, delete = voice_library.show_picked(private_voices, "mine", OWNER, may_delete=False)
+    assert "Hello." in about["value"] and not delete["visible"]
+    with pytest.raises(gr.Error, match="There is no voice named 'mine'"):
+        voice_library.delete_voice(private_voices, "mine", STRANGER)
+    assert "mine" in private_voices.names()
+
+
+def test_a_private_voice_speaks_only_for_the_browser_that_saved_it(engine, private_voices):
+    """The page's own event passes the browser's key (bind_page); the API's endpoints have
+    none, so with private voices they take the built-in voices only."""
+    api = handlers.ApiParameters.for_engine(engine)
+    page = handlers.bind_page(EngineSlot.holding(engine), private_voices, api)
+    values = dict.fromkeys(api.names) | {"text": "Hello.", "voice": "mine"}
+    assert list(inspect.signature(page).parameters) == [*api.names, "owner_key"]
+    outputs = list(page(*values.values(), OWNER))
+    assert outputs[-1][2]["done"] and outputs[-1][1][1].size
+    for key in (STRANGER, None):
+        with pytest.raises(gr.Error, match="There is no voice named 'mine'"):
+            list(page(*values.values(), key))
+    endpoint = handlers.bind(handlers.synthesize_full, EngineSlot.holding(engine),
+                             private_voices, api)  # fmt: skip
+    with pytest.raises(gr.Error, match="There is no voice named 'mine'"):
+        list(endpoint(*values.values()))  # as Gradio calls it: by position
+    assert list(endpoint(*(values | {"voice": "alloy"}).values()))[-1][1]["done"]
+
+
+def test_the_page_clears_the_last_clip_and_reports_errors_to_the_stats_panel(engine, voices):
+    """Issue #24: a stale clip stayed next to a new error. The page's Generate first clears the
+    full clip, and an error also goes to the stats panel (besides its toast)."""
+    api = handlers.ApiParameters.for_engine(engine)
+    page = handlers.bind_page(EngineSlot.holding(engine), voices, api)
+    values = dict.fromkeys(api.names) | {"text": "   "}
+    outputs = page(*values.values(), OWNER)
+    assert next(outputs) == (gr.skip(), None, gr.skip())
+    first = next(outputs)
+    assert first[:2] == (gr.skip(), gr.skip()) and "enter some text" in first[2]["error"]
+    with pytest.raises(gr.Error, match="enter some text"):
+        next(outputs)
+    again = page(*values.values(), OWNER)
+    next(again)
+    second = next(again)
+    again.close()
+    assert second[2]["error"] == first[2]["error"] and second[2]["at"] > first[2]["at"]
+    slot = EngineSlot("some/model")  # the model still loading: the panel hears of it too
+    loading = handlers.bind_page(slot, voices, api)(*(values | {"text": "Hi."}).values(), OWNER)
+    assert next(loading)[1] is None and "still loading" in next(loading)[2]["error"]
+
+
+def test_a_browser_without_a_usable_key_gets_a_new_one():
+    """The key is made on the first visit; one the page's routes would refuse (a damaged
+    storage: not a string of 16-256 characters) is replaced, not sent with every request."""
+    kept = "k" * 32
+    assert voice_library.usable_key(kept) == kept
+    for bad in ("", None, "short", {"not": "a key"}, "x" * 300):
+        fresh = voice_library.usable_key(bad)
+        assert isinstance(fresh, str) and 16 <= len(fresh) <= 256 and fresh != bad
+    assert voice_library.usable_key(None) != voice_library.usable_key(None)  # random

@@ -320,3 +320,156 @@ def test_only_voice_folders_take_a_place_in_the_store(tmp_path):
         registry.register("three", str(FEMALE_CLIP), TRANSCRIPT)
     registry.delete("damaged")
     registry.register("three", str(FEMALE_CLIP), TRANSCRIPT)
+
+
+# ------------------------------------------------------------------ private voices
+KEY_A, KEY_B = "secret-of-browser-a-0123", "secret-of-browser-b-4567"  # 16+ characters
+
+
+def test_private_voices_exist_only_for_their_owner_and_the_operator(tmp_path):
+    """Issue #24: saved voices were listed to everyone. With `private`, a visitor sees (and may
+    use) the built-in voices and its own; anyone else's is not there (VoiceNotFound, as for an
+    unknown name); the operator (OPERATOR, the default) sees every voice."""
+    from tts_core.server.voices import OPERATOR, Viewer
+
+    registry = VoiceRegistry(tmp_path, private=True)
+    registry.register("a-voice", str(FEMALE_CLIP), TRANSCRIPT, owner_key=KEY_A)
+    registry.register("b-voice", str(FEMALE_CLIP), TRANSCRIPT, owner_key=KEY_B)
+    registry.register("operators", str(FEMALE_CLIP), TRANSCRIPT)  # through /v1 with the key
+    a, b, anyone = Viewer(KEY_A), Viewer(KEY_B), Viewer()
+    assert registry.names(a) == [*BUILTIN_NAMES, "a-voice"]
+    assert registry.names(b) == [*BUILTIN_NAMES, "b-voice"]
+    assert registry.names(anyone) == BUILTIN_NAMES
+    assert registry.names() == registry.names(OPERATOR) == [*BUILTIN_NAMES, "a-voice", "b-voice",
+                                                            "operators"]  # fmt: skip
+    assert registry.load("a-voice", a)[1].size and registry.get("alloy", anyone).kind == "builtin"
+    for name, viewer in (("a-voice", b), ("a-voice", anyone), ("operators", a)):
+        with pytest.raises(VoiceNotFound):
+            registry.get(name, viewer)
+        with pytest.raises(VoiceNotFound):
+            registry.load(name, viewer)
+    # not even deleted by the page of another browser: to it the voice does not exist
+    with pytest.raises(VoiceNotFound):
+        registry.delete("a-voice", owner_key=KEY_B, check_owner=True)
+    # one namespace: the name stays taken, and only its owner (or the operator) replaces it
+    with pytest.raises(FileExistsError, match="already exists"):
+        registry.register("a-voice", str(FEMALE_CLIP), None, owner_key=KEY_B)
+    with pytest.raises(FileExistsError, match="already exists"):
+        registry.register("a-voice", str(FEMALE_CLIP), None, replace=True, owner_key=KEY_B,
+                          viewer=b)  # fmt: skip
+    assert registry.get("a-voice").transcript == TRANSCRIPT and registry.get("a-voice").owned_by(
+        KEY_A
+    )
+    registry.register("a-voice", str(FEMALE_CLIP), "Again.", replace=True, owner_key=KEY_A,
+                      viewer=a)  # fmt: skip
+    assert registry.get("a-voice", a).transcript == "Again."
+    registry.delete("a-voice", owner_key=KEY_A, check_owner=True)
+    registry.delete("b-voice")  # the operator deletes any
+    assert registry.names() == [*BUILTIN_NAMES, "operators"]
+
+
+def test_without_private_every_viewer_sees_every_voice(tmp_path):
+    from tts_core.server.voices import Viewer
+
+    registry = VoiceRegistry(tmp_path)
+    registry.register("a-voice", str(FEMALE_CLIP), TRANSCRIPT, owner_key=KEY_A)
+    assert registry.names(Viewer()) == registry.names(Viewer(KEY_B)) == [*BUILTIN_NAMES, "a-voice"]
+    assert registry.load("a-voice", Viewer())[1].size
+    with pytest.raises(PermissionError, match="not saved from this browser"):
+        registry.delete("a-voice", owner_key=KEY_B, check_owner=True)
+
+
+def private_api(engine, voices_dir, api_key=None):  # noqa: ANN001, ANN201 - FastAPI
+    from fastapi import FastAPI
+
+    from tts_core.server import AccessPolicy, ApiConfig, install_routes
+
+    app = FastAPI()
+    registry = VoiceRegistry(voices_dir, private=True)
+    install_routes(app, engine, registry, ApiConfig(access=AccessPolicy(api_key=api_key)))
+    return app, registry
+
+
+def listed(url: str, **headers) -> list[str]:  # noqa: ANN003
+    answer = httpx.get(f"{url}/v1/audio/voices", headers=headers, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return [voice["id"] for voice in answer.json()["data"] if voice["kind"] == "custom"]
+
+
+def speech(url: str, voice: str, **headers) -> httpx.Response:  # noqa: ANN003
+    body = {"input": "Hello.", "voice": voice, "response_format": "pcm", "stream": False}
+    return httpx.post(f"{url}/v1/audio/speech", json=body, headers=headers, timeout=60)
+
+
+def test_private_voices_over_v1_without_an_api_key(espeak_backend, tmp_path):
+    """No key: every /v1 caller is a visitor, known by its X-Voice-Owner header, as a browser
+    by its key: it lists, uses, replaces and deletes only the built-in voices and its own."""
+    app, registry = private_api(RecordingEngine(espeak_backend), tmp_path / "voices")
+    registry.register("page-voice", str(FEMALE_CLIP), TRANSCRIPT, owner_key=KEY_A)  # the page
+    a, b = {"X-Voice-Owner": KEY_A}, {"X-Voice-Owner": KEY_B}
+    with serve(app) as url:
+        error = assert_error(register(url, "nobodys", FEMALE_CLIP), 400, "X-Voice-Owner")
+        assert error["code"] == "owner_required"
+        short = httpx.get(f"{url}/v1/audio/voices", headers={"X-Voice-Owner": "short"}, timeout=10)
+        assert_error(short, 400, "X-Voice-Owner")
+        with open(FEMALE_CLIP, "rb") as clip:
+            made = httpx.post(f"{url}/v1/audio/voices", data={"name": "b-voice"}, headers=b,
+                              files={"file": ("c.wav", clip, "audio/wav")}, timeout=60)  # fmt: skip
+        assert made.status_code == 201, made.text
+        assert registry.get("b-voice").owned_by(KEY_B)
+        assert listed(url) == [] and listed(url, **a) == ["page-voice"]
+        assert listed(url, **b) == ["b-voice"]
+        assert speech(url, "page-voice", **a).status_code == 200
+        refused = assert_error(speech(url, "page-voice", **b), 404, "voice")
+        known = refused["message"].split("Known voices: ")[1]
+        assert "page-voice" not in known and "b-voice" in known  # its own, not the page's
+        assert_error(speech(url, "page-voice"), 404, "voice")
+        assert speech(url, "alloy").status_code == 200  # built-in voices are everyone's
+        with open(FEMALE_CLIP, "rb") as clip:
+            taken = httpx.post(f"{url}/v1/audio/voices", headers=b, timeout=60,
+                               data={"name": "page-voice", "replace": "true"},
+                               files={"file": ("c.wav", clip, "audio/wav")})  # fmt: skip
+        assert_error(taken, 409, "name")
+        gone = httpx.delete(f"{url}/v1/audio/voices/page-voice", headers=b, timeout=10)
+        assert_error(gone, 404, "voice")
+        assert_error(httpx.delete(f"{url}/v1/audio/voices/page-voice", timeout=10), 404, "voice")
+        assert httpx.delete(f"{url}/v1/audio/voices/b-voice", headers=b, timeout=10).json()[
+            "deleted"
+        ]
+    assert registry.names() == [*BUILTIN_NAMES, "page-voice"]
+
+
+def test_private_voices_over_v1_with_an_api_key_are_the_operators(espeak_backend, tmp_path):
+    """With --api-key the /v1 caller is the operator: it lists and uses every voice, and may
+    delete any (X-Voice-Owner is not looked at)."""
+    app, registry = private_api(RecordingEngine(espeak_backend), tmp_path / "voices", "s3cret")
+    registry.register("page-voice", str(FEMALE_CLIP), TRANSCRIPT, owner_key=KEY_A)
+    key = {"Authorization": "Bearer s3cret"}
+    with serve(app) as url:
+        with open(FEMALE_CLIP, "rb") as clip:
+            made = httpx.post(f"{url}/v1/audio/voices", data={"name": "curated"}, headers=key,
+                              files={"file": ("c.wav", clip, "audio/wav")}, timeout=60)  # fmt: skip
+        assert made.status_code == 201, made.text
+        assert registry.get("curated").owner is None
+        assert listed(url, **key) == ["curated", "page-voice"]
+        assert listed(url, **key, **{"X-Voice-Owner": KEY_B}) == ["curated", "page-voice"]
+        assert speech(url, "page-voice", **key).status_code == 200
+        deleted = httpx.delete(f"{url}/v1/audio/voices/page-voice", headers=key, timeout=10)
+        assert deleted.json()["deleted"]
+        # the page's own route is a visitor's: only the voices of the key it sends
+        body = {"text": "Hello.", "voice": "curated"}
+        answer = httpx.post(f"{url}/tts_stream/pcm", json=body, timeout=60)
+        assert_error(answer, 404, "voice")
+    assert registry.names() == [*BUILTIN_NAMES, "curated"]
+
+
+def test_the_page_route_uses_the_private_voices_of_the_key_it_sends(espeak_backend, tmp_path):
+    app, registry = private_api(RecordingEngine(espeak_backend), tmp_path / "voices")
+    registry.register("a-voice", str(FEMALE_CLIP), TRANSCRIPT, owner_key=KEY_A)
+    with serve(app) as url:
+        for key, status in ((KEY_A, 200), (KEY_B, 404), (None, 404)):
+            body = {"text": "Hello.", "voice": "a-voice", "owner_key": key}
+            answer = httpx.post(f"{url}/tts_stream/pcm", json=body, timeout=60)
+            assert answer.status_code == status, (key, answer.text[:300])
+        bad = {"text": "Hello.", "voice": "a-voice", "owner_key": ["not", "a", "key"]}
+        assert_error(httpx.post(f"{url}/tts_stream/pcm", json=bad, timeout=60), 400, "owner_key")

@@ -2,7 +2,7 @@
 
 `install_routes(app, engine_or_slot, voices=None, config=None)` adds
     POST   /v1/audio/speech           OpenAI-compatible speech (streamed)
-    GET    /v1/audio/voices           built-in + registered voices
+    GET    /v1/audio/voices           built-in + registered voices (private ones: the caller's)
     POST   /v1/audio/voices           register a named voice (multipart: name, file, transcript)
     DELETE /v1/audio/voices/{name}
     GET    /v1/models                 the served model and its loading status
@@ -50,14 +50,17 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def open_voice_registry(root: str | Path | None = None) -> VoiceRegistry:
+def open_voice_registry(root: str | Path | None = None, private: bool = False) -> VoiceRegistry:
     """The registry of `root` (default: $TTS_VOICES_DIR or the user data folder); warns at
     start-up when it cannot take new voices. One per process and root: the page and the API
-    share it (its lock is per process)."""
-    voices = VoiceRegistry(root or default_voices_dir())
+    share it (its lock is per process). `private`: a saved voice is listed to, and usable by,
+    the browser (or X-Voice-Owner) that saved it and the API's key holder only."""
+    voices = VoiceRegistry(root or default_voices_dir(), private=private)
     problem = voices.store_problem()
     if problem:
         log.warning("voice store %s: %s; registering voices will fail", voices.root, problem)
+    if private:
+        log.info("private voices: a saved voice is listed only to the browser that saved it")
     return voices
 
 

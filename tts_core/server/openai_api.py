@@ -89,7 +89,7 @@ def make_openai_router(state: ServerState) -> APIRouter:
         payload = await read_json(request)
         body = parse_speech_body(payload, state.config.max_input_chars)
         params = SynthesisParams(body.language, **request_values(payload, state.slot))
-        voice, clip = await load_voice(state, body.voice)
+        voice, clip = await load_voice(state, body.voice, state.api_viewer(request))
         engine = state.engine
         requests = build_requests(body, params, voice, clip, engine.config.limits.max_chars)
         cancel = threading.Event()

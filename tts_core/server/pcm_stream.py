@@ -2,7 +2,8 @@
 
 Request JSON: text, language, reference (the path Gradio gave the uploaded clip, or
 {"path": ...}; only files under Gradio's upload folder or the app's assets are accepted),
-reference_text, voice (a registered/built-in voice name instead of a clip), and the knobs by
+reference_text, voice (a registered/built-in voice name instead of a clip), owner_key (the
+browser's key: which private voices it may use), and the knobs by
 name, as /v1/audio/speech takes them (route_utils.request_values: a bad value is a 400 naming
 it; the page sends the values of all its knob controls, and each backend reads its own).
 
@@ -77,7 +78,8 @@ async def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
     reference_text = payload.get("reference_text") or None
     voice_name = payload.get("voice")
     if voice_name:
-        voice, clip = await load_voice(state, str(voice_name))
+        viewer = state.page_viewer(payload.get("owner_key"))  # the browser's key
+        voice, clip = await load_voice(state, str(voice_name), viewer)
         return SynthesisRequest(payload.get("text", ""), (SAMPLE_RATE, clip), voice.transcript,
                                 params)  # fmt: skip
     reference = trusted_reference(payload.get("reference"), state.upload_roots)

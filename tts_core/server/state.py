@@ -6,11 +6,18 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fastapi import Request
+
 from ..engine import Engine, EngineSlot
 from .access import AccessPolicy
-from .voices import VoiceRegistry
+from .errors import ApiError
+from .voices import OPERATOR, Viewer, VoiceRegistry
 
 ENV_VOICES_DIR = "TTS_VOICES_DIR"
+# With private voices and no --api-key, a /v1 caller names its own voices with this header (a
+# secret of its choosing, like the key a browser keeps for the page)
+OWNER_HEADER = "X-Voice-Owner"
+OWNER_KEY_CHARS = (16, 256)  # a key short enough to guess would share its owner's voices
 
 
 def default_voices_dir() -> Path:
@@ -41,6 +48,31 @@ class ServerState:
     def engine(self) -> Engine:
         """The engine; ModelLoading (an EngineBusy: 503 + Retry-After) while it loads."""
         return self.slot.engine
+
+    def api_viewer(self, request: Request) -> Viewer:
+        """Who a /v1 request (past its access check) is, for the voices: the operator (every
+        voice; may replace and delete any) unless the voices are private and the API has no
+        key, where a caller is a visitor known by its X-Voice-Owner header (none: it sees
+        only the built-in voices)."""
+        if not self.voices.private or self.config.access.api_key:
+            return OPERATOR
+        return Viewer(owner_key=owner_key(request.headers.get(OWNER_HEADER), OWNER_HEADER))
+
+    def page_viewer(self, key: object) -> Viewer:
+        """A page's request, with the key its browser keeps (never the operator)."""
+        return Viewer(owner_key=owner_key(key, "owner_key"))
+
+
+def owner_key(value: object, param: str) -> str | None:
+    """A visitor's owner key as sent (None when absent); 400 for one that is not a string of
+    OWNER_KEY_CHARS characters."""
+    if value in (None, ""):
+        return None
+    low, high = OWNER_KEY_CHARS
+    if not isinstance(value, str) or not low <= len(value) <= high:
+        raise ApiError(400, f"{param} must be a secret of {low}-{high} characters.", param,
+                       "invalid_value")  # fmt: skip
+    return value
 
 
 def as_slot(source: Engine | EngineSlot) -> EngineSlot:

@@ -4,11 +4,18 @@ Registration is multipart/form-data: `name`, the clip as `file` (or `audio_sampl
 field name), optional `transcript` (or `reference_text`), optional `replace=true`. The body is
 counted while it arrives and refused past `--max-file-size`; the clip is decoded from memory,
 checked like a synthesis reference and stored as 24 kHz mono WAV; answers 201 with the voice.
+
+Private voices (`VoiceRegistry.private`, `--private-voices`): with an API key the caller is
+the operator and sees, replaces and deletes every voice; without one a caller is a visitor
+(ServerState.api_viewer): it lists and uses the built-in voices and those registered with its
+X-Voice-Owner header, must send that header to register, and replaces or deletes only its own
+(anyone else's answer as unknown).
 """
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -18,8 +25,8 @@ from starlette.datastructures import FormData, UploadFile
 from ..engine import InputError
 from .errors import ApiError
 from .route_utils import api_errors, read_form
-from .state import ServerState
-from .voices import NamedVoice, VoiceDamaged, VoiceNotFound, VoiceStoreError, check_name
+from .state import OWNER_HEADER, ServerState
+from .voices import NamedVoice, Viewer, VoiceDamaged, VoiceNotFound, VoiceStoreError, check_name
 
 FILE_FIELDS = ("file", "audio_sample")
 TRANSCRIPT_FIELDS = ("transcript", "reference_text")
@@ -31,18 +38,23 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
     @api_errors
     async def list_voices(request: Request) -> JSONResponse:
         state.config.access.check(request, api=True)
-        voices = await asyncio.to_thread(state.voices.list)
+        voices = await asyncio.to_thread(state.voices.list, state.api_viewer(request))
         return JSONResponse({"object": "list", "data": [v.as_json() for v in voices]})
 
     @router.post("/v1/audio/voices")
     @api_errors
     async def register_voice(request: Request) -> JSONResponse:
         state.config.access.check(request, api=True)
+        viewer = state.api_viewer(request)
+        if not viewer.operator and viewer.owner_key is None:
+            raise ApiError(400, f"This server keeps voices private: send '{OWNER_HEADER}: "
+                           "<a secret of yours>' to register one (and to use it).",
+                           OWNER_HEADER, "owner_required")  # fmt: skip
         limit = state.config.max_upload_bytes
         form = await read_form(request, limit + FORM_OVERHEAD, lambda: _too_large(limit))
         try:
             name, clip, transcript, replace = await _registration(form, limit)
-            voice = await _register(state, name, clip, transcript, replace)
+            voice = await _register(state, name, clip, transcript, replace, viewer)
         finally:
             await form.close()
         return JSONResponse(voice.as_json(), status_code=201)
@@ -51,8 +63,10 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
     @api_errors
     async def delete_voice(request: Request, name: str) -> JSONResponse:
         state.config.access.check(request, api=True)
+        viewer = state.api_viewer(request)
         try:
-            await asyncio.to_thread(state.voices.delete, name)
+            await asyncio.to_thread(state.voices.delete, name, viewer.owner_key,
+                                    not viewer.operator)  # fmt: skip
         except VoiceNotFound:
             raise ApiError(404, f"Unknown voice '{name}'.", "voice", "voice_not_found") from None
         except FileExistsError as exc:
@@ -62,13 +76,15 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
         return JSONResponse({"id": name, "object": "voice", "deleted": True})
 
 
-async def load_voice(state: ServerState, name: str) -> tuple[NamedVoice, np.ndarray]:
-    """A named voice and its clip, read into memory (a later replace cannot change it under a
-    running request). 404 for an unknown name, 500 for a damaged stored voice."""
+async def load_voice(state: ServerState, name: str,
+                     viewer: Viewer) -> tuple[NamedVoice, np.ndarray]:  # fmt: skip
+    """A named voice `viewer` may use and its clip, read into memory (a later replace cannot
+    change it under a running request). 404 for an unknown name (or another visitor's private
+    voice), 500 for a damaged stored voice."""
     try:
-        return await asyncio.to_thread(state.voices.load, name)
+        return await asyncio.to_thread(state.voices.load, name, viewer)
     except VoiceNotFound:
-        known = ", ".join(state.voices.names())
+        known = ", ".join(await asyncio.to_thread(state.voices.names, viewer))
         raise ApiError(404, f"Unknown voice '{name}'. Known voices: {known}.", "voice",
                        "voice_not_found") from None  # fmt: skip
     except VoiceDamaged as exc:
@@ -105,12 +121,13 @@ def _text_field(form: FormData, keys: tuple[str, ...]) -> str | None:
     return None
 
 
-async def _register(state: ServerState, name: str, clip: bytes, transcript, replace):  # noqa: ANN001, ANN202
+async def _register(state: ServerState, name: str, clip: bytes, transcript, replace,  # noqa: ANN001, ANN202
+                    viewer: Viewer):  # fmt: skip
     limits = state.engine.config.limits
     try:
-        return await asyncio.to_thread(
-            state.voices.register, name, clip, transcript, limits, replace
-        )
+        register = partial(state.voices.register, limits=limits, replace=replace,
+                           owner_key=viewer.owner_key, viewer=viewer)  # fmt: skip
+        return await asyncio.to_thread(register, name, clip, transcript)
     except InputError as exc:
         param = "transcript" if exc.param == "reference_text" else "file"
         raise ApiError(400, str(exc), param, "invalid_value") from None

@@ -7,6 +7,11 @@ voice_store so that a crash or a full disk never loses a voice or leaves files b
 Readers take the same lock as a replace, and `load()` reads the clip into memory, so a
 replace or delete never pulls a file from under a request. The lock is per process: one
 registry per root. Hand-damaged folders are listed as "damaged" so they can be deleted.
+
+Who sees a saved voice: everyone, or with `private=True` (`--private-voices`) only the
+visitor whose owner key saved it (a `Viewer`) and the operator (`OPERATOR`: the /v1 API behind
+its key, and in-process callers); built-in voices are everyone's. To anyone else a private
+voice does not exist: `get`, `load` and `delete` raise VoiceNotFound, as for an unknown name.
 """
 
 from __future__ import annotations
@@ -45,7 +50,9 @@ from .voice_store import (
 __all__ = [
     "BUILTIN_FOLDER",
     "NAME_PATTERN",
+    "OPERATOR",
     "NamedVoice",
+    "Viewer",
     "VoiceDamaged",
     "VoiceNotFound",
     "VoiceRegistry",
@@ -86,6 +93,19 @@ class NamedVoice:
         return {"id": self.name, "object": "voice", **data}
 
 
+@dataclass(frozen=True)
+class Viewer:
+    """Who asks for voices: a visitor, known by the owner key it presents (a browser's key on
+    the page, X-Voice-Owner on the /v1 API without a key), or the operator, who sees them all.
+    Without `private` every viewer sees every voice."""
+
+    owner_key: str | None = None
+    operator: bool = False
+
+
+OPERATOR = Viewer(operator=True)  # the /v1 API behind --api-key, and in-process callers
+
+
 class VoiceNotFound(KeyError):
     pass
 
@@ -95,13 +115,19 @@ class VoiceDamaged(Exception):
 
 
 class VoiceRegistry:
-    """Built-in voices (read-only) + registered voices under `root` (created on demand)."""
+    """Built-in voices (read-only) + registered voices under `root` (created on demand).
+    `private`: a registered voice is seen only by its owner and the operator (see `Viewer`)."""
 
     def __init__(
-        self, root: str | Path, builtin_folder: Path = BUILTIN_FOLDER, max_voices: int = 500
+        self,
+        root: str | Path,
+        builtin_folder: Path = BUILTIN_FOLDER,
+        max_voices: int = 500,
+        private: bool = False,
     ) -> None:
         self.root = Path(root)
         self.max_voices = max_voices  # registered ones: a bound on what visitors can store
+        self.private = private
         self._builtin = _load_builtins(builtin_folder)
         self._lock = threading.Lock()
         self._writes = threading.Condition()  # counts registrations writing to the disk
@@ -109,26 +135,35 @@ class VoiceRegistry:
         self._warned: set[tuple[str, str | None]] = set()
         recover(self.root)
 
-    def names(self) -> list[str]:
-        return [voice.name for voice in self.list()]
+    def visible(self, voice: NamedVoice, viewer: Viewer) -> bool:
+        """Whether `viewer` may see (list, use) `voice`."""
+        if voice.kind == "builtin" or not self.private or viewer.operator:
+            return True
+        return voice.owned_by(viewer.owner_key)
 
-    def list(self) -> list[NamedVoice]:
-        """Built-in voices, then custom ones, damaged ones included (see `status`)."""
+    def names(self, viewer: Viewer = OPERATOR) -> list[str]:
+        return [voice.name for voice in self.list(viewer)]
+
+    def list(self, viewer: Viewer = OPERATOR) -> list[NamedVoice]:
+        """Built-in voices, then the custom ones `viewer` may see, damaged ones included (see
+        `status`)."""
         with self._lock:
-            return [self._builtin[n] for n in sorted(self._builtin)] + self._custom()
+            custom = [v for v in self._custom() if self.visible(v, viewer)]
+            return [self._builtin[n] for n in sorted(self._builtin)] + custom
 
-    def get(self, name: str) -> NamedVoice:
+    def get(self, name: str, viewer: Viewer = OPERATOR) -> NamedVoice:
         with self._lock:
-            return self._get(name)
+            return self._get(name, viewer)
 
-    def load(self, name: str) -> tuple[NamedVoice, np.ndarray]:
+    def load(self, name: str, viewer: Viewer = OPERATOR) -> tuple[NamedVoice, np.ndarray]:
         """The voice and its whole clip as float32 mono 24 kHz samples.
 
         Read under the lock, so the clip matches the voice's transcript and a concurrent
-        replace or delete cannot pull it away. Raises VoiceNotFound, or VoiceDamaged.
+        replace or delete cannot pull it away. Raises VoiceNotFound (also for a voice `viewer`
+        may not see), or VoiceDamaged.
         """
         with self._lock:
-            voice = self._get(name)
+            voice = self._get(name, viewer)
             if voice.status == "ok":
                 try:
                     return voice, _read_clip(voice.reference)
@@ -150,13 +185,15 @@ class VoiceRegistry:
         limits: Limits | None = None,
         replace: bool = False,
         owner_key: str | None = None,
+        viewer: Viewer = OPERATOR,
     ) -> NamedVoice:
         """Check the clip like a synthesis reference (InputError), then store it under `name`.
 
         `owner_key`: the page visitor's secret; only that key may delete it from the page
-        (`delete(name, owner_key=...)`), the API may delete any custom voice. Raises
-        FileExistsError when the name is taken and `replace` is false, and VoiceStoreError
-        when the disk is full or the store is not writable.
+        (`delete(name, owner_key=...)`), the API may delete any custom voice. `viewer`: who
+        registers; `replace` replaces only a voice it may see. Raises FileExistsError when the
+        name is taken (and not replaced), and VoiceStoreError when the disk is full or the
+        store is not writable.
         """
         check_name(name)
         if name in self._builtin:
@@ -168,17 +205,17 @@ class VoiceRegistry:
         if audio is None:
             raise InputError("A reference clip is needed to register a voice.")
         with self._lock:  # refuse a taken name, or a full store, before writing anything
-            self._check_free(name, replace)
+            self._check_free(name, replace, viewer)
             self._check_room(name)
         with self._writing(), store_errors():
             owner = owner_digest(owner_key) if owner_key else None
             staging = stage(self.root, name, audio, transcript, owner)
             try:
                 with self._lock:
-                    self._check_free(name, replace)
+                    self._check_free(name, replace, viewer)
                     swap(staging, self.root / name)
                     self._forget(name)
-                    return self._get(name)
+                    return self._get(name, OPERATOR)
             finally:
                 remove(staging)  # left by a failed swap; already gone after a good one
 
@@ -186,8 +223,9 @@ class VoiceRegistry:
         """Remove a custom voice, damaged or not; with `check_owner` (the page) only the one
         `owner_key` saved.
 
-        Raises VoiceNotFound, PermissionError for someone else's voice, or FileExistsError for
-        a built-in voice or a folder linked from outside the store (not ours to remove).
+        Raises VoiceNotFound (also for someone else's voice in a private registry: it does not
+        exist for them), PermissionError for someone else's voice, or FileExistsError for a
+        built-in voice or a folder linked from outside the store (not ours to remove).
         """
         if name in self._builtin:
             raise FileExistsError(f"'{name}' is a built-in voice and cannot be deleted.")
@@ -197,6 +235,8 @@ class VoiceRegistry:
             if voice is None:
                 raise VoiceNotFound(name)
             if check_owner and not voice.owned_by(owner_key):
+                if self.private:
+                    raise VoiceNotFound(name)
                 raise PermissionError(f"The voice '{name}' was not saved from this browser; "
                                       "only its owner (or the API) can delete it.")  # fmt: skip
             self._refuse_outside(target, "deleted")
@@ -226,11 +266,11 @@ class VoiceRegistry:
         """For a start-up warning: why `root` cannot take voices, or None when it can."""
         return probe(self.root)
 
-    def _get(self, name: str) -> NamedVoice:
+    def _get(self, name: str, viewer: Viewer) -> NamedVoice:
         if name in self._builtin:
             return self._builtin[name]
         voice = _read_custom(self.root / name) if NAME_PATTERN.match(name) else None
-        if voice is None:
+        if voice is None or not self.visible(voice, viewer):
             raise VoiceNotFound(name)
         return self._note(voice)
 
@@ -240,13 +280,14 @@ class VoiceRegistry:
         found = (_read_custom(p) for p in sorted(self.root.iterdir()))
         return [self._note(v) for v in found if v is not None and v.name not in self._builtin]
 
-    def _check_free(self, name: str, replace: bool) -> None:
+    def _check_free(self, name: str, replace: bool, viewer: Viewer) -> None:
         target = self.root / name
         if not (target.exists() or target.is_symlink()):
             return
-        if _read_custom(target) is None:  # never overwrite what we did not write
+        existing = _read_custom(target)
+        if existing is None:  # never overwrite what we did not write
             raise FileExistsError(f"The name '{name}' is taken by a folder that is not a voice.")
-        if not replace:
+        if not replace or not self.visible(existing, viewer):  # one namespace: still taken
             raise FileExistsError(f"A voice named '{name}' already exists.")
         self._refuse_outside(target, "replaced")
 

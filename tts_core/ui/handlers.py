@@ -8,6 +8,10 @@ short internal error. Either way the server keeps serving.
 The inputs are the API's parameters (ApiParameters: the request's fields and the knobs every
 known backend declares, by name); each handler takes them by position, in `names` order, or by
 name, and the page's inputs and the handlers' signature are made from the same list.
+
+Named voices are looked up as a `Viewer`: the page's own event passes its browser's owner key
+(with private voices it may use the voices that browser saved); the API endpoints have no key,
+so with private voices they take the built-in voices only.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from ..engine import (
     SynthesisRequest,
 )
 from ..engine.knobs import parse_knobs
-from ..server.voices import VoiceDamaged, VoiceNotFound, VoiceRegistry
+from ..server.voices import Viewer, VoiceDamaged, VoiceNotFound, VoiceRegistry
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,8 @@ _NUDGE = np.zeros(1, dtype=np.int16)
 
 # The request's fields besides its knobs
 FIELDS = ("text", "language", "reference", "reference_text", "voice")
+ANYONE = Viewer()  # a caller without an owner key (gradio_client, plain HTTP)
+OWNER_KEY = "owner_key"  # the page's own event: its browser's key, after the API's values
 # gradio_client and plain HTTP callers may pass every value by position: this was the order of
 # the first release, kept so that their calls keep working. Knobs declared since come after
 # `voice`, in the order request_knobs gives. Nothing else depends on this order: the page's
@@ -81,10 +87,11 @@ class ApiParameters:
         (tts_core.backends.request_knobs)."""
         return cls(request_knobs(engine))
 
-    def request(self, inputs: tuple, named: dict[str, Any],
-                voices: VoiceRegistry | None = None) -> SynthesisRequest:  # fmt: skip
+    def request(self, inputs: tuple, named: dict[str, Any], voices: VoiceRegistry | None = None,
+                viewer: Viewer = ANYONE) -> SynthesisRequest:  # fmt: skip
         """The API's values (positional in `names` order, or by name) -> an engine request;
-        InputError for a bad knob value, or for values that are not this API's."""
+        InputError for a bad knob value, or for values that are not this API's. A named voice
+        is one `viewer` may use (VoiceNotFound otherwise)."""
         try:
             values = self.signature.bind(*inputs, **named).arguments
         except TypeError as exc:
@@ -95,7 +102,7 @@ class ApiParameters:
         if voice:
             if voices is None:
                 raise InputError("Named voices are not available here; upload a clip instead.")
-            named_voice, clip = voices.load(voice)
+            named_voice, clip = voices.load(voice, viewer)
             return SynthesisRequest(text, (SAMPLE_RATE, clip), named_voice.transcript, params)
         return SynthesisRequest(text, values.get("reference") or None,
                                 values.get("reference_text"), params)  # fmt: skip
@@ -105,13 +112,14 @@ def make_request(
     *inputs: Any,
     voices: VoiceRegistry | None = None,
     api: ApiParameters | None = None,
+    viewer: Viewer = ANYONE,
     **named: Any,
 ) -> SynthesisRequest:
     """The API's values (`api`'s parameters, default: those of every known backend's knobs)
     -> a SynthesisRequest.
-    `voice` names a built-in or saved voice (from `voices`) used instead of the reference clip
-    and its transcript."""
-    return (api or ApiParameters.for_engine()).request(inputs, named, voices)
+    `voice` names a built-in or saved voice (from `voices`, one `viewer` may use) used instead
+    of the reference clip and its transcript."""
+    return (api or ApiParameters.for_engine()).request(inputs, named, voices, viewer)
 
 
 @contextmanager
@@ -135,13 +143,15 @@ def stream_to_page(
     *inputs: Any,
     voices: VoiceRegistry | None = None,
     api: ApiParameters | None = None,
+    viewer: Viewer = ANYONE,
     **named: Any,
 ) -> Iterator[tuple]:
     """Outputs: live audio, full clip, stats (the page's stats panel draws them)."""
     skip = gr.skip()
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
-        handle = StreamHandle(engine, make_request(*inputs, voices=voices, api=api, **named))
+        request = make_request(*inputs, voices=voices, api=api, viewer=viewer, **named)
+        handle = StreamHandle(engine, request)
     pieces: list[np.ndarray] = []
     last_chunk_at: float | None = None  # set while a chunk waits to be flushed by a nudge
     stats: dict[str, Any] = {}
@@ -190,12 +200,14 @@ def stream_to_api(
     *inputs: Any,
     voices: VoiceRegistry | None = None,
     api: ApiParameters | None = None,
+    viewer: Viewer = ANYONE,
     **named: Any,
 ) -> Iterator[tuple]:
     """/synthesize: one (chunk WAV, stats) per chunk; the last one's stats have done=true."""
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
-        handle = StreamHandle(engine, make_request(*inputs, voices=voices, api=api, **named))
+        request = make_request(*inputs, voices=voices, api=api, viewer=viewer, **named)
+        handle = StreamHandle(engine, request)
     try:
         for event in _events_with_timeouts(handle):
             if event is None:
@@ -211,6 +223,7 @@ def synthesize_full(
     *inputs: Any,
     voices: VoiceRegistry | None = None,
     api: ApiParameters | None = None,
+    viewer: Viewer = ANYONE,
     **named: Any,
 ) -> Iterator[tuple]:
     """/synthesize_full: the finished clip (WAV) and the final stats (`predict` returns them).
@@ -223,7 +236,8 @@ def synthesize_full(
     skip = gr.skip()
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
-        handle = StreamHandle(engine, make_request(*inputs, voices=voices, api=api, **named))
+        request = make_request(*inputs, voices=voices, api=api, viewer=viewer, **named)
+        handle = StreamHandle(engine, request)
     pieces, stats = [], {}
     try:
         for event in _events_with_timeouts(handle):
@@ -245,7 +259,8 @@ def bind(
     """fn(engine, *inputs, voices=, api=) -> a Gradio handler that takes the engine from `slot`
     per request and whose signature is `api`'s (default: every known backend's knobs): its
     parameter names are the API's, which gradio_client calls by (every handler here is a
-    generator, and stays one: Gradio decides streaming from that)."""
+    generator, and stays one: Gradio decides streaming from that). Its callers have no owner
+    key (ANYONE: with private voices, the built-in voices only)."""
     api = api or ApiParameters.for_engine()
 
     def handler(*inputs: Any) -> Iterator:
@@ -257,3 +272,32 @@ def bind(
     handler.__name__ = handler.__qualname__ = fn.__name__
     handler.__doc__ = fn.__doc__
     return handler
+
+
+def bind_page(slot: EngineSlot, voices: VoiceRegistry | None,
+              api: ApiParameters | None = None) -> Callable[..., Iterator]:  # fmt: skip
+    """The page's own Generate for the standard player: stream_to_page on the API's inputs
+    and, after them, the browser's owner key (the voices it may use). Its first yield clears
+    the last run's full clip, so no stale clip stays next to this run's outcome; an error
+    (the model still loading included) also reaches the stats panel as {"error": message}
+    before it is raised (Gradio shows it in a toast)."""
+    api = api or ApiParameters.for_engine()
+    key = inspect.Parameter(OWNER_KEY, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)
+    signature = api.signature.replace(parameters=[*api.signature.parameters.values(), key])
+
+    def stream_page(*inputs: Any) -> Iterator:
+        *values, owner_key = inputs
+        viewer = Viewer(owner_key=owner_key if isinstance(owner_key, str) and owner_key else None)
+        skip = gr.skip()
+        yield skip, None, skip
+        try:
+            with user_errors():
+                engine = slot.engine  # ModelLoading while the model loads
+            yield from stream_to_page(engine, *values, voices=voices, api=api, viewer=viewer)
+        except gr.Error as exc:
+            # "at": the same error twice is still a new value for the panel's change event
+            yield skip, skip, {"error": exc.message, "at": time.time()}
+            raise
+
+    stream_page.__signature__ = signature
+    return stream_page

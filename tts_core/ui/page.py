@@ -128,12 +128,15 @@ def build_demo(
                     generate = gr.Button("Generate", variant="primary", elem_id="generate",
                                          min_width=80)  # fmt: skip
                     stop = gr.Button("Stop", variant="stop", elem_id="stop", min_width=80)
-                library = _voice_inputs(info, parts, controls, editable=_page_may_write(api))
+                library = _voice_inputs(info, parts, controls, voices,
+                                        editable=_page_may_write(api))  # fmt: skip
                 with gr.Accordion("Advanced", open=False, elem_id="advanced"):
                     knob_controls = _knob_controls(parameters.knobs, engine, info, parts)
                 controls.update(knob_controls)
             with gr.Column(scale=1):
                 fields = {name: controls[name] for name in parameters.names}
+                # the browser's owner key: which saved voices it may use (private voices)
+                fields[handlers.OWNER_KEY] = library.owner
                 player = build_lowlatency_player(fields, generate, stop)
                 # Gradio's streaming player and its full clip: shown when the toggle says
                 # "Standard" (the low-latency player has its own replay + download)
@@ -145,7 +148,8 @@ def build_demo(
         if assets is not None:
             _examples(controls, assets)
         inputs = [controls[name] for name in parameters.names]
-        _wire_synthesis(slot, voices, parameters, inputs, outputs, player, stop, concurrency)
+        _wire_synthesis(slot, voices, parameters, inputs, outputs, player, stop, concurrency,
+                        library.owner)  # fmt: skip
         wire_voice_library(demo, library, slot, voices, editable=_page_may_write(api))
         parts["timer"] = gr.Timer(1.0, active=_loading(info))
         model_knobs = {knob: knob_controls[knob.name] for knob in parameters.knobs
@@ -220,14 +224,14 @@ def _text_box(info: dict[str, Any], parts: dict[str, Any]) -> gr.Textbox:
 
 
 def _voice_inputs(info: dict[str, Any], parts: dict[str, Any], controls: dict[str, Any],
-                  editable: bool) -> Any:  # fmt: skip
+                  voices: VoiceRegistry, editable: bool) -> Any:  # fmt: skip
     """Language and the voice library; adds their controls (by API name) to `controls`."""
     choices = [("Auto-detect", "auto")] + [(name.capitalize(), name) for name in LANGUAGES]
     controls["language"] = gr.Dropdown(choices, value="auto", label="Language",
                                        allow_custom_value=True, elem_id="language",
                                        visible=info.get("reads_language", True))  # fmt: skip
     parts["language"] = controls["language"]
-    library = build_voice_library(model_dependent(info)["reference"], editable)
+    library = build_voice_library(model_dependent(info)["reference"], editable, voices.private)
     parts["reference"] = library.reference
     controls.update(reference=library.reference, reference_text=library.transcript,
                     voice=library.voice)  # fmt: skip
@@ -282,19 +286,25 @@ def _standard_outputs() -> list:
 
 def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
                     parameters: handlers.ApiParameters, inputs: list, outputs: list,
-                    player: Any, stop: gr.Button, concurrency: int) -> None:  # fmt: skip
+                    player: Any, stop: gr.Button, concurrency: int,
+                    owner: gr.BrowserState) -> None:  # fmt: skip
     """The standard player's event and the API-only endpoints, on one concurrency pool;
-    `inputs`: the controls of `parameters.names`, in that order."""
+    `inputs`: the controls of `parameters.names`, in that order; `owner`: the browser's key
+    (the page's own event uses the voices it may see; the API's have no key)."""
 
-    def wire(trigger: Any, fn: Any, outs: list, api_name: str, visibility: str = "public") -> Any:
+    pool = {"concurrency_id": CONCURRENCY_ID, "concurrency_limit": concurrency,
+            "show_progress": "minimal"}  # fmt: skip
+
+    def wire(trigger: Any, fn: Any, outs: list, api_name: str) -> Any:
         return trigger(handlers.bind(fn, slot, voices, parameters), inputs=inputs, outputs=outs,
-                       api_name=api_name, api_visibility=visibility, concurrency_id=CONCURRENCY_ID,
-                       concurrency_limit=concurrency, show_progress="minimal")  # fmt: skip
+                       api_name=api_name, api_visibility="public", **pool)  # fmt: skip
 
     # Generate runs the low-latency player in the browser; the page clicks this hidden
     # trigger instead when the player toggle says "Standard" (one synthesis per click).
-    generating = wire(player.standard_trigger.click, handlers.stream_to_page, outputs,
-                      "generate", visibility="private")  # fmt: skip
+    generating = player.standard_trigger.click(
+        handlers.bind_page(slot, voices, parameters), inputs=[*inputs, owner], outputs=outputs,
+        api_name="generate", api_visibility="private", **pool,
+    )  # fmt: skip
     stop.click(None, None, None, cancels=[generating])
     # API-only endpoints: a hidden button that no one clicks, so they run only when called
     api_only = gr.Button(visible=False)

@@ -5,7 +5,10 @@ It is the same VoiceRegistry as /v1/audio/voices, so a voice saved here is usabl
 API at once, and the other way round. Who saved a voice is told by an owner key: a random
 secret made once per browser and kept in its localStorage (gr.BrowserState); the registry
 stores only its digest. Voices registered through the API have no owner: the page cannot
-delete them.
+delete them. With private voices (`VoiceRegistry.private`, `--private-voices`) a browser is
+shown, and may use, only the built-in voices and the ones it saved; to it, anyone else's do
+not exist. Saving and deleting say so in a line under the picker, not in a toast (a toast
+would cover the player's status at the top of the other column).
 
 These events are the page's own, not an API: they are "private", and the server's EventGuard
 (server/gradio_guard.py) answers a call of a private event by its name with 404; the page
@@ -25,7 +28,8 @@ import gradio as gr
 
 from ..audio import SAMPLE_RATE
 from ..engine import BackendError, Engine, EngineBusy, EngineSlot, InputError
-from ..server.voices import VoiceNotFound, VoiceRegistry, VoiceStoreError
+from ..server.state import OWNER_KEY_CHARS
+from ..server.voices import Viewer, VoiceNotFound, VoiceRegistry, VoiceStoreError
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +53,17 @@ class VoiceLibrary:
     save: gr.Button
     about: gr.Markdown  # the picked voice's description
     delete: gr.Button
+    note: gr.Markdown  # what the last save or delete did (until the visitor picks a voice)
 
 
-def build_voice_library(reference_label: str, editable: bool = True) -> VoiceLibrary:
+def build_voice_library(reference_label: str, editable: bool = True,
+                        private: bool = False) -> VoiceLibrary:  # fmt: skip
     """The voice inputs: a dropdown of voices (filled per browser on page load), and for
     "Upload or record a clip" the clip, its transcript and (when `editable`) a row to save
-    them as a voice. Saved voices are listed to every visitor of the server."""
+    them as a voice. Saved voices are listed to every visitor of the server, or with
+    `private` to the browser that saved them only."""
+    shared = ("Only this browser will see the voices it saves." if private else
+              "Saved voices are listed to everyone using this server.")  # fmt: skip
     owner = gr.BrowserState("", storage_key=OWNER_STORAGE_KEY, secret=OWNER_SECRET)
     # allow_custom_value: an API caller may name a voice registered after the page was built
     voice = gr.Dropdown([("Upload or record a clip", UPLOAD)], value=UPLOAD, label="Voice",
@@ -66,15 +75,16 @@ def build_voice_library(reference_label: str, editable: bool = True) -> VoiceLib
                                 elem_id="reference-text")  # fmt: skip
         with gr.Row(equal_height=True, visible=editable):
             name = gr.Textbox(placeholder="Name it, e.g. my-voice", show_label=False, scale=3,
-                              info="Saved voices are listed to everyone using this server.",
+                              info=shared,
                               max_length=64, elem_id="voice-name")  # fmt: skip
             save = gr.Button("Save this voice", size="md", scale=2, elem_id="save-voice")
     with gr.Row(equal_height=True):
         about = gr.Markdown(visible=False, elem_id="voice-about")
         delete = gr.Button("Delete voice", variant="stop", size="sm", visible=False, scale=0,
                            min_width=120, elem_id="delete-voice")  # fmt: skip
+    note = gr.Markdown(visible=False, elem_id="voice-note")
     return VoiceLibrary(voice, reference, transcript, owner, upload_box, name, save, about,
-                        delete)  # fmt: skip
+                        delete, note)  # fmt: skip
 
 
 def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
@@ -83,40 +93,59 @@ def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
     `editable`: a server whose API needs a key does not let the page write the store)."""
 
     def refresh(owner_key: str) -> tuple:
-        owner_key = owner_key or secrets.token_urlsafe(24)  # made once per browser
+        owner_key = usable_key(owner_key)  # made once per browser
         return owner_key, gr.update(choices=choices(voices, owner_key))
 
     def pick(name: str, owner_key: str) -> tuple:
-        return show_picked(voices, name, owner_key if editable else None)
+        return show_picked(voices, name, owner_key, may_delete=editable)
 
     def save(name: str, clip: str | None, text: str, owner_key: str) -> tuple:
-        owner_key = owner_key or secrets.token_urlsafe(24)
-        saved = save_voice(slot, voices, (name or "").strip(), clip, text, owner_key)
-        gr.Info(f"Saved the voice '{saved}'. It is selected now, and the API knows it too.")
-        return gr.update(choices=choices(voices, owner_key), value=saved), "", owner_key
+        owner_key = usable_key(owner_key)
+        try:
+            saved = save_voice(slot, voices, (name or "").strip(), clip, text, owner_key)
+        except gr.Error as exc:
+            return gr.skip(), gr.skip(), owner_key, show_note(f"Not saved: {exc.message}")
+        where = "" if voices.private else ", and the API knows it too"
+        return (gr.update(choices=choices(voices, owner_key), value=saved), "", owner_key,
+                show_note(f"Saved the voice '{saved}': it is selected now{where}."))  # fmt: skip
 
-    def delete(name: str, owner_key: str) -> dict:
-        delete_voice(voices, name, owner_key)
-        gr.Info(f"Deleted the voice '{name}'.")
-        return gr.update(choices=choices(voices, owner_key), value=UPLOAD)
+    def delete(name: str, owner_key: str) -> tuple:
+        try:
+            delete_voice(voices, name, owner_key)
+        except gr.Error as exc:
+            return gr.skip(), show_note(f"Not deleted: {exc.message}")
+        return (gr.update(choices=choices(voices, owner_key), value=UPLOAD),
+                show_note(f"Deleted the voice '{name}'."))  # fmt: skip
 
-    # queued (not queue=False): only queued events show a gr.Error's message as a toast
+    # what save and delete did (or why not) shows in the note, not in a toast
     private = {"api_visibility": "private", "show_progress": "hidden"}
     demo.load(refresh, lib.owner, [lib.owner, lib.voice], queue=False, **private)
     lib.voice.change(pick, [lib.voice, lib.owner], [lib.upload_box, lib.about, lib.delete],
                      queue=False, **private)  # fmt: skip
     if not editable:
         return
+    # the note stays until the visitor picks a voice (input: not when a save or delete sets it)
+    lib.voice.input(lambda: gr.update(visible=False), None, lib.note, queue=False, **private)
     lib.save.click(save, [lib.name, lib.reference, lib.transcript, lib.owner],
-                   [lib.voice, lib.name, lib.owner], **private)  # fmt: skip
-    lib.delete.click(delete, [lib.voice, lib.owner], lib.voice, **private)
+                   [lib.voice, lib.name, lib.owner, lib.note], **private)  # fmt: skip
+    lib.delete.click(delete, [lib.voice, lib.owner], [lib.voice, lib.note], **private)
+
+
+def usable_key(owner_key: object) -> str:
+    """The browser's owner key, or a new one when it has none (its first visit) or one that
+    the page's routes would refuse (not a string of 16-256 characters: a damaged storage)."""
+    low, high = OWNER_KEY_CHARS
+    if isinstance(owner_key, str) and low <= len(owner_key) <= high:
+        return owner_key
+    return secrets.token_urlsafe(24)
 
 
 def choices(voices: VoiceRegistry, owner_key: str | None) -> list[tuple[str, str]]:
-    """(label, name) for the dropdown: upload first, then built-in and saved voices; damaged
-    ones are left out (they cannot speak)."""
+    """(label, name) for the dropdown: upload first, then built-in and saved voices (with
+    private voices: the ones `owner_key` saved); damaged ones are left out (they cannot
+    speak)."""
     listed = [("Upload or record a clip", UPLOAD)]
-    for voice in voices.list():
+    for voice in voices.list(Viewer(owner_key=owner_key or None)):
         if voice.status != "ok":
             continue
         if voice.kind == "builtin":
@@ -127,28 +156,34 @@ def choices(voices: VoiceRegistry, owner_key: str | None) -> list[tuple[str, str
     return listed
 
 
-def show_picked(voices: VoiceRegistry, name: str, owner_key: str | None) -> tuple:
+def show_picked(voices: VoiceRegistry, name: str, owner_key: str | None,
+                may_delete: bool = True) -> tuple:  # fmt: skip
     """Updates for (upload box, about, delete): the upload box for UPLOAD, else what the
-    voice is, and Delete for a voice this browser saved."""
+    voice is (one `owner_key` may see), and Delete for a voice this browser saved (when
+    `may_delete`)."""
     hidden = gr.update(visible=False)
     if not name:
         return gr.update(visible=True), hidden, hidden
     try:
-        voice = voices.get(name)
+        voice = voices.get(name, Viewer(owner_key=owner_key or None))
     except VoiceNotFound:
-        return hidden, gr.update(value=f"There is no voice named '{name}'.", visible=True), hidden
+        missing = f"There is no voice named '{plain(name)}'."
+        return hidden, gr.update(value=missing, visible=True), hidden
     owned = voice.owned_by(owner_key)
-    lines = [
-        voice.description
-        or (
-            "Saved from this browser."
-            if owned
-            else "Saved from another browser or through the API: you can use it, not delete it."
-        )
-    ]
+    if owned:
+        whose = "Saved from this browser" + (": no one else sees it." if voices.private else ".")
+    else:
+        whose = "Saved from another browser or through the API: you can use it, not delete it."
+    lines = [voice.description or whose]
     if voice.transcript:  # anyone's words: shown as text, never as Markdown or HTML
         lines.append(f"Its clip says: “{plain(voice.transcript)}”")
-    return hidden, gr.update(value="  \n".join(lines), visible=True), gr.update(visible=owned)
+    return (hidden, gr.update(value="  \n".join(lines), visible=True),
+            gr.update(visible=owned and may_delete))  # fmt: skip
+
+
+def show_note(text: str) -> dict:
+    """The note under the picker, showing `text` (anyone's words: as plain text)."""
+    return gr.update(value=plain(text), visible=True)
 
 
 def plain(text: str) -> str:

@@ -204,6 +204,18 @@
     }
   }
 
+  // Hide the last run's replay and download (offerDownload shows this run's when it ends).
+  function clearResult() {
+    const link = $("download");
+    if (link) {
+      link.hidden = true;
+      if (link.href) URL.revokeObjectURL(link.href);
+      link.removeAttribute("href");
+    }
+    const replay = $("replay");
+    if (replay) { replay.pause(); replay.removeAttribute("src"); replay.load(); replay.hidden = true; }
+  }
+
   function concat(a, b) {
     if (a.length === 0) return b;
     const joined = new Uint8Array(a.length + b.length);
@@ -247,8 +259,7 @@
     const run = new Run(clickT);
     current = run;
     window.__ttsLowLatency.last = run.m;
-    const link = $("download");
-    if (link) link.hidden = true;
+    clearResult(); // the last run's clip must not stay next to this run's outcome
     try {
       await run.fetchAndPlay(requestBody(values.slice(1)));
     } catch (err) {

@@ -5,7 +5,8 @@
 //                      failed(message), stopped(), playbackCurve(timeline), last}
 // stats: the engine's (RequestStats.as_dict): time_to_first_audio_s, real_time_factor, chunks,
 // chunk_compute_s[], chunk_audio_s[], chunk_batch_size[], queue_wait_s, timeline [[wall s,
-// audio s so far], ...], done, stop_reason, backend, model, device, weight_format, notices[].
+// audio s so far], ...], done, stop_reason, backend, model, device, weight_format, notices[];
+// or {error: message} when the standard player's request failed.
 (() => {
   const SVG = 'xmlns="http://www.w3.org/2000/svg"';
   const $ = (name) => element.querySelector(`[data-s="${name}"]`);
@@ -27,6 +28,10 @@
   }
 
   function update(stats) {
+    if (stats && typeof stats === "object" && typeof stats.error === "string") {
+      failed(stats.error);
+      return;
+    }
     if (!stats || typeof stats !== "object" || !("chunks" in stats)) return;
     if (run === null) begin("", performance.now());
     run.stats = stats;
@@ -59,28 +64,26 @@
     $("bars").innerHTML = bars(s.chunk_compute_s || [], s.chunk_audio_s || []);
   }
 
-  // Where a player that starts at the first chunk would be: it plays at real time and, when
-  // it reaches the end of the audio received so far, waits (flat) for the next chunk; it is
-  // never ahead of "generated". timeline [[wall s, audio s so far], ...] -> [[wall s, played s]].
+  // Where a player that starts at the first chunk is: it plays at real time and, when it has
+  // played all it has received, waits (flat) for the next chunk. So at wall time t it is at
+  // min(audio received by t, time since the first chunk minus the waits): never ahead of
+  // "generated". timeline [[wall s, audio s so far], ...] -> [[wall s, played s], ...].
   function playbackCurve(timeline) {
     if (!timeline.length) return [];
-    const points = [[timeline[0][0], 0]];
-    let [t, played] = points[0];
-    for (let i = 0; i < timeline.length; i++) {
-      const available = timeline[i][1];
-      const until = i + 1 < timeline.length ? timeline[i + 1][0] : Infinity;
-      const caughtUp = t + (available - played); // when the buffer would run dry
-      if (caughtUp <= until) {
-        if (caughtUp > t) points.push([caughtUp, available]);
-        [t, played] = [Math.max(t, caughtUp), available];
-        if (until !== Infinity) points.push([until, available]); // stalled until the next chunk
-        t = Math.max(t, until === Infinity ? t : until);
-      } else {
-        played += until - t;
-        t = until;
+    let [t, played] = [timeline[0][0], 0];
+    const points = [[t, played]];
+    timeline.forEach(([, received], i) => {
+      const next = i + 1 < timeline.length ? timeline[i + 1][0] : Infinity; // the next chunk
+      const dry = t + (received - played); // when it will have played all it has
+      if (dry < next) { // plays up to `received`, then waits for the next chunk
+        if (dry > t) points.push([dry, received]);
+        if (next !== Infinity) points.push([next, received]);
+        [t, played] = [next, received];
+      } else { // still playing when the next chunk arrives
+        [t, played] = [next, played + (next - t)];
         points.push([t, played]);
       }
-    }
+    });
     return points;
   }
 
