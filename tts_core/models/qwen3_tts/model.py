@@ -320,11 +320,8 @@ class Qwen3TTSModel:
     def fed_prefill_tokens(self, voice: Voice) -> int:
         """Target-text tokens the prompt's prefill holds (text fed in pieces, issue #27): one in
         x-vector mode; T2 - len(ref_text ids) in ICL mode (T2 = reference frames + 1)."""
-        if voice.ref_codes is None:
-            return 1
-        if not voice.ref_text or not voice.ref_text.strip():
-            raise ValueError("an ICL voice needs its reference transcript (ref_text)")
-        return voice.ref_codes.shape[0] + 1 - len(ref_text_ids(self.text_tokenizer, voice.ref_text))
+        ref_ids = self._ref_ids(voice)
+        return 1 if ref_ids is None else voice.ref_codes.shape[0] + 1 - len(ref_ids)
 
     def plan_fed(
         self,
@@ -344,14 +341,8 @@ class Qwen3TTSModel:
         `fed_prefill_tokens` first target ids, its trailing vectors those that follow them
         (tts_eos comes with done); settings without the length cap (applied at done, from the
         whole text), which is returned as asked."""
-        language = "auto" if language is None else language
-        if not isinstance(language, str):
-            raise ValueError(f"language must be a string, got {type(language).__name__}")
-        ref_ids = None
-        if voice.ref_codes is not None:
-            if not voice.ref_text or not voice.ref_text.strip():
-                raise ValueError("an ICL voice needs its reference transcript (ref_text)")
-            ref_ids = ref_text_ids(self.text_tokenizer, voice.ref_text)
+        language = _checked_language(language)
+        ref_ids = self._ref_ids(voice)
         tail = self.text_tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n")
         with torch.inference_mode():
             prompt = build_prompt(
@@ -427,17 +418,11 @@ class Qwen3TTSModel:
     def _prompt(self, text: str, voice: Voice, language: str | None) -> Prompt:
         if not isinstance(text, str) or not text.strip():
             raise ValueError("text is empty")
-        language = "auto" if language is None else language
-        if not isinstance(language, str):
-            raise ValueError(f"language must be a string, got {type(language).__name__}")
+        language = _checked_language(language)
         ids = target_text_ids(self.text_tokenizer, text)
-        ref_ids = None
-        if voice.ref_codes is not None:
-            if not voice.ref_text or not voice.ref_text.strip():
-                raise ValueError("an ICL voice needs its reference transcript (ref_text)")
-            if voice.ref_codes.ndim != 2 or voice.ref_codes.shape[0] < 1:
-                raise ValueError("reference codes must be (R >= 1, groups)")
-            ref_ids = ref_text_ids(self.text_tokenizer, voice.ref_text)
+        ref_ids = self._ref_ids(voice)
+        if ref_ids is not None and (voice.ref_codes.ndim != 2 or voice.ref_codes.shape[0] < 1):
+            raise ValueError("reference codes must be (R >= 1, groups)")
         return build_prompt(
             self.talker,
             self.config,
@@ -448,6 +433,14 @@ class Qwen3TTSModel:
             ref_ids=ref_ids,
             ref_codes=voice.ref_codes,
         )
+
+    def _ref_ids(self, voice: Voice) -> list[int] | None:
+        """The reference transcript's ids of an ICL voice (None: x-vector voice)."""
+        if voice.ref_codes is None:
+            return None
+        if not voice.ref_text or not voice.ref_text.strip():
+            raise ValueError("an ICL voice needs its reference transcript (ref_text)")
+        return ref_text_ids(self.text_tokenizer, voice.ref_text)
 
     def _codec(self):
         if self.speech_tokenizer is None:
@@ -563,3 +556,11 @@ def _int8_worth_trying(device: str) -> bool:
     from .int8 import int8_matmul_available
 
     return torch.device(device).type == "cpu" and int8_matmul_available()
+
+
+def _checked_language(language: object) -> str:
+    """None -> "auto"; anything but a string is a ValueError (build_prompt checks the name)."""
+    language = "auto" if language is None else language
+    if not isinstance(language, str):
+        raise ValueError(f"language must be a string, got {type(language).__name__}")
+    return language
