@@ -429,8 +429,9 @@ def test_joiners_never_hold_the_running_rows_back_more_than_the_cap():
     from tts_core.models.qwen3_tts.serving import scheduler as module
 
     scheduler = Scheduler(served_model("qwen3-tiny-a"), max_batch=4)
-    running = type("Row", (), {"before_first_chunk": False, "frames": 10})()
-    fresh = [type("Row", (), {"before_first_chunk": True, "frames": 0})() for _ in range(3)]
+    row = {"input_ready": True}  # what every Request has (serving/request.py)
+    running = type("Row", (), {**row, "before_first_chunk": False, "frames": 10})()
+    fresh = [type("Row", (), {**row, "before_first_chunk": True, "frames": 0})() for _ in range(3)]
     scheduler._decoding = [running, *fresh]
     chosen = [scheduler._rows_to_step() for _ in range(2 * module.FIRST_CHUNK_PRIORITY_FRAMES + 2)]
     cap = module.FIRST_CHUNK_PRIORITY_FRAMES

@@ -133,7 +133,7 @@ class BatchEngine:
         FIRST_CHUNK_PRIORITY_FRAMES), else all."""
         # (getattr: rows that are not Requests, e.g. the test doubles of the priority test, are
         # always ready)
-        ready = [seq for seq in self._decoding if getattr(seq, "input_ready", True)]
+        ready = [seq for seq in self._decoding if seq.input_ready]
         fresh = [seq for seq in ready
                  if seq.before_first_chunk and seq.frames < FIRST_CHUNK_PRIORITY_FRAMES]  # fmt: skip
         if fresh and len(fresh) < len(ready):
