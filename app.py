@@ -80,11 +80,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    default=env_flag(os.environ.get("TTS_PRIVATE_VOICES")),
                    help="a voice saved from the page is listed to, and usable by, only the "
                    "browser that saved it (and /v1 behind --api-key); env TTS_PRIVATE_VOICES=1")  # fmt: skip
+    p.add_argument("--voices-per-owner", type=int, default=20,
+                   help="most voices one browser (or X-Voice-Owner) may keep saved")  # fmt: skip
     args = p.parse_args(argv)
     try:
         args.max_file_bytes = parse_file_size(args.max_file_size)
     except ValueError as exc:
         p.error(f"--max-file-size: {exc}")
+    if args.voices_per_owner < 1:
+        p.error("--voices-per-owner must be >= 1")
     if args.queue_size < 0 or (args.max_concurrent is not None and args.max_concurrent < 1):
         p.error("--queue-size must be >= 0 and --max-concurrent >= 1")
     if args.max_batch is not None and not 1 <= args.max_batch <= 256:
@@ -123,7 +127,8 @@ def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported l
     ensure_ffmpeg_on_path()
     slot = EngineSlot(args.model)
     slot.load(partial(build_engine, args), background=not args.wait_for_model)
-    voices = open_voice_registry(args.voices_dir, private=args.private_voices)
+    voices = open_voice_registry(args.voices_dir, private=args.private_voices,
+                                 max_per_owner=args.voices_per_owner)  # fmt: skip
     origins = tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip())
     access = AccessPolicy(bind_host=args.host, allowed_origins=origins, api_key=args.api_key)
     api = ApiConfig(max_upload_bytes=args.max_file_bytes, access=access)

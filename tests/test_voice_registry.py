@@ -297,6 +297,46 @@ def test_the_store_holds_at_most_max_voices(tmp_path):
     registry.register("three", str(FEMALE_CLIP), TRANSCRIPT)
 
 
+def test_one_owner_keeps_at_most_max_per_owner(tmp_path):
+    """One visitor cannot fill the store for everyone: an owner key keeps at most
+    `max_per_owner` voices; other owners and the operator (no owner key) still register, a
+    replacement takes no new place, and a delete frees one."""
+    from tts_core.server.voices import VoiceStoreError
+
+    registry = VoiceRegistry(tmp_path, max_per_owner=2, private=True)
+    for name in ("a1", "a2"):
+        registry.register(name, str(FEMALE_CLIP), TRANSCRIPT, owner_key="browser-a")
+    with pytest.raises(VoiceStoreError, match="2 voices") as caught:
+        registry.register("a3", str(FEMALE_CLIP), TRANSCRIPT, owner_key="browser-a")
+    assert caught.value.status == 429 and not (tmp_path / "a3").exists()
+    registry.register("b1", str(FEMALE_CLIP), TRANSCRIPT, owner_key="browser-b")
+    registry.register("op1", str(FEMALE_CLIP), TRANSCRIPT)  # the operator: no owner share
+    registry.register("a2", str(FEMALE_CLIP), "Replaced.", replace=True, owner_key="browser-a")
+    registry.delete("a1", owner_key="browser-a", check_owner=True)
+    registry.register("a3", str(FEMALE_CLIP), TRANSCRIPT, owner_key="browser-a")
+
+
+def test_the_api_answers_429_when_an_owner_has_saved_its_share(tmp_path, espeak_backend):
+    from fastapi import FastAPI
+
+    from tts_core.server import ApiConfig, install_routes
+
+    app = FastAPI()
+    voices = VoiceRegistry(tmp_path / "voices", max_per_owner=1, private=True)
+    install_routes(app, RecordingEngine(espeak_backend), voices, ApiConfig())
+    with serve(app) as base:
+
+        def register(name: str) -> httpx.Response:
+            with open(FEMALE_CLIP, "rb") as clip:
+                return httpx.post(f"{base}/v1/audio/voices", data={"name": name},
+                                  files={"file": ("ref.wav", clip, "audio/wav")},
+                                  headers={"X-Voice-Owner": "visitor-1-secret-key"})  # fmt: skip
+
+        assert register("first").status_code == 201
+        error = assert_error(register("second"), 429)
+        assert error["code"] == "voice_quota_reached" and "1 voices" in error["message"]
+
+
 def test_only_voice_folders_take_a_place_in_the_store(tmp_path):
     """Regression: every entry of the voices folder counted towards max_voices, so a stray
     file (a README, an editor's backup, an empty folder) took the place of a voice. Only what

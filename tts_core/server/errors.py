@@ -2,7 +2,7 @@
 
 Status codes: 400 bad input, 401 missing/wrong API key, 403 refused Host or Origin, 404
 unknown voice, 409 voice name taken, 413 too large (input text over the limit, oversized
-upload), 415 body not JSON / not a form, 503 engine busy (with Retry-After) or voice store not
+upload), 415 body not JSON / not a form, 429 one owner's voice quota reached, 503 engine busy (with Retry-After) or voice store not
 writable, 507 no disk space for voices, 500 unexpected or a damaged stored voice.
 """
 
@@ -18,6 +18,7 @@ _TYPES = {
     409: "conflict_error",
     413: "request_too_large",
     415: "invalid_request_error",
+    429: "insufficient_quota",
     503: "server_busy",
     507: "server_error",
     500: "server_error",

@@ -138,7 +138,8 @@ async def _register(state: ServerState, name: str, clip: bytes, transcript, repl
 
 
 def _store_error(exc: VoiceStoreError) -> ApiError:
-    code = "voice_store_full" if exc.status == 507 else "voice_store_unavailable"
+    codes = {507: "voice_store_full", 429: "voice_quota_reached"}
+    code = codes.get(exc.status, "voice_store_unavailable")
     return ApiError(exc.status, str(exc), None, code)
 
 

@@ -116,7 +116,9 @@ class VoiceDamaged(Exception):
 
 class VoiceRegistry:
     """Built-in voices (read-only) + registered voices under `root` (created on demand).
-    `private`: a registered voice is seen only by its owner and the operator (see `Viewer`)."""
+    `private`: a registered voice is seen only by its owner and the operator (see `Viewer`).
+    `max_voices` bounds the store, `max_per_owner` what one owner key may keep in it (so one
+    visitor cannot fill the store for everyone); the operator's registrations have no owner."""
 
     def __init__(
         self,
@@ -124,9 +126,11 @@ class VoiceRegistry:
         builtin_folder: Path = BUILTIN_FOLDER,
         max_voices: int = 500,
         private: bool = False,
+        max_per_owner: int = 20,
     ) -> None:
         self.root = Path(root)
         self.max_voices = max_voices  # registered ones: a bound on what visitors can store
+        self.max_per_owner = max_per_owner  # saved under one owner key: one visitor's share
         self.private = private
         self._builtin = _load_builtins(builtin_folder)
         self._lock = threading.Lock()
@@ -206,7 +210,7 @@ class VoiceRegistry:
             raise InputError("A reference clip is needed to register a voice.")
         with self._lock:  # refuse a taken name, or a full store, before writing anything
             self._check_free(name, replace, viewer)
-            self._check_room(name)
+            self._check_room(name, owner_key)
         with self._writing(), store_errors():
             owner = owner_digest(owner_key) if owner_key else None
             staging = stage(self.root, name, audio, transcript, owner)
@@ -291,16 +295,25 @@ class VoiceRegistry:
             raise FileExistsError(f"A voice named '{name}' already exists.")
         self._refuse_outside(target, "replaced")
 
-    def _check_room(self, name: str) -> None:
+    def _check_room(self, name: str, owner_key: str | None) -> None:
         """Full when `max_voices` voices are stored (damaged ones too: they are listed until
-        deleted); a stray file or a folder holding no voice takes no place."""
+        deleted), or `owner_key` already keeps `max_per_owner`; a stray file or a folder
+        holding no voice takes no place."""
         if _is_voice_folder(self.root / name):
             return  # a replacement takes no new place
-        entries = self.root.iterdir() if self.root.is_dir() else ()
-        taken = sum(1 for p in entries if p.name not in self._builtin and _is_voice_folder(p))
-        if taken >= self.max_voices:
+        entries = list(self.root.iterdir()) if self.root.is_dir() else []
+        folders = [p for p in entries if p.name not in self._builtin and _is_voice_folder(p)]
+        if len(folders) >= self.max_voices:
             raise VoiceStoreError(f"The voice store is full ({self.max_voices} voices); delete "
                                   "one first.", 507)  # fmt: skip
+        if owner_key and self._owned_count(folders, owner_key) >= self.max_per_owner:
+            raise VoiceStoreError(f"This browser already keeps {self.max_per_owner} voices, the "
+                                  "most one visitor may save; delete one first.", 429)  # fmt: skip
+
+    @staticmethod
+    def _owned_count(folders: list[Path], owner_key: str) -> int:
+        voices = (_read_custom(folder) for folder in folders)
+        return sum(1 for voice in voices if voice is not None and voice.owned_by(owner_key))
 
     def _refuse_outside(self, target: Path, verb: str) -> None:
         if not target.resolve().is_relative_to(self.root.resolve()):
