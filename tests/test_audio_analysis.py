@@ -1,10 +1,12 @@
-"""tts_core.audio.analysis (numpy YIN, frame RMS, spectral-flux onsets) against librosa.
+"""tts_core.audio.analysis (numpy YIN, frame RMS, spectral-flux onsets, mel filters,
+resampling) against librosa.
 
-The offline voice used librosa.yin / feature.rms / onset.onset_detect; our numpy versions
-replace them so that no numba code is compiled on the start path. They follow librosa's
-definitions, so they must agree with it on the signals the voice analyses: synthetic harmonic
-tones and vowels, eSpeak's own output, and the clips in assets/. librosa stays a dependency
-and is only imported here.
+The offline voice used librosa.yin / feature.rms / onset.onset_detect, the Qwen3 front end
+librosa.filters.mel and librosa.resample; ours replace them so that no numba code is compiled
+on the start path and the image carries no librosa (numba, llvmlite, scipy, scikit-learn). They
+follow librosa's definitions, so they must agree with it on the signals the voice analyses:
+synthetic harmonic tones and vowels, eSpeak's own output, and the clips in assets/. librosa is
+a test-only dependency (the `dev` extra) and is only imported here.
 
 Where the tolerances come from. librosa computes in the input's dtype, float32 here (eSpeak
 and decoded clips are float32); we compute in float64. So the two differ by float32 rounding:
@@ -18,6 +20,8 @@ and decoded clips are float32); we compute in float64. So the two differ by floa
   whose d' sits within rounding of the 0.1 threshold could pick a different trough (an
   octave-like jump); that may happen on at most 1 % of the frames the voice keeps (loud) and
   2 % of all frames (silence and noise included; observed: 0 and < 0.5 %).
+* Mel filters and resampling: no tolerance. Both do librosa's float operations in librosa's
+  order and dtypes (resampling is the same soxr call), so they must be equal bit for bit.
 * Onsets: the onset envelope differs by ~1e-5 dB (observed; float32 power spectra) of peaks
   of 10-25 dB, i.e. ~1e-6 after normalization, while a pick needs the local maximum and 0.07
   above the local mean: only a near-tie closer than 1e-6 could move a pick, so the picked
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import librosa  # a dependency of the project (the neural models use it), here the reference
+import librosa  # test-only (the dev extra): the reference
 import numpy as np
 import pytest
 import soundfile as sf
@@ -149,9 +153,57 @@ def test_onsets_match_librosa(signals) -> None:
 
 
 def test_mel_filters_match_librosa() -> None:
-    for rate, n_fft, bands in ((24_000, 2048, 128), (16_000, 1024, 40)):
-        theirs = librosa.filters.mel(sr=rate, n_fft=n_fft, n_mels=bands)
-        np.testing.assert_allclose(analysis.mel_filters(rate, n_fft, bands), theirs, atol=1e-7)
+    cases = ((24_000, 2048, 128, 0.0, None), (16_000, 1024, 40, 0.0, None),
+             (24_000, 1024, 128, 0.0, 12_000.0), (22_050, 512, 64, 300.0, 8_000.0))  # fmt: skip
+    for rate, n_fft, bands, fmin, fmax in cases:
+        theirs = librosa.filters.mel(sr=rate, n_fft=n_fft, n_mels=bands, fmin=fmin, fmax=fmax)
+        ours = analysis.mel_filters(rate, n_fft, bands, fmin=fmin, fmax=fmax)
+        assert ours.dtype == theirs.dtype == np.float32
+        np.testing.assert_array_equal(ours, theirs, err_msg=f"{rate} {n_fft} {bands} {fmin}")
+    # float64 on request (no float32 step): within float32 rounding of librosa's, not equal
+    ours64 = analysis.mel_filters(24_000, 1024, 128, dtype=np.float64)
+    theirs = librosa.filters.mel(sr=24_000, n_fft=1024, n_mels=128)
+    np.testing.assert_allclose(ours64, theirs, rtol=2 * np.finfo(np.float32).eps, atol=0)
+    assert not np.array_equal(ours64, theirs)
+
+
+# 44.1 kHz (and 22.05 / 11.025 kHz) to 24 kHz: for lengths n that are multiples of 147,
+# n * 24000 / 44100 is a whole number but n * float(24000 / 44100) lands just above it, so
+# librosa keeps one sample more than the exact ceiling (44100 samples -> 24001); ours must too.
+RESAMPLE_RATES = ((16_000, 24_000), (44_100, 24_000), (22_050, 24_000), (48_000, 24_000),
+                  (8_000, 24_000), (24_000, 16_000), (11_025, 24_000))  # fmt: skip
+
+
+def test_resample_matches_librosa(signals) -> None:
+    compared = 0
+    rng = np.random.default_rng(1)
+    for name, (audio, rate) in signals.items():
+        mono = audio if audio.ndim == 1 else audio.mean(axis=1, dtype=np.float32)
+        for orig, target in ((rate, SAMPLE_RATE), *RESAMPLE_RATES):
+            for n in (mono.size, 44_100, 147 * 7, 1000 + int(rng.integers(1000))):
+                y = np.resize(mono, n)  # repeated or cut to n samples
+                theirs = librosa.resample(y, orig_sr=orig, target_sr=target)
+                ours = analysis.resample(y, orig, target)
+                assert ours.dtype == theirs.dtype, name
+                np.testing.assert_array_equal(ours, theirs, err_msg=f"{name} {orig}->{target} {n}")
+                compared += orig != target
+    assert compared > 200
+    assert analysis.resample(np.ones(44_100, np.float32), 44_100, 24_000).size == 24_001
+    y64 = synthetic_signals()["glide"][0].astype(np.float64)
+    ours64 = analysis.resample(y64, 24_000, 16_000)
+    assert ours64.dtype == np.float64
+    np.testing.assert_array_equal(ours64, librosa.resample(y64, orig_sr=24_000, target_sr=16_000))
+
+
+def test_resample_rejects_what_librosa_rejects() -> None:
+    same = np.zeros(10, np.float32)
+    assert analysis.resample(same, 24_000, 24_000) is same
+    for bad, message in ((np.array([0.0, np.nan], np.float32), "NaN"),
+                         (np.zeros(10, np.int16), "float"), (np.zeros((10, 2)), "mono")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            analysis.resample(bad, 16_000, 24_000)
+    with pytest.raises(ValueError, match="positive"):
+        analysis.resample(same, 0, 24_000)
 
 
 def librosa_yin(y, **kwargs):  # noqa: ANN001, ANN201

@@ -1,18 +1,37 @@
 """The container's entrypoint and Dockerfile: persistent storage under /data when it exists,
 the app exec'd as PID 1 (its own SIGTERM handling: tests/test_http_server.py), one Dockerfile
-for the CPU and the GPU image. (Building the images needs podman or docker and a registry:
-not in the suite; the resolve note of the Space issue says what was built where.)"""
+for the CPU and the GPU image, two stages so the final image has no compiler but the 8-bit
+kernels prebuilt for every instruction set (docker/native_kernels.py, run here as the image
+runs it). (Building the images needs podman or docker and a registry: not in the suite; the
+resolve note of the Space issue says what was built where, and how large.)"""
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+
+from tts_core.models import native
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
 DOCKERFILE = ROOT / "Dockerfile"
+KERNELS = ROOT / "docker" / "native_kernels.py"
 NAMES = ("TTS_VOICES_DIR", "TTS_CORE_CACHE", "HF_HOME")
+PREBUILT = "TTS_CORE_NATIVE_PREBUILT=/home/user/.local/lib/tts_core-native"
+
+
+def stages() -> list[str]:
+    """The Dockerfile's stages, each from its FROM line to the next (comments dropped, line
+    continuations joined)."""
+    lines = [ln for ln in DOCKERFILE.read_text().splitlines() if not ln.lstrip().startswith("#")]
+    text = re.sub(r"\\\n", " ", "\n".join(lines))
+    return ["FROM" + part for part in re.split(r"^FROM", text, flags=re.M)[1:]]
 
 
 def run_entrypoint(tmp_path: Path, data: Path, **env: str) -> tuple[dict[str, str], str]:
@@ -65,9 +84,77 @@ def test_the_app_is_execed_as_the_container_command() -> None:
 
 
 def test_one_dockerfile_builds_the_cpu_and_the_gpu_image() -> None:
-    dockerfile = DOCKERFILE.read_text()
+    dockerfile = stages()[0]  # the packages are installed in the build stage
     assert "ARG TORCH=cpu" in dockerfile  # the default image has no CUDA libraries
     assert 'pip install --no-cache-dir --user torch==2.13.0 --index-url "$TORCH_CPU_INDEX"' in (
         dockerfile
     )
     assert "cuda) pip install --no-cache-dir --user torch==2.13.0 ;;" in dockerfile
+
+
+def test_the_compiler_stays_in_the_build_stage() -> None:
+    build, final = stages()
+    assert build.startswith("FROM python:3.11-slim AS build")
+    assert re.search(r"apt-get install [^\n]*\bgcc\b", build)
+    assert final.startswith("FROM python:3.11-slim\n")
+    for word in ("apt-get", "gcc", "cc ", "clang", "build-essential", "pip install"):
+        assert word not in final, word  # nothing is installed in the final stage
+    # what it takes from the build stage: the packages and, under ~/.local, the kernels
+    assert final.count("COPY --from=build") == 1
+    assert "COPY --from=build --chown=user /home/user/.local /home/user/.local" in final
+    assert PREBUILT in build and PREBUILT in final  # built where the app looks for them
+    assert "RUN python docker/native_kernels.py build" in build
+    assert "python docker/native_kernels.py check" in final  # the build fails without them
+
+
+def test_the_final_image_runs_as_user_1000_from_the_app_source() -> None:
+    final = stages()[-1]
+    assert "RUN useradd -m -u 1000 user\nUSER user" in final
+    assert "COPY --chown=user tts_core ./tts_core" in final  # assets/voices is found beside it
+    assert "pip uninstall --yes tts-core" in stages()[0]  # no second, shadowed copy
+
+
+def test_the_build_context_keeps_what_the_dockerfile_copies() -> None:
+    ignored = [p.strip() for p in (ROOT / ".dockerignore").read_text().splitlines() if p.strip()]
+
+    def is_ignored(path: str) -> bool:
+        return any(fnmatch.fnmatch(path, pattern) for pattern in ignored)
+
+    copied = re.findall(r"^COPY --chown=user (.+) \S+$", DOCKERFILE.read_text(), flags=re.M)
+    sources = [src for line in copied for src in line.split()]
+    assert {"tts_core", "app.py", "assets", "docker/entrypoint.sh"} <= set(sources)
+    assert not [src for src in sources if is_ignored(src)]
+    for heavy in (".venv", ".oracle-venv", ".git", "tests"):  # GBs of context otherwise
+        assert is_ignored(heavy), heavy
+
+
+def run_kernels(step: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("CC", native.PREBUILT_ENV)}
+    return subprocess.run(
+        [sys.executable, str(KERNELS), step], capture_output=True, text=True, timeout=300,
+        env={**base, "TTS_CORE_CACHE": str(tmp_path / "cache"), **env},
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(native.compiler() is None, reason="no C compiler to prebuild with")
+@pytest.mark.skipif(not native.int8_isas_here(), reason="no native kernel for this architecture")
+def test_the_kernels_prebuilt_in_one_stage_are_found_in_the_other(tmp_path) -> None:
+    """As in the image: `build` with a compiler, then `check` without one (CC pointing nowhere)
+    finds every kernel of the architecture in the prebuilt folder and loads it."""
+    prebuilt = str(tmp_path / "prebuilt")
+    built = run_kernels("build", tmp_path, **{native.PREBUILT_ENV: prebuilt})
+    assert built.returncode == 0, built.stderr
+    assert len(built.stdout.split()) == len(native.int8_isas_here())
+    checked = run_kernels("check", tmp_path, CC="/nonexistent/cc",
+                          **{native.PREBUILT_ENV: prebuilt})  # fmt: skip
+    assert checked.returncode == 0, checked.stderr
+    assert [line.split(":")[0] for line in checked.stdout.split("\n") if line] == (
+        native.int8_isas_here()
+    )
+    assert not (tmp_path / "cache").exists()  # nothing compiled at check time
+    # the check fails the image build where the kernels are missing or a compiler came along
+    empty = run_kernels("check", tmp_path, CC="/nonexistent/cc",
+                        **{native.PREBUILT_ENV: str(tmp_path / "empty")})  # fmt: skip
+    assert empty.returncode != 0 and "no prebuilt" in empty.stderr
+    with_cc = run_kernels("check", tmp_path, **{native.PREBUILT_ENV: prebuilt})
+    assert with_cc.returncode != 0 and "a C compiler is in this image" in with_cc.stderr

@@ -1,10 +1,13 @@
-"""Audio analysis in numpy: frame RMS, YIN pitch and spectral-flux onsets.
+"""Audio analysis in numpy: frame RMS, YIN pitch, spectral-flux onsets, mel filters, resampling.
 
-Model-agnostic and light to import (numpy only, no JIT): the offline voice measures its pitch
+Model-agnostic and light to import (numpy and soxr, no JIT): the offline voice measures its pitch
 calibration and every reference clip with these on the start path, where librosa's numba code
-cost a fresh machine minutes of compilation. Each function follows the librosa 0.11 function
-of the same name (centred frames, zero padding, the same defaults), so results agree with it up
-to float rounding; tests/test_audio_analysis.py holds them side by side.
+cost a fresh machine minutes of compilation, and the Qwen3 front end takes its mel filters and
+its resampling from here, so librosa (with numba, llvmlite, scipy and scikit-learn, ~370 MB in
+the image) is no runtime dependency. Each function follows the librosa 0.11 function of the
+same name (centred frames, zero padding, the same defaults), so results agree with it up to
+float rounding (`mel_filters` and `resample`: bit for bit); tests/test_audio_analysis.py holds
+them side by side.
 
 Long inputs are processed a block of frames at a time, so memory stays bounded by
 `_BLOCK_VALUES`, never by the clip's length.
@@ -12,7 +15,10 @@ Long inputs are processed a block of frames at a time, so memory stays bounded b
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import soxr
 
 _BLOCK_VALUES = 1 << 20  # framed samples handled at once: 8 MB (the FFTs take a few times that)
 
@@ -136,17 +142,28 @@ def onset_strength(
     return np.concatenate([np.zeros(lead), flux])[: frames.shape[0]]
 
 
-def mel_filters(sr: float, n_fft: int, n_bands: int) -> np.ndarray:
-    """(n_bands, n_fft // 2 + 1) triangular filters on the Slaney mel scale from 0 Hz to sr/2,
-    each scaled to unit area (librosa.filters.mel's defaults)."""
+def mel_filters(
+    sr: float,
+    n_fft: int,
+    n_bands: int,
+    fmin: float = 0.0,
+    fmax: float | None = None,
+    dtype: type = np.float32,
+) -> np.ndarray:
+    """(n_bands, n_fft // 2 + 1) triangular filters on the Slaney mel scale from `fmin` to
+    `fmax` (default sr/2), each scaled to unit area (librosa.filters.mel's defaults). Rounded as
+    librosa rounds: the triangles are stored in `dtype`, then scaled in place, so a float32 result
+    equals librosa's bit for bit."""
+    fmax = sr / 2.0 if fmax is None else fmax
     bins_hz = np.fft.rfftfreq(n_fft, 1.0 / sr)
-    edges_hz = _mel_to_hz(np.linspace(0.0, _hz_to_mel(sr / 2.0), n_bands + 2))
+    edges_hz = _mel_to_hz(np.linspace(_hz_to_mel(fmin), _hz_to_mel(fmax), n_bands + 2))
     widths = np.diff(edges_hz)
     slopes = edges_hz[:, None] - bins_hz[None, :]
     rising = -slopes[:-2] / widths[:-1, None]
     falling = slopes[2:] / widths[1:, None]
-    weights = np.maximum(0.0, np.minimum(rising, falling))
-    return weights * (2.0 / (edges_hz[2:] - edges_hz[:-2]))[:, None]
+    weights = np.maximum(0.0, np.minimum(rising, falling)).astype(dtype)
+    weights *= (2.0 / (edges_hz[2:] - edges_hz[:-2]))[:, None]
+    return weights
 
 
 _MEL_LINEAR_HZ, _MEL_STEP_HZ = 1000.0, 200.0 / 3  # Slaney: linear below 1 kHz, log above
@@ -207,3 +224,23 @@ def onset_times(y: np.ndarray, sr: float, hop_length: int = 512) -> np.ndarray:
     picks = peak_pick(envelope, pre_max=frames_in(0.03), post_max=1, pre_avg=frames_in(0.10),
                       post_avg=frames_in(0.10) + 1, delta=0.07, wait=frames_in(0.03))  # fmt: skip
     return picks * hop_length / sr
+
+
+def resample(y: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
+    """`y` (n,) from `orig_sr` to `target_sr` Hz as librosa.resample's defaults do it (the
+    official Qwen3-TTS and VoxCPM2 front ends): soxr at "soxr_hq", then cut or zero padded to
+    ceil(n * (target_sr / orig_sr)) samples, in `y`'s dtype; `y` itself when the rates agree.
+    Rejects what librosa rejects: non-float or non-finite samples."""
+    y = np.asarray(y)
+    if orig_sr <= 0 or target_sr <= 0:
+        raise ValueError(f"sample rates must be positive, got {orig_sr} and {target_sr}")
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.floating):
+        raise ValueError(f"expected a mono float signal, got {y.dtype} shape {y.shape}")
+    if not np.isfinite(y).all():
+        raise ValueError("audio contains NaN or infinite samples")
+    if orig_sr == target_sr:
+        return y
+    size = math.ceil(y.shape[0] * (float(target_sr) / orig_sr))  # librosa's float ratio
+    out = soxr.resample(y, orig_sr, target_sr, quality="soxr_hq")
+    out = out[:size] if out.shape[0] >= size else np.pad(out, (0, size - out.shape[0]))
+    return np.asarray(out, dtype=y.dtype)

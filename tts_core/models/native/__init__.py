@@ -6,6 +6,13 @@ more slowly. The shared library is built once per source (and the headers beside
 compiler into `$TTS_CORE_CACHE` (default `~/.cache/tts_core`)/native and reused by later
 processes. Set TTS_CORE_NATIVE=0 to use the torch paths only.
 
+Prebuilt kernels: `prebuild(directory)` compiles every kernel of this architecture into a
+directory, each file named by a hash of its source, headers and flags; a process whose
+TTS_CORE_NATIVE_PREBUILT names that directory loads them from there and needs no compiler (the
+container image builds them in a stage with gcc and ships only the .so files). A prebuilt file
+of other sources has another name and is never loaded; with none for this source, the compiler
+path above applies.
+
 The 8-bit linear kernel comes in one C file per instruction set (int8_linear*.c), each built
 only when it is asked for; `int8_linear()` takes the best this CPU runs: on x86-64 AVX-512
 VNNI, then AVX-VNNI, then AVX2; on 64-bit ARM NEON with the dot product; else None (the torch
@@ -61,30 +68,69 @@ def compiler() -> str | None:
     return shutil.which(os.environ.get("CC", "cc"))
 
 
-def build(source: Path) -> Path | None:
-    """The shared library for `source`, compiled if no build of this source and compiler
-    exists yet; None (logged) where it cannot be built: no compiler, a compiler that fails, no
-    home or no writable cache directory."""
+PREBUILT_ENV = "TTS_CORE_NATIVE_PREBUILT"
+
+
+def prebuilt_dir() -> Path | None:
+    """`$TTS_CORE_NATIVE_PREBUILT`: the directory of kernels built ahead (`prebuild`), if set."""
+    named = os.environ.get(PREBUILT_ENV, "").strip()
+    return Path(named) if named else None
+
+
+def _source_bytes(source: Path) -> bytes:
+    """What a build depends on besides the compiler: the source, its headers, the flags."""
+    headers = b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))
+    return source.read_bytes() + headers + " ".join(CFLAGS).encode()
+
+
+def prebuilt_name(source: Path) -> str:
+    return f"{source.stem}-{hashlib.sha256(_source_bytes(source)).hexdigest()[:16]}.so"
+
+
+def _compile(cc: str, source: Path, target: Path) -> None:
+    """Compile `source` to `target`: built beside it, then renamed, so processes building at
+    once never load half a file (CalledProcessError, TimeoutExpired, OSError on failure)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        built = Path(scratch) / target.name
+        subprocess.run([cc, *CFLAGS, str(source), "-o", str(built)], check=True,
+                       capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)  # fmt: skip
+        os.replace(built, target)
+
+
+def prebuild(directory: Path) -> list[Path]:
+    """Compile every 8-bit kernel of this architecture into `directory` under its
+    `prebuilt_name` (whether this CPU runs it or not); raises where one does not build."""
     cc = compiler()
     if cc is None:
-        log.info("no C compiler (cc): %s runs on its torch path", source.name)
+        raise RuntimeError("no C compiler (cc) to prebuild the native kernels with")
+    built = []
+    for isa in int8_isas_here():
+        source = SOURCE_DIR / INT8_ISAS[isa].source
+        built.append(directory / prebuilt_name(source))
+        _compile(cc, source, built[-1])
+    return built
+
+
+def build(source: Path) -> Path | None:
+    """The shared library for `source`: the prebuilt one where $TTS_CORE_NATIVE_PREBUILT holds
+    it, else compiled if no build of this source and compiler exists yet; None (logged) where
+    it cannot be built: no compiler, a compiler that fails, no home or no writable cache."""
+    ahead = prebuilt_dir()
+    if ahead is not None and (ahead / prebuilt_name(source)).is_file():
+        return ahead / prebuilt_name(source)
+    cc = compiler()
+    if cc is None:
+        log.info("no C compiler (cc) and no prebuilt %s: it runs on its torch path", source.name)
         return None
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  timeout=BUILD_TIMEOUT_S).stdout  # fmt: skip
-        headers = b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))
-        key = hashlib.sha256(source.read_bytes() + headers + " ".join(CFLAGS).encode()
-                             + version.encode())  # fmt: skip
+        key = hashlib.sha256(_source_bytes(source) + version.encode())
         target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
         if target.exists():
             return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # built beside the target, then renamed: processes building at once never load half a file
-        with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-            built = Path(scratch) / target.name
-            subprocess.run([cc, *CFLAGS, str(source), "-o", str(built)], check=True,
-                           capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)  # fmt: skip
-            os.replace(built, target)
+        _compile(cc, source, target)
     except (subprocess.SubprocessError, OSError, RuntimeError) as error:  # RuntimeError: no home
         stderr = getattr(error, "stderr", "") or ""
         log.warning("could not build %s (%s); using the torch path. %s",

@@ -1,7 +1,8 @@
 """Log-mel front end of the speaker encoder (the official `mel_spectrogram`).
 
 Reflect-pad (n_fft - hop) / 2 on both sides, STFT with center=False and a Hann window, magnitude
-sqrt(re^2 + im^2 + 1e-9), librosa Slaney mel filters, log(clamp(mel, 1e-5)). The official code
+sqrt(re^2 + im^2 + 1e-9), librosa Slaney mel filters (ours, equal bit for bit:
+audio.analysis.mel_filters), log(clamp(mel, 1e-5)). The official code
 passes these numbers as literals (`extract_speaker_embedding`); they are not in any JSON file.
 """
 
@@ -12,6 +13,8 @@ from functools import lru_cache
 
 import numpy as np
 import torch
+
+from ...audio.analysis import mel_filters
 
 
 @dataclass(frozen=True)
@@ -31,11 +34,7 @@ class MelConfig:
 
 @lru_cache(maxsize=4)
 def _filterbank(cfg: MelConfig) -> np.ndarray:
-    import librosa  # heavy import, done once
-
-    return librosa.filters.mel(
-        sr=cfg.sample_rate, n_fft=cfg.n_fft, n_mels=cfg.n_mels, fmin=cfg.fmin, fmax=cfg.fmax
-    )  # (n_mels, n_fft // 2 + 1), Slaney scale and norm
+    return mel_filters(cfg.sample_rate, cfg.n_fft, cfg.n_mels, fmin=cfg.fmin, fmax=cfg.fmax)
 
 
 def mel_filterbank(cfg: MelConfig, device: torch.device | str = "cpu") -> torch.Tensor:

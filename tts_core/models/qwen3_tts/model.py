@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ...audio.analysis import resample
 from ...audio.cadence import Cadence
 from ..checkpoint import load_safetensors
 from ..layers import compile_stack
@@ -470,9 +471,7 @@ def _mono_float32(audio: np.ndarray) -> np.ndarray:
 
 
 def _resample(wav: np.ndarray, sample_rate: int) -> np.ndarray:
-    import librosa
-
-    return librosa.resample(wav, orig_sr=int(sample_rate), target_sr=SAMPLE_RATE).astype(np.float32)
+    return resample(wav, int(sample_rate), SAMPLE_RATE).astype(np.float32)  # librosa's, ours
 
 
 QUANTIZE_MODES = ("none", "int8", "auto")

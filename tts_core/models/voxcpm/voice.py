@@ -1,20 +1,19 @@
 """Reference audio -> a VoxCPM2 voice (spec voxcpm2.md sections 5, 13 and 14).
 
 Audio at any rate is resampled as the official `librosa.load(path, sr=16000, mono=True)`
-does (soxr "HQ", then the length fixed to ceil(N * 16000 / sr)), padded with zeros to whole
-patches (at the end for the reference, at the start for the continuation prompt) and encoded
-to latent patches (T, P, D).
+does (soxr "HQ", then the length fixed to ceil(N * (16000 / sr)), librosa's float ratio),
+padded with zeros to whole patches (at the end for the reference, at the start for the
+continuation prompt) and encoded to latent patches (T, P, D).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
-import soxr
 import torch
 
+from ...audio import analysis
 from .vae_streaming import VAEDecoderState
 
 
@@ -44,14 +43,9 @@ def to_mono(audio: np.ndarray | torch.Tensor) -> np.ndarray:
 
 
 def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
-    """librosa.resample(res_type="soxr_hq") on float32 mono audio."""
-    if rate == target:
-        return audio
-    if rate <= 0:
-        raise ValueError(f"sample rate must be positive, got {rate}")
-    out = soxr.resample(audio, rate, target, quality="soxr_hq")
-    size = int(math.ceil(audio.shape[-1] * target / rate))
-    out = out[:size] if out.shape[-1] >= size else np.pad(out, (0, size - out.shape[-1]))
+    """librosa.resample(res_type="soxr_hq") on float32 mono audio (analysis.resample: its
+    length from librosa's float ratio, e.g. 241 samples, not 240, for 441 at 44.1 -> 24 kHz)."""
+    out = analysis.resample(np.asarray(audio, dtype=np.float32), rate, target)
     return np.ascontiguousarray(out, dtype=np.float32)
 
 

@@ -1,7 +1,7 @@
 """SpeechTokenizer: the 12 Hz codec folder (`speech_tokenizer/`) as one object.
 
 encode: mono audio at any rate -> (R, 16) codes, R = ceil(n_24k / 1920), as the official wrapper
-(librosa resampling to 24 kHz, Mimi encoder, first 16 codebooks).
+(librosa's resampling to 24 kHz, ours: audio.analysis.resample; Mimi encoder, first 16 codebooks).
 decode: (T, 16) codes -> (T * 1920,) waveform in [-1, 1], one exact full pass.
 """
 
@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ....audio.analysis import resample
 from ...state_check import mismatches, shapes_of
 from .config import SpeechTokenizerConfig, load_speech_tokenizer_config
 from .decoder import CodecDecoder
@@ -115,7 +116,8 @@ class SpeechTokenizer(nn.Module):
 
 
 def prepare_audio(audio: np.ndarray, sample_rate: int, target_rate: int) -> np.ndarray:
-    """Validate, downmix (mean over the last axis, as the official) and resample with librosa."""
+    """Validate, downmix (mean over the last axis, as the official) and resample as the
+    official's librosa.resample does (audio.analysis.resample)."""
     audio = np.asarray(audio)
     if audio.ndim == 2:
         audio = audio.mean(axis=-1)
@@ -129,9 +131,7 @@ def prepare_audio(audio: np.ndarray, sample_rate: int, target_rate: int) -> np.n
     if not np.isfinite(audio).all():
         raise ValueError("audio contains NaN or infinite samples")
     if int(sample_rate) != target_rate:
-        import librosa  # heavy import, only when resampling is needed
-
-        audio = librosa.resample(y=audio, orig_sr=int(sample_rate), target_sr=target_rate)
+        audio = resample(audio, int(sample_rate), target_rate)
     return np.ascontiguousarray(audio, dtype=np.float32)
 
 
