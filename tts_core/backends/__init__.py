@@ -104,16 +104,21 @@ def explain_load_failure(name: str, exc: BaseException) -> Notice:
 def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | None,
             report: Report | None) -> Backend:  # fmt: skip
     from ..models.download import LOADING, reporting_to
-    from ..models.registry import VOXCPM2, detect_architecture
+    from ..models.registry import CHATTERBOX_TURBO, VOXCPM2, detect_architecture
 
     report = report or (lambda *args, **kwargs: None)
     extra = {} if max_batch is None else {"max_batch": max_batch}
     report(LOADING)
     with reporting_to(report):  # a Hub download reports its bytes, then LOADING again
-        if detect_architecture(name) == VOXCPM2:
+        architecture = detect_architecture(name)
+        if architecture == VOXCPM2:
             from .voxcpm import VoxCPMBackend
 
             return VoxCPMBackend.load(name, device, dtype=dtype, **extra)
+        if architecture == CHATTERBOX_TURBO:  # float32, one stream: dtype/max_batch not used
+            from .chatterbox import ChatterboxBackend
+
+            return ChatterboxBackend.load(name, device)
         from .qwen3 import Qwen3Backend
 
         return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize, **extra)

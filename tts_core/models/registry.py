@@ -15,6 +15,7 @@ from .config_json import read_json_object
 QWEN3_TTS = "qwen3_tts"  # Qwen3-TTS 12 Hz: config.json "model_type"
 VOXCPM2 = "voxcpm2"  # VoxCPM2: config.json "architecture"
 ARCHITECTURES = (QWEN3_TTS, VOXCPM2)
+CHATTERBOX_TURBO = "chatterbox_turbo"  # no config.json: a folder with t3_turbo_v1.safetensors
 CONFIG_FILE = "config.json"
 
 
@@ -47,7 +48,12 @@ def architecture_of(config: dict[str, Any], source: str = CONFIG_FILE) -> str:
 
 
 def detect_architecture(name_or_path: str | Path) -> str:
-    """QWEN3_TTS or VOXCPM2 for a local folder or Hub repo id (only config.json is read)."""
+    """QWEN3_TTS or VOXCPM2 for a local folder or Hub repo id (only config.json is read);
+    CHATTERBOX_TURBO for a local folder in Turbo's released layout (it has no config.json)."""
+    from .chatterbox.checkpoint import is_chatterbox_folder
+
+    if is_chatterbox_folder(name_or_path):
+        return CHATTERBOX_TURBO
     return architecture_of(read_config(name_or_path), f"config.json of {name_or_path}")
 
 
@@ -77,6 +83,12 @@ def load_model(
     import torch
 
     dtype = torch.float32 if dtype is None else dtype
+    from .chatterbox.checkpoint import is_chatterbox_folder
+
+    if is_chatterbox_folder(name_or_path):  # Qwen3-only options are not read (float32 only)
+        from .chatterbox.model import ChatterboxTurboModel
+
+        return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, dtype=dtype)
     architecture = architecture_of(read_config(name_or_path), f"config.json of {name_or_path}")
     if architecture == QWEN3_TTS:
         from .qwen3_tts.model import load_model as load_qwen3

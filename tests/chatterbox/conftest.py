@@ -1,0 +1,86 @@
+"""Shared fixtures for the Chatterbox Turbo parity tests (tests/fixtures/chatterbox-turbo-tiny-*).
+
+* `tiny_folder` (parametrized a/b) and `goldens`: a checkpoint folder in the released layout and
+  its `<name>.golden.npz`, both written by `bash tools/oracle/chatterbox/rebuild_fixtures.sh`
+  (the official chatterbox-tts 0.1.7, one thread; tools/oracle/chatterbox/make_goldens.py says
+  what each key holds). Nothing here imports chatterbox, transformers or torchaudio.
+* `shared_model(folder)`: one float32 CPU ChatterboxTurboModel per folder for tests that only
+  read it.
+
+Float error model: tests/qwen3/conftest.py's ("Float error model"), imported from there. The
+oracle records per float golden `key` E = max |golden_fp32 - official_fp64| (`fp32_error_<key>`:
+the official modules rerun in float64 on the same inputs with the same float32-drawn noise);
+E is floored at 4 roundings of the golden's largest value. Our float32 result then lies within
+(1 + FP32_SPREAD) E of the float32 golden (`check_fp32`). Integer outputs (T3 and S3 tokens)
+must be equal, and so must lengths.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+from qwen3.conftest import FP32_SPREAD, U32
+
+from tts_core.models.chatterbox.model import ChatterboxTurboModel
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+TINY = ("chatterbox-turbo-tiny-a", "chatterbox-turbo-tiny-b")
+REF_CLIP = FIXTURES / "chatterbox-ref-44k.wav"
+
+
+@cache
+def load_goldens(name: str) -> dict[str, np.ndarray]:
+    with np.load(FIXTURES / f"{name}.golden.npz") as data:
+        return {key: data[key] for key in data.files}
+
+
+@cache
+def shared_model(folder: Path) -> ChatterboxTurboModel:
+    return ChatterboxTurboModel.from_pretrained(folder)
+
+
+def fp32_error(goldens: dict[str, np.ndarray], key: str) -> float:
+    """E for `key`, floored at 4 float32 roundings of the golden's largest value."""
+    floor = 4 * U32 * float(np.abs(goldens[key]).max())
+    return max(float(goldens[f"fp32_error_{key}"]), floor)
+
+
+def check_fp32(ours, goldens: dict[str, np.ndarray], key: str) -> str:
+    """|ours - golden| <= |ours - x| + |golden - x| <= (FP32_SPREAD + 1) E (x: exact value)."""
+    ours = np.asarray(torch.as_tensor(ours).detach().cpu(), dtype=np.float64)
+    golden = goldens[key].astype(np.float64)
+    assert ours.shape == golden.shape, (key, ours.shape, golden.shape)
+    error, bound = float(np.abs(ours - golden).max()), (1 + FP32_SPREAD) * fp32_error(goldens, key)
+    report = f"{key}: max|ours - golden| {error:.3g} (bound {bound:.3g})"
+    assert error <= bound, report
+    return report
+
+
+def ref_clip() -> tuple[np.ndarray, int]:
+    """The 7 s 44.1 kHz PCM-16 clip the clone goldens used, read as the official reads it."""
+    audio, sr = sf.read(REF_CLIP, dtype="float32")
+    return audio, sr
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread():
+    # Tiny models are per-op overhead; 2 threads on a shared 2-core box only spin-wait.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(params=TINY, scope="session")
+def tiny_folder(request: pytest.FixtureRequest) -> Path:
+    return FIXTURES / request.param
+
+
+@pytest.fixture(scope="session")
+def goldens(tiny_folder: Path) -> dict[str, np.ndarray]:
+    return load_goldens(tiny_folder.name)

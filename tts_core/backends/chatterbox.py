@@ -1,0 +1,131 @@
+"""Adapter: our Chatterbox Turbo (tts_core.models.chatterbox) -> the engine's Backend interface.
+
+Whole-utterance generation: T3 runs to its stop token, then S3Gen and HiFT make the clip in one
+exact pass (the official's output for the seed, before the watermark), which is then yielded
+in chunks of `first_chunk_frames` / `chunk_frames` frames (one frame = one speech token = 40 ms
+at 24 kHz). Streaming S3Gen (it attends over the whole utterance) and batching are not done
+yet: one request computes at a time (`default_concurrency` 1). Cloning takes the reference clip
+alone (no transcript); with no clip the checkpoint's built-in voice (conds.pt) speaks.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.errors import InputError
+from ..engine.knobs import Knob
+
+log = logging.getLogger(__name__)
+SAMPLES_PER_TOKEN = 960  # 40 ms at 24 kHz
+# The official Turbo generate()'s sampling defaults; declared once here for page, API, checks.
+KNOBS = (
+    Knob("temperature", float, 0.0, 5.0, default=0.8, low_open=True, label="Temperature",
+         step=0.05, ui_range=(0.1, 2.0),
+         help="Higher: more varied speech; lower: steadier, closer to the likeliest."),
+    Knob("top_k", int, 0, 6563, default=1000, label="Top-k (0: off)", step=1,
+         ui_range=(0, 2000), help="Sample each speech token among the k likeliest."),
+    Knob("top_p", float, 0.0, 1.0, default=0.95, low_open=True, label="Top-p", step=0.05,
+         ui_range=(0.05, 1.0),
+         help="Sample among the likeliest tokens that together hold this probability."),
+    Knob("repetition_penalty", float, 1.0, 5.0, default=1.2, label="Repetition penalty",
+         step=0.01, ui_range=(1.0, 2.0),
+         help="Above 1: tokens already produced are less likely again (fewer loops)."),
+)  # fmt: skip
+
+DESCRIPTION = (
+    "Chatterbox Turbo voice cloning from the reference clip alone (longer than 5 s; a "
+    "transcript is not used). With no clip it speaks in the checkpoint's built-in voice. Audio is made "
+    "for the whole text, then played; unwatermarked."
+)
+
+
+class ChatterboxBackend:
+    name = "chatterbox"
+    can_clone = True
+    needs_reference = False  # the built-in voice speaks without a clip
+    reads_language = False  # English model: the page hides its language dropdown
+    independent_phrases = False
+    takes_text_pieces = False
+    description = DESCRIPTION
+    knobs = KNOBS
+    default_concurrency = 1
+
+    def __init__(self, model: Any, model_name: str, device: str) -> None:
+        self.model = model
+        self.model_name = model_name
+        self.device = device
+        self.sample_rate = int(model.sample_rate)
+        self.frame_samples = SAMPLES_PER_TOKEN
+        self.weight_format = "float32"
+        self._lock = threading.Lock()  # one generation at a time (module doc)
+
+    @classmethod
+    def load(cls, name_or_path: str, device: str = "auto", **_: Any) -> ChatterboxBackend:
+        """Local folder in the released layout; float32 (dtype / max_batch do not apply)."""
+        from ..models.chatterbox.model import ChatterboxTurboModel
+        from .device import resolve_device
+
+        device = resolve_device(device)
+        model = ChatterboxTurboModel.from_pretrained(name_or_path, device=device)
+        log.info("loaded Chatterbox Turbo %s on %s", name_or_path, device)
+        return cls(model, str(name_or_path), device)
+
+    def close(self) -> None:
+        pass
+
+    def sampling_defaults(self) -> dict[str, Any]:
+        return {knob.name: knob.default for knob in self.knobs}
+
+    def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
+        """audio: 24 kHz mono float32 reference (> 5 s), or None for the built-in voice."""
+        # A transcript (the built-in voices carry theirs) is not used: Turbo clones from the
+        # clip alone; the summary says so.
+        if audio is None:
+            if self.model.builtin_voice is None:
+                raise InputError("This checkpoint has no built-in voice: add a reference clip.",
+                                 "reference")  # fmt: skip
+            return Voice(self.name, None, {"mode": "built-in"})
+        clip = np.asarray(audio)
+        if clip.ndim != 1 or clip.size == 0 or not np.issubdtype(clip.dtype, np.floating):
+            raise InputError(f"Reference clip: expected mono float samples, got shape "
+                             f"{clip.shape} ({clip.dtype}).", "reference")  # fmt: skip
+        if not np.all(np.isfinite(clip)):
+            raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
+        try:
+            with self._lock:
+                voice = self.model.create_voice(clip.astype(np.float32), 24000)
+        except ValueError as exc:  # e.g. shorter than 5 s
+            raise InputError(f"Reference clip: {exc}", "reference") from exc
+        return Voice(self.name, voice, {"mode": "reference", "transcript": False,
+                                        "transcript_ignored": bool(reference_text)})  # fmt: skip
+
+    def stream(
+        self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
+    ) -> Iterator[BackendChunk]:
+        from ..models.chatterbox.sampling import TurboSampling
+
+        seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
+        sampling = TurboSampling(**{**self.sampling_defaults(), **params.values_of(self.knobs)})
+        with self._lock:
+            if cancel.is_set():
+                return
+            result = self.model.generate(text, voice.data, seed=seed, sampling=sampling)
+        audio = result.audio.astype(np.float32)
+        first = params.first_chunk_frames * SAMPLES_PER_TOKEN
+        bounds = [0, min(first, audio.size)]
+        while bounds[-1] < audio.size:
+            bounds.append(min(bounds[-1] + params.chunk_frames * SAMPLES_PER_TOKEN, audio.size))
+        pieces = list(zip(bounds[:-1], bounds[1:], strict=True)) or [(0, 0)]
+        for i, (start, end) in enumerate(pieces):
+            if cancel.is_set():
+                return
+            last = i == len(pieces) - 1
+            yield BackendChunk(audio[start:end], frames=(end - start) // SAMPLES_PER_TOKEN,
+                               stop_reason=result.stop_reason if last else None, batch_size=1)  # fmt: skip

@@ -1,0 +1,115 @@
+"""Chatterbox sizes: the released constants, or a tiny checkpoint's `chatterbox_sizes.json`.
+
+The release has no config file: the official code hard-codes every size (GPT2_medium, the S3Gen
+constructors, VoiceEncConfig, the S3 tokenizer's ModelConfig). A folder without
+`chatterbox_sizes.json` is the release; our tiny test checkpoints carry that file (written by
+tools/oracle/chatterbox/build_tiny.py, the same dict as its size patches) because head counts
+cannot be read from tensor shapes. Every size is then checked against the tensors on load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SIZES_FILE = "chatterbox_sizes.json"
+
+# Fixed by the code whatever the checkpoint (spec chatterbox.md 1, 8, 9).
+START_SPEECH, STOP_SPEECH = 6561, 6562
+SPEECH_VOCAB = 6563  # T3 speech tokens: 6561 S3 tokens + start + stop
+S3_VOCAB = 6561
+SILENCE_TOKEN = 4299  # S3GEN_SIL
+SAMPLE_RATE = 24000
+S3_RATE = 16000
+MELS = 80
+PROMPT_TOKENS = 375  # Turbo speech_cond_prompt_len
+SPEAKER_EMBED = 256
+
+
+class SizesError(ValueError):
+    """chatterbox_sizes.json is unreadable or incomplete."""
+
+
+@dataclass(frozen=True)
+class T3Sizes:
+    n_layer: int = 24
+    n_embd: int = 1024
+    n_head: int = 16
+    n_positions: int = 8196
+    text_vocab: int = 50276
+
+
+@dataclass(frozen=True)
+class EncoderSizes:  # UpsampleConformerEncoder
+    size: int = 512
+    heads: int = 8
+    linear_units: int = 2048
+    num_blocks: int = 6
+
+
+@dataclass(frozen=True)
+class DecoderSizes:  # the CFM estimator (ConditionalDecoder)
+    channels: int = 256
+    heads: int = 8
+    head_dim: int = 64
+    n_blocks: int = 4
+    mid_blocks: int = 12
+
+
+@dataclass(frozen=True)
+class S3TokSizes:
+    n_audio_state: int = 1280
+    n_audio_head: int = 20
+    n_audio_layer: int = 6
+
+
+@dataclass(frozen=True)
+class CampPlusSizes:
+    embedding_size: int = 192
+    growth_rate: int = 32
+    bn_size: int = 4
+    init_channels: int = 128
+
+
+@dataclass(frozen=True)
+class HiftSizes:
+    base_channels: int = 512
+    f0_channels: int = 512
+
+
+@dataclass(frozen=True)
+class ChatterboxSizes:
+    t3: T3Sizes = field(default_factory=T3Sizes)
+    ve_hidden: int = 256
+    s3tok: S3TokSizes = field(default_factory=S3TokSizes)
+    encoder: EncoderSizes = field(default_factory=EncoderSizes)
+    decoder: DecoderSizes = field(default_factory=DecoderSizes)
+    campplus: CampPlusSizes = field(default_factory=CampPlusSizes)
+    hift: HiftSizes = field(default_factory=HiftSizes)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ChatterboxSizes:
+        parts = {"t3": T3Sizes, "s3tok": S3TokSizes, "encoder": EncoderSizes,
+                 "decoder": DecoderSizes, "campplus": CampPlusSizes, "hift": HiftSizes}  # fmt: skip
+        try:
+            kwargs: dict[str, Any] = {name: kind(**data[name]) for name, kind in parts.items()}
+            kwargs["ve_hidden"] = int(data["ve_hidden"])
+        except (KeyError, TypeError) as error:
+            raise SizesError(f"{SIZES_FILE}: missing or unknown field ({error})") from error
+        return cls(**kwargs)
+
+    @classmethod
+    def of_folder(cls, folder: Path) -> ChatterboxSizes:
+        """The released sizes, unless the folder holds chatterbox_sizes.json."""
+        path = Path(folder) / SIZES_FILE
+        if not path.is_file():
+            return cls()
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            raise SizesError(f"{path}: unreadable ({error})") from error
+        if not isinstance(data, dict):
+            raise SizesError(f"{path}: not a JSON object")
+        return cls.from_dict(data)

@@ -1,0 +1,79 @@
+"""S3Gen token-to-mel `flow` (CausalMaskedDiffWithXvec + meanflow CausalConditionalCFM; spec
+chatterbox.md 8.1, 8.3): prompt + generated tokens -> encoder -> mu (80 x 2T), then 2 Euler
+steps t = 0, 1/2, 1 of the estimator from noise whose generated part is drawn first."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import MELS, S3_VOCAB, DecoderSizes, EncoderSizes
+from .estimator import ConditionalDecoder
+from .flow_encoder import UpsampleConformerEncoder
+
+TOKEN_MEL_RATIO = 2
+MEANFLOW_STEPS = 2
+
+
+class CFM(nn.Module):
+    def __init__(self, sizes: DecoderSizes) -> None:
+        super().__init__()
+        self.estimator = ConditionalDecoder(sizes)
+
+
+class Flow(nn.Module):
+    def __init__(self, encoder: EncoderSizes, decoder: DecoderSizes, spk_dim: int) -> None:
+        super().__init__()
+        self.input_embedding = nn.Embedding(S3_VOCAB, encoder.size)
+        self.spk_embed_affine_layer = nn.Linear(spk_dim, MELS)
+        self.encoder = UpsampleConformerEncoder(encoder)
+        self.encoder_proj = nn.Linear(encoder.size, MELS)
+        self.decoder = CFM(decoder)
+
+    def draw_noise(self, n_tokens: int, generator: torch.Generator | None) -> torch.Tensor:
+        """S3Token2Wav.flow_inference's first draw: randn(1, 80, 2 n_tokens) (float32, CPU
+        generator order), before the CFM's full-length draw."""
+        return torch.randn(1, MELS, TOKEN_MEL_RATIO * n_tokens, generator=generator)
+
+    @torch.inference_mode()
+    def inference(
+        self,
+        tokens: torch.Tensor,
+        prompt_token: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        embedding: torch.Tensor,
+        generator: torch.Generator | None,
+        noise: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """tokens (1, T) (silence already appended), prompt_token (1, Tp), prompt_feat
+        (1, Tm, 80), embedding (1, E) -> mel (1, 80, 2T) of the generated part. Draws, in the
+        official order: `noise` (1, 80, 2T) unless given, then randn over the full length."""
+        dtype = self.spk_embed_affine_layer.weight.dtype
+        if noise is None:
+            noise = self.draw_noise(tokens.shape[1], generator)
+        spks = self.spk_embed_affine_layer(F.normalize(embedding.to(dtype), dim=1))  # (1, 80)
+        token = torch.cat([prompt_token, tokens], dim=1).long()
+        h = self.encoder(self.input_embedding(token))  # (1, 2(Tp+T), C); no padding mask: B=1
+        mu = self.encoder_proj(h).transpose(1, 2).contiguous()  # (1, 80, Tm_all)
+        prompt_mels = prompt_feat.shape[1]
+        cond = torch.zeros(1, mu.shape[2], MELS, dtype=mu.dtype, device=mu.device)
+        cond[:, :prompt_mels] = prompt_feat
+        cond = cond.transpose(1, 2)
+        mask = torch.ones(1, 1, mu.shape[2], dtype=mu.dtype, device=mu.device)
+        z = torch.randn(mu.shape, generator=generator).to(device=mu.device, dtype=mu.dtype)
+        # meanflow: the generated frames start from the first draw (prompt_len counts from the
+        # end, so an odd prompt mel length shifts it by one as in the official).
+        z[..., mu.shape[2] - noise.shape[2] :] = noise.to(z)
+        x = self._euler(z, mu, mask, spks, cond)
+        return x[:, :, prompt_mels:]
+
+    def _euler(self, x, mu, mask, spks, cond) -> torch.Tensor:
+        """basic_euler: x += (r - t) v(x, t, r) for (t, r) in (0, 1/2), (1/2, 1)."""
+        t_span = torch.linspace(0, 1, MEANFLOW_STEPS + 1, device=mu.device, dtype=mu.dtype)
+        estimator = self.decoder.estimator
+        for t, r in zip(t_span[:-1], t_span[1:], strict=True):
+            t, r = t[None], r[None]
+            v = estimator(x, mask, mu, t, spks, cond, r)
+            x = x + (r - t) * v
+        return x

@@ -1,0 +1,111 @@
+"""GPT-2 stack of the Turbo T3 (HF `GPT2Model` as Chatterbox builds it: learned positions `wpe`,
+pre-LayerNorm blocks with biased fused projections, gelu_new MLP, final `ln_f`).
+
+Kept here rather than in layers.py: layers.Attention has separate unbiased-or-biased q/k/v
+projections in [out, in] layout, while GPT-2's `Conv1D` stores one fused [in, out] matrix and
+runs `addmm(bias, x, W)`; reading it through F.linear would transpose the matrix and change the
+BLAS call (and its float rounding). The shared pieces reused: `scaled_dot_product` and the
+static `KVCache` (layers.py). Attribute names are the checkpoint's (`tfmr.h.N.attn.c_attn`, ...).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from ..layers import KVCache, scaled_dot_product
+
+LN_EPS = 1e-5  # GPT2_medium layer_norm_epsilon
+
+
+class Conv1D(nn.Module):
+    """GPT-2's linear layer: weight [in, out], y = addmm(bias, x, W) (the official call)."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_in, n_out))
+        self.bias = nn.Parameter(torch.empty(n_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight)
+        return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def gelu_new(x: torch.Tensor) -> torch.Tensor:
+    """HF NewGELUActivation, same op order: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    return (
+        0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+    )
+
+
+class GPT2Attention(nn.Module):
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, hidden // heads
+        self.c_attn = Conv1D(hidden, 3 * hidden)
+        self.c_proj = Conv1D(hidden, hidden)
+
+    def forward(self, x: torch.Tensor, cache: KVCache, start: int) -> torch.Tensor:
+        """x (B, T, H) at positions [start, start+T), keys/values appended to `cache`."""
+        batch, steps, hidden = x.shape
+        q, k, v = self.c_attn(x).split(hidden, dim=2)
+        q, k, v = (
+            t.view(batch, steps, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v)
+        )
+        keys, values = cache.write(start, k, v)  # (B, heads, start+T, D)
+        # HF's SDPA path: is_causal for a prefill from 0, no mask for one new query.
+        if steps > 1 and start != 0:
+            raise ValueError("a multi-position pass must start at position 0")
+        out = scaled_dot_product(q, keys, values, is_causal=steps > 1)  # (B, heads, T, D)
+        return self.c_proj(out.transpose(1, 2).reshape(batch, steps, hidden))
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.c_fc = Conv1D(hidden, 4 * hidden)
+        self.c_proj = Conv1D(4 * hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(gelu_new(self.c_fc(x)))
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, hidden: int, heads: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(hidden, eps=LN_EPS)
+        self.attn = GPT2Attention(hidden, heads)
+        self.ln_2 = nn.LayerNorm(hidden, eps=LN_EPS)
+        self.mlp = GPT2MLP(hidden)
+
+    def forward(self, x: torch.Tensor, cache: KVCache, start: int) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cache, start)
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2Stack(nn.Module):
+    """`tfmr` without `wte` (inputs are embeddings): wpe + blocks `h` + `ln_f`."""
+
+    def __init__(self, hidden: int, heads: int, layers: int, positions: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.wpe = nn.Embedding(positions, hidden)
+        self.h = nn.ModuleList(GPT2Block(hidden, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(hidden, eps=LN_EPS)
+
+    def new_caches(self, batch: int, max_len: int, dtype: torch.dtype, device) -> list[KVCache]:
+        hidden = self.wpe.weight.shape[1]
+        if max_len > self.wpe.weight.shape[0]:
+            raise ValueError(f"{max_len} positions > the model's {self.wpe.weight.shape[0]}")
+        return [KVCache(batch, self.heads, max_len, hidden // self.heads, dtype, device)
+                for _ in self.h]  # fmt: skip
+
+    def forward(self, embeds: torch.Tensor, caches: list[KVCache], start: int) -> torch.Tensor:
+        """embeds (B, T, H) at positions [start, start+T) -> ln_f hidden states (B, T, H)."""
+        positions = torch.arange(start, start + embeds.shape[1], device=embeds.device)
+        x = embeds + self.wpe(positions)[None]
+        for block, cache in zip(self.h, caches, strict=True):
+            x = block(x, cache, start)
+        return self.ln_f(x)

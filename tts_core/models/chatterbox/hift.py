@@ -1,0 +1,180 @@
+"""HiFT vocoder `mel2wav` (HiFTGenerator + ConvRNNF0Predictor; spec chatterbox.md 8.5): mel
+(B, 80, T) at 50 Hz -> F0 -> neural-source-filter excitation (9 harmonics) -> iSTFTNet decoder
+-> 24 kHz waveform (B, 480 T). Weight-normed convs use torch's own parametrization, so the keys
+(`...parametrizations.weight.original0/1`) and the effective weight are the official ones.
+Random draws (CPU generator, in this order): phases rand (B, 9, 1), noise randn (B, 9, L),
+and randn (B, L, 1) that the official draws and discards."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.parametrizations import weight_norm
+
+from .config import MELS, SAMPLE_RATE, HiftSizes
+
+UPSAMPLE_RATES = (8, 5, 3)
+UPSAMPLE_KERNELS = (16, 11, 7)
+RESBLOCK_KERNELS = (3, 7, 11)
+SOURCE_KERNELS = (7, 7, 11)
+DILATIONS = (1, 3, 5)
+N_FFT, HOP = 16, 4
+HARMONICS = 8  # nb_harmonics: 9 sines with the fundamental
+SINE_AMP, NOISE_STD, VOICED_THRESHOLD = 0.1, 0.003, 10.0
+LRELU_SLOPE, AUDIO_LIMIT = 0.1, 0.99
+SAMPLES_PER_FRAME = math.prod(UPSAMPLE_RATES) * HOP  # 480
+
+
+class Snake(nn.Module):
+    """x + 1/(alpha + 1e-9) sin^2(alpha x), alpha per channel (linear scale)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.empty(channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        alpha = self.alpha.unsqueeze(0).unsqueeze(-1)
+        return x + (1.0 / (alpha + 0.000000001)) * torch.pow(torch.sin(x * alpha), 2)
+
+
+def _wn_conv(c_in: int, c_out: int, kernel: int, dilation: int = 1) -> nn.Module:
+    return weight_norm(nn.Conv1d(c_in, c_out, kernel, 1, dilation=dilation,
+                                 padding=(kernel * dilation - dilation) // 2))  # fmt: skip
+
+
+class ResBlock(nn.Module):
+    def __init__(self, channels: int, kernel: int) -> None:
+        super().__init__()
+        self.convs1 = nn.ModuleList(_wn_conv(channels, channels, kernel, d) for d in DILATIONS)
+        self.convs2 = nn.ModuleList(_wn_conv(channels, channels, kernel) for _ in DILATIONS)
+        self.activations1 = nn.ModuleList(Snake(channels) for _ in DILATIONS)
+        self.activations2 = nn.ModuleList(Snake(channels) for _ in DILATIONS)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv1, conv2, act1, act2 in zip(self.convs1, self.convs2, self.activations1,
+                                            self.activations2, strict=True):  # fmt: skip
+            x = conv2(act2(conv1(act1(x)))) + x
+        return x
+
+
+class F0Predictor(nn.Module):
+    """5 x (weight-normed conv k3 + ELU) -> |Linear(C -> 1)|: (B, 80, T) -> F0 (B, T) in Hz."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for i in range(5):
+            layers += [weight_norm(nn.Conv1d(MELS if i == 0 else channels, channels, 3, padding=1)),
+                       nn.ELU()]  # fmt: skip
+        self.condnet = nn.Sequential(*layers)
+        self.classifier = nn.Linear(channels, 1)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        return torch.abs(self.classifier(self.condnet(mel).transpose(1, 2)).squeeze(-1))
+
+
+class SourceModule(nn.Module):
+    """`m_source`: SineGen (9 harmonics, random initial phases, noise) -> tanh(Linear(9 -> 1))."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l_linear = nn.Linear(HARMONICS + 1, 1)
+
+    def forward(self, f0: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """f0 (B, 1, L) at the output rate -> excitation (B, L, 1)."""
+        harmonics = torch.zeros((f0.shape[0], HARMONICS + 1, f0.shape[-1]), device=f0.device)
+        for i in range(HARMONICS + 1):
+            harmonics[:, i : i + 1, :] = f0 * (i + 1) / SAMPLE_RATE
+        theta = 2 * np.pi * (torch.cumsum(harmonics, dim=-1) % 1)
+        # Uniform(-pi, pi).sample: low + rand * (high - low), in float32 tensors.
+        low, high = (
+            torch.tensor(-np.pi, dtype=torch.float32),
+            torch.tensor(np.pi, dtype=torch.float32),
+        )
+        rand = torch.rand((f0.shape[0], HARMONICS + 1, 1), generator=generator)
+        phase = (low + rand * (high - low)).to(f0.device)
+        phase[:, 0, :] = 0
+        sines = SINE_AMP * torch.sin(theta + phase)
+        uv = (f0 > VOICED_THRESHOLD).type(torch.float32)
+        noise_amp = uv * NOISE_STD + (1 - uv) * SINE_AMP / 3
+        noise = noise_amp * torch.randn(sines.shape, generator=generator).to(sines.device)
+        sines = (sines * uv + noise).transpose(1, 2)  # (B, L, 9)
+        torch.randn(uv.transpose(1, 2).shape, generator=generator)  # drawn and unused upstream
+        return torch.tanh(self.l_linear(sines))
+
+
+class HiFTGenerator(nn.Module):
+    def __init__(self, sizes: HiftSizes) -> None:
+        super().__init__()
+        base = sizes.base_channels
+        self.m_source = SourceModule()
+        self.conv_pre = weight_norm(nn.Conv1d(MELS, base, 7, 1, padding=3))
+        self.ups = nn.ModuleList(
+            weight_norm(
+                nn.ConvTranspose1d(base // 2**i, base // 2 ** (i + 1), k, u, padding=(k - u) // 2)
+            )
+            for i, (u, k) in enumerate(zip(UPSAMPLE_RATES, UPSAMPLE_KERNELS, strict=True))
+        )
+        # Source path: the STFT frames (4x the last stage's rate) brought to each stage's rate.
+        down_rates = np.cumprod([1, *UPSAMPLE_RATES[::-1][:-1]])[::-1]  # 15, 3, 1
+        self.source_downs = nn.ModuleList()
+        self.source_resblocks = nn.ModuleList()
+        for i, (u, k) in enumerate(zip(down_rates, SOURCE_KERNELS, strict=True)):
+            ch, u = base // 2 ** (i + 1), int(u)
+            conv = (
+                nn.Conv1d(N_FFT + 2, ch, 1, 1)
+                if u == 1
+                else nn.Conv1d(N_FFT + 2, ch, u * 2, u, padding=u // 2)
+            )
+            self.source_downs.append(conv)
+            self.source_resblocks.append(ResBlock(ch, k))
+        stages = range(len(UPSAMPLE_RATES))
+        self.resblocks = nn.ModuleList(
+            ResBlock(base // 2 ** (i + 1), k) for i in stages for k in RESBLOCK_KERNELS
+        )
+        self.conv_post = weight_norm(
+            nn.Conv1d(base // 2 ** len(UPSAMPLE_RATES), N_FFT + 2, 7, 1, padding=3)
+        )
+        self.f0_predictor = F0Predictor(sizes.f0_channels)
+
+    @staticmethod
+    def _window(device: torch.device) -> torch.Tensor:
+        """scipy get_window("hann", 16, fftbins=True) as float32 (periodic Hann)."""
+        n = torch.arange(N_FFT, dtype=torch.float64)
+        return (0.5 - 0.5 * torch.cos(2 * math.pi * n / N_FFT)).float().to(device)
+
+    def decode(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        """mel (B, 80, T), source (B, 1, L) -> waveform (B, L)."""
+        window = self._window(x.device)
+        spec = torch.view_as_real(torch.stft(source.squeeze(1), N_FFT, HOP, N_FFT, window=window,
+                                             return_complex=True))  # fmt: skip
+        s_stft = torch.cat([spec[..., 0], spec[..., 1]], dim=1)  # (B, 18, L/4 + 1)
+        x = self.conv_pre(x)
+        kernels = len(RESBLOCK_KERNELS)
+        for i, up in enumerate(self.ups):
+            x = up(F.leaky_relu(x, LRELU_SLOPE))
+            if i == len(self.ups) - 1:
+                x = F.pad(x, (1, 0), mode="reflect")
+            x = x + self.source_resblocks[i](self.source_downs[i](s_stft))
+            xs = self.resblocks[i * kernels](x)
+            for j in range(1, kernels):
+                xs += self.resblocks[i * kernels + j](x)
+            x = xs / kernels
+        x = self.conv_post(F.leaky_relu(x))
+        magnitude = torch.clip(torch.exp(x[:, : N_FFT // 2 + 1, :]), max=1e2)
+        phase = torch.sin(x[:, N_FFT // 2 + 1 :, :])
+        spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
+        wav = torch.istft(spec, N_FFT, HOP, N_FFT, window=window)
+        return torch.clamp(wav, -AUDIO_LIMIT, AUDIO_LIMIT)
+
+    @torch.inference_mode()
+    def inference(self, mel: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """mel (B, 80, T) -> waveform (B, 480 T), before S3Gen's trim fade."""
+        f0 = self.f0_predictor(mel)  # (B, T)
+        f0 = F.interpolate(f0[:, None], scale_factor=float(SAMPLES_PER_FRAME), mode="nearest")
+        source = self.m_source(f0, generator).transpose(1, 2)  # (B, 1, L)
+        return self.decode(mel, source)

@@ -1,0 +1,163 @@
+"""Chatterbox Turbo in our own PyTorch: `ChatterboxTurboModel.from_pretrained(folder)`,
+`create_voice(audio, sr)`, `generate(text, voice, seed=S, watermark=False)`, equal to the
+official chatterbox-tts 0.1.7 `ChatterboxTurboTTS` on float32 CPU (tests/chatterbox).
+
+generate = T3 (text + voice -> S3 tokens) -> drop ids >= 6561, append 3 silence tokens ->
+S3Gen flow (tokens -> mel) -> HiFT (mel -> 24 kHz) -> trim fade -> [Perth watermark]. Every
+random draw comes from one CPU `torch.Generator` seeded with S, in the official order
+(spec chatterbox.md 9.4), so a seed gives the official's output for `torch.manual_seed(S)`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .checkpoint import (
+    CONDS_FILE,
+    S3GEN_FILE,
+    T3_FILE,
+    T3_UNUSED,
+    VE_FILE,
+    load_part,
+    resolve_folder,
+)
+from .cloning import make_voice
+from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, ChatterboxSizes
+from .flow import Flow
+from .hift import HiFTGenerator
+from .sampling import TurboSampling
+from .t3 import MAX_NEW_TOKENS, T3Turbo
+from .tokenizer import TurboTokenizer
+from .voice import ChatterboxVoice
+
+TRIM_SAMPLES = SAMPLE_RATE // 50  # 20 ms silenced, then 20 ms raised-cosine fade-in
+
+
+def trim_fade(device: torch.device | str = "cpu") -> torch.Tensor:
+    """S3Token2Wav.trim_fade: 480 zeros then (cos(linspace(pi, 0, 480)) + 1) / 2, (960,)."""
+    fade = torch.zeros(2 * TRIM_SAMPLES)
+    fade[TRIM_SAMPLES:] = (torch.cos(torch.linspace(torch.pi, 0, TRIM_SAMPLES)) + 1) / 2
+    return fade.to(device)
+
+
+@dataclass
+class TurboResult:
+    audio: np.ndarray  # (S,) float32 at 24 kHz
+    tokens: torch.Tensor  # (N,) T3 tokens as drawn (EOS dropped)
+    stop_reason: str = "eos"  # or "max_tokens"
+    sample_rate: int = SAMPLE_RATE
+
+
+class ChatterboxTurboModel:
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, folder: Path, sizes: ChatterboxSizes, device: str = "cpu") -> None:
+        s3gen = folder / S3GEN_FILE
+        self.folder, self.sizes, self.device = folder, sizes, torch.device(device)
+        self.t3 = load_part(T3Turbo(sizes.t3), folder / T3_FILE, dropped=T3_UNUSED).to(device)
+        spk_dim = sizes.campplus.embedding_size
+        self.flow = load_part(Flow(sizes.encoder, sizes.decoder, spk_dim), s3gen, "flow.").to(
+            device
+        )
+        self.hift = load_part(HiFTGenerator(sizes.hift), s3gen, "mel2wav.").to(device)
+        self.tokenizer = TurboTokenizer(folder)
+        conds = folder / CONDS_FILE
+        self.builtin_voice = (
+            ChatterboxVoice.from_conds(conds).to(device) if conds.is_file() else None
+        )
+        self._frontend = None  # VoiceEncoder, S3 tokenizer, CAMPPlus: loaded on first clone
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32
+    ) -> ChatterboxTurboModel:
+        """A local folder or Hub repo id in the released layout; float32 only (the parity
+        target; no other dtype is implemented yet)."""
+        if dtype not in (None, torch.float32):
+            raise ValueError(f"Chatterbox Turbo runs in float32 only (got dtype={dtype})")
+        folder = resolve_folder(name_or_path)
+        return cls(folder, ChatterboxSizes.of_folder(folder), device)
+
+    def _front_end(self):
+        """VoiceEncoder, S3 tokenizer and CAMPPlus: built on the first cloned voice (a conds.pt
+        voice never needs them)."""
+        if self._frontend is None:
+            from .campplus import CAMPPlus
+            from .s3_tokenizer import S3Tokenizer
+            from .voice_encoder import VoiceEncoder
+
+            s3gen, sizes, device = self.folder / S3GEN_FILE, self.sizes, self.device
+            self._frontend = (
+                load_part(VoiceEncoder(sizes.ve_hidden), self.folder / VE_FILE).to(device),
+                load_part(S3Tokenizer(sizes.s3tok), s3gen, "tokenizer.").to(device),
+                load_part(CAMPPlus(sizes.campplus), s3gen, "speaker_encoder.").to(device),
+            )
+        return self._frontend
+
+    def create_voice(self, audio: np.ndarray, sr: int) -> ChatterboxVoice:
+        """A voice from a reference clip (mono or (S, C) float array at `sr`; > 5 s): the
+        official `prepare_conditionals` (Turbo, norm_loudness on). No random draws."""
+        ve, tokenizer, campplus = self._front_end()
+        return make_voice(np.asarray(audio, dtype=np.float32), int(sr), ve, tokenizer, campplus,
+                          self.device)  # fmt: skip
+
+    def _voice(self, voice: ChatterboxVoice | None) -> ChatterboxVoice:
+        if voice is not None:
+            return voice.to(self.device)
+        if self.builtin_voice is None:
+            raise ValueError(f"{self.folder} has no {CONDS_FILE}: pass a voice (create_voice)")
+        return self.builtin_voice
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        text: str,
+        voice: ChatterboxVoice | None = None,
+        seed: int = 0,
+        watermark: bool = False,
+        sampling: TurboSampling | None = None,
+        max_new_tokens: int = MAX_NEW_TOKENS,
+    ) -> TurboResult:
+        """Whole clip for `text` in `voice` (None: the checkpoint's conds.pt voice)."""
+        voice = self._voice(voice)
+        generator = torch.Generator().manual_seed(int(seed))  # CPU: the official's stream
+        ids = torch.tensor([self.tokenizer.encode(text)], dtype=torch.long, device=self.device)
+        out = self.t3.generate(voice.speaker_emb, voice.t3_prompt_tokens, ids,
+                               sampling or TurboSampling(), generator, max_new_tokens)  # fmt: skip
+        speech = out.tokens[out.tokens < S3_VOCAB]
+        silence = torch.full((3,), SILENCE_TOKEN, dtype=torch.long, device=self.device)
+        speech = torch.cat([speech, silence])[None]  # (1, T)
+        audio = self.vocode(self.tokens_to_mel(speech, voice, generator), generator)
+        audio = audio[0].cpu().numpy()
+        if watermark:
+            audio = apply_watermark(audio)
+        return TurboResult(audio, out.tokens, out.stop_reason)
+
+    def tokens_to_mel(
+        self, speech: torch.Tensor, voice: ChatterboxVoice, generator
+    ) -> torch.Tensor:
+        """(1, T) S3 tokens -> (1, 80, 2T) mel (flow; 2 random draws)."""
+        return self.flow.inference(speech, voice.prompt_token, voice.prompt_feat, voice.embedding,
+                                   generator)  # fmt: skip
+
+    def vocode(self, mel: torch.Tensor, generator) -> torch.Tensor:
+        """(1, 80, T) mel -> (1, 480 T) waveform with the trim fade (HiFT; 3 random draws)."""
+        wav = self.hift.inference(mel, generator)
+        fade = trim_fade(wav.device)
+        wav[:, : len(fade)] *= fade
+        return wav
+
+
+def apply_watermark(audio: np.ndarray) -> np.ndarray:
+    """The Perth implicit watermark (optional extra `resemble-perth`), as the official applies
+    it to the whole clip."""
+    try:
+        import perth
+    except ImportError as error:
+        raise RuntimeError("watermark=True needs the optional package resemble-perth "
+                           "(pip install 'tts-core[chatterbox-watermark]')") from error  # fmt: skip
+    return perth.PerthImplicitWatermarker().apply_watermark(audio, sample_rate=SAMPLE_RATE)
