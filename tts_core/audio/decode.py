@@ -12,8 +12,11 @@ whose header says 1 Hz would otherwise describe 5000 s of audio to resample to 2
 
 from __future__ import annotations
 
+import base64
+import binascii
 import io
 import math
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -174,3 +177,46 @@ def _run_ffmpeg(path: Path, seconds: float, max_bytes: int) -> bytes:
     if done.returncode != 0:
         raise AudioDecodeError("The reference is not audio, or the file is corrupt.")
     return done.stdout[:max_bytes]
+
+
+# A base64 data URL (RFC 2397), as vLLM-Omni's clients send a reference clip in JSON: the
+# media type (optional), its parameters, then ";base64,". Only the clip itself is accepted:
+# nothing named by a URL is ever fetched, so no request can make the server reach elsewhere.
+DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?:;[\w.+-]+=[\w.+\"-]+)*;base64,", re.I)
+AUDIO_MEDIA = ("audio/", "video/")  # video/webm, video/mp4: a browser's recording containers
+
+
+class DataUrlTooLarge(AudioDecodeError):
+    """The data URL carries more bytes than allowed (an HTTP 413, not a 400)."""
+
+
+def base64_length(max_bytes: int) -> int:
+    """Characters of base64 that carry `max_bytes` bytes (4 for every 3, padded)."""
+    return 4 * -(-max_bytes // 3)
+
+
+def decode_data_url(value: str, max_bytes: int) -> bytes:
+    """The file bytes of `data:audio/wav;base64,UklGR...` (at most `max_bytes`). A URL to
+    fetch (http, https, file) or plain base64 without the `data:` head is refused with a
+    message saying what to send; so are another media type, bad base64 and an empty clip."""
+    if value[:8].lower().startswith(("http://", "https://", "file:")):
+        raise AudioDecodeError("this server does not fetch URLs; send the clip itself as a "
+                               "base64 data URL (data:audio/wav;base64,...).")  # fmt: skip
+    match = DATA_URL.match(value)
+    if match is None:
+        raise AudioDecodeError("expected a base64 data URL such as data:audio/wav;base64,...")
+    mime = (match["mime"] or "").lower()
+    if mime and not mime.startswith(AUDIO_MEDIA) and mime != "application/octet-stream":
+        raise AudioDecodeError(f"the data URL holds {mime}, not audio.")
+    encoded = value[match.end() :]
+    if len(encoded) > base64_length(max_bytes):  # refused before decoding anything
+        raise DataUrlTooLarge(f"the clip is larger than {max_bytes / 1024**2:g} MB.")
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        raise AudioDecodeError("the data URL's base64 is not valid.") from None
+    if len(data) > max_bytes:
+        raise DataUrlTooLarge(f"the clip is larger than {max_bytes / 1024**2:g} MB.")
+    if not data:
+        raise AudioDecodeError("the clip is empty (0 bytes).")
+    return data

@@ -4,6 +4,10 @@ A worker thread synthesizes the text phrase by phrase (each phrase is an indepen
 call, so the engine crossfades their joins); every short buffer the library emits goes through
 a queue to the consumer at once, so the first audio is out while later phrases are still being
 synthesized. Cancelling makes the library callback return "abort".
+
+Text sent in pieces (Engine.open_fed, the WebSocket /v1/audio/speech/stream) is buffered: the
+engine holds it until the sender says done, then speaks the whole text as one request (so the
+phrases and their crossfades are the whole text's).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class EspeakBackend:
     can_clone = False
     needs_reference = False
     independent_phrases = True  # each phrase is its own eSpeak call: crossfade the joins
+    takes_text_pieces = False  # text in pieces: buffered until done (module doc)
     sample_rate = SAMPLE_RATE
     frame_samples = 1920  # chunk sizes are counted in 80 ms frames, as for the neural model
     description = DESCRIPTION

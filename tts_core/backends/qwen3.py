@@ -4,6 +4,11 @@ Every request goes through the model's batch scheduler (continuous batching: up 
 `max_batch` streams step together; see models/qwen3_tts/serving). Chunks of one stream come
 from one exact, stateful decoder pass, so they are never marked independent: the engine
 concatenates them without crossfades.
+
+Text may arrive in pieces (`stream_fed`, issue #27): the request is a row that waits for its
+next text token (Scheduler.open_fed), so speech starts after the first words (x-vector mode:
+the first stable token; ICL mode: once the prompt's share of the text, T2 - len(ref_text)
+tokens, is in, or at done) and the audio is bit-identical to the whole text's.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..audio import SAMPLE_RATE
-from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.backend import CANCEL_POLL_S, BackendChunk, SynthesisParams, TextInlet, Voice
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
 from .device import resolve_device, resolve_dtype
@@ -81,6 +86,7 @@ class Qwen3Backend:
     can_clone = True
     needs_reference = True
     independent_phrases = False  # one exact stateful decoder pass: never crossfade
+    takes_text_pieces = True  # stream_fed: speaks while the text arrives
     description = DESCRIPTION
     knobs = KNOBS
 
@@ -156,19 +162,38 @@ class Qwen3Backend:
     def stream(
         self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
     ) -> Iterator[BackendChunk]:
+        chunks = self.scheduler.submit(text, voice.data, **self._request(params, cancel))
+        yield from self._chunks(chunks, cancel)
+
+    def stream_fed(
+        self, text: TextInlet, voice: Voice, params: SynthesisParams, cancel: threading.Event
+    ) -> Iterator[BackendChunk]:
+        """`stream` for text that arrives in pieces: the same chunks as the whole text's."""
+        fed = self.scheduler.open_fed(voice.data, **self._request(params, cancel))
+        text.attach(fed)  # the text so far now, later pieces as they are pushed
+        # a cancel, or a piece the model refused (failure: e.g. a prompt over the cache), ends
+        # the request even while its row waits for text
+        stop = lambda: cancel.is_set() or text.failure is not None  # noqa: E731
+        yield from self._chunks(fed.chunks(stop, CANCEL_POLL_S), cancel)
+        if text.failure is not None:
+            raise text.failure
+
+    def _request(self, params: SynthesisParams, cancel: threading.Event) -> dict[str, Any]:
+        """The scheduler's keywords for a request with `params`."""
         language = params.language
         if language != "auto" and language not in self.model.languages:
             raise InputError(f"This model does not speak '{language}'.")
-        chunks = self.scheduler.submit(
-            text,
-            voice.data,
-            language,
+        return dict(
+            language=language,
             first_chunk_frames=params.first_chunk_frames,
             chunk_frames=params.chunk_frames,
             seed=params.seed,
             should_stop=cancel.is_set,  # a Stop frees the row at the next step
             **params.values_of(self.knobs),  # by name: the model's own keywords
         )
+
+    def _chunks(self, chunks: Any, cancel: threading.Event) -> Iterator[BackendChunk]:
+        """A scheduler stream's AudioChunks as BackendChunks; closes it at the end."""
         try:
             for chunk in chunks:
                 reason = chunk.stop_reason if chunk.final else None

@@ -6,6 +6,11 @@ to the same request alone; see models/voxcpm/serving.py), which computes the voi
 Audio comes at the model's own rate (48 kHz for the release) from one exact, stateful VAE
 decoder pass per stream, so chunks are never marked independent. A "frame" of the chunk-size
 settings is one patch.
+
+Text sent in pieces (Engine.open_fed, the WebSocket /v1/audio/speech/stream) is buffered: the
+engine holds it until the sender says done, then runs the normal request with the whole text
+(VoxCPM2's prompt takes the whole text before its first patch; it has no per-frame text input
+to wait on). The audio is the whole text's; the first audio comes after done.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ class VoxCPMBackend:
     needs_reference = False  # zero-shot without a clip
     reads_language = False  # the language follows the text (the page hides its dropdown)
     independent_phrases = False  # one exact stateful decoder pass: never crossfade
+    takes_text_pieces = False  # text in pieces: buffered until done (module doc)
     description = DESCRIPTION
     knobs = KNOBS
 

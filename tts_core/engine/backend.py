@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .errors import InputError
 from .knobs import SHARED_KNOBS, Knob
 
 LANGUAGES = (
@@ -129,3 +131,122 @@ class Backend(Protocol):
         """Each of its knobs -> its default (a knob declared with default None: the loaded
         model's own); empty for a backend without knobs."""
         ...
+
+    # Optional: text that arrives in pieces (Engine.open_fed). A backend with
+    # `takes_text_pieces = True` also has
+    #     stream_fed(text: TextInlet, voice, params, cancel) -> Iterator[BackendChunk]
+    # whose audio equals `stream(whole text, ...)`'s; it attaches a TextSink to `text` and may
+    # start speaking before the text is complete. Any other backend gets the whole text once
+    # the feeder says done (buffered), through `stream`.
+
+
+class TextSink(Protocol):
+    """What a backend's request that reads text as it arrives takes (Qwen3's FedRequest)."""
+
+    def feed(self, piece: str) -> None: ...
+
+    def done(self) -> None: ...
+
+
+class TextTooLong(InputError):
+    """Text in pieces went past the engine's per-request limit (an HTTP route's 413)."""
+
+
+CANCEL_POLL_S = 0.1  # a wait for text also ends this soon after `cancel` is set elsewhere (a
+# shutdown's cancel_all sets it without waking the waiter)
+
+
+class TextInlet:
+    """One request's text as it arrives, cleaned exactly as `validation.clean_text` cleans the
+    whole (`printable`: control and format characters dropped, whitespace runs -> one space,
+    none at either end), so the pieces joined equal the text a one-shot request would speak.
+
+    The feeder `push`es raw pieces and says `finish`; the backend either `attach`es a sink (the
+    text so far goes to it at once, then each piece as it is pushed, on the pusher's thread) or
+    waits for the whole (`wait_whole`). A sink that raises fails the inlet: `failure` holds the
+    error for the backend to raise, and nothing more is forwarded. Thread-safe.
+    """
+
+    def __init__(self, max_chars: int) -> None:
+        self._max_chars = max_chars
+        self._cond = threading.Condition()
+        self._text = ""  # cleaned text so far (a held-back space not included)
+        self._space = False  # whitespace seen after the last visible character
+        self._sent = 0  # characters of _text handed to the sink
+        self._done = self._done_sent = False
+        self._sink: TextSink | None = None
+        self.failure: BaseException | None = None
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @property
+    def forwarded(self) -> bool:
+        """A sink is attached and has taken all the text so far (its feed returned)."""
+        with self._cond:
+            return self._sink is not None and self._sent == len(self._text)
+
+    def push(self, piece: str) -> None:
+        """More text; InputError once the cleaned text is longer than `max_chars`."""
+        if not isinstance(piece, str):
+            raise InputError("Text must be a string.", "text")
+        with self._cond:
+            if self._done:
+                raise InputError("The text was already complete (done).", "text")
+            self._text += self._clean(piece)
+            if len(self._text) > self._max_chars:
+                raise TextTooLong(f"The text is longer than {self._max_chars} characters; the "
+                                  "limit is per request.", "text")  # fmt: skip
+            self._forward()
+
+    def finish(self) -> None:
+        """No more text; InputError when nothing visible came."""
+        with self._cond:
+            if not self._text:
+                raise InputError("Please enter some text to speak.", "text")
+            self._done = True
+            self._forward()
+            self._cond.notify_all()
+
+    def attach(self, sink: TextSink) -> None:
+        """From now on the text goes to `sink` (the text so far first, as one piece)."""
+        with self._cond:
+            self._sink = sink
+            self._forward()
+
+    def wait_whole(self, cancel: threading.Event) -> str | None:
+        """The whole text once `finish`ed; None if `cancel` is set first."""
+        with self._cond:
+            while not self._done and not cancel.is_set():
+                self._cond.wait(CANCEL_POLL_S)
+            return None if cancel.is_set() else self._text
+
+    def _clean(self, piece: str) -> str:
+        out: list[str] = []
+        for ch in piece:
+            if ch not in "\n\t" and unicodedata.category(ch)[0] == "C":
+                continue  # as printable(): control, format, surrogate, unassigned
+            if ch.isspace():  # str.split()'s whitespace
+                self._space = bool(self._text or out)
+                continue
+            if self._space:
+                out.append(" ")
+                self._space = False
+            out.append(ch)
+        return "".join(out)
+
+    def _forward(self) -> None:
+        sink = self._sink
+        if sink is None or self.failure is not None:
+            return
+        try:
+            if len(self._text) > self._sent:
+                sink.feed(self._text[self._sent :])
+                self._sent = len(self._text)
+            if self._done and not self._done_sent:
+                self._done_sent = True
+                sink.done()
+        except BaseException as exc:  # noqa: BLE001 - raised by the backend's stream
+            self.failure = exc
+            self._cond.notify_all()

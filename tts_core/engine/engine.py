@@ -21,7 +21,7 @@ import numpy as np
 
 from ..audio import SAMPLE_RATE, Cadence, ChunkJoiner, ms_to_samples
 from .admission import Admission, Ticket
-from .backend import Backend, Notice, SynthesisParams, Voice
+from .backend import Backend, BackendChunk, Notice, SynthesisParams, TextInlet, Voice
 from .errors import BackendError, InputError
 from .knobs import backend_knobs
 from .stats import RequestStats
@@ -58,7 +58,7 @@ class StreamEvent:
 
 @dataclass
 class _Prepared:
-    text: str
+    text: str | TextInlet  # the whole text, or the text that arrives in pieces (open_fed)
     params: SynthesisParams
     reference: np.ndarray | None
     reference_text: str | None
@@ -104,6 +104,8 @@ class Engine:
             "can_clone": b.can_clone,
             "reads_language": getattr(b, "reads_language", True),  # VoxCPM2: from the text
             "needs_reference": b.needs_reference,
+            # text sent in pieces (open_fed): spoken as it arrives, or held until it is complete
+            "text_in": "streamed" if takes_text_pieces(b) else "buffered",
             "description": b.description,
             "max_concurrent": self.max_concurrent,
             "max_queue": self.admission.queue_size,
@@ -121,8 +123,10 @@ class Engine:
         the voice (VoxCPM2: no transcript without its clip): such a voice costs the backend
         nothing to build, so it is built (and cached) here rather than once the stream runs.
         """
+        return self._prepare(clean_text(request.text, self.config.limits), request)
+
+    def _prepare(self, text: str | TextInlet, request: SynthesisRequest) -> _Prepared:
         limits = self.config.limits
-        text = clean_text(request.text, limits)
         params = check_params(request.params, limits, backend_knobs(self.backend))
         reference, ref_text, notices = self._reference(request.reference, request.reference_text)
         if reference is None:
@@ -146,6 +150,26 @@ class Engine:
             ticket.release()
             raise
         return EngineStream(self._run(prepared, ticket.cancel, ticket), ticket)
+
+    def open_fed(
+        self, request: SynthesisRequest, cancel: threading.Event | None = None
+    ) -> FedStream:
+        """A request whose text arrives in pieces: `feed(piece)` (any piece: a word, a
+        character), `done()`, and its events as `stream`'s, equal to those of `stream` with the
+        whole text (cleaned the same way) and the same settings. `request.text` is the first
+        piece (may be empty). Admission, validation of everything but the text, and the
+        errors are `stream`'s; the text's limit (`max_chars`) is checked as it arrives. A
+        backend with `takes_text_pieces` speaks while the text arrives; any other gets the
+        whole text at `done()`."""
+        ticket = self.admission.reserve(cancel)
+        try:
+            inlet = TextInlet(self.config.limits.max_chars)
+            inlet.push(request.text)
+            prepared = self._prepare(inlet, request)
+        except BaseException:
+            ticket.release()
+            raise
+        return FedStream(self._run(prepared, ticket.cancel, ticket), ticket, inlet)
 
     def synthesize(
         self, request: SynthesisRequest, cancel: threading.Event | None = None
@@ -195,7 +219,10 @@ class Engine:
         cadence = Cadence(job.params.first_chunk_frames, job.params.chunk_frames)
         pending: list[np.ndarray] = []
         stop_reason, index, started, batch = "end", 0, time.perf_counter(), None
-        pieces = self.backend.stream(job.text, voice, job.params, cancel)
+        pieces = self._pieces(job, voice, cancel)
+        if pieces is None:  # cancelled while it waited for the rest of its text
+            yield self._cancelled(stats)
+            return
         try:
             for piece in pieces:
                 stop_reason = piece.stop_reason or stop_reason
@@ -220,6 +247,8 @@ class Engine:
             close = getattr(pieces, "close", None)
             if close is not None:
                 close()  # a generator backend: run its cleanup (stop its worker) now
+        if cancel.is_set():  # also when the backend ended at the cancel with no piece after it
+            stop_reason = "cancelled"
         audio = np.concatenate([*pending, joiner.finish()])
         if index == 0 and audio.size == 0:
             if stop_reason == "cancelled" or cancel.is_set():
@@ -229,6 +258,20 @@ class Engine:
         stats.add_chunk(audio.size, time.perf_counter() - started, batch)
         stats.finish(stop_reason)
         yield StreamEvent(audio, index, True, stats.as_dict())
+
+    def _pieces(
+        self, job: _Prepared, voice: Voice, cancel: threading.Event
+    ) -> Iterator[BackendChunk] | None:
+        """The backend's audio for the job's text: the whole text, or text that arrives in
+        pieces (read as it comes by a backend that takes pieces, else held until done; None
+        when cancelled meanwhile)."""
+        text = job.text
+        if isinstance(text, str):
+            return self.backend.stream(text, voice, job.params, cancel)
+        if takes_text_pieces(self.backend):
+            return self.backend.stream_fed(text, voice, job.params, cancel)  # type: ignore[attr-defined]
+        whole = text.wait_whole(cancel)
+        return None if whole is None else self.backend.stream(whole, voice, job.params, cancel)
 
     def prepare_voice(
         self, reference: str | Path | tuple[int, np.ndarray], reference_text: str | None
@@ -295,6 +338,42 @@ class EngineStream:
 
     def __del__(self) -> None:
         self._ticket.release()
+
+
+class FedStream(EngineStream):
+    """The events of a request whose text arrives in pieces (Engine.open_fed). `feed` and
+    `done` may be called from any thread (one feeder), while another iterates the events."""
+
+    def __init__(self, events: Iterator[StreamEvent], ticket: Ticket, inlet: TextInlet) -> None:
+        super().__init__(events, ticket)
+        self._inlet = inlet
+
+    @property
+    def text(self) -> str:
+        """The cleaned text received so far."""
+        return self._inlet.text
+
+    @property
+    def forwarded(self) -> bool:
+        """The backend reads the text as it arrives and has taken all of it so far."""
+        return self._inlet.forwarded
+
+    def feed(self, piece: str) -> None:
+        """More text; InputError past the engine's text limit, or after `done`."""
+        self._inlet.push(piece)
+
+    def done(self) -> None:
+        """The text is complete; InputError when nothing visible came."""
+        self._inlet.finish()
+
+    def cancel(self) -> None:
+        """Stop the request (from any thread; the consumer still closes the stream)."""
+        self._ticket.cancel.set()
+
+
+def takes_text_pieces(backend: Backend) -> bool:
+    """Does `backend` read text while it arrives (`stream_fed`), or need it whole?"""
+    return bool(getattr(backend, "takes_text_pieces", False))
 
 
 def _larger(a: int | None, b: int | None) -> int | None:

@@ -7,6 +7,7 @@
     DELETE /v1/audio/voices/{name}
     GET    /v1/models                 the served model and its loading status
     POST   /tts_stream/pcm            raw PCM frames for the page's low-latency player
+    WS     /tts_stream/text           the page's text fed word by word -> PCM (page_text_ws.py)
 to a FastAPI app. They take the engine from the slot per request, so they share its admission
 with the page and answer 503 + Retry-After while the model loads.
 
@@ -87,6 +88,7 @@ def make_router(
 ) -> tuple[APIRouter, ServerState]:
     """The routes of `install_routes` on one APIRouter (e.g. for FastAPI(routes=...))."""
     from .openai_api import make_openai_router
+    from .page_text_ws import make_page_text_router
     from .pcm_stream import make_pcm_router
 
     state = ServerState(
@@ -98,6 +100,7 @@ def make_router(
     router = APIRouter()
     router.include_router(make_openai_router(state))
     router.include_router(make_pcm_router(state))
+    router.include_router(make_page_text_router(state))
     return router, state
 
 

@@ -13,6 +13,12 @@ protocol with:
   is closed to make room (a visitor's real request keeps its socket); only when every
   connection is busy with a request is the new one refused;
 * at most one log line a minute about any of this, however many connections it closes.
+
+A WebSocket upgrade (`guarded_ws_protocol`: uvicorn's websockets sans-I/O protocol) keeps its
+place under the cap: the head deadline ends with the upgrade request, the count passes to the
+WebSocket protocol, which gives it back when the connection is lost (uvicorn swaps the
+transport's protocol, so the h11 protocol never hears of the close). An upgraded connection is
+busy, never closed to make room; the route bounds its idle time.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -138,6 +145,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
+        self._upgraded = False  # a WebSocket protocol owns the transport now
         self._counted = self.guard.admit(self)
         if not self._counted:
             transport.write(_FULL_RESPONSE)
@@ -158,6 +166,8 @@ class GuardedH11Protocol(H11Protocol):
         if self.transport.is_closing():
             return
         super().data_received(data)
+        if self._upgraded:  # h11 stopped at the upgrade request (SEND_BODY): no deadline
+            return
         state = self.conn.their_state
         if state is h11.SEND_BODY:  # a body on its way: each chunk renews the idle deadline
             self.guard.waiting.pop(self, None)
@@ -165,6 +175,13 @@ class GuardedH11Protocol(H11Protocol):
         elif state is not h11.IDLE:  # the request is in: the app has it from here
             self.guard.waiting.pop(self, None)
             self._cancel_deadline()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        # the head is in; the connection's place in the count passes to the WebSocket protocol
+        self._cancel_deadline()
+        self.guard.waiting.pop(self, None)
+        self._counted, self._upgraded = False, True
+        super().handle_websocket_upgrade(event)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # arms uvicorn's keep-alive timer
@@ -199,7 +216,7 @@ class GuardedH11Protocol(H11Protocol):
 
     def close_idle(self) -> None:
         """Close a connection that is not being answered (no response started on it)."""
-        if self.transport is None or self.transport.is_closing():
+        if self.transport is None or self.transport.is_closing() or self._upgraded:
             return
         if self.conn.our_state is h11.IDLE:
             self.transport.write(_TIMEOUT_RESPONSE)
@@ -209,3 +226,18 @@ class GuardedH11Protocol(H11Protocol):
 def guarded_protocol(guard: ConnectionGuard) -> type[GuardedH11Protocol]:
     """uvicorn's `Config(http=...)` class for one server, bound to its guard."""
     return type("GuardedH11ProtocolForServer", (GuardedH11Protocol,), {"guard": guard})
+
+
+def guarded_ws_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
+    """uvicorn's `Config(ws=...)` class for one server: the websockets sans-I/O protocol,
+    giving the upgraded connection's place in `guard`'s count back when it is lost."""
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+    def connection_lost(self: Any, exc: Exception | None) -> None:
+        if not getattr(self, "_released", False):
+            self._released = True
+            guard.left(self)
+        WebSocketsSansIOProtocol.connection_lost(self, exc)
+
+    return type("GuardedWebSocketProtocol", (WebSocketsSansIOProtocol,),
+                {"connection_lost": connection_lost})  # fmt: skip

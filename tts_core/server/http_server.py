@@ -5,7 +5,9 @@ no graceful shutdown (SIGTERM ends the process at once). `serve()` mounts the sa
 on a FastAPI app of ours and runs it with
 
 * connections bounded (`connections.py`: head and body deadlines, keep-alive, a cap below the
-  open-files limit, which is raised to the hard limit first);
+  open-files limit, which is raised to the hard limit first), WebSocket upgrades included
+  (websockets' sans-I/O protocol, messages up to `speech_ws.MAX_MESSAGE_BYTES`, no
+  per-message compression: PCM does not compress and the CPU is the model's);
 * an unknown Gradio event answered with 404 (`gradio_guard.py`), the disk cache bounded
   (`disk_guard.py`), the API routes installed before the page;
 * on SIGTERM or SIGINT: stop admitting (every new request: 503 + Retry-After), let the
@@ -38,10 +40,12 @@ from .connections import (
     ConnectionLimits,
     connection_cap,
     guarded_protocol,
+    guarded_ws_protocol,
     quiet_accept_errors,
     raise_open_files_limit,
 )
 from .gradio_guard import EventGuard
+from .speech_ws import MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +133,17 @@ def make_drain(slot: EngineSlot, responses_open: Callable[[], int],
     return drain
 
 
+def server_config(app: Any, options: ServeOptions, guard: ConnectionGuard,
+                  lifespan: str = "on") -> uvicorn.Config:  # fmt: skip
+    """uvicorn's configuration of our server: the guarded HTTP and WebSocket protocols."""
+    return uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
+                          http=guarded_protocol(guard), ws=guarded_ws_protocol(guard),
+                          ws_max_size=MAX_MESSAGE_BYTES, ws_per_message_deflate=False,
+                          lifespan=lifespan, backlog=ACCEPT_BACKLOG,
+                          timeout_keep_alive=int(max(1, options.connections.keep_alive_s)),
+                          timeout_graceful_shutdown=int(CLOSE_GRACE_S))  # fmt: skip
+
+
 def serve(blocks: gr.Blocks, router: APIRouter, slot: EngineSlot, options: ServeOptions,
           wait_for_writes: Callable[[float], bool] = lambda _timeout: True,
           middleware: tuple[Middleware, ...] = (),
@@ -138,11 +153,7 @@ def serve(blocks: gr.Blocks, router: APIRouter, slot: EngineSlot, options: Serve
     cap = connection_cap(limits.max_connections, raise_open_files_limit())
     guard = ConnectionGuard(limits, cap)
     app = build_asgi_app(blocks, router, options, middleware)
-    config = uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
-                            http=guarded_protocol(guard), ws="none", lifespan="on",
-                            backlog=ACCEPT_BACKLOG,
-                            timeout_keep_alive=int(max(1, limits.keep_alive_s)),
-                            timeout_graceful_shutdown=int(CLOSE_GRACE_S))  # fmt: skip
+    config = server_config(app, options, guard)
     server = DrainingServer(config, guard, lambda: None, on_started)
     server.drain = make_drain(slot, lambda: len(server.server_state.tasks), wait_for_writes,
                               options.shutdown_timeout_s)  # fmt: skip

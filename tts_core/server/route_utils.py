@@ -57,7 +57,8 @@ async def read_json(request: Request, limit: int = MAX_JSON_BYTES) -> Any:
     if media_type != "application/json" and not media_type.endswith("+json"):
         raise ApiError(415, "Send the request body as JSON with 'Content-Type: application/json'.",
                        None, "unsupported_media_type")  # fmt: skip
-    raw = b"".join([part async for part in limited_body(request, limit, _body_too_large)])
+    too_large = functools.partial(_body_too_large, limit)
+    raw = b"".join([part async for part in limited_body(request, limit, too_large)])
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: JSONDecodeError and
@@ -105,8 +106,8 @@ async def limited_body(
         yield chunk
 
 
-def _body_too_large() -> ApiError:
-    return ApiError(413, f"The request body is larger than {MAX_JSON_BYTES} bytes.", None,
+def _body_too_large(limit: int = MAX_JSON_BYTES) -> ApiError:
+    return ApiError(413, f"The request body is larger than {limit} bytes.", None,
                     "too_large")  # fmt: skip
 
 

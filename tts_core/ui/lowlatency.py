@@ -17,6 +17,13 @@ of `generate.click`, so that exactly one of the two players synthesizes per clic
 Gradio queue is not involved in low-latency mode. The player reports to the page's stats panel
 (stats_panel.py) when there is one. The PCM route itself comes from
 `tts_core.server.install_routes` (the page's launch installs it).
+
+"Speak while the text arrives" (a checkbox and a words-per-second slider under the toggle):
+Generate then opens the page's text-stream WebSocket (`tts_core.server.page_text_ws`, also
+installed by install_routes) with the same fields, feeds the text box word by word at that
+rate as `input.text` messages, then `input.done`, and plays the PCM frames it answers with the
+same Web Audio scheduling. A backend that takes text in pieces (Qwen3-TTS) speaks before the
+last word is sent; the others wait for `input.done`.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ STATIC = Path(__file__).resolve().parent / "static"
 LOW_LATENCY = "Low latency (Web Audio)"
 STANDARD = "Standard (gr.Audio, HLS)"
 DEFAULT_ROUTE = "/tts_stream/pcm"
+TEXT_ROUTE = "/tts_stream/text"  # tts_core.server.page_text_ws.ROUTE
+TEXT_STREAM_ID = "text-stream-options"
+WORDS_PER_S = (0.5, 20.0, 3.0)  # the rate slider: min, max, default (~ a chat LLM's pace)
 STANDARD_TRIGGER_ID = "standard-player-trigger"
 
 _MARKUP = """<div class="ll-player">
@@ -46,12 +56,17 @@ class LowLatencyPlayer:
     mode: gr.Radio  # LOW_LATENCY (default) or STANDARD
     html: gr.HTML
     standard_trigger: gr.Button  # hidden; clicked by the page when the toggle says STANDARD
+    text_stream: gr.Checkbox  # "Speak while the text arrives"
+    words_per_s: gr.Slider  # its feed rate
 
 
 def player_script(fields: list[str], generate_id: str, route: str = DEFAULT_ROUTE,
-                  start_lead_s: float = 0.02, max_lead_s: float = 1.0) -> str:  # fmt: skip
+                  start_lead_s: float = 0.02, max_lead_s: float = 1.0,
+                  text_route: str = TEXT_ROUTE) -> str:  # fmt: skip
     config = {
         "route": route,
+        "textRoute": text_route,
+        "textStreamId": TEXT_STREAM_ID,
         "fields": fields,
         "mode": LOW_LATENCY,
         "generateId": generate_id,
@@ -75,6 +90,7 @@ def build_lowlatency_player(
         raise ValueError("the Generate button needs an elem_id (click -> first sound timing)")
     mode = gr.Radio([LOW_LATENCY, STANDARD], value=LOW_LATENCY, label="Player",
                     elem_id="player-mode")  # fmt: skip
+    text_stream, words_per_s = _text_stream_controls()
     html = gr.HTML(
         _MARKUP,
         css_template=(STATIC / "lowlatency_player.css").read_text(),
@@ -83,7 +99,8 @@ def build_lowlatency_player(
     )
     trigger = gr.Button("Standard player", visible="hidden", elem_id=STANDARD_TRIGGER_ID)
     start = "(...values) => { window.__ttsLowLatency && window.__ttsLowLatency.start(values); }"
-    generate.click(None, [mode, *fields.values()], None, js=start, queue=False)
+    inputs = [mode, text_stream, words_per_s, *fields.values()]  # the order start() reads
+    generate.click(None, inputs, None, js=start, queue=False)
     if stop is not None:
         halt = ("() => { window.__ttsLowLatency && window.__ttsLowLatency.stop();"
                 " window.__ttsStats && window.__ttsStats.stopped(); }")  # fmt: skip
@@ -91,4 +108,16 @@ def build_lowlatency_player(
     # its own controls show in low-latency mode only (set_mode hides the block)
     set_mode = "(mode) => { window.__ttsLowLatency && window.__ttsLowLatency.setMode(mode); }"
     mode.change(None, mode, None, js=set_mode, queue=False)
-    return LowLatencyPlayer(mode, html, trigger)
+    return LowLatencyPlayer(mode, html, trigger, text_stream, words_per_s)
+
+
+def _text_stream_controls() -> tuple[gr.Checkbox, gr.Slider]:
+    """The "speak while the text arrives" checkbox and its rate (shown in low-latency mode)."""
+    low, high, default = WORDS_PER_S
+    with gr.Row(elem_id=TEXT_STREAM_ID):
+        checkbox = gr.Checkbox(False, label="Speak while the text arrives",
+                               info="feed the text word by word, as a chat model writes it",
+                               elem_id="text-stream")  # fmt: skip
+        rate = gr.Slider(low, high, default, step=0.5, label="Words per second",
+                         elem_id="text-stream-rate")  # fmt: skip
+    return checkbox, rate

@@ -31,6 +31,9 @@ MARKUP = f"""<div class="tts-stats">
 <div class="head"><span class="title">Live stats <span class="state" data-s="mode"></span></span>
 <span class="state" data-s="state">Press Generate to start.</span></div>
 <div class="tiles">{"".join(_tile(*tile) for tile in TILES)}</div>
+<div class="text-stream" data-s="text-stream" hidden><b>Text in, audio out:</b>
+<span data-s="text-in"></span> · <span data-s="text-first"></span> ·
+<span data-s="text-audio"></span></div>
 <div class="chart-title">Seconds of audio produced vs wall-clock seconds<span class="legend">
 <i style="background:#f97316"></i>generated<i style="background:#3b82f6"></i>playback
 (from the first chunk: while generated stays above it, playback never waits)</span></div>

@@ -1,12 +1,23 @@
 // Low-latency player: POSTs the request to the PCM route, reads the body with fetch streams and
 // plays each PCM chunk the moment it arrives, gaplessly, with scheduled AudioBufferSourceNodes.
 //
+// "Speak while the text arrives": the same run, over the page's text-stream WebSocket instead
+// (CFG.textRoute: session.config with the same fields, the text box's words as input.text at
+// the chosen rate, input.done; the answer's binary frames are the same PCM).
+//
 // Runs as gr.HTML's js_on_load: `element` is the player's root. __CONFIG__ is replaced by the
-// Python side with {route, fields, mode, generateId, standardTriggerId, startLeadS, maxLeadS}.
-// The stream's sample rate comes with each response (header X-Sample-Rate): the model's.
+// Python side with {route, textRoute, textStreamId, fields, mode, generateId,
+// standardTriggerId, startLeadS, maxLeadS}.
+// The stream's sample rate comes with each response (header X-Sample-Rate, or audio.start's
+// sample_rate): the model's.
 // Every run's numbers go to the page's stats panel (window.__ttsStats, stats_panel.js).
 // window.__ttsLowLatency = {start(values), stop(), setMode(mode), level(), context(), last}
-// ("last": the metrics of the last run, read by the browser tests).
+// values: [player mode, text streamed in?, words per second, ...the fields' values];
+// "last": the metrics of the last run, read by the browser tests (a text-streamed run's
+// m.text = {total, sent, firstAudioWord, audioS, wordsPerS, doneSent, closeCode}: firstAudioWord
+// is how many words had been sent when the first audio frame arrived). Test hook:
+// window.__ttsTextHoldAfter = N makes the feed wait after word N until the first audio frame
+// has come (so "speech before the last word" is decided by events, not by the feed's rate).
 (() => {
   const CFG = __CONFIG__;
   const panel = () => window.__ttsStats; // the shared stats panel (absent: nothing to show)
@@ -54,8 +65,10 @@
         clickT, firstSoundMs: null, firstAudibleMs: null, engineTtfaMs: null, underruns: 0,
         sentMs: null, headersMs: null, firstChunkMs: null, silentMs: 0, chunks: 0, samples: 0,
         schedule: [], done: false, error: null, // schedule: [start frame, frames] (context's)
-        rate: null, contextRate: null, stopped: false, stats: null, endCtx: null,
+        rate: null, contextRate: null, stopped: false, stats: null, endCtx: null, text: null,
       };
+      this.socket = null; // the text-stream WebSocket (a text-streamed run)
+      this.odd = null; // a PCM frame's last byte when its length was odd (the next one's first)
       element.dataset.state = "waiting";
     }
 
@@ -196,9 +209,115 @@
       if (replay) { replay.src = link.href; replay.hidden = false; }
     }
 
+    // ---- text streamed in: the text box's words over the page's WebSocket
+    async streamText(body, wordsPerS) {
+      const words = String(body.text || "").match(/\S+\s*/g) || []; // each with its spaces
+      if (words.length === 0) throw new Error("Type some text first.");
+      if (!(wordsPerS > 0)) throw new Error("The words-per-second rate must be above 0.");
+      const t = this.m.text = { total: words.length, sent: 0, firstAudioWord: null, audioS: 0,
+                                wordsPerS, doneSent: false, closeCode: null };
+      // settles at the first audio frame, at Stop, or when the socket ends (the test hook's wait)
+      this.firstAudio = new Promise((resolve) => {
+        this.heard = resolve;
+        this.abort.signal.addEventListener("abort", resolve, { once: true });
+      });
+      this.progress();
+      show("status", "Sending the text word by word…");
+      this.m.sentMs = performance.now() - this.m.clickT;
+      const url = new URL(CFG.textRoute, location.href);
+      url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+      const socket = this.socket = new WebSocket(url);
+      socket.binaryType = "arraybuffer";
+      this.attach(audioContext()); // still inside the click's user activation
+      const ended = this.listen(socket);
+      ended.then(() => this.heard(), () => this.heard());
+      const opened = new Promise((resolve) => socket.addEventListener("open", resolve, { once: true }));
+      await Promise.race([opened, ended]); // a refused or failed connection ends the run
+      this.m.headersMs = performance.now() - this.m.clickT;
+      const config = { ...body, type: "session.config" };
+      delete config.text;
+      socket.send(JSON.stringify(config));
+      this.feed(socket, words, wordsPerS).catch(() => socket.close()); // (sending failed: closed)
+      await ended;
+      if (socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "session.close" }));
+      this.finish();
+    }
+
+    // input.text per word, one every 1/wordsPerS s, then input.done (ends early on Stop or close)
+    async feed(socket, words, wordsPerS) {
+      const t = this.m.text;
+      for (let i = 0; i < words.length; i++) {
+        if (this.m.stopped || socket.readyState !== WebSocket.OPEN) return;
+        socket.send(JSON.stringify({ type: "input.text", text: words[i] }));
+        t.sent = i + 1;
+        this.progress();
+        if (t.sent === window.__ttsTextHoldAfter) await this.firstAudio;
+        if (i + 1 < words.length) await this.pause(1000 / wordsPerS);
+      }
+      if (this.m.stopped || socket.readyState !== WebSocket.OPEN) return;
+      socket.send(JSON.stringify({ type: "input.done" }));
+      t.doneSent = true;
+      show("status", "Text sent; speaking…");
+    }
+
+    pause(ms) { // a timer that Stop cuts short
+      return new Promise((resolve) => {
+        const timer = setTimeout(resolve, ms);
+        this.abort.signal.addEventListener("abort", () => { clearTimeout(timer); resolve(); },
+                                           { once: true });
+      });
+    }
+
+    // The server's messages -> a promise: resolved at session.done, rejected at error or close
+    listen(socket) {
+      return new Promise((resolve, reject) => {
+        let ended = false;
+        const fail = (err) => { if (!ended) { ended = true; reject(err); socket.close(); } };
+        socket.addEventListener("message", (event) => {
+          if (ended) return;
+          try {
+            if (typeof event.data !== "string") { this.onPcm(event.data); return; }
+            const message = JSON.parse(event.data);
+            if (message.type === "audio.start") {
+              this.rate = this.m.rate = Number(message.sample_rate);
+              if (!(this.rate > 0)) throw new Error("audio.start has no sample_rate");
+            } else if (message.type === "session.done") {
+              ended = true;
+              if (message.stats) this.onStats(message.stats);
+              resolve();
+            } else if (message.type === "error") {
+              fail(new Error(message.message || "the text stream failed"));
+            }
+          } catch (err) {
+            fail(err);
+          }
+        });
+        socket.addEventListener("close", (event) => {
+          this.m.text.closeCode = event.code;
+          fail(new Error(`the connection closed (code ${event.code})`));
+        });
+      });
+    }
+
+    onPcm(buffer) {
+      let bytes = new Uint8Array(buffer);
+      if (this.odd !== null) { bytes = concat(this.odd, bytes); this.odd = null; }
+      if (bytes.length % 2) { this.odd = bytes.slice(-1); bytes = bytes.slice(0, -1); }
+      if (!(this.rate > 0)) throw new Error("audio came before audio.start");
+      const t = this.m.text;
+      if (t.firstAudioWord === null && bytes.length) { t.firstAudioWord = t.sent; this.heard(); }
+      this.play(new Int16Array(bytes.buffer, bytes.byteOffset, bytes.length >> 1));
+      t.audioS = this.m.samples / this.rate;
+      this.progress();
+    }
+
+    progress() { if (panel() && panel().textStream) panel().textStream(this.m.text); }
+
     stop() {
       this.m.stopped = true;
-      this.abort.abort(); // the server sees the disconnect and stops the synthesis
+      // the server sees the disconnect (or the closed socket) and stops the synthesis
+      if (this.socket !== null && this.socket.readyState <= WebSocket.OPEN) this.socket.close(1000);
+      this.abort.abort();
       for (const source of this.sources) { try { source.stop(); } catch (err) { /* not started */ } }
       this.sources.clear();
     }
@@ -246,8 +365,11 @@
   async function start(values) {
     const clickT = lastClick !== null && performance.now() - lastClick < 2000 ? lastClick : performance.now();
     lastClick = null;
-    const standard = values[0] !== CFG.mode;
-    if (panel()) panel().begin(standard ? "Standard player" : "Low-latency player", clickT);
+    const [mode, textStreamed, wordsPerS] = values;
+    const standard = mode !== CFG.mode;
+    const label = standard ? "Standard player" :
+      textStreamed ? "Low-latency player, text streamed in" : "Low-latency player";
+    if (panel()) panel().begin(label, clickT);
     if (standard) { // the standard gr.Audio player is selected: run its event
       stop();
       const trigger = document.getElementById(CFG.standardTriggerId);
@@ -261,7 +383,8 @@
     window.__ttsLowLatency.last = run.m;
     clearResult(); // the last run's clip must not stay next to this run's outcome
     try {
-      await run.fetchAndPlay(requestBody(values.slice(1)));
+      const body = requestBody(values.slice(3));
+      await (textStreamed ? run.streamText(body, Number(wordsPerS)) : run.fetchAndPlay(body));
     } catch (err) {
       if (run.m.stopped) { show("status", "Stopped"); element.dataset.state = "stopped"; return; }
       run.m.error = String(err.message || err);
@@ -282,7 +405,10 @@
 
   // The player's own controls show in low-latency mode only (the stats panel is shared).
   function setMode(mode) {
-    (element.closest("#lowlatency-player") || element).style.display = mode === CFG.mode ? "" : "none";
+    const display = mode === CFG.mode ? "" : "none";
+    (element.closest("#lowlatency-player") || element).style.display = display;
+    const options = document.getElementById(CFG.textStreamId);
+    if (options) options.style.display = display;
   }
 
   // Peak of the samples being output right now (0 when silent or idle).

@@ -2,7 +2,10 @@
 // panel). The low-latency player feeds it from the PCM route's STATS frames; the standard
 // player from its handler's stats output (a hidden gr.JSON whose change event calls update).
 // window.__ttsStats = {begin(label, clickT), update(stats), heard(ms), underruns(n, silentMs),
-//                      failed(message), stopped(), playbackCurve(timeline), last}
+//                      failed(message), stopped(), playbackCurve(timeline),
+//                      textStream(progress), last}
+// progress (the low-latency player's text-streamed run): {total, sent, firstAudioWord, audioS}
+// -> the "text in / audio out" line.
 // stats: the engine's (RequestStats.as_dict): time_to_first_audio_s, real_time_factor, chunks,
 // chunk_compute_s[], chunk_audio_s[], chunk_batch_size[], queue_wait_s, timeline [[wall s,
 // audio s so far], ...], done, stop_reason, backend, model, device, weight_format, notices[];
@@ -13,10 +16,10 @@
   const set = (name, text) => { const node = $(name); if (node) node.textContent = text; };
   const ms = (s) => (s === null || s === undefined ? "–" : `${Math.round(s * 1000)} ms`);
   const last = (list) => (list && list.length ? list[list.length - 1] : null);
-  let run = null; // {label, clickT, heardMs, underruns, silentMs, stats}
+  let run = null; // {label, clickT, heardMs, underruns, silentMs, stats, text}
 
   function begin(label, clickT) {
-    run = { label, clickT, heardMs: null, underruns: null, silentMs: 0, stats: null };
+    run = { label, clickT, heardMs: null, underruns: null, silentMs: 0, stats: null, text: null };
     window.__ttsStats.last = run;
     state("running", "Generating…");
     render();
@@ -57,6 +60,7 @@
     set("underruns", run.underruns === null ? "–" :
       `${run.underruns}` + (run.underruns ? ` (${Math.round(run.silentMs)} ms silent)` : ""));
     set("model", [s.backend, s.model, s.weight_format, s.device].filter(Boolean).join(" · "));
+    renderText(run.text);
     const notice = document.querySelector("#fallback-notice");
     const own = (s.notices || []).filter((n) => !(notice && notice.textContent.includes(n)));
     set("notices", own.join(" "));
@@ -131,6 +135,20 @@
     }
   }, true);
 
+  // Text in (words sent / all) and audio out (after how many words it began, seconds received)
+  function renderText(p) {
+    const line = $("text-stream");
+    if (!line) return;
+    line.hidden = p === null;
+    if (p === null) return;
+    const first = p.firstAudioWord === null ? "no audio yet" :
+      `first audio after ${p.firstAudioWord} word${p.firstAudioWord === 1 ? "" : "s"}`;
+    set("text-in", `${p.sent} / ${p.total} words sent`);
+    set("text-first", first);
+    set("text-audio", `${p.audioS.toFixed(2)} s of audio received`);
+  }
+
+  function textStream(progress) { if (run) { run.text = { ...progress }; renderText(run.text); } }
   function heard(msAfterClick) { if (run) { run.heardMs = msAfterClick; render(); } }
   function underruns(n, silentMs) { if (run) { run.underruns = n; run.silentMs = silentMs; render(); } }
   function failed(message) { if (run) state("error", `Error: ${message}`); }
@@ -138,5 +156,5 @@
 
   element.dataset.state = "idle";
   window.__ttsStats = { begin, update, heard, underruns, failed, stopped, playbackCurve,
-                        last: null };
+                        textStream, last: null };
 })();

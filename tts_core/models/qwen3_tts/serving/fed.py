@@ -17,8 +17,9 @@ submitted whole, exactly as a one-shot request.
 
 from __future__ import annotations
 
+import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -147,6 +148,30 @@ class FedRequest:
 
     def wait_stream(self, timeout: float | None) -> RequestStream | None:
         return self._stream if self._ready.wait(timeout) else None
+
+    def chunks(self, stop: Callable[[], bool], poll_s: float) -> Iterator[Any]:
+        """`stream`'s chunks, asking `stop` every `poll_s` while none comes: a row waiting for
+        text takes no step, so the loop never asks its should_stop (nor wakes to); once `stop`
+        answers True the request is closed (its row freed at the loop's next step) and the
+        iteration ends."""
+        try:
+            while (stream := self.wait_stream(poll_s)) is None:
+                if stop():
+                    return
+            while True:
+                try:
+                    # a fed row's outbox directly (with a timeout); a whole-text request
+                    # (done before the prompt's text was in) steps anyway: its stream
+                    chunk = next(stream) if self._seq is None else self._seq.outbox.get(poll_s)
+                except queue.Empty:
+                    if stop():
+                        return
+                    continue
+                except StopIteration:
+                    return
+                yield chunk
+        finally:
+            self.close()
 
     def close(self) -> None:
         if self._stream is not None:

@@ -1,0 +1,343 @@
+"""WebSocket /v1/audio/speech/stream: text in pieces -> speech while it arrives (issue #27).
+
+Compatible with vLLM-Omni's route of the same path. Client messages (JSON text):
+    {"type": "session.config", ...}   the POST /v1/audio/speech fields (validated by the same
+                                      SpeechBody, knobs by name) minus `input`; first message,
+                                      and again between utterances to change it
+    {"type": "input.text", "text": s} any piece of text: a word, a character, half a word
+    {"type": "input.done"}            the utterance is complete (the connection stays open)
+    {"type": "session.close"}         end: the audio of a completed utterance is sent first
+Server messages, per utterance:
+    {"type": "audio.start", "utterance_index", "sentence_index": 0, "sentence_text": "",
+     "format", "sample_rate", "channels": 1}      before its first audio byte
+    binary frames                     `pcm`: 16-bit little-endian mono at sample_rate; `wav`:
+                                      the same after a streamed WAV header (sizes 0xFFFFFFFF)
+                                      in the first frame
+    {"type": "audio.done", "utterance_index", "sentence_index": 0, "total_bytes", "error"}
+    {"type": "session.done", "utterance_index", "total_sentences": 1, "stats"}
+    {"type": "error", "message", "code", "param", "status"}   then the server closes
+Unlike vLLM-Omni, which buffers the text (or cuts it into sentences, each its own utterance),
+an utterance here is one engine request (Engine.open_fed): a backend that takes text in pieces
+(Qwen3-TTS) speaks while the text arrives, the audio byte-identical to POST /v1/audio/speech
+with the whole text and the same settings; the others buffer until input.done.
+`response_format` is `pcm` or `wav` (default `wav`, as vLLM-Omni); `stream_audio` and
+`split_granularity` are accepted and ignored: audio always streams, and the text is not cut.
+
+Bounds, as the other routes: the Host / Origin checks and the API key of /v1 at the handshake
+(a browser may open a WebSocket to any site: the Origin check always applies); the engine's
+admission (a place in line per utterance); the engine's text limit per utterance and
+`max_input_chars` (4096) per session; an idle timeout between messages (not while the audio of
+a completed utterance is still being sent); message sizes. Every error is an `error` message
+and a close (codes: 1008 refused or bad message, 1009 too large, 1013 busy, 1011 server error,
+1000 idle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import APIRouter, WebSocket
+from starlette.websockets import WebSocketDisconnect, WebSocketState
+
+from ..audio import SAMPLE_RATE
+from ..engine import BackendError, EngineBusy, InputError, SynthesisParams, SynthesisRequest
+from ..engine.backend import TextTooLong
+from ..engine.engine import FedStream, StreamEvent
+from ..engine.handoff import run_on_thread
+from .audio_formats import make_encoder
+from .errors import ApiError
+from .openai_api import parse_speech_body, speech_reference
+from .route_utils import busy_error, request_values
+from .state import ServerState
+from .voices import Viewer
+
+log = logging.getLogger(__name__)
+
+ROUTE = "/v1/audio/speech/stream"
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # a session.config with a ref_audio data URL (vLLM-Omni's)
+MAX_TEXT_MESSAGE_CHARS = 64 * 1024  # any other message
+FORMATS = ("pcm", "wav")
+CONFIG_PLACEHOLDER = "session.config"  # SpeechBody's required `input`; the text comes later
+_CLOSE_CODES = {400: 1008, 401: 1008, 403: 1008, 404: 1008, 408: 1000, 413: 1009, 503: 1013}
+
+
+@dataclass(frozen=True)
+class StreamLimits:
+    idle_timeout_s: float = 30.0  # longest wait for the client's next message
+    max_session_chars: int | None = None  # None: ApiConfig.max_input_chars
+
+
+def add_speech_stream_route(
+    router: APIRouter, state: ServerState, limits: StreamLimits | None = None
+) -> None:
+    limits = limits or StreamLimits()
+
+    @router.websocket(ROUTE)
+    async def speech_stream(websocket: WebSocket) -> None:
+        await SpeechSession(websocket, state, limits).run()
+
+
+class _Handshake:
+    """The upgrade request as AccessPolicy.check reads it. Its method is not a safe one: no
+    CORS protects a WebSocket, so the Origin check applies as to a POST."""
+
+    method = "WEBSOCKET"
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.headers = websocket.headers
+
+
+@dataclass
+class _Utterance:
+    index: int
+    stream: FedStream
+    sender: asyncio.Task  # its audio -> the client; result: (bytes sent, final stats)
+    done: bool = False  # input.done came
+
+    @property
+    def sending(self) -> bool:
+        """Complete, its audio still on its way (the client waits: it is not idle)."""
+        return self.done and not self.sender.done()
+
+
+class SpeechSession:
+    """One connection: its config, its current utterance, its message loop."""
+
+    def __init__(self, websocket: WebSocket, state: ServerState, limits: StreamLimits) -> None:
+        self.ws, self.state, self.limits = websocket, state, limits
+        self.max_chars = limits.max_session_chars or state.config.max_input_chars
+        self.chars = 0  # text received this session
+        self.config: tuple[str, SynthesisRequest] | None = None  # (format, request sans text)
+        self.utterance: _Utterance | None = None
+        self.count = 0  # utterances opened
+        self.viewer: Viewer | None = None
+
+    async def run(self) -> None:
+        await self.ws.accept()
+        receiving: asyncio.Task | None = None
+        try:
+            self.state.config.access.check(_Handshake(self.ws), api=True)  # type: ignore[arg-type]
+            self.viewer = self.state.api_viewer(self.ws)  # type: ignore[arg-type]
+            while True:
+                receiving = receiving or asyncio.ensure_future(self.ws.receive())
+                message = await self._next(receiving)
+                if message is None:
+                    continue  # an utterance's audio ended first
+                receiving = None
+                if message.get("type") == "websocket.disconnect":
+                    return
+                if not await self._handle(self._parse(message)):
+                    return
+        except WebSocketDisconnect:
+            return  # the client went away (the finally stops its utterance)
+        except ApiError as exc:
+            await self._fail(exc)
+        except Exception as exc:  # noqa: BLE001 - the client gets a short message, the log all
+            log.exception("speech stream session failed")
+            await self._fail(ApiError(500, f"Internal error ({type(exc).__name__})."))
+        finally:
+            if receiving is not None:
+                receiving.cancel()
+            await self._stop_utterance()
+
+    async def _next(self, receiving: asyncio.Task) -> dict | None:
+        """The next client message; None when a completed utterance's audio ended first;
+        the sender's error raised here; ApiError 408 after the idle timeout."""
+        utterance = self.utterance
+        sender = utterance.sender if utterance and not utterance.sender.done() else None
+        waits = {receiving, sender} if sender is not None else {receiving}
+        finished, _ = await asyncio.wait(waits, timeout=self.limits.idle_timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        if sender is not None and sender in finished:
+            sender.result()  # its error, if any
+            if utterance.done:
+                await self._finish_utterance()
+            # else it ended before its text (the model's end of speech, as the whole text's
+            # request ends there too): later pieces go to it unheard until input.done
+            return receiving.result() if receiving in finished else None
+        if receiving in finished:
+            return receiving.result()
+        if not (utterance and utterance.sending):
+            raise ApiError(408, f"Idle timeout: no message for {self.limits.idle_timeout_s:g} s.",
+                           None, "idle_timeout")  # fmt: skip
+        return None
+
+    async def _finish_utterance(self) -> None:
+        """The completed utterance's audio is all sent: audio.done and session.done."""
+        utterance, self.utterance = self.utterance, None
+        assert utterance is not None and utterance.done
+        total, stats = await utterance.sender
+        await self.ws.send_json({"type": "audio.done", "utterance_index": utterance.index,
+                                 "sentence_index": 0, "total_bytes": total, "error": False})  # fmt: skip
+        await self.ws.send_json({"type": "session.done", "utterance_index": utterance.index,
+                                 "total_sentences": 1, "stats": stats})  # fmt: skip
+
+    def _parse(self, message: dict) -> dict[str, Any]:
+        raw = message.get("text")
+        if raw is None:
+            raise ApiError(400, "Send JSON text messages (binary is not read).", None,
+                           "invalid_message")  # fmt: skip
+        try:
+            parsed = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise ApiError(400, "The message must be valid JSON.", None, "invalid_json") from None
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("type"), str):
+            raise ApiError(400, "A message must be a JSON object with a 'type'.", "type",
+                           "invalid_message")  # fmt: skip
+        if parsed["type"] != "session.config" and len(raw) > MAX_TEXT_MESSAGE_CHARS:
+            raise ApiError(413, f"A {parsed['type']} message may have at most "
+                           f"{MAX_TEXT_MESSAGE_CHARS} characters.", None, "too_large")  # fmt: skip
+        return parsed
+
+    async def _handle(self, message: dict[str, Any]) -> bool:
+        """Act on one message; False when the session ends."""
+        kind = message["type"]
+        if kind == "session.config":
+            if self.utterance is not None and not self.utterance.done:
+                raise ApiError(400, "session.config during an utterance: send input.done first.",
+                               "type", "invalid_message")  # fmt: skip
+            self.config = await self._configure(message)
+        elif kind == "session.close":
+            if self.utterance is not None and self.utterance.done:
+                await self._finish_utterance()  # its audio first
+            await self.ws.close(1000)
+            return False
+        elif kind not in ("input.text", "input.done"):
+            raise ApiError(400, f"Unknown message type '{kind}'.", "type", "invalid_message")
+        elif self.config is None:
+            raise ApiError(400, f"Send session.config before {kind}.", "type", "invalid_message")
+        elif kind == "input.text":
+            await self._text(message.get("text"))
+        elif self.utterance is None or self.utterance.done:  # input.done with no text: no audio
+            await self.ws.send_json({"type": "session.done", "utterance_index": self.count,
+                                     "total_sentences": 0})  # fmt: skip
+            self.count += 1
+        else:
+            self.utterance.done = True
+            await self._engine_call(self.utterance.stream.done)
+            if self.utterance.sender.done():  # it ended before its text did
+                await self._finish_utterance()
+        return True
+
+    async def _configure(self, message: dict[str, Any]) -> tuple[str, SynthesisRequest]:
+        """session.config -> (format, the request with no text), checked as POST
+        /v1/audio/speech checks its body (SpeechBody, knobs, voice or ref_audio)."""
+        payload = {k: v for k, v in message.items() if k not in ("type", "input")}
+        payload.setdefault("response_format", "wav")  # vLLM-Omni's default
+        body = parse_speech_body({**payload, "input": CONFIG_PLACEHOLDER}, self.max_chars)
+        if body.response_format not in FORMATS:
+            raise ApiError(400, f"response_format must be one of {', '.join(FORMATS)} here.",
+                           "response_format", "unsupported_value")  # fmt: skip
+        params = SynthesisParams(body.language, **request_values(payload, self.state.slot))
+        limits = self.state.engine.config.limits
+        assert self.viewer is not None
+        clip, transcript, _names = await speech_reference(self.state, body, self.viewer, limits)
+        return body.response_format, SynthesisRequest("", (SAMPLE_RATE, clip), transcript, params)
+
+    async def _text(self, text: object) -> None:
+        if not isinstance(text, str):
+            raise ApiError(400, "input.text needs a string 'text'.", "text", "invalid_value")
+        self.chars += len(text)
+        if self.chars > self.max_chars:
+            raise ApiError(413, f"More than {self.max_chars} characters of text in this "
+                           "session.", "text", "input_too_long")  # fmt: skip
+        if self.utterance is not None and self.utterance.done:
+            await self._finish_utterance()  # utterances in order
+        if self.utterance is None:
+            self.utterance = await self._open()
+        await self._engine_call(self.utterance.stream.feed, text)
+
+    async def _open(self) -> _Utterance:
+        assert self.config is not None
+        response_format, request = self.config
+        stream = await self._engine_call(self.state.engine.open_fed, request)
+        index, self.count = self.count, self.count + 1
+        sender = asyncio.ensure_future(self._send_audio(index, stream, response_format))
+        return _Utterance(index, stream, sender)
+
+    async def _engine_call(self, fn: Any, *args: Any) -> Any:
+        """`fn(*args)` on a worker thread (a piece may wait for the model's loop thread), its
+        engine errors as ApiErrors."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except InputError as exc:
+            status = 413 if isinstance(exc, TextTooLong) else 400
+            raise ApiError(status, str(exc), exc.param, "invalid_value") from None
+        except EngineBusy as exc:
+            raise busy_error(exc) from None
+
+    async def _send_audio(
+        self, index: int, stream: FedStream, response_format: str
+    ) -> tuple[int, dict[str, Any]]:
+        """The utterance's events -> audio.start, then binary frames; (bytes sent, stats)."""
+        rate = self.state.engine.sample_rate
+        frames: list[bytes] = []
+        encoder = make_encoder(response_format, frames.append, rate, streamed=True)
+        total, stats = 0, {}
+        handoff = run_on_thread(lambda put: _pump(stream, put), "tts-ws-stream")
+        try:
+            async for event in handoff.drain():
+                stats = event.stats
+                encoder.feed(event.audio)
+                if total == 0 and any(frames):
+                    await self.ws.send_json({"type": "audio.start", "utterance_index": index,
+                                             "sentence_index": 0, "sentence_text": "",
+                                             "format": response_format, "sample_rate": rate,
+                                             "channels": 1})  # fmt: skip
+                for data in frames:
+                    if data:
+                        total += len(data)
+                        await self.ws.send_bytes(data)
+                frames.clear()
+        except InputError as exc:
+            raise ApiError(400, str(exc), exc.param, "invalid_value") from None
+        except BackendError as exc:
+            raise ApiError(500, str(exc), None, "backend_error") from None
+        finally:
+            stream.cancel()  # no-op once it ended; stops it when this task ends early
+        if stats.get("stop_reason") == "cancelled":  # not by this session: by a shutdown
+            raise ApiError(503, "The synthesis was cancelled: the server is shutting down.",
+                           None, "cancelled")  # fmt: skip
+        encoder.finish()  # a WAV with no audio still gets its header
+        for data in frames:
+            total += len(data)
+            await self.ws.send_bytes(data)
+        return total, stats
+
+    async def _stop_utterance(self) -> None:
+        """Cancel the current utterance (client gone, or an error) and wait for its sender."""
+        utterance, self.utterance = self.utterance, None
+        if utterance is None:
+            return
+        utterance.stream.cancel()
+        utterance.sender.cancel()
+        await asyncio.gather(utterance.sender, return_exceptions=True)
+
+    async def _fail(self, error: ApiError) -> None:
+        """Send `error` and close; the connection may already be gone."""
+        await self._stop_utterance()
+        if self.ws.application_state is WebSocketState.DISCONNECTED:
+            return
+        try:
+            await self.ws.send_json({"type": "error", "message": error.message,
+                                     "code": error.code, "param": error.param,
+                                     "status": error.status})  # fmt: skip
+            await self.ws.close(_CLOSE_CODES.get(error.status, 1011))
+        except Exception:  # noqa: BLE001 - the client went away meanwhile
+            log.debug("could not send the error to a closed WebSocket", exc_info=True)
+
+
+def _pump(stream: FedStream, put: Any) -> None:
+    """The worker thread: every event of `stream`, then its close (the slot back at once)."""
+    try:
+        for event in stream:
+            put(event)
+    finally:
+        stream.close()
+
+
+__all__ = ["MAX_MESSAGE_BYTES", "ROUTE", "StreamEvent", "StreamLimits", "add_speech_stream_route"]
