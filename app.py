@@ -24,7 +24,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=os.environ.get("TTS_MODEL", DEFAULT_MODEL),
                    help="Qwen3-TTS or VoxCPM2 repo id or local folder (the model is read "
-                   "from its config.json), or 'espeak' (offline voice)")  # fmt: skip
+                   "from its config.json), 'espeak' (offline voice), or http(s)://HOST:PORT/v1 "
+                   "of a server speaking vLLM-Omni's /v1/audio/speech (this app included)")  # fmt: skip
     p.add_argument("--device", default=os.environ.get("TTS_DEVICE", "auto"),
                    choices=["auto", "cpu", "cuda"])  # fmt: skip
     p.add_argument("--dtype", default=os.environ.get("TTS_DTYPE", "auto"),
@@ -76,6 +77,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "call the API (e.g. https://example.org); '*' allows any")  # fmt: skip
     p.add_argument("--api-key", default=os.environ.get("TTS_API_KEY") or None,
                    help="require 'Authorization: Bearer KEY' on /v1 (env TTS_API_KEY)")  # fmt: skip
+    p.add_argument("--replicas", type=int, default=None,
+                   help="run the engine as N Ray Serve replicas (one GPU each where there are "
+                   "GPUs) behind this page and API; needs the extra: pip install .[scale]")  # fmt: skip
+    p.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS") or None,
+                   help="with --replicas: join this Ray cluster (e.g. auto, or HOST:6379 of "
+                   "`ray start --head`) instead of starting one here")  # fmt: skip
+    p.add_argument("--min-replicas", type=int, default=None,
+                   help="with --replicas: autoscale on ongoing requests, at least this many")  # fmt: skip
+    p.add_argument("--max-replicas", type=int, default=None,
+                   help="with --replicas: autoscale on ongoing requests, at most this many")  # fmt: skip
     p.add_argument("--private-voices", action="store_true",
                    default=env_flag(os.environ.get("TTS_PRIVATE_VOICES")),
                    help="a voice saved from the page is listed to, and usable by, only the "
@@ -97,6 +108,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--shutdown-timeout must be >= 0, --header-timeout and --body-timeout > 0")
     if args.max_connections < 1:
         p.error("--max-connections must be >= 1")
+    if args.replicas is not None and args.replicas < 1:
+        p.error("--replicas must be >= 1")
+    if args.replicas is None and any(v is not None for v in (args.min_replicas, args.max_replicas)):
+        p.error("--min-replicas and --max-replicas need --replicas")
     return args
 
 
@@ -139,14 +154,23 @@ def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported l
 
 
 def build_engine(args: argparse.Namespace, report: Callable[..., None]):  # noqa: ANN201 - Engine
-    """Backend (downloading and loading, reported to `report`) -> engine."""
+    """Backend (downloading and loading, reported to `report`) -> engine; with --replicas the
+    engine in front of Ray Serve replicas, each built by this function (tts_core/scale)."""
+    if getattr(args, "replicas", None):
+        from tts_core.scale import replica_engine  # Ray is imported only here
+
+        return replica_engine(args)
     from tts_core.backends import load_backend
     from tts_core.engine import Engine, EngineConfig, Limits
     from tts_core.engine.loading import WARMING
+    from tts_core.models.registry import is_remote
 
     limits = Limits(max_chars=args.max_chars, max_reference_s=args.max_reference_seconds)
+    # a remote server's audio is faded at its ends already: fading it again would change it
+    fades = {"fade_ms": 0.0} if is_remote(args.model) else {}
     config = EngineConfig(limits=limits, crossfade_ms=args.crossfade_ms,
-                          max_concurrent=args.max_concurrent, max_queue=args.queue_size)  # fmt: skip
+                          max_concurrent=args.max_concurrent, max_queue=args.queue_size,
+                          **fades)  # fmt: skip
     backend, notice = load_backend(args.model, args.device, allow_fallback=not args.no_fallback,
                                    dtype=args.dtype, quantize=args.quantize,
                                    max_batch=args.max_batch, report=report)  # fmt: skip
@@ -181,7 +205,8 @@ def warm_builtin_voices(engine) -> None:  # noqa: ANN001 - Engine
 def planned_concurrency(args: argparse.Namespace) -> int:
     """Gradio's limit for the page's synthesis events, fixed before the model is known: the
     engine's own admission (which may be lower, e.g. VoxCPM2's 1) queues the rest."""
-    return args.max_concurrent or (4 if args.model == "espeak" else args.max_batch or 8)
+    each = args.max_concurrent or (4 if args.model == "espeak" else args.max_batch or 8)
+    return each * (getattr(args, "max_replicas", None) or getattr(args, "replicas", None) or 1)
 
 
 def serve_options(args: argparse.Namespace):  # noqa: ANN201 - ServeOptions, imported lazily

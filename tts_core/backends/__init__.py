@@ -27,8 +27,9 @@ def load_backend(
     max_batch: int | None = None,
     report: Report | None = None,
 ) -> tuple[Backend, Notice | None]:
-    """(backend, notice). `name` is "espeak" or a Hub repo id / local folder of a Qwen3-TTS or
-    VoxCPM2 checkpoint: the backend is chosen from its config.json, not from the name. `dtype`,
+    """(backend, notice). `name` is "espeak", a Hub repo id / local folder of a Qwen3-TTS or
+    VoxCPM2 checkpoint (the backend is chosen from its config.json, not from the name), or
+    an http(s)://HOST:PORT/v1 server speaking vLLM-Omni's /v1/audio/speech (remote.py). `dtype`,
     `quantize` and `max_batch` (None: its default) are Qwen3Backend.load's; VoxCPM2 takes
     `dtype` and `max_batch`. `report` hears of the download and loading.
 
@@ -79,7 +80,10 @@ def explain_load_failure(name: str, exc: BaseException) -> Notice:
     first_line = (str(exc).strip().splitlines() or [""])[0]
     details = f"{type(exc).__name__}: {redact_paths(first_line[:400])}"  # the log: whole
     text = str(exc)
-    if "no network connection" in text or "ConnectError" in text or "Name or service" in text:
+    if name.lower().startswith(("http://", "https://")):  # --model URL: a remote server
+        what = f"The remote speech server {name} could not be used ({details})."
+        fix = "start that server (or correct the URL given to --model) and restart this one."
+    elif "no network connection" in text or "ConnectError" in text or "Name or service" in text:
         what = f"The voice-cloning model ({name}) could not be downloaded: this machine cannot "
         what += "reach the Hugging Face Hub, and the model is not in its local cache."
         fix = "connect this machine to the internet and restart the app, or start it with "
@@ -104,13 +108,17 @@ def explain_load_failure(name: str, exc: BaseException) -> Notice:
 def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | None,
             report: Report | None) -> Backend:  # fmt: skip
     from ..models.download import LOADING, reporting_to
-    from ..models.registry import CHATTERBOX_TURBO, VOXCPM2, detect_architecture
+    from ..models.registry import CHATTERBOX_TURBO, REMOTE, VOXCPM2, detect_architecture
 
     report = report or (lambda *args, **kwargs: None)
     extra = {} if max_batch is None else {"max_batch": max_batch}
     report(LOADING)
     with reporting_to(report):  # a Hub download reports its bytes, then LOADING again
         architecture = detect_architecture(name)
+        if architecture == REMOTE:  # http(s)://HOST:PORT/v1: another server's /v1 speaks
+            from .remote import RemoteBackend
+
+            return RemoteBackend.connect(name)
         if architecture == VOXCPM2:
             from .voxcpm import VoxCPMBackend
 

@@ -15,6 +15,7 @@ from .config_json import read_json_object
 QWEN3_TTS = "qwen3_tts"  # Qwen3-TTS 12 Hz: config.json "model_type"
 VOXCPM2 = "voxcpm2"  # VoxCPM2: config.json "architecture"
 ARCHITECTURES = (QWEN3_TTS, VOXCPM2)
+REMOTE = "remote"  # not a checkpoint: an http(s)://HOST:PORT/v1 server (backends/remote.py)
 CHATTERBOX_TURBO = "chatterbox_turbo"  # no config.json: a folder with t3_turbo_v1.safetensors
 CONFIG_FILE = "config.json"
 
@@ -47,9 +48,17 @@ def architecture_of(config: dict[str, Any], source: str = CONFIG_FILE) -> str:
     )
 
 
+def is_remote(name_or_path: str | Path) -> bool:
+    """An http(s) URL: a server to speak through, nothing to read or download."""
+    return str(name_or_path).lower().startswith(("http://", "https://"))
+
+
 def detect_architecture(name_or_path: str | Path) -> str:
     """QWEN3_TTS or VOXCPM2 for a local folder or Hub repo id (only config.json is read);
-    CHATTERBOX_TURBO for a local folder in Turbo's released layout (it has no config.json)."""
+    CHATTERBOX_TURBO for a local folder in Turbo's released layout (it has no config.json);
+    REMOTE for an http(s) URL (nothing is fetched here)."""
+    if is_remote(name_or_path):
+        return REMOTE
     from .chatterbox.checkpoint import is_chatterbox_folder
 
     if is_chatterbox_folder(name_or_path):

@@ -170,6 +170,9 @@ def make_openai_router(state: ServerState) -> APIRouter:
             info["knobs"] = {knob.name: knob.json_schema(defaults.get(knob.name))
                              for knob in (*_shared_knobs(engine),
                                           *backend_knobs(engine.backend))}  # fmt: skip
+        replicas = getattr(engine.backend, "replicas", None) if engine is not None else None
+        if replicas is not None:  # --replicas: their states, and the requests each answered
+            info["replicas"] = await asyncio.to_thread(replicas)
         data[-1]["info"] = info
         return JSONResponse({"object": "list", "data": data})
 
