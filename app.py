@@ -37,6 +37,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="8-bit talker and code-predictor layers (CPU); auto = int8 on a CPU "
                    "where it is faster than float (timed, cached) and every layer keeps >= 30 dB SQNR "
                    "on a calibration run")  # fmt: skip
+    p.add_argument("--cuda-graphs", default=os.environ.get("TTS_CUDA_GRAPHS", "auto"),
+                   choices=["auto", "off"],
+                   help="Qwen3-TTS on CUDA: capture the served decode step as CUDA graphs per batch "
+                   "bucket at load (auto = on for CUDA; eager with a log line if capture fails); "
+                   "passed to the loader as env TTS_CUDA_GRAPHS")  # fmt: skip
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     p.add_argument("--max-chars", type=int, default=1000, help="longest accepted text")
@@ -165,6 +170,7 @@ def build_engine(args: argparse.Namespace, report: Callable[..., None]):  # noqa
     from tts_core.engine.loading import WARMING
     from tts_core.models.registry import is_remote
 
+    os.environ["TTS_CUDA_GRAPHS"] = args.cuda_graphs  # read by qwen3_tts load_model ("auto")
     limits = Limits(max_chars=args.max_chars, max_reference_s=args.max_reference_seconds)
     # a remote server's audio is faded at its ends already: fading it again would change it
     fades = {"fade_ms": 0.0} if is_remote(args.model) else {}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from tts_core.models.layers import Attention, DecoderStack, RotaryTable, causal_mask
+from tts_core.models.layers import Attention, DecoderStack, RotaryTable, Span, causal_mask
 from tts_core.models.qwen3_tts.int8 import Int8Linear, int8_matmul_available
 
 
@@ -52,7 +52,7 @@ def _passes(stack: DecoderStack, inputs: torch.Tensor, rows_apart: bool) -> list
     caches = stack.new_caches(rows, steps, torch.float32, "cpu")
     starts = [(0, 2), *((p, p + 1) for p in range(2, steps))]
     with torch.inference_mode():
-        return [stack.run_layers(inputs[:, a:b], rope, caches, a, rows_apart=rows_apart)[:, -1]
+        return [stack(inputs[:, a:b], Span(caches, a, rows_apart=rows_apart), rope)[:, -1]
                 for a, b in starts]  # fmt: skip
 
 

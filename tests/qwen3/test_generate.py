@@ -134,7 +134,7 @@ def test_compiled_model_equals_eager() -> None:
     expected = eager.generate("Hello there.", voice, greedy=True, max_new_tokens=8)
     result = compiled.generate("Hello there.", voice, greedy=True, max_new_tokens=8)
     for stack in (compiled.talker.model, compiled.talker.code_predictor.model):
-        assert not inspect.ismethod(stack.run_layers)  # still the compiled wrapper: no fallback
+        assert not inspect.ismethod(stack.forward)  # still the compiled wrapper: no fallback
     assert torch.equal(result.codes, expected.codes)
     # Same codes through the same (uncompiled) decoder: two float32 evaluations at most.
     bound = fp32_pair_bound(load_goldens("qwen3-tiny-a"), "decoder_wav")

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tts_core.models.layers import Span
 from tts_core.models.qwen3_tts import quantize as quantize_module
 from tts_core.models.qwen3_tts.int8 import Int8Linear, sqnr_db
 from tts_core.models.qwen3_tts.model import load_model
@@ -73,10 +74,10 @@ def test_a_quantized_layer_stack_is_batch_invariant(tiny_checkpoint: Path):
     hidden = model.config.talker.stack.hidden_size
     x = torch.randn(8, 5, hidden, generator=g) * torch.logspace(-1, 1, 8)[:, None, None]
     with torch.inference_mode():
-        batch = stack.run_layers(x, model.talker.rope, stack.new_caches(8, 8, x.dtype, x.device), 0)
+        batch = stack(x, Span(stack.new_caches(8, 8, x.dtype, x.device)), model.talker.rope)
         for i in range(8):
             caches = stack.new_caches(1, 8, x.dtype, x.device)
-            alone = stack.run_layers(x[i : i + 1], model.talker.rope, caches, 0)
+            alone = stack(x[i : i + 1], Span(caches), model.talker.rope)
             assert torch.equal(alone[0], batch[i])
 
 

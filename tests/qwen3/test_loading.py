@@ -359,3 +359,22 @@ def test_model_file_errors_still_come_before_codec_errors(tmp_path: Path) -> Non
     _edit_config(folder, lambda d: d["talker_config"].update(intermediate_size=64))
     with pytest.raises(CheckpointError, match="shape"):
         tts_core.load_model(folder)
+
+
+def test_config_json_is_read_once_per_load(monkeypatch) -> None:
+    """tts_core.load_model reads the checkpoint's config.json once: the registry's dispatch and
+    the model's own config share that read (config_json.one_read); outside a load nothing is
+    cached, so an edited file is read again by the next load."""
+    from tts_core.models import config_json
+
+    reads: list[Path] = []
+    read = config_json._read
+    monkeypatch.setattr(
+        config_json, "_read", lambda path, error: reads.append(path) or read(path, error)
+    )
+    tts_core.load_model(TINY, warm_chunks=())
+    assert [p for p in reads if p.resolve() == (TINY / "config.json").resolve()] == [
+        TINY / "config.json"
+    ]
+    tts_core.load_model(TINY, warm_chunks=())
+    assert sum(p.resolve() == (TINY / "config.json").resolve() for p in reads) == 2

@@ -3,7 +3,6 @@ engine: the served Scheduler's chunks, bit for bit, on the calling thread."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import weakref
 from functools import cache
@@ -206,13 +205,15 @@ def test_stream_gives_the_served_schedulers_chunks_on_the_calling_thread(name, m
     check_audio(np.concatenate([chunk.audio for chunk in alone]))
 
 
-def test_cuda_graphs_is_accepted_ignored_and_says_so(caplog) -> None:
-    """load_model(cuda_graphs=True) still loads (compatibility) and decodes as without it,
-    with a warning that the engine has no CUDA graphs yet."""
-    with caplog.at_level(logging.WARNING):
-        model = tts_core.load_model(fixture_path("qwen3-tiny-a"), cuda_graphs=True)
-    assert any("CUDA graphs are not in the decode engine yet" in r.message for r in caplog.records)
-    assert not hasattr(model, "set_decode_mode") and not hasattr(model, "decode_mode")
+def test_cuda_graphs_is_off_on_the_cpu_and_decodes_as_without_it() -> None:
+    """load_model(cuda_graphs=True / "auto") on the CPU loads with graphs off (they exist only on
+    CUDA: serving/cuda_graphs.py) and decodes exactly as without the option; a bad value is an
+    error naming it."""
+    for setting in (True, "auto", "on"):
+        model = tts_core.load_model(fixture_path("qwen3-tiny-a"), cuda_graphs=setting)
+        assert model.cuda_graphs is False
+    with pytest.raises(ValueError, match="cuda_graphs must be auto, on or off"):
+        tts_core.load_model(fixture_path("qwen3-tiny-a"), cuda_graphs="sometimes")
     args = (TEXT, _voice("xvec"))
     expected = _model().generate(*args, greedy=True, max_new_tokens=8)
     got = model.generate(*args, greedy=True, max_new_tokens=8)

@@ -176,8 +176,8 @@ def test_the_batched_locdit_pass_is_each_request_alone(name, threads):
         requests = [torch.randn(2, rows, hidden, generator=generator) for _ in range(4)]
         with torch.inference_mode():
             together = stack.run_requests(requests)
-            each = [stack(x, causal=False) for x in requests]
-            plain = stack(torch.cat(requests), causal=False).split(2)
+            each = [stack.run(x, causal=False) for x in requests]
+            plain = stack.run(torch.cat(requests), causal=False).split(2)
         for r in range(4):
             assert torch.equal(together[r], each[r]), (trial, r)
             plain_differs += not torch.equal(plain[r], each[r])

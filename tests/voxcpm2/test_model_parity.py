@@ -28,8 +28,8 @@ def components(net, g) -> dict[str, torch.Tensor]:
         return {
             "locenc": net.feat_encoder(x["in_patches"]),
             "locdit": dit(x["in_dit_x"], x["in_dit_mu"], x["in_dit_t"], x["in_dit_cond"], zeros),
-            "base_lm": net.base_lm(x["in_lm_embeds"]),
-            "residual_lm": net.residual_lm(x["in_lm_embeds"]),
+            "base_lm": net.base_lm.run(x["in_lm_embeds"]),
+            "residual_lm": net.residual_lm.run(x["in_lm_embeds"]),
             "fsq": net.fsq_layer(x["in_hidden"]),
             "stop_logits": net.stop_head(F.silu(net.stop_proj(x["in_hidden"]))),
             "cfm": net.feat_decoder(noise.to(net.dtype), x["in_cfm_mu"], x["in_cfm_cond"], 6, 2.0),

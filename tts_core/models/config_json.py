@@ -1,6 +1,7 @@
 """Typed reads of a checkpoint's JSON config files, the one parsing style of every config module.
 
-`read_json_object(path, error)` loads a file; `Fields(section, where, error)` wraps one JSON object
+`read_json_object(path, error)` loads a file (once per file inside `one_read()`, the scope of a
+model load: config.json is read once and dispatched once per load); `Fields(section, where, error)` wraps one JSON object
 and reads its keys with type checks. A getter given a default takes it for a missing key; without
 one the key is required. Every error is the calling module's own `error` class (a ValueError) and
 names `where` and the key.
@@ -8,7 +9,11 @@ names `where` and the key.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import copy
 import json
+from collections.abc import Iterator
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,9 +23,40 @@ _REQUIRED: Any = object()
 
 
 def read_json_object(path: Path, error: type[ValueError]) -> dict[str, Any]:
-    """The JSON object in `path` (FileNotFoundError when there is no such file)."""
+    """The JSON object in `path` (FileNotFoundError when there is no such file). Inside
+    `one_read()` (a model load) each file is read and parsed once: the registry's dispatch, the
+    model's config and its sub-configs share that read; every caller gets its own copy."""
+    path = Path(path)
+    cache = _LOAD_CACHE.get()
+    if cache is None:
+        return _read(path, error)
+    key = str(path.resolve())
+    if key not in cache:
+        cache[key] = _read(path, error)
+    return copy.deepcopy(cache[key])
+
+
+@contextlib.contextmanager
+def one_read() -> Iterator[None]:
+    """A scope (one model load) in which every JSON file is read once (nested: the outer one)."""
+    if _LOAD_CACHE.get() is not None:
+        yield
+        return
+    token = _LOAD_CACHE.set({})
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        yield
+    finally:
+        _LOAD_CACHE.reset(token)
+
+
+_LOAD_CACHE: contextvars.ContextVar[dict[str, dict[str, Any]] | None] = contextvars.ContextVar(
+    "json_read_once", default=None
+)
+
+
+def _read(path: Path, error: type[ValueError]) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise FileNotFoundError(f"config file not found: {path}") from exc
     except (OSError, UnicodeDecodeError) as exc:

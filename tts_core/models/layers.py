@@ -3,7 +3,12 @@
 RMSNorm, rotary embedding (`inverse_frequencies`, `rope_cos_sin`, `RotaryTable`, `rotate_half`,
 `apply_rope`), the static `KVCache`, GQA `Attention` around the one SDPA call
 (`scaled_dot_product`), the `SwiGLU` gated MLP, `LayerScale`, and the pre-norm `DecoderLayer` /
-`DecoderStack`. Used by the Qwen3-TTS talker and code predictor (DecoderStack), the codec decoder's
+`DecoderStack`. Each block has ONE forward, driven by a per-step context (`StepContext`, the
+idea of nano-vllm's utils/context.py, passed explicitly): `Span` (B aligned rows over contiguous
+caches at `start`, cache-free, or non-causal), `Rows` (independent rows, each at its own
+position over its own cache, attended row by row), `Requests` (cache-free passes of several
+requests, their non-elementwise ops per request) and `StaticRows` (a batch bucket over slot
+caches with static shapes: the CUDA-graph step). Used by the Qwen3-TTS talker and code predictor (DecoderStack), the codec decoder's
 sliding-window pre-transformer and the Mimi encoder (qwen3_tts/codec/transformer.py, encoder.py)
 and VoxCPM2's MiniCPM stacks (voxcpm/minicpm.py); what only one model does stays in its own file.
 
@@ -13,11 +18,17 @@ Module attribute names follow the released checkpoints (`self_attn.q_proj`, `mlp
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# how an op that is not elementwise runs over a batch: fn(x), or fn per request (StepContext.each)
+Each = Callable[[Callable[[torch.Tensor], torch.Tensor], torch.Tensor], torch.Tensor]
 
 
 class Embedding(nn.Embedding):
@@ -67,12 +78,14 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(intermediate, hidden, bias=False)
         self.gate_up_proj: nn.Module | None = None  # gate and up in one matmul (quantize.py)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, each: Each | None = None) -> torch.Tensor:
+        """each: how the activation runs over the batch (StepContext.each; None: whole)."""
         if self.gate_up_proj is not None:
             gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         else:
             gate, up = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(F.silu(gate) * up)
+        act = F.silu(gate) if each is None else each(F.silu, gate)
+        return self.down_proj(act * up)
 
 
 # ------------------------------------------------------------------------------ rotary embedding
@@ -235,9 +248,9 @@ def causal_mask(steps: int, start: int, device: torch.device) -> torch.Tensor | 
 class Attention(nn.Module):
     """GQA self-attention: q/k/v/o projections, optional per-head q/k RMSNorm (before RoPE).
 
-    `forward` attends over a static KVCache, or over x alone (cache None); `forward_rows` is the
-    talker's step of independent rows. A model with another key source (the codec's sliding
-    KVWindow) builds on `qkv` and `attend`."""
+    `forward` is driven by a per-step context (`StepContext`: where the keys go, which keys each
+    query sees). A model with another key source (the codec's sliding KVWindow) builds on `qkv`
+    and `attend`."""
 
     def __init__(
         self,
@@ -309,49 +322,193 @@ class Attention(nn.Module):
         return self._merge(scaled_dot_product(q, k, v, mask, is_causal))
 
     def forward(
-        self,
-        x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor] | None,
-        cache: KVCache | None,
-        start: int,
-        causal: bool = True,
-        rows_apart: bool = False,
+        self, x: torch.Tensor, rope: Rope | None, ctx: StepContext, depth: int
     ) -> torch.Tensor:
-        """x (B, T, H) at positions [start, start+T). `cache` None: attend over x alone (start
-        must be 0); `causal=False`: every query sees every key (MiniCPM's LocEnc / LocDiT).
-        rows_apart: attention row by row, with the call one row alone makes (see `attend`)."""
-        steps = x.shape[1]
+        """The one forward: x (B, T, H) -> (B, T, H). `ctx` says where layer `depth`'s new
+        keys and values go and which keys each query attends (`Span`, `Rows`, `Requests`,
+        `StaticRows` below); `rope` (cos, sin) for x's positions, or None."""
         q, k, v = self.qkv(x, rope)
-        if cache is None:
+        return ctx.attend(self, depth, q, k, v)
+
+
+# ------------------------------------------------------------------------------ per-step contexts
+Rope = tuple[torch.Tensor, torch.Tensor]  # cos, sin broadcastable to (B, heads, T, D)
+
+
+def whole(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """`StepContext.each` of a context whose rows may share every op: fn(x) itself."""
+    return fn(x)
+
+
+class StepContext(Protocol):
+    """What one forward of a stack needs to know besides x (nano-vllm's utils/context.py, passed
+    explicitly): the RoPE rows of its positions, where each layer's new keys and values go and
+    which keys each query attends (`attend`, o_proj included), and how ops that are not
+    elementwise run over the batch (`each`: whole, or per request where rows must not share a
+    kernel call)."""
+
+    def rope(self, table: RotaryTable | None, x: torch.Tensor) -> Rope | None: ...
+
+    def attend(
+        self, attention: Attention, depth: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor: ...
+
+    def each(self, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class Span:
+    """B aligned rows at positions [start, start+T) over contiguous caches (one per layer, (B,
+    kv, L, D)); caches None: a cache-free pass over x alone (start 0). causal False: every query
+    sees every key (MiniCPM's LocEnc / LocDiT). rows_apart: attention row by row with the call
+    one row alone makes (`Attention.attend`), so a row's result does not depend on the batch.
+    With Python-int `start` every shape is static: the code predictor's passes in a graph."""
+
+    caches: list[KVCache] | None = None
+    start: int = 0
+    causal: bool = True
+    rows_apart: bool = False
+
+    def rope(self, table: RotaryTable | None, x: torch.Tensor) -> Rope | None:
+        return None if table is None else table.window(self.start, x.shape[1], x.dtype)
+
+    def attend(
+        self, attention: Attention, depth: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        steps, start = q.shape[2], self.start
+        if self.caches is None:
             if start:
                 raise ValueError("attention without a cache starts at position 0")
             keys, values = k, v
         else:
-            keys, values = cache.write(start, k, v)  # (B, kv, start+T, D)
+            keys, values = self.caches[depth].write(start, k, v)  # (B, kv, start+T, D)
         # From position 0 the mask is plain causal: the same call as the official (is_causal).
-        mask = None if start == 0 or not causal else causal_mask(steps, start, x.device)
-        is_causal = causal and start == 0 and steps > 1
-        return self.attend(q, keys, values, mask, is_causal, rows_apart)
+        mask = None if start == 0 or not self.causal else causal_mask(steps, start, q.device)
+        is_causal = self.causal and start == 0 and steps > 1
+        return attention.attend(q, keys, values, mask, is_causal, self.rows_apart)
 
-    def forward_rows(
-        self,
-        x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor],
-        caches: list[KVCache],
-        positions: list[int],
+    each = staticmethod(whole)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """R independent sequences, one new position each: row r written at positions[r] of its own
+    caches[r] (per layer (1, kv, L_r, D)) and attending its own filled prefix with the very call
+    its single-stream step makes, so a row's result is the same alone and in any batch (a padded
+    batched attention would change the softmax sums). Projections and MLP run batched."""
+
+    caches: list[list[KVCache]]  # [row][layer]
+    positions: list[int]
+
+    def rope(self, table: RotaryTable | None, x: torch.Tensor) -> Rope | None:
+        if table is None:
+            return None
+        cos, sin = table.typed(x.dtype)
+        index = torch.tensor(self.positions, device=x.device)
+        return tuple(table.index_select(0, index)[:, None, None, :] for table in (cos, sin))
+
+    def attend(
+        self, attention: Attention, depth: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        """One new position for each of R independent sequences: x (R, 1, H), rope (R, 1, 1, D)
-        each, row r written at positions[r] of caches[r] (a (1, kv, L_r, D) cache).
-
-        The projections run batched; attention runs row by row over each row's own filled
-        prefix, with the very call the single-stream step makes, so a row's result is the same
-        alone and in any batch (a padded batched attention would change the softmax sums)."""
-        q, k, v = self.qkv(x, rope)  # (R, heads, 1, D), (R, kv, 1, D)
         outs = []
-        for row, (cache, position) in enumerate(zip(caches, positions, strict=True)):
-            keys, values = cache.write(position, k[row : row + 1], v[row : row + 1])
+        for row, (caches, position) in enumerate(zip(self.caches, self.positions, strict=True)):
+            keys, values = caches[depth].write(position, k[row : row + 1], v[row : row + 1])
             outs.append(scaled_dot_product(q[row : row + 1], keys, values))
-        return self._merge(torch.cat(outs) if len(outs) > 1 else outs[0])  # (R, 1, H)
+        return attention._merge(torch.cat(outs) if len(outs) > 1 else outs[0])  # (R, 1, H)
+
+    each = staticmethod(whole)
+
+
+def rows_context(caches: list[list[KVCache]], positions: list[int]) -> StepContext:
+    """`Rows`, or for one row the `Span` of its position: the same calls, its RoPE rows sliced
+    instead of gathered (and a compiled stack's path, see compile_stack)."""
+    if len(caches) == 1:
+        return Span(caches[0], positions[0])
+    return Rows(caches, positions)
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Cache-free bidirectional passes of several independent requests stacked on the batch
+    axis: request r owns sizes[r] consecutive rows. Attention and every op that is not
+    elementwise (`each`: the norms, the MLP's activation) run per request with the very call one
+    request alone makes (a kernel's tail loop and thread split fall elsewhere in a longer tensor,
+    and the CPU attention kernel is not batch-invariant, see `Attention.attend`); only the
+    projections see every request's rows (the caller checks that GEMM is row-invariant here,
+    serving/rows.py)."""
+
+    sizes: list[int]
+
+    def bounds(self) -> list[tuple[int, int]]:
+        ends = list(itertools.accumulate(self.sizes))
+        return [(end - size, end) for size, end in zip(self.sizes, ends, strict=True)]
+
+    def rope(self, table: RotaryTable | None, x: torch.Tensor) -> Rope | None:
+        return None if table is None else table.window(0, x.shape[1], x.dtype)
+
+    def attend(
+        self, attention: Attention, depth: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        outs = [scaled_dot_product(*(aligned(t[a:b]) for t in (q, k, v)))
+                for a, b in self.bounds()]  # fmt: skip
+        return attention._merge(torch.cat(outs))
+
+    def each(self, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([fn(x[a:b]) for a, b in self.bounds()])
+
+
+def aligned(x: torch.Tensor) -> torch.Tensor:
+    """x itself when its data starts on a 64-byte boundary, as a new tensor's does, else a copy
+    with the same strides that does: some BLAS calls round by the address of their operands
+    (MKL sgemm here for a few row counts, when it is not 16-byte aligned)."""
+    if x.data_ptr() % 64 == 0:
+        return x
+    copy = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+    return copy.copy_(x)
+
+
+@dataclass(frozen=True)
+class StaticRows:
+    """A batch bucket's decode step with static shapes (capturable in a CUDA graph): row b
+    writes its new k/v at positions[b] of slot slots[b] of the per-layer slot caches k[i], v[i]
+    (slots, kv, L, D) by tensor indexing, then attends over the slot's whole static length L
+    with `mask` (B, 1, 1, L): key_pos <= positions[b]. Padded rows of a bucket point at a
+    scratch slot. No host synchronisation and no branching on tensor values."""
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    slots: torch.Tensor  # (B,) int64
+    positions: torch.Tensor  # (B,) int64
+    mask: torch.Tensor  # (B, 1, 1, L) bool
+
+    @classmethod
+    def make(
+        cls,
+        k: list[torch.Tensor],
+        v: list[torch.Tensor],
+        slots: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> StaticRows:
+        key_pos = torch.arange(k[0].shape[2], device=positions.device)  # (L,)
+        mask = (key_pos[None, :] <= positions[:, None])[:, None, None, :]  # (B, 1, 1, L)
+        return cls(k, v, slots, positions, mask)
+
+    def rope(self, table: RotaryTable | None, x: torch.Tensor) -> Rope | None:
+        if table is None:
+            return None
+        cos, sin = table.typed(x.dtype)
+        return cos[self.positions][:, None, None, :], sin[self.positions][:, None, None, :]
+
+    def attend(
+        self, attention: Attention, depth: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        cache_k, cache_v = self.k[depth], self.v[depth]
+        cache_k[self.slots, :, self.positions] = k[:, :, 0]  # (B, kv, D) at (slot, :, position)
+        cache_v[self.slots, :, self.positions] = v[:, :, 0]
+        keys, values = cache_k[self.slots], cache_v[self.slots]  # (B, kv, L, D)
+        return attention.attend(q, keys, values, self.mask)
+
+    each = staticmethod(whole)
 
 
 # -------------------------------------------------------------------------------- decoder stacks
@@ -392,30 +549,17 @@ class DecoderLayer(nn.Module):
         scale = self.residual_scale
         return x + (branch if scale == 1.0 else branch * scale)
 
-    def _mlp(self, x: torch.Tensor) -> torch.Tensor:
-        return self._add(x, self.mlp(self.post_attention_layernorm(x)))
-
     def forward(
-        self,
-        x: torch.Tensor,
-        rope: tuple | None,
-        cache: KVCache | None,
-        start: int,
-        causal: bool = True,
-        rows_apart: bool = False,
+        self, x: torch.Tensor, rope: Rope | None, ctx: StepContext, depth: int
     ) -> torch.Tensor:
-        h = self.self_attn(self.input_layernorm(x), rope, cache, start, causal, rows_apart)
-        return self._mlp(self._add(x, h))
-
-    def forward_rows(
-        self, x: torch.Tensor, rope: tuple, caches: list[KVCache], positions: list[int]
-    ) -> torch.Tensor:
-        h = self.self_attn.forward_rows(self.input_layernorm(x), rope, caches, positions)
-        return self._mlp(self._add(x, h))
+        """The one forward: x (B, T, H) -> (B, T, H), this layer being `depth` of its stack."""
+        h = self.self_attn(ctx.each(self.input_layernorm, x), rope, ctx, depth)
+        x = self._add(x, h)
+        return self._add(x, self.mlp(ctx.each(self.post_attention_layernorm, x), ctx.each))
 
 
 class DecoderStack(nn.Module):
-    """`layers` + final `norm`; every run returns final-norm hidden states."""
+    """`layers` + final `norm`; a forward returns final-norm hidden states."""
 
     def __init__(
         self, cfg: StackGeometry, qk_norm: bool = True, residual_scale: float = 1.0
@@ -436,64 +580,41 @@ class DecoderStack(nn.Module):
             for _ in self.layers
         ]
 
-    def run_layers(
-        self,
-        x: torch.Tensor,
-        rope_table: RotaryTable | None,
-        caches: list[KVCache] | None,
-        start: int,
-        causal: bool = True,
-        rows_apart: bool = False,
+    def forward(
+        self, x: torch.Tensor, ctx: StepContext, rope_table: RotaryTable | None = None
     ) -> torch.Tensor:
-        """x (B, T, H) at positions [start, start+T) -> (B, T, H). rope_table None: no RoPE;
-        caches None: a cache-free pass over x alone (start 0); rows_apart: attention row by
-        row (Attention.attend), so a row's result does not depend on the batch."""
-        rope = None if rope_table is None else rope_table.window(start, x.shape[1], x.dtype)
-        per_layer = [None] * len(self.layers) if caches is None else caches
-        for layer, cache in zip(self.layers, per_layer, strict=True):
-            x = layer(x, rope, cache, start, causal, rows_apart)
-        return self.norm(x)
-
-    def run_rows(
-        self,
-        x: torch.Tensor,
-        rope_table: RotaryTable,
-        row_caches: list[list[KVCache]],
-        positions: list[int],
-    ) -> torch.Tensor:
-        """One position for each of R sequences at their own positions: x (R, 1, H),
-        row_caches[r] = row r's per-layer caches -> final-norm hidden (R, 1, H). One row runs
-        `run_layers` itself (compiled where the stack is): the very calls forward_rows makes
-        for a row, with its RoPE rows sliced instead of gathered."""
-        if len(row_caches) == 1:
-            return self.run_layers(x, rope_table, row_caches[0], positions[0])
-        cos, sin = rope_table.typed(x.dtype)
-        index = torch.tensor(positions, device=x.device)
-        rope = tuple(table.index_select(0, index)[:, None, None, :] for table in (cos, sin))
+        """x (B, T, H) -> final-norm hidden (B, T, H), every layer driven by `ctx` (positions,
+        caches, mask; see StepContext). rope_table None: no RoPE."""
+        rope = ctx.rope(rope_table, x)
         for depth, layer in enumerate(self.layers):
-            caches = [per_layer[depth] for per_layer in row_caches]
-            x = layer.forward_rows(x, rope, caches, positions)
-        return self.norm(x)
+            x = layer(x, rope, ctx, depth)
+        return ctx.each(self.norm, x)
 
 
 def compile_stack(stack: DecoderStack) -> None:
-    """Opt-in: run `stack.run_layers` through torch.compile (dynamic shapes: the KV length
-    grows each step). If compiling or running the compiled code fails, fall back to eager
-    for good, with a warning; results are the same either way."""
+    """Opt-in: run `stack.forward` through torch.compile for `Span` contexts (dynamic shapes:
+    the KV length grows each step); other contexts run eagerly. If compiling or running the
+    compiled code fails, fall back to eager for good, with a warning; results are the same."""
     import warnings
 
     if getattr(stack, "_compiled", False):
         return
-    eager = stack.run_layers
-    compiled = torch.compile(eager, dynamic=True)
+    eager = stack.forward
 
-    def run_layers(*args, **kwargs):
+    def span_forward(x, rope_table, caches, start, causal, rows_apart):  # noqa: ANN001, ANN202
+        return eager(x, Span(caches, start, causal, rows_apart), rope_table)
+
+    compiled = torch.compile(span_forward, dynamic=True)
+
+    def forward(x: torch.Tensor, ctx: StepContext, rope_table: RotaryTable | None = None):  # noqa: ANN202
+        if not isinstance(ctx, Span):
+            return eager(x, ctx, rope_table)
         try:
-            return compiled(*args, **kwargs)
+            return compiled(x, rope_table, ctx.caches, ctx.start, ctx.causal, ctx.rows_apart)
         except Exception as error:  # any compiler failure means "use eager"
             warnings.warn(f"torch.compile failed, using eager mode: {error}", stacklevel=2)
-            stack.run_layers = eager
-            return eager(*args, **kwargs)
+            stack.forward = eager
+            return eager(x, ctx, rope_table)
 
-    stack.run_layers = run_layers
+    stack.forward = forward
     stack._compiled = True

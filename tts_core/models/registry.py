@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .config_json import read_json_object
+from .config_json import one_read, read_json_object
 
 QWEN3_TTS = "qwen3_tts"  # Qwen3-TTS 12 Hz: config.json "model_type"
 VOXCPM2 = "voxcpm2"  # VoxCPM2: config.json "architecture"
@@ -68,7 +68,7 @@ def detect_architecture(name_or_path: str | Path) -> str:
 
 QWEN3_ONLY_DEFAULTS = {
     "compile": False,
-    "cuda_graphs": False,
+    "cuda_graphs": "auto",
     "decoder_dtype": None,
     "warm_chunks": (2, 6),
 }
@@ -79,7 +79,7 @@ def load_model(
     device: str = "cpu",
     dtype: Any = None,
     compile: bool = False,
-    cuda_graphs: bool = False,
+    cuda_graphs: bool | str | None = "auto",
     quantize: str | None = None,
     decoder_dtype: Any = None,
     warm_chunks: tuple[int, ...] = (2, 6),
@@ -89,6 +89,13 @@ def load_model(
     dtype; dtype None = float32). The other arguments are Qwen3-TTS options: for VoxCPM2 they
     must keep their defaults (quantize may be None, "none" or "auto", which keeps the float
     weights: there is no int8 VoxCPM2), else a ValueError says which."""
+    options = {"compile": compile, "cuda_graphs": cuda_graphs, "quantize": quantize,
+               "decoder_dtype": decoder_dtype, "warm_chunks": warm_chunks}  # fmt: skip
+    with one_read():  # config.json read once for the dispatch and the model's own configs
+        return _dispatch(name_or_path, device, dtype, options)
+
+
+def _dispatch(name_or_path: str | Path, device: str, dtype: Any, options: dict[str, Any]) -> Any:
     import torch
 
     dtype = torch.float32 if dtype is None else dtype
@@ -102,10 +109,11 @@ def load_model(
     if architecture == QWEN3_TTS:
         from .qwen3_tts.model import load_model as load_qwen3
 
-        return load_qwen3(name_or_path, device, dtype, compile=compile, cuda_graphs=cuda_graphs,
-                          quantize=quantize, decoder_dtype=decoder_dtype, warm_chunks=warm_chunks)  # fmt: skip
-    given = {"compile": compile, "cuda_graphs": cuda_graphs, "decoder_dtype": decoder_dtype,
-             "warm_chunks": tuple(warm_chunks)}  # fmt: skip
+        return load_qwen3(name_or_path, device, dtype, **options)
+    quantize = options.pop("quantize")
+    given = {**options, "warm_chunks": tuple(options["warm_chunks"])}
+    if given["cuda_graphs"] in (None, False, "off"):  # no graphs to turn off: as the default
+        given["cuda_graphs"] = "auto"
     refused = [f"{name}={value!r}" for name, value in given.items()
                if value != QWEN3_ONLY_DEFAULTS[name]]  # fmt: skip
     if quantize is not None and str(quantize).lower() not in ("none", "auto"):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..layers import DecoderStack, Embedding, KVCache, RotaryTable
+from ..layers import DecoderStack, Embedding, KVCache, RotaryTable, Span
 from .config import CodePredictorConfig
 from .int8 import rowwise
 
@@ -69,7 +69,7 @@ class CodePredictor(nn.Module):
         by_row: the float projection and head, and attention, one row at a time (see rowwise
         and Attention.attend), so that no row depends on the batch."""
         x = rowwise(self.small_to_mtp_projection, embeds, by_row)
-        hidden = self.model.run_layers(x, self.rope, caches, start, rows_apart=by_row)[:, -1]
+        hidden = self.model(x, Span(caches, start, rows_apart=by_row), self.rope)[:, -1]
         return rowwise(self.lm_head[group - 1], hidden, by_row).float()
 
     def predict(

@@ -100,6 +100,7 @@ class Qwen3TTSModel:
         self.speech_tokenizer = speech_tokenizer
         self.quantization: Any = None  # a quantize.QuantizationReport once quantized
         self.format_decision = ""  # why `weight_format` was chosen, in words ("": as asked)
+        self.cuda_graphs = False  # the served step as CUDA graphs (load_model's cuda_graphs)
         with torch.inference_mode():
             self.special = SpecialTextVectors.compute(self.talker, config)
 
@@ -189,6 +190,11 @@ class Qwen3TTSModel:
         return self
 
     # ------------------------------------------------------------------ voices
+    def silent_voice(self) -> Voice:
+        """An x-vector voice of zeros: a request needing no reference (int8 calibration)."""
+        hidden = self.config.talker.stack.hidden_size
+        return Voice(speaker_embedding=torch.zeros(hidden, device=self.device, dtype=self.dtype))
+
     @torch.inference_mode()
     def create_voice(
         self, audio: np.ndarray, sample_rate: int, ref_text: str | None = None
@@ -482,14 +488,15 @@ def load_model(
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
     compile: bool = False,
-    cuda_graphs: bool = False,
+    cuda_graphs: bool | str | None = "auto",
     quantize: str | None = None,
     decoder_dtype: torch.dtype | None = None,
     warm_chunks: tuple[int, ...] = (2, 6),
 ) -> Qwen3TTSModel:
     """Hub repo id or local folder -> ready Qwen3TTSModel (`compile`: see Qwen3TTSModel.compile;
-    `cuda_graphs`: accepted for compatibility and ignored, with a warning: the engine has no
-    CUDA graphs yet).
+    `cuda_graphs`: "auto" (None: env TTS_CUDA_GRAPHS, default auto) = on for CUDA, where the
+    served engine (serving.Scheduler) captures its decode step per batch bucket at start,
+    serving/cuda_graphs.py; `model.stream` decodes eagerly; "off" / False: eager).
 
     quantize: None/"none" keeps the weights in `dtype`; "int8" makes the talker's and the code
     predictor's layers 8-bit (CPU; see quantize.py); "auto" does so on a CPU where the int8
@@ -502,6 +509,9 @@ def load_model(
     so reference codes stay exact. warm_chunks: chunk sizes (frames) the decoder runs once on
     dummy codes at load, so a request's first chunk costs what a steady one does.
     """
+    from .serving.cuda_graphs import resolve_cuda_graphs  # serving builds on this module
+
+    graphs = resolve_cuda_graphs(cuda_graphs, device)  # a bad value fails before the load
     mode = "none" if quantize is None else str(quantize).lower()
     if mode not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {QUANTIZE_MODES}, got {quantize!r}")
@@ -519,9 +529,7 @@ def load_model(
             codec.set_decoder_dtype(decoder_dtype)  # before any voice caches a warm state
         if warm_chunks:
             codec.decoder.warm_up(tuple(warm_chunks))
-    if cuda_graphs:
-        log.warning("cuda_graphs=True is ignored: CUDA graphs are not in the decode engine yet "
-                    "(every request decodes eagerly)")  # fmt: skip
+    model.cuda_graphs = graphs
     return model.compile() if compile else model
 
 

@@ -432,8 +432,6 @@ def _quantize_projection(model: Qwen3TTSModel, x: torch.Tensor | None,
 def calibrate(model: Qwen3TTSModel) -> dict[tuple, torch.Tensor]:
     """(rows, in) float32 inputs from a greedy run, keyed (stack, layer index, input group)
     for the layers (see RECORD_AT) and ("code_predictor", "lm_head", i) for the heads."""
-    from .model import Voice
-
     recorded: dict[tuple, list[torch.Tensor]] = defaultdict(list)
     hooks = []
     for stack_name, stack in stacks(model).items():
@@ -449,8 +447,7 @@ def calibrate(model: Qwen3TTSModel) -> dict[tuple, torch.Tensor]:
         sink = recorded[("code_predictor", "projection")]
         hooks.append(projection.register_forward_pre_hook(_recorder(sink)))
     try:
-        voice = Voice(speaker_embedding=torch.zeros(
-            model.config.talker.stack.hidden_size, device=model.device, dtype=model.dtype))  # fmt: skip
+        voice = model.silent_voice()
         prompt, settings = model.plan(CALIBRATION_TEXT, voice, "english", greedy=True,
                                       length_cap=False, max_new_tokens=CALIBRATION_FRAMES + 1)  # fmt: skip
         for _ in model.frames(prompt, settings):

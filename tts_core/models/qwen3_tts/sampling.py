@@ -45,7 +45,8 @@ def repetition_penalty(logits: torch.Tensor, history: torch.Tensor, penalty: flo
     if penalty == 1.0 or history.shape[-1] == 0:
         return logits
     picked = torch.gather(logits, 1, history)
-    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
+    divisor = _on_device(penalty, logits)
+    picked = torch.where(picked < 0, picked * penalty, picked / divisor)
     return logits.scatter(1, history, picked)
 
 
@@ -55,7 +56,14 @@ def mask_ids(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 def temperature(logits: torch.Tensor, value: float) -> torch.Tensor:
-    return logits if value == 1.0 else logits / value
+    return logits if value == 1.0 else logits / _on_device(value, logits)
+
+
+def _on_device(value: float, like: torch.Tensor) -> torch.Tensor:
+    """A divisor as a 0-dim tensor on `like`'s device: CUDA divides by a Python float as a
+    multiplication by its reciprocal, by a tensor exactly, as the CPU does either way and as
+    the static step (serving/static_step.py, per-row tensors) does, so both paths round alike."""
+    return torch.full((), value, dtype=like.dtype, device=like.device)
 
 
 def top_k(logits: torch.Tensor, k: int) -> torch.Tensor:

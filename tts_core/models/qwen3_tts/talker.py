@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import DecoderStack, Embedding, KVCache, RotaryTable
+from ..layers import DecoderStack, Embedding, KVCache, RotaryTable, Span
 from .code_predictor import CodePredictor
 from .config import TalkerConfig
 
@@ -104,5 +104,5 @@ class Talker(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """embeds (B, T, H) at positions [start, start+T) -> (logits (B, V) float32 of the last
         position, final-norm hidden (B, H) of the last position)."""
-        hidden = self.model.run_layers(embeds, self.rope, caches, start)[:, -1]
+        hidden = self.model(embeds, Span(caches, start), self.rope)[:, -1]
         return self.codec_head(hidden).float(), hidden

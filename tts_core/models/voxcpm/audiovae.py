@@ -31,6 +31,7 @@ from .audiovae_layers import (
     WNCausalTransposeConv1d,
 )
 from .config import AudioVAEConfig, VoxCPM2Config
+from .vae_checkpoint import load_audiovae_state
 from .vae_streaming import ConvHistory, VAEDecoderState
 
 
@@ -144,8 +145,6 @@ class AudioVAE(nn.Module):
     ) -> AudioVAE:
         """Config from `config.json`, weights from `audiovae.safetensors` (preferred, as the
         official loader) or `audiovae.pth`, loaded strictly (see vae_checkpoint)."""
-        from .vae_checkpoint import load_audiovae_state
-
         vae = cls(VoxCPM2Config.from_folder(folder).audio_vae)
         load_audiovae_state(vae, folder)
         return vae.to(device=device).set_dtype(dtype).eval()

@@ -48,7 +48,7 @@ class LocEnc(nn.Module):
         batch, steps, patch, _ = patches.shape
         x = self.in_proj(patches)
         x = torch.cat([self.special_token.expand(batch, steps, 1, -1), x], dim=2)
-        out = self.encoder(x.reshape(batch * steps, patch + 1, -1), causal=False)
+        out = self.encoder.run(x.reshape(batch * steps, patch + 1, -1), causal=False)
         return out[:, 0].reshape(batch, steps, -1)
 
 
@@ -95,7 +95,7 @@ class LocDiT(nn.Module):
         dt: torch.Tensor,
     ) -> torch.Tensor:
         tokens = self.tokens(x, mu, self.time_token(t, dt), cond)
-        return self.velocity(self.decoder(tokens, causal=False), x.shape[-1])
+        return self.velocity(self.decoder.run(tokens, causal=False), x.shape[-1])
 
     def time_token(self, t: torch.Tensor, dt: torch.Tensor) -> torch.Tensor:
         """(B, H): time_mlp(sin_emb(t)) + delta_time_mlp(sin_emb(dt)), in the model dtype."""
@@ -181,7 +181,7 @@ class EulerCFM(nn.Module):
         time token is the same for all (same t) and computed once."""
         estimator = self.estimator
         if run_decoder is None:
-            run_decoder = lambda tokens: [estimator.decoder(x, causal=False) for x in tokens]  # noqa: E731
+            run_decoder = lambda tokens: [estimator.decoder.run(x, causal=False) for x in tokens]  # noqa: E731
         patch = zs[0].shape[-1]
         t_span = sway_schedule(steps, zs[0].dtype, zs[0].device)
         t, dt = t_span[0], t_span[0] - t_span[1]

@@ -9,15 +9,13 @@ prefill for LocEnc / LocDiT. Keys follow the checkpoint (`layers.N.self_attn.q_p
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..layers import DecoderStack, KVCache, RotaryTable, scaled_dot_product
+from ..layers import DecoderStack, KVCache, Requests, RotaryTable, Span
 from .config import LocalStackConfig, MiniCPMConfig
 
 
@@ -86,7 +84,7 @@ def longrope_table(lm: MiniCPMConfig, head_dim: int, max_len: int) -> RotaryTabl
 class MiniCPMStack(DecoderStack):
     """`layers` + final `norm` (+ `embed_tokens` when `vocab_size` > 0) and the stack's RoPE.
 
-    `forward(x, caches, start, causal)` runs positions [start, start+T) and returns the
+    `run(x, caches, start, causal)` runs positions [start, start+T) and returns the
     final-norm hidden states; with `caches` None it is a cache-free (bidirectional) pass."""
 
     def __init__(
@@ -106,59 +104,27 @@ class MiniCPMStack(DecoderStack):
         size = self.max_len if positions is None else min(int(positions), self.max_len)
         return self.new_caches(1, size, dtype, device)
 
-    def forward(
+    def run(
         self,
         x: torch.Tensor,
         caches: list[KVCache] | None = None,
         start: int = 0,
         causal: bool = True,
     ) -> torch.Tensor:
+        """x (B, T, H) at positions [start, start+T) -> final-norm hidden (B, T, H): the one
+        forward over a `Span` context (caches None: cache-free; causal False: bidirectional)."""
         steps = x.shape[1]
         if start + steps > self.max_len:
             raise RuntimeError(f"KV cache is full: position {start + steps} > {self.max_len}")
-        return self.run_layers(x, self.rope, caches, start, causal)
+        return self(x, Span(caches, start, causal), self.rope)
 
     def run_requests(self, requests: list[torch.Tensor]) -> list[torch.Tensor]:
         """The cache-free bidirectional pass (LocDiT's) of several independent requests at
         once: requests[r] (g, T, H) -> its final-norm hidden states (g, T, H), bit for bit what
-        `self(requests[r], causal=False)` gives. Only the projections run on every request's
-        rows together (row-invariant on this CPU's BLAS for these shapes: the caller checks it,
-        serving/rows.py); the norms, the activation, the attention and every other op that is
-        not elementwise run per request with the very call one request makes (a kernel's tail
-        loop and its thread split fall elsewhere in a longer tensor, and the CPU attention
-        kernel is not batch-invariant, see layers.Attention.attend)."""
+        `self.run(requests[r], causal=False)` gives: the one forward over a `Requests` context
+        (only the projections see every request's rows; they are row-invariant on this CPU's
+        BLAS for these shapes: the caller checks it, serving/rows.py)."""
         if len(requests) == 1:
-            return [self(requests[0], causal=False)]
+            return [self.run(requests[0], causal=False)]
         sizes = [x.shape[0] for x in requests]
-        x = torch.cat(requests)
-        rope = None if self.rope is None else self.rope.window(0, x.shape[1], x.dtype)
-        for layer in self.layers:
-            attention, mlp = layer.self_attn, layer.mlp
-            q, k, v = attention.qkv(_per_request(layer.input_layernorm, x, sizes), rope)
-            outs = [scaled_dot_product(*(fresh(t[a:b]) for t in (q, k, v)))
-                    for a, b in _bounds(sizes)]  # fmt: skip
-            x = layer._add(x, attention._merge(torch.cat(outs)))
-            h = _per_request(layer.post_attention_layernorm, x, sizes)
-            gate, up = mlp.gate_proj(h), mlp.up_proj(h)
-            x = layer._add(x, mlp.down_proj(_per_request(F.silu, gate, sizes) * up))
-        return list(_per_request(self.norm, x, sizes).split(sizes))
-
-
-def _bounds(sizes: list[int]) -> list[tuple[int, int]]:
-    ends = list(itertools.accumulate(sizes))
-    return [(end - size, end) for size, end in zip(sizes, ends, strict=True)]
-
-
-def _per_request(fn, x: torch.Tensor, sizes: list[int]) -> torch.Tensor:  # noqa: ANN001
-    """fn on each request's rows of x (contiguous along dim 0), joined again."""
-    return torch.cat([fn(x[a:b]) for a, b in _bounds(sizes)])
-
-
-def fresh(x: torch.Tensor) -> torch.Tensor:
-    """x itself when its data starts on a 64-byte boundary, as a new tensor's does, else a copy
-    with the same strides that does: some BLAS calls round by the address of their operands
-    (MKL sgemm here for a few row counts, when it is not 16-byte aligned)."""
-    if x.data_ptr() % 64 == 0:
-        return x
-    copy = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
-    return copy.copy_(x)
+        return list(self(torch.cat(requests), Requests(sizes), self.rope).split(sizes))

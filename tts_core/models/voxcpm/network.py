@@ -84,11 +84,11 @@ class VoxCPM2Network(nn.Module):
         text = self.base_lm.embed_tokens(tokens) * self.scale_emb
         combined = text_mask[..., None] * text + audio_mask[..., None] * feat
         base_caches = self.base_lm.request_caches(self.dtype, self.device, positions)
-        enc = self.base_lm(combined, base_caches, 0)
+        enc = self.base_lm.run(combined, base_caches, 0)
         enc = self.fsq_layer(enc) * audio_mask[..., None] + enc * text_mask[..., None]
         fused = self.fusion_concat_proj(torch.cat((enc, audio_mask[..., None] * feat), dim=-1))
         residual_caches = self.residual_lm.request_caches(self.dtype, self.device, positions)
-        res = self.residual_lm(fused, residual_caches, 0)
+        res = self.residual_lm.run(fused, residual_caches, 0)
         return DecodeState(base_caches, residual_caches, tokens.shape[1], enc[:, -1], res[:, -1])
 
     def dit_condition(self, state: DecodeState) -> torch.Tensor:
@@ -106,9 +106,11 @@ class VoxCPM2Network(nn.Module):
         """One LM step on the new patch's embedding (1, H): base LM (then FSQ, always), then
         the residual LM on fusion_concat_proj([lm_h, embed]). Updates `state` in place."""
         pos = state.position
-        lm_hidden = self.base_lm(embed[:, None], state.base_caches, pos)[:, 0]
+        lm_hidden = self.base_lm.run(embed[:, None], state.base_caches, pos)[:, 0]
         lm_hidden = self.fsq_layer(lm_hidden)
         fused = self.fusion_concat_proj(torch.cat((lm_hidden, embed), dim=-1))
-        state.residual_hidden = self.residual_lm(fused[:, None], state.residual_caches, pos)[:, 0]
+        state.residual_hidden = self.residual_lm.run(fused[:, None], state.residual_caches, pos)[
+            :, 0
+        ]
         state.lm_hidden = lm_hidden
         state.position = pos + 1

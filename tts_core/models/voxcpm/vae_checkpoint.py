@@ -10,12 +10,15 @@ the official `.to(torch.float32)` of the VAE); `decoder.sr_bin_boundaries` stays
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file
 
 from ..state_check import mismatches, shapes_of
-from .audiovae import AudioVAE
+
+if TYPE_CHECKING:
+    from .audiovae import AudioVAE
 
 SAFETENSORS_NAME = "audiovae.safetensors"
 PTH_NAME = "audiovae.pth"

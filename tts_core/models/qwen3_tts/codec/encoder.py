@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...layers import Attention, LayerScale, inverse_frequencies, rope_cos_sin
+from ...layers import Attention, LayerScale, Span, inverse_frequencies, rope_cos_sin
 from .config import MimiEncoderConfig
 from .quantizer import EncoderRVQ
 
@@ -121,7 +121,7 @@ class MimiTransformerLayer(nn.Module):
         self.mlp_layer_scale = LayerScale(cfg.hidden_size)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        attended = self.self_attn(self.input_layernorm(x), rope, None, 0)  # causal, from 0
+        attended = self.self_attn(self.input_layernorm(x), rope, Span(), 0)  # causal, from 0
         x = x + self.self_attn_layer_scale(attended)
         return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
 

@@ -53,6 +53,8 @@ class Qwen3Runner(ModelRunner):
 
     @torch.inference_mode()
     def decode(self, seqs: list[Sequence], out: BatchEngine) -> None:
+        if self.graphs is not None and all(seq.awaiting_step is not None for seq in seqs):
+            return self._decode_graphed(seqs, out)
         behind = [seq for seq in seqs if seq.awaiting_step is not None]
         if behind:  # the talker steps the previous frames left pending, for all rows at once
             inputs = [self._step_input(seq) for seq in behind]
@@ -76,6 +78,25 @@ class Qwen3Runner(ModelRunner):
             frame = torch.cat([c0[row : row + 1], codes[row]])  # (G,)
             out.emit(seq, frame, rows)
             if seq.status is Status.DECODING:  # not ended at its limit
+                seq.awaiting_step = frame
+
+    def _decode_graphed(self, seqs: list[Sequence], out: BatchEngine) -> None:
+        """The same step as `decode` by one replay of the captured static step (CUDA): talker
+        step, c0 and the predictor for every row; a row whose c0 stops discards its codes."""
+        inputs = [self._step_input(seq) for seq in seqs]
+        c0s, codes = self.graphs.run(seqs, torch.cat(inputs) if len(inputs) > 1 else inputs[0])
+        eos, going = self.talker.cfg.codec_eos_token_id, []
+        for row, seq in enumerate(seqs):
+            seq.awaiting_step = None
+            if c0s[row] in (eos, *seq.settings.stop_ids):
+                out.emit(seq, None, 0, "eos")
+            else:
+                going.append((row, seq))
+        c0 = torch.tensor(c0s, device=codes.device)
+        for row, seq in going:
+            frame = torch.cat([c0[row : row + 1], codes[row]])  # (G,)
+            out.emit(seq, frame, len(going))
+            if seq.status is Status.DECODING:
                 seq.awaiting_step = frame
 
     def _step_input(self, seq: Sequence) -> torch.Tensor:

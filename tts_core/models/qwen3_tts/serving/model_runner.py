@@ -16,8 +16,10 @@ from collections.abc import Callable
 
 import torch
 
+from ...layers import rows_context
 from ..int8 import rowwise
 from ..model import Qwen3TTSModel
+from .cuda_graphs import GraphedStep, SlotArena, capture_or_none
 from .kv_arena import KVArena, RequestKV, Span
 from .sequence import Sequence
 
@@ -28,9 +30,11 @@ class ModelRunner:
         model: Qwen3TTSModel,
         max_batch: int,
         capacity: int,
-        arena: KVArena | RequestKV | None = None,
+        arena: KVArena | RequestKV | SlotArena | None = None,
     ) -> None:
-        """arena: the talker's KV cache (None: a KVArena of `capacity` positions)."""
+        """arena: the talker's KV cache (None: a KVArena of `capacity` positions; with
+        `model.cuda_graphs`, a SlotArena of capacity // max_batch positions a row and the
+        decode step captured per batch bucket, cuda_graphs.py)."""
         if max_batch < 1 or capacity < 2:
             raise ValueError("max_batch must be >= 1 and the cache >= 2 positions")
         self.model = model
@@ -38,6 +42,10 @@ class ModelRunner:
         self.device, self.dtype = model.device, model.dtype
         self.max_batch = int(max_batch)
         self.talker.ensure_rope(capacity)
+        self.graphs: GraphedStep | None = None
+        if arena is None and model.cuda_graphs:  # fixed slots: what a captured step reads
+            arena = SlotArena(self.talker, self.max_batch, capacity // self.max_batch)
+            self.graphs = capture_or_none(self.talker, arena, self.max_batch)
         if arena is None:
             arena = KVArena(self.talker.model, capacity, self.dtype, self.device)
         self.arena = arena
@@ -104,8 +112,8 @@ class ModelRunner:
     def talker_step(self, seqs: list[Sequence], embeds: torch.Tensor) -> None:
         """embeds (R, 1, H), row r after seqs[r]'s last frame -> each row's next logits/hidden."""
         positions = [seq.next_position for seq in seqs]
-        stack = self.talker.model
-        hidden = stack.run_rows(embeds, self.talker.rope, [s.caches for s in seqs], positions)
+        ctx = rows_context([seq.caches for seq in seqs], positions)
+        hidden = self.talker.model(embeds, ctx, self.talker.rope)
         hidden = hidden[:, -1]  # (R, H)
         logits = rowwise(self.talker.codec_head, hidden, self.by_row).float()
         for row, seq in enumerate(seqs):
