@@ -1,6 +1,7 @@
-"""ChatterboxBackend through the engine on the tiny Turbo checkpoints: the streamed chunks are
-the model's whole-utterance generate() cut in frames (bit-equal: the same code path), voices
-(built-in, cloned from a 24 kHz clip as the engine hands clips over), knobs and input errors."""
+"""ChatterboxBackend through the engine on the tiny Turbo checkpoints: the streamed audio is the
+model's `stream` (bit-equal: the same code path; its error against the whole-utterance pass is
+tests/chatterbox/test_streaming.py's), as long as generate()'s clip; voices (built-in, cloned
+from a 24 kHz clip as the engine hands clips over), knobs and input errors."""
 
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ from tts_core.engine import (
     SynthesisRequest,
 )
 from tts_core.models.chatterbox.sampling import TurboSampling
+from tts_core.models.chatterbox.streaming import StreamChunking
 
 from .conftest import FIXTURES, ref_clip, shared_model
 
 TINY = FIXTURES / "chatterbox-turbo-tiny-a"
-FIRST, STEADY = 2, 5  # tokens in the first and in every later chunk
+FIRST, STEADY = 2, 5  # frames in the first and in every later engine event
+S3GEN_FIRST, S3GEN_STEADY = 6, 10  # tokens before the first and between later S3Gen passes
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +45,12 @@ def test_backend_contract(backend: ChatterboxBackend) -> None:
     assert (backend.name, backend.can_clone, backend.needs_reference) == ("chatterbox", True, False)
     assert backend.sample_rate == 24000 and backend.frame_samples == SAMPLES_PER_TOKEN
     defaults = backend.sampling_defaults()
-    assert defaults == {"temperature": 0.8, "top_k": 1000, "top_p": 0.95, "repetition_penalty": 1.2}
-    assert TurboSampling(**defaults) == TurboSampling()  # the official generate()'s defaults
+    sampling = {"temperature": 0.8, "top_k": 1000, "top_p": 0.95, "repetition_penalty": 1.2}
+    chunking = {"first_chunk_tokens": StreamChunking().first_tokens,
+                "chunk_tokens": StreamChunking().chunk_tokens}  # fmt: skip
+    assert defaults == {**sampling, **chunking}
+    assert TurboSampling(**sampling) == TurboSampling()  # the official generate()'s defaults
+    assert "not watermarked" in backend.description
     assert backend.create_voice(None, None).summary["mode"] == "built-in"
 
 
@@ -54,33 +61,39 @@ def test_engine_stream_equals_generate(backend: ChatterboxBackend, cloned: bool)
     if cloned:
         audio, sr = ref_clip()
         clip = librosa.resample(audio, orig_sr=sr, target_sr=24000)  # as the engine hands it
-    params = SynthesisParams(seed=7, first_chunk_frames=FIRST, chunk_frames=STEADY)
+    params = SynthesisParams(seed=7, first_chunk_frames=FIRST, chunk_frames=STEADY,
+                             first_chunk_tokens=S3GEN_FIRST, chunk_tokens=S3GEN_STEADY)  # fmt: skip
     request = SynthesisRequest("how are you today?", reference=None if clip is None else
                                (24000, clip), params=params)  # fmt: skip
     events = list(_engine(backend).stream(request))
     audio = np.concatenate([e.audio for e in events])
     voice = None if clip is None else model.create_voice(clip, 24000)
+    chunking = StreamChunking(S3GEN_FIRST, S3GEN_STEADY)
+    chunks = list(model.stream("how are you today?", voice, seed=7, chunking=chunking))
+    assert np.array_equal(audio, np.concatenate([c.audio for c in chunks]))
+    assert len(events) > 2  # audio came out before the end
     full = model.generate("how are you today?", voice, seed=7)
-    assert np.array_equal(audio, full.audio)
-    assert events[0].audio.size == FIRST * SAMPLES_PER_TOKEN
+    assert audio.shape == full.audio.shape
     assert events[-1].final and events[-1].stats["stop_reason"] == full.stop_reason == "eos"
     check_audio(audio)
 
 
-def test_knobs_reach_the_sampler(backend: ChatterboxBackend, monkeypatch) -> None:
+def test_knobs_reach_the_model(backend: ChatterboxBackend, monkeypatch) -> None:
     seen = []
-    generate = backend.model.generate
+    stream = backend.model.stream
 
     def spy(*args, **kwargs):
-        seen.append(kwargs["sampling"])
-        return generate(*args, **kwargs)
+        seen.append((kwargs["sampling"], kwargs["chunking"]))
+        return stream(*args, **kwargs)
 
-    monkeypatch.setattr(backend.model, "generate", spy)
-    params = SynthesisParams(seed=1, top_k=1, temperature=0.5, first_chunk_frames=FIRST)
+    monkeypatch.setattr(backend.model, "stream", spy)
+    params = SynthesisParams(seed=1, top_k=1, temperature=0.5, first_chunk_frames=FIRST,
+                             first_chunk_tokens=3, chunk_tokens=7)  # fmt: skip
     list(backend.stream("Hi.", backend.create_voice(None, None), params, threading.Event()))
-    assert seen == [TurboSampling(temperature=0.5, top_k=1)]
+    assert seen == [(TurboSampling(temperature=0.5, top_k=1), StreamChunking(3, 7))]
     # top_k 1 is greedy: the tokens no longer depend on the seed
-    tokens = [generate("Hi.", seed=s, sampling=seen[0]).tokens.tolist() for s in (1, 2)]
+    generate = backend.model.generate
+    tokens = [generate("Hi.", seed=s, sampling=seen[0][0]).tokens.tolist() for s in (1, 2)]
     assert tokens[0] == tokens[1]
 
 
@@ -89,3 +102,24 @@ def test_input_errors(backend: ChatterboxBackend) -> None:
         backend.create_voice(np.full(24000 * 3, 0.1, dtype=np.float32), None)
     with pytest.raises(InputError, match="NaN"):
         backend.create_voice(np.full(24000 * 6, np.nan, dtype=np.float32), None)
+
+
+def _transcript_box_shown(engine: Engine, tmp_path) -> bool:
+    from tts_core.server import VoiceRegistry
+    from tts_core.ui.page import build_demo
+
+    config = build_demo(engine, VoiceRegistry(tmp_path / "voices")).get_config_file()
+    (box,) = [c for c in config["components"]
+              if c.get("props", {}).get("elem_id") == "reference-text"]  # fmt: skip
+    return box["props"]["visible"] is not False
+
+
+def test_the_page_hides_the_transcript_box(backend: ChatterboxBackend, tmp_path) -> None:
+    """Turbo clones from the clip alone (issue #25 item 5): no transcript box on its page; a
+    backend that reads transcripts (the attribute left undeclared, as Qwen3-TTS) keeps it."""
+    assert backend.reads_transcript is False
+    assert not _transcript_box_shown(_engine(backend), tmp_path)
+    assert _engine(backend).info()["reads_transcript"] is False  # /v1/models says so too
+    reading = ChatterboxBackend(backend.model, backend.model_name, "cpu")
+    reading.reads_transcript = True
+    assert _transcript_box_shown(_engine(reading), tmp_path)

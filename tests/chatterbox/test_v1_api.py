@@ -1,7 +1,7 @@
 """Chatterbox Turbo served through `/v1` (the OpenAI-style routes, in-process server with the
 engine around ChatterboxBackend on tiny-a): a voice uploaded to /v1/audio/voices and cloned,
-the native 24 kHz rate, and the sample values equal to the model's generate() for the seed, to
-int16 rounding (round(x * 32767): |error| <= 1/2 LSB); the server's short built-in voices
+the native 24 kHz rate, and the sample values equal to the model's stream() for the seed with
+the default chunking (as long as generate()'s clip), to int16 rounding (round(x * 32767): |error| <= 1/2 LSB); the server's short built-in voices
 refused. (/v1 always names a clip; the checkpoint's conds.pt voice is the no-clip voice of the
 engine: tests/chatterbox/test_backend.py.)
 
@@ -19,6 +19,7 @@ from test_openai_api import make_api, serve
 from tts_core.backends import load_backend
 from tts_core.backends.chatterbox import ChatterboxBackend
 from tts_core.engine import Engine, EngineConfig
+from tts_core.models.chatterbox.streaming import StreamChunking
 from tts_core.server import VoiceRegistry
 
 from .conftest import FIXTURES, REF_CLIP, shared_model
@@ -68,9 +69,12 @@ def test_uploaded_voice_is_cloned(server, voices_dir):
     # The clip as the server stored it (24 kHz, 16-bit) and hands it to the engine:
     _, clip = VoiceRegistry(voices_dir).load("cb-clone")
     model = shared_model(TINY)
-    full = model.generate("how are you today?", model.create_voice(clip, 24000), seed=3).audio
-    assert audio.shape == full.shape
-    assert np.abs(audio - np.clip(full, -1, 1)).max() <= PCM_BOUND
+    voice = model.create_voice(clip, 24000)
+    chunks = model.stream("how are you today?", voice, seed=3, chunking=StreamChunking())
+    streamed = np.concatenate([chunk.audio for chunk in chunks])
+    assert audio.shape == streamed.shape == model.generate("how are you today?", voice,
+                                                           seed=3).audio.shape  # fmt: skip
+    assert np.abs(audio - np.clip(streamed, -1, 1)).max() <= PCM_BOUND
 
 
 def test_knobs_and_errors_over_v1(server):

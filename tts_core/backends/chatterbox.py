@@ -1,11 +1,14 @@
 """Adapter: our Chatterbox Turbo (tts_core.models.chatterbox) -> the engine's Backend interface.
 
-Whole-utterance generation: T3 runs to its stop token, then S3Gen and HiFT make the clip in one
-exact pass (the official's output for the seed, before the watermark), which is then yielded
-in chunks of `first_chunk_frames` / `chunk_frames` frames (one frame = one speech token = 40 ms
-at 24 kHz). Streaming S3Gen (it attends over the whole utterance) and batching are not done
-yet: one request computes at a time (`default_concurrency` 1). Cloning takes the reference clip
-alone (no transcript); with no clip the checkpoint's built-in voice (conds.pt) speaks.
+Streamed: T3 draws tokens and S3Gen + HiFT turn them into audio while it runs (`model.stream`:
+the flow re-run over prompt + all tokens so far every `chunk_tokens` tokens, the stable frames
+vocoded with a carried source; models/chatterbox/streaming.py). The tokens are the official's
+for the seed; the audio approximates the whole-utterance pass (measured SNR in BENCHMARKS.md).
+Streamed chunks are NOT watermarked (as in upstream's streaming PR #528: the Perth watermark
+works on whole-clip STFT frames); `model.generate(watermark=True)` still gives the watermarked
+whole clip. One request computes at a time (`default_concurrency` 1; batching is not done yet).
+Cloning takes the reference clip alone (no transcript); with no clip the checkpoint's built-in
+voice (conds.pt) speaks.
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ import numpy as np
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
+from ..models.chatterbox.streaming import StreamChunking
 
 log = logging.getLogger(__name__)
 SAMPLES_PER_TOKEN = 960  # 40 ms at 24 kHz
-# The official Turbo generate()'s sampling defaults; declared once here for page, API, checks.
+DEFAULT_CHUNKING = StreamChunking()
+SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "repetition_penalty")
+# The official Turbo generate()'s sampling defaults, then the streaming chunk sizes; declared
+# once here for page, API, checks.
 KNOBS = (
     Knob("temperature", float, 0.0, 5.0, default=0.8, low_open=True, label="Temperature",
          step=0.05, ui_range=(0.1, 2.0),
@@ -37,12 +44,22 @@ KNOBS = (
     Knob("repetition_penalty", float, 1.0, 5.0, default=1.2, label="Repetition penalty",
          step=0.01, ui_range=(1.0, 2.0),
          help="Above 1: tokens already produced are less likely again (fewer loops)."),
+    # S3Gen's chunking (StreamChunking); the shared first_chunk_frames / chunk_frames only group
+    # the audio into events. One token = 40 ms of audio; each pass re-runs the flow.
+    Knob("first_chunk_tokens", int, 1, 200, default=DEFAULT_CHUNKING.first_tokens,
+         label="First S3Gen chunk (tokens)", step=1, ui_range=(4, 100),
+         help="Speech tokens before the first audio is made: fewer start sooner, but the "
+              "first audio is shorter and each pass costs a flow run."),
+    Knob("chunk_tokens", int, 1, 400, default=DEFAULT_CHUNKING.chunk_tokens,
+         label="Later S3Gen chunks (tokens)", step=1, ui_range=(4, 200),
+         help="Speech tokens between later passes: more cost fewer flow runs."),
 )  # fmt: skip
 
 DESCRIPTION = (
     "Chatterbox Turbo voice cloning from the reference clip alone (longer than 5 s; a "
-    "transcript is not used). With no clip it speaks in the checkpoint's built-in voice. Audio is made "
-    "for the whole text, then played; unwatermarked."
+    "transcript is not used). With no clip it speaks in the checkpoint's built-in voice. Audio "
+    "streams while the tokens are drawn (S3Gen in chunks: close to, not bit-equal to, the "
+    "whole-clip pass); streamed audio is not watermarked."
 )
 
 
@@ -51,6 +68,7 @@ class ChatterboxBackend:
     can_clone = True
     needs_reference = False  # the built-in voice speaks without a clip
     reads_language = False  # English model: the page hides its language dropdown
+    reads_transcript = False  # clones from the clip alone: the page hides the transcript box
     independent_phrases = False
     takes_text_pieces = False
     description = DESCRIPTION
@@ -112,20 +130,18 @@ class ChatterboxBackend:
         from ..models.chatterbox.sampling import TurboSampling
 
         seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
-        sampling = TurboSampling(**{**self.sampling_defaults(), **params.values_of(self.knobs)})
-        with self._lock:
+        values = {**self.sampling_defaults(), **params.values_of(self.knobs)}
+        sampling = TurboSampling(**{name: values[name] for name in SAMPLING_KNOBS})
+        chunking = StreamChunking(first_tokens=values["first_chunk_tokens"],
+                                  chunk_tokens=values["chunk_tokens"])  # fmt: skip
+        with self._lock:  # held while the stream runs; the engine closes it on cancel
             if cancel.is_set():
                 return
-            result = self.model.generate(text, voice.data, seed=seed, sampling=sampling)
-        audio = result.audio.astype(np.float32)
-        first = params.first_chunk_frames * SAMPLES_PER_TOKEN
-        bounds = [0, min(first, audio.size)]
-        while bounds[-1] < audio.size:
-            bounds.append(min(bounds[-1] + params.chunk_frames * SAMPLES_PER_TOKEN, audio.size))
-        pieces = list(zip(bounds[:-1], bounds[1:], strict=True)) or [(0, 0)]
-        for i, (start, end) in enumerate(pieces):
-            if cancel.is_set():
-                return
-            last = i == len(pieces) - 1
-            yield BackendChunk(audio[start:end], frames=(end - start) // SAMPLES_PER_TOKEN,
-                               stop_reason=result.stop_reason if last else None, batch_size=1)  # fmt: skip
+            chunks = self.model.stream(text, voice.data, seed=seed, sampling=sampling,
+                                       chunking=chunking)  # fmt: skip
+            for chunk in chunks:
+                if cancel.is_set():
+                    return
+                yield BackendChunk(chunk.audio.astype(np.float32, copy=False),
+                                   frames=chunk.audio.size // SAMPLES_PER_TOKEN,
+                                   stop_reason=chunk.stop_reason, batch_size=1)  # fmt: skip

@@ -132,6 +132,8 @@ class Backend(Protocol):
         model's own); empty for a backend without knobs."""
         ...
 
+    # Optional: `reads_transcript = False` for a backend that clones from the clip alone
+    # (Chatterbox): the page hides the reference's transcript box (`reads_transcript()`).
     # Optional: text that arrives in pieces (Engine.open_fed). A backend with
     # `takes_text_pieces = True` also has
     #     stream_fed(text: TextInlet, voice, params, cancel) -> Iterator[BackendChunk]
@@ -250,3 +252,9 @@ class TextInlet:
         except BaseException as exc:  # noqa: BLE001 - raised by the backend's stream
             self.failure = exc
             self._cond.notify_all()
+
+
+def reads_transcript(backend: object | None) -> bool:
+    """Whether `backend` uses a reference clip's transcript (default True; None: not loaded
+    yet, so the page keeps the box)."""
+    return bool(getattr(backend, "reads_transcript", True))

@@ -21,7 +21,15 @@ import numpy as np
 
 from ..audio import SAMPLE_RATE, Cadence, ChunkJoiner, ms_to_samples
 from .admission import Admission, Ticket
-from .backend import Backend, BackendChunk, Notice, SynthesisParams, TextInlet, Voice
+from .backend import (
+    Backend,
+    BackendChunk,
+    Notice,
+    SynthesisParams,
+    TextInlet,
+    Voice,
+    reads_transcript,
+)
 from .errors import BackendError, InputError
 from .knobs import backend_knobs
 from .stats import RequestStats
@@ -103,6 +111,7 @@ class Engine:
             "weight_format_reason": getattr(b, "weight_format_reason", ""),
             "can_clone": b.can_clone,
             "reads_language": getattr(b, "reads_language", True),  # VoxCPM2: from the text
+            "reads_transcript": reads_transcript(b),  # Chatterbox: clones from the clip alone
             "needs_reference": b.needs_reference,
             # text sent in pieces (open_fed): spoken as it arrives, or held until it is complete
             "text_in": "streamed" if takes_text_pieces(b) else "buffered",

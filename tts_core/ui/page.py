@@ -21,6 +21,7 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from ..engine import LANGUAGES, SHARED_KNOBS, Engine, EngineSlot, Knob
+from ..engine.backend import reads_transcript
 from ..engine.knobs import knob_defaults
 from ..server import ApiConfig, VoiceRegistry, as_slot, make_router, open_voice_registry
 from ..server.disk_guard import CachePolicy, DiskGuard
@@ -130,6 +131,9 @@ def build_demo(
                     stop = gr.Button("Stop", variant="stop", elem_id="stop", min_width=80)
                 library = _voice_inputs(info, parts, controls, voices,
                                         editable=_page_may_write(api))  # fmt: skip
+                # a model that clones from the clip alone (Chatterbox) does not read its words
+                library.transcript.visible = reads_transcript(engine and engine.backend)
+                parts["transcript"] = library.transcript
                 with gr.Accordion("Advanced", open=False, elem_id="advanced"):
                     knob_controls = _knob_controls(parameters.knobs, engine, info, parts)
                 controls.update(knob_controls)
@@ -184,6 +188,8 @@ def page_state(slot: EngineSlot, parts: dict[str, Any], model_knobs: dict[Knob, 
         parts["timer"]: gr.Timer(active=_loading(info)),  # polls until loading ended
     }
     engine = served_engine(slot)
+    backend = engine.backend if engine is not None else None
+    updates[parts["transcript"]] = gr.update(visible=reads_transcript(backend))
     served = knob_defaults(engine.backend) if engine is not None else {}
     for knob, control in model_knobs.items():
         update: dict[str, Any] = {"visible": knob.name in served}

@@ -45,10 +45,13 @@ class Flow(nn.Module):
         embedding: torch.Tensor,
         generator: torch.Generator | None,
         noise: torch.Tensor | None = None,
+        prompt_noise: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """tokens (1, T) (silence already appended), prompt_token (1, Tp), prompt_feat
-        (1, Tm, 80), embedding (1, E) -> mel (1, 80, 2T) of the generated part. Draws, in the
-        official order: `noise` (1, 80, 2T) unless given, then randn over the full length."""
+        (1, Tm, 80), embedding (1, E) -> mel (1, 80, 2(Tp + T) - Tm) of the generated part
+        (2T frames for an even Tm). Draws, in the official order: `noise` (1, 80, 2T) unless
+        given, then randn over the full length unless `prompt_noise` (1, 80, >= 2 Tp) gives
+        its prompt part (the streaming path: every noise pre-drawn, no draw here)."""
         dtype = self.spk_embed_affine_layer.weight.dtype
         if noise is None:
             noise = self.draw_noise(tokens.shape[1], generator)
@@ -61,7 +64,12 @@ class Flow(nn.Module):
         cond[:, :prompt_mels] = prompt_feat
         cond = cond.transpose(1, 2)
         mask = torch.ones(1, 1, mu.shape[2], dtype=mu.dtype, device=mu.device)
-        z = torch.randn(mu.shape, generator=generator).to(device=mu.device, dtype=mu.dtype)
+        if prompt_noise is None:
+            z = torch.randn(mu.shape, generator=generator).to(device=mu.device, dtype=mu.dtype)
+        else:  # the streaming path: the prompt part given, the rest overwritten below
+            z = mu.new_zeros(mu.shape)
+            prompt_part = mu.shape[2] - noise.shape[2]
+            z[..., :prompt_part] = prompt_noise[..., :prompt_part].to(z)
         # meanflow: the generated frames start from the first draw (prompt_len counts from the
         # end, so an odd prompt mel length shifts it by one as in the official).
         z[..., mu.shape[2] - noise.shape[2] :] = noise.to(z)

@@ -27,6 +27,15 @@ HARMONICS = 8  # nb_harmonics: 9 sines with the fundamental
 SINE_AMP, NOISE_STD, VOICED_THRESHOLD = 0.1, 0.003, 10.0
 LRELU_SLOPE, AUDIO_LIMIT = 0.1, 0.99
 SAMPLES_PER_FRAME = math.prod(UPSAMPLE_RATES) * HOP  # 480
+TRIM_SAMPLES = SAMPLE_RATE // 50  # 20 ms silenced, then 20 ms raised-cosine fade-in
+
+
+def trim_fade(device: torch.device | str = "cpu") -> torch.Tensor:
+    """S3Token2Wav.trim_fade (applied to S3Gen's output, after HiFT): 480 zeros then
+    (cos(linspace(pi, 0, 480)) + 1) / 2, (960,)."""
+    fade = torch.zeros(2 * TRIM_SAMPLES)
+    fade[TRIM_SAMPLES:] = (torch.cos(torch.linspace(torch.pi, 0, TRIM_SAMPLES)) + 1) / 2
+    return fade.to(device)
 
 
 class Snake(nn.Module):
@@ -85,26 +94,49 @@ class SourceModule(nn.Module):
         self.l_linear = nn.Linear(HARMONICS + 1, 1)
 
     def forward(self, f0: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """f0 (B, 1, L) at the output rate -> excitation (B, L, 1)."""
+        """f0 (B, 1, L) at the output rate -> excitation (B, L, 1), drawing in the official
+        order: phases, noise, then a draw the official makes and discards."""
+        phase = initial_phases(f0.shape[0], generator).to(f0.device)
+        noise = torch.randn((f0.shape[0], HARMONICS + 1, f0.shape[-1]), generator=generator)
+        out = self.excite(f0, phase, noise.to(f0.device))
+        torch.randn((f0.shape[0], f0.shape[-1], 1), generator=generator)  # unused upstream
+        return out
+
+    def excite(
+        self,
+        f0: torch.Tensor,
+        phase: torch.Tensor,
+        noise: torch.Tensor,
+        start_cycles: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """SineGen + tanh(l_linear) with given draws: f0 (B, 1, L), phase (B, 9, 1), noise
+        (B, 9, L) standard normal -> (B, L, 1). `start_cycles` (B, 9, 1) in [0, 1): each
+        harmonic's phase (in cycles) accumulated before the first sample (streaming windows;
+        summed in float64 so that every window agrees); None: the official's float32 ops
+        from the utterance's start."""
         harmonics = torch.zeros((f0.shape[0], HARMONICS + 1, f0.shape[-1]), device=f0.device)
         for i in range(HARMONICS + 1):
             harmonics[:, i : i + 1, :] = f0 * (i + 1) / SAMPLE_RATE
-        theta = 2 * np.pi * (torch.cumsum(harmonics, dim=-1) % 1)
-        # Uniform(-pi, pi).sample: low + rand * (high - low), in float32 tensors.
-        low, high = (
-            torch.tensor(-np.pi, dtype=torch.float32),
-            torch.tensor(np.pi, dtype=torch.float32),
-        )
-        rand = torch.rand((f0.shape[0], HARMONICS + 1, 1), generator=generator)
-        phase = (low + rand * (high - low)).to(f0.device)
-        phase[:, 0, :] = 0
+        if start_cycles is None:
+            theta = 2 * np.pi * (torch.cumsum(harmonics, dim=-1) % 1)
+        else:  # float64: a float32 running sum drifts by ~1e-2 cycles over 10 s of a harmonic
+            cycles = torch.cumsum(harmonics.double(), dim=-1) + start_cycles.double()
+            theta = 2 * np.pi * (cycles % 1).float()
         sines = SINE_AMP * torch.sin(theta + phase)
         uv = (f0 > VOICED_THRESHOLD).type(torch.float32)
         noise_amp = uv * NOISE_STD + (1 - uv) * SINE_AMP / 3
-        noise = noise_amp * torch.randn(sines.shape, generator=generator).to(sines.device)
-        sines = (sines * uv + noise).transpose(1, 2)  # (B, L, 9)
-        torch.randn(uv.transpose(1, 2).shape, generator=generator)  # drawn and unused upstream
+        sines = (sines * uv + noise_amp * noise).transpose(1, 2)  # (B, L, 9)
         return torch.tanh(self.l_linear(sines))
+
+
+def initial_phases(batch: int, generator: torch.Generator | None) -> torch.Tensor:
+    """SineGen's Uniform(-pi, pi).sample((B, 9, 1)) = low + rand * (high - low) in float32
+    tensors; the fundamental's phase is 0."""
+    low = torch.tensor(-np.pi, dtype=torch.float32)
+    high = torch.tensor(np.pi, dtype=torch.float32)
+    phase = low + torch.rand((batch, HARMONICS + 1, 1), generator=generator) * (high - low)
+    phase[:, 0, :] = 0
+    return phase
 
 
 class HiFTGenerator(nn.Module):

@@ -10,6 +10,7 @@ random draw comes from one CPU `torch.Generator` seeded with S, in the official 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,22 +27,23 @@ from .checkpoint import (
     resolve_folder,
 )
 from .cloning import make_voice
-from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, ChatterboxSizes
-from .flow import Flow
-from .hift import HiFTGenerator
+from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, STOP_SPEECH, ChatterboxSizes
+from .flow import TOKEN_MEL_RATIO, Flow
+from .hift import HiFTGenerator, trim_fade
 from .sampling import TurboSampling
+from .streaming import S3GenStream, StreamChunking, StreamNoise
 from .t3 import MAX_NEW_TOKENS, T3Turbo
 from .tokenizer import TurboTokenizer
 from .voice import ChatterboxVoice
 
-TRIM_SAMPLES = SAMPLE_RATE // 50  # 20 ms silenced, then 20 ms raised-cosine fade-in
 
-
-def trim_fade(device: torch.device | str = "cpu") -> torch.Tensor:
-    """S3Token2Wav.trim_fade: 480 zeros then (cos(linspace(pi, 0, 480)) + 1) / 2, (960,)."""
-    fade = torch.zeros(2 * TRIM_SAMPLES)
-    fade[TRIM_SAMPLES:] = (torch.cos(torch.linspace(torch.pi, 0, TRIM_SAMPLES)) + 1) / 2
-    return fade.to(device)
+@dataclass
+class TurboChunk:
+    audio: np.ndarray  # (S,) float32 at 24 kHz, unwatermarked
+    tokens: torch.Tensor  # (k,) T3 tokens drawn since the previous chunk (STOP dropped)
+    t3_draws: int  # T3 draws made so far (STOP included)
+    final: bool = False
+    stop_reason: str | None = None  # on the final chunk: "eos" or "max_tokens"
 
 
 @dataclass
@@ -121,22 +123,86 @@ class ChatterboxTurboModel:
         watermark: bool = False,
         sampling: TurboSampling | None = None,
         max_new_tokens: int = MAX_NEW_TOKENS,
+        stream_noise: bool = False,
     ) -> TurboResult:
-        """Whole clip for `text` in `voice` (None: the checkpoint's conds.pt voice)."""
+        """Whole clip for `text` in `voice` (None: the checkpoint's conds.pt voice), exact: the
+        official's output for the seed. `stream_noise`: S3Gen and HiFT take `stream`'s
+        pre-drawn noise instead (the same tokens), giving the whole-utterance clip that
+        `stream(text, voice, seed, ...)` approximates chunk by chunk."""
         voice = self._voice(voice)
         generator = torch.Generator().manual_seed(int(seed))  # CPU: the official's stream
-        ids = torch.tensor([self.tokenizer.encode(text)], dtype=torch.long, device=self.device)
-        out = self.t3.generate(voice.speaker_emb, voice.t3_prompt_tokens, ids,
+        out = self.t3.generate(voice.speaker_emb, voice.t3_prompt_tokens, self._ids(text),
                                sampling or TurboSampling(), generator, max_new_tokens)  # fmt: skip
-        speech = out.tokens[out.tokens < S3_VOCAB]
-        silence = torch.full((3,), SILENCE_TOKEN, dtype=torch.long, device=self.device)
-        speech = torch.cat([speech, silence])[None]  # (1, T)
-        audio = self.vocode(self.tokens_to_mel(speech, voice, generator), generator)
+        speech = torch.cat([out.tokens[out.tokens < S3_VOCAB], self._silence()])[None]  # (1, T)
+        if stream_noise:
+            noise = self._stream_noise(seed, voice, max_new_tokens)
+            s3gen = S3GenStream(self.flow, self.hift, voice, noise, StreamChunking())
+            audio = s3gen.push(speech, final=True)[None]
+        else:
+            audio = self.vocode(self.tokens_to_mel(speech, voice, generator), generator)
         audio = audio[0].cpu().numpy()
         if watermark:
             audio = apply_watermark(audio)
         return TurboResult(audio, out.tokens, out.stop_reason)
 
+    @torch.inference_mode()
+    def stream(
+        self,
+        text: str,
+        voice: ChatterboxVoice | None = None,
+        seed: int = 0,
+        sampling: TurboSampling | None = None,
+        max_new_tokens: int = MAX_NEW_TOKENS,
+        chunking: StreamChunking | None = None,
+    ) -> Iterator[TurboChunk]:
+        """`text` in `voice` as audio chunks made while T3 draws (unwatermarked). T3's tokens
+        are generate's (same draws, same order); S3Gen re-runs after the first
+        `chunking.first_tokens` speech tokens and every `chunking.chunk_tokens` after, handing
+        out the audio that became stable (streaming.py), and the final chunk (always yielded,
+        last) holds the rest. A pass with nothing stable yet yields nothing."""
+        chunking = chunking or StreamChunking()
+        voice = self._voice(voice)
+        generator = torch.Generator().manual_seed(int(seed))
+        noise = self._stream_noise(seed, voice, max_new_tokens)
+        s3gen = S3GenStream(self.flow, self.hift, voice, noise, chunking)
+        speech: list[int] = []  # S3Gen's input: the drawn ids < 6561
+        drawn: list[int] = []  # every draw since the last chunk yielded
+        due, draws = chunking.first_tokens, 0
+        for token in self.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, self._ids(text),
+                                   sampling or TurboSampling(), generator, max_new_tokens):  # fmt: skip
+            draws += 1
+            drawn.append(int(token))
+            if drawn[-1] < S3_VOCAB:
+                speech.append(drawn[-1])
+            if len(speech) >= due:
+                due = len(speech) + chunking.chunk_tokens
+                audio = s3gen.push(self._tensor(speech), final=False)
+                if audio.numel():
+                    yield TurboChunk(audio.cpu().numpy(), self._tensor(drawn)[0], draws)
+                    drawn = []
+        eos = bool(drawn) and drawn[-1] == STOP_SPEECH
+        reason = "eos" if eos or draws < max_new_tokens + 1 else "max_tokens"
+        drawn = drawn[:-1] if eos else drawn
+        tokens = torch.cat([self._tensor(speech), self._silence()[None]], dim=1)
+        audio = s3gen.push(tokens, final=True).cpu().numpy()
+        yield TurboChunk(audio, self._tensor(drawn)[0], draws, final=True, stop_reason=reason)
+
+    def _tensor(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor([ids], dtype=torch.long, device=self.device).view(1, -1)  # (1, n)
+
+    def _ids(self, text: str) -> torch.Tensor:
+        return torch.tensor([self.tokenizer.encode(text)], dtype=torch.long, device=self.device)
+
+    def _silence(self) -> torch.Tensor:
+        """The 3 silence tokens S3Gen appends after T3's tokens: (3,)."""
+        return torch.full((3,), SILENCE_TOKEN, dtype=torch.long, device=self.device)
+
+    def _stream_noise(self, seed: int, voice: ChatterboxVoice, max_new_tokens: int) -> StreamNoise:
+        """Over the longest utterance: max_new_tokens + 1 draws, then 3 silence tokens."""
+        prompt_frames = TOKEN_MEL_RATIO * voice.prompt_token.shape[1]
+        return StreamNoise(seed, max_new_tokens + 1 + 3, prompt_frames)
+
+    @torch.inference_mode()
     def tokens_to_mel(
         self, speech: torch.Tensor, voice: ChatterboxVoice, generator
     ) -> torch.Tensor:
@@ -144,6 +210,7 @@ class ChatterboxTurboModel:
         return self.flow.inference(speech, voice.prompt_token, voice.prompt_feat, voice.embedding,
                                    generator)  # fmt: skip
 
+    @torch.inference_mode()
     def vocode(self, mel: torch.Tensor, generator) -> torch.Tensor:
         """(1, 80, T) mel -> (1, 480 T) waveform with the trim fade (HiFT; 3 random draws)."""
         wav = self.hift.inference(mel, generator)

@@ -5,6 +5,7 @@ strict load), so the loader drops them (checkpoint.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -69,6 +70,31 @@ class T3Turbo(nn.Module):
         """inference_turbo: prefill, then one step per drawn token until STOP (kept in the draws,
         dropped from `tokens`) or max_new_tokens + 1 draws. `forced` (N,): teacher forcing, the
         given tokens are fed instead of drawn (no draws; for logit parity tests)."""
+        logits_seen: list[torch.Tensor] = []
+        drawn = list(self.draws(speaker_emb, prompt_tokens, text_ids, sampling, generator,
+                                max_new_tokens, forced, logits_seen))  # fmt: skip
+        tokens = torch.cat(drawn, dim=1)[0]
+        steps = max_new_tokens + 1 if forced is None else len(forced)
+        reason = "max_tokens" if len(drawn) == steps and forced is None else "eos"
+        if len(tokens) and int(tokens[-1]) == STOP_SPEECH:
+            tokens, reason = tokens[:-1], "eos"
+        return T3Output(tokens, logits_seen, reason)
+
+    @torch.inference_mode()
+    def draws(
+        self,
+        speaker_emb: torch.Tensor,
+        prompt_tokens: torch.Tensor,
+        text_ids: torch.Tensor,
+        sampling: TurboSampling,
+        generator: torch.Generator | None,
+        max_new_tokens: int = MAX_NEW_TOKENS,
+        forced: torch.Tensor | None = None,
+        logits_seen: list[torch.Tensor] | None = None,
+    ) -> Iterator[torch.Tensor]:
+        """Each drawn token (1, 1) as soon as it is drawn (STOP included when drawn): the loop
+        of `generate`, which consumes it; `stream` reads it token by token (T3 is causal, so
+        the streamed tokens are generate's, from the same draws in the same order)."""
         embeds = self.prompt(speaker_emb, prompt_tokens, text_ids)
         steps = max_new_tokens + 1 if forced is None else len(forced)
         caches = self.tfmr.new_caches(1, embeds.shape[1] + steps, embeds.dtype, embeds.device)
@@ -76,29 +102,24 @@ class T3Turbo(nn.Module):
         position = embeds.shape[1]
         history = torch.full((1, 1), START_SPEECH, dtype=torch.long, device=embeds.device)
         drawn: list[torch.Tensor] = []
-        logits_seen: list[torch.Tensor] = []
         for step in range(steps):
             logits = self.speech_head(hidden)[:, -1, :]  # (1, V)
-            if forced is not None:  # kept for parity checks only (1001 x 6563 floats at most)
-                logits_seen.append(logits)
+            if logits_seen is not None and forced is not None:  # parity checks only
+                logits_seen.append(logits)  # (1001 x 6563 floats at most)
             processed = sampling.process(history, logits)
             if step > 0 and torch.all(processed == -torch.inf):
-                break
+                return
             if forced is None:
                 token = sampling.draw(processed, generator)  # (1, 1)
             else:
                 token = forced[step].view(1, 1).to(embeds.device)
             drawn.append(token)
+            yield token
             # The official checks STOP inside its step loop only: a STOP from the prefill's
             # draw is fed back like any token.
             if (step > 0 and int(token) == STOP_SPEECH) or step == steps - 1:
-                break
+                return
             # The penalty sees the drawn tokens only from the second draw on (no start id).
             history = torch.cat(drawn, dim=1)
             hidden = self.tfmr(self.speech_emb(token), caches, position)
             position += 1
-        tokens = torch.cat(drawn, dim=1)[0]
-        reason = "max_tokens" if len(drawn) == steps and forced is None else "eos"
-        if len(tokens) and int(tokens[-1]) == STOP_SPEECH:
-            tokens, reason = tokens[:-1], "eos"
-        return T3Output(tokens, logits_seen, reason)

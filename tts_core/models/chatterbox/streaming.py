@@ -1,0 +1,191 @@
+"""Streaming S3Gen for Turbo: chunked token-to-mel over a fixed pre-drawn noise, and the HiFT
+vocoder carried across chunks (spec chatterbox.md 12; issue #25 item 3).
+
+S3Gen cannot stream exactly: the flow encoder and the CFM estimator attend bidirectionally over
+prompt + all tokens, the pre-lookahead conv needs 3 tokens of right context, and the official
+draws the CFM noise after T3's last token. So a stream
+* draws every S3Gen/HiFT random number up front (`StreamNoise`) from its own generator seeded
+  with the request's seed, indexed by position: mel frame j always starts from the same noise
+  column and output sample s always gets the same source noise, whatever the chunking;
+* re-runs the flow over prompt + every token so far at each chunk (`FlowChunker`) and hands out
+  only the frames whose tokens have their lookahead (plus a hold-back), frozen from then on;
+* vocodes the frozen mel in windows with left/right context (`HiftStream`), the source's phase
+  carried in float64 cycles and its f0 taken once each frame has its context, so the
+  waveform continues across chunks without crossfades.
+The streamed clip then approximates the whole-utterance pass over the same tokens with the same
+noise (`ChatterboxTurboModel.generate(..., stream_noise=True)`); its error is measured in
+benchmarks/chatterbox_stream_bench.py and bounded in tests/chatterbox/test_streaming.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .config import MELS, SAMPLE_RATE
+from .flow import TOKEN_MEL_RATIO, Flow
+from .flow_encoder import LOOKAHEAD
+from .hift import HARMONICS, SAMPLES_PER_FRAME, HiFTGenerator, initial_phases, trim_fade
+from .voice import ChatterboxVoice
+
+SOURCE_BLOCK = 50 * SAMPLES_PER_FRAME  # HiFT source noise is drawn lazily, 1 s per draw
+F0_RADIUS = 5  # the F0 predictor: 5 convs of kernel 3, each frame sees 5 frames either side
+
+
+class StreamNoise:
+    """Every random number S3Gen and HiFT use in a stream, drawn from `torch.Generator`
+    seeded with `seed` in the official S3Gen order (generated-part mel noise, the full-length
+    z whose prompt part survives, HiFT's phases, HiFT's source noise), but over the longest
+    utterance (`max_tokens` tokens): the official draws after T3 ends, which a stream cannot
+    wait for. Source noise comes in fixed 1 s blocks drawn in order, so it is position-indexed
+    and the same for every chunking."""
+
+    def __init__(self, seed: int, max_tokens: int, prompt_frames: int) -> None:
+        self._generator = torch.Generator().manual_seed(int(seed))
+        self.mel = torch.randn(1, MELS, TOKEN_MEL_RATIO * max_tokens, generator=self._generator)
+        self.prompt = torch.randn(1, MELS, prompt_frames, generator=self._generator)
+        self.phases = initial_phases(1, self._generator)  # (1, 9, 1)
+        self._source: list[torch.Tensor] = []  # (1, 9, SOURCE_BLOCK) each
+
+    def source(self, start: int, end: int) -> torch.Tensor:
+        """Standard normal source noise for output samples [start, end): (1, 9, end - start)."""
+        while len(self._source) * SOURCE_BLOCK < end:
+            shape = (1, HARMONICS + 1, SOURCE_BLOCK)
+            self._source.append(torch.randn(shape, generator=self._generator))
+        first = start // SOURCE_BLOCK
+        blocks = torch.cat(self._source[first : -(-end // SOURCE_BLOCK)], dim=2)
+        return blocks[..., start - first * SOURCE_BLOCK : end - first * SOURCE_BLOCK]
+
+
+@dataclass(frozen=True)
+class StreamChunking:
+    """How a stream cuts S3Gen's work. Defaults from benchmarks/chatterbox_stream_bench.py
+    (BENCHMARKS.md): the SNR against the whole pass barely depends on the chunk sizes (10 to
+    25 tokens: within 1.5 dB; 50: +1 to +11 dB), while first audio grows with `first_tokens` and
+    the cost with the number of passes: 15 then 25 starts sooner than 25/25 and makes fewer
+    passes than 10/10. The first chunk holds first_tokens - holdback - hift_right / 2 tokens
+    (8: 320 ms)."""
+
+    first_tokens: int = 15  # speech tokens before the first S3Gen pass
+    chunk_tokens: int = 25  # speech tokens between later passes
+    holdback: int = LOOKAHEAD  # tokens whose mel waits for later tokens (>= the lookahead)
+    hift_left: int = 16  # mel frames of left context re-vocoded per pass
+    hift_right: int = 8  # mel frames held back until their right context is known
+
+
+class FlowChunker:
+    """Token-to-mel in chunks: each `push` runs the flow over prompt + all tokens so far with the
+    stream's noise and returns the mel frames that became stable, (1, 80, k). Not final: a frame
+    is stable once its token has `holdback` (>= the encoder's 3-token lookahead) later tokens;
+    final (the silence tokens appended): every remaining frame."""
+
+    def __init__(
+        self, flow: Flow, voice: ChatterboxVoice, noise: StreamNoise, holdback: int = LOOKAHEAD
+    ) -> None:
+        if holdback < LOOKAHEAD:
+            raise ValueError(f"holdback must be >= the lookahead ({LOOKAHEAD} tokens)")
+        self.flow, self.voice, self.noise, self.holdback = flow, voice, noise, holdback
+        self.emitted = 0  # output mel frames handed out
+
+    @torch.inference_mode()
+    def push(self, tokens: torch.Tensor, final: bool) -> torch.Tensor:
+        """tokens (1, n): every speech token so far (+ the silence tokens when final)."""
+        n = tokens.shape[1]
+        voice = self.voice
+        mel = self.flow.inference(tokens, voice.prompt_token, voice.prompt_feat, voice.embedding,
+                                  None, noise=self.noise.mel[..., : TOKEN_MEL_RATIO * n],
+                                  prompt_noise=self.noise.prompt)  # fmt: skip
+        # (1, 80, 2n + d): d = 2 Tp - Tm frames of the prompt's last token lead (0 or 1)
+        lead = mel.shape[2] - TOKEN_MEL_RATIO * n
+        stable = mel.shape[2] if final else lead + TOKEN_MEL_RATIO * max(0, n - self.holdback)
+        new = mel[..., self.emitted : stable]
+        self.emitted = max(self.emitted, stable)
+        return new
+
+
+class HiftStream:
+    """HiFT over a growing frozen mel: each `push` appends frames and returns the new waveform
+    samples (S,), 480 per frame. The decoder runs on a window of `left` frames already emitted
+    plus everything frozen; the last `right` frames are held back (their right context is not
+    known yet) until the final push. F0 of a frame is computed once it has F0_RADIUS frames of
+    context on both sides and kept, so the source's phase (float64 cycles before the window) is
+    the same for every chunking. The first 960 samples get S3Gen's trim fade."""
+
+    def __init__(
+        self, hift: HiFTGenerator, noise: StreamNoise, left: int = 16, right: int = 8
+    ) -> None:
+        if left < F0_RADIUS or right < 0:
+            raise ValueError(f"left context must be >= {F0_RADIUS} frames, right >= 0")
+        self.hift, self.noise, self.left, self.right = hift, noise, left, right
+        self.mel: torch.Tensor | None = None  # (1, 80, F) frozen frames so far
+        self.f0 = torch.zeros(0)  # (n_final,) F0 (Hz, CPU) of the frames that had their context
+        self.emitted = 0  # frames whose samples were handed out
+
+    @torch.inference_mode()
+    def push(self, mel: torch.Tensor, final: bool) -> torch.Tensor:
+        self.mel = mel if self.mel is None else torch.cat([self.mel, mel], dim=2)
+        frames = self.mel.shape[2]
+        end = frames if final else max(self.emitted, frames - self.right)
+        if end == self.emitted or frames == 0:
+            return self.mel.new_zeros(0)
+        start = max(0, self.emitted - self.left)  # decode window [start, frames)
+        f0 = self._f0(start, frames, final)  # (frames - start,) float32
+        source = self._source(f0, start)
+        wav = self.hift.decode(self.mel[..., start:], source)[0]  # (480 (frames - start),)
+        out = wav[(self.emitted - start) * SAMPLES_PER_FRAME : (end - start) * SAMPLES_PER_FRAME]
+        out = self._trim_fade(out, self.emitted * SAMPLES_PER_FRAME)
+        self.emitted = end
+        return out
+
+    def _f0(self, start: int, frames: int, final: bool) -> torch.Tensor:
+        """F0 of frames [start, frames): the kept values, then this pass's for the rest."""
+        known = len(self.f0)
+        lo = max(0, min(start, known) - F0_RADIUS)
+        fresh = self.hift.f0_predictor(self.mel[..., lo:])[0]  # (frames - lo,)
+        ready = frames if final else max(known, frames - F0_RADIUS)
+        self.f0 = torch.cat([self.f0, fresh[known - lo : ready - lo].cpu()])
+        return torch.cat([self.f0[start:known].to(fresh), fresh[known - lo :]])
+
+    def _source(self, f0: torch.Tensor, start: int) -> torch.Tensor:
+        """HiFT's excitation for the window from frame `start`: (1, 1, 480 len(f0))."""
+        up = f0.repeat_interleave(SAMPLES_PER_FRAME)[None, None]  # nearest x480
+        # cycles before the window: excite's per-sample float32 steps f0 (h+1) / 24000, summed
+        # in float64 (480 equal steps a frame), so a window agrees with one long cumsum
+        harmonic = torch.arange(1, HARMONICS + 2, dtype=torch.float32)
+        steps = (self.f0[:start, None] * harmonic / SAMPLE_RATE).double()  # (start, 9)
+        cycles = torch.remainder(steps.sum(0) * SAMPLES_PER_FRAME, 1.0)[None, :, None]
+        first = start * SAMPLES_PER_FRAME
+        noise = self.noise.source(first, first + up.shape[-1]).to(up.device)
+        phases = self.noise.phases.to(up.device)
+        return self.hift.m_source.excite(up, phases, noise, cycles.to(up.device)).transpose(1, 2)
+
+    @staticmethod
+    def _trim_fade(wav: torch.Tensor, offset: int) -> torch.Tensor:
+        """S3Gen's trim fade on the samples of this piece that fall in the first 960."""
+        fade = trim_fade(wav.device)
+        if offset >= len(fade):
+            return wav
+        wav = wav.clone()
+        n = min(len(fade) - offset, len(wav))
+        wav[:n] *= fade[offset : offset + n]
+        return wav
+
+
+class S3GenStream:
+    """Speech tokens -> waveform in pushes: a FlowChunker feeding a HiftStream."""
+
+    def __init__(
+        self,
+        flow: Flow,
+        hift: HiFTGenerator,
+        voice: ChatterboxVoice,
+        noise: StreamNoise,
+        chunking: StreamChunking,
+    ) -> None:
+        self.flow = FlowChunker(flow, voice, noise, chunking.holdback)
+        self.hift = HiftStream(hift, noise, chunking.hift_left, chunking.hift_right)
+
+    def push(self, tokens: torch.Tensor, final: bool) -> torch.Tensor:
+        """tokens (1, n): all so far (final: with the silence tokens) -> new samples (S,)."""
+        return self.hift.push(self.flow.push(tokens, final), final)
