@@ -91,6 +91,19 @@ def pytest_report_header(config) -> str:  # noqa: ANN001 - pytest's hook
     return f"browser tests: {CHROMIUM_PATH} ({version})"
 
 
+def one_torch_thread() -> Iterator[None]:
+    """A session fixture's body for the tiny-model folders (tests/qwen3, voxcpm2, chatterbox):
+    one intra-op thread while they run. Tiny models are per-op overhead; with other processes
+    on a 2-core box, 2 threads spin-wait on each other (a 39-frame generate: 30 s vs 2 s). No
+    bound assumes a thread count."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 # Playwright waits are hang detectors: a page on a loaded 2-core box (other work, the server
 # and Chromium sharing the cores) may take tens of seconds to render; a broken one never does
 BROWSER_HANG_MS = 120_000

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from conftest import one_torch_thread
 from qwen3.conftest import FP32_SPREAD, U32
 
 from tts_core.models.chatterbox.model import ChatterboxTurboModel
@@ -67,13 +68,9 @@ def ref_clip() -> tuple[np.ndarray, int]:
     return audio, sr
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _one_torch_thread():
-    # Tiny models are per-op overhead; 2 threads on a shared 2-core box only spin-wait.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+_one_torch_thread = pytest.fixture(scope="session", autouse=True, name="_one_torch_thread")(
+    one_torch_thread
+)
 
 
 @pytest.fixture(params=TINY, scope="session")

@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from conftest import one_torch_thread
 from safetensors.torch import load_file
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -226,14 +227,9 @@ def load_ref_clip() -> tuple[np.ndarray, int]:
     return audio, sr
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _one_torch_thread():
-    # The tiny models are dominated by per-op overhead; with other processes on this 2-core
-    # box, 2 intra-op threads spin-wait on each other (a 39-frame generate: 30 s vs 2 s).
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+_one_torch_thread = pytest.fixture(scope="session", autouse=True, name="_one_torch_thread")(
+    one_torch_thread
+)
 
 
 @pytest.fixture(params=TINY_CHECKPOINTS, scope="session")

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import one_torch_thread
 from qwen3.conftest import FIXTURES, Goldens, load_goldens  # shared error model + golden reader
 
 from tts_core.models.voxcpm import AudioVAE
@@ -38,13 +39,9 @@ def shared_vae(folder: Path) -> AudioVAE:
     return AudioVAE.from_folder(folder, device="cpu", dtype=torch.float32)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _one_torch_thread():
-    # Speed only on this shared 2-core box; no bound assumes a thread count.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+_one_torch_thread = pytest.fixture(scope="session", autouse=True, name="_one_torch_thread")(
+    one_torch_thread
+)
 
 
 @pytest.fixture(scope="session")
