@@ -71,6 +71,7 @@ def chromium_context(profile: Path, viewport: dict[str, int] | None = None) -> I
         context = playwright.chromium.launch_persistent_context(
             str(profile), executable_path=executable, args=CHROMIUM_ARGS, headless=True,
             viewport=viewport or {"width": 1280, "height": 1000},
+            timeout=BROWSER_HANG_MS,  # its start too: Playwright's 30 s default, a speed bound
         )  # fmt: skip
         context.set_default_timeout(BROWSER_HANG_MS)
         try:
