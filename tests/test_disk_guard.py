@@ -29,6 +29,7 @@ from tts_core.server.disk_guard import (
     CacheJanitor,
     CachePolicy,
     DiskGuard,
+    SweepReport,
     UploadGuard,
     UploadLimiter,
     disk_guard_middleware,
@@ -415,14 +416,18 @@ def test_a_launched_page_expires_api_results_and_keeps_its_example_clips(
         assert stats["done"]
         wav = Path(result["path"])
         assert wav.is_file() and wav.is_relative_to(root)
+        # only this test's sweeps from here on: a periodic one running once time has passed
+        # could take the file first (seen on a loaded machine), leaving the report empty
+        guard.janitor.stop()
+        reports = SweepCounter(guard.janitor)
         uploaded = httpx.post(f"{url}/gradio_api/upload", timeout=60,
                               files={"files": ("clip.wav", b"RIFF", "audio/wav")}).json()[0]  # fmt: skip
         assert uploaded in demo.upload_file_set  # Gradio's record of created files
+        # the upload's second sweep runs after its response: seen in CI to land after the
+        # clock change below and take the files first; wait for both of its sweeps
+        reports.wait_for(2)
 
         assert wav not in guard.janitor.sweep().removed  # fresh: kept
-        # only this test's sweeps from here on: a periodic one running once time has passed
-        # could take the file first (seen on a loaded machine), leaving this report empty
-        guard.janitor.stop()
         guard.janitor.clock = lambda: time.time() + guard.policy.max_age_s + 1  # time passes
         report = guard.janitor.sweep()
 
@@ -448,6 +453,26 @@ def test_disk_guard_middleware_serves_a_mounted_page(engine, tmp_path, monkeypat
     with TestClient(app, client=("10.0.0.7", 1)) as http:
         codes = [upload(http, "/demo/gradio_api/upload").status_code for _ in range(3)]
     assert codes == [200, 200, 429]
+
+
+class SweepCounter:
+    """Counts a janitor's finished sweeps (its on_sweep is called after each one's deletions)."""
+
+    def __init__(self, janitor: CacheJanitor) -> None:
+        self.count, self._done = 0, threading.Condition()
+        self._inner = janitor.on_sweep
+        janitor.on_sweep = self._seen
+
+    def _seen(self, report: SweepReport) -> None:
+        if self._inner is not None:
+            self._inner(report)
+        with self._done:
+            self.count += 1
+            self._done.notify_all()
+
+    def wait_for(self, count: int) -> None:
+        with self._done:  # the timeout only guards against a hang: the event decides
+            assert self._done.wait_for(lambda: self.count >= count, timeout=HANG_S), self.count
 
 
 @pytest.fixture(autouse=True)
