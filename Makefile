@@ -5,6 +5,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tts-core-installed
+SCALE_STAMP := $(VENV)/.tts-core-scale-installed
 ARGS ?=
 
 .PHONY: run test install lint browser cross clean-venv
@@ -12,7 +13,7 @@ ARGS ?=
 run: $(STAMP)
 	$(PY) app.py $(ARGS)
 
-test: $(STAMP) browser cross lint
+test: $(STAMP) $(SCALE_STAMP) browser cross lint
 	$(PY) -m pytest
 
 install: $(STAMP)
@@ -26,6 +27,11 @@ $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $(STAMP)
+
+# the tests of --replicas need the scale extra (ray[serve], ~500 MB): `make test` only
+$(SCALE_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e ".[dev,scale]"
+	touch $(SCALE_STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

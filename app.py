@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    choices=["auto", "off"],
                    help="Qwen3-TTS on CUDA: capture the served decode step as CUDA graphs per batch "
                    "bucket at load (auto = on for CUDA; eager with a log line if capture fails); "
-                   "passed to the loader as env TTS_CUDA_GRAPHS")  # fmt: skip
+                   "env TTS_CUDA_GRAPHS")  # fmt: skip
     p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     p.add_argument("--max-chars", type=int, default=1000, help="longest accepted text")
@@ -170,7 +170,6 @@ def build_engine(args: argparse.Namespace, report: Callable[..., None]):  # noqa
     from tts_core.engine.loading import WARMING
     from tts_core.models.registry import is_remote
 
-    os.environ["TTS_CUDA_GRAPHS"] = args.cuda_graphs  # read by qwen3_tts load_model ("auto")
     limits = Limits(max_chars=args.max_chars, max_reference_s=args.max_reference_seconds)
     # a remote server's audio is faded at its ends already: fading it again would change it
     fades = {"fade_ms": 0.0} if is_remote(args.model) else {}
@@ -179,7 +178,8 @@ def build_engine(args: argparse.Namespace, report: Callable[..., None]):  # noqa
                           **fades)  # fmt: skip
     backend, notice = load_backend(args.model, args.device, allow_fallback=not args.no_fallback,
                                    dtype=args.dtype, quantize=args.quantize,
-                                   max_batch=args.max_batch, report=report)  # fmt: skip
+                                   max_batch=args.max_batch, report=report,
+                                   cuda_graphs=args.cuda_graphs)  # fmt: skip
     engine = Engine(backend, config, notice)
     report(WARMING)
     warm_builtin_voices(engine)

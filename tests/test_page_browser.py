@@ -508,6 +508,8 @@ def test_with_private_voices_a_browser_sees_and_uses_only_its_own(browser, priva
     try:
         stranger = open_page(stranger_context, url)
         stranger.click("#voice input")
+        # the page's load event fills the list after the page is up (seen late at load ~30)
+        stranger.get_by_role("option", name="alloy (built-in)").wait_for()
         offered = [o.strip("✓ ") for o in stranger.get_by_role("option").all_text_contents()]
         assert "alloy (built-in)" in offered and not any("mine-only" in o for o in offered)
         stranger.keyboard.press("Escape")

@@ -144,6 +144,29 @@ def test_a_remote_that_is_down_is_a_clear_error_and_the_front_keeps_serving(remo
             assert httpx.get(f"{url}/v1/models", timeout=10).status_code == 200
 
 
+def test_a_busy_remote_is_our_busy_answer(remote, tmp_path):
+    """The remote's 503 (its line full, or it is closing) is our 503 `engine_busy` with the
+    remote's Retry-After: what our own admission answers, not a 500."""
+    busy = Engine(remote[1].backend, EngineConfig(max_concurrent=1, max_queue=0))
+    held = busy.admission.reserve()  # the remote's only place: taken
+    with ExitStack() as stack:
+        remote_url = stack.enter_context(serve(make_api(busy, tmp_path / "remote")))
+        server, _ = front_for(f"{remote_url}/v1", "audio", tmp_path / "front")
+        url = stack.enter_context(server)
+        own = assert_error(speech(remote_url, ref_audio=clip_url()), 503)  # the remote itself
+        refused = speech(url, ref_audio=clip_url())
+        error = assert_error(refused, 503)
+        assert (error["type"], error["code"]) == (own["type"], own["code"]) == ("server_busy",
+                                                                               "engine_busy")  # fmt: skip
+        assert refused.headers["retry-after"] == "1" and "busy" in error["message"]
+        held.release()
+        assert speech(url, ref_audio=clip_url()).status_code == 200  # busy was for the moment
+        busy.admission.close("The server is shutting down.")  # Retry-After 10: carried over
+        closing = speech(url, ref_audio=clip_url())
+        assert assert_error(closing, 503)["code"] == "engine_busy"
+        assert closing.headers["retry-after"] == "10"
+
+
 def test_connecting_to_nothing_is_a_backend_error(free_port):
     with pytest.raises(BackendError, match="could not be reached"):
         RemoteBackend.connect(f"http://127.0.0.1:{free_port}/v1")

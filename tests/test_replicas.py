@@ -4,10 +4,11 @@ One local Ray cluster for the whole module (started once: ~30 s on a 2-core box)
 *logical* GPUs so each replica is placed as on a GPU machine (`num_gpus: 1`); the replicas
 run the tiny Qwen3-TTS checkpoint on the CPU. Seeded sampling makes a request reproducible
 bit for bit, so "byte-identical to a single process" is equality with an engine built here.
-Marked `replicas` (and slow); skipped where the `scale` extra (ray[serve]) is not installed.
-Run this module in a session of its own (`pytest tests/test_replicas.py`): after a test that
-loaded a Qwen3 model in the same pytest process, the byte comparison was seen to fail by one
-least significant bit (not explained yet; alone it passed every time).
+Marked `replicas` (and slow); skipped where the `scale` extra (ray[serve]) is not installed
+(`make test` installs it). The byte comparison once failed by one least significant bit on a
+loaded machine: each process chose its codec decoder's dtype by timing both at load, so a busy
+moment could give two processes different dtypes; the choice is now by CPU flags
+(backends/qwen3.py `_choose_decoder_dtype`).
 """
 
 from __future__ import annotations

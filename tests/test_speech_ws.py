@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, WebSocket
 from test_openai_api import free_port
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
@@ -36,7 +36,7 @@ from tts_core.models.qwen3_tts.int8 import int8_matmul_available
 from tts_core.server import AccessPolicy, ApiConfig, ServerState, VoiceRegistry, install_routes
 from tts_core.server.connections import ConnectionGuard, ConnectionLimits
 from tts_core.server.http_server import ServeOptions, server_config
-from tts_core.server.speech_ws import ROUTE, StreamLimits, add_speech_stream_route
+from tts_core.server.speech_ws import ROUTE, SpeechSession, StreamLimits, add_speech_stream_route
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAIL_AFTER_S = 120  # only a hung server takes this long
@@ -484,6 +484,41 @@ def test_busy_engine_is_an_error(espeak_ws) -> None:
         audio, messages = receive_utterance(first)
         assert messages[-1]["type"] == "session.done" and audio[:4] == b"RIFF"  # wav default
     still_serving(host)
+
+
+def test_the_sessions_access_mode_decides_its_handshake(espeak_backend, tmp_path) -> None:
+    """SpeechSession(access="page") (the page's /tts_stream/text) checks Host and Origin but no
+    API key, on the server's own state (no copy of it); "api" (/v1) needs the key."""
+    engine = FedRecordingEngine(espeak_backend, EngineConfig())
+    config = ApiConfig(access=AccessPolicy(api_key=KEY))
+    state = ServerState(slot=_slot(engine), voices=VoiceRegistry(tmp_path), config=config)
+    sessions: list[SpeechSession] = []
+    router = APIRouter()
+    add_speech_stream_route(router, state)
+
+    @router.websocket("/page-mode")
+    async def page_mode(websocket: WebSocket) -> None:
+        sessions.append(SpeechSession(websocket, state, StreamLimits(), access="page"))
+        await sessions[-1].run()
+
+    app = FastAPI()
+    app.include_router(router)
+    with guarded_server(app) as host:
+        page = f"ws://{host}/page-mode"
+        with connect(page, open_timeout=FAIL_AFTER_S) as ws:  # no key
+            send(ws, "session.config", voice="alloy", response_format="pcm")
+            send(ws, "input.text", text="No key here.")
+            send(ws, "input.done")
+            audio, messages = receive_utterance(ws)
+        assert messages[-1]["type"] == "session.done" and len(audio) > 0
+        with connect(page, additional_headers={"Origin": "https://evil.example"},
+                     open_timeout=FAIL_AFTER_S) as ws:  # fmt: skip
+            assert json.loads(ws.recv(timeout=FAIL_AFTER_S))["status"] == 403
+        assert refused(host, [], headers=None)["status"] == 401  # /v1: the key still counts
+    assert all(session.state is state for session in sessions)
+    assert state.config.access.api_key == KEY
+    with pytest.raises(ValueError, match="access"):
+        SpeechSession(None, state, StreamLimits(), access="anyone")  # type: ignore[arg-type]
 
 
 class TextRecordingBackend:

@@ -26,12 +26,15 @@ def load_backend(
     quantize: str = "auto",
     max_batch: int | None = None,
     report: Report | None = None,
+    cuda_graphs: str = "auto",
 ) -> tuple[Backend, Notice | None]:
     """(backend, notice). `name` is "espeak", a Hub repo id / local folder of a Qwen3-TTS or
-    VoxCPM2 checkpoint (the backend is chosen from its config.json, not from the name), or
+    VoxCPM2 checkpoint (the backend is chosen from its config.json, not from the name; the
+    file is read once per load: the detection and the model's configs share that read), or
     an http(s)://HOST:PORT/v1 server speaking vLLM-Omni's /v1/audio/speech (remote.py). `dtype`,
-    `quantize` and `max_batch` (None: its default) are Qwen3Backend.load's; VoxCPM2 takes
-    `dtype` and `max_batch`. `report` hears of the download and loading.
+    `quantize`, `max_batch` (None: its default) and `cuda_graphs` ("auto": on for CUDA, "off";
+    app.py's --cuda-graphs) are Qwen3Backend.load's; VoxCPM2 takes `dtype` and `max_batch`.
+    `report` hears of the download and loading.
 
     When the neural model cannot be loaded and `allow_fallback` is set, returns the eSpeak
     backend with a notice saying why (logged too).
@@ -39,7 +42,7 @@ def load_backend(
     if name == ESPEAK:
         return _espeak(), None
     try:
-        return _neural(name, device, dtype, quantize, max_batch, report), None
+        return _neural(name, device, dtype, quantize, max_batch, report, cuda_graphs), None
     except Exception as exc:  # noqa: BLE001 - any load failure means "use the offline voice"
         if not allow_fallback:
             raise
@@ -106,14 +109,16 @@ def explain_load_failure(name: str, exc: BaseException) -> Notice:
 
 
 def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | None,
-            report: Report | None) -> Backend:  # fmt: skip
+            report: Report | None, cuda_graphs: str = "auto") -> Backend:  # fmt: skip
+    from ..models.config_json import one_read
     from ..models.download import LOADING, reporting_to
     from ..models.registry import CHATTERBOX_TURBO, REMOTE, VOXCPM2, detect_architecture
 
     report = report or (lambda *args, **kwargs: None)
     extra = {} if max_batch is None else {"max_batch": max_batch}
     report(LOADING)
-    with reporting_to(report):  # a Hub download reports its bytes, then LOADING again
+    # one_read: config.json is read and parsed once for the detection and the model's configs
+    with reporting_to(report), one_read():  # a Hub download reports its bytes, then LOADING
         architecture = detect_architecture(name)
         if architecture == REMOTE:  # http(s)://HOST:PORT/v1: another server's /v1 speaks
             from .remote import RemoteBackend
@@ -129,7 +134,8 @@ def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | 
             return ChatterboxBackend.load(name, device)
         from .qwen3 import Qwen3Backend
 
-        return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize, **extra)
+        return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize,
+                                 cuda_graphs=cuda_graphs, **extra)  # fmt: skip
 
 
 def _espeak() -> Backend:

@@ -56,29 +56,47 @@ KNOBS = (
 
 
 def _choose_decoder_dtype(model: Any, device: str, dtype: str) -> str:
-    """On a float32 CPU model, run the codec decoder in bfloat16 where that is faster here: a
-    streaming chunk is timed in both (codec.decoder.time_dtypes; ~1 s at load). Native bf16
-    (AVX512_BF16 / AMX) makes it 1.7-2x faster at ~45 dB SNR against float64
-    (benchmarks/decoder_dtype.py); AVX-512 without it, or AVX2, makes it slower, much slower.
-    Skipped where oneDNN has no bf16 path at all. Returns the choice, in words, for the log."""
+    """On a float32 CPU model, run the codec decoder in bfloat16 where the CPU has native bf16
+    arithmetic (AVX512_BF16 or AMX): there it is 1.7-2x faster at ~45 dB SNR against float64;
+    AVX-512 without it is ~1.6x slower, AVX2 ~40x (benchmarks/decoder_dtype.py, BENCHMARKS.md).
+    Decided by the CPU's flags, never by timing: a seeded request's bytes must not depend on
+    how busy the machine was at load (a timed choice flipped on a loaded 2-core box).
+    Returns the choice, in words, for the log."""
     import torch
-
-    from ..models.qwen3_tts.codec.decoder import time_dtypes
 
     codec = model.speech_tokenizer
     if codec is None or device != "cpu" or dtype != "float32":
         return "as the weights"
-    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        return "float32 (no bfloat16 kernels on this CPU)"
-    seconds = time_dtypes(codec.decoder, (torch.float32, torch.bfloat16))
-    times = ", ".join(
-        f"{str(d).removeprefix('torch.')} {1000 * s:.0f} ms" for d, s in seconds.items()
-    )
-    best = min(seconds, key=seconds.__getitem__)
-    if best != codec.decoder_dtype:
-        codec.set_decoder_dtype(best)  # no voice has cached a decoder state yet
+    native = _native_bf16_cpu()
+    if native is None:
+        return "float32 (no native bfloat16 on this CPU)"
+    if codec.decoder_dtype != torch.bfloat16:
+        codec.set_decoder_dtype(torch.bfloat16)  # no voice has cached a decoder state yet
         codec.decoder.warm_up()
-    return f"{str(best).removeprefix('torch.')}, the faster for a 6-frame chunk here ({times})"
+    return f"bfloat16 (native on this CPU: {native})"
+
+
+def _native_bf16_cpu() -> str | None:
+    """The native bf16 instruction set of this CPU ("AMX" or "AVX512_BF16"), else None
+    (also where oneDNN has no bf16 path at all)."""
+    import torch
+
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return None
+    for name, check in (("AMX", "_is_amx_tile_supported"),
+                        ("AVX512_BF16", "_is_avx512_bf16_supported")):  # fmt: skip
+        if getattr(torch.cpu, check, lambda: False)():
+            return name
+    return None
+
+
+def decode_step_of(scheduler: Any) -> str:
+    """How the served decode step runs: "CUDA graphs" when its runner captured them, else
+    "eager" (a CPU, cuda_graphs "off", or a capture that failed: logged by cuda_graphs.py)."""
+    graphs = getattr(scheduler.runner, "graphs", None)
+    buckets = getattr(graphs, "buckets", {}) if graphs is not None else {}
+    captured = any(getattr(b, "graph", None) is not None for b in buckets.values())
+    return "CUDA graphs" if captured else "eager"
 
 
 class Qwen3Backend:
@@ -105,6 +123,7 @@ class Qwen3Backend:
         self.sample_rate = int(getattr(codec, "sample_rate", SAMPLE_RATE))
         self.scheduler = Scheduler(model, max_batch=max_batch)  # its thread starts on first use
         self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
+        self.decode_step = decode_step_of(self.scheduler)  # "CUDA graphs" or "eager" (info)
 
     @classmethod
     def load(
@@ -114,10 +133,13 @@ class Qwen3Backend:
         dtype: str = "auto",
         quantize: str = "auto",
         max_batch: int = DEFAULT_MAX_BATCH,
+        cuda_graphs: str = "auto",
     ) -> Qwen3Backend:
         """dtype "auto": bfloat16 on a GPU with native bf16, else float32; quantize "auto":
         8-bit layers on a CPU where they are faster and keep >= 30 dB SQNR (see load_model);
-        max_batch: streams decoded together (the KV arena is sized for it at load)."""
+        max_batch: streams decoded together (the KV arena is sized for it at load);
+        cuda_graphs: "auto" = the served decode step captured as CUDA graphs on CUDA (eager
+        elsewhere, or where capture fails), "off" = eager (`decode_step` says which)."""
         import torch
 
         import tts_core
@@ -129,6 +151,7 @@ class Qwen3Backend:
             device=device,
             dtype=getattr(torch, dtype),
             quantize=quantize,
+            cuda_graphs=cuda_graphs,
         )
         decoder_choice = _choose_decoder_dtype(model, device, dtype)
         report = model.quantization
@@ -139,7 +162,10 @@ class Qwen3Backend:
             log.info("weights: %s", model.format_decision)
         log.info("loaded %s on %s (%s, weights %s, codec decoder %s)", name_or_path, device,
                  dtype, model.weight_format, decoder_choice)  # fmt: skip
-        return cls(model, str(name_or_path), device, max_batch=max_batch)
+        backend = cls(model, str(name_or_path), device, max_batch=max_batch)
+        log.info("decode step: %s (cuda_graphs %s on %s)", backend.decode_step, cuda_graphs,
+                 device)  # fmt: skip
+        return backend
 
     def sampling_defaults(self) -> dict[str, Any]:
         defaults = self.model.generation_defaults

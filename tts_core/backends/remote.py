@@ -11,9 +11,10 @@ become ours exactly (v / 32767 comes back to v through tts_core.audio.to_int16).
 
 The remote's rate, frame size, knobs and defaults come from its GET /v1/models (`info`, which
 this app's server gives; a server without it is taken for Qwen3-TTS: 24 kHz, 1920-sample
-frames). Its errors become ours: 4xx -> InputError naming our field, 503 -> EngineBusy
-(wrapped by the engine as a BackendError), anything else or no answer -> BackendError saying
-which server failed and how. A cancelled request closes its connection: the remote stops too.
+frames). Its errors become ours: 4xx -> InputError naming our field, 503 (busy, or its model
+still loading) -> EngineBusy with the remote's Retry-After, which the engine passes on as it is
+(our routes' 503 `engine_busy` with Retry-After, as our own admission's), anything else or no
+answer -> BackendError saying which server failed and how. A cancelled request closes its connection: the remote stops too.
 """
 
 from __future__ import annotations

@@ -3,17 +3,17 @@
 One engine per process and model, built by the app's composition root. Its admission bounds how many requests
 run on the backend at once and how many wait; the page, gradio_client and the HTTP routes share
 it, so a request beyond the bound is refused (`EngineBusy`) wherever it comes from.
+
+A request's types are in requests.py (EngineConfig, SynthesisRequest), its events and streams
+in streams.py, the voice cache in voice_cache.py; all of them are importable from here too.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,56 +21,20 @@ import numpy as np
 
 from ..audio import SAMPLE_RATE, Cadence, ChunkJoiner, ms_to_samples
 from .admission import Admission, Ticket
-from .backend import (
-    Backend,
-    BackendChunk,
-    Notice,
-    SynthesisParams,
-    TextInlet,
-    Voice,
-    reads_transcript,
-)
-from .errors import BackendError, InputError
+from .backend import Backend, BackendChunk, Notice, TextInlet, Voice, reads_transcript
+from .errors import BackendError, EngineBusy, InputError
 from .knobs import backend_knobs
+from .requests import EngineConfig, Prepared, SynthesisRequest
 from .stats import RequestStats
-from .validation import Limits, check_params, clean_reference_text, clean_text, prepare_reference
+from .streams import EngineStream, FedStream, StreamEvent
+from .validation import check_params, clean_reference_text, clean_text, prepare_reference
+from .voice_cache import VoiceCache
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class EngineConfig:
-    limits: Limits = field(default_factory=Limits)
-    crossfade_ms: float = 20.0  # Hann overlap at joins of independent phrases; 0 disables
-    fade_ms: float = 5.0  # fade-in of the first and fade-out of the last samples
-    max_concurrent: int | None = None  # None: the backend's default
-    max_queue: int = 32  # requests that may wait for a slot; beyond that EngineBusy
-    voice_cache_size: int = 16
-
-
-@dataclass
-class SynthesisRequest:
-    text: str
-    reference: str | Path | tuple[int, np.ndarray] | None = None
-    reference_text: str | None = None
-    params: SynthesisParams = field(default_factory=SynthesisParams)
-
-
-@dataclass
-class StreamEvent:
-    audio: np.ndarray  # (N,) float32 mono at engine.sample_rate; empty only on the final event
-    index: int
-    final: bool
-    stats: dict[str, Any]
-
-
-@dataclass
-class _Prepared:
-    text: str | TextInlet  # the whole text, or the text that arrives in pieces (open_fed)
-    params: SynthesisParams
-    reference: np.ndarray | None
-    reference_text: str | None
-    notices: list[str]
+# the request and stream types, importable from here as before the split
+__all__ = ["Engine", "EngineConfig", "EngineStream", "FedStream", "StreamEvent",
+           "SynthesisRequest", "takes_text_pieces"]  # fmt: skip
 
 
 class Engine:
@@ -87,8 +51,7 @@ class Engine:
         limit = self.config.max_concurrent or backend.default_concurrency
         self.max_concurrent = max(1, int(limit))
         self.admission = Admission(self.max_concurrent, self.config.max_queue)
-        self._voices: OrderedDict[tuple, Voice] = OrderedDict()
-        self._voices_lock = threading.Lock()
+        self._voices = VoiceCache(self.config.voice_cache_size)
 
     @property
     def active_requests(self) -> int:
@@ -109,6 +72,7 @@ class Engine:
             "frame_ms": round(1000 * b.frame_samples / self.sample_rate, 3),  # chunk-size unit
             "weight_format": getattr(b, "weight_format", None),
             "weight_format_reason": getattr(b, "weight_format_reason", ""),
+            "decode_step": getattr(b, "decode_step", None),  # Qwen3: "CUDA graphs" / "eager"
             "can_clone": b.can_clone,
             "reads_language": getattr(b, "reads_language", True),  # VoxCPM2: from the text
             "reads_transcript": reads_transcript(b),  # Chatterbox: clones from the clip alone
@@ -124,7 +88,7 @@ class Engine:
             "sampling_defaults": b.sampling_defaults(),  # the knobs this backend reads
         }
 
-    def prepare(self, request: SynthesisRequest) -> _Prepared:
+    def prepare(self, request: SynthesisRequest) -> Prepared:
         """Validate everything that can be checked before any synthesis (raises InputError).
 
         `stream` runs it before it returns, so an HTTP route that opens its streams before it
@@ -134,7 +98,7 @@ class Engine:
         """
         return self._prepare(clean_text(request.text, self.config.limits), request)
 
-    def _prepare(self, text: str | TextInlet, request: SynthesisRequest) -> _Prepared:
+    def _prepare(self, text: str | TextInlet, request: SynthesisRequest) -> Prepared:
         limits = self.config.limits
         params = check_params(request.params, limits, backend_knobs(self.backend))
         reference, ref_text, notices = self._reference(request.reference, request.reference_text)
@@ -145,7 +109,7 @@ class Engine:
                     "reference",
                 )
             self._voice(None, ref_text)
-        return _Prepared(text, params, reference, ref_text, notices)
+        return Prepared(text, params, reference, ref_text, notices)
 
     def stream(
         self, request: SynthesisRequest, cancel: threading.Event | None = None
@@ -190,9 +154,7 @@ class Engine:
             stats = event.stats
         return np.concatenate(pieces) if pieces else np.zeros(0, np.float32), stats
 
-    def _run(
-        self, job: _Prepared, cancel: threading.Event, ticket: Ticket
-    ) -> Iterator[StreamEvent]:
+    def _run(self, job: Prepared, cancel: threading.Event, ticket: Ticket) -> Iterator[StreamEvent]:
         b = self.backend
         stats = RequestStats(b.name, b.model_name, b.device, self.sample_rate,
                              getattr(b, "weight_format", None))  # fmt: skip
@@ -213,7 +175,7 @@ class Engine:
         return StreamEvent(np.zeros(0, np.float32), 0, True, stats.as_dict())
 
     def _produce(
-        self, job: _Prepared, cancel: threading.Event, stats: RequestStats
+        self, job: Prepared, cancel: threading.Event, stats: RequestStats
     ) -> Iterator[StreamEvent]:
         t0 = time.perf_counter()
         voice = self._voice(job.reference, job.reference_text)
@@ -247,7 +209,7 @@ class Engine:
                 if cancel.is_set():
                     stop_reason = "cancelled"
                     break
-        except (InputError, BackendError):
+        except (InputError, BackendError, EngineBusy):  # EngineBusy: a busy remote (remote.py)
             raise
         except Exception as exc:
             log.exception("backend %s failed", self.backend.name)
@@ -269,7 +231,7 @@ class Engine:
         yield StreamEvent(audio, index, True, stats.as_dict())
 
     def _pieces(
-        self, job: _Prepared, voice: Voice, cancel: threading.Event
+        self, job: Prepared, voice: Voice, cancel: threading.Event
     ) -> Iterator[BackendChunk] | None:
         """The backend's audio for the job's text: the whole text, or text that arrives in
         pieces (read as it comes by a backend that takes pieces, else held until done; None
@@ -303,81 +265,20 @@ class Engine:
     def _voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:
         """The backend's voice for this clip and transcript, from the cache or built now;
         InputError for what the backend refuses, BackendError when it fails."""
-        key = (_digest(reference), reference_text)
-        with self._voices_lock:
-            if key in self._voices:
-                self._voices.move_to_end(key)
-                return self._voices[key]
+        return self._voices.get_or_build(
+            reference, reference_text, lambda: self._build_voice(reference, reference_text)
+        )
+
+    def _build_voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:
         try:
-            voice = self.backend.create_voice(reference, reference_text)  # outside the lock
-        except (InputError, BackendError):
+            return self.backend.create_voice(reference, reference_text)
+        except (InputError, BackendError, EngineBusy):
             raise
         except Exception as exc:
             log.exception("backend %s could not build a voice", self.backend.name)
             raise BackendError(
                 f"Could not build a voice from the reference ({type(exc).__name__}: {exc})."
             ) from exc
-        with self._voices_lock:
-            self._voices[key] = voice
-            while len(self._voices) > self.config.voice_cache_size:
-                self._voices.popitem(last=False)
-        return voice
-
-
-class EngineStream:
-    """The events of one request. Closing it (or dropping it unread) gives its place in line
-    back at once, even if it was never iterated: a generator that never started would not
-    run its `finally`."""
-
-    def __init__(self, events: Iterator[StreamEvent], ticket: Ticket) -> None:
-        self._events = events
-        self._ticket = ticket
-
-    def __iter__(self) -> EngineStream:
-        return self
-
-    def __next__(self) -> StreamEvent:
-        return next(self._events)
-
-    def close(self) -> None:
-        close = getattr(self._events, "close", None)
-        if close is not None:
-            close()
-        self._ticket.release()
-
-    def __del__(self) -> None:
-        self._ticket.release()
-
-
-class FedStream(EngineStream):
-    """The events of a request whose text arrives in pieces (Engine.open_fed). `feed` and
-    `done` may be called from any thread (one feeder), while another iterates the events."""
-
-    def __init__(self, events: Iterator[StreamEvent], ticket: Ticket, inlet: TextInlet) -> None:
-        super().__init__(events, ticket)
-        self._inlet = inlet
-
-    @property
-    def text(self) -> str:
-        """The cleaned text received so far."""
-        return self._inlet.text
-
-    @property
-    def forwarded(self) -> bool:
-        """The backend reads the text as it arrives and has taken all of it so far."""
-        return self._inlet.forwarded
-
-    def feed(self, piece: str) -> None:
-        """More text; InputError past the engine's text limit, or after `done`."""
-        self._inlet.push(piece)
-
-    def done(self) -> None:
-        """The text is complete; InputError when nothing visible came."""
-        self._inlet.finish()
-
-    def cancel(self) -> None:
-        """Stop the request (from any thread; the consumer still closes the stream)."""
-        self._ticket.cancel.set()
 
 
 def takes_text_pieces(backend: Backend) -> bool:
@@ -387,9 +288,3 @@ def takes_text_pieces(backend: Backend) -> bool:
 
 def _larger(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else max(a, b)
-
-
-def _digest(audio: np.ndarray | None) -> str | None:
-    if audio is None:
-        return None
-    return hashlib.sha1(np.ascontiguousarray(audio, dtype=np.float32).tobytes()).hexdigest()

@@ -25,98 +25,45 @@ As in vLLM-Omni, `stream: true` without a `stream_format` streams SSE events: ea
 line and a `data:` line, `speech.audio.delta` {audio, response_format}, then
 `speech.audio.done` {usage: output_tokens = codec frames made, input tokens not counted (0);
 stats: ours}, or `speech.audio.error` {error: {message, type, param, code}} instead of done.
+
+Here: the routes. The request's body, checks and voice are speech_body.py's, the response's
+bytes and events speech_output.py's (their names importable from here too).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import itertools
-import json
-import logging
 import threading
-from typing import Any, Literal
 
-import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
-from ..audio import SAMPLE_RATE
-from ..audio.decode import AudioDecodeError, DataUrlTooLarge, base64_length, decode_data_url
-from ..engine import Engine, InputError, Limits, SynthesisParams, SynthesisRequest
+from ..audio.decode import base64_length
+from ..engine import Engine, SynthesisParams
 from ..engine.knobs import Knob, backend_knobs, knob_defaults, shared_knobs
-from ..engine.validation import prepare_reference, printable
-from .audio_formats import CONTENT_TYPES, make_encoder
-from .errors import ApiError
-from .route_utils import (
-    MAX_JSON_BYTES,
-    api_errors,
-    read_json,
-    request_values,
-    served_engine,
-    validation_to_api_error,
+from .audio_formats import CONTENT_TYPES
+from .route_utils import MAX_JSON_BYTES, api_errors, read_json, request_values, served_engine
+from .speech_body import (
+    API_PARAMS,
+    REF_PARAMS,
+    TASK_TYPES,
+    SpeechBody,
+    build_requests,
+    decode_ref_audio,
+    parse_speech_body,
+    speech_reference,
 )
+from .speech_output import DISCONNECT_POLL_S, make_producer, whole_body
+from .speech_ws import add_speech_stream_route
 from .state import ServerState
 from .streaming import chain_events, engine_errors, on_own_thread, open_streams, run_in_thread
-from .text_split import split_text
-from .voice_routes import add_voice_routes, load_voice
-from .voices import Viewer
+from .voice_routes import add_voice_routes
 
-# the engine's field names -> this API's
-API_PARAMS = {"text": "input", "reference": "voice", "reference_text": "voice"}
-REF_PARAMS = {"text": "input", "reference": "ref_audio", "reference_text": "ref_text"}
-TASK_TYPES = ("Base",)  # vLLM-Omni's voice cloning; CustomVoice / VoiceDesign: other checkpoints
-
-log = logging.getLogger(__name__)
-
-
-class SpeechBody(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    model: str = "tts-1"
-    input: str
-    voice: str | dict[str, Any] | None = None  # may be left out when ref_audio is given
-    response_format: Literal["wav", "pcm", "mp3", "opus", "flac", "aac"] = "mp3"
-    speed: float = 1.0
-    stream_format: Literal["audio", "sse"] = "audio"
-    stream: bool = True  # False: sent whole when done (exact sizes, Content-Length)
-    instructions: str | None = None
-    language: str = "auto"
-    # vLLM-Omni's voice cloning fields (see the module's docstring)
-    ref_audio: str | None = None
-    ref_text: str | None = None
-    x_vector_only_mode: bool | None = None
-    task_type: str | None = None
-    # and the knobs, by name: read from the same JSON object by request_values (route_utils)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _stream_means_sse(cls, data: Any) -> Any:
-        """vLLM-Omni: `stream: true` with no (or a null) stream_format asks for SSE events."""
-        if isinstance(data, dict) and data.get("stream_format") is None:
-            data = {k: v for k, v in data.items() if k != "stream_format"}
-            if data.get("stream") is True:
-                data["stream_format"] = "sse"
-        return data
-
-    @field_validator("voice")
-    @classmethod
-    def _voice_name(cls, value: str | dict[str, Any] | None) -> str | None:
-        if value is None:
-            return None
-        name = value.get("id") if isinstance(value, dict) else value
-        if not isinstance(name, str) or not name.strip():
-            raise ValueError("voice must be a voice name or an object with an 'id'")
-        return name.strip()
-
-    @field_validator("task_type")
-    @classmethod
-    def _task_type(cls, value: str | None) -> str | None:
-        if value is not None and value not in TASK_TYPES:
-            raise ValueError(f"'{value}' is not served here: this server clones voices "
-                             "(task_type 'Base', with ref_audio or a saved voice)")  # fmt: skip
-        return value
+# the request side (speech_body.py) and the response side (speech_output.py), importable from
+# here as before the split
+__all__ = ["API_PARAMS", "DISCONNECT_POLL_S", "REF_PARAMS", "TASK_TYPES", "SpeechBody",
+           "build_requests", "decode_ref_audio", "make_openai_router", "parse_speech_body",
+           "speech_reference"]  # fmt: skip
 
 
 def make_openai_router(state: ServerState) -> APIRouter:
@@ -144,13 +91,13 @@ def make_openai_router(state: ServerState) -> APIRouter:
             first = await on_own_thread(next, events, None)  # may wait in line: see there
         sse = body.stream_format == "sse"
         whole = not body.stream and not sse
-        produce = _producer(first, events, body.response_format, sse, engine.sample_rate,
+        produce = make_producer(first, events, body.response_format, sse, engine.sample_rate,
                             engine.backend.frame_samples, streamed=not whole)  # fmt: skip
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
                    "X-Sample-Rate": str(engine.sample_rate)}  # fmt: skip
         if whole:
-            content = await _whole(produce, cancel, request)
+            content = await whole_body(produce, cancel, request)
             return Response(content, media_type=media, headers=headers)
         return StreamingResponse(run_in_thread(produce, cancel), media_type=media, headers=headers)
 
@@ -177,143 +124,9 @@ def make_openai_router(state: ServerState) -> APIRouter:
         return JSONResponse({"object": "list", "data": data})
 
     add_voice_routes(router, state)
-    from .speech_ws import add_speech_stream_route  # it imports this module: here, not above
-
     add_speech_stream_route(router, state)  # WebSocket /v1/audio/speech/stream (text in pieces)
     return router
 
 
-def parse_speech_body(payload: object, max_input_chars: int) -> SpeechBody:
-    try:
-        body = SpeechBody.model_validate(payload)
-    except ValidationError as exc:
-        raise validation_to_api_error(exc) from None
-    if not printable(body.input):  # blank, or only control / zero-width characters
-        raise ApiError(400, "input must not be empty.", "input", "invalid_value")
-    if len(body.input) > max_input_chars:
-        raise ApiError(413, f"input is {len(body.input)} characters long; the limit is "
-                       f"{max_input_chars}.", "input", "input_too_long")  # fmt: skip
-    if body.speed != 1.0:
-        raise ApiError(400, "Only speed 1.0 is supported by this server.", "speed",
-                       "unsupported_value")  # fmt: skip
-    if body.voice is None and body.ref_audio is None:
-        raise ApiError(400, "voice: give a voice name, or the clip to clone as ref_audio.",
-                       "voice", "invalid_value")  # fmt: skip
-    if body.ref_text is not None and body.ref_audio is None:
-        raise ApiError(400, "ref_text is the transcript of ref_audio: send the clip with it.",
-                       "ref_text", "invalid_value")  # fmt: skip
-    return body
-
-
-async def speech_reference(
-    state: ServerState, body: SpeechBody, viewer: Viewer, limits: Limits
-) -> tuple[np.ndarray, str | None, dict[str, str]]:
-    """(clip: (N,) float32 at SAMPLE_RATE, transcript, the API's names of the engine's fields
-    for errors): `ref_audio` + `ref_text` when given, else the saved voice `voice` names (404
-    when unknown). `x_vector_only_mode` leaves the transcript out."""
-    if body.ref_audio is not None:
-        with_text = body.ref_text is not None and not body.x_vector_only_mode
-        clip = await asyncio.to_thread(decode_ref_audio, body.ref_audio,
-                                       state.config.max_upload_bytes, limits, with_text)  # fmt: skip
-        transcript, names = body.ref_text, REF_PARAMS
-    else:
-        voice, clip = await load_voice(state, body.voice, viewer)
-        transcript, names = voice.transcript, API_PARAMS
-    return clip, (None if body.x_vector_only_mode else transcript), names
-
-
-def decode_ref_audio(value: str, max_bytes: int, limits: Limits, with_text: bool) -> np.ndarray:
-    """A ref_audio data URL -> its clip, checked as an uploaded voice is (size, format,
-    length; too long with a transcript: refused, without: cut): 400 / 413 naming ref_audio."""
-    try:
-        data = decode_data_url(value, max_bytes)
-        clip, _notices = prepare_reference(data, limits, with_text)
-    except DataUrlTooLarge as exc:
-        raise ApiError(413, f"ref_audio: {exc}", "ref_audio", "file_too_large") from None
-    except AudioDecodeError as exc:
-        raise ApiError(400, f"ref_audio: {exc}", "ref_audio", "invalid_value") from None
-    except InputError as exc:
-        raise ApiError(400, str(exc), "ref_audio", "invalid_value") from None
-    assert clip is not None  # decode_data_url refuses an empty clip
-    return clip
-
-
-def build_requests(
-    text: str, params: SynthesisParams, clip: np.ndarray, transcript: str | None, max_chars: int
-) -> list[SynthesisRequest]:
-    """One engine request per piece of the (cleaned) input, each with `params`; the clip was
-    read once, into memory."""
-    return [
-        SynthesisRequest(piece, (SAMPLE_RATE, clip), transcript, params)
-        for piece in split_text(text, max_chars)
-    ]
-
-
 def _shared_knobs(engine: Engine) -> tuple[Knob, ...]:
     return shared_knobs(engine.config.limits.max_chunk_frames)
-
-
-DISCONNECT_POLL_S = 0.5  # how often a whole response's client is checked while it is made
-
-
-async def _whole(produce, cancel: threading.Event, request: Request) -> bytes:  # noqa: ANN001
-    """Run `produce` on a worker thread into one buffer; a client that goes away meanwhile
-    cancels the synthesis (as a streamed one does)."""
-    pieces: list[bytes] = []
-    work = asyncio.ensure_future(asyncio.to_thread(produce, pieces.append, cancel))
-    while not work.done():
-        await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
-        if not work.done() and await request.is_disconnected():
-            cancel.set()
-    await work
-    return b"".join(pieces)
-
-
-def _producer(first, events, response_format: str, sse: bool, rate: int, frame_samples: int,  # noqa: ANN202, ANN001
-              streamed: bool = True):  # fmt: skip
-    """The worker-thread body: `first` (already taken, or None) then the rest of the engine's
-    `events` generator -> encoder -> emitted bytes (or SSE events); closes `events` at the end,
-    which gives the engine's slot back at once."""
-
-    def produce(emit, cancel: threading.Event) -> None:  # noqa: ANN001
-        sink = (lambda data: emit(_sse("speech.audio.delta", audio=_b64(data),
-                                       response_format=response_format))) if sse else emit  # fmt: skip
-        encoder = make_encoder(response_format, sink, rate, streamed=streamed)
-        stats: dict = {}
-        samples = 0
-        try:
-            for event in itertools.chain([first] if first is not None else [], events):
-                encoder.feed(event.audio)
-                stats, samples = event.stats, samples + event.audio.size
-            if cancel.is_set():
-                return
-            encoder.finish()
-            if sse:
-                emit(_sse("speech.audio.done", usage=_usage(samples, frame_samples), stats=stats))
-        except Exception as exc:
-            if not sse:
-                raise
-            log.exception("speech stream failed")
-            error = {"message": str(exc), "type": "server_error", "param": None, "code": 500}
-            emit(_sse("speech.audio.error", error=error))
-        finally:
-            events.close()
-            encoder.close()
-
-    return produce
-
-
-def _sse(kind: str, **fields: Any) -> bytes:
-    """One event as vLLM-Omni sends it: its name on an `event:` line, then the JSON."""
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n".encode()
-
-
-def _usage(samples: int, frame_samples: int) -> dict[str, int]:
-    """OpenAI's usage of speech.audio.done: the codec frames made (the last one partly heard
-    counts whole); the input is not tokenized here, so its tokens are not counted (0)."""
-    frames = -(-samples // max(1, frame_samples))
-    return {"input_tokens": 0, "output_tokens": frames, "total_tokens": frames}
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")

@@ -5,7 +5,7 @@ This route is to WebSocket /v1/audio/speech/stream what POST /tts_stream/pcm is 
 close codes), with the page's access rules and the page's request fields.
 
 - Access: the Host and Origin checks at the handshake, always (no CORS protects a WebSocket);
-  no API key, which a page cannot keep secret.
+  no API key, which a page cannot keep secret (SpeechSession's `access="page"`).
 - `session.config` takes the PCM route's fields (pcm_stream.page_request): language, the
   uploaded `reference` (a path Gradio gave the upload, accepted only under its upload folder or
   the app's assets) with `reference_text`, or a saved `voice` with the browser's `owner_key`,
@@ -16,7 +16,6 @@ close codes), with the page's access rules and the page's request fields.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, WebSocket
@@ -35,30 +34,26 @@ LIMITS = StreamLimits()  # the /v1 route's: idle timeout, text per session (None
 def make_page_text_router(state: ServerState, limits: StreamLimits | None = None) -> APIRouter:
     """The page's text-stream WebSocket at ROUTE, sharing `state`'s engine and voices."""
     router = APIRouter()
-    page_state = keyless(state)
     limits = limits or LIMITS
 
     @router.websocket(ROUTE)
     async def page_text_stream(websocket: WebSocket) -> None:
-        await PageTextSession(websocket, page_state, limits).run()
+        await PageTextSession(websocket, state, limits).run()
 
     return router
 
 
-def keyless(state: ServerState) -> ServerState:
-    """`state` whose access policy has no API key: SpeechSession's handshake check then does
-    exactly what the page's routes do (`check(api=False)`: Host, and Origin for a WebSocket).
-    The engine slot, the voices and every other limit are `state`'s own objects."""
-    access = replace(state.config.access, api_key=None)
-    return replace(state, config=replace(state.config, access=access))
-
-
 class PageTextSession(SpeechSession):
-    """A SpeechSession whose session.config is the page's request (see the module docstring)."""
+    """A SpeechSession with the page's access rules (what the page's routes check:
+    `check(api=False)`, Host and, for a WebSocket, Origin) whose session.config is the page's
+    request (see the module docstring)."""
+
+    def __init__(self, websocket: WebSocket, state: ServerState, limits: StreamLimits) -> None:
+        super().__init__(websocket, state, limits, access="page")
 
     async def _configure(self, message: dict[str, Any]) -> tuple[str, SynthesisRequest]:
         payload = {k: v for k, v in message.items() if k not in _NOT_REQUEST_FIELDS}
         return FORMAT, await page_request(self.state, {**payload, "text": ""})
 
 
-__all__ = ["ROUTE", "PageTextSession", "keyless", "make_page_text_router"]
+__all__ = ["ROUTE", "PageTextSession", "make_page_text_router"]

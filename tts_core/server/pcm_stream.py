@@ -29,7 +29,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from ..audio import SAMPLE_RATE
-from ..engine import BackendError, InputError, SynthesisParams, SynthesisRequest
+from ..engine import BackendError, EngineBusy, InputError, SynthesisParams, SynthesisRequest
 from .audio_formats import pcm16_bytes
 from .errors import ApiError
 from .route_utils import api_errors, read_json, request_values
@@ -113,7 +113,7 @@ def _producer(streams: list):  # noqa: ANN202, ANN001
                 if event.audio.size:
                     emit(frame(FRAME_PCM, pcm16_bytes(event.audio)))
                 emit(frame(FRAME_STATS, json.dumps(event.stats).encode()))
-        except (InputError, BackendError) as exc:
+        except (InputError, BackendError, EngineBusy) as exc:  # EngineBusy: a busy remote
             emit(frame(FRAME_ERROR, json.dumps({"message": str(exc)}).encode()))
         except Exception as exc:  # noqa: BLE001 - the page gets a short message, the log all
             log.exception("page stream failed")

@@ -38,7 +38,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
@@ -46,12 +46,12 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from ..audio import SAMPLE_RATE
 from ..engine import BackendError, EngineBusy, InputError, SynthesisParams, SynthesisRequest
 from ..engine.backend import TextTooLong
-from ..engine.engine import FedStream, StreamEvent
 from ..engine.handoff import run_on_thread
+from ..engine.streams import FedStream, StreamEvent
 from .audio_formats import make_encoder
 from .errors import ApiError
-from .openai_api import parse_speech_body, speech_reference
 from .route_utils import busy_error, request_values
+from .speech_body import parse_speech_body, speech_reference
 from .state import ServerState
 from .voices import Viewer
 
@@ -63,6 +63,10 @@ MAX_TEXT_MESSAGE_CHARS = 64 * 1024  # any other message
 FORMATS = ("pcm", "wav")
 CONFIG_PLACEHOLDER = "session.config"  # SpeechBody's required `input`; the text comes later
 _CLOSE_CODES = {400: 1008, 401: 1008, 403: 1008, 404: 1008, 408: 1000, 413: 1009, 503: 1013}
+# Who may open a session: "api" = the /v1 rules (Host, Origin, and the API key when one is
+# set; voices seen as api_viewer), "page" = the page's (Host and Origin only: a page cannot
+# keep a key secret; its voices come with its request, as the PCM route's)
+Access = Literal["api", "page"]
 
 
 @dataclass(frozen=True)
@@ -105,10 +109,14 @@ class _Utterance:
 
 
 class SpeechSession:
-    """One connection: its config, its current utterance, its message loop."""
+    """One connection: its config, its current utterance, its message loop. `access`: the
+    rules of its handshake ("api": /v1's, "page": the page's; see Access)."""
 
-    def __init__(self, websocket: WebSocket, state: ServerState, limits: StreamLimits) -> None:
-        self.ws, self.state, self.limits = websocket, state, limits
+    def __init__(self, websocket: WebSocket, state: ServerState, limits: StreamLimits,
+                 access: Access = "api") -> None:  # fmt: skip
+        if access not in ("api", "page"):
+            raise ValueError(f"access must be 'api' or 'page', not {access!r}")
+        self.ws, self.state, self.limits, self.access = websocket, state, limits, access
         self.max_chars = limits.max_session_chars or state.config.max_input_chars
         self.chars = 0  # text received this session
         self.config: tuple[str, SynthesisRequest] | None = None  # (format, request sans text)
@@ -120,8 +128,7 @@ class SpeechSession:
         await self.ws.accept()
         receiving: asyncio.Task | None = None
         try:
-            self.state.config.access.check(_Handshake(self.ws), api=True)  # type: ignore[arg-type]
-            self.viewer = self.state.api_viewer(self.ws)  # type: ignore[arg-type]
+            self._admit()
             while True:
                 receiving = receiving or asyncio.ensure_future(self.ws.receive())
                 message = await self._next(receiving)
@@ -143,6 +150,15 @@ class SpeechSession:
             if receiving is not None:
                 receiving.cancel()
             await self._stop_utterance()
+
+    def _admit(self) -> None:
+        """The handshake's access check, by the session's `access` (ApiError 403 / 401), and
+        who the caller is for the voices: /v1's caller, or a page without its browser's key
+        (a page's request names its key itself: PageTextSession)."""
+        api = self.access == "api"
+        self.state.config.access.check(_Handshake(self.ws), api=api)  # type: ignore[arg-type]
+        state = self.state
+        self.viewer = state.api_viewer(self.ws) if api else state.page_viewer(None)  # type: ignore[arg-type]
 
     async def _next(self, receiving: asyncio.Task) -> dict | None:
         """The next client message; None when a completed utterance's audio ended first;
@@ -297,6 +313,8 @@ class SpeechSession:
             raise ApiError(400, str(exc), exc.param, "invalid_value") from None
         except BackendError as exc:
             raise ApiError(500, str(exc), None, "backend_error") from None
+        except EngineBusy as exc:  # a busy remote server (backends/remote.py)
+            raise busy_error(exc) from None
         finally:
             stream.cancel()  # no-op once it ended; stops it when this task ends early
         if stats.get("stop_reason") == "cancelled":  # not by this session: by a shutdown
@@ -340,4 +358,12 @@ def _pump(stream: FedStream, put: Any) -> None:
         stream.close()
 
 
-__all__ = ["MAX_MESSAGE_BYTES", "ROUTE", "StreamEvent", "StreamLimits", "add_speech_stream_route"]
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "ROUTE",
+    "Access",
+    "SpeechSession",
+    "StreamEvent",
+    "StreamLimits",
+    "add_speech_stream_route",
+]

@@ -494,7 +494,7 @@ def load_model(
     warm_chunks: tuple[int, ...] = (2, 6),
 ) -> Qwen3TTSModel:
     """Hub repo id or local folder -> ready Qwen3TTSModel (`compile`: see Qwen3TTSModel.compile;
-    `cuda_graphs`: "auto" (None: env TTS_CUDA_GRAPHS, default auto) = on for CUDA, where the
+    `cuda_graphs`: "auto" (or None) = on for CUDA, where the
     served engine (serving.Scheduler) captures its decode step per batch bucket at start,
     serving/cuda_graphs.py; `model.stream` decodes eagerly; "off" / False: eager).
 

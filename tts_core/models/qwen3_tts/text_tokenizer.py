@@ -19,6 +19,8 @@ from pathlib import Path
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
+from ..config_json import read_json_object
+
 QWEN2_SPLIT_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
     r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -67,12 +69,12 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def official_split_pattern(folder: Path) -> str:
-    """The regex the official processor ends up with for this folder (see module doc)."""
+    """The regex the official processor ends up with for this folder (see module doc). The
+    config.json is read as every config module reads it (within a model load, once)."""
     config_path = folder / "config.json"
     if not config_path.is_file():
         return PATCHED_SPLIT_PATTERN
-    with open(config_path, encoding="utf-8") as handle:
-        config = json.load(handle)
+    config = read_json_object(config_path, ValueError)
     version = config.get("transformers_version")
     if version and _version(version) <= (4, 57, 2):
         return QWEN2_SPLIT_PATTERN

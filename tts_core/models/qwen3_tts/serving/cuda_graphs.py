@@ -1,7 +1,7 @@
 """CUDA graphs of the served decode step: `static_step` captured per batch bucket at load.
 
-On CUDA with graphs on (`cuda_graphs` "auto" = on for CUDA, "off"; `--cuda-graphs` of app.py,
-env TTS_CUDA_GRAPHS), the served runner keeps the talker's KV as fixed slots (`SlotArena`: one
+On CUDA with graphs on (load_model's `cuda_graphs`: "auto" = on for CUDA, "off"; passed down
+from app.py's `--cuda-graphs` as an argument), the served runner keeps the talker's KV as fixed slots (`SlotArena`: one
 slot of `capacity // max_batch` positions per row, plus the scratch slot padded rows write to),
 captures the step for every bucket (1, 2, 4, ... max_batch) with torch.cuda.CUDAGraph after a
 warm-up on a side stream (as the PyTorch docs ask), and replays it with the rows padded to
@@ -14,7 +14,6 @@ used: the served step is the row-by-row eager one (bit-exact batch invariance).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,16 +39,14 @@ if TYPE_CHECKING:
     from .sequence import Sequence
 
 log = logging.getLogger(__name__)
-CUDA_GRAPHS_ENV = "TTS_CUDA_GRAPHS"
 WARMUP_STEPS = 3
 
 
 def resolve_cuda_graphs(setting: bool | str | None, device: torch.device | str) -> bool:
-    """ "auto" / None (then TTS_CUDA_GRAPHS, default auto): on for CUDA; "off" / False: off;
-    "on" / True: on where the device is CUDA (graphs do not exist elsewhere)."""
-    if setting is None or setting == "auto":
-        setting = os.environ.get(CUDA_GRAPHS_ENV, "auto")
-    value = str(setting).lower()
+    """ "auto" / None: on for CUDA; "off" / False: off; "on" / True: on where the device is
+    CUDA (graphs do not exist elsewhere). No environment variable is read here: the setting
+    is an argument all the way down (app.py --cuda-graphs -> load_backend -> load_model)."""
+    value = "auto" if setting is None else str(setting).lower()
     if value not in ("auto", "on", "off", "true", "false"):
         raise ValueError(f"cuda_graphs must be auto, on or off, got {setting!r}")
     return value in ("auto", "on", "true") and torch.device(device).type == "cuda"

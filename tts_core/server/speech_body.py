@@ -1,0 +1,142 @@
+"""POST /v1/audio/speech's request: the body (OpenAI's fields, vLLM-Omni's voice cloning fields;
+see openai_api.py), its checks, the voice it names or carries, and the engine requests it makes
+(a long input cut into pieces within the engine's text limit). The WebSocket route's
+session.config is read by the same code (speech_ws.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+
+from ..audio import SAMPLE_RATE
+from ..audio.decode import AudioDecodeError, DataUrlTooLarge, decode_data_url
+from ..engine import InputError, Limits, SynthesisParams, SynthesisRequest
+from ..engine.validation import prepare_reference, printable
+from .errors import ApiError
+from .route_utils import validation_to_api_error
+from .state import ServerState
+from .text_split import split_text
+from .voice_routes import load_voice
+from .voices import Viewer
+
+# the engine's field names -> this API's
+API_PARAMS = {"text": "input", "reference": "voice", "reference_text": "voice"}
+REF_PARAMS = {"text": "input", "reference": "ref_audio", "reference_text": "ref_text"}
+TASK_TYPES = ("Base",)  # vLLM-Omni's voice cloning; CustomVoice / VoiceDesign: other checkpoints
+
+
+class SpeechBody(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str = "tts-1"
+    input: str
+    voice: str | dict[str, Any] | None = None  # may be left out when ref_audio is given
+    response_format: Literal["wav", "pcm", "mp3", "opus", "flac", "aac"] = "mp3"
+    speed: float = 1.0
+    stream_format: Literal["audio", "sse"] = "audio"
+    stream: bool = True  # False: sent whole when done (exact sizes, Content-Length)
+    instructions: str | None = None
+    language: str = "auto"
+    # vLLM-Omni's voice cloning fields (see the module's docstring)
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+    task_type: str | None = None
+    # and the knobs, by name: read from the same JSON object by request_values (route_utils)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stream_means_sse(cls, data: Any) -> Any:
+        """vLLM-Omni: `stream: true` with no (or a null) stream_format asks for SSE events."""
+        if isinstance(data, dict) and data.get("stream_format") is None:
+            data = {k: v for k, v in data.items() if k != "stream_format"}
+            if data.get("stream") is True:
+                data["stream_format"] = "sse"
+        return data
+
+    @field_validator("voice")
+    @classmethod
+    def _voice_name(cls, value: str | dict[str, Any] | None) -> str | None:
+        if value is None:
+            return None
+        name = value.get("id") if isinstance(value, dict) else value
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("voice must be a voice name or an object with an 'id'")
+        return name.strip()
+
+    @field_validator("task_type")
+    @classmethod
+    def _task_type(cls, value: str | None) -> str | None:
+        if value is not None and value not in TASK_TYPES:
+            raise ValueError(f"'{value}' is not served here: this server clones voices "
+                             "(task_type 'Base', with ref_audio or a saved voice)")  # fmt: skip
+        return value
+
+
+def parse_speech_body(payload: object, max_input_chars: int) -> SpeechBody:
+    try:
+        body = SpeechBody.model_validate(payload)
+    except ValidationError as exc:
+        raise validation_to_api_error(exc) from None
+    if not printable(body.input):  # blank, or only control / zero-width characters
+        raise ApiError(400, "input must not be empty.", "input", "invalid_value")
+    if len(body.input) > max_input_chars:
+        raise ApiError(413, f"input is {len(body.input)} characters long; the limit is "
+                       f"{max_input_chars}.", "input", "input_too_long")  # fmt: skip
+    if body.speed != 1.0:
+        raise ApiError(400, "Only speed 1.0 is supported by this server.", "speed",
+                       "unsupported_value")  # fmt: skip
+    if body.voice is None and body.ref_audio is None:
+        raise ApiError(400, "voice: give a voice name, or the clip to clone as ref_audio.",
+                       "voice", "invalid_value")  # fmt: skip
+    if body.ref_text is not None and body.ref_audio is None:
+        raise ApiError(400, "ref_text is the transcript of ref_audio: send the clip with it.",
+                       "ref_text", "invalid_value")  # fmt: skip
+    return body
+
+
+async def speech_reference(
+    state: ServerState, body: SpeechBody, viewer: Viewer, limits: Limits
+) -> tuple[np.ndarray, str | None, dict[str, str]]:
+    """(clip: (N,) float32 at SAMPLE_RATE, transcript, the API's names of the engine's fields
+    for errors): `ref_audio` + `ref_text` when given, else the saved voice `voice` names (404
+    when unknown). `x_vector_only_mode` leaves the transcript out."""
+    if body.ref_audio is not None:
+        with_text = body.ref_text is not None and not body.x_vector_only_mode
+        clip = await asyncio.to_thread(decode_ref_audio, body.ref_audio,
+                                       state.config.max_upload_bytes, limits, with_text)  # fmt: skip
+        transcript, names = body.ref_text, REF_PARAMS
+    else:
+        voice, clip = await load_voice(state, body.voice, viewer)
+        transcript, names = voice.transcript, API_PARAMS
+    return clip, (None if body.x_vector_only_mode else transcript), names
+
+
+def decode_ref_audio(value: str, max_bytes: int, limits: Limits, with_text: bool) -> np.ndarray:
+    """A ref_audio data URL -> its clip, checked as an uploaded voice is (size, format,
+    length; too long with a transcript: refused, without: cut): 400 / 413 naming ref_audio."""
+    try:
+        data = decode_data_url(value, max_bytes)
+        clip, _notices = prepare_reference(data, limits, with_text)
+    except DataUrlTooLarge as exc:
+        raise ApiError(413, f"ref_audio: {exc}", "ref_audio", "file_too_large") from None
+    except AudioDecodeError as exc:
+        raise ApiError(400, f"ref_audio: {exc}", "ref_audio", "invalid_value") from None
+    except InputError as exc:
+        raise ApiError(400, str(exc), "ref_audio", "invalid_value") from None
+    assert clip is not None  # decode_data_url refuses an empty clip
+    return clip
+
+
+def build_requests(
+    text: str, params: SynthesisParams, clip: np.ndarray, transcript: str | None, max_chars: int
+) -> list[SynthesisRequest]:
+    """One engine request per piece of the (cleaned) input, each with `params`; the clip was
+    read once, into memory."""
+    return [
+        SynthesisRequest(piece, (SAMPLE_RATE, clip), transcript, params)
+        for piece in split_text(text, max_chars)
+    ]
