@@ -112,7 +112,13 @@ def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | 
             report: Report | None, cuda_graphs: str = "auto") -> Backend:  # fmt: skip
     from ..models.config_json import one_read
     from ..models.download import LOADING, reporting_to
-    from ..models.registry import CHATTERBOX_TURBO, REMOTE, VOXCPM2, detect_architecture
+    from ..models.registry import (
+        CHATTERBOX_ENGLISH,
+        CHATTERBOX_TURBO,
+        REMOTE,
+        VOXCPM2,
+        detect_architecture,
+    )
 
     report = report or (lambda *args, **kwargs: None)
     extra = {} if max_batch is None else {"max_batch": max_batch}
@@ -132,6 +138,10 @@ def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | 
             from .chatterbox import ChatterboxBackend
 
             return ChatterboxBackend.load(name, device)
+        if architecture == CHATTERBOX_ENGLISH:  # the original English model, float32
+            from .chatterbox_english import ChatterboxEnglishBackend
+
+            return ChatterboxEnglishBackend.load(name, device)
         from .qwen3 import Qwen3Backend
 
         return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize,

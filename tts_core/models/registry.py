@@ -17,6 +17,7 @@ VOXCPM2 = "voxcpm2"  # VoxCPM2: config.json "architecture"
 ARCHITECTURES = (QWEN3_TTS, VOXCPM2)
 REMOTE = "remote"  # not a checkpoint: an http(s)://HOST:PORT/v1 server (backends/remote.py)
 CHATTERBOX_TURBO = "chatterbox_turbo"  # no config.json: a folder with t3_turbo_v1.safetensors
+CHATTERBOX_ENGLISH = "chatterbox_english"  # no config.json: a folder with t3_cfg.safetensors
 CONFIG_FILE = "config.json"
 
 
@@ -55,14 +56,18 @@ def is_remote(name_or_path: str | Path) -> bool:
 
 def detect_architecture(name_or_path: str | Path) -> str:
     """QWEN3_TTS or VOXCPM2 for a local folder or Hub repo id (only config.json is read);
-    CHATTERBOX_TURBO for a local folder in Turbo's released layout (it has no config.json);
+    CHATTERBOX_TURBO for a local folder in Turbo's released layout (it has no config.json),
+    CHATTERBOX_ENGLISH for one in the original English model's (t3_cfg.safetensors);
     REMOTE for an http(s) URL (nothing is fetched here)."""
     if is_remote(name_or_path):
         return REMOTE
     from .chatterbox.checkpoint import is_chatterbox_folder
+    from .chatterbox.english import is_english_folder
 
     if is_chatterbox_folder(name_or_path):
         return CHATTERBOX_TURBO
+    if is_english_folder(name_or_path):
+        return CHATTERBOX_ENGLISH
     return architecture_of(read_config(name_or_path), f"config.json of {name_or_path}")
 
 
@@ -105,6 +110,12 @@ def _dispatch(name_or_path: str | Path, device: str, dtype: Any, options: dict[s
         from .chatterbox.model import ChatterboxTurboModel
 
         return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, dtype=dtype)
+    from .chatterbox.english import is_english_folder
+
+    if is_english_folder(name_or_path):  # the original English model: float32 too
+        from .chatterbox.english import ChatterboxEnglishModel
+
+        return ChatterboxEnglishModel.from_pretrained(name_or_path, device=device, dtype=dtype)
     architecture = architecture_of(read_config(name_or_path), f"config.json of {name_or_path}")
     if architecture == QWEN3_TTS:
         from .qwen3_tts.model import load_model as load_qwen3

@@ -1,4 +1,6 @@
-"""Build the tiny Chatterbox Turbo checkpoints `chatterbox-turbo-tiny-{a,b}` in the released layout.
+"""Build the tiny Chatterbox checkpoints in the released layouts: Turbo
+`chatterbox-turbo-tiny-{a,b}` and the original English model `chatterbox-english-tiny-{a,b}`
+(`build_english`, tiny_patch.ENGLISH_VARIANTS).
 
     .chatterbox-venv/bin/python tools/oracle/chatterbox/build_tiny.py [--out tests/fixtures]
 
@@ -148,14 +150,87 @@ def build(name: str, out: Path) -> Path:
     return folder
 
 
+EN_SPECIAL = ["[STOP]", "[UNK]", "[SPACE]", "[START]", "[PAD]", "[SEP]", "[CLS]", "[MASK]"]
+S3TOKENIZER_BUFFERS = ("tokenizer._mel_filters", "tokenizer.window")
+
+
+def _context_sensitive_llama(t3: torch.nn.Module) -> None:
+    """As `_context_sensitive` for the English Llama T3: projection weights N(0, 1/fan_in)
+    (nn.Linear is [out, in]) and both learned position tables N(0, 0.3^2), so attention,
+    positions and the prompt all matter."""
+    with torch.no_grad():
+        for name, param in t3.tfmr.named_parameters():
+            if name.startswith("layers.") and param.ndim == 2:
+                param.normal_(0.0, param.shape[1] ** -0.5)
+        t3.text_pos_emb.emb.weight.normal_(0.0, 0.3)
+        t3.speech_pos_emb.emb.weight.normal_(0.0, 0.3)
+
+
+def _write_en_tokenizer(folder: Path) -> None:
+    """tokenizer.json: a `tokenizers` BPE over text whose spaces are `[SPACE]` (EnTokenizer's
+    input), ids 0.. for EN_SPECIAL ([STOP] = 0, [START] = 3), 200 entries (< the 704 rows)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.BpeTrainer(vocab_size=200, min_frequency=1, special_tokens=EN_SPECIAL,
+                                  show_progress=False)  # fmt: skip
+    tok.train_from_iterator([t.replace(" ", "[SPACE]") for t in CORPUS * 4], trainer)
+    tok.save(str(folder / "tokenizer.json"))
+
+
+def build_english(name: str, out: Path) -> Path:
+    """The original English model (ChatterboxTTS.from_local's files): ve.safetensors,
+    t3_cfg.safetensors (Llama T3 with perceiver and emotion), s3gen.safetensors (regular CFM
+    estimator, no time mixer; without the S3 tokenizer's `_mel_filters` / `window` buffers,
+    which the official S3Tokenizer lists as `ignore_state_dict_missing` and rebuilds, and the
+    official loads s3gen non-strict), tokenizer.json, conds.pt (official prepare_conditionals,
+    exaggeration 0.5), chatterbox_sizes.json."""
+    from chatterbox.models.s3gen import S3Gen
+    from chatterbox.models.t3 import T3
+    from chatterbox.models.voice_encoder import VoiceEncoder
+    from chatterbox.tts import ChatterboxTTS
+
+    sizes = tiny_patch.ENGLISH_VARIANTS[name]
+    tiny_patch.apply(sizes)
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(SEED)
+    ve, t3, s3gen = VoiceEncoder(), T3(), S3Gen()
+    for module in (ve, t3, s3gen):
+        _randomize(module)
+    _context_sensitive_llama(t3)
+    with torch.no_grad():  # random models then stop after tens of tokens, not 1000
+        t3.speech_head.weight[STOP_SPEECH].normal_(0.0, sizes["stop_row_std"])
+    _save(ve, folder / "ve.safetensors")
+    _save(t3, folder / "t3_cfg.safetensors")
+    from safetensors.torch import save_file
+
+    state = {key: value.detach().contiguous().clone() for key, value in s3gen.state_dict().items()
+             if key not in S3TOKENIZER_BUFFERS}  # fmt: skip
+    save_file(state, str(folder / "s3gen.safetensors"))
+    _write_en_tokenizer(folder)
+    (folder / "chatterbox_sizes.json").write_text(json.dumps(sizes, indent=2) + "\n")
+
+    clip = folder.parent / f"{name}.ref24k.wav"  # temporary: conds.pt is built from it
+    sf.write(clip, synth_voice(24000, duration_s=6.48, seed=3), 24000, subtype="FLOAT")
+    model = ChatterboxTTS.from_local(folder, "cpu")
+    model.prepare_conditionals(str(clip))
+    model.conds.save(folder / "conds.pt")
+    clip.unlink()
+    return folder
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=REPO / "tests/fixtures")
-    parser.add_argument("--variant", choices=sorted(tiny_patch.VARIANTS), action="append")
+    names = sorted(tiny_patch.VARIANTS) + sorted(tiny_patch.ENGLISH_VARIANTS)
+    parser.add_argument("--variant", choices=names, action="append")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    for name in args.variant or sorted(tiny_patch.VARIANTS):
-        folder = build(name, args.out)
+    for name in args.variant or names:
+        english = name in tiny_patch.ENGLISH_VARIANTS
+        folder = (build_english if english else build)(name, args.out)
         total = sum(p.stat().st_size for p in folder.iterdir())
         print(f"{folder}: {total / 1e6:.2f} MB")
 

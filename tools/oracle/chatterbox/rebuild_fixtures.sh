@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Rebuilds tests/fixtures/chatterbox-turbo-tiny-{a,b}/, their goldens (<name>.golden.npz), the
+# Rebuilds tests/fixtures/chatterbox-turbo-tiny-{a,b}/ and chatterbox-english-tiny-{a,b}/, their
+# goldens (<name>.golden.npz), the
 # reference clip chatterbox-ref-44k.wav and chatterbox-turbo-release-shapes.json
 # with the official chatterbox-tts==0.1.7 (its own venv, .chatterbox-venv), single-threaded.
 # Usage: bash tools/oracle/chatterbox/rebuild_fixtures.sh [FIXTURES_DIR]
@@ -11,4 +12,5 @@ bash "$here/setup_venv.sh"
 py="${ORACLE_CHATTERBOX_VENV:-$repo/.chatterbox-venv}/bin/python"
 "$py" -W ignore "$here/build_tiny.py" --out "$out"
 "$py" -W ignore "$here/make_goldens.py" --fixtures "$out" --threads 1
+"$py" -W ignore "$here/make_goldens_english.py" --fixtures "$out" --threads 1
 "$py" -W ignore "$here/dump_release_shapes.py" --out "$out/chatterbox-turbo-release-shapes.json"

@@ -38,6 +38,52 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# The original English model (tts.py): Llama T3 + perceiver + emotion, S3Gen with the regular
+# CFM (10 cosine steps + CFG). Released: Llama_520M 30 layers x 1024, 16 heads x 64 (kv 16),
+# MLP 4096; perceiver 32 queries x 1024, 4 heads. Kept small (a fixture folder < ~3 MB): the
+# T3's fixed-size tables (speech 8194 x2, text 704 x2, positions 2050 + 4100) dominate, hence
+# width 12. b has grouped kv heads and heads x head_dim != width (Llama allows both).
+ENGLISH_VARIANTS: dict[str, dict[str, Any]] = {
+    "chatterbox-english-tiny-a": {
+        "model": "english",
+        "llama": {
+            "n_layer": 2,
+            "hidden": 12,
+            "heads": 2,
+            "kv_heads": 2,
+            "head_dim": 8,
+            "intermediate": 32,
+        },  # fmt: skip
+        "perceiver_heads": 4,
+        "ve_hidden": 16,
+        "s3tok": {"n_audio_state": 64, "n_audio_head": 1, "n_audio_layer": 1},
+        "encoder": {"size": 8, "heads": 2, "linear_units": 16, "num_blocks": 1},
+        "decoder": {"channels": 8, "heads": 2, "head_dim": 8, "n_blocks": 1, "mid_blocks": 1},
+        "campplus": {"embedding_size": 16, "growth_rate": 4, "bn_size": 2, "init_channels": 8},
+        "hift": {"base_channels": 16, "f0_channels": 16},
+        "stop_row_std": 0.7,
+    },
+    "chatterbox-english-tiny-b": {
+        "model": "english",
+        "llama": {
+            "n_layer": 3,
+            "hidden": 12,
+            "heads": 3,
+            "kv_heads": 1,
+            "head_dim": 8,
+            "intermediate": 24,
+        },  # fmt: skip
+        "perceiver_heads": 2,
+        "ve_hidden": 16,
+        "s3tok": {"n_audio_state": 64, "n_audio_head": 1, "n_audio_layer": 1},
+        "encoder": {"size": 8, "heads": 2, "linear_units": 12, "num_blocks": 2},
+        "decoder": {"channels": 8, "heads": 4, "head_dim": 4, "n_blocks": 1, "mid_blocks": 2},
+        "campplus": {"embedding_size": 12, "growth_rate": 4, "bn_size": 1, "init_channels": 12},
+        "hift": {"base_channels": 16, "f0_channels": 8},
+        "stop_row_std": 0.4,
+    },
+}
+
 _ORIGINALS: dict[str, Any] = {}
 
 
@@ -59,9 +105,8 @@ def apply(sizes: dict[str, Any]) -> None:
     from chatterbox.models.s3gen import s3gen
     from chatterbox.models.s3gen.transformer import upsample_encoder
     from chatterbox.models.t3 import llama_configs
-    from chatterbox.models.t3.modules import t3_config
+    from chatterbox.models.t3.modules import cond_enc, t3_config
     from chatterbox.models.voice_encoder.config import VoiceEncConfig
-    from s3tokenizer.model_v2 import S3TokenizerV2
 
     for module, name in (
         (s3gen, "UpsampleConformerEncoder"),
@@ -73,10 +118,26 @@ def apply(sizes: dict[str, Any]) -> None:
         (upsample_encoder, "PreLookaheadLayer"),
         (upsample_encoder, "Upsample1D"),
         (tts_turbo, "T3Config"),
+        (cond_enc, "Perceiver"),
     ):
         _ORIGINALS.setdefault(f"{module.__name__}.{name}", getattr(module, name))
     orig = {key.rsplit(".", 1)[1]: value for key, value in _ORIGINALS.items()}
 
+    if sizes.get("model") == "english":
+        llama = sizes["llama"]
+        llama_configs.LLAMA_CONFIGS["Llama_520M"].update(
+            hidden_size=llama["hidden"], intermediate_size=llama["intermediate"],
+            num_hidden_layers=llama["n_layer"], num_attention_heads=llama["heads"],
+            num_key_value_heads=llama["kv_heads"], head_dim=llama["head_dim"],
+        )  # fmt: skip
+        cond_enc.Perceiver = _with(
+            orig["Perceiver"], pre_attention_query_size=llama["hidden"],
+            embedding_dim=llama["hidden"], num_attn_heads=sizes["perceiver_heads"],
+        )  # fmt: skip
+        _patch_s3gen(sizes, orig)
+        VoiceEncConfig.ve_hidden_size = sizes["ve_hidden"]
+        return
+    cond_enc.Perceiver = orig["Perceiver"]
     t3 = sizes["t3"]
     gpt2 = llama_configs.LLAMA_CONFIGS["GPT2_medium"]  # 24 layers, 1024, 16 heads, 8196 pos
     gpt2.update(n_layer=t3["n_layer"], n_embd=t3["n_embd"], hidden_size=t3["n_embd"],
@@ -91,6 +152,14 @@ def apply(sizes: dict[str, Any]) -> None:
 
     tts_turbo.T3Config = TinyT3Config
     VoiceEncConfig.ve_hidden_size = sizes["ve_hidden"]
+    _patch_s3gen(sizes, orig)
+
+
+def _patch_s3gen(sizes: dict[str, Any], orig: dict[str, Any]) -> None:
+    """The S3Gen (and S3 tokenizer) size patches, shared by Turbo and the English model."""
+    from chatterbox.models.s3gen import s3gen
+    from chatterbox.models.s3gen.transformer import upsample_encoder
+    from s3tokenizer.model_v2 import S3TokenizerV2
 
     # S3TokenizerV2's default ModelConfig() is one shared instance: mutate it in place.
     config = S3TokenizerV2.__init__.__defaults__[0]

@@ -34,12 +34,27 @@ def to_24k(audio: np.ndarray, sr: int) -> np.ndarray:
 
 
 @torch.inference_mode()
-def make_voice(audio, sr, ve, tokenizer, campplus, device) -> ChatterboxVoice:
+def make_voice(
+    audio,
+    sr,
+    ve,
+    tokenizer,
+    campplus,
+    device,
+    *,
+    turbo: bool = True,
+    t3_prompt_seconds: int = T3_PROMPT_SECONDS,
+    t3_prompt_tokens: int = PROMPT_TOKENS,
+) -> ChatterboxVoice:
+    """turbo: the > 5 s check and the -27 LUFS loudness step (tts_turbo.py); False: the English
+    model's prepare_conditionals (tts.py: neither, T3 prompt of the first 6 s, <= 150 tokens,
+    passed as t3_prompt_seconds / t3_prompt_tokens)."""
     ref24 = to_24k(audio, sr)
-    if len(ref24) / SAMPLE_RATE <= MIN_SECONDS:
+    if turbo and len(ref24) / SAMPLE_RATE <= MIN_SECONDS:
         raise ValueError(f"the reference clip must be longer than {MIN_SECONDS:g} s "
                          f"(got {len(ref24) / SAMPLE_RATE:.2f} s)")  # fmt: skip
-    ref24 = norm_loudness(ref24, SAMPLE_RATE)
+    if turbo:
+        ref24 = norm_loudness(ref24, SAMPLE_RATE)
     ref16 = librosa_resample(ref24, SAMPLE_RATE, S3_RATE)
     head = torch.from_numpy(ref24[: S3GEN_PROMPT_SECONDS * SAMPLE_RATE].copy())[None]  # (1, S)
     feat = prompt_mel(head)  # (1, Tm, 80)
@@ -49,7 +64,7 @@ def make_voice(audio, sr, ve, tokenizer, campplus, device) -> ChatterboxVoice:
     if feat.shape[1] != 2 * prompt_token.shape[1]:  # clip not a multiple of 40 ms
         log.warning("reference mel length is not 2 x its token count: tokens cut to mel // 2")
         prompt_token = prompt_token[:, : feat.shape[1] // 2]
-    t3_tokens = tokenizer(torch.from_numpy(ref16[: T3_PROMPT_SECONDS * S3_RATE].copy()),
-                          max_tokens=PROMPT_TOKENS)  # fmt: skip
+    t3_tokens = tokenizer(torch.from_numpy(ref16[: t3_prompt_seconds * S3_RATE].copy()),
+                          max_tokens=t3_prompt_tokens)  # fmt: skip
     speaker = ve.embed(ref16)
     return ChatterboxVoice(speaker, t3_tokens, prompt_token, feat, embedding).to(device)

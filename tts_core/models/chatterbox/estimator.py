@@ -152,7 +152,9 @@ class Stage(nn.ModuleList):
 
 
 class ConditionalDecoder(nn.Module):
-    def __init__(self, sizes: DecoderSizes) -> None:
+    def __init__(self, sizes: DecoderSizes, meanflow: bool = True) -> None:
+        """meanflow (Turbo): the end time r is embedded too and mixed in (`time_embed_mixer`);
+        False (the English model's regular CFM): t alone, no mixer weights."""
         super().__init__()
         ch, time_dim = sizes.channels, 4 * sizes.channels
         self.time_mlp = TimeMLP(time_dim)
@@ -162,13 +164,15 @@ class ConditionalDecoder(nn.Module):
         self.up_blocks = nn.ModuleList([Stage(2 * ch, sizes, time_dim, conv=True)])
         self.final_block = CausalBlock1D(ch, ch)
         self.final_proj = nn.Conv1d(ch, MELS, 1)
-        self.time_embed_mixer = nn.Linear(2 * time_dim, time_dim, bias=False)  # meanflow
+        self.time_embed_mixer = nn.Linear(2 * time_dim, time_dim, bias=False) if meanflow else None
 
-    def forward(self, x, mask, mu, t, spks, cond, r) -> torch.Tensor:
-        """x, mu, cond (B, 80, T); mask (B, 1, T); spks (B, 80); t, r (B,) -> (B, 80, T)."""
+    def forward(self, x, mask, mu, t, spks, cond, r=None) -> torch.Tensor:
+        """x, mu, cond (B, 80, T); mask (B, 1, T); spks (B, 80); t, r (B,) -> (B, 80, T).
+        r: meanflow only (None for the regular CFM)."""
         t_emb = self.time_mlp(time_embedding(t).to(t.dtype))
-        r_emb = self.time_mlp(time_embedding(r).to(t.dtype))
-        t_emb = self.time_embed_mixer(torch.cat([t_emb, r_emb], dim=1))
+        if self.time_embed_mixer is not None:
+            r_emb = self.time_mlp(time_embedding(r).to(t.dtype))
+            t_emb = self.time_embed_mixer(torch.cat([t_emb, r_emb], dim=1))
         spks = spks[:, :, None].expand(-1, -1, x.shape[-1])
         x = torch.cat([x, mu, spks, cond], dim=1)  # (B, 320, T)
         heads = self.down_blocks[0][1][0].attn1.heads

@@ -17,14 +17,15 @@ SENTENCE_ENDS = (".", "!", "?", "-", ",")
 DEFAULT_MAX_LENGTH = 1024  # GPT-2's model_max_length: `truncation=True` cuts there
 
 
-def punc_norm(text: str) -> str:
-    """The official Turbo clean-up, step for step."""
+def punc_norm(text: str, replacements: tuple[tuple[str, str], ...] = PUNCTUATION) -> str:
+    """The official Turbo clean-up, step for step (the English model's: its own
+    `replacements`, english.py)."""
     if len(text) == 0:
         return EMPTY_TEXT
     if text[0].islower():
         text = text[0].upper() + text[1:]
     text = " ".join(text.split())
-    for old, new in PUNCTUATION:
+    for old, new in replacements:
         text = text.replace(old, new)
     text = text.rstrip(" ")
     if not text.endswith(SENTENCE_ENDS):
