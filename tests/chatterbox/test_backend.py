@@ -80,13 +80,13 @@ def test_engine_stream_equals_generate(backend: ChatterboxBackend, cloned: bool)
 
 def test_knobs_reach_the_model(backend: ChatterboxBackend, monkeypatch) -> None:
     seen = []
-    stream = backend.model.stream
+    submit = backend.scheduler.submit  # takes model.stream's arguments (chatterbox/serving.py)
 
     def spy(*args, **kwargs):
         seen.append((kwargs["sampling"], kwargs["chunking"]))
-        return stream(*args, **kwargs)
+        return submit(*args, **kwargs)
 
-    monkeypatch.setattr(backend.model, "stream", spy)
+    monkeypatch.setattr(backend.scheduler, "submit", spy)
     params = SynthesisParams(seed=1, top_k=1, temperature=0.5, first_chunk_frames=FIRST,
                              first_chunk_tokens=3, chunk_tokens=7)  # fmt: skip
     list(backend.stream("Hi.", backend.create_voice(None, None), params, threading.Event()))

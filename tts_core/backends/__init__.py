@@ -134,10 +134,10 @@ def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | 
             from .voxcpm import VoxCPMBackend
 
             return VoxCPMBackend.load(name, device, dtype=dtype, **extra)
-        if architecture == CHATTERBOX_TURBO:  # float32, one stream: dtype/max_batch not used
+        if architecture == CHATTERBOX_TURBO:  # float32: dtype not used
             from .chatterbox import ChatterboxBackend
 
-            return ChatterboxBackend.load(name, device)
+            return ChatterboxBackend.load(name, device, **extra)
         if architecture == CHATTERBOX_ENGLISH:  # the original English model, float32
             from .chatterbox_english import ChatterboxEnglishBackend
 

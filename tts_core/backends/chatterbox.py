@@ -6,7 +6,9 @@ vocoded with a carried source; models/chatterbox/streaming.py). The tokens are t
 for the seed; the audio approximates the whole-utterance pass (measured SNR in BENCHMARKS.md).
 Streamed chunks are NOT watermarked (as in upstream's streaming PR #528: the Perth watermark
 works on whole-clip STFT frames); `model.generate(watermark=True)` still gives the watermarked
-whole clip. One request computes at a time (`default_concurrency` 1; batching is not done yet).
+whole clip. Every request goes through the model's TurboScheduler (continuous batching on the
+one decode engine, models/chatterbox/serving.py: up to `max_batch` streams step together on one
+loop thread, each bit-identical to the same request's `model.stream`), which makes the voices too.
 Cloning takes the reference clip alone (no transcript); with no clip the checkpoint's built-in
 voice (conds.pt) speaks.
 """
@@ -24,6 +26,7 @@ import numpy as np
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
+from ..models.chatterbox.serving import DEFAULT_MAX_BATCH
 from ..models.chatterbox.streaming import StreamChunking
 
 log = logging.getLogger(__name__)
@@ -73,30 +76,38 @@ class ChatterboxBackend:
     takes_text_pieces = False
     description = DESCRIPTION
     knobs = KNOBS
-    default_concurrency = 1
 
-    def __init__(self, model: Any, model_name: str, device: str) -> None:
+    def __init__(
+        self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH
+    ) -> None:
+        from ..models.chatterbox.serving import TurboScheduler
+
         self.model = model
         self.model_name = model_name
         self.device = device
         self.sample_rate = int(model.sample_rate)
         self.frame_samples = SAMPLES_PER_TOKEN
         self.weight_format = "float32"
-        self._lock = threading.Lock()  # one generation at a time (module doc)
+        self.scheduler = TurboScheduler(model, max_batch=max_batch)  # thread starts on first use
+        self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
 
     @classmethod
-    def load(cls, name_or_path: str, device: str = "auto", **_: Any) -> ChatterboxBackend:
-        """Local folder in the released layout; float32 (dtype / max_batch do not apply)."""
+    def load(
+        cls, name_or_path: str, device: str = "auto", max_batch: int = DEFAULT_MAX_BATCH, **_: Any
+    ) -> ChatterboxBackend:
+        """Local folder in the released layout; float32 (dtype does not apply); max_batch:
+        streams decoded together."""
         from ..models.chatterbox.model import ChatterboxTurboModel
         from .device import resolve_device
 
         device = resolve_device(device)
         model = ChatterboxTurboModel.from_pretrained(name_or_path, device=device)
         log.info("loaded Chatterbox Turbo %s on %s", name_or_path, device)
-        return cls(model, str(name_or_path), device)
+        return cls(model, str(name_or_path), device, max_batch=max_batch)
 
     def close(self) -> None:
-        pass
+        """Stop the scheduler's thread; streams still running end without a final chunk."""
+        self.scheduler.close()
 
     def sampling_defaults(self) -> dict[str, Any]:
         return {knob.name: knob.default for knob in self.knobs}
@@ -117,8 +128,8 @@ class ChatterboxBackend:
         if not np.all(np.isfinite(clip)):
             raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
         try:
-            with self._lock:
-                voice = self.model.create_voice(clip.astype(np.float32), 24000)
+            # on the scheduler's thread, as every computation of the model (serving/loop.py)
+            voice = self.scheduler.call(self.model.create_voice, clip.astype(np.float32), 24000)
         except ValueError as exc:  # e.g. shorter than 5 s
             raise InputError(f"Reference clip: {exc}", "reference") from exc
         return Voice(self.name, voice, {"mode": "reference", "transcript": False,
@@ -134,14 +145,20 @@ class ChatterboxBackend:
         sampling = TurboSampling(**{name: values[name] for name in SAMPLING_KNOBS})
         chunking = StreamChunking(first_tokens=values["first_chunk_tokens"],
                                   chunk_tokens=values["chunk_tokens"])  # fmt: skip
-        with self._lock:  # held while the stream runs; the engine closes it on cancel
-            if cancel.is_set():
-                return
-            chunks = self.model.stream(text, voice.data, seed=seed, sampling=sampling,
-                                       chunking=chunking)  # fmt: skip
+        if cancel.is_set():
+            return
+        try:  # model.stream's arguments (the scheduler's submit takes the same)
+            chunks = self.scheduler.submit(text, voice.data, seed=seed, sampling=sampling,
+                                           chunking=chunking, should_stop=cancel.is_set)  # fmt: skip
+        except ValueError as exc:  # the request's checks (e.g. text too long for T3)
+            raise InputError(str(exc)) from exc
+        try:
             for chunk in chunks:
-                if cancel.is_set():
-                    return
                 yield BackendChunk(chunk.audio.astype(np.float32, copy=False),
                                    frames=chunk.audio.size // SAMPLES_PER_TOKEN,
-                                   stop_reason=chunk.stop_reason, batch_size=1)  # fmt: skip
+                                   stop_reason=chunk.stop_reason,
+                                   batch_size=chunk.batch_size)  # fmt: skip
+                if cancel.is_set():
+                    return
+        finally:
+            chunks.close()  # frees the row and its caches now, not at garbage collection

@@ -9,7 +9,8 @@
 * alone.py    `run_alone`: a private one-row engine stepped by the caller's `next()`
               (`model.stream`); `InlineOutbox`
 
-Models: Qwen3-TTS (models/qwen3_tts/serving/) and VoxCPM2 (models/voxcpm/serving.py).
+Models: Qwen3-TTS (models/qwen3_tts/serving/), VoxCPM2 (models/voxcpm/serving.py) and
+Chatterbox Turbo (models/chatterbox/serving.py).
 """
 
 from .alone import InlineOutbox, run_alone

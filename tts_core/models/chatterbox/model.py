@@ -27,7 +27,7 @@ from .checkpoint import (
     resolve_folder,
 )
 from .cloning import make_voice
-from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, STOP_SPEECH, ChatterboxSizes
+from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, ChatterboxSizes
 from .flow import TOKEN_MEL_RATIO, Flow
 from .hift import HiFTGenerator, trim_fade
 from .sampling import TurboSampling
@@ -145,7 +145,6 @@ class ChatterboxTurboModel:
             audio = apply_watermark(audio)
         return TurboResult(audio, out.tokens, out.stop_reason)
 
-    @torch.inference_mode()
     def stream(
         self,
         text: str,
@@ -159,33 +158,15 @@ class ChatterboxTurboModel:
         are generate's (same draws, same order); S3Gen re-runs after the first
         `chunking.first_tokens` speech tokens and every `chunking.chunk_tokens` after, handing
         out the audio that became stable (streaming.py), and the final chunk (always yielded,
-        last) holds the rest. A pass with nothing stable yet yields nothing."""
-        chunking = chunking or StreamChunking()
-        voice = self._voice(voice)
-        generator = torch.Generator().manual_seed(int(seed))
-        noise = self._stream_noise(seed, voice, max_new_tokens)
-        s3gen = S3GenStream(self.flow, self.hift, voice, noise, chunking)
-        speech: list[int] = []  # S3Gen's input: the drawn ids < 6561
-        drawn: list[int] = []  # every draw since the last chunk yielded
-        due, draws = chunking.first_tokens, 0
-        for token in self.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, self._ids(text),
-                                   sampling or TurboSampling(), generator, max_new_tokens):  # fmt: skip
-            draws += 1
-            drawn.append(int(token))
-            if drawn[-1] < S3_VOCAB:
-                speech.append(drawn[-1])
-            if len(speech) >= due:
-                due = len(speech) + chunking.chunk_tokens
-                audio = s3gen.push(self._tensor(speech), final=False)
-                if audio.numel():
-                    yield TurboChunk(audio.cpu().numpy(), self._tensor(drawn)[0], draws)
-                    drawn = []
-        eos = bool(drawn) and drawn[-1] == STOP_SPEECH
-        reason = "eos" if eos or draws < max_new_tokens + 1 else "max_tokens"
-        drawn = drawn[:-1] if eos else drawn
-        tokens = torch.cat([self._tensor(speech), self._silence()[None]], dim=1)
-        audio = s3gen.push(tokens, final=True).cpu().numpy()
-        yield TurboChunk(audio, self._tensor(drawn)[0], draws, final=True, stop_reason=reason)
+        last) holds the rest. A pass with nothing stable yet yields nothing. The served path: the
+        one engine (serving.py's TurboRunner) with this request as its only row, stepped on the
+        caller's thread; the request is checked here (ValueError), before the first chunk."""
+        from ...serving.alone import InlineOutbox
+        from .serving import make_request, run_alone  # (serving.py imports this module)
+
+        seq = make_request(self, text, voice, seed, sampling, max_new_tokens, chunking,
+                           outbox=InlineOutbox())  # fmt: skip
+        return run_alone(self, seq)
 
     def _tensor(self, ids: list[int]) -> torch.Tensor:
         return torch.tensor([ids], dtype=torch.long, device=self.device).view(1, -1)  # (1, n)

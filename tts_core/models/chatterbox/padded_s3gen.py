@@ -1,0 +1,288 @@
+"""The S3Gen work of several Chatterbox Turbo streams in one padded pass (an R port's
+`generate_batch`): per row its flow encoder, then ONE meanflow CFM solve over the rows padded to
+the longest and ONE HiFT decoder call, each row trimmed to its own length; with the three
+padded-batch leaks that port fixed kept out (tests/chatterbox/test_batch_leaks.py): lengths per
+row (`row_lengths`, never a (1, 1) broadcast), the estimator's attention masked, every HiFT conv
+re-zeroed past a row's end. `padded_s3gen_exact` probes whether it is bit-identical to the rows
+alone here; serving.py runs it only then (see its docstring for what was measured)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn.functional as F
+
+from .config import MELS
+from .flow import MEANFLOW_STEPS, TOKEN_MEL_RATIO, Flow
+from .hift import (
+    AUDIO_LIMIT,
+    HOP,
+    LRELU_SLOPE,
+    N_FFT,
+    RESBLOCK_KERNELS,
+    SAMPLES_PER_FRAME,
+    UPSAMPLE_RATES,
+    HiFTGenerator,
+    ResBlock,
+)
+from .streaming import FlowChunker, HiftStream, S3GenStream
+
+if TYPE_CHECKING:
+    from .model import ChatterboxTurboModel
+
+
+def make_pad_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+    """(B,) lengths -> (B, max_len) bool, True at padded positions (the official's
+    make_pad_mask). Refuses any other shape: a (1, 1) prompt_token_len added to (B,) token
+    lengths broadcasts to (1, B), which the official reads as ONE row of length-B "positions"
+    and the batch collapses (tests/chatterbox/test_batch_leaks.py, leak 1)."""
+    if lengths.ndim != 1:
+        raise ValueError(f"lengths must be (B,), got {tuple(lengths.shape)}")
+    max_len = int(lengths.max()) if max_len is None else int(max_len)
+    positions = torch.arange(max_len, device=lengths.device)
+    return positions[None, :] >= lengths[:, None]
+
+
+def row_lengths(prompt_token_len: list[torch.Tensor], token_len: list[int]) -> torch.Tensor:
+    """Each row's token count, prompt + generated, as (B,): every row's prompt_token_len
+    (whatever its shape, e.g. the official's (1, 1) or (1,)) reduced to its one value first."""
+    prompt = torch.stack([torch.as_tensor(p).reshape(()) for p in prompt_token_len]).long()
+    return prompt + torch.as_tensor(token_len, dtype=torch.long)
+
+
+@dataclass
+class CfmRow:
+    """One row's CFM inputs, as Flow.inference makes them before its Euler steps."""
+
+    z: torch.Tensor  # (1, 80, T)
+    mu: torch.Tensor  # (1, 80, T)
+    spks: torch.Tensor  # (1, 80)
+    cond: torch.Tensor  # (1, 80, T)
+    prompt_mels: int
+    prompt_token_len: torch.Tensor  # the prompt's token count, shaped (1, 1) as the official's
+    token_len: int  # generated tokens: T = 2 (prompt_token_len + token_len)
+
+
+def cfm_row(flow: Flow, chunker: FlowChunker, tokens: torch.Tensor) -> CfmRow:
+    """Flow.inference's work up to the Euler steps for one row (its encoder alone: it attends
+    over the whole row), with the stream's noise (FlowChunker.push's arguments)."""
+    voice, n = chunker.voice, tokens.shape[1]
+    noise, prompt_noise = chunker.noise.mel[..., : TOKEN_MEL_RATIO * n], chunker.noise.prompt
+    dtype = flow.spk_embed_affine_layer.weight.dtype
+    spks = flow.spk_embed_affine_layer(F.normalize(voice.embedding.to(dtype), dim=1))
+    token = torch.cat([voice.prompt_token, tokens], dim=1).long()
+    h = flow.encoder(flow.input_embedding(token))
+    mu = flow.encoder_proj(h).transpose(1, 2).contiguous()
+    prompt_mels = voice.prompt_feat.shape[1]
+    cond = torch.zeros(1, mu.shape[2], MELS, dtype=mu.dtype, device=mu.device)
+    cond[:, :prompt_mels] = voice.prompt_feat
+    z = mu.new_zeros(mu.shape)
+    prompt_part = mu.shape[2] - noise.shape[2]
+    z[..., :prompt_part] = prompt_noise[..., :prompt_part].to(z)
+    z[..., prompt_part:] = noise.to(z)
+    prompt_token_len = torch.tensor([[voice.prompt_token.shape[1]]])
+    return CfmRow(z, mu, spks, cond.transpose(1, 2), prompt_mels, prompt_token_len, n)
+
+
+def padded_cfm(flow: Flow, rows: list[CfmRow], mask_attention: bool = True) -> list[torch.Tensor]:
+    """ONE meanflow Euler solve over the rows padded to the longest: x, mu, cond zero-padded, a
+    (B, 1, T) mask from the per-row lengths (the estimator masks its convs and, as an additive
+    bias, its transformer blocks' keys); each row's generated mel (1, 80, T_i - prompt_mels_i)
+    trimmed. `mask_attention=False` leaves the transformer blocks unmasked (leak 2; tests only).
+    Turbo's meanflow CFM only (the English model's CFG solve is not padded here)."""
+    if not getattr(flow, "meanflow", True):
+        raise ValueError("padded_cfm solves Turbo's meanflow CFM only")
+    tokens = row_lengths([row.prompt_token_len for row in rows], [row.token_len for row in rows])
+    lengths = TOKEN_MEL_RATIO * tokens  # (B,): the encoder upsamples x2
+    if lengths.tolist() != [row.mu.shape[2] for row in rows]:
+        raise ValueError("a row's mu is not 2 x (prompt + generated tokens) frames long")
+    longest = int(lengths.max())
+
+    def pad(parts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat([F.pad(p, (0, longest - p.shape[2])) for p in parts], dim=0)
+
+    x, mu, cond = (pad([getattr(r, k) for r in rows]) for k in ("z", "mu", "cond"))
+    spks = torch.cat([row.spks for row in rows], dim=0)
+    mask = (~make_pad_mask(lengths, longest)).to(mu.dtype)[:, None, :].to(mu.device)  # (B,1,T)
+    estimator = flow.decoder.estimator
+    t_span = torch.linspace(0, 1, MEANFLOW_STEPS + 1, device=mu.device, dtype=mu.dtype)
+    for t, r in zip(t_span[:-1], t_span[1:], strict=True):
+        t, r = t[None], r[None]
+        if mask_attention:
+            v = estimator(x, mask, mu, t, spks, cond, r)
+        else:
+            v = _unmasked_attention(estimator, x, mask, mu, t, spks, cond, r)
+        x = x + (r - t) * v
+    return [x[i : i + 1, :, row.prompt_mels : int(lengths[i])] for i, row in enumerate(rows)]
+
+
+def _unmasked_attention(estimator, x, mask, mu, t, spks, cond, r) -> torch.Tensor:
+    from . import estimator as module
+
+    saved, module.MASK_BIAS = module.MASK_BIAS, 0.0
+    try:
+        return estimator(x, mask, mu, t, spks, cond, r)
+    finally:
+        module.MASK_BIAS = saved
+
+
+def flow_finish(chunker: FlowChunker, mel: torch.Tensor, n: int, final: bool) -> torch.Tensor:
+    """FlowChunker.push's hand-out of the stable frames of a pass's mel."""
+    lead = mel.shape[2] - TOKEN_MEL_RATIO * n
+    stable = mel.shape[2] if final else lead + TOKEN_MEL_RATIO * max(0, n - chunker.holdback)
+    new = mel[..., chunker.emitted : stable]
+    chunker.emitted = max(chunker.emitted, stable)
+    return new
+
+
+def hift_window(stream: HiftStream, mel: torch.Tensor, final: bool):
+    """HiftStream.push up to its decoder call: (window mel (1, 80, F), source (1, 1, 480 F),
+    start, end), or None when no new sample is due."""
+    stream.mel = mel if stream.mel is None else torch.cat([stream.mel, mel], dim=2)
+    frames = stream.mel.shape[2]
+    end = frames if final else max(stream.emitted, frames - stream.right)
+    if end == stream.emitted or frames == 0:
+        return None
+    start = max(0, stream.emitted - stream.left)
+    source = stream._source(stream._f0(start, frames, final), start)
+    return stream.mel[..., start:], source, start, end
+
+
+def hift_finish(stream: HiftStream, wav: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """HiftStream.push after its decoder call: the new samples of the window's waveform (L,)."""
+    out = wav[(stream.emitted - start) * SAMPLES_PER_FRAME : (end - start) * SAMPLES_PER_FRAME]
+    out = stream._trim_fade(out, stream.emitted * SAMPLES_PER_FRAME)
+    stream.emitted = end
+    return out
+
+
+def _conv_masked(conv, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return conv(x) * mask
+
+
+def _resblock_masked(block: ResBlock, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """ResBlock.forward with every conv's output re-zeroed past each row's end (so the next
+    conv's input there is the zeros its own padding would give the row alone)."""
+    for conv1, conv2, act1, act2 in zip(block.convs1, block.convs2, block.activations1,
+                                        block.activations2, strict=True):  # fmt: skip
+        x = _conv_masked(conv2, act2(_conv_masked(conv1, act1(x), mask)), mask) + x
+    return x
+
+
+def padded_hift_decode(
+    hift: HiFTGenerator, mels: list[torch.Tensor], sources: list[torch.Tensor]
+) -> list[torch.Tensor]:
+    """HiFTGenerator.decode of several rows in ONE decoder pass: mels (1, 80, F_i) and sources
+    (1, 1, 480 F_i) zero-padded to the longest; after every conv and upsampling the positions
+    past a row's end are zeroed (a 'same'-padded conv reads its neighbours: the row alone reads
+    zeros there); the source STFT and the iSTFT run per row (their reflect/centre padding is at
+    each row's own end). Returns each row's waveform (480 F_i,), trimmed to its length."""
+    frames = [mel.shape[2] for mel in mels]
+    longest = max(frames)
+    device = mels[0].device
+    window = hift._window(device)
+
+    def masks(per_row: list[int], total: int) -> torch.Tensor:
+        lengths = torch.tensor(per_row, device=device)
+        return (~make_pad_mask(lengths, total)).to(mels[0].dtype)[:, None, :]
+
+    specs = []
+    for source in sources:
+        spec = torch.view_as_real(torch.stft(source.squeeze(1), N_FFT, HOP, N_FFT, window=window,
+                                             return_complex=True))  # fmt: skip
+        specs.append(torch.cat([spec[..., 0], spec[..., 1]], dim=1))  # (1, 18, 120 F + 1)
+    spec_len = 120 * longest + 1
+    s_stft = torch.cat([F.pad(s, (0, spec_len - s.shape[2])) for s in specs], dim=0)
+    x = torch.cat([F.pad(m, (0, longest - m.shape[2])) for m in mels], dim=0)
+    x = hift.conv_pre(x) * masks(frames, longest)
+    kernels, scale, total = len(RESBLOCK_KERNELS), 1, longest
+    for i, up in enumerate(hift.ups):
+        scale *= UPSAMPLE_RATES[i]
+        lengths, total = [f * scale for f in frames], longest * scale
+        x = up(F.leaky_relu(x, LRELU_SLOPE))
+        if i == len(hift.ups) - 1:
+            x = F.pad(x, (1, 0), mode="reflect")
+            lengths, total = [n + 1 for n in lengths], total + 1
+        mask = masks(lengths, total)
+        x = x * mask
+        down = hift.source_downs[i](s_stft) * mask
+        x = x + _resblock_masked(hift.source_resblocks[i], down, mask)
+        xs = _resblock_masked(hift.resblocks[i * kernels], x, mask)
+        for j in range(1, kernels):
+            xs += _resblock_masked(hift.resblocks[i * kernels + j], x, mask)
+        x = xs / kernels
+    x = hift.conv_post(F.leaky_relu(x))
+    waves = []
+    for row, n in enumerate(lengths):
+        y = x[row : row + 1, :, :n]
+        magnitude = torch.clip(torch.exp(y[:, : N_FFT // 2 + 1, :]), max=1e2)
+        phase = torch.sin(y[:, N_FFT // 2 + 1 :, :])
+        spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
+        wav = torch.istft(spec, N_FFT, HOP, N_FFT, window=window)
+        waves.append(torch.clamp(wav, -AUDIO_LIMIT, AUDIO_LIMIT)[0])
+    return waves
+
+
+@torch.inference_mode()
+def padded_s3gen_push(
+    flow: Flow, hift: HiFTGenerator, jobs: list[tuple[S3GenStream, torch.Tensor, bool]]
+) -> list[torch.Tensor]:
+    """Each job's S3GenStream.push(tokens, final) with the rows' CFM solves as one padded solve
+    and their HiFT decoder calls as one padded call (module doc)."""
+    rows = [cfm_row(flow, stream.flow, tokens) for stream, tokens, _ in jobs]
+    mels = padded_cfm(flow, rows)
+    news = [flow_finish(stream.flow, mel, tokens.shape[1], final)
+            for (stream, tokens, final), mel in zip(jobs, mels, strict=True)]  # fmt: skip
+    windows = [hift_window(stream.hift, new, final)
+               for (stream, _, final), new in zip(jobs, news, strict=True)]  # fmt: skip
+    due = [i for i, w in enumerate(windows) if w is not None]
+    out = [news[i].new_zeros(0) for i in range(len(jobs))]
+    if due:
+        waves = padded_hift_decode(hift, [windows[i][0] for i in due],
+                                   [windows[i][1] for i in due])  # fmt: skip
+        for i, wav in zip(due, waves, strict=True):
+            out[i] = hift_finish(jobs[i][0].hift, wav, windows[i][2], windows[i][3])
+    return out
+
+
+_exact: dict[tuple, bool] = {}
+_exact_lock = threading.Lock()
+
+
+@torch.inference_mode()
+def padded_s3gen_exact(model: ChatterboxTurboModel, rows: int) -> bool:
+    """Does the padded S3Gen pass give each of `rows` ragged rows the bits of its pass alone,
+    here (this kernel library, torch's thread count)? Probed once per (rows, threads, device) on
+    the built-in-like random voice inputs: one padded CFM solve and one padded HiFT decode of
+    rows 8 frames apart, against each row's call alone. A kernel that blocks by shape shows on
+    the first probe; bits equal on it are no proof for every length, as rows.py says of GEMMs."""
+    key = (rows, torch.get_num_threads(), str(model.device), id(model))
+    with _exact_lock:
+        if key not in _exact:
+            _exact[key] = _probe(model, rows)
+        return _exact[key]
+
+
+def _probe(model: ChatterboxTurboModel, rows: int) -> bool:
+    flow, hift, device = model.flow, model.hift, model.device
+    generator = torch.Generator().manual_seed(rows)
+    cfm_rows, mels, sources = [], [], []
+    for i in range(rows):
+        frames = TOKEN_MEL_RATIO * (12 + 4 * i)  # rows 8 frames apart
+        z, mu, cond = (torch.randn(1, MELS, frames, generator=generator).to(device)
+                       for _ in range(3))  # fmt: skip
+        spks = torch.randn(1, MELS, generator=generator).to(device)
+        cfm_rows.append(CfmRow(z, mu, spks, cond, 4, torch.tensor([[2]]), 10 + 4 * i))
+        mels.append(torch.randn(1, MELS, frames, generator=generator).to(device))
+        sources.append(0.1 * torch.randn(1, 1, 480 * frames, generator=generator).to(device))
+    together = padded_cfm(flow, cfm_rows)
+    for row, mel in zip(cfm_rows, together, strict=True):
+        if not torch.equal(flow._euler(row.z, row.mu, torch.ones_like(row.mu[:, :1]), row.spks,
+                                       row.cond)[..., row.prompt_mels :], mel):  # fmt: skip
+            return False
+    waves = padded_hift_decode(hift, mels, sources)
+    return all(torch.equal(hift.decode(m, s)[0], w)
+               for m, s, w in zip(mels, sources, waves, strict=True))  # fmt: skip
