@@ -121,15 +121,10 @@ class ChatterboxBackend:
                 raise InputError("This checkpoint has no built-in voice: add a reference clip.",
                                  "reference")  # fmt: skip
             return Voice(self.name, None, {"mode": "built-in"})
-        clip = np.asarray(audio)
-        if clip.ndim != 1 or clip.size == 0 or not np.issubdtype(clip.dtype, np.floating):
-            raise InputError(f"Reference clip: expected mono float samples, got shape "
-                             f"{clip.shape} ({clip.dtype}).", "reference")  # fmt: skip
-        if not np.all(np.isfinite(clip)):
-            raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
+        clip = reference_clip(audio)
         try:
             # on the scheduler's thread, as every computation of the model (serving/loop.py)
-            voice = self.scheduler.call(self.model.create_voice, clip.astype(np.float32), 24000)
+            voice = self.scheduler.call(self.model.create_voice, clip, 24000)
         except ValueError as exc:  # e.g. shorter than 5 s
             raise InputError(f"Reference clip: {exc}", "reference") from exc
         return Voice(self.name, voice, {"mode": "reference", "transcript": False,
@@ -162,3 +157,14 @@ class ChatterboxBackend:
                     return
         finally:
             chunks.close()  # frees the row and its caches now, not at garbage collection
+
+
+def reference_clip(audio: np.ndarray) -> np.ndarray:
+    """The reference as mono float32 samples, or an InputError naming what is wrong."""
+    clip = np.asarray(audio)
+    if clip.ndim != 1 or clip.size == 0 or not np.issubdtype(clip.dtype, np.floating):
+        raise InputError(f"Reference clip: expected mono float samples, got shape "
+                         f"{clip.shape} ({clip.dtype}).", "reference")  # fmt: skip
+    if not np.all(np.isfinite(clip)):
+        raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
+    return clip.astype(np.float32)

@@ -24,7 +24,7 @@ from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
 from .chatterbox import KNOBS as TURBO_KNOBS
-from .chatterbox import SAMPLES_PER_TOKEN
+from .chatterbox import SAMPLES_PER_TOKEN, reference_clip
 
 log = logging.getLogger(__name__)
 SAMPLING_KNOBS = ("temperature", "min_p", "top_p", "repetition_penalty", "cfg_weight")
@@ -109,15 +109,10 @@ class ChatterboxEnglishBackend:
                 raise InputError("This checkpoint has no built-in voice: add a reference clip.",
                                  "reference")  # fmt: skip
             return Voice(self.name, None, {"mode": "built-in"})
-        clip = np.asarray(audio)
-        if clip.ndim != 1 or clip.size == 0 or not np.issubdtype(clip.dtype, np.floating):
-            raise InputError(f"Reference clip: expected mono float samples, got shape "
-                             f"{clip.shape} ({clip.dtype}).", "reference")  # fmt: skip
-        if not np.all(np.isfinite(clip)):
-            raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
+        clip = reference_clip(audio)
         try:
             with self._lock:
-                voice = self.model.create_voice(clip.astype(np.float32), 24000)
+                voice = self.model.create_voice(clip, 24000)
         except ValueError as exc:
             raise InputError(f"Reference clip: {exc}", "reference") from exc
         return Voice(self.name, voice, {"mode": "reference", "transcript": False,

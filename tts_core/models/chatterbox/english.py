@@ -46,7 +46,7 @@ from .english_t3 import (
 )
 from .flow import TOKEN_MEL_RATIO, Flow
 from .hift import HiFTGenerator
-from .model import TurboChunk, apply_watermark
+from .model import S3GenSpeech, TurboChunk, apply_watermark
 from .streaming import S3GenStream, StreamChunking, StreamNoise
 from .tokenizer import punc_norm
 from .voice import ChatterboxVoice
@@ -150,7 +150,7 @@ def spoken_tokens(draws: torch.Tensor) -> torch.Tensor:
     return kept[kept < S3_VOCAB]
 
 
-class ChatterboxEnglishModel:
+class ChatterboxEnglishModel(S3GenSpeech):
     sample_rate = SAMPLE_RATE
 
     def __init__(self, folder: Path, sizes: EnglishSizes, device: str = "cpu") -> None:
@@ -334,24 +334,3 @@ class ChatterboxEnglishModel:
         """Over the longest utterance: max_new_tokens speech tokens (no silence appended)."""
         prompt_frames = TOKEN_MEL_RATIO * voice.prompt_token.shape[1]
         return StreamNoise(seed, max_new_tokens, prompt_frames)
-
-    def _tensor(self, ids: list[int]) -> torch.Tensor:
-        return torch.tensor([ids], dtype=torch.long, device=self.device).view(1, -1)
-
-    @torch.inference_mode()
-    def tokens_to_mel(
-        self, speech: torch.Tensor, voice: ChatterboxVoice, generator
-    ) -> torch.Tensor:
-        """(1, T) S3 tokens -> (1, 80, 2T) mel (regular CFM; one random draw)."""
-        return self.flow.inference(speech, voice.prompt_token, voice.prompt_feat, voice.embedding,
-                                   generator)  # fmt: skip
-
-    @torch.inference_mode()
-    def vocode(self, mel: torch.Tensor, generator) -> torch.Tensor:
-        """(1, 80, T) mel -> (1, 480 T) waveform with the trim fade (HiFT; 3 random draws)."""
-        from .hift import trim_fade
-
-        wav = self.hift.inference(mel, generator)
-        fade = trim_fade(wav.device)
-        wav[:, : len(fade)] *= fade
-        return wav

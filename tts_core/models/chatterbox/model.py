@@ -54,7 +54,36 @@ class TurboResult:
     sample_rate: int = SAMPLE_RATE
 
 
-class ChatterboxTurboModel:
+class S3GenSpeech:
+    """What both Chatterbox models do with S3 tokens (`self.flow`, `self.hift`, `self.device`):
+    tokens to mel, mel to waveform."""
+
+    device: torch.device | str
+    flow: Flow
+    hift: HiFTGenerator
+
+    def _tensor(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor([ids], dtype=torch.long, device=self.device).view(1, -1)  # (1, n)
+
+    @torch.inference_mode()
+    def tokens_to_mel(
+        self, speech: torch.Tensor, voice: ChatterboxVoice, generator
+    ) -> torch.Tensor:
+        """(1, T) S3 tokens -> (1, 80, 2T) mel (the flow: Turbo's meanflow makes 2 random draws,
+        the English model's CFM 1)."""
+        return self.flow.inference(speech, voice.prompt_token, voice.prompt_feat, voice.embedding,
+                                   generator)  # fmt: skip
+
+    @torch.inference_mode()
+    def vocode(self, mel: torch.Tensor, generator) -> torch.Tensor:
+        """(1, 80, T) mel -> (1, 480 T) waveform with the trim fade (HiFT; 3 random draws)."""
+        wav = self.hift.inference(mel, generator)
+        fade = trim_fade(wav.device)
+        wav[:, : len(fade)] *= fade
+        return wav
+
+
+class ChatterboxTurboModel(S3GenSpeech):
     sample_rate = SAMPLE_RATE
 
     def __init__(self, folder: Path, sizes: ChatterboxSizes, device: str = "cpu") -> None:
@@ -168,9 +197,6 @@ class ChatterboxTurboModel:
                            outbox=InlineOutbox())  # fmt: skip
         return run_alone(self, seq)
 
-    def _tensor(self, ids: list[int]) -> torch.Tensor:
-        return torch.tensor([ids], dtype=torch.long, device=self.device).view(1, -1)  # (1, n)
-
     def _ids(self, text: str) -> torch.Tensor:
         return torch.tensor([self.tokenizer.encode(text)], dtype=torch.long, device=self.device)
 
@@ -182,22 +208,6 @@ class ChatterboxTurboModel:
         """Over the longest utterance: max_new_tokens + 1 draws, then 3 silence tokens."""
         prompt_frames = TOKEN_MEL_RATIO * voice.prompt_token.shape[1]
         return StreamNoise(seed, max_new_tokens + 1 + 3, prompt_frames)
-
-    @torch.inference_mode()
-    def tokens_to_mel(
-        self, speech: torch.Tensor, voice: ChatterboxVoice, generator
-    ) -> torch.Tensor:
-        """(1, T) S3 tokens -> (1, 80, 2T) mel (flow; 2 random draws)."""
-        return self.flow.inference(speech, voice.prompt_token, voice.prompt_feat, voice.embedding,
-                                   generator)  # fmt: skip
-
-    @torch.inference_mode()
-    def vocode(self, mel: torch.Tensor, generator) -> torch.Tensor:
-        """(1, 80, T) mel -> (1, 480 T) waveform with the trim fade (HiFT; 3 random draws)."""
-        wav = self.hift.inference(mel, generator)
-        fade = trim_fade(wav.device)
-        wav[:, : len(fade)] *= fade
-        return wav
 
 
 def apply_watermark(audio: np.ndarray) -> np.ndarray:
