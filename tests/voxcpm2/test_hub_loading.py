@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hub_fake import FakeHub
 from huggingface_hub.errors import LocalEntryNotFoundError
 from qwen3.conftest import bf16_bound, check_audio, run_error
 
@@ -38,27 +39,10 @@ def _copy(source: Path, target: Path, skip: tuple[str, ...] = ()) -> Path:
     return target
 
 
-class FakeHub:
-    """snapshot_download stand-in: repo id -> a folder; records every allow_patterns."""
-
-    def __init__(self, tmp_path: Path, repos: dict[str, Path]) -> None:
-        self.tmp_path, self.repos, self.calls = tmp_path, repos, []
-
-    def __call__(self, repo_id: str, allow_patterns: list[str], **_options) -> str:
-        self.calls.append((repo_id, list(allow_patterns)))
-        folder = self.tmp_path / "cache" / repo_id.replace("/", "--") / str(len(self.calls))
-        folder.mkdir(parents=True)
-        for path in self.repos[repo_id].iterdir():  # only the requested files, as the Hub
-            if path.name in allow_patterns:
-                shutil.copy(path, folder / path.name)
-        return str(folder)
-
-
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch) -> FakeHub:
-    fake = FakeHub(tmp_path, {"openbmb/VoxCPM2": TINY, "Qwen/tiny": FIXTURES / "qwen3-tiny-a"})
-    monkeypatch.setattr("huggingface_hub.snapshot_download", fake)
-    return fake
+    repos = {"openbmb/VoxCPM2": TINY, "Qwen/tiny": FIXTURES / "qwen3-tiny-a"}
+    return FakeHub(tmp_path, repos).install(monkeypatch)
 
 
 def test_detect_architecture_local() -> None:
@@ -70,6 +54,7 @@ def test_detect_architecture_local() -> None:
 def test_detect_architecture_downloads_config_only(hub: FakeHub) -> None:
     assert detect_architecture("openbmb/VoxCPM2") == VOXCPM2
     assert hub.calls == [("openbmb/VoxCPM2", ["config.json"])]
+    assert hub.listed == []  # a repo with config.json is never asked for its file list
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,10 @@
-"""Which model a checkpoint holds, from its config.json alone (no weights read).
+"""Which model a checkpoint holds, from its config.json alone (no weights read), or for a
+Chatterbox release (no config.json) from its T3 file's name.
 
 `detect_architecture(name_or_path)` reads config.json of a local folder, or downloads only
 config.json for a Hub repo id (the Qwen3 loader's mechanism: same errors for no network, an
-unknown repo or a missing file). `load_model` and the backend loader dispatch on it.
+unknown repo or a missing file); a repo without config.json is asked for its file list.
+`load_model` and the backend loader dispatch on it.
 """
 
 from __future__ import annotations
@@ -19,18 +21,15 @@ REMOTE = "remote"  # not a checkpoint: an http(s)://HOST:PORT/v1 server (backend
 CHATTERBOX_TURBO = "chatterbox_turbo"  # no config.json: a folder with t3_turbo_v1.safetensors
 CHATTERBOX_ENGLISH = "chatterbox_english"  # no config.json: a folder with t3_cfg.safetensors
 CONFIG_FILE = "config.json"
+# a Chatterbox release has no config.json: its T3 weights' file name says which model it is
+CHATTERBOX_T3_FILES = {
+    "t3_turbo_v1.safetensors": CHATTERBOX_TURBO,
+    "t3_cfg.safetensors": CHATTERBOX_ENGLISH,
+}
 
 
 class UnknownArchitectureError(ValueError):
     """config.json names a model this engine does not implement."""
-
-
-def read_config(name_or_path: str | Path) -> dict[str, Any]:
-    """config.json of a local folder or Hub repo id (downloading that file only)."""
-    from .checkpoint import resolve_checkpoint
-
-    folder = resolve_checkpoint(name_or_path, required=(CONFIG_FILE,), patterns=(CONFIG_FILE,))
-    return read_json_object(folder / CONFIG_FILE, UnknownArchitectureError)
 
 
 def architecture_of(config: dict[str, Any], source: str = CONFIG_FILE) -> str:
@@ -55,20 +54,42 @@ def is_remote(name_or_path: str | Path) -> bool:
 
 
 def detect_architecture(name_or_path: str | Path) -> str:
-    """QWEN3_TTS or VOXCPM2 for a local folder or Hub repo id (only config.json is read);
-    CHATTERBOX_TURBO for a local folder in Turbo's released layout (it has no config.json),
-    CHATTERBOX_ENGLISH for one in the original English model's (t3_cfg.safetensors);
-    REMOTE for an http(s) URL (nothing is fetched here)."""
+    """QWEN3_TTS or VOXCPM2 for a local folder or Hub repo id (only config.json is read or
+    downloaded); CHATTERBOX_TURBO or CHATTERBOX_ENGLISH for a folder or repo in a Chatterbox
+    release layout (no config.json: its T3 file names the model, `CHATTERBOX_T3_FILES`; a repo is
+    asked for its file list only when it has no config.json); REMOTE for an http(s) URL
+    (nothing is fetched here)."""
     if is_remote(name_or_path):
         return REMOTE
-    from .chatterbox.checkpoint import is_chatterbox_folder
-    from .chatterbox.english import is_english_folder
+    from .checkpoint import check_files, resolve_checkpoint
 
-    if is_chatterbox_folder(name_or_path):
-        return CHATTERBOX_TURBO
-    if is_english_folder(name_or_path):
-        return CHATTERBOX_ENGLISH
-    return architecture_of(read_config(name_or_path), f"config.json of {name_or_path}")
+    local = Path(name_or_path).expanduser().is_dir()
+    folder = resolve_checkpoint(name_or_path, required=(), patterns=(CONFIG_FILE,))
+    if not (folder / CONFIG_FILE).exists():
+        names = [path.name for path in folder.iterdir()] if local else _hub_files(name_or_path)
+        found = _chatterbox_layout(names)
+        if found is not None:
+            return found
+    check_files(folder, (CONFIG_FILE,))  # the shared loader's "missing: config.json"
+    config = read_json_object(folder / CONFIG_FILE, UnknownArchitectureError)
+    return architecture_of(config, f"config.json of {name_or_path}")
+
+
+def _chatterbox_layout(names: list[str]) -> str | None:
+    """The Chatterbox model whose T3 file is among `names` (the release has no config.json)."""
+    present = set(names)
+    return next((arch for name, arch in CHATTERBOX_T3_FILES.items() if name in present), None)
+
+
+def _hub_files(repo_id: str | Path) -> list[str]:
+    """The file names of a Hub repo ([] where they cannot be listed: the caller's config.json
+    error then stands, with its reason: no network, no such repo)."""
+    from huggingface_hub import list_repo_files  # network only for a repo id
+
+    try:
+        return list(list_repo_files(str(repo_id)))
+    except Exception:  # the hub raises many types; the config.json error already says why
+        return []
 
 
 QWEN3_ONLY_DEFAULTS = {
@@ -89,11 +110,11 @@ def load_model(
     decoder_dtype: Any = None,
     warm_chunks: tuple[int, ...] = (2, 6),
 ) -> Any:
-    """Hub repo id or local folder -> a ready model, chosen by its config.json (read once):
-    Qwen3TTSModel (every argument as `qwen3_tts.model.load_model`) or VoxCPMModel (device and
-    dtype; dtype None = float32). The other arguments are Qwen3-TTS options: for VoxCPM2 they
-    must keep their defaults (quantize may be None, "none" or "auto", which keeps the float
-    weights: there is no int8 VoxCPM2), else a ValueError says which."""
+    """Hub repo id or local folder -> a ready model, chosen by `detect_architecture` (config.json
+    read once): Qwen3TTSModel (every argument as `qwen3_tts.model.load_model`), VoxCPMModel or a
+    Chatterbox model (device and dtype; dtype None = float32). The other arguments are Qwen3-TTS
+    options: for VoxCPM2 they must keep their defaults (quantize may be None, "none" or "auto",
+    which keeps the float weights: there is no int8 VoxCPM2), else a ValueError says which."""
     options = {"compile": compile, "cuda_graphs": cuda_graphs, "quantize": quantize,
                "decoder_dtype": decoder_dtype, "warm_chunks": warm_chunks}  # fmt: skip
     with one_read():  # config.json read once for the dispatch and the model's own configs
@@ -104,19 +125,15 @@ def _dispatch(name_or_path: str | Path, device: str, dtype: Any, options: dict[s
     import torch
 
     dtype = torch.float32 if dtype is None else dtype
-    from .chatterbox.checkpoint import is_chatterbox_folder
-
-    if is_chatterbox_folder(name_or_path):  # Qwen3-only options are not read (float32 only)
+    architecture = detect_architecture(name_or_path)
+    if architecture == CHATTERBOX_TURBO:  # Qwen3-only options are not read (float32 only)
         from .chatterbox.model import ChatterboxTurboModel
 
         return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, dtype=dtype)
-    from .chatterbox.english import is_english_folder
-
-    if is_english_folder(name_or_path):  # the original English model: float32 too
+    if architecture == CHATTERBOX_ENGLISH:  # the original English model: float32 too
         from .chatterbox.english import ChatterboxEnglishModel
 
         return ChatterboxEnglishModel.from_pretrained(name_or_path, device=device, dtype=dtype)
-    architecture = architecture_of(read_config(name_or_path), f"config.json of {name_or_path}")
     if architecture == QWEN3_TTS:
         from .qwen3_tts.model import load_model as load_qwen3
 

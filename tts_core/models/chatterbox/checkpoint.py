@@ -36,15 +36,6 @@ def resolve_folder(name_or_path: str | Path) -> Path:
     return resolve_checkpoint(name_or_path, required=REQUIRED_FILES, patterns=DOWNLOAD_PATTERNS)
 
 
-def is_chatterbox_folder(name_or_path: str | Path) -> bool:
-    """A local folder in the Turbo release layout (the release has no config.json, so the
-    registry recognises it by its T3 file). Hub repo ids are not looked up here."""
-    folder = Path(name_or_path).expanduser()
-    return (
-        folder.is_dir() and (folder / T3_FILE).is_file() and not (folder / "config.json").exists()
-    )
-
-
 class _Without:
     """A TensorSource minus some keys (unused tensors the official also discards)."""
 
