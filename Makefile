@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tts-core-installed
 SCALE_STAMP := $(VENV)/.tts-core-scale-installed
 ARGS ?=
+# pytest workers: 2 halves the suite on a 2-core box; each test file stays on one worker
+TEST_WORKERS ?= 2
 
 .PHONY: run test install lint browser cross clean-venv
 
@@ -14,7 +16,7 @@ run: $(STAMP)
 	$(PY) app.py $(ARGS)
 
 test: $(STAMP) $(SCALE_STAMP) browser cross lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 install: $(STAMP)
 
