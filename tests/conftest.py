@@ -74,6 +74,7 @@ def chromium_context(profile: Path, viewport: dict[str, int] | None = None) -> I
             timeout=BROWSER_HANG_MS,  # its start too: Playwright's 30 s default, a speed bound
         )  # fmt: skip
         context.set_default_timeout(BROWSER_HANG_MS)
+        context.add_init_script(TOAST_RECORDER)  # every page records its toasts
         try:
             yield context
         finally:
@@ -108,6 +109,24 @@ def one_torch_thread() -> Iterator[None]:
 # Playwright waits are hang detectors: a page on a loaded 2-core box (other work, the server
 # and Chromium sharing the cores) may take tens of seconds to render; a broken one never does
 BROWSER_HANG_MS = 120_000
+# Every toast text a page showed (gr.Error and the like), recorded the moment it appears: a
+# toast closes itself after its duration (10 s of the page's time), and a test process
+# starved for longer than that (a loaded machine) may look for it only once it is gone
+TOAST_RECORDER = """
+window.__toasts = [];
+new MutationObserver(() => {
+  for (const node of document.querySelectorAll("[data-testid='toast-body']")) {
+    const text = node.textContent.trim();
+    if (text && !window.__toasts.includes(text)) window.__toasts.push(text);
+  }
+}).observe(document, {subtree: true, childList: true, characterData: true});
+"""
+
+
+def wait_for_toast(page, text: str) -> None:  # noqa: ANN001 - a Playwright Page
+    """Until the page has shown a toast with `text` (TOAST_RECORDER), gone since or not."""
+    page.wait_for_function("(text) => window.__toasts.some((t) => t.includes(text))",
+                           arg=text, timeout=BROWSER_HANG_MS)  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -217,6 +236,32 @@ class HeldBackend:
             assert time.monotonic() < deadline, "no request reached its hold point"
             time.sleep(0.01)
         return held[0]
+
+
+class GatedBackend:
+    """A backend (the real eSpeak one, in the tests) whose requests stop after their first
+    `after_s` of audio (HELD_AFTER_S: the default cadence's first chunks) until `gate` is set
+    or their cancel comes: "generation is behind" or "the response is still being made" when
+    the test says so, however fast or slow the machine."""
+
+    def __init__(self, inner, after_s: float = HELD_AFTER_S) -> None:  # noqa: ANN001
+        self._inner = inner
+        self._after = int(after_s * getattr(inner, "sample_rate", 24_000))
+        self.gate = threading.Event()
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - the inner backend's attributes
+        return getattr(self._inner, name)
+
+    def stream(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
+        produced, pieces = 0, self._inner.stream(text, voice, params, cancel)
+        try:
+            for piece in pieces:
+                while produced >= self._after and not (self.gate.is_set() or cancel.is_set()):
+                    self.gate.wait(0.01)
+                yield piece
+                produced += piece.audio.size
+        finally:
+            pieces.close()
 
 
 @pytest.fixture()

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BROWSER_HANG_MS, HANG_S, HeldBackend, chromium_context
+from conftest import BROWSER_HANG_MS, HANG_S, HeldBackend, chromium_context, wait_for_toast
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 RECORDER = """
@@ -56,9 +56,12 @@ def browser_context(tmp_path_factory):
 
 def open_with_standard_player(page, url: str) -> None:
     """These tests exercise Gradio's own streaming gr.Audio (HLS); the page's default is the
-    low-latency Web Audio player (tested in test_lowlatency_browser.py)."""
+    low-latency Web Audio player (tested in test_lowlatency_browser.py). Generate goes through
+    the player's script (it clicks the standard player's trigger) and reports to the stats
+    panel's: both are there before the page is used."""
     page.goto(url)
-    page.wait_for_selector("#generate")
+    page.wait_for_function("() => window.__ttsLowLatency && window.__ttsStats",
+                           timeout=BROWSER_HANG_MS)  # fmt: skip
     page.get_by_label("Standard (gr.Audio, HLS)").check()
 
 
@@ -69,9 +72,9 @@ def stat(page, name: str) -> str:
 
 def wait_for_state(page, state: str) -> None:
     page.wait_for_function(
-        f"() => document.querySelector(\"#live-stats [data-s='state']\")?.textContent === '{state}'",
-        timeout=HANG_S * 1000,  # a hang detector, not a speed bound
-    )
+        "(state) => document.querySelector(\"#live-stats [data-s='state']\")?.textContent"
+        " === state", arg=state, timeout=BROWSER_HANG_MS,  # a hang detector, not a speed bound
+    )  # fmt: skip
 
 
 def live_audio_events(page) -> list[list]:
@@ -143,8 +146,13 @@ def test_bad_input_shows_a_clear_error_in_the_page(app_server, browser_context):
     open_with_standard_player(page, url)
     page.fill("#text textarea", "   ")
     page.click("#generate")
-    toast = page.get_by_text("Please enter some text to speak.")
-    toast.first.wait_for(timeout=BROWSER_HANG_MS)
+    # the toast closes itself after 10 s (of the page's time): recorded when it appeared
+    wait_for_toast(page, "Please enter some text to speak.")
+    page.wait_for_function(  # and the stats panel keeps it
+        "() => document.querySelector(\"#live-stats [data-s='state']\").textContent"
+        ".startsWith('Error: ')", timeout=BROWSER_HANG_MS,
+    )  # fmt: skip
+    assert "Please enter some text to speak." in stat(page, "state")
     assert "Traceback" not in page.content()
     # the page still works afterwards
     page.fill("#text textarea", "Working again.")
@@ -204,8 +212,8 @@ def start_long_stream(page, url: str, backend, standard: bool):  # noqa: ANN201 
         open_with_standard_player(page, url)
     else:
         page.goto(url)
-        page.wait_for_function(
-            "() => window.__ttsLowLatency !== undefined", timeout=BROWSER_HANG_MS
+        page.wait_for_function(  # the player's script and the stats panel's ran
+            "() => window.__ttsLowLatency && window.__ttsStats", timeout=BROWSER_HANG_MS
         )
     page.fill("#text textarea", STOP_TEXT)
     set_chunk_frames(page, first=1, steady=1)  # a chunk per 80 ms: the page updates a lot
@@ -216,7 +224,7 @@ def start_long_stream(page, url: str, backend, standard: bool):  # noqa: ANN201 
     run = backend.wait_holding(since=before)
     page.wait_for_function(  # the page shows the chunks
         "() => /\\d+ chunks/.test(document.querySelector(\"#live-stats [data-s='chunks']\").textContent)",
-        timeout=HANG_S * 1000,
+        timeout=BROWSER_HANG_MS,
     )
     return run
 
@@ -241,7 +249,7 @@ def test_the_stop_button_stays_put_while_chunks_arrive(browser_context, held_pag
     chunks = page.text_content("#live-stats [data-s='chunks']")
     page.wait_for_function(  # and a few more chunks drawn
         f"() => document.querySelector(\"#live-stats [data-s='chunks']\").textContent !== '{chunks}'",
-        timeout=HANG_S * 1000,
+        timeout=BROWSER_HANG_MS,
     )
     boxes = page.evaluate("window.__stopBoxes")
     click_stop(page)
@@ -276,7 +284,8 @@ def test_real_page_defaults_to_the_low_latency_player(app_server, browser_contex
     url, _ = app_server
     page = browser_context.new_page()
     page.goto(url)
-    page.wait_for_function("() => window.__ttsLowLatency !== undefined", timeout=BROWSER_HANG_MS)
+    page.wait_for_function("() => window.__ttsLowLatency && window.__ttsStats",
+                           timeout=BROWSER_HANG_MS)  # fmt: skip
     page.fill("#text textarea", "The default player of the real page speaks now.")
     page.click("#generate")
     page.wait_for_function(

@@ -24,6 +24,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from conftest import HANG_S, GatedBackend
 
 from tts_core.audio import SAMPLE_RATE
 from tts_core.engine import Engine, EngineConfig, Limits, SynthesisRequest
@@ -148,19 +149,35 @@ def speech(url: str, **body) -> httpx.Response:  # noqa: ANN003
     return httpx.post(f"{url}/v1/audio/speech", json={"model": "tts-1", **body}, timeout=60)
 
 
-def test_wav_streams_before_generation_ends_and_has_the_engine_length(api):
-    url, engine = api
+@pytest.fixture()
+def gated_api(espeak_backend, tmp_path):
+    """(base url, engine, backend): eSpeak held after its first chunks until backend.gate is
+    set (conftest.GatedBackend); the gate opens at the end."""
+    backend = GatedBackend(espeak_backend)
+    engine = RecordingEngine(backend, EngineConfig(max_concurrent=2))
+    with serve(make_api(engine, tmp_path / "voices")) as url:
+        try:
+            yield url, engine, backend
+        finally:
+            backend.gate.set()
+
+
+def test_wav_streams_before_generation_ends_and_has_the_engine_length(gated_api):
+    """The first bytes come while the synthesis is held (the gate opens only once they are
+    here): a response made whole before it is sent never gets past its hang detector."""
+    url, engine, backend = gated_api
     body = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "wav"}
-    first_at, data = None, b""
-    with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=60) as response:
+    data = b""
+    with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=HANG_S) as response:
         assert response.status_code == 200
         assert response.headers["content-type"] == "audio/wav"
         assert response.headers.get("transfer-encoding") == "chunked"
         for part in response.iter_bytes():
-            first_at = first_at or time.perf_counter()
+            if not backend.gate.is_set():
+                assert engine.runs[-1]["ended"] is None  # generation still held
+                backend.gate.set()
             data += part
     run = engine.runs[-1]
-    assert first_at < run["ended"], "first bytes only came once generation had ended"
     samples = parse_streamed_wav(data)
     assert samples.size == run["samples"] and run["stats"]["done"]
     audio, rate = sf.read(io.BytesIO(data), dtype="int16")  # libsndfile accepts the open size
@@ -181,19 +198,23 @@ def test_a_wav_sent_whole_has_its_real_sizes_and_a_content_length(api):
     assert sf.info(io.BytesIO(data)).frames == samples
 
 
-def test_a_client_gone_before_a_whole_response_stops_the_generation(api):
-    url, engine = api
-    runs = len(engine.runs)
+def test_a_client_gone_before_a_whole_response_stops_the_generation(held_backend, tmp_path):
+    """The synthesis trickles after its first second until its cancel (conftest.HeldBackend),
+    so the file is still being made when the client gives up, however slow the machine; what
+    it made after the cancel is counted, not timed."""
+    engine = RecordingEngine(held_backend, EngineConfig(max_concurrent=2))
     body = {"model": "tts-1", "input": LONG_TEXT, "voice": "alloy", "response_format": "wav",
             "stream": False}  # fmt: skip
-    with pytest.raises(httpx.ReadTimeout):  # the client gives up while the file is being made
-        httpx.post(f"{url}/v1/audio/speech", json=body, timeout=httpx.Timeout(60, read=1.0))
-    wait_until(lambda: len(engine.runs) > runs and engine.runs[-1]["ended"] is not None, 60)
-    run = engine.runs[-1]
-    assert run["cancel"].is_set()
-    full = len(LONG_TEXT) / 15 * SAMPLE_RATE  # ~15 characters per second of eSpeak speech
-    assert run["samples"] < 0.5 * full
-    wait_until(lambda: engine.active_requests == 0, 60)
+    with serve(make_api(engine, tmp_path / "voices")) as url:
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up while the file is made
+            httpx.post(f"{url}/v1/audio/speech", json=body,
+                       timeout=httpx.Timeout(HANG_S, read=1.0))  # fmt: skip
+        wait_until(lambda: engine.runs and engine.runs[-1]["ended"] is not None, HANG_S)
+        run, held = engine.runs[-1], held_backend.runs[-1]
+        assert run["cancel"].is_set()
+        assert held.cancelled.is_set(), "it ended without the client's leaving cancelling it"
+        assert held.after_cancel <= 1  # no more audio made after the cancel (one in flight)
+        wait_until(lambda: engine.active_requests == 0, HANG_S)
 
 
 def test_pcm_is_raw_int16_of_the_engine_length(api):

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import BROWSER_HANG_MS, chromium_context
+from conftest import BROWSER_HANG_MS, chromium_context, wait_for_toast
 from test_openai_api import RecordingEngine, free_port
 
 from tts_core.audio.ffmpeg import ensure_ffmpeg_on_path
@@ -100,10 +100,6 @@ def pick_voice(page, label: str) -> None:  # noqa: ANN001
 def api_voices(url: str) -> dict[str, dict]:
     listed = httpx.get(f"{url}/v1/audio/voices", timeout=10).json()["data"]
     return {voice["id"]: voice for voice in listed}
-
-
-def toast(page, text: str) -> None:  # noqa: ANN001
-    page.get_by_text(text).first.wait_for(timeout=BROWSER_HANG_MS)
 
 
 def note(page, text: str) -> None:  # noqa: ANN001
@@ -458,7 +454,7 @@ def test_a_new_error_leaves_no_clip_of_the_last_run_beside_it(browser, site):
     page.wait_for_selector(full, state="attached")
     page.fill("#text textarea", "   ")
     page.click("#generate")
-    toast(page, "Please enter some text to speak.")
+    wait_for_toast(page, "Please enter some text to speak.")  # recorded: it closes itself
     page.wait_for_function(
         "() => document.querySelector(\"#live-stats [data-s='state']\").textContent"
         ".startsWith('Error: ')",

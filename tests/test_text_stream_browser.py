@@ -19,17 +19,22 @@ missing, unless REQUIRE_BROWSER=1 (CI), where a missing browser fails.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
+import test_speech_ws
 from conftest import BROWSER_HANG_MS, chromium_context
 from test_page_browser import serve_page
 from test_speech_ws import FAIL_AFTER_S, api_app, guarded_server, receive_utterance, send, until
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
 from websockets.sync.client import ClientConnection, connect
 
 from tts_core.engine import Engine, EngineConfig, EngineSlot
 from tts_core.server import AccessPolicy, VoiceRegistry, page_text_ws
+from tts_core.server.http_server import server_config
 from tts_core.server.speech_ws import ROUTE as API_ROUTE
 from tts_core.server.speech_ws import StreamLimits
 
@@ -116,11 +121,13 @@ def click_generate(page) -> None:  # noqa: ANN001
     page.click("#generate")
 
 
-def wait_run(page, condition: str) -> dict:  # noqa: ANN001
-    """The run once `condition` (JS over m, the run's metrics) holds, or it failed."""
+def wait_run(page, condition: str, feed_s: float = 0.0) -> dict:  # noqa: ANN001
+    """The run once `condition` (JS over m, the run's metrics) holds, or it failed. `feed_s`:
+    how long the page's feed takes by its own rate (the words per second), which the hang
+    detector comes on top of."""
     page.wait_for_function(
         f"() => {{ const m = window.__ttsLowLatency.last; return m && (m.error || ({condition})); }}",
-        timeout=BROWSER_HANG_MS,
+        timeout=BROWSER_HANG_MS + 1000 * feed_s,
     )  # fmt: skip
     return page.evaluate(LAST_RUN)
 
@@ -132,7 +139,7 @@ def test_speech_starts_before_the_last_word_is_sent(qwen3_site, page) -> None:
     page.evaluate(f"window.__ttsTextHoldAfter = {HOLD_AFTER}")
     fed, whole = len(engine.fed), engine.whole
     click_generate(page)
-    run = wait_run(page, "m.done")
+    run = wait_run(page, "m.done", feed_s=len(WORDS.split()) / 1.0)  # 20 words at 1 a second
     assert run["error"] is None, run["error"]
     text = run["text"]
     print(f"\ntext streamed in at 1 word/s: {text}")
@@ -157,6 +164,9 @@ def test_stop_mid_text_cancels_the_request(qwen3_site, page) -> None:
     server frees the row waiting for its text (no idle timeout here: raised for the test)."""
     _, engine, scheduler = qwen3_site
     set_text_stream(page, True, 1.0)
+    # the feed waits after word HOLD_AFTER for the first audio: words are left to send when
+    # it comes, however long the model takes (not only when the test above ran first)
+    page.evaluate(f"window.__ttsTextHoldAfter = {HOLD_AFTER}")
     fed = len(engine.fed)
     click_generate(page)
     run = wait_run(page, "m.text && m.text.firstAudioWord !== null")
@@ -253,3 +263,71 @@ def test_the_page_route_refuses_with_a_clear_error(keyed_host, headers, config, 
     assert (error["status"], error["code"]) == (status, code), error
     assert error["message"]
     until(lambda: engine.active_requests == 0, "nothing left running")
+
+
+class GatedOpenEngine(CountingEngine):
+    """A CountingEngine whose requests for text in pieces open once `gate` is set: a session
+    busy with one message (as a loaded machine or a wait in the engine's line makes it)
+    while its client sends more."""
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.opening, self.gate = threading.Event(), threading.Event()
+
+    def open_fed(self, request, cancel=None):  # noqa: ANN001, ANN201
+        self.opening.set()
+        self.gate.wait()
+        return super().open_fed(request, cancel)
+
+
+class PingCountingConnection(ClientConnection):
+    """A client that counts the server's keepalive pings (it answers each, as any does)."""
+
+    pings = 0
+
+    def process_event(self, event) -> None:  # noqa: ANN001
+        if isinstance(event, Frame) and event.opcode is Opcode.PING:
+            self.pings += 1
+        super().process_event(event)
+
+
+PING_INTERVAL_S = 0.05  # the server's keepalive pings, often; the pong deadline: a hang's
+
+
+def test_a_busy_session_keeps_a_client_that_answers_its_pings(espeak_backend, tmp_path,
+                                                              monkeypatch) -> None:  # fmt: skip
+    """The session is stuck on one message (the engine's open waits) while its client has
+    sent more. uvicorn stopped reading such a socket, the client's pongs included, so a
+    session busier than the ping timeout (20 s by default: a loaded machine) had its client
+    dropped (1011; 1006 in Chromium). The server sends its next ping only once it has read
+    the last one's pong: two pings while the session is stuck prove the pongs are read."""
+    configured = server_config
+
+    def pinging(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        config = configured(*args, **kwargs)
+        config.ws_ping_interval, config.ws_ping_timeout = PING_INTERVAL_S, FAIL_AFTER_S
+        return config
+
+    monkeypatch.setattr(test_speech_ws, "server_config", pinging)
+    engine = GatedOpenEngine(espeak_backend, EngineConfig(max_concurrent=2))
+    try:
+        with guarded_server(api_app(engine, tmp_path / "voices")) as host:
+            with connect(f"ws://{host}{page_text_ws.ROUTE}", ping_interval=None,
+                         open_timeout=FAIL_AFTER_S,
+                         create_connection=PingCountingConnection) as ws:  # fmt: skip
+                send(ws, "session.config", voice="alloy", language="english")
+                for word in ("Hello ", "from ", "a ", "busy ", "server."):
+                    send(ws, "input.text", text=word)
+                send(ws, "input.done")
+                until(engine.opening.is_set, "the session waits for the engine")
+                seen = ws.pings
+                until(lambda: ws.pings >= seen + 2 or ws.protocol.state is State.CLOSED,
+                      "two pings while the session waits")  # fmt: skip
+                assert ws.pings >= seen + 2, ws.close_code  # not dropped
+                engine.gate.set()
+                audio, messages = receive_utterance(ws)
+    finally:
+        engine.gate.set()
+    assert [m["type"] for m in messages] == ["audio.start", "audio.done", "session.done"]
+    assert len(audio) == messages[1]["total_bytes"] > 0
+    assert engine.fed[-1].text == "Hello from a busy server."

@@ -30,6 +30,12 @@ admission (a place in line per utterance); the engine's text limit per utterance
 a completed utterance is still being sent); message sizes. Every error is an `error` message
 and a close (codes: 1008 refused or bad message, 1009 too large, 1013 busy, 1011 server error,
 1000 idle).
+
+The client's messages are read as they come, while the session still acts on an earlier one
+(a config's reference clip, a wait for the engine): uvicorn stops reading a socket whose app
+has not asked for the message it holds, and its keepalive pongs with it, so a session busier
+than the ping timeout (20 s; a loaded machine) had its client dropped (1011, or 1006 in a
+browser) although that client had answered every ping. Up to MAX_PENDING_BYTES wait unread.
 """
 
 from __future__ import annotations
@@ -60,6 +66,7 @@ log = logging.getLogger(__name__)
 ROUTE = "/v1/audio/speech/stream"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # a session.config with a ref_audio data URL (vLLM-Omni's)
 MAX_TEXT_MESSAGE_CHARS = 64 * 1024  # any other message
+MAX_PENDING_BYTES = MAX_MESSAGE_BYTES  # messages read ahead of the session; then reads wait
 FORMATS = ("pcm", "wav")
 CONFIG_PLACEHOLDER = "session.config"  # SpeechBody's required `input`; the text comes later
 _CLOSE_CODES = {400: 1008, 401: 1008, 403: 1008, 404: 1008, 408: 1000, 413: 1009, 503: 1013}
@@ -123,14 +130,20 @@ class SpeechSession:
         self.utterance: _Utterance | None = None
         self.count = 0  # utterances opened
         self.viewer: Viewer | None = None
+        # the client's messages, read ahead of the session (see the module docstring)
+        self._inbox: asyncio.Queue[tuple[dict, int]] = asyncio.Queue()
+        self._pending = 0  # their size (a text message: its characters)
+        self._taken = asyncio.Event()  # a message was taken from the inbox
 
     async def run(self) -> None:
         await self.ws.accept()
         receiving: asyncio.Task | None = None
+        reader: asyncio.Task | None = None
         try:
             self._admit()
+            reader = asyncio.ensure_future(self._read())
             while True:
-                receiving = receiving or asyncio.ensure_future(self.ws.receive())
+                receiving = receiving or asyncio.ensure_future(self._take())
                 message = await self._next(receiving)
                 if message is None:
                     continue  # an utterance's audio ended first
@@ -147,9 +160,34 @@ class SpeechSession:
             log.exception("speech stream session failed")
             await self._fail(ApiError(500, f"Internal error ({type(exc).__name__})."))
         finally:
-            if receiving is not None:
-                receiving.cancel()
+            for task in (receiving, reader):
+                if task is not None:
+                    task.cancel()
             await self._stop_utterance()
+
+    async def _read(self) -> None:
+        """The client's messages into the inbox as they come, up to the disconnect; reading
+        waits while MAX_PENDING_BYTES of them are not taken yet."""
+        while True:
+            while self._pending > MAX_PENDING_BYTES:
+                self._taken.clear()
+                await self._taken.wait()
+            try:
+                message = await self.ws.receive()
+            except Exception:  # noqa: BLE001 - the connection is gone: the session ends
+                message = {"type": "websocket.disconnect"}
+            size = len(message.get("text") or message.get("bytes") or "")
+            self._pending += size
+            self._inbox.put_nowait((message, size))
+            if message["type"] == "websocket.disconnect":
+                return
+
+    async def _take(self) -> dict:
+        """The client's next message (in the order sent)."""
+        message, size = await self._inbox.get()
+        self._pending -= size
+        self._taken.set()
+        return message
 
     def _admit(self) -> None:
         """The handshake's access check, by the session's `access` (ApiError 403 / 401), and
