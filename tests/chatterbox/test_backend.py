@@ -48,9 +48,9 @@ def test_backend_contract(backend: ChatterboxBackend) -> None:
     sampling = {"temperature": 0.8, "top_k": 1000, "top_p": 0.95, "repetition_penalty": 1.2}
     chunking = {"first_chunk_tokens": StreamChunking().first_tokens,
                 "chunk_tokens": StreamChunking().chunk_tokens}  # fmt: skip
-    assert defaults == {**sampling, **chunking}
+    assert defaults == {**sampling, **chunking, "watermark": 1}  # Perth on the stream: on
     assert TurboSampling(**sampling) == TurboSampling()  # the official generate()'s defaults
-    assert "not watermarked" in backend.description
+    assert "Perth watermark" in backend.description
     assert backend.create_voice(None, None).summary["mode"] == "built-in"
 
 
@@ -62,7 +62,8 @@ def test_engine_stream_equals_generate(backend: ChatterboxBackend, cloned: bool)
         audio, sr = ref_clip()
         clip = librosa.resample(audio, orig_sr=sr, target_sr=24000)  # as the engine hands it
     params = SynthesisParams(seed=7, first_chunk_frames=FIRST, chunk_frames=STEADY,
-                             first_chunk_tokens=S3GEN_FIRST, chunk_tokens=S3GEN_STEADY)  # fmt: skip
+                             first_chunk_tokens=S3GEN_FIRST, chunk_tokens=S3GEN_STEADY,
+                             watermark=0)  # fmt: skip
     request = SynthesisRequest("how are you today?", reference=None if clip is None else
                                (24000, clip), params=params)  # fmt: skip
     events = list(_engine(backend).stream(request))

@@ -3,7 +3,8 @@ backend `tts_core.backends.load_backend` chooses from the folder's files, no fal
 on the tiny English checkpoint a): a voice uploaded to /v1/audio/voices and cloned, the knobs
 exaggeration and cfg_weight taken from the request body (declared once in
 backends/chatterbox_english.py, so /v1 accepts and checks them by name), and the sample values
-equal to the model's stream() for the seed and those knobs, to int16 rounding; the knob range
+equal to the model's stream() for the seed and those knobs (the backend serves it through its
+EnglishScheduler), to int16 rounding; the knob range
 checks; and the page built from the same declaration shows their sliders.
 """
 
@@ -42,7 +43,8 @@ def voices_dir(tmp_path_factory):
 def backend():
     loaded, notice = load_backend(str(TINY), "cpu", allow_fallback=False)
     assert isinstance(loaded, ChatterboxEnglishBackend) and notice is None
-    return loaded
+    yield loaded
+    loaded.close()  # its scheduler's loop thread
 
 
 @pytest.fixture(scope="module")
@@ -74,18 +76,19 @@ def test_backend_contract(backend) -> None:
 
 def test_uploaded_voice_is_cloned_with_the_knobs(backend, server, voices_dir, monkeypatch):
     seen = []
-    stream = backend.model.stream
+    submit = backend.scheduler.submit  # model.stream's arguments, served
 
     def spy(*args, **kwargs):
         seen.append((kwargs["exaggeration"], kwargs["sampling"]))
-        return stream(*args, **kwargs)
+        return submit(*args, **kwargs)
 
-    monkeypatch.setattr(backend.model, "stream", spy)
+    monkeypatch.setattr(backend.scheduler, "submit", spy)
     with REF_CLIP.open("rb") as f:
         made = httpx.post(f"{server}/v1/audio/voices", data={"name": "en-clone"},
                           files={"file": ("ref.wav", f, "audio/wav")}, timeout=120)  # fmt: skip
     assert made.status_code == 201, made.text[:300]
-    audio = pcm(server, input=TEXT, voice="en-clone", seed=3, exaggeration=0.8, cfg_weight=0.3)
+    audio = pcm(server, input=TEXT, voice="en-clone", seed=3, exaggeration=0.8, cfg_weight=0.3,
+                watermark=0)  # fmt: skip
     _, clip = VoiceRegistry(voices_dir).load("en-clone")
     model = english_model(TINY)
     voice = model.create_voice(clip, 24000)

@@ -89,3 +89,14 @@ def test_a_file_missing_from_the_release_repo_is_named(hub: FakeHub, tmp_path: P
     hub.repos["ResembleAI/chatterbox-turbo"] = Path(repo)
     with pytest.raises(FileNotFoundError, match="missing: ve.safetensors"):
         load_model("ResembleAI/chatterbox-turbo")
+
+
+@pytest.mark.parametrize("repo", ["ResembleAI/chatterbox-turbo", "ResembleAI/chatterbox"])
+def test_max_batch_reaches_both_chatterbox_backends(hub: FakeHub, repo: str) -> None:
+    from tts_core.backends import load_backend
+
+    backend, _ = load_backend(repo, device="cpu", allow_fallback=False, max_batch=3)
+    try:
+        assert backend.default_concurrency == backend.scheduler.max_batch == 3
+    finally:
+        backend.close()

@@ -80,19 +80,18 @@ def test_only_float32():
 
 
 def test_watermark_needs_the_optional_package(monkeypatch):
-    import builtins
+    """Without resemble-perth (its weights; found by find_spec, never imported) a clear error."""
+    import importlib.util
 
-    real_import = builtins.__import__
+    from tts_core.audio import perth_watermark
 
-    def no_perth(name, *args, **kwargs):
-        if name == "perth":
-            raise ImportError("no perth")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_perth)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "perth" else real_find_spec(name, *a))  # fmt: skip
+    monkeypatch.setattr(perth_watermark, "_shared", None)
     from tts_core.models.chatterbox.model import apply_watermark
 
-    with pytest.raises(RuntimeError, match="resemble-perth"):
+    with pytest.raises(RuntimeError, match=r"resemble-perth.*tts-core\[chatterbox-watermark\]"):
         apply_watermark(torch.zeros(24000).numpy())
 
 

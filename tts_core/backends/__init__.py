@@ -134,14 +134,14 @@ def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | 
             from .voxcpm import VoxCPMBackend
 
             return VoxCPMBackend.load(name, device, dtype=dtype, **extra)
-        if architecture == CHATTERBOX_TURBO:  # float32: dtype not used
+        if architecture == CHATTERBOX_TURBO:  # float32: dtype not used; quantize: T3 int8
             from .chatterbox import ChatterboxBackend
 
-            return ChatterboxBackend.load(name, device, **extra)
+            return ChatterboxBackend.load(name, device, quantize=quantize, **extra)
         if architecture == CHATTERBOX_ENGLISH:  # the original English model, float32
             from .chatterbox_english import ChatterboxEnglishBackend
 
-            return ChatterboxEnglishBackend.load(name, device)
+            return ChatterboxEnglishBackend.load(name, device, **extra)
         from .qwen3 import Qwen3Backend
 
         return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize,

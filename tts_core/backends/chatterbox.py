@@ -4,13 +4,16 @@ Streamed: T3 draws tokens and S3Gen + HiFT turn them into audio while it runs (`
 the flow re-run over prompt + all tokens so far every `chunk_tokens` tokens, the stable frames
 vocoded with a carried source; models/chatterbox/streaming.py). The tokens are the official's
 for the seed; the audio approximates the whole-utterance pass (measured SNR in BENCHMARKS.md).
-Streamed chunks are NOT watermarked (as in upstream's streaming PR #528: the Perth watermark
-works on whole-clip STFT frames); `model.generate(watermark=True)` still gives the watermarked
-whole clip. Every request goes through the model's TurboScheduler (continuous batching on the
+Streamed chunks carry the Perth watermark (knob `watermark`, on by default, with resemble-perth
+installed): each chunk is marked with 0.25 s of context and a 40 ms tail crossfaded into the
+next pass (audio/perth_watermark.py StreamWatermarker: no clicks at the joins, measured in
+BENCHMARKS.md); `model.generate(watermark=True)` gives the official's whole-clip watermark.
+Every request goes through the model's TurboScheduler (continuous batching on the
 one decode engine, models/chatterbox/serving.py: up to `max_batch` streams step together on one
 loop thread, each bit-identical to the same request's `model.stream`), which makes the voices too.
 Cloning takes the reference clip alone (no transcript); with no clip the checkpoint's built-in
-voice (conds.pt) speaks.
+voice (conds.pt) speaks. The English model's backend (chatterbox_english.py) is this class with
+its own model, scheduler and knobs (`_scheduler`, `_request_args`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..audio.perth_watermark import stream_marker
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
@@ -33,6 +37,11 @@ log = logging.getLogger(__name__)
 SAMPLES_PER_TOKEN = 960  # 40 ms at 24 kHz
 DEFAULT_CHUNKING = StreamChunking()
 SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "repetition_penalty")
+# --- Perth watermark of the stream (audio/perth_watermark.py; measured in BENCHMARKS.md) ---
+WATERMARK_KNOB = Knob(
+    "watermark", int, 0, 1, default=1, label="Perth watermark (1: on)", step=1,
+    help="1: the streamed audio carries Resemble's Perth watermark, as the official marks "
+         "its clips (needs the package resemble-perth); 0: no watermark.")  # fmt: skip
 # The official Turbo generate()'s sampling defaults, then the streaming chunk sizes; declared
 # once here for page, API, checks.
 KNOBS = (
@@ -56,13 +65,14 @@ KNOBS = (
     Knob("chunk_tokens", int, 1, 400, default=DEFAULT_CHUNKING.chunk_tokens,
          label="Later S3Gen chunks (tokens)", step=1, ui_range=(4, 200),
          help="Speech tokens between later passes: more cost fewer flow runs."),
+    WATERMARK_KNOB,
 )  # fmt: skip
 
 DESCRIPTION = (
     "Chatterbox Turbo voice cloning from the reference clip alone (longer than 5 s; a "
     "transcript is not used). With no clip it speaks in the checkpoint's built-in voice. Audio "
     "streams while the tokens are drawn (S3Gen in chunks: close to, not bit-equal to, the "
-    "whole-clip pass); streamed audio is not watermarked."
+    "whole-clip pass); the streamed audio carries the Perth watermark (knob watermark)."
 )
 
 
@@ -80,30 +90,54 @@ class ChatterboxBackend:
     def __init__(
         self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH
     ) -> None:
-        from ..models.chatterbox.serving import TurboScheduler
+        from ..models.chatterbox.quant import t3_weight_format
 
         self.model = model
         self.model_name = model_name
         self.device = device
         self.sample_rate = int(model.sample_rate)
         self.frame_samples = SAMPLES_PER_TOKEN
-        self.weight_format = "float32"
-        self.scheduler = TurboScheduler(model, max_batch=max_batch)  # thread starts on first use
+        self.weight_format = t3_weight_format(model)  # "int8": T3's blocks (quantize)
+        self.weight_format_reason = getattr(model, "format_decision", "")
+        self.scheduler = self._scheduler(model, max_batch)  # thread starts on first use
         self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
 
     @classmethod
     def load(
-        cls, name_or_path: str, device: str = "auto", max_batch: int = DEFAULT_MAX_BATCH, **_: Any
+        cls,
+        name_or_path: str,
+        device: str = "auto",
+        max_batch: int = DEFAULT_MAX_BATCH,
+        quantize: str = "auto",
+        **_: Any,
     ) -> ChatterboxBackend:
-        """Local folder in the released layout; float32 (dtype does not apply); max_batch:
-        streams decoded together."""
-        from ..models.chatterbox.model import ChatterboxTurboModel
+        """Local folder in the released layout; float32 (dtype does not apply); quantize: T3 on
+        the 8-bit CPU path ("auto": where faster and >= 30 dB, models/chatterbox/quant.py);
+        max_batch: streams decoded together."""
         from .device import resolve_device
 
         device = resolve_device(device)
-        model = ChatterboxTurboModel.from_pretrained(name_or_path, device=device)
-        log.info("loaded Chatterbox Turbo %s on %s", name_or_path, device)
+        model = cls._load_model(name_or_path, device, quantize)
+        log.info("loaded %s %s on %s", cls.name, name_or_path, device)
         return cls(model, str(name_or_path), device, max_batch=max_batch)
+
+    @staticmethod
+    def _load_model(name_or_path: str, device: str, quantize: str) -> Any:
+        from ..models.chatterbox.model import ChatterboxTurboModel
+
+        return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, quantize=quantize)
+
+    @staticmethod
+    def _scheduler(model: Any, max_batch: int) -> Any:
+        from ..models.chatterbox.serving import TurboScheduler
+
+        return TurboScheduler(model, max_batch=max_batch)
+
+    def _request_args(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The request's model.stream arguments of the knob values (besides seed, chunking)."""
+        from ..models.chatterbox.sampling import TurboSampling
+
+        return {"sampling": TurboSampling(**{name: values[name] for name in SAMPLING_KNOBS})}
 
     def close(self) -> None:
         """Stop the scheduler's thread; streams still running end without a final chunk."""
@@ -113,9 +147,9 @@ class ChatterboxBackend:
         return {knob.name: knob.default for knob in self.knobs}
 
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
-        """audio: 24 kHz mono float32 reference (> 5 s), or None for the built-in voice."""
-        # A transcript (the built-in voices carry theirs) is not used: Turbo clones from the
-        # clip alone; the summary says so.
+        """audio: 24 kHz mono float32 reference (Turbo: > 5 s), or None for the built-in voice."""
+        # A transcript (the built-in voices carry theirs) is not used: both models clone from
+        # the clip alone; the summary says so.
         if audio is None:
             if self.model.builtin_voice is None:
                 raise InputError("This checkpoint has no built-in voice: add a reference clip.",
@@ -133,24 +167,23 @@ class ChatterboxBackend:
     def stream(
         self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
     ) -> Iterator[BackendChunk]:
-        from ..models.chatterbox.sampling import TurboSampling
-
         seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
         values = {**self.sampling_defaults(), **params.values_of(self.knobs)}
-        sampling = TurboSampling(**{name: values[name] for name in SAMPLING_KNOBS})
         chunking = StreamChunking(first_tokens=values["first_chunk_tokens"],
                                   chunk_tokens=values["chunk_tokens"])  # fmt: skip
         if cancel.is_set():
             return
         try:  # model.stream's arguments (the scheduler's submit takes the same)
-            chunks = self.scheduler.submit(text, voice.data, seed=seed, sampling=sampling,
-                                           chunking=chunking, should_stop=cancel.is_set)  # fmt: skip
+            chunks = self.scheduler.submit(text, voice.data, seed=seed, chunking=chunking,
+                                           should_stop=cancel.is_set,
+                                           **self._request_args(values))  # fmt: skip
         except ValueError as exc:  # the request's checks (e.g. text too long for T3)
             raise InputError(str(exc)) from exc
+        mark = stream_marker(values["watermark"], self.sample_rate)  # Perth, per chunk
         try:
             for chunk in chunks:
-                yield BackendChunk(chunk.audio.astype(np.float32, copy=False),
-                                   frames=chunk.audio.size // SAMPLES_PER_TOKEN,
+                audio = mark(chunk.audio.astype(np.float32, copy=False), chunk.final)
+                yield BackendChunk(audio, frames=audio.size // SAMPLES_PER_TOKEN,
                                    stop_reason=chunk.stop_reason,
                                    batch_size=chunk.batch_size)  # fmt: skip
                 if cancel.is_set():

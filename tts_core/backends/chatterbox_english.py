@@ -4,7 +4,10 @@ engine's Backend interface.
 Streamed as Turbo streams (models/chatterbox/streaming.py): T3 draws the official's tokens for
 the seed, S3Gen (the regular 10-step CFM with guidance) re-runs over prompt + tokens so far and
 hands out the stable audio, HiFT carried across chunks; the clip approximates the whole pass and
-is not watermarked. One stream at a time (a lock; no batching scheduler for this model yet).
+carries the Perth watermark per chunk as Turbo's (knob `watermark`). Every request goes through the model's EnglishScheduler (continuous batching
+on the one decode engine, models/chatterbox/english_serving.py: up to `max_batch` streams step
+together on one loop thread, each bit-identical to the same request's `model.stream`), which
+makes the voices too; the rest is Turbo's backend (chatterbox.py), whose subclass this is.
 Cloning takes the reference clip alone (no transcript, no length limit: the English
 prepare_conditionals has none); with no clip the checkpoint's built-in voice (conds.pt) speaks.
 The knobs are the English generate()'s: exaggeration and cfg_weight besides the sampling values.
@@ -12,21 +15,12 @@ The knobs are the English generate()'s: exaggeration and cfg_weight besides the 
 
 from __future__ import annotations
 
-import logging
-import secrets
-import threading
-from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
-
-from ..engine.backend import BackendChunk, SynthesisParams, Voice
-from ..engine.errors import InputError
 from ..engine.knobs import Knob
 from .chatterbox import KNOBS as TURBO_KNOBS
-from .chatterbox import SAMPLES_PER_TOKEN, reference_clip
+from .chatterbox import WATERMARK_KNOB, ChatterboxBackend
 
-log = logging.getLogger(__name__)
 SAMPLING_KNOBS = ("temperature", "min_p", "top_p", "repetition_penalty", "cfg_weight")
 CHUNK_KNOBS = tuple(k for k in TURBO_KNOBS if k.name in ("first_chunk_tokens", "chunk_tokens"))
 # The official English generate()'s defaults (tts.py), declared once for page, API and checks;
@@ -52,101 +46,42 @@ KNOBS = (
          step=0.01, ui_range=(1.0, 2.0),
          help="Above 1: tokens already produced are less likely again (fewer loops)."),
     *CHUNK_KNOBS,
+    WATERMARK_KNOB,  # Turbo's (the stream is Turbo's backend's)
 )  # fmt: skip
 
 DESCRIPTION = (
     "Chatterbox (original English model) voice cloning from the reference clip alone (a "
     "transcript is not used), with emotion exaggeration and classifier-free guidance. With no "
     "clip it speaks in the checkpoint's built-in voice. Audio streams while the tokens are "
-    "drawn (S3Gen in chunks: close to, not bit-equal to, the whole-clip pass); streamed audio "
-    "is not watermarked."
+    "drawn (S3Gen in chunks: close to, not bit-equal to, the whole-clip pass); the streamed "
+    "audio carries the Perth watermark (knob watermark)."
 )
 
 
-class ChatterboxEnglishBackend:
+class ChatterboxEnglishBackend(ChatterboxBackend):
+    """Turbo's backend (voices, streams through the scheduler) with the English model, its
+    scheduler (EnglishScheduler) and its knobs."""
+
     name = "chatterbox-english"
-    can_clone = True
-    needs_reference = False  # the built-in voice speaks without a clip
-    reads_language = False  # English only: the page hides its language dropdown
-    reads_transcript = False  # clones from the clip alone: the page hides the transcript box
-    independent_phrases = False
-    takes_text_pieces = False
     description = DESCRIPTION
     knobs = KNOBS
-    default_concurrency = 1
-
-    def __init__(self, model: Any, model_name: str, device: str) -> None:
-        self.model = model
-        self.model_name = model_name
-        self.device = device
-        self.sample_rate = int(model.sample_rate)
-        self.frame_samples = SAMPLES_PER_TOKEN
-        self.weight_format = "float32"
-        self._lock = threading.Lock()  # one computation of the model at a time
-
-    @classmethod
-    def load(cls, name_or_path: str, device: str = "auto", **_: Any) -> ChatterboxEnglishBackend:
-        """Local folder in the English release layout; float32 (dtype / max_batch do not
-        apply)."""
-        from ..models.chatterbox.english import ChatterboxEnglishModel
-        from .device import resolve_device
-
-        device = resolve_device(device)
-        model = ChatterboxEnglishModel.from_pretrained(name_or_path, device=device)
-        log.info("loaded Chatterbox English %s on %s", name_or_path, device)
-        return cls(model, str(name_or_path), device)
-
-    def close(self) -> None:
-        pass
-
-    def sampling_defaults(self) -> dict[str, Any]:
-        return {knob.name: knob.default for knob in self.knobs}
-
-    def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
-        """audio: 24 kHz mono float32 reference, or None for the built-in voice."""
-        if audio is None:
-            if self.model.builtin_voice is None:
-                raise InputError("This checkpoint has no built-in voice: add a reference clip.",
-                                 "reference")  # fmt: skip
-            return Voice(self.name, None, {"mode": "built-in"})
-        clip = reference_clip(audio)
-        try:
-            with self._lock:
-                voice = self.model.create_voice(clip, 24000)
-        except ValueError as exc:
-            raise InputError(f"Reference clip: {exc}", "reference") from exc
-        return Voice(self.name, voice, {"mode": "reference", "transcript": False,
-                                        "transcript_ignored": bool(reference_text)})  # fmt: skip
-
-    def stream(
-        self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
-    ) -> Iterator[BackendChunk]:
-        from ..models.chatterbox.english_t3 import EnglishSampling
-        from ..models.chatterbox.streaming import StreamChunking
-
-        seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
-        values = {**self.sampling_defaults(), **params.values_of(self.knobs)}
-        sampling = EnglishSampling(**{name: values[name] for name in SAMPLING_KNOBS})
-        chunking = StreamChunking(first_tokens=values["first_chunk_tokens"],
-                                  chunk_tokens=values["chunk_tokens"])  # fmt: skip
-        with self._lock:  # held while the stream runs; the engine closes it on cancel
-            if cancel.is_set():
-                return
-            try:
-                chunks = self.model.stream(text, voice.data, seed=seed,
-                                           exaggeration=values["exaggeration"],
-                                           sampling=sampling, chunking=chunking)  # fmt: skip
-                first = next(chunks)  # the request's checks run before the first draw
-            except ValueError as exc:  # e.g. text too long for T3's positions
-                raise InputError(str(exc)) from exc
-            yield self._chunk(first)
-            for chunk in chunks:
-                if cancel.is_set():
-                    return
-                yield self._chunk(chunk)
 
     @staticmethod
-    def _chunk(chunk: Any) -> BackendChunk:
-        return BackendChunk(chunk.audio.astype(np.float32, copy=False),
-                            frames=chunk.audio.size // SAMPLES_PER_TOKEN,
-                            stop_reason=chunk.stop_reason, batch_size=1)  # fmt: skip
+    def _load_model(name_or_path: str, device: str, quantize: str) -> Any:
+        """A folder in the English release layout, float32 (`quantize` does not apply: no
+        8-bit path for this model)."""
+        from ..models.chatterbox.english import ChatterboxEnglishModel
+
+        return ChatterboxEnglishModel.from_pretrained(name_or_path, device=device)
+
+    @staticmethod
+    def _scheduler(model: Any, max_batch: int) -> Any:
+        from ..models.chatterbox.english_serving import EnglishScheduler
+
+        return EnglishScheduler(model, max_batch=max_batch)
+
+    def _request_args(self, values: dict[str, Any]) -> dict[str, Any]:
+        from ..models.chatterbox.english_t3 import EnglishSampling
+
+        sampling = EnglishSampling(**{name: values[name] for name in SAMPLING_KNOBS})
+        return {"exaggeration": values["exaggeration"], "sampling": sampling}

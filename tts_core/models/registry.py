@@ -18,12 +18,13 @@ QWEN3_TTS = "qwen3_tts"  # Qwen3-TTS 12 Hz: config.json "model_type"
 VOXCPM2 = "voxcpm2"  # VoxCPM2: config.json "architecture"
 ARCHITECTURES = (QWEN3_TTS, VOXCPM2)
 REMOTE = "remote"  # not a checkpoint: an http(s)://HOST:PORT/v1 server (backends/remote.py)
-CHATTERBOX_TURBO = "chatterbox_turbo"  # no config.json: a folder with t3_turbo_v1.safetensors
+CHATTERBOX_TURBO = "chatterbox_turbo"  # no config.json: t3_turbo_v1 (or Nano's t3_nano_v1)
 CHATTERBOX_ENGLISH = "chatterbox_english"  # no config.json: a folder with t3_cfg.safetensors
 CONFIG_FILE = "config.json"
 # a Chatterbox release has no config.json: its T3 weights' file name says which model it is
 CHATTERBOX_T3_FILES = {
     "t3_turbo_v1.safetensors": CHATTERBOX_TURBO,
+    "t3_nano_v1.safetensors": CHATTERBOX_TURBO,  # Nano: Turbo with GPT-2 small (HEAD only)
     "t3_cfg.safetensors": CHATTERBOX_ENGLISH,
 }
 
@@ -112,9 +113,10 @@ def load_model(
 ) -> Any:
     """Hub repo id or local folder -> a ready model, chosen by `detect_architecture` (config.json
     read once): Qwen3TTSModel (every argument as `qwen3_tts.model.load_model`), VoxCPMModel or a
-    Chatterbox model (device and dtype; dtype None = float32). The other arguments are Qwen3-TTS
-    options: for VoxCPM2 they must keep their defaults (quantize may be None, "none" or "auto",
-    which keeps the float weights: there is no int8 VoxCPM2), else a ValueError says which."""
+    Chatterbox model (device and dtype; dtype None = float32; Turbo takes quantize too: T3 int8,
+    chatterbox/quant.py). The other arguments are Qwen3-TTS options: for VoxCPM2 they must keep
+    their defaults (quantize may be None, "none" or "auto", which keeps the float weights: there
+    is no int8 VoxCPM2), else a ValueError says which."""
     options = {"compile": compile, "cuda_graphs": cuda_graphs, "quantize": quantize,
                "decoder_dtype": decoder_dtype, "warm_chunks": warm_chunks}  # fmt: skip
     with one_read():  # config.json read once for the dispatch and the model's own configs
@@ -126,10 +128,11 @@ def _dispatch(name_or_path: str | Path, device: str, dtype: Any, options: dict[s
 
     dtype = torch.float32 if dtype is None else dtype
     architecture = detect_architecture(name_or_path)
-    if architecture == CHATTERBOX_TURBO:  # Qwen3-only options are not read (float32 only)
+    if architecture == CHATTERBOX_TURBO:  # float32; quantize: T3 int8 (chatterbox/quant.py)
         from .chatterbox.model import ChatterboxTurboModel
 
-        return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, dtype=dtype)
+        return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, dtype=dtype,
+                                                    quantize=options["quantize"])  # fmt: skip
     if architecture == CHATTERBOX_ENGLISH:  # the original English model: float32 too
         from .chatterbox.english import ChatterboxEnglishModel
 

@@ -14,14 +14,17 @@ import torch
 from torch import nn
 
 from ..checkpoint import CheckpointError, TensorSource, load_safetensors, load_strict, under
+from .config import NANO_T3_FILE, TURBO_T3_FILE
 
-T3_FILE = "t3_turbo_v1.safetensors"
+T3_FILE = TURBO_T3_FILE  # Nano's is NANO_T3_FILE (config.t3_file picks the one present)
 S3GEN_FILE = "s3gen_meanflow.safetensors"
 VE_FILE = "ve.safetensors"
 CONDS_FILE = "conds.pt"
 TOKENIZER_FILES = ("vocab.json", "merges.txt")
-REQUIRED_FILES: tuple[str, ...] = (VE_FILE, T3_FILE, S3GEN_FILE, *TOKENIZER_FILES)
-DOWNLOAD_PATTERNS = (*REQUIRED_FILES, "added_tokens.json", "special_tokens_map.json",
+REQUIRED_FILES: tuple[str | tuple[str, ...], ...] = (
+    VE_FILE, (TURBO_T3_FILE, NANO_T3_FILE), S3GEN_FILE, *TOKENIZER_FILES)  # fmt: skip
+DOWNLOAD_PATTERNS = (VE_FILE, TURBO_T3_FILE, NANO_T3_FILE, S3GEN_FILE, *TOKENIZER_FILES,
+                     "added_tokens.json", "special_tokens_map.json",
                      "tokenizer_config.json", CONDS_FILE, "chatterbox_sizes.json")  # fmt: skip
 T3_UNUSED = ("tfmr.wte.weight", "text_head.weight")
 

@@ -1,4 +1,5 @@
-"""Chatterbox sizes: the released constants, or a tiny checkpoint's `chatterbox_sizes.json`.
+"""Chatterbox sizes: the released constants (Turbo's or Nano's T3, by the T3 file in the folder),
+or a tiny checkpoint's `chatterbox_sizes.json`.
 
 The release has no config file: the official code hard-codes every size (GPT2_medium, the S3Gen
 constructors, VoiceEncConfig, the S3 tokenizer's ModelConfig). A folder without
@@ -39,6 +40,17 @@ class T3Sizes:
     n_head: int = 16
     n_positions: int = 8196
     text_vocab: int = 50276
+
+
+# the released T3 of each Turbo-family model, by its file (spec chatterbox.md 11: Nano is
+# chatterbox HEAD's from_local(..., nano=True), "GPT2_small"; everything else is Turbo's)
+TURBO_T3_FILE, NANO_T3_FILE = "t3_turbo_v1.safetensors", "t3_nano_v1.safetensors"
+RELEASED_T3 = {TURBO_T3_FILE: T3Sizes(), NANO_T3_FILE: T3Sizes(n_layer=12, n_embd=768, n_head=12)}
+
+
+def t3_file(folder: Path) -> str:
+    """The T3 file of a Turbo-family folder: Turbo's where both are present."""
+    return next((name for name in RELEASED_T3 if (Path(folder) / name).is_file()), TURBO_T3_FILE)
 
 
 @dataclass(frozen=True)
@@ -102,10 +114,11 @@ class ChatterboxSizes:
 
     @classmethod
     def of_folder(cls, folder: Path) -> ChatterboxSizes:
-        """The released sizes, unless the folder holds chatterbox_sizes.json."""
+        """The released sizes of its T3 file (Turbo or Nano), unless the folder holds
+        chatterbox_sizes.json."""
         path = Path(folder) / SIZES_FILE
         if not path.is_file():
-            return cls()
+            return cls(t3=RELEASED_T3[t3_file(folder)])
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as error:

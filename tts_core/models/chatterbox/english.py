@@ -1,8 +1,8 @@
 """Chatterbox's original English model (`ChatterboxTTS`, tts.py) in our own PyTorch:
 `ChatterboxEnglishModel.from_pretrained(folder)`, `create_voice(audio, sr)`,
 `generate(text, voice, seed=S, exaggeration=..., sampling=EnglishSampling(cfg_weight=...))`,
-`stream(...)`, equal to the official chatterbox-tts 0.1.7 on float32 CPU
-(tests/chatterbox/test_english_*.py).
+`stream(...)` (the one decode engine with one row: english_serving.py), equal to the official
+chatterbox-tts 0.1.7 on float32 CPU (tests/chatterbox/test_english_*.py).
 
 generate = punc_norm + EnTokenizer ([SPACE] for spaces, start 255 / stop 0 around) -> T3 (Llama
 with CFG, perceiver, exaggeration; english_t3.py) -> drop_invalid_tokens, keep ids < 6561 (no
@@ -100,14 +100,6 @@ def resolve_folder(name_or_path: str | Path) -> Path:
     from ..checkpoint import resolve_checkpoint
 
     return resolve_checkpoint(name_or_path, required=REQUIRED_FILES, patterns=DOWNLOAD_PATTERNS)
-
-
-def is_english_folder(name_or_path: str | Path) -> bool:
-    """A local folder in the English release layout (no config.json; its T3 file names it)."""
-    folder = Path(name_or_path).expanduser()
-    return (
-        folder.is_dir() and (folder / T3_FILE).is_file() and not (folder / "config.json").exists()
-    )
 
 
 class EnglishTokenizer:
@@ -274,7 +266,6 @@ class ChatterboxEnglishModel(S3GenSpeech):
             audio = apply_watermark(audio)
         return EnglishResult(audio, tokens, out.draws, out.stop_reason)
 
-    @torch.inference_mode()
     def stream(
         self,
         text: str,
@@ -289,45 +280,17 @@ class ChatterboxEnglishModel(S3GenSpeech):
         T3's tokens are generate's; S3Gen re-runs over prompt + tokens so far with noise
         pre-drawn by position and its regular CFM, so the clip approximates the whole pass
         (not bit-equal: the official draws its noise after T3 ends). The final chunk is always
-        yielded, last; no silence tokens are appended (the English generate appends none)."""
-        chunking = chunking or StreamChunking()
-        voice = self._voice(voice)
-        sampling = sampling or EnglishSampling()
-        generator = torch.Generator().manual_seed(int(seed))
-        noise = self._stream_noise(seed, voice, max_new_tokens)
-        s3gen = S3GenStream(self.flow, self.hift, voice, noise, chunking)
-        cond, ids = self._t3_inputs(text, voice, exaggeration)
-        speech: list[int] = []
-        drawn: list[int] = []
-        due, draws, restarted = chunking.first_tokens, 0, False
-        for token in self.t3.draws(cond, ids, sampling, generator, max_new_tokens):
-            draws += 1
-            value = int(token)
-            drawn.append(value)
-            if value == STOP_SPEECH:
-                break
-            if value == START_SPEECH and not restarted:
-                # drop_invalid_tokens keeps what follows the first start id: S3Gen starts over
-                # (audio already handed out stays: a random-weights edge case)
-                speech, restarted, due = [], True, chunking.first_tokens
-                s3gen = S3GenStream(self.flow, self.hift, voice, noise, chunking)
-                continue
-            if value < S3_VOCAB:
-                speech.append(value)
-            if len(speech) >= due:
-                due = len(speech) + chunking.chunk_tokens
-                audio = s3gen.push(self._tensor(speech), final=False)
-                if audio.numel():
-                    yield TurboChunk(audio.cpu().numpy(), self._tensor(drawn)[0], draws)
-                    drawn = []
-        eos = bool(drawn) and drawn[-1] == STOP_SPEECH
-        reason = "eos" if eos or draws < max_new_tokens else "max_tokens"
-        drawn = drawn[:-1] if eos else drawn
-        if speech:
-            audio = s3gen.push(self._tensor(speech), final=True).cpu().numpy()
-        else:
-            audio = np.zeros(0, dtype=np.float32)
-        yield TurboChunk(audio, self._tensor(drawn)[0], draws, final=True, stop_reason=reason)
+        yielded, last; no silence tokens are appended (the English generate appends none).
+        The served path: the one engine (serving.py's ChatterboxRunner, this model's request
+        english_serving.py's EnglishSequence) with this request as its only row, stepped on the
+        caller's thread; the request is checked here (ValueError), before the first chunk."""
+        from ...serving.alone import InlineOutbox
+        from .english_serving import EnglishSequence
+        from .serving import run_alone
+
+        seq = EnglishSequence(self, text, voice, seed, exaggeration, sampling, max_new_tokens,
+                              chunking, outbox=InlineOutbox())  # fmt: skip
+        return run_alone(self, seq)
 
     @staticmethod
     def _stream_noise(seed: int, voice: ChatterboxVoice, max_new_tokens: int) -> StreamNoise:

@@ -20,14 +20,13 @@ import torch
 from .checkpoint import (
     CONDS_FILE,
     S3GEN_FILE,
-    T3_FILE,
     T3_UNUSED,
     VE_FILE,
     load_part,
     resolve_folder,
 )
 from .cloning import make_voice
-from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, ChatterboxSizes
+from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, ChatterboxSizes, t3_file
 from .flow import TOKEN_MEL_RATIO, Flow
 from .hift import HiFTGenerator, trim_fade
 from .sampling import TurboSampling
@@ -89,7 +88,8 @@ class ChatterboxTurboModel(S3GenSpeech):
     def __init__(self, folder: Path, sizes: ChatterboxSizes, device: str = "cpu") -> None:
         s3gen = folder / S3GEN_FILE
         self.folder, self.sizes, self.device = folder, sizes, torch.device(device)
-        self.t3 = load_part(T3Turbo(sizes.t3), folder / T3_FILE, dropped=T3_UNUSED).to(device)
+        t3_weights = folder / t3_file(folder)  # Turbo's, or Nano's (GPT-2 small)
+        self.t3 = load_part(T3Turbo(sizes.t3), t3_weights, dropped=T3_UNUSED).to(device)
         spk_dim = sizes.campplus.embedding_size
         self.flow = load_part(Flow(sizes.encoder, sizes.decoder, spk_dim), s3gen, "flow.").to(
             device
@@ -104,14 +104,23 @@ class ChatterboxTurboModel(S3GenSpeech):
 
     @classmethod
     def from_pretrained(
-        cls, name_or_path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32
+        cls,
+        name_or_path: str | Path,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        quantize: str | None = None,
     ) -> ChatterboxTurboModel:
         """A local folder or Hub repo id in the released layout; float32 only (the parity
-        target; no other dtype is implemented yet)."""
+        target; no other dtype is implemented yet). `quantize` ("none", "int8", "auto"; as
+        Qwen3-TTS's): T3's GPT-2 blocks on the 8-bit CPU path (quant.py)."""
         if dtype not in (None, torch.float32):
             raise ValueError(f"Chatterbox Turbo runs in float32 only (got dtype={dtype})")
         folder = resolve_folder(name_or_path)
-        return cls(folder, ChatterboxSizes.of_folder(folder), device)
+        model = cls(folder, ChatterboxSizes.of_folder(folder), device)
+        from .quant import quantize_turbo
+
+        quantize_turbo(model, quantize)
+        return model
 
     def _front_end(self):
         """VoiceEncoder, S3 tokenizer and CAMPPlus: built on the first cloned voice (a conds.pt
@@ -188,7 +197,7 @@ class ChatterboxTurboModel(S3GenSpeech):
         `chunking.first_tokens` speech tokens and every `chunking.chunk_tokens` after, handing
         out the audio that became stable (streaming.py), and the final chunk (always yielded,
         last) holds the rest. A pass with nothing stable yet yields nothing. The served path: the
-        one engine (serving.py's TurboRunner) with this request as its only row, stepped on the
+        one engine (serving.py's ChatterboxRunner) with this request as its only row, stepped on the
         caller's thread; the request is checked here (ValueError), before the first chunk."""
         from ...serving.alone import InlineOutbox
         from .serving import make_request, run_alone  # (serving.py imports this module)
@@ -211,11 +220,9 @@ class ChatterboxTurboModel(S3GenSpeech):
 
 
 def apply_watermark(audio: np.ndarray) -> np.ndarray:
-    """The Perth implicit watermark (optional extra `resemble-perth`), as the official applies
-    it to the whole clip."""
-    try:
-        import perth
-    except ImportError as error:
-        raise RuntimeError("watermark=True needs the optional package resemble-perth "
-                           "(pip install 'tts-core[chatterbox-watermark]')") from error  # fmt: skip
-    return perth.PerthImplicitWatermarker().apply_watermark(audio, sample_rate=SAMPLE_RATE)
+    """The Perth implicit watermark, as the official applies it to the whole clip: ours
+    (audio/perth_watermark.py) with the weights of the optional package resemble-perth (extra
+    `chatterbox-watermark`; without it a RuntimeError saying how to install it)."""
+    from ...audio.perth_watermark import shared_watermarker
+
+    return shared_watermarker().apply(audio, SAMPLE_RATE)

@@ -1,18 +1,22 @@
-"""Chatterbox Turbo on the one decode engine (tts_core/serving): its request, its decode step,
-and its served scheduler; the S3Gen work of several streams in one padded pass is
-padded_s3gen.py.
+"""Both Chatterbox models on the one decode engine (tts_core/serving): the request both share
+(`ChatterboxSequence`; Turbo's `TurboSequence` here, the English model's `EnglishSequence` in
+english_serving.py), their decode step (`ChatterboxRunner`) and their served scheduler
+(`ChatterboxScheduler`; `TurboScheduler`); the S3Gen work of several Turbo streams in one padded
+pass is padded_s3gen.py.
 
 scheduler = TurboScheduler(model, max_batch=8)
 for chunk in scheduler.submit("Hello", voice, seed=1):    # the chunks of model.stream
     play(chunk.audio)
 
-An engine frame is one T3 draw. A step of the rows (`TurboRunner.decode`):
+An engine frame is one T3 draw. A step of the rows (`ChatterboxRunner.decode`):
 
-* T3 (GPT-2): each row's next draw from its own `T3Turbo.draws` generator, the single-stream
-  call, row by row. A GPT-2 decode step is a 1-row GEMM per request, and a 1-row GEMM rounds by
-  batch shape on this CPU (serving/rows.py: m = 1 is the case it found non-invariant; checked for
-  T3's shapes by `t3_rows_invariant`, see benchmarks/chatterbox_batch_bench.py), and the rows'
-  attention spans differ; so a request's tokens are its tokens alone, in any batch, at any join.
+* T3: each row's next draw from its own generator (Turbo's `T3Turbo.draws`, GPT-2; the English
+  model's `T3English.draws`, Llama with its cond and uncond CFG rows in one 2-row call), the
+  single-stream call, request by request. A decode step is a 1-row (English: 2-row) GEMM per
+  request, and such GEMMs round by batch shape on this CPU (serving/rows.py: m = 1 is the case it
+  found non-invariant; checked for Turbo's shapes by `t3_rows_invariant`, see
+  benchmarks/chatterbox_batch_bench.py), and the rows' attention spans differ; so a request's
+  tokens are its tokens alone, in any batch, at any join.
 * S3Gen: the rows whose stream makes a flow pass this step (`model.stream`'s rule: after the
   first `first_tokens` speech tokens, every `chunk_tokens` after, and the final pass) run it
   together: each row's flow encoder alone (bidirectional attention over its own prompt +
@@ -20,7 +24,8 @@ An engine frame is one T3 draw. A step of the rows (`TurboRunner.decode`):
   mask from per-row lengths, the estimator's transformer blocks masked, its causal convs masked)
   and ONE HiFT decoder call over the rows' windows padded to the longest (`padded_hift_decode`:
   every conv's input re-zeroed past a row's end, the STFT/iSTFT per row), each row's output
-  trimmed to its own length. That is what `s3gen_batching="padded"` does. It is row-invariant
+  trimmed to its own length. That is what `s3gen_batching="padded"` does (Turbo's meanflow CFM
+  only; the English model's 10-step CFG solve always runs per row). It is row-invariant
   only where this BLAS / conv kernel gives a row the bits of its call alone; `"auto"` (default)
   probes that once per batch size and thread count (`padded_s3gen_exact`) and runs S3Gen per row
   (`S3GenStream.push`, the call one stream makes) where it is not. Where it was measured (an
@@ -32,9 +37,9 @@ An engine frame is one T3 draw. A step of the rows (`TurboRunner.decode`):
   is bit-identical alone (`model.stream`) and in any batch, at any join time.
 
 The chunks: a row hands out a chunk when a non-final S3Gen pass made audio (as `model.stream`
-yields), and its final chunk at STOP (after the first draw), at max_new_tokens + 1 draws, or when
-nothing is left to draw; `TurboChunk.tokens` are the draws since the previous chunk (STOP
-dropped from the final one), exactly `model.stream`'s chunks.
+yields), and its final chunk when its model's STOP rule ends it (`ChatterboxSequence.stops`), at
+its draw limit, or when nothing is left to draw; `ServedChunk.tokens` are the draws since the
+previous chunk (STOP dropped from the final one), exactly `model.stream`'s chunks.
 """
 
 from __future__ import annotations
@@ -54,27 +59,105 @@ from .config import S3_VOCAB, STOP_SPEECH
 from .model import TurboChunk
 from .padded_s3gen import padded_s3gen_exact, padded_s3gen_push
 from .sampling import TurboSampling
-from .streaming import S3GenStream, StreamChunking
+from .streaming import S3GenStream, StreamChunking, StreamNoise
 from .t3 import MAX_NEW_TOKENS
 
 if TYPE_CHECKING:
+    from .english import ChatterboxEnglishModel
     from .model import ChatterboxTurboModel
     from .voice import ChatterboxVoice
+
+    ChatterboxModel = ChatterboxTurboModel | ChatterboxEnglishModel  # (never run)
 
 DEFAULT_MAX_BATCH = 8
 S3GEN_MODES = ("auto", "padded", "per_row")
 
 
 @dataclass
-class ServedTurboChunk(TurboChunk):
-    """A TurboChunk with the most rows stepped together while its draws were made."""
+class ServedChunk(TurboChunk):
+    """A TurboChunk (either model's `stream` chunk) with the most rows stepped together while
+    its draws were made."""
 
     batch_size: int = 1
 
 
-class TurboSequence(Request):
-    """One Turbo request: text ids, voice, sampling and its own generator (seed), the stream's
-    pre-drawn S3Gen noise and state; while it runs its T3 draw generator (caches inside)."""
+class ChatterboxSequence(Request):
+    """One request of either Chatterbox model: voice, seed, chunking, its T3 draw generator
+    (made at prefill, caches inside), the stream's pre-drawn S3Gen noise and state. A model's
+    request subclasses it with its T3 call (`open_draws`), its STOP rule and its final pass."""
+
+    def __init__(
+        self,
+        model: ChatterboxModel,
+        voice: ChatterboxVoice | None,
+        seed: int,
+        chunking: StreamChunking,
+        max_new_tokens: int,
+        limit: int,
+        should_stop: Callable[[], bool],
+        outbox: Any,
+    ) -> None:
+        # limit: T3 draws at most; chunk_due is this model's own rule (below), so the cadence
+        # is unused
+        super().__init__(Cadence(1, 1), should_stop, limit, "max_tokens", outbox=outbox)
+        self.model = model
+        self.voice = model._voice(voice)
+        self.seed, self.chunking = int(seed), chunking
+        self.max_new_tokens = int(max_new_tokens)
+        self.draws: Iterator[torch.Tensor] | None = None  # T3's generator (made at prefill)
+        self.first: torch.Tensor | None = None  # the prefill's draw (None: nothing drawn)
+        self.first_pending = False  # the prefill's draw not yet emitted
+        self.noise: StreamNoise | None = None
+        self.s3gen: S3GenStream | None = None
+        self.speech: list[int] = []  # S3Gen's input: the drawn ids < 6561
+        self.due = chunking.first_tokens
+        self.ready: torch.Tensor | None = None  # audio of this step's non-final pass (if any)
+        self.final_audio: torch.Tensor | None = None  # the final pass's audio
+
+    @property
+    def chunk_due(self) -> bool:
+        return self.ready is not None and self.ready.numel() > 0
+
+    # ------------------------------------------------------------ the model's rules
+    def open_draws(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        """T3's draws for this request, each (1, 1), from `generator` (the single-stream call)."""
+        raise NotImplementedError
+
+    def stops(self, token: int) -> bool:
+        """Does drawing `token` end the request?"""
+        return token == STOP_SPEECH
+
+    def take(self, token: int) -> None:
+        """A drawn token into S3Gen's input."""
+        if token < S3_VOCAB:
+            self.speech.append(token)
+
+    def final_tokens(self) -> torch.Tensor | None:
+        """The final pass's tokens (1, n), or None: nothing to speak (no pass, no audio)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ the runner's use
+    def start_s3gen(self) -> None:
+        """A fresh S3Gen stream over this request's pre-drawn noise."""
+        model = self.model
+        self.s3gen = S3GenStream(model.flow, model.hift, self.voice, self.noise, self.chunking)
+
+    def speech_tokens(self) -> torch.Tensor:
+        return self.model._tensor(self.speech)  # (1, n)
+
+    def next_draw(self) -> int | None:
+        """The next T3 draw: the prefill's first, then the generator's (None: nothing left)."""
+        if self.first_pending:
+            token, self.first, self.first_pending = self.first, None, False
+        else:
+            token = next(self.draws, None)
+        return None if token is None else int(token)
+
+
+class TurboSequence(ChatterboxSequence):
+    """One Turbo request: text ids and sampling besides the shared state; up to
+    max_new_tokens + 1 draws, STOP ends it from the second draw on, 3 silence tokens appended
+    for the final pass."""
 
     def __init__(
         self,
@@ -89,30 +172,26 @@ class TurboSequence(Request):
         *,
         outbox: Any = None,
     ) -> None:
-        # chunk_due is this model's own rule (below), so the cadence is unused
-        super().__init__(Cadence(1, 1), should_stop, max_new_tokens + 1, "max_tokens",
-                         outbox=outbox)  # fmt: skip
-        self.model = model
-        self.voice = model._voice(voice)
+        super().__init__(model, voice, seed, chunking, max_new_tokens, int(max_new_tokens) + 1,
+                         should_stop, outbox)  # fmt: skip
         self.text_ids = model._ids(text)
-        self.seed, self.sampling, self.chunking = int(seed), sampling, chunking
-        self.max_new_tokens = int(max_new_tokens)
-        steps = self.max_new_tokens + 1
-        positions = 2 + self.voice.t3_prompt_tokens.shape[1] + self.text_ids.shape[1] + steps
+        self.sampling = sampling
+        positions = 2 + self.voice.t3_prompt_tokens.shape[1] + self.text_ids.shape[1] + self.limit
         if positions > model.t3.tfmr.wpe.weight.shape[0]:
             raise ValueError(f"text too long: {positions} T3 positions > the model's "
                              f"{model.t3.tfmr.wpe.weight.shape[0]}")  # fmt: skip
-        self.draws: Iterator[torch.Tensor] | None = None  # T3's generator (made at prefill)
-        self.first: torch.Tensor | None = None  # the prefill's draw, emitted at the first step
-        self.s3gen: S3GenStream | None = None
-        self.speech: list[int] = []  # S3Gen's input: the drawn ids < 6561
-        self.due = chunking.first_tokens
-        self.ready: torch.Tensor | None = None  # audio of this step's non-final pass (if any)
-        self.final_audio: torch.Tensor | None = None  # the final pass's audio
 
-    @property
-    def chunk_due(self) -> bool:
-        return self.ready is not None and self.ready.numel() > 0
+    def open_draws(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        voice = self.voice
+        return self.model.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, self.text_ids,
+                                   self.sampling, generator, self.max_new_tokens)  # fmt: skip
+
+    def stops(self, token: int) -> bool:
+        # the official checks STOP inside its step loop only: a first-draw STOP is fed back
+        return token == STOP_SPEECH and self.frames > 0
+
+    def final_tokens(self) -> torch.Tensor:
+        return torch.cat([self.speech_tokens(), self.model._silence()[None]], dim=1)
 
 
 def make_request(
@@ -132,68 +211,63 @@ def make_request(
                          outbox=outbox)  # fmt: skip
 
 
-class TurboRunner:
-    """The engine's StepModel for Chatterbox Turbo (tts_core/serving/engine.py)."""
+class ChatterboxRunner:
+    """The engine's StepModel for either Chatterbox model (tts_core/serving/engine.py): the
+    steps are the same, the rows' ChatterboxSequences carry what differs."""
 
-    def __init__(self, model: ChatterboxTurboModel, max_batch: int, s3gen_batching: str = "auto"):
+    def __init__(self, model: ChatterboxModel, max_batch: int, s3gen_batching: str = "auto"):
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         if s3gen_batching not in S3GEN_MODES:
             raise ValueError(f"s3gen_batching must be one of {S3GEN_MODES}")
+        self.can_pad = bool(getattr(model.flow, "meanflow", True))  # padded_cfm: meanflow only
+        if s3gen_batching == "padded" and not self.can_pad:
+            raise ValueError("s3gen_batching='padded' needs Turbo's meanflow CFM")
         self.model = model
         self.max_batch = int(max_batch)
         self.s3gen_batching = s3gen_batching
         self.passes: list[tuple[int, bool]] = []  # (rows, padded) of each S3Gen round (stats)
         self.most_rows = 0  # most rows decoded in one step (stats)
 
-    def admit(self, seq: TurboSequence) -> bool:
-        noise = self.model._stream_noise(seq.seed, seq.voice, seq.max_new_tokens)
-        seq.s3gen = S3GenStream(self.model.flow, self.model.hift, seq.voice, noise, seq.chunking)
-        return True  # T3's caches are made at prefill (prompt + max_new_tokens + 1 positions)
+    def admit(self, seq: ChatterboxSequence) -> bool:
+        seq.noise = self.model._stream_noise(seq.seed, seq.voice, seq.max_new_tokens)
+        seq.start_s3gen()
+        return True  # T3's caches are made at prefill (prompt + the draw limit)
 
-    def prefill(self, seq: TurboSequence, positions: int) -> bool:
-        """The whole prompt in one call and its draw (T3.draws' first step), as one stream."""
-        voice, generator = seq.voice, torch.Generator().manual_seed(seq.seed)
-        seq.draws = self.model.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, seq.text_ids,
-                                        seq.sampling, generator, seq.max_new_tokens)  # fmt: skip
-        seq.first = next(seq.draws)
+    @torch.inference_mode()
+    def prefill(self, seq: ChatterboxSequence, positions: int) -> bool:
+        """The whole prompt in one call and its first draw (the draws' first step), as one
+        stream."""
+        seq.draws = seq.open_draws(torch.Generator().manual_seed(seq.seed))
+        seq.first, seq.first_pending = next(seq.draws, None), True
         return True
 
     @torch.inference_mode()
-    def decode(self, seqs: list[TurboSequence], out: BatchEngine) -> None:
+    def decode(self, seqs: list[ChatterboxSequence], out: BatchEngine) -> None:
         rows = len(seqs)
         self.most_rows = max(self.most_rows, rows)
-        tokens: list[int | None] = []
-        for seq in seqs:  # T3: each row's own draw (module doc)
-            if seq.first is not None:
-                token, seq.first = seq.first, None
-            else:
-                token = next(seq.draws, None)  # None: nothing left to draw (all -inf)
-            tokens.append(None if token is None else int(token))
+        tokens = [seq.next_draw() for seq in seqs]  # T3: each row's own draw (module doc)
         # S3Gen: this step's non-final passes together, then the final ones (a row may make both)
         passing, ending = [], []
         for seq, token in zip(seqs, tokens, strict=True):
-            if token is not None and token < S3_VOCAB:
-                seq.speech.append(token)
-            if token is not None and len(seq.speech) >= seq.due:
-                seq.due = len(seq.speech) + seq.chunking.chunk_tokens
-                passing.append(seq)
+            if token is not None:
+                seq.take(token)
+                if len(seq.speech) >= seq.due:
+                    seq.due = len(seq.speech) + seq.chunking.chunk_tokens
+                    passing.append(seq)
             drawn = seq.frames + (token is not None)  # draws so far, this one included
-            stop = token is not None and token == STOP_SPEECH and seq.frames > 0
-            if token is None or stop or drawn == seq.limit:
+            if token is None or seq.stops(token) or drawn == seq.limit:
                 ending.append(seq)
         if passing:
-            audio = self.s3gen_round([(s.s3gen, self._speech(s), False) for s in passing])
+            audio = self.s3gen_round([(s.s3gen, s.speech_tokens(), False) for s in passing])
             for seq, piece in zip(passing, audio, strict=True):
                 seq.ready = piece
         if ending:
-            audio = self.s3gen_round([(s.s3gen, self._speech(s, True), True) for s in ending])
-            for seq, piece in zip(ending, audio, strict=True):
-                seq.final_audio = piece
+            self._final_passes(ending)
         for seq, token in zip(seqs, tokens, strict=True):
             if seq.final_audio is not None:
-                # model.stream's reason: STOP drawn (it is never a pass's token), or fewer than
-                # max_new_tokens + 1 draws (nothing left to draw)
+                # model.stream's reason: STOP drawn (it is never a pass's token), or fewer draws
+                # than the limit (nothing left to draw)
                 drawn = seq.frames + (token is not None)
                 reason = "eos" if token == STOP_SPEECH or drawn < seq.limit else "max_tokens"
                 out.emit(seq, token, rows, reason)
@@ -201,30 +275,41 @@ class TurboRunner:
                 out.emit(seq, token, rows)
             seq.ready = None
 
-    def _speech(self, seq: TurboSequence, final: bool = False) -> torch.Tensor:
-        speech = self.model._tensor(seq.speech)
-        return torch.cat([speech, self.model._silence()[None]], dim=1) if final else speech
+    def _final_passes(self, ending: list[ChatterboxSequence]) -> None:
+        """Each ending row's final pass in one round; a row with nothing to speak gets no
+        audio (the English model: no speech token drawn)."""
+        finals = [(seq, seq.final_tokens()) for seq in ending]
+        speaking = [(seq, tokens) for seq, tokens in finals if tokens is not None]
+        if speaking:
+            audio = self.s3gen_round([(seq.s3gen, tokens, True) for seq, tokens in speaking])
+            for (seq, _), piece in zip(speaking, audio, strict=True):
+                seq.final_audio = piece
+        for seq, tokens in finals:
+            if tokens is None:
+                seq.final_audio = torch.zeros(0)
 
     def s3gen_round(self, jobs: list[tuple[S3GenStream, torch.Tensor, bool]]) -> list[torch.Tensor]:
         """Each job's `S3GenStream.push(tokens, final)`: per row, or the rows in one padded
         pass (module doc)."""
-        padded = len(jobs) > 1 and (
-            self.s3gen_batching == "padded"
-            or (self.s3gen_batching == "auto" and padded_s3gen_exact(self.model, len(jobs)))
-        )
+        padded = len(jobs) > 1 and self._pads(len(jobs))
         self.passes.append((len(jobs), padded))
         if not padded:
             return [stream.push(tokens, final) for stream, tokens, final in jobs]
         return padded_s3gen_push(self.model.flow, self.model.hift, jobs)
 
+    def _pads(self, rows: int) -> bool:
+        if not self.can_pad or self.s3gen_batching == "per_row":
+            return False
+        return self.s3gen_batching == "padded" or padded_s3gen_exact(self.model, rows)
+
     def deliver(
         self,
-        seq: TurboSequence,
+        seq: ChatterboxSequence,
         frames: list[int],
         compute_s: float,
         stop_reason: str | None,
         batch: int,
-    ) -> ServedTurboChunk:
+    ) -> ServedChunk:
         """The chunk of `frames` (the draws since the previous chunk): this step's pass audio,
         or on the final chunk the final pass (after this step's non-final chunk, if it made
         audio: put first, as `model.stream` yields both)."""
@@ -241,28 +326,54 @@ class TurboRunner:
 
     def _chunk(self, audio: torch.Tensor, frames: list[int], draws: int, batch: int):
         tokens = torch.tensor(frames, dtype=torch.long, device=self.model.device)
-        return ServedTurboChunk(audio.cpu().numpy(), tokens, draws, batch_size=batch)
+        return ServedChunk(audio.cpu().numpy(), tokens, draws, batch_size=batch)
 
-    def release(self, seq: TurboSequence) -> None:
+    def release(self, seq: ChatterboxSequence) -> None:
         if seq.draws is not None:
             seq.draws.close()  # frees T3's caches
-        seq.draws = seq.first = seq.s3gen = seq.ready = None
+        seq.draws = seq.first = seq.s3gen = seq.noise = seq.ready = None
         seq.final_audio = None
 
 
-def run_alone(model: ChatterboxTurboModel, seq: TurboSequence) -> Iterator[ServedTurboChunk]:
+TurboRunner = ChatterboxRunner  # the name Turbo's tests and benchmarks use
+
+
+def run_alone(model: ChatterboxModel, seq: ChatterboxSequence) -> Iterator[ServedChunk]:
     """`seq` (made with an InlineOutbox) stepped by a private one-row engine on the thread that
     iterates: the engine's path for one request, equal to `model.stream`."""
 
     def engine() -> BatchEngine:
-        return BatchEngine(TurboRunner(model, 1), isolate_failures=False)
+        return BatchEngine(ChatterboxRunner(model, 1), isolate_failures=False)
 
     return alone.run_alone(engine, seq)
 
 
-class TurboScheduler(EngineLoop):
-    """Continuous batching, served: every Turbo stream of the app stepped together on one loop
-    thread (`call`: voices are made there too)."""
+class ChatterboxScheduler(EngineLoop):
+    """Continuous batching, served: every stream of one Chatterbox model stepped together on one
+    loop thread (`call`: requests and voices are made there too); `make` builds a request from
+    `model.stream`'s arguments."""
+
+    def __init__(
+        self,
+        model: ChatterboxModel,
+        make: Callable[..., ChatterboxSequence],
+        max_batch: int = DEFAULT_MAX_BATCH,
+        s3gen_batching: str = "auto",
+        thread_name: str = "tts-chatterbox",
+    ) -> None:
+        super().__init__(ChatterboxRunner(model, max_batch, s3gen_batching),
+                         thread_name=thread_name)  # fmt: skip
+        self.model, self.make = model, make
+
+    def submit(self, text: str, voice: ChatterboxVoice | None, **kwargs: Any) -> RequestStream:
+        """Check now (ValueError) and queue the request; the stream yields ServedChunks.
+        `kwargs`: model.stream's (seed, sampling, max_new_tokens, chunking, ...) and
+        should_stop."""
+        return self.enqueue(self.call(self.make, self.model, text, voice, **kwargs))
+
+
+class TurboScheduler(ChatterboxScheduler):
+    """Every Turbo stream of the app (TurboSequence requests)."""
 
     def __init__(
         self,
@@ -270,14 +381,7 @@ class TurboScheduler(EngineLoop):
         max_batch: int = DEFAULT_MAX_BATCH,
         s3gen_batching: str = "auto",
     ) -> None:
-        super().__init__(TurboRunner(model, max_batch, s3gen_batching),
-                         thread_name="tts-chatterbox")  # fmt: skip
-        self.model = model
-
-    def submit(self, text: str, voice: ChatterboxVoice | None, **kwargs: Any) -> RequestStream:
-        """Check now (ValueError) and queue the request; the stream yields ServedTurboChunks.
-        `kwargs`: model.stream's (seed, sampling, max_new_tokens, chunking) and should_stop."""
-        return self.enqueue(self.call(make_request, self.model, text, voice, **kwargs))
+        super().__init__(model, make_request, max_batch, s3gen_batching, "tts-chatterbox")
 
 
 def t3_rows_invariant(model: ChatterboxTurboModel, requests: int) -> bool:

@@ -1,4 +1,4 @@
-"""Streaming S3Gen for Turbo: chunked token-to-mel over a fixed pre-drawn noise, and the HiFT
+"""Streaming S3Gen for both Chatterbox models: chunked token-to-mel over a fixed pre-drawn noise, and the HiFT
 vocoder carried across chunks (spec chatterbox.md 12; issue #25 item 3).
 
 S3Gen cannot stream exactly: the flow encoder and the CFM estimator attend bidirectionally over
