@@ -66,6 +66,7 @@ from ..qwen3_tts.quantize import (
     _speed_cache_path,
     _spread,
     _write_json_entry,
+    applied_because,
 )
 from .gpt2 import Conv1D, GPT2Block
 from .sampling import TurboSampling
@@ -189,17 +190,8 @@ def quantize_t3(
         return _decided(report, f"kept float32: the int8 logits keep {report.logits_snr_db:.1f} "
                                 f"dB SNR < {min_sqnr_db:g} dB")  # fmt: skip
     report.applied = True
-    why = (
-        "asked for"
-        if min_sqnr_db is None
-        else f"every layer >= {min_sqnr_db:g} dB SQNR (min {report.min_sqnr_db:.1f})"
-    )
-    why += f", logits {report.logits_snr_db:.1f} dB SNR"
-    if report.speed is not None:
-        why += f", faster here ({report.speed.describe()})"
-    elif check_speed:
-        why += ", not timed (layers too small for speed to matter)"
-    return _decided(report, f"T3 int8: {why}")
+    logits = f", logits {report.logits_snr_db:.1f} dB SNR"
+    return _decided(report, "T3 int8: " + applied_because(report, min_sqnr_db, check_speed, logits))
 
 
 def _decided(report: T3QuantizationReport, decision: str) -> T3QuantizationReport:

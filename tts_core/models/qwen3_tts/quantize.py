@@ -224,15 +224,22 @@ def quantize_model(
         heads[index] = quantized
     _quantize_projection(model, inputs.get(("code_predictor", "projection")), report)
     report.applied = True
+    return _decided(report, "int8: " + applied_because(report, min_sqnr_db, check_speed))
+
+
+def applied_because(report, min_sqnr_db: float | None, check_speed: bool, checked: str = "") -> str:  # noqa: ANN001 - any report with min_sqnr_db and speed
+    """Why int8 was kept, for the decision line: asked for, or every layer's SQNR (and what
+    else was `checked`), and the speed check's outcome."""
     if min_sqnr_db is None:
         why = "asked for"
     else:
         why = f"every layer >= {min_sqnr_db:g} dB SQNR (min {report.min_sqnr_db:.1f})"
+    why += checked
     if report.speed is not None:
         why += f", faster here ({report.speed.describe()})"
     elif check_speed:
         why += ", not timed (layers too small for speed to matter)"
-    return _decided(report, f"int8: {why}")
+    return why
 
 
 def _decided(report: QuantizationReport, decision: str) -> QuantizationReport:
