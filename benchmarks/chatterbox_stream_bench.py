@@ -48,8 +48,16 @@ def load_average() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def tiny_rows(chunkings: list[tuple[int, int]]) -> list[dict]:
-    from tts_core.models.chatterbox.model import ChatterboxTurboModel, StreamChunking
+def as_chunking(spec: tuple[int, ...]):  # noqa: ANN201 - StreamChunking, imported late
+    """(first, every[, flow_prompt, flow_context]) -> StreamChunking; 0 in the last two: all."""
+    from tts_core.models.chatterbox.streaming import StreamChunking
+
+    first, every, prompt, context = (*spec, 0, 0)[:4]
+    return StreamChunking(first, every, flow_prompt=prompt or None, flow_context=context or None)
+
+
+def tiny_rows(chunkings: list[tuple[int, ...]]) -> list[dict]:
+    from tts_core.models.chatterbox.model import ChatterboxTurboModel
 
     rows = []
     for folder in TINY:
@@ -60,16 +68,19 @@ def tiny_rows(chunkings: list[tuple[int, int]]) -> list[dict]:
             whole_s = time.perf_counter() - start
             exact = model.generate(TEXT, seed=seed)
             seconds = whole.audio.size / model.sample_rate
-            for first, every in chunkings:
+            for spec in chunkings:
+                chunking, (first, every) = as_chunking(spec), spec[:2]
                 start, first_s, pieces = time.perf_counter(), None, []
-                for chunk in model.stream(TEXT, seed=seed, chunking=StreamChunking(first, every)):
+                for chunk in model.stream(TEXT, seed=seed, chunking=chunking):
                     first_s = first_s or time.perf_counter() - start
                     pieces.append(chunk.audio)
                 total = time.perf_counter() - start
                 audio = np.concatenate(pieces)
                 assert audio.shape == whole.audio.shape
                 rows.append(dict(model=folder.name, seed=seed, first_tokens=first,
-                                 chunk_tokens=every, tokens=len(whole.tokens), audio_s=seconds,
+                                 chunk_tokens=every, flow_prompt=chunking.flow_prompt,
+                                 flow_context=chunking.flow_context,
+                                 tokens=len(whole.tokens), audio_s=seconds,
                                  chunks=len(pieces), snr_db=snr_db(whole.audio, audio),
                                  snr_official_vs_stream_noise_db=snr_db(exact.audio, whole.audio),
                                  first_audio_s=first_s, rtf=total / seconds,
@@ -118,28 +129,38 @@ def t3_times(t3, steps: int = 20) -> tuple[float, float]:
     return float(gaps[0]), float(statistics.median(gaps[1:]))
 
 
-def real_rows(n_tokens: int, chunkings: list[tuple[int, int]]) -> list[dict]:
+def real_rows(
+    n_tokens: int, chunkings: list[tuple[int, ...]], folder: Path | None = None
+) -> list[dict]:
     from tts_core.models.chatterbox.model import StreamChunking
     from tts_core.models.chatterbox.streaming import S3GenStream, StreamNoise
     from tts_core.models.chatterbox.voice import ChatterboxVoice
 
-    t3, flow, hift = random_real_size()
+    if folder is None:
+        t3, flow, hift = random_real_size()
+        voice = ChatterboxVoice(torch.randn(1, 256), torch.randint(0, 6561, (1, PROMPT_T3)),
+                                torch.randint(0, 6561, (1, PROMPT_S3)),
+                                torch.randn(1, 2 * PROMPT_S3, 80) - 5,
+                                torch.randn(1, 192))  # fmt: skip
+    else:  # a released-layout folder (build_tiny.py's real size): its parts and built-in voice
+        from tts_core.models.chatterbox.model import ChatterboxTurboModel
+
+        model = ChatterboxTurboModel.from_pretrained(folder, quantize="none")
+        t3, flow, hift, voice = model.t3, model.flow, model.hift, model.builtin_voice
     with torch.inference_mode():
         prefill, per_token = t3_times(t3)
-    voice = ChatterboxVoice(torch.randn(1, 256), torch.randint(0, 6561, (1, PROMPT_T3)),
-                            torch.randint(0, 6561, (1, PROMPT_S3)),
-                            torch.randn(1, 2 * PROMPT_S3, 80) - 5, torch.randn(1, 192))  # fmt: skip
     speech = torch.randint(0, 6561, (1, n_tokens))
     final = torch.cat([speech, torch.full((1, 3), 4299)], dim=1)
-    noise = StreamNoise(1, n_tokens + 3, 2 * PROMPT_S3)
+    noise = StreamNoise(1, n_tokens + 3, voice.prompt_feat.shape[1] + 2)
     start = time.perf_counter()
     whole = S3GenStream(flow, hift, voice, noise, StreamChunking()).push(final, True).numpy()
     whole_s = time.perf_counter() - start
     seconds, t3_s = whole.size / 24000, prefill + (n_tokens + 1) * per_token
     rows = []
-    for first, every in chunkings:
+    for spec in chunkings:
+        chunking, (first, every) = as_chunking(spec), spec[:2]
         stream, pieces, passes = (
-            S3GenStream(flow, hift, voice, noise, StreamChunking(first, every)),
+            S3GenStream(flow, hift, voice, noise, chunking),
             [],
             [],
         )
@@ -155,7 +176,8 @@ def real_rows(n_tokens: int, chunkings: list[tuple[int, int]]) -> list[dict]:
         first_audio = (
             prefill + made[0] * per_token + sum(p[1] for p in passes[: passes.index(made) + 1])
         )
-        rows.append(dict(model="real-size random", seed=1, first_tokens=first, chunk_tokens=every,
+        rows.append(dict(model="real-size random" if folder is None else folder.name, seed=1, first_tokens=first, chunk_tokens=every,
+                         flow_prompt=chunking.flow_prompt, flow_context=chunking.flow_context,
                          tokens=n_tokens, audio_s=seconds, chunks=sum(p[2] > 0 for p in passes),
                          snr_db=snr_db(whole, audio), first_audio_s=first_audio,
                          rtf=(t3_s + sum(p[1] for p in passes)) / seconds,
@@ -165,12 +187,13 @@ def real_rows(n_tokens: int, chunkings: list[tuple[int, int]]) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'model':28} {'seed':>4} {'first':>5} {'every':>5} {'tokens':>6} {'chunks':>6} "
-          f"{'SNR dB':>7} {'first audio s':>13} {'RTF':>6} {'whole RTF':>9}")  # fmt: skip
+    print(f"{'model':28} {'seed':>4} {'first':>5} {'every':>5} {'window':>7} {'tokens':>6} "
+          f"{'chunks':>6} {'SNR dB':>7} {'first audio s':>13} {'RTF':>6} {'whole RTF':>9}")  # fmt: skip
     for r in rows:
+        window = f"{r.get('flow_prompt') or 'all'}/{r.get('flow_context') or 'all'}"
         print(f"{r['model']:28} {r['seed']:>4} {r['first_tokens']:>5} {r['chunk_tokens']:>5} "
-              f"{r['tokens']:>6} {r['chunks']:>6} {r['snr_db']:>7.1f} {r['first_audio_s']:>13.3f} "
-              f"{r['rtf']:>6.2f} {r['whole_rtf']:>9.2f}")  # fmt: skip
+              f"{window:>7} {r['tokens']:>6} {r['chunks']:>6} {r['snr_db']:>7.1f} "
+              f"{r['first_audio_s']:>13.3f} {r['rtf']:>6.2f} {r['whole_rtf']:>9.2f}")  # fmt: skip
 
 
 def main() -> None:
@@ -178,9 +201,16 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--real-size", action="store_true")
     parser.add_argument("--tokens", type=int, default=75)
+    parser.add_argument(
+        "--real-folder",
+        type=Path,
+        help="--real-size from this folder's weights "
+        "and built-in voice (build_tiny.py --variant chatterbox-turbo-real-random)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--chunkings", default=",".join(f"{a}:{b}" for a, b in CHUNKINGS),
-                        help="first:every token counts, comma-separated")  # fmt: skip
+                        help="first:every[:flow_prompt:flow_context] token counts, comma-"
+                             "separated (0 or left out: the whole prompt / every token)")  # fmt: skip
     parser.add_argument(
         "--json", type=Path, default=REPO / "benchmarks/results/chatterbox_stream.json"
     )
@@ -192,7 +222,7 @@ def main() -> None:
         if args.tiny or not args.real_size:
             rows += tiny_rows(chunkings)
         if args.real_size:
-            rows += real_rows(args.tokens, chunkings)
+            rows += real_rows(args.tokens, chunkings, args.real_folder)
     print_table(rows)
     load = load_average()
     print(load)

@@ -20,7 +20,7 @@ import torch
 
 from tts_core.models.chatterbox.hift import HARMONICS, SAMPLES_PER_FRAME, initial_phases
 from tts_core.models.chatterbox.model import StreamChunking
-from tts_core.models.chatterbox.streaming import HiftStream
+from tts_core.models.chatterbox.streaming import FlowChunker, HiftStream, S3GenStream, StreamNoise
 
 from .conftest import shared_model
 
@@ -180,3 +180,86 @@ def test_a_fault_is_far_below_the_threshold(tiny_folder) -> None:
     off.noise = draws.noise[..., SAMPLES_PER_FRAME:]
     misaligned = HiftStream(model.hift, off).push(mel, final=True).numpy()
     assert snr_db(unvoiced, misaligned) <= STREAM_SNR_DB - 5
+
+
+def _pushes(chunker, tokens: torch.Tensor, cuts: list[int]) -> list[torch.Tensor]:
+    return [chunker.push(tokens[:, :n], final=False) for n in cuts] + [chunker.push(tokens, True)]
+
+
+def test_a_window_wider_than_the_utterance_is_the_unbounded_stream(tiny_folder) -> None:
+    """flow_prompt / flow_context past the prompt and the tokens: every pass is the unbounded
+    pass, bit for bit (the window's slicing and hand-out change nothing)."""
+    model = shared_model(tiny_folder)
+    voice = model.builtin_voice
+    tokens = torch.randint(0, 6561, (1, 40), generator=torch.Generator().manual_seed(4))
+    out = []
+    for prompt, context in ((None, None), (10**6, 10**6)):
+        noise = StreamNoise(5, 40, voice.prompt_feat.shape[1] + 2)
+        chunker = FlowChunker(model.flow, voice, noise, prompt_tokens=prompt, context=context)
+        out.append(torch.cat(_pushes(chunker, tokens, [9, 17, 30]), dim=2))
+    assert torch.equal(out[0], out[1])
+
+
+def test_a_bounded_pass_is_the_flow_over_its_window(tiny_folder, monkeypatch) -> None:
+    """With the prompt's last 6 tokens and 4 tokens of context, a later pass runs the flow over
+    exactly those tokens (the prompt tail with its own mel frames and noise columns, the tokens
+    from `skipped` with theirs), and hands out the frames the unbounded pass would place at the
+    same times of the utterance: the output is the concatenation of those slices."""
+    model = shared_model(tiny_folder)
+    voice = model.builtin_voice
+    tp, tm = voice.prompt_token.shape[1], voice.prompt_feat.shape[1]
+    lead = 2 * tp - tm
+    tokens = torch.randint(0, 6561, (1, 40), generator=torch.Generator().manual_seed(4))
+    noise = StreamNoise(5, 40, tm + 2)
+    chunker = FlowChunker(model.flow, voice, noise, prompt_tokens=6, context=4)
+    seen: list[int] = []
+    flow_inference = model.flow.inference
+
+    def recording(tokens, prompt_token, *args, **kwargs):  # noqa: ANN001, ANN202
+        seen.append(prompt_token.shape[1] + tokens.shape[1])
+        return flow_inference(tokens, prompt_token, *args, **kwargs)
+
+    monkeypatch.setattr(model.flow, "inference", recording)
+    first = chunker.push(tokens[:, :12], final=False)
+    emitted = chunker.emitted
+    assert emitted == first.shape[2] == lead + 2 * (12 - chunker.holdback)
+    second = chunker.push(tokens[:, :30], final=False)
+    skipped = (emitted - lead) // 2 - 4
+    assert skipped > 0 and seen == [6 + 12, 6 + 30 - skipped]
+    expected = flow_inference(tokens[:, skipped:30], voice.prompt_token[:, tp - 6 :],
+                              voice.prompt_feat[:, tm - (12 - lead) :], voice.embedding, None,
+                              noise=noise.mel[..., 2 * skipped : 60],
+                              prompt_noise=noise.prompt[..., 2 * (tp - 6) :])  # fmt: skip
+    stable = lead + 2 * (30 - chunker.holdback)
+    assert torch.equal(second, expected[..., emitted - 2 * skipped : stable - 2 * skipped])
+    assert chunker.emitted == stable
+
+
+def test_a_bounded_pass_costs_the_same_however_long_the_utterance(tiny_folder, monkeypatch):
+    """The default chunking bounds each pass to the prompt's last flow_prompt tokens, the
+    flow_context tokens before the first frame not handed out yet, and the new ones: the flow's
+    length stays flat along a long stream instead of growing with it."""
+    model = shared_model(tiny_folder)
+    chunking = StreamChunking()
+    seen: list[int] = []
+    flow_inference = model.flow.inference
+
+    def recording(tokens, prompt_token, *args, **kwargs):  # noqa: ANN001, ANN202
+        seen.append(prompt_token.shape[1] + tokens.shape[1])
+        return flow_inference(tokens, prompt_token, *args, **kwargs)
+
+    monkeypatch.setattr(model.flow, "inference", recording)
+    tokens = torch.randint(0, 6561, (1, 200), generator=torch.Generator().manual_seed(4))
+    noise = StreamNoise(5, 200, model.builtin_voice.prompt_feat.shape[1] + 2)
+    stream = S3GenStream(model.flow, model.hift, model.builtin_voice, noise, chunking)
+    for n in range(chunking.first_tokens, 200, chunking.chunk_tokens):
+        stream.push(tokens[:, :n], final=False)
+    bound = (chunking.flow_prompt + chunking.flow_context + chunking.chunk_tokens
+             + chunking.holdback + 1)  # fmt: skip
+    assert len(seen) == 8 and max(seen) <= bound
+
+
+@pytest.mark.parametrize("field", ["flow_prompt", "flow_context"])
+def test_a_window_below_its_minimum_is_refused(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        StreamChunking(**{field: -1})

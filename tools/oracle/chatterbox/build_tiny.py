@@ -17,6 +17,8 @@ Writes `<out>/<name>/` for each variant of tiny_patch.VARIANTS:
 * `chatterbox_sizes.json`: the tiny sizes (what tensor shapes cannot say: head counts), the one
   file our loader reads beyond the released set.
 Runs in the oracle venv: the weights are made by the official modules.
+`--variant chatterbox-turbo-real-random --out /tmp`: the same at the released sizes (benchmarks:
+the app served a real-size Turbo, benchmarks/chatterbox_real_size_bench.py).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from ref_clip import synth_voice  # noqa: E402
 REPO = HERE.parents[2]
 SEED = 20261126
 STOP_SPEECH = 6562
+REAL_SIZE = "chatterbox-turbo-real-random"  # benchmarks only: built on demand, never committed
+REAL_SIZES = {"stop_row_std": 0.45}
 TAGS = ["[chuckle]", "[laugh]", "[sigh]", "[cough]", "[gasp]", "[groan]", "[sniff]",
         "[clear throat]", "[shush]"]  # fmt: skip
 CORPUS = [
@@ -111,12 +115,15 @@ def _save(module: torch.nn.Module, path: Path) -> None:
 
 
 def build(name: str, out: Path) -> Path:
+    """A tiny Turbo variant, or REAL_SIZE: the released sizes (the official constructors
+    unpatched; no chatterbox_sizes.json, as in a release), random weights, ~1.8 GB."""
     from chatterbox.models.s3gen import S3Gen
     from chatterbox.models.t3 import T3
     from chatterbox.models.voice_encoder import VoiceEncoder
 
-    sizes = tiny_patch.VARIANTS[name]
-    tiny_patch.apply(sizes)
+    sizes = REAL_SIZES if name == REAL_SIZE else tiny_patch.VARIANTS[name]
+    if name != REAL_SIZE:
+        tiny_patch.apply(sizes)
     import chatterbox.tts_turbo as tts_turbo
 
     folder = out / name
@@ -139,10 +146,12 @@ def build(name: str, out: Path) -> Path:
     _save(t3, folder / "t3_turbo_v1.safetensors")
     _save(s3gen, folder / "s3gen_meanflow.safetensors")
     _write_tokenizer(folder)
-    (folder / "chatterbox_sizes.json").write_text(json.dumps(sizes, indent=2) + "\n")
+    if name != REAL_SIZE:
+        (folder / "chatterbox_sizes.json").write_text(json.dumps(sizes, indent=2) + "\n")
 
     clip = folder.parent / f"{name}.ref24k.wav"  # temporary: conds.pt is built from it
-    sf.write(clip, synth_voice(24000, duration_s=6.48, seed=3), 24000, subtype="FLOAT")
+    seconds = 15.0 if name == REAL_SIZE else 6.48  # 15 s: the release's longest prompts
+    sf.write(clip, synth_voice(24000, duration_s=seconds, seed=3), 24000, subtype="FLOAT")
     model = tts_turbo.ChatterboxTurboTTS.from_local(folder, "cpu")
     model.prepare_conditionals(str(clip))
     model.conds.save(folder / "conds.pt")
@@ -213,7 +222,8 @@ def build_english(name: str, out: Path) -> Path:
     (folder / "chatterbox_sizes.json").write_text(json.dumps(sizes, indent=2) + "\n")
 
     clip = folder.parent / f"{name}.ref24k.wav"  # temporary: conds.pt is built from it
-    sf.write(clip, synth_voice(24000, duration_s=6.48, seed=3), 24000, subtype="FLOAT")
+    seconds = 15.0 if name == REAL_SIZE else 6.48  # 15 s: the release's longest prompts
+    sf.write(clip, synth_voice(24000, duration_s=seconds, seed=3), 24000, subtype="FLOAT")
     model = ChatterboxTTS.from_local(folder, "cpu")
     model.prepare_conditionals(str(clip))
     model.conds.save(folder / "conds.pt")
@@ -225,7 +235,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=REPO / "tests/fixtures")
     names = sorted(tiny_patch.VARIANTS) + sorted(tiny_patch.ENGLISH_VARIANTS)
-    parser.add_argument("--variant", choices=names, action="append")
+    parser.add_argument(
+        "--variant",
+        choices=[*names, REAL_SIZE],
+        action="append",
+        help=f"default: every tiny one; {REAL_SIZE}: the released sizes",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     for name in args.variant or names:

@@ -28,7 +28,7 @@ from .hift import (
     HiFTGenerator,
     ResBlock,
 )
-from .streaming import FlowChunker, HiftStream, S3GenStream
+from .streaming import FlowChunker, FlowWindow, HiftStream, S3GenStream
 
 if TYPE_CHECKING:
     from .model import ChatterboxTurboModel
@@ -64,27 +64,29 @@ class CfmRow:
     prompt_mels: int
     prompt_token_len: torch.Tensor  # the prompt's token count, shaped (1, 1) as the official's
     token_len: int  # generated tokens: T = 2 (prompt_token_len + token_len)
+    window: FlowWindow | None = None  # the pass's window (None: a test's hand-made row)
 
 
 def cfm_row(flow: Flow, chunker: FlowChunker, tokens: torch.Tensor) -> CfmRow:
     """Flow.inference's work up to the Euler steps for one row (its encoder alone: it attends
-    over the whole row), with the stream's noise (FlowChunker.push's arguments)."""
-    voice, n = chunker.voice, tokens.shape[1]
-    noise, prompt_noise = chunker.noise.mel[..., : TOKEN_MEL_RATIO * n], chunker.noise.prompt
+    over the whole row), over the pass's window with the stream's noise (FlowChunker.push's
+    arguments)."""
+    window = chunker.window(tokens)
+    n = window.tokens.shape[1]
     dtype = flow.spk_embed_affine_layer.weight.dtype
-    spks = flow.spk_embed_affine_layer(F.normalize(voice.embedding.to(dtype), dim=1))
-    token = torch.cat([voice.prompt_token, tokens], dim=1).long()
+    spks = flow.spk_embed_affine_layer(F.normalize(chunker.voice.embedding.to(dtype), dim=1))
+    token = torch.cat([window.prompt_token, window.tokens], dim=1).long()
     h = flow.encoder(flow.input_embedding(token))
     mu = flow.encoder_proj(h).transpose(1, 2).contiguous()
-    prompt_mels = voice.prompt_feat.shape[1]
+    prompt_mels = window.prompt_feat.shape[1]
     cond = torch.zeros(1, mu.shape[2], MELS, dtype=mu.dtype, device=mu.device)
-    cond[:, :prompt_mels] = voice.prompt_feat
+    cond[:, :prompt_mels] = window.prompt_feat
     z = mu.new_zeros(mu.shape)
-    prompt_part = mu.shape[2] - noise.shape[2]
-    z[..., :prompt_part] = prompt_noise[..., :prompt_part].to(z)
-    z[..., prompt_part:] = noise.to(z)
-    prompt_token_len = torch.tensor([[voice.prompt_token.shape[1]]])
-    return CfmRow(z, mu, spks, cond.transpose(1, 2), prompt_mels, prompt_token_len, n)
+    prompt_part = mu.shape[2] - window.noise.shape[2]
+    z[..., :prompt_part] = window.prompt_noise[..., :prompt_part].to(z)
+    z[..., prompt_part:] = window.noise.to(z)
+    prompt_token_len = torch.tensor([[window.prompt_token.shape[1]]])
+    return CfmRow(z, mu, spks, cond.transpose(1, 2), prompt_mels, prompt_token_len, n, window)
 
 
 def padded_cfm(flow: Flow, rows: list[CfmRow], mask_attention: bool = True) -> list[torch.Tensor]:
@@ -129,13 +131,9 @@ def _unmasked_attention(estimator, x, mask, mu, t, spks, cond, r) -> torch.Tenso
         module.MASK_BIAS = saved
 
 
-def flow_finish(chunker: FlowChunker, mel: torch.Tensor, n: int, final: bool) -> torch.Tensor:
+def flow_finish(chunker: FlowChunker, mel: torch.Tensor, row: CfmRow, final: bool) -> torch.Tensor:
     """FlowChunker.push's hand-out of the stable frames of a pass's mel."""
-    lead = mel.shape[2] - TOKEN_MEL_RATIO * n
-    stable = mel.shape[2] if final else lead + TOKEN_MEL_RATIO * max(0, n - chunker.holdback)
-    new = mel[..., chunker.emitted : stable]
-    chunker.emitted = max(chunker.emitted, stable)
-    return new
+    return chunker.take(mel, row.window, row.window.skipped + row.token_len, final)
 
 
 def hift_window(stream: HiftStream, mel: torch.Tensor, final: bool):
@@ -234,8 +232,8 @@ def padded_s3gen_push(
     and their HiFT decoder calls as one padded call (module doc)."""
     rows = [cfm_row(flow, stream.flow, tokens) for stream, tokens, _ in jobs]
     mels = padded_cfm(flow, rows)
-    news = [flow_finish(stream.flow, mel, tokens.shape[1], final)
-            for (stream, tokens, final), mel in zip(jobs, mels, strict=True)]  # fmt: skip
+    news = [flow_finish(stream.flow, mel, row, final)
+            for (stream, _, final), mel, row in zip(jobs, mels, rows, strict=True)]  # fmt: skip
     windows = [hift_window(stream.hift, new, final)
                for (stream, _, final), new in zip(jobs, news, strict=True)]  # fmt: skip
     due = [i for i, w in enumerate(windows) if w is not None]

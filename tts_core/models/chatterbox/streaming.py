@@ -7,8 +7,10 @@ draws the CFM noise after T3's last token. So a stream
 * draws every S3Gen/HiFT random number up front (`StreamNoise`) from its own generator seeded
   with the request's seed, indexed by position: mel frame j always starts from the same noise
   column and output sample s always gets the same source noise, whatever the chunking;
-* re-runs the flow over prompt + every token so far at each chunk (`FlowChunker`) and hands out
-  only the frames whose tokens have their lookahead (plus a hold-back), frozen from then on;
+* re-runs the flow at each chunk (`FlowChunker`) over the prompt's last tokens and the tokens
+  from a few before the first frame not handed out yet (`StreamChunking.flow_prompt` /
+  `flow_context`; unbounded: prompt + every token so far) and hands out only the frames whose
+  tokens have their lookahead (plus a hold-back), frozen from then on;
 * vocodes the frozen mel in windows with left/right context (`HiftStream`), the source's phase
   carried in float64 cycles and its f0 taken once each frame has its context, so the
   waveform continues across chunks without crossfades.
@@ -63,43 +65,98 @@ class StreamChunking:
     """How a stream cuts S3Gen's work. Defaults from benchmarks/chatterbox_stream_bench.py
     (BENCHMARKS.md): the SNR against the whole pass barely depends on the chunk sizes (10 to
     25 tokens: within 1.5 dB; 50: +1 to +11 dB), while first audio grows with `first_tokens` and
-    the cost with the number of passes: 15 then 25 starts sooner than 25/25 and makes fewer
-    passes than 10/10. The first chunk holds first_tokens - holdback - hift_right / 2 tokens
-    (8: 320 ms)."""
+    the cost with the number of passes and their length. A pass bounded to the prompt's last 25
+    tokens and 10 tokens of left context costs ~60 tokens of flow work instead of prompt (up to
+    250) + every token so far, for 41-45 dB against the whole pass where the unbounded stream
+    has 38-53 (tiny and real size). The first chunk holds first_tokens - holdback - hift_right
+    / 2 tokens (5: 200 ms)."""
 
-    first_tokens: int = 15  # speech tokens before the first S3Gen pass
+    first_tokens: int = 12  # speech tokens before the first S3Gen pass
     chunk_tokens: int = 25  # speech tokens between later passes
     holdback: int = LOOKAHEAD  # tokens whose mel waits for later tokens (>= the lookahead)
     hift_left: int = 16  # mel frames of left context re-vocoded per pass
     hift_right: int = 8  # mel frames held back until their right context is known
+    flow_prompt: int | None = 25  # prompt tokens (its last ones) a pass sees; None: all
+    flow_context: int | None = 10  # emitted tokens a pass re-runs as left context; None: all
+
+    def __post_init__(self) -> None:
+        for name in ("flow_prompt", "flow_context"):
+            value = getattr(self, name)
+            if value is not None and value < (1 if name == "flow_prompt" else 0):
+                raise ValueError(f"{name} must be None or >= {1 if name == 'flow_prompt' else 0}")
+
+
+@dataclass
+class FlowWindow:
+    """What one pass runs the flow over: the prompt's last tokens with their mel, and the
+    tokens from `skipped` on, with the stream's noise columns of exactly those frames."""
+
+    prompt_token: torch.Tensor  # (1, P') the prompt's last P' tokens
+    prompt_feat: torch.Tensor  # (1, 2 P' - lead, 80) their mel (the whole prompt's lead kept)
+    tokens: torch.Tensor  # (1, n - skipped)
+    noise: torch.Tensor  # (1, 80, 2 (n - skipped)) generated frames' noise
+    prompt_noise: torch.Tensor  # (1, 80, >= 2 P') prompt frames' noise
+    skipped: int  # generated tokens before `tokens` (their frames already handed out)
 
 
 class FlowChunker:
-    """Token-to-mel in chunks: each `push` runs the flow over prompt + all tokens so far with the
+    """Token-to-mel in chunks: each `push` runs the flow over prompt + tokens so far with the
     stream's noise and returns the mel frames that became stable, (1, 80, k). Not final: a frame
     is stable once its token has `holdback` (>= the encoder's 3-token lookahead) later tokens;
-    final (the silence tokens appended): every remaining frame."""
+    final (the silence tokens appended): every remaining frame. A pass sees the whole prompt and
+    every token unless `prompt_tokens` / `context` bound it (`window`): the prompt's last
+    `prompt_tokens` tokens and `context` tokens before the first frame not handed out yet, so a
+    pass costs O(prompt_tokens + context + chunk) instead of growing with the utterance."""
 
     def __init__(
-        self, flow: Flow, voice: ChatterboxVoice, noise: StreamNoise, holdback: int = LOOKAHEAD
+        self,
+        flow: Flow,
+        voice: ChatterboxVoice,
+        noise: StreamNoise,
+        holdback: int = LOOKAHEAD,
+        prompt_tokens: int | None = None,
+        context: int | None = None,
     ) -> None:
         if holdback < LOOKAHEAD:
             raise ValueError(f"holdback must be >= the lookahead ({LOOKAHEAD} tokens)")
         self.flow, self.voice, self.noise, self.holdback = flow, voice, noise, holdback
+        self.prompt_tokens, self.context = prompt_tokens, context
+        self.lead = TOKEN_MEL_RATIO * voice.prompt_token.shape[1] - voice.prompt_feat.shape[1]
         self.emitted = 0  # output mel frames handed out
 
     @torch.inference_mode()
     def push(self, tokens: torch.Tensor, final: bool) -> torch.Tensor:
         """tokens (1, n): every speech token so far (+ the silence tokens when final)."""
-        n = tokens.shape[1]
-        voice = self.voice
-        mel = self.flow.inference(tokens, voice.prompt_token, voice.prompt_feat, voice.embedding,
-                                  None, noise=self.noise.mel[..., : TOKEN_MEL_RATIO * n],
-                                  prompt_noise=self.noise.prompt)  # fmt: skip
-        # (1, 80, 2n + d): d = 2 Tp - Tm frames of the prompt's last token lead (0 or 1)
-        lead = mel.shape[2] - TOKEN_MEL_RATIO * n
-        stable = mel.shape[2] if final else lead + TOKEN_MEL_RATIO * max(0, n - self.holdback)
-        new = mel[..., self.emitted : stable]
+        window = self.window(tokens)
+        mel = self.flow.inference(window.tokens, window.prompt_token, window.prompt_feat,
+                                  self.voice.embedding, None, noise=window.noise,
+                                  prompt_noise=window.prompt_noise)  # fmt: skip
+        return self.take(mel, window, tokens.shape[1], final)
+
+    def window(self, tokens: torch.Tensor) -> FlowWindow:
+        """The prompt tail and tokens this pass runs over (all of them when unbounded)."""
+        n, voice = tokens.shape[1], self.voice
+        prompt_len = voice.prompt_token.shape[1]
+        keep = prompt_len if self.prompt_tokens is None else min(prompt_len, self.prompt_tokens)
+        handed_tokens = max(0, (self.emitted - self.lead) // TOKEN_MEL_RATIO)
+        skipped = 0 if self.context is None else max(0, handed_tokens - self.context)
+        feat_len = TOKEN_MEL_RATIO * keep - self.lead
+        return FlowWindow(
+            prompt_token=voice.prompt_token[:, prompt_len - keep :],
+            prompt_feat=voice.prompt_feat[:, voice.prompt_feat.shape[1] - feat_len :],
+            tokens=tokens[:, skipped:],
+            noise=self.noise.mel[..., TOKEN_MEL_RATIO * skipped : TOKEN_MEL_RATIO * n],
+            prompt_noise=self.noise.prompt[..., TOKEN_MEL_RATIO * (prompt_len - keep) :],
+            skipped=skipped,
+        )
+
+    def take(self, mel: torch.Tensor, window: FlowWindow, n: int, final: bool) -> torch.Tensor:
+        """The newly stable frames of a pass's mel (1, 80, lead + 2 (n - skipped)); frame i >=
+        lead of a window is frame i + 2 skipped of the whole utterance."""
+        shift = TOKEN_MEL_RATIO * window.skipped
+        whole_len = mel.shape[2] + shift
+        stable = whole_len if final else self.lead + TOKEN_MEL_RATIO * max(0, n - self.holdback)
+        new = mel[..., self.emitted - shift : stable - shift]
         self.emitted = max(self.emitted, stable)
         return new
 
@@ -183,7 +240,8 @@ class S3GenStream:
         noise: StreamNoise,
         chunking: StreamChunking,
     ) -> None:
-        self.flow = FlowChunker(flow, voice, noise, chunking.holdback)
+        self.flow = FlowChunker(flow, voice, noise, chunking.holdback, chunking.flow_prompt,
+                                chunking.flow_context)  # fmt: skip
         self.hift = HiftStream(hift, noise, chunking.hift_left, chunking.hift_right)
 
     def push(self, tokens: torch.Tensor, final: bool) -> torch.Tensor:
