@@ -182,7 +182,10 @@ class ChatterboxBackend:
         mark = stream_marker(values["watermark"], self.sample_rate)  # Perth, per chunk
         try:
             for chunk in chunks:
-                audio = mark(chunk.audio.astype(np.float32, copy=False), chunk.final)
+                # on the model thread: beside the scheduler's steps, its torch threads and the
+                # steps' would share the cores (measured: +0.45 s per 1 s chunk, 2 cores)
+                audio = self.scheduler.call(mark, chunk.audio.astype(np.float32, copy=False),
+                                            chunk.final)  # fmt: skip
                 yield BackendChunk(audio, frames=audio.size // SAMPLES_PER_TOKEN,
                                    stop_reason=chunk.stop_reason,
                                    batch_size=chunk.batch_size)  # fmt: skip
