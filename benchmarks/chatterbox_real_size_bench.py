@@ -145,7 +145,7 @@ def our_parts(folder: Path, tokens: int) -> dict:
     chunking = StreamChunking()
     passes: list[float] = []
     stream = S3GenStream(model.flow, model.hift, voice, noise, chunking)
-    cuts = [*range(chunking.first_tokens, tokens, chunking.chunk_tokens), None]
+    cuts = [*chunking.pass_points(tokens), None]
     for n in cuts:
         begin = time.perf_counter()
         stream.push(final if n is None else speech[:, :n], n is None)

@@ -164,7 +164,7 @@ def real_rows(
             [],
             [],
         )
-        cuts = list(range(first, n_tokens, every))
+        cuts = chunking.pass_points(n_tokens)
         for n in [*cuts, None]:
             start = time.perf_counter()
             audio = stream.push(final if n is None else speech[:, :n], n is None).numpy()

@@ -252,14 +252,22 @@ def test_a_bounded_pass_costs_the_same_however_long_the_utterance(tiny_folder, m
     tokens = torch.randint(0, 6561, (1, 200), generator=torch.Generator().manual_seed(4))
     noise = StreamNoise(5, 200, model.builtin_voice.prompt_feat.shape[1] + 2)
     stream = S3GenStream(model.flow, model.hift, model.builtin_voice, noise, chunking)
-    for n in range(chunking.first_tokens, 200, chunking.chunk_tokens):
+    for n in chunking.pass_points(200):
         stream.push(tokens[:, :n], final=False)
     bound = (chunking.flow_prompt + chunking.flow_context + chunking.chunk_tokens
              + chunking.holdback + 1)  # fmt: skip
-    assert len(seen) == 8 and max(seen) <= bound
+    assert len(seen) == len(chunking.pass_points(200)) > 4 and max(seen) <= bound
 
 
 @pytest.mark.parametrize("field", ["flow_prompt", "flow_context"])
 def test_a_window_below_its_minimum_is_refused(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         StreamChunking(**{field: -1})
+
+
+def test_the_passes_ramp_up_to_chunk_tokens() -> None:
+    """Early passes double (each after as many tokens as the stream has), then every
+    chunk_tokens; without the ramp, every chunk_tokens from the first."""
+    assert StreamChunking(12, 50).pass_points(200) == [12, 24, 48, 96, 146, 196]
+    assert StreamChunking(12, 50, ramp=False).pass_points(200) == [12, 62, 112, 162]
+    assert StreamChunking(10, 10).pass_points(35) == [10, 20, 30]

@@ -1,9 +1,9 @@
 """Adapter: our Chatterbox Turbo (tts_core.models.chatterbox) -> the engine's Backend interface.
 
 Streamed: T3 draws tokens and S3Gen + HiFT turn them into audio while it runs (`model.stream`:
-the flow re-run over prompt + all tokens so far every `chunk_tokens` tokens, the stable frames
-vocoded with a carried source; models/chatterbox/streaming.py). The tokens are the official's
-for the seed; the audio approximates the whole-utterance pass (measured SNR in BENCHMARKS.md).
+the flow re-run over the prompt's tail and the newest tokens, ramping up to every `chunk_tokens`
+tokens, the stable frames vocoded with a carried source; models/chatterbox/streaming.py). The
+tokens are the official's for the seed; the audio approximates the whole-utterance pass (measured SNR in BENCHMARKS.md).
 Streamed chunks carry the Perth watermark (knob `watermark`, on by default, with resemble-perth
 installed): each chunk is marked with 0.25 s of context and a 40 ms tail crossfaded into the
 next pass (audio/perth_watermark.py StreamWatermarker: no clicks at the joins, measured in

@@ -194,7 +194,8 @@ class ChatterboxTurboModel(S3GenSpeech):
     ) -> Iterator[TurboChunk]:
         """`text` in `voice` as audio chunks made while T3 draws (unwatermarked). T3's tokens
         are generate's (same draws, same order); S3Gen re-runs after the first
-        `chunking.first_tokens` speech tokens and every `chunking.chunk_tokens` after, handing
+        `chunking.first_tokens` speech tokens and at `chunking.next_pass` after (ramping up to
+        every `chunking.chunk_tokens`), handing
         out the audio that became stable (streaming.py), and the final chunk (always yielded,
         last) holds the rest. A pass with nothing stable yet yields nothing. The served path: the
         one engine (serving.py's ChatterboxRunner) with this request as its only row, stepped on the

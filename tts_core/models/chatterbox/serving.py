@@ -18,7 +18,7 @@ An engine frame is one T3 draw. A step of the rows (`ChatterboxRunner.decode`):
   benchmarks/chatterbox_batch_bench.py), and the rows' attention spans differ; so a request's
   tokens are its tokens alone, in any batch, at any join.
 * S3Gen: the rows whose stream makes a flow pass this step (`model.stream`'s rule: after the
-  first `first_tokens` speech tokens, every `chunk_tokens` after, and the final pass) run it
+  first `first_tokens` speech tokens, then at `StreamChunking.next_pass`, and the final pass) run it
   together: each row's flow encoder alone (bidirectional attention over its own prompt +
   tokens), then ONE CFM solve over the rows padded to the longest (`padded_cfm`: a (B, 1, T)
   mask from per-row lengths, the estimator's transformer blocks masked, its causal convs masked)
@@ -253,7 +253,7 @@ class ChatterboxRunner:
             if token is not None:
                 seq.take(token)
                 if len(seq.speech) >= seq.due:
-                    seq.due = len(seq.speech) + seq.chunking.chunk_tokens
+                    seq.due = seq.chunking.next_pass(len(seq.speech))
                     passing.append(seq)
             drawn = seq.frames + (token is not None)  # draws so far, this one included
             if token is None or seq.stops(token) or drawn == seq.limit:

@@ -63,21 +63,37 @@ class StreamNoise:
 @dataclass(frozen=True)
 class StreamChunking:
     """How a stream cuts S3Gen's work. Defaults from benchmarks/chatterbox_stream_bench.py
-    (BENCHMARKS.md): the SNR against the whole pass barely depends on the chunk sizes (10 to
-    25 tokens: within 1.5 dB; 50: +1 to +11 dB), while first audio grows with `first_tokens` and
-    the cost with the number of passes and their length. A pass bounded to the prompt's last 25
-    tokens and 10 tokens of left context costs ~60 tokens of flow work instead of prompt (up to
-    250) + every token so far, for 41-45 dB against the whole pass where the unbounded stream
-    has 38-53 (tiny and real size). The first chunk holds first_tokens - holdback - hift_right
-    / 2 tokens (5: 200 ms)."""
+    (BENCHMARKS.md): a pass bounded to the prompt's last 10 tokens and 10 tokens of left context
+    costs ~75 tokens of flow work instead of prompt (up to 250) + every token so far, for
+    37.7-49.2 dB against the whole pass (tiny and real size; the unbounded stream 37.9-53); 50
+    tokens between passes halve the passes' cost per second of audio against 25, and the ramp
+    (`next_pass`) makes the first ones come sooner. The first chunk holds first_tokens -
+    holdback - hift_right / 2 tokens (5: 200 ms)."""
 
     first_tokens: int = 12  # speech tokens before the first S3Gen pass
-    chunk_tokens: int = 25  # speech tokens between later passes
+    chunk_tokens: int = 50  # speech tokens between later passes (after the ramp)
     holdback: int = LOOKAHEAD  # tokens whose mel waits for later tokens (>= the lookahead)
     hift_left: int = 16  # mel frames of left context re-vocoded per pass
     hift_right: int = 8  # mel frames held back until their right context is known
-    flow_prompt: int | None = 25  # prompt tokens (its last ones) a pass sees; None: all
+    flow_prompt: int | None = 10  # prompt tokens (its last ones) a pass sees; None: all
     flow_context: int | None = 10  # emitted tokens a pass re-runs as left context; None: all
+    ramp: bool = True  # early later-passes come sooner (next_pass)
+
+    def next_pass(self, tokens: int) -> int:
+        """The token count of the pass after one made at `tokens`: chunk_tokens later, or
+        sooner while the stream is young (`ramp`: as many tokens as it has, so the early chunks
+        double, 12, 24, 48, ..., up to chunk_tokens: the first chunks come out while little
+        audio is queued ahead of them, the later ones cost fewer passes)."""
+        step = min(self.chunk_tokens, max(1, tokens)) if self.ramp else self.chunk_tokens
+        return tokens + step
+
+    def pass_points(self, total: int) -> list[int]:
+        """The token counts of the non-final passes of a `total`-token stream."""
+        points, n = [], self.first_tokens
+        while n < total:
+            points.append(n)
+            n = self.next_pass(n)
+        return points
 
     def __post_init__(self) -> None:
         for name in ("flow_prompt", "flow_context"):
