@@ -23,8 +23,9 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=os.environ.get("TTS_MODEL", DEFAULT_MODEL),
-                   help="Qwen3-TTS or VoxCPM2 repo id or local folder (the model is read "
-                   "from its config.json), 'espeak' (offline voice), or http(s)://HOST:PORT/v1 "
+                   help="Qwen3-TTS, VoxCPM2 or Chatterbox (Turbo, English, Nano) repo id or "
+                   "local folder (the model is read from its config.json, a Chatterbox release "
+                   "from its T3 file), 'espeak' (offline voice), or http(s)://HOST:PORT/v1 "
                    "of a server speaking vLLM-Omni's /v1/audio/speech (this app included)")  # fmt: skip
     p.add_argument("--device", default=os.environ.get("TTS_DEVICE", "auto"),
                    choices=["auto", "cpu", "cuda"])  # fmt: skip
@@ -34,9 +35,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(compute capability 8.0+), else float32")  # fmt: skip
     p.add_argument("--quantize", default=os.environ.get("TTS_QUANTIZE", "auto"),
                    choices=["auto", "none", "int8"],
-                   help="8-bit talker and code-predictor layers (CPU); auto = int8 on a CPU "
-                   "where it is faster than float (timed, cached) and every layer keeps >= 30 dB SQNR "
-                   "on a calibration run")  # fmt: skip
+                   help="8-bit CPU layers: Qwen3-TTS's talker and code predictor, Chatterbox "
+                   "Turbo's T3 (its GPT-2 blocks); auto = int8 on a CPU where it is faster than "
+                   "float (timed, cached) and every layer keeps >= 30 dB SQNR on a calibration "
+                   "run; models without the knob ignore it")  # fmt: skip
     p.add_argument("--cuda-graphs", default=os.environ.get("TTS_CUDA_GRAPHS", "auto"),
                    choices=["auto", "off"],
                    help="Qwen3-TTS on CUDA: capture the served decode step as CUDA graphs per batch "

@@ -9,6 +9,7 @@ is missing, unless REQUIRE_BROWSER=1 (CI), where it fails.
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 
 import httpx
@@ -461,6 +462,36 @@ def test_a_new_error_leaves_no_clip_of_the_last_run_beside_it(browser, site):
         timeout=BROWSER_HANG_MS,
     )  # not "Generating…" for ever
     page.wait_for_selector(full, state="detached")
+
+
+def test_a_click_while_the_last_standard_run_is_pending_still_runs(browser, site, monkeypatch):
+    """A flaky failure of the test above: Generate clicked after the standard player showed
+    the last clip but before Gradio had the run's completion was dropped (the hidden trigger's
+    default trigger_mode "once"), so the new run's error never came. The last run is held
+    pending here until the new click has been made: the click runs once the last run ends."""
+    url, engine, _ = site
+    reached, release = threading.Event(), threading.Event()
+    stream = engine.stream
+
+    def held(request, cancel=None):  # noqa: ANN001, ANN202
+        def events():  # noqa: ANN202
+            yield from stream(request, cancel)
+            reached.set()
+            release.wait(BROWSER_HANG_MS / 1000)
+
+        return events()
+
+    monkeypatch.setattr(engine, "stream", held)
+    page = open_page(browser, url)
+    page.get_by_label("Standard (gr.Audio, HLS)").check()
+    page.click("#generate")
+    assert reached.wait(BROWSER_HANG_MS / 1000)
+    page.fill("#text textarea", "   ")
+    page.evaluate("() => { window.__toasts.length = 0; window.__ttsStats.last.held = true; }")
+    page.click("#generate")
+    page.wait_for_function("() => !window.__ttsStats.last.held", timeout=BROWSER_HANG_MS)
+    release.set()
+    wait_for_toast(page, "Please enter some text to speak.")
 
 
 @pytest.fixture(scope="module")

@@ -124,3 +124,20 @@ def test_the_page_hides_the_transcript_box(backend: ChatterboxBackend, tmp_path)
     reading = ChatterboxBackend(backend.model, backend.model_name, "cpu")
     reading.reads_transcript = True
     assert _transcript_box_shown(_engine(reading), tmp_path)
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_backend_start_preloads_the_watermark_model(
+    monkeypatch: pytest.MonkeyPatch, installed: bool
+) -> None:
+    """Perth's model is loaded with the backend (watermark on by default), not at the first
+    request; without resemble-perth nothing is loaded and the backend still starts."""
+    from tts_core.audio import perth_watermark
+    from tts_core.backends import chatterbox
+
+    monkeypatch.setattr(perth_watermark, "_shared", None)
+    monkeypatch.setattr(chatterbox, "perth_available", lambda: installed)
+    if installed and not perth_watermark.perth_available():
+        pytest.skip("resemble-perth is not installed")
+    ChatterboxBackend(shared_model(TINY), TINY.name, "cpu")
+    assert (perth_watermark._shared is not None) == installed

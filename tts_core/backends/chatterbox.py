@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..audio.perth_watermark import stream_marker
+from ..audio.perth_watermark import perth_available, shared_watermarker, stream_marker
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
@@ -101,6 +101,7 @@ class ChatterboxBackend:
         self.weight_format_reason = getattr(model, "format_decision", "")
         self.scheduler = self._scheduler(model, max_batch)  # thread starts on first use
         self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
+        preload_watermark()
 
     @classmethod
     def load(
@@ -204,3 +205,10 @@ def reference_clip(audio: np.ndarray) -> np.ndarray:
     if not np.all(np.isfinite(clip)):
         raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
     return clip.astype(np.float32)
+
+
+def preload_watermark() -> None:
+    """Perth's model loaded at backend start where the stream is watermarked by default and
+    resemble-perth is installed, so the first request does not load it."""
+    if WATERMARK_KNOB.default and perth_available():
+        shared_watermarker()

@@ -307,9 +307,11 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
 
     # Generate runs the low-latency player in the browser; the page clicks this hidden
     # trigger instead when the player toggle says "Standard" (one synthesis per click).
+    # "always_last": a click while the last run is still pending (its clip shown, its
+    # completion not yet received) runs after it; Gradio's default "once" dropped it.
     generating = player.standard_trigger.click(
         handlers.bind_page(slot, voices, parameters), inputs=[*inputs, owner], outputs=outputs,
-        api_name="generate", api_visibility="private", **pool,
+        api_name="generate", api_visibility="private", trigger_mode="always_last", **pool,
     )  # fmt: skip
     stop.click(None, None, None, cancels=[generating])
     # API-only endpoints: a hidden button that no one clicks, so they run only when called
