@@ -132,8 +132,7 @@ def t3_times(t3, steps: int = 20) -> tuple[float, float]:
 def real_rows(
     n_tokens: int, chunkings: list[tuple[int, ...]], folder: Path | None = None
 ) -> list[dict]:
-    from tts_core.models.chatterbox.model import StreamChunking
-    from tts_core.models.chatterbox.streaming import S3GenStream, StreamNoise
+    from tts_core.models.chatterbox.streaming import WHOLE_UTTERANCE, S3GenStream, StreamNoise
     from tts_core.models.chatterbox.voice import ChatterboxVoice
 
     if folder is None:
@@ -153,7 +152,7 @@ def real_rows(
     final = torch.cat([speech, torch.full((1, 3), 4299)], dim=1)
     noise = StreamNoise(1, n_tokens + 3, voice.prompt_feat.shape[1] + 2)
     start = time.perf_counter()
-    whole = S3GenStream(flow, hift, voice, noise, StreamChunking()).push(final, True).numpy()
+    whole = S3GenStream(flow, hift, voice, noise, WHOLE_UTTERANCE).push(final, True).numpy()
     whole_s = time.perf_counter() - start
     seconds, t3_s = whole.size / 24000, prefill + (n_tokens + 1) * per_token
     rows = []

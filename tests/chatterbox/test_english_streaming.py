@@ -52,12 +52,13 @@ def test_stream_tokens_length_and_snr(name, tokens: int) -> None:
 
 @each_checkpoint
 def test_one_final_pass_is_the_stream_noise_whole_pass(name) -> None:
-    """With the first chunk past the last token, the stream makes one final pass: the very
-    computation of generate(stream_noise=True)."""
+    """With the first chunk past the last token and the flow's window unbounded, the stream
+    makes one final pass: the very computation of generate(stream_noise=True)."""
     english_folder, english_goldens = case(name)
     model = english_model(english_folder)
     seed = seeds(english_goldens)["gen"]
-    chunks = list(model.stream(TEXTS[0], seed=seed, chunking=StreamChunking(first_tokens=1000)))
+    unbounded = StreamChunking(first_tokens=1000, flow_prompt=None, flow_context=None)
+    chunks = list(model.stream(TEXTS[0], seed=seed, chunking=unbounded))
     reference = model.generate(TEXTS[0], seed=seed, stream_noise=True)
     assert len(chunks) == 1 and np.array_equal(chunks[0].audio, reference.audio)
 

@@ -47,7 +47,7 @@ from .english_t3 import (
 from .flow import TOKEN_MEL_RATIO, Flow
 from .hift import HiFTGenerator
 from .model import S3GenSpeech, TurboChunk, apply_watermark
-from .streaming import S3GenStream, StreamChunking, StreamNoise
+from .streaming import WHOLE_UTTERANCE, S3GenStream, StreamChunking, StreamNoise
 from .tokenizer import punc_norm
 from .voice import ChatterboxVoice
 
@@ -257,7 +257,7 @@ class ChatterboxEnglishModel(S3GenSpeech):
             audio = np.zeros(0, dtype=np.float32)
         elif stream_noise:
             noise = self._stream_noise(seed, voice, max_new_tokens)
-            s3gen = S3GenStream(self.flow, self.hift, voice, noise, StreamChunking())
+            s3gen = S3GenStream(self.flow, self.hift, voice, noise, WHOLE_UTTERANCE)
             audio = s3gen.push(tokens[None], final=True).cpu().numpy()
         else:
             mel = self.tokens_to_mel(tokens[None], voice, generator)

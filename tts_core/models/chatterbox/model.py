@@ -30,7 +30,7 @@ from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, ChatterboxSizes, t3_fi
 from .flow import TOKEN_MEL_RATIO, Flow
 from .hift import HiFTGenerator, trim_fade
 from .sampling import TurboSampling
-from .streaming import S3GenStream, StreamChunking, StreamNoise
+from .streaming import WHOLE_UTTERANCE, S3GenStream, StreamChunking, StreamNoise
 from .t3 import MAX_NEW_TOKENS, T3Turbo
 from .tokenizer import TurboTokenizer
 from .voice import ChatterboxVoice
@@ -174,7 +174,7 @@ class ChatterboxTurboModel(S3GenSpeech):
         speech = torch.cat([out.tokens[out.tokens < S3_VOCAB], self._silence()])[None]  # (1, T)
         if stream_noise:
             noise = self._stream_noise(seed, voice, max_new_tokens)
-            s3gen = S3GenStream(self.flow, self.hift, voice, noise, StreamChunking())
+            s3gen = S3GenStream(self.flow, self.hift, voice, noise, WHOLE_UTTERANCE)
             audio = s3gen.push(speech, final=True)[None]
         else:
             audio = self.vocode(self.tokens_to_mel(speech, voice, generator), generator)

@@ -63,19 +63,19 @@ class StreamNoise:
 @dataclass(frozen=True)
 class StreamChunking:
     """How a stream cuts S3Gen's work. Defaults from benchmarks/chatterbox_stream_bench.py
-    (BENCHMARKS.md): a pass bounded to the prompt's last 10 tokens and 10 tokens of left context
-    costs ~75 tokens of flow work instead of prompt (up to 250) + every token so far, for
-    37.7-49.2 dB against the whole pass (tiny and real size; the unbounded stream 37.9-53); 50
-    tokens between passes halve the passes' cost per second of audio against 25, and the ramp
-    (`next_pass`) makes the first ones come sooner. The first chunk holds first_tokens -
-    holdback - hift_right / 2 tokens (5: 200 ms)."""
+    (BENCHMARKS.md): a pass bounded to the prompt's last 25 tokens and 10 tokens of left context
+    costs ~90 tokens of flow work instead of prompt (up to 250) + every token so far; against
+    the whole pass, 37.8-46.8 dB with the ramp and 50-token passes (tiny; 41.9 real size) where
+    the unbounded stream has 38.2-52.6 (48.9). 50 tokens between passes halve the passes' cost
+    per second of audio against 25; the ramp (`next_pass`) makes the first ones come sooner.
+    The first chunk holds first_tokens - holdback - hift_right / 2 tokens (5: 200 ms)."""
 
     first_tokens: int = 12  # speech tokens before the first S3Gen pass
     chunk_tokens: int = 50  # speech tokens between later passes (after the ramp)
     holdback: int = LOOKAHEAD  # tokens whose mel waits for later tokens (>= the lookahead)
     hift_left: int = 16  # mel frames of left context re-vocoded per pass
     hift_right: int = 8  # mel frames held back until their right context is known
-    flow_prompt: int | None = 10  # prompt tokens (its last ones) a pass sees; None: all
+    flow_prompt: int | None = 25  # prompt tokens (its last ones) a pass sees; None: all
     flow_context: int | None = 10  # emitted tokens a pass re-runs as left context; None: all
     ramp: bool = True  # early later-passes come sooner (next_pass)
 
@@ -100,6 +100,11 @@ class StreamChunking:
             value = getattr(self, name)
             if value is not None and value < (1 if name == "flow_prompt" else 0):
                 raise ValueError(f"{name} must be None or >= {1 if name == 'flow_prompt' else 0}")
+
+
+# The whole-utterance pass (`generate(stream_noise=True)`, the streams' reference): one final
+# push over the whole prompt and every token.
+WHOLE_UTTERANCE = StreamChunking(flow_prompt=None, flow_context=None)
 
 
 @dataclass
