@@ -6,11 +6,15 @@ each figure: on a shared machine, figures taken under load are slower than idle 
 
     .venv/bin/python benchmarks/chatterbox_batch_bench.py                    # tiny-a checkpoint
     .venv/bin/python benchmarks/chatterbox_batch_bench.py --real-size --max-new-tokens 50
+    .venv/bin/python benchmarks/chatterbox_batch_bench.py --real-size --quantize int8 --t3-step
 
 --real-size: the released sizes with random weights (as tools/oracle/chatterbox/time_real_size.py
 builds them) and a random voice (375 T3 prompt tokens, a 150-token / 300-frame S3Gen prompt);
 random T3 weights rarely draw STOP, so each stream makes max_new_tokens + 1 draws. All streams
 join at step 0 of one BatchEngine stepped on this thread (the served loop without its thread).
+--quantize int8: T3 on the 8-bit path, whose rows the runner steps in one GPT-2 call
+(serving.py; --t3-per-row: one call per row, as before); --t3-step: one T3 decode step's ms per
+row, the rows fed together and one by one.
 """
 
 from __future__ import annotations
@@ -74,11 +78,12 @@ def real_size_model():
     return model
 
 
-def run(model, streams: int, mode: str, max_new_tokens: int) -> dict:
+def run(model, streams: int, mode: str, max_new_tokens: int, t3_together: bool = True) -> dict:
     from tts_core.models.chatterbox.serving import TurboRunner, make_request
     from tts_core.serving import BatchEngine, InlineOutbox
 
     runner = TurboRunner(model, max(streams, 1), mode)
+    runner.t3_batched = runner.t3_batched and t3_together
     engine = BatchEngine(runner, isolate_failures=False)
     seqs = [make_request(model, TEXTS[i % len(TEXTS)], seed=i + 1, max_new_tokens=max_new_tokens,
                          outbox=InlineOutbox()) for i in range(streams)]  # fmt: skip
@@ -100,6 +105,7 @@ def run(model, streams: int, mode: str, max_new_tokens: int) -> dict:
     return {
         "streams": streams,
         "s3gen": mode,
+        "t3_batched": runner.t3_batched,
         "wall_s": round(wall, 2),
         "audio_s": round(audio, 2),
         "audio_s_per_wall_s": round(audio / wall, 3),
@@ -110,6 +116,42 @@ def run(model, streams: int, mode: str, max_new_tokens: int) -> dict:
         "load_average_before": before,
         "load_average_after": load_average(),
     }
+
+
+@torch.inference_mode()
+def t3_step(model, rows: int, repeat: int = 5) -> dict:
+    """One T3 decode step (GPT-2 + each row's speech head) of `rows` rows, ms per row: the rows
+    fed in one call (T3Turbo.feed: what the runner does when T3 is int8) and one call each."""
+    from tts_core.models.chatterbox.sampling import TurboSampling
+    from tts_core.models.chatterbox.t3 import TurboRow
+
+    t3, voice = model.t3, model.builtin_voice
+    states = [TurboRow() for _ in range(rows)]
+    forced = torch.zeros(4 * repeat + 2, dtype=torch.long)
+    for i, row in enumerate(states):
+        draws = t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model._ids(TEXTS[i % 4]),
+                         TurboSampling(), None, forced=forced, row=row)  # fmt: skip
+        next(draws)
+    token = forced[:1].view(1, 1)
+
+    def step(groups: list[list]) -> None:
+        for group in groups:
+            for row in group:
+                row.pending = token
+            t3.feed(group)
+            for row in group:
+                t3.speech_head(row.hidden)
+
+    times = {}
+    for name, groups in (("together", [states]), ("each", [[row] for row in states])):
+        best = float("inf")
+        for _ in range(repeat):
+            start = time.perf_counter()
+            step(groups)
+            best = min(best, time.perf_counter() - start)
+        times[name] = round(1000 * best / rows, 1)
+    return {"rows": rows, "ms_per_row_together": times["together"],
+            "ms_per_row_each": times["each"], "load_average": load_average()}  # fmt: skip
 
 
 def s3gen_round(model, rows: int, tokens: int, repeat: int = 2) -> dict:
@@ -165,6 +207,9 @@ def main() -> None:
         default=40,
         help="tokens per row in the one-round S3Gen timing (0: skip it)",
     )
+    parser.add_argument("--quantize", default="none", help="T3: none or int8 (quant.py)")
+    parser.add_argument("--t3-per-row", action="store_true", help="int8 T3 stepped per row")
+    parser.add_argument("--t3-step", action="store_true", help="time one T3 decode step")
     parser.add_argument("--out", default=None, help="JSON path (default: benchmarks/results/)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -173,6 +218,18 @@ def main() -> None:
     from tts_core.models.chatterbox.serving import t3_rows_invariant
 
     model = real_size_model() if args.real_size else ChatterboxTurboModel.from_pretrained(TINY)
+    if args.quantize != "none":
+        from tts_core.models.chatterbox.quant import quantize_turbo
+
+        quantize_turbo(model, args.quantize)
+    steps = []
+    if args.t3_step:
+        print(f"{'rows':>4} {'T3 ms/row together':>18} {'ms/row each':>11}  load avg")
+        for rows in sorted({1, *(int(n) for n in args.streams.split(","))}):
+            r = t3_step(model, rows)
+            steps.append(r)
+            print(f"{rows:>4} {r['ms_per_row_together']:>18} {r['ms_per_row_each']:>11}  "
+                  f"{r['load_average']}", flush=True)  # fmt: skip
     counts = [int(n) for n in args.streams.split(",")]
     checks = {n: {"padded_s3gen_exact": padded_s3gen_exact(model, n),
                   "t3_rows_invariant": t3_rows_invariant(model, n)}
@@ -185,7 +242,7 @@ def main() -> None:
         for mode in args.modes.split(","):
             if streams == 1 and mode == "padded":
                 continue  # one row: nothing to pad
-            r = run(model, streams, mode, args.max_new_tokens)
+            r = run(model, streams, mode, args.max_new_tokens, not args.t3_per_row)
             results.append(r)
             print(f"{r['streams']:>7} {r['s3gen']:>8} {r['wall_s']:>8} {r['audio_s']:>8} "
                   f"{r['audio_s_per_wall_s']:>10} {r['first_chunk_s_mean']:>11} "
@@ -209,9 +266,12 @@ def main() -> None:
         "row_invariance": checks,
         "results": results,
         "s3gen_round": rounds,
+        "quantize": args.quantize,
+        "t3_step": steps,
         "note": "shared machine: figures taken under the load average shown",
     }
-    name = f"chatterbox_batch_{'real' if args.real_size else 'tiny'}.json"
+    suffix = "" if args.quantize == "none" else f"_{args.quantize}"
+    name = f"chatterbox_batch_{'real' if args.real_size else 'tiny'}{suffix}.json"
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))

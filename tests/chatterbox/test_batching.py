@@ -21,13 +21,22 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import torch
 from test_openai_api import make_api, serve
 
 from tts_core.audio import to_int16
+from tts_core.models.chatterbox.gpt2 import gelu_new
+from tts_core.models.chatterbox.model import ChatterboxTurboModel
 from tts_core.models.chatterbox.padded_s3gen import padded_s3gen_exact
 from tts_core.models.chatterbox.sampling import TurboSampling
-from tts_core.models.chatterbox.serving import TurboRunner, make_request, run_alone
+from tts_core.models.chatterbox.serving import (
+    TurboRunner,
+    make_request,
+    run_alone,
+    t3_rows_invariant,
+)
 from tts_core.models.chatterbox.streaming import StreamChunking
+from tts_core.models.chatterbox.t3 import T3Turbo, TurboRow
 from tts_core.serving import BatchEngine, InlineOutbox
 
 from .conftest import FIXTURES, ref_clip, shared_model
@@ -66,18 +75,27 @@ def _voice(folder: Path, cloned: bool):
 
 
 @cache
-def _reference(folder: Path, index: int, cloned: bool = False) -> tuple:
+def _model(folder: Path, quantize: str = "none"):
+    """The shared float32 model, or one with an int8 T3 ("int8": forced, whatever the bounds)."""
+    if quantize == "none":
+        return shared_model(folder)
+    return ChatterboxTurboModel.from_pretrained(folder, quantize=quantize)
+
+
+@cache
+def _reference(folder: Path, index: int, cloned: bool = False, quantize: str = "none") -> tuple:
     text, seed, chunking, max_new = REQUESTS[index]
-    model = shared_model(folder)
+    model = _model(folder, quantize)
     chunks = model.stream(text, _voice(folder, cloned), seed=seed, chunking=chunking,
                           max_new_tokens=max_new)  # fmt: skip
     return tuple(_chunk_record(c) for c in chunks)
 
 
-def _run_batch(folder, indices, joins, mode="auto", max_batch=4, stop_after=None):
+def _run_batch(folder, indices, joins, mode="auto", max_batch=4, stop_after=None,
+               quantize="none"):  # fmt: skip
     """The requests REQUESTS[i] for i in `indices`, each added before engine step joins[k];
     stop_after {k: n}: request k is stopped after its n-th chunk. Returns (seqs, runner)."""
-    model = shared_model(folder)
+    model = _model(folder, quantize)
     runner = TurboRunner(model, max_batch, mode)
     engine = BatchEngine(runner, isolate_failures=False)
     seqs = []
@@ -156,6 +174,104 @@ def test_a_row_stopped_mid_batch_leaves_the_others_alone() -> None:
     assert tuple(_chunk_record(c) for c in stopped.outbox.items) == _reference(TINY_A, 1)[:2]
     for index in (0, 2):
         assert _records(seqs[index]) == _reference(TINY_A, index)
+
+
+# ------------------------------------------------------------ int8 T3: one GPT-2 step for all rows
+@pytest.mark.parametrize("joins", [(0, 0, 0, 0), (0, 2, 9, 23)])
+def test_int8_t3_rows_step_together_and_are_alone_at_any_join_time(tiny_folder, joins) -> None:
+    """With every projection int8 the runner feeds the rows' tokens through ONE GPT-2 step
+    (T3Turbo.feed); each request is still `model.stream`'s bits (int8 model) at any join."""
+    seqs, runner = _run_batch(tiny_folder, [0, 1, 2, 3], list(joins), quantize="int8")
+    assert runner.t3_batched and t3_rows_invariant(runner.model, 4)
+    for index, seq in enumerate(seqs):
+        assert _records(seq) == _reference(tiny_folder, index, quantize="int8"), index
+    assert max(c.batch_size for seq in seqs for c in seq.outbox.items) >= 3
+
+
+def test_int8_t3_a_row_stopped_mid_batch_leaves_the_others_alone() -> None:
+    seqs, _ = _run_batch(TINY_A, [0, 1, 2], [0, 0, 1], stop_after={1: 2}, quantize="int8")
+    reference = _reference(TINY_A, 1, quantize="int8")
+    assert tuple(_chunk_record(c) for c in seqs[1].outbox.items) == reference[:2]
+    for index in (0, 2):
+        assert _records(seqs[index]) == _reference(TINY_A, index, quantize="int8")
+
+
+def test_the_float_t3_keeps_stepping_each_row_alone() -> None:
+    assert not TurboRunner(shared_model(TINY_A), 4).t3_batched
+
+
+def _shared_generator(runner, seq, positions):
+    """A mutant prefill: every row draws from one generator (the first row's)."""
+    shared = runner.__dict__.setdefault("shared", torch.Generator().manual_seed(seq.seed))
+    seq.draws = seq.open_draws(shared)
+    seq.first, seq.first_pending = next(seq.draws, None), True
+    return True
+
+
+def _float_head_feed(t3, rows):
+    """A mutant: the rows' hidden states nudged by one float32 rounding, as a batched float
+    speech head or GEMM would (rows.py): the bits must differ."""
+    T3Turbo.feed(t3, rows)
+    for row in rows:
+        row.hidden = row.hidden * (1 + torch.finfo(torch.float32).eps)
+
+
+def test_the_int8_batch_test_sees_a_shared_generator(monkeypatch) -> None:
+    monkeypatch.setattr(TurboRunner, "prefill", _shared_generator)
+    seqs, _ = _run_batch(TINY_A, [0, 1, 2], [0, 0, 1], quantize="int8")
+    assert all(_records(seq) != _reference(TINY_A, i, quantize="int8")
+               for i, seq in enumerate(seqs))  # fmt: skip
+
+
+def _forced_logits(t3, texts, forced: list[torch.Tensor], joins: list[int], feed) -> list[list]:
+    """Teacher-forced T3 runs of `texts` (the built-in voice), row k joining at step
+    joins[k], stepped in lockstep with every pending row fed by ONE `feed(rows)` call: each
+    row's logits per draw."""
+    model = _model(TINY_A, "int8")
+    voice = model._voice(None)
+    rows = [TurboRow() for _ in forced]
+    logits: list[list] = [[] for _ in forced]
+    draws = [t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model._ids(texts[k]),
+                      TurboSampling(), None, forced=tokens, logits_seen=logits[k], row=rows[k])
+             for k, tokens in enumerate(forced)]  # fmt: skip
+    live: list[int] = []
+    for step in range(max(joins) + max(len(f) for f in forced) + 1):
+        live += [k for k, join in enumerate(joins) if join == step]
+        live = [k for k in live if next(draws[k], None) is not None]
+        pending = [rows[k] for k in live if rows[k].pending is not None]
+        if pending:
+            feed(pending)
+    return logits
+
+
+def test_int8_t3_logits_in_a_batched_step_are_each_rows_alone() -> None:
+    """T3's own bits (what the tokens hide: a change of a few ulps rarely moves a draw): the
+    logits of rows fed together, joining at different steps and one ending early, are each
+    row's alone; a mutant feed nudging the hidden states by one rounding is seen."""
+    t3 = _model(TINY_A, "int8").t3
+    g = torch.Generator().manual_seed(0)
+    forced = [torch.randint(0, 6561, (n,), generator=g) for n in (12, 5, 9)]
+    joins = [0, 2, 3]
+    texts = [request[0] for request in REQUESTS[:3]]
+    together = _forced_logits(t3, texts, forced, joins, t3.feed)
+    for k, tokens in enumerate(forced):
+        alone = _forced_logits(t3, texts[k : k + 1], [tokens], [0], t3.feed)[0]
+        assert len(alone) == len(together[k]) == len(tokens)
+        assert all(torch.equal(a, b) for a, b in zip(alone, together[k], strict=True)), k
+    nudged = _forced_logits(t3, texts, forced, joins, lambda rows: _float_head_feed(t3, rows))
+    assert not all(torch.equal(a, b) for a, b in zip(together[0], nudged[0], strict=True))
+
+
+def test_int8_rows_ops_are_row_invariant() -> None:
+    """The ops of a batched step besides the projections (wpe add, LayerNorm, gelu_new,
+    residuals) over (B, 1, H) give a row the bits of its (1, 1, H) call."""
+    t3 = _model(TINY_A, "int8").t3
+    block = t3.tfmr.h[0]
+    x = torch.randn(5, 1, t3.tfmr.wpe.weight.shape[1], generator=torch.Generator().manual_seed(0))
+    for op in (block.ln_1, t3.tfmr.ln_f, gelu_new, block.mlp.c_fc, lambda h: h + 0.5 * h):
+        together = op(x)
+        for b in range(5):
+            assert torch.equal(op(x[b : b + 1].clone()), together[b : b + 1])
 
 
 def _snr_db(reference: np.ndarray, other: np.ndarray) -> float:

@@ -15,7 +15,7 @@ import math
 import torch
 from torch import nn
 
-from ..layers import KVCache, scaled_dot_product
+from ..layers import KVCache, causal_mask, scaled_dot_product
 
 LN_EPS = 1e-5  # GPT2_medium layer_norm_epsilon
 
@@ -47,19 +47,36 @@ class GPT2Attention(nn.Module):
         self.c_attn = Conv1D(hidden, 3 * hidden)
         self.c_proj = Conv1D(hidden, hidden)
 
-    def forward(self, x: torch.Tensor, cache: KVCache, start: int) -> torch.Tensor:
-        """x (B, T, H) at positions [start, start+T), keys/values appended to `cache`."""
+    def forward(
+        self, x: torch.Tensor, cache: KVCache | list[KVCache], start: int | list[int]
+    ) -> torch.Tensor:
+        """x (B, T, H) at positions [start, start+T), keys/values appended to `cache`; or one
+        position per row (T = 1), row b at start[b] with its own cache[b] (T3Turbo.feed)."""
         batch, steps, hidden = x.shape
         q, k, v = self.c_attn(x).split(hidden, dim=2)
         q, k, v = (
             t.view(batch, steps, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v)
         )
-        keys, values = cache.write(start, k, v)  # (B, heads, start+T, D)
-        # HF's SDPA path: is_causal for a prefill from 0, no mask for one new query.
-        if steps > 1 and start != 0:
-            raise ValueError("a multi-position pass must start at position 0")
-        out = scaled_dot_product(q, keys, values, is_causal=steps > 1)  # (B, heads, T, D)
+        if isinstance(start, list):
+            out = torch.cat([self._attend(q[b : b + 1], k[b : b + 1], v[b : b + 1], cache[b],
+                                          start[b]) for b in range(batch)])  # fmt: skip
+        else:
+            out = self._attend(q, k, v, cache, start)  # (B, heads, T, D)
         return self.c_proj(out.transpose(1, 2).reshape(batch, steps, hidden))
+
+    @staticmethod
+    def _attend(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, start: int
+    ) -> torch.Tensor:
+        """q/k/v (B, heads, T, D) at [start, start+T) -> (B, heads, T, D) over the cache."""
+        steps = q.shape[2]
+        keys, values = cache.write(start, k, v)  # (B, heads, start+T, D)
+        # HF's SDPA path: is_causal for a prefill from 0, no mask for one new query; a pass
+        # after a cached voice prefix: query i sees keys <= start + i.
+        if steps > 1 and start != 0:
+            mask = causal_mask(steps, start, q.device)
+            return scaled_dot_product(q, keys, values, mask=mask)
+        return scaled_dot_product(q, keys, values, is_causal=steps > 1)
 
 
 class GPT2MLP(nn.Module):
@@ -80,7 +97,9 @@ class GPT2Block(nn.Module):
         self.ln_2 = nn.LayerNorm(hidden, eps=LN_EPS)
         self.mlp = GPT2MLP(hidden)
 
-    def forward(self, x: torch.Tensor, cache: KVCache, start: int) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: KVCache | list[KVCache], start: int | list[int]
+    ) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x), cache, start)
         return x + self.mlp(self.ln_2(x))
 
@@ -102,10 +121,17 @@ class GPT2Stack(nn.Module):
         return [KVCache(batch, self.heads, max_len, hidden // self.heads, dtype, device)
                 for _ in self.h]  # fmt: skip
 
-    def forward(self, embeds: torch.Tensor, caches: list[KVCache], start: int) -> torch.Tensor:
-        """embeds (B, T, H) at positions [start, start+T) -> ln_f hidden states (B, T, H)."""
-        positions = torch.arange(start, start + embeds.shape[1], device=embeds.device)
-        x = embeds + self.wpe(positions)[None]
+    def forward(self, embeds: torch.Tensor, caches: list, start: int | list[int]) -> torch.Tensor:
+        """embeds (B, T, H) at positions [start, start+T) -> ln_f hidden states (B, T, H).
+        A list `start`: one decode step of B rows, embeds (B, 1, H), row b at position start[b]
+        with caches[layer][b] (its own KVCache): the rows' attention apart, every other op over
+        (B, 1, H) together (T3Turbo.feed)."""
+        if isinstance(start, list):
+            positions = torch.tensor(start, device=embeds.device)[:, None]  # (B, 1)
+            x = embeds + self.wpe(positions)
+        else:
+            positions = torch.arange(start, start + embeds.shape[1], device=embeds.device)
+            x = embeds + self.wpe(positions)[None]
         for block, cache in zip(self.h, caches, strict=True):
             x = block(x, cache, start)
         return self.ln_f(x)

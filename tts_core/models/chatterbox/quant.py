@@ -33,8 +33,8 @@ positions + 16 steps and the rounding: 11.7 s in all at the released size, one t
 Measured (BENCHMARKS.md, benchmarks/chatterbox_int8_bench.py): logits 38.8-39.5 dB on the tiny
 checkpoints, 31.6-32.7 dB at the released size with random weights, and 2.5x faster per token
 at one thread (100 -> 40 ms). Int8Linear rows are independent of their batch, as T3's float
-1-row addmm is not (serving.py): in a batched T3 step the int8 projections would keep every
-row's bits (the rows' attention spans would still differ).
+1-row addmm is not (serving.py): so the served engine runs one T3 step for every row where T3
+is int8, each row's bits those of its step alone (attention per row over its own cache).
 """
 
 from __future__ import annotations
@@ -153,6 +153,22 @@ def quantize_t3(
     layer and the logits hold it (T3 is left exactly as loaded otherwise); `check_speed`
     (default: with `min_sqnr_db`) first times int8 against float32 and keeps float32 where
     int8 is not faster."""
+    try:
+        return _quantize_t3(t3, speaker_emb, prompt_tokens, text_ids, smooth, min_sqnr_db,
+                            check_speed)  # fmt: skip
+    finally:  # voice prefixes computed by the calibration or with the old weights
+        t3.forget_prefixes()
+
+
+def _quantize_t3(
+    t3: nn.Module,
+    speaker_emb: torch.Tensor,
+    prompt_tokens: torch.Tensor,
+    text_ids: torch.Tensor,
+    smooth: bool,
+    min_sqnr_db: float | None,
+    check_speed: bool | None,
+) -> T3QuantizationReport:
     report = T3QuantizationReport("int8")
     if check_speed is None:
         check_speed = min_sqnr_db is not None
@@ -221,6 +237,7 @@ def calibrate(
     teacher-forced run (prefill + one step per forced token)."""
     recorded: dict[tuple[int, str], list[torch.Tensor]] = {}
     hooks = []
+    t3.forget_prefixes()  # the voice's positions computed (and recorded) by these weights
     if record:
         for index, block in enumerate(t3.tfmr.h):
             for name in PROJECTIONS:

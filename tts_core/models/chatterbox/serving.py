@@ -12,11 +12,17 @@ An engine frame is one T3 draw. A step of the rows (`ChatterboxRunner.decode`):
 
 * T3: each row's next draw from its own generator (Turbo's `T3Turbo.draws`, GPT-2; the English
   model's `T3English.draws`, Llama with its cond and uncond CFG rows in one 2-row call), the
-  single-stream call, request by request. A decode step is a 1-row (English: 2-row) GEMM per
-  request, and such GEMMs round by batch shape on this CPU (serving/rows.py: m = 1 is the case it
-  found non-invariant; checked for Turbo's shapes by `t3_rows_invariant`, see
-  benchmarks/chatterbox_batch_bench.py), and the rows' attention spans differ; so a request's
-  tokens are its tokens alone, in any batch, at any join.
+  single-stream call, request by request. With a float T3 a decode step is a 1-row (English:
+  2-row) GEMM per request, and such GEMMs round by batch shape on this CPU (serving/rows.py:
+  m = 1 is the case it found non-invariant; checked for Turbo's shapes by `t3_rows_invariant`,
+  see benchmarks/chatterbox_batch_bench.py). With every Turbo projection int8 (`t3_int8`:
+  Int8Linear's integer sums and per-row scales make a row's output independent of its batch)
+  the rows' drawn tokens go through ONE GPT-2 step (`T3Turbo.feed`, after the draws): the
+  embeddings, wpe, LayerNorms, gelu and residuals over (B, 1, H) (elementwise or per row), the
+  4 int8 projections of each layer over all rows in one call, the attention per row over its
+  own cache and position; the speech head (float) and sampling stay per row, in each row's
+  draw. Either way a request's tokens are its tokens alone, in any batch, at any join
+  (tests/chatterbox/test_batching.py checks the int8 step's logits bit for bit).
 * S3Gen: the rows whose stream makes a flow pass this step (`model.stream`'s rule: after the
   first `first_tokens` speech tokens, then at `StreamChunking.next_pass`, and the final pass) run it
   together: each row's flow encoder alone (bidirectional attention over its own prompt +
@@ -55,12 +61,14 @@ from ...serving import alone
 from ...serving.engine import BatchEngine
 from ...serving.loop import EngineLoop, RequestStream
 from ...serving.request import Request
+from ..qwen3_tts.int8 import Int8Linear
 from .config import S3_VOCAB, STOP_SPEECH
 from .model import TurboChunk
 from .padded_s3gen import padded_s3gen_exact, padded_s3gen_push
+from .quant import PROJECTIONS
 from .sampling import TurboSampling
 from .streaming import S3GenStream, StreamChunking, StreamNoise
-from .t3 import MAX_NEW_TOKENS
+from .t3 import MAX_NEW_TOKENS, T3Turbo, TurboRow
 
 if TYPE_CHECKING:
     from .english import ChatterboxEnglishModel
@@ -105,6 +113,7 @@ class ChatterboxSequence(Request):
         self.seed, self.chunking = int(seed), chunking
         self.max_new_tokens = int(max_new_tokens)
         self.draws: Iterator[torch.Tensor] | None = None  # T3's generator (made at prefill)
+        self.t3_row: TurboRow | None = None  # its decode state where a batched step feeds it
         self.first: torch.Tensor | None = None  # the prefill's draw (None: nothing drawn)
         self.first_pending = False  # the prefill's draw not yet emitted
         self.noise: StreamNoise | None = None
@@ -182,9 +191,10 @@ class TurboSequence(ChatterboxSequence):
                              f"{model.t3.tfmr.wpe.weight.shape[0]}")  # fmt: skip
 
     def open_draws(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
-        voice = self.voice
+        voice, self.t3_row = self.voice, TurboRow()
         return self.model.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, self.text_ids,
-                                   self.sampling, generator, self.max_new_tokens)  # fmt: skip
+                                   self.sampling, generator, self.max_new_tokens,
+                                   row=self.t3_row)  # fmt: skip
 
     def stops(self, token: int) -> bool:
         # the official checks STOP inside its step loop only: a first-draw STOP is fed back
@@ -227,6 +237,7 @@ class ChatterboxRunner:
         self.max_batch = int(max_batch)
         self.s3gen_batching = s3gen_batching
         self.passes: list[tuple[int, bool]] = []  # (rows, padded) of each S3Gen round (stats)
+        self.t3_batched = t3_int8(model)  # one GPT-2 step for every Turbo row (module doc)
         self.most_rows = 0  # most rows decoded in one step (stats)
 
     def admit(self, seq: ChatterboxSequence) -> bool:
@@ -247,6 +258,8 @@ class ChatterboxRunner:
         rows = len(seqs)
         self.most_rows = max(self.most_rows, rows)
         tokens = [seq.next_draw() for seq in seqs]  # T3: each row's own draw (module doc)
+        if self.t3_batched:
+            self._feed_together(seqs)
         # S3Gen: this step's non-final passes together, then the final ones (a row may make both)
         passing, ending = [], []
         for seq, token in zip(seqs, tokens, strict=True):
@@ -274,6 +287,14 @@ class ChatterboxRunner:
             else:
                 out.emit(seq, token, rows)
             seq.ready = None
+
+    def _feed_together(self, seqs: list[ChatterboxSequence]) -> None:
+        """The rows' drawn tokens through one int8 GPT-2 step (each row's next draw then finds
+        its token fed: `T3Turbo.draws`)."""
+        rows = [seq.t3_row for seq in seqs if seq.t3_row is not None]
+        rows = [row for row in rows if row.pending is not None]
+        if len(rows) > 1:
+            self.model.t3.feed(rows)
 
     def _final_passes(self, ending: list[ChatterboxSequence]) -> None:
         """Each ending row's final pass in one round; a row with nothing to speak gets no
@@ -384,18 +405,30 @@ class TurboScheduler(ChatterboxScheduler):
         super().__init__(model, make_request, max_batch, s3gen_batching, "tts-chatterbox")
 
 
+def t3_int8(model: ChatterboxModel) -> bool:
+    """Is `model` a Turbo whose every GPT-2 projection is an Int8Linear (integer sums, per-row
+    scales: a row's bits do not depend on the rows beside it)?"""
+    t3 = model.t3
+    return isinstance(t3, T3Turbo) and all(
+        isinstance(block.get_submodule(name), Int8Linear)
+        for block in t3.tfmr.h
+        for name in PROJECTIONS
+    )
+
+
 def t3_rows_invariant(model: ChatterboxTurboModel, requests: int) -> bool:
     """Would one batched GPT-2 decode step give every row its own bits? Checked for T3's
-    fused projections (`addmm`, 1 row per request) at this batch size (rows.py's method)."""
+    projections (float `addmm` or Int8Linear, 1 row per request) at this batch size (rows.py's
+    method)."""
     generator = torch.Generator().manual_seed(requests)
     for block in model.t3.tfmr.h:
-        for layer in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
-            weight, bias = layer.weight, layer.bias
-            x = torch.randn(requests, weight.shape[0], generator=generator).to(weight)
-            together = torch.addmm(bias, x, weight)
+        for name in PROJECTIONS:
+            layer = block.get_submodule(name)
+            width = layer.in_features if isinstance(layer, Int8Linear) else layer.weight.shape[0]
+            x = torch.randn(requests, width, generator=generator)
+            together = layer(x)
             for i in range(requests):
-                if not torch.equal(torch.addmm(bias, x[i : i + 1].clone(), weight),
-                                   together[i : i + 1]):  # fmt: skip
+                if not torch.equal(layer(x[i : i + 1].clone()), together[i : i + 1]):
                     return False
         break  # every block has the same shapes
     return True

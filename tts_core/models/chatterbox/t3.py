@@ -5,23 +5,36 @@ strict load), so the loader drops them (checkpoint.py)."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from ..layers import KVCache
 from .config import SPEAKER_EMBED, SPEECH_VOCAB, START_SPEECH, STOP_SPEECH, T3Sizes
 from .gpt2 import GPT2Stack
 from .sampling import TurboSampling
 
 MAX_NEW_TOKENS = 1000  # inference_turbo's max_gen_len: up to 1 + 1000 draws
+VOICE_PREFIXES = 4  # voices whose prompt keys/values are kept: 74 MB each at real size
 
 
 class CondEnc(nn.Module):
     def __init__(self, hidden: int) -> None:
         super().__init__()
         self.spkr_enc = nn.Linear(SPEAKER_EMBED, hidden)
+
+
+@dataclass
+class TurboRow:
+    """One request's T3 decode state between draws (`T3Turbo.draws`)."""
+
+    caches: list[KVCache] = field(default_factory=list)  # per layer, (1, heads, L, D)
+    hidden: torch.Tensor | None = None  # (1, 1, H): the last fed position's ln_f output
+    position: int = 0  # the next position to feed
+    pending: torch.Tensor | None = None  # (1, 1): the drawn token not yet fed
 
 
 @dataclass
@@ -40,21 +53,72 @@ class T3Turbo(nn.Module):
         self.text_emb = nn.Embedding(sizes.text_vocab, hidden)
         self.speech_emb = nn.Embedding(SPEECH_VOCAB, hidden)
         self.speech_head = nn.Linear(hidden, SPEECH_VOCAB, bias=True)
+        # voice content -> per-layer (k, v) of its prompt positions (voice_prefix)
+        self._prefixes: OrderedDict[tuple[bytes, bytes, str], list] = OrderedDict()
 
     def prompt(
         self, speaker_emb: torch.Tensor, prompt_tokens: torch.Tensor, text_ids: torch.Tensor
     ) -> torch.Tensor:
         """[spk (1) | speech_emb(prompt P) | text_emb(text L) | speech_emb(start)] -> (1, 2+P+L, H).
         speaker_emb (1, 256), prompt_tokens (1, P), text_ids (1, L): no text start/stop ids."""
+        voice = self.voice_embeds(speaker_emb, prompt_tokens)
+        return torch.cat([voice, self.text_embeds(text_ids)], dim=1)
+
+    def voice_embeds(self, speaker_emb: torch.Tensor, prompt_tokens: torch.Tensor) -> torch.Tensor:
+        """The voice's part of the prompt, [spk | speech_emb(prompt)]: (1, 1+P, H)."""
         spk = self.cond_enc.spkr_enc(speaker_emb.view(-1, SPEAKER_EMBED))[:, None]  # (1, 1, H)
+        return torch.cat([spk, self.speech_emb(prompt_tokens)], dim=1)
+
+    def text_embeds(self, text_ids: torch.Tensor) -> torch.Tensor:
+        """The request's part, [text_emb(text) | speech_emb(start)]: (1, L+1, H)."""
         start = torch.full_like(text_ids[:, :1], START_SPEECH)
-        parts = (
-            spk,
-            self.speech_emb(prompt_tokens),
-            self.text_emb(text_ids),
-            self.speech_emb(start),
-        )
-        return torch.cat(parts, dim=1)
+        return torch.cat([self.text_emb(text_ids), self.speech_emb(start)], dim=1)
+
+    def prefill(
+        self,
+        speaker_emb: torch.Tensor,
+        prompt_tokens: torch.Tensor,
+        text_ids: torch.Tensor,
+        steps: int,
+    ) -> tuple[list[KVCache], torch.Tensor, int]:
+        """Caches for the prompt + `steps` positions holding the prompt's keys and values, the
+        last position's hidden state (1, 1, H) and the next position. The voice's positions
+        come from `voice_prefix` (computed once per voice), then the text and start run from
+        there: the GPT-2 is causal, so they are the keys and values of one whole pass."""
+        prefix = self.voice_prefix(speaker_emb, prompt_tokens)  # per layer (1, heads, 1+P, D)
+        embeds = self.text_embeds(text_ids)
+        voice_len = prefix[0][0].shape[2]
+        length = voice_len + embeds.shape[1]
+        caches = self.tfmr.new_caches(1, length + steps, embeds.dtype, embeds.device)
+        for cache, (k, v) in zip(caches, prefix, strict=True):
+            cache.write(0, k, v)
+        hidden = self.tfmr(embeds, caches, voice_len)[:, -1:]  # (1, 1, H)
+        return caches, hidden, length
+
+    @torch.inference_mode()
+    def voice_prefix(
+        self, speaker_emb: torch.Tensor, prompt_tokens: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's keys and values (1, heads, 1+P, D) of the voice's positions, kept for
+        the last VOICE_PREFIXES voices (by content: the same embedding and tokens hit)."""
+        weights = self.speech_head.weight  # where and in what the prefix was computed
+        key = (speaker_emb.detach().float().cpu().numpy().tobytes(),
+               prompt_tokens.detach().cpu().numpy().astype("int64").tobytes(),
+               f"{weights.dtype} {weights.device}")  # fmt: skip
+        found = self._prefixes.pop(key, None)
+        if found is None:
+            embeds = self.voice_embeds(speaker_emb, prompt_tokens)
+            caches = self.tfmr.new_caches(1, embeds.shape[1], embeds.dtype, embeds.device)
+            self.tfmr(embeds, caches, 0)
+            found = [(cache.k, cache.v) for cache in caches]
+        self._prefixes[key] = found  # the most recent last
+        while len(self._prefixes) > VOICE_PREFIXES:
+            self._prefixes.popitem(last=False)
+        return found
+
+    def forget_prefixes(self) -> None:
+        """Drop the kept voice prefixes (the weights changed: quant.quantize_t3)."""
+        self._prefixes.clear()
 
     @torch.inference_mode()
     def generate(
@@ -91,19 +155,24 @@ class T3Turbo(nn.Module):
         max_new_tokens: int = MAX_NEW_TOKENS,
         forced: torch.Tensor | None = None,
         logits_seen: list[torch.Tensor] | None = None,
+        row: TurboRow | None = None,
     ) -> Iterator[torch.Tensor]:
         """Each drawn token (1, 1) as soon as it is drawn (STOP included when drawn): the loop
         of `generate`, which consumes it; `stream` reads it token by token (T3 is causal, so
-        the streamed tokens are generate's, from the same draws in the same order)."""
-        embeds = self.prompt(speaker_emb, prompt_tokens, text_ids)
+        the streamed tokens are generate's, from the same draws in the same order). `row`: where
+        the decode state lives (a caller's TurboRow lets `feed` step it with other rows between
+        draws; a drawn token not yet fed is fed at the next draw)."""
         steps = max_new_tokens + 1 if forced is None else len(forced)
-        caches = self.tfmr.new_caches(1, embeds.shape[1] + steps, embeds.dtype, embeds.device)
-        hidden = self.tfmr(embeds, caches, 0)[:, -1:]  # (1, 1, H)
-        position = embeds.shape[1]
-        history = torch.full((1, 1), START_SPEECH, dtype=torch.long, device=embeds.device)
+        row = TurboRow() if row is None else row
+        row.caches, row.hidden, row.position = self.prefill(speaker_emb, prompt_tokens,
+                                                            text_ids, steps)  # fmt: skip
+        device = row.hidden.device
+        history = torch.full((1, 1), START_SPEECH, dtype=torch.long, device=device)
         drawn: list[torch.Tensor] = []
         for step in range(steps):
-            logits = self.speech_head(hidden)[:, -1, :]  # (1, V)
+            if row.pending is not None:
+                self.feed([row])
+            logits = self.speech_head(row.hidden)[:, -1, :]  # (1, V)
             if logits_seen is not None and forced is not None:  # parity checks only
                 logits_seen.append(logits)  # (1001 x 6563 floats at most)
             processed = sampling.process(history, logits)
@@ -112,14 +181,29 @@ class T3Turbo(nn.Module):
             if forced is None:
                 token = sampling.draw(processed, generator)  # (1, 1)
             else:
-                token = forced[step].view(1, 1).to(embeds.device)
+                token = forced[step].view(1, 1).to(device)
             drawn.append(token)
-            yield token
             # The official checks STOP inside its step loop only: a STOP from the prefill's
             # draw is fed back like any token.
-            if (step > 0 and int(token) == STOP_SPEECH) or step == steps - 1:
+            last = (step > 0 and int(token) == STOP_SPEECH) or step == steps - 1
+            row.pending = None if last else token
+            yield token
+            if last:
                 return
             # The penalty sees the drawn tokens only from the second draw on (no start id).
             history = torch.cat(drawn, dim=1)
-            hidden = self.tfmr(self.speech_emb(token), caches, position)
-            position += 1
+
+    @torch.inference_mode()
+    def feed(self, rows: list[TurboRow]) -> None:
+        """One GPT-2 step of each row's pending token, the rows in one call (their own caches
+        and positions): each row's next hidden state. Several rows only where every projection
+        is row-invariant (int8: serving.py); one row is the single-stream step."""
+        embeds = self.speech_emb(torch.cat([row.pending for row in rows]))  # (B, 1, H)
+        if len(rows) == 1:
+            hidden = self.tfmr(embeds, rows[0].caches, rows[0].position)  # (1, 1, H)
+        else:
+            caches = [list(layer) for layer in zip(*(row.caches for row in rows), strict=True)]
+            hidden = self.tfmr(embeds, caches, [row.position for row in rows])  # (B, 1, H)
+        for index, row in enumerate(rows):
+            row.hidden = hidden if len(rows) == 1 else hidden[index : index + 1].clone()
+            row.position, row.pending = row.position + 1, None
