@@ -8,8 +8,8 @@ each figure: on a shared machine, figures taken under load are slower than idle 
     .venv/bin/python benchmarks/chatterbox_batch_bench.py --real-size --max-new-tokens 50
     .venv/bin/python benchmarks/chatterbox_batch_bench.py --real-size --quantize int8 --t3-step
 
---real-size: the released sizes with random weights (as tools/oracle/chatterbox/time_real_size.py
-builds them) and a random voice (375 T3 prompt tokens, a 150-token / 300-frame S3Gen prompt);
+--real-size: our modules at the released sizes with random N(0, 0.02) weights (no checkpoint)
+and a random voice (375 T3 prompt tokens, a 150-token / 300-frame S3Gen prompt);
 random T3 weights rarely draw STOP, so each stream makes max_new_tokens + 1 draws. All streams
 join at step 0 of one BatchEngine stepped on this thread (the served loop without its thread).
 --quantize int8: T3 on the 8-bit path, whose rows the runner steps in one GPT-2 call

@@ -196,6 +196,19 @@ def _pushes(chunker, tokens: torch.Tensor, cuts: list[int]) -> list[torch.Tensor
     return [chunker.push(tokens[:, :n], final=False) for n in cuts] + [chunker.push(tokens, True)]
 
 
+def _flow_lengths(model, monkeypatch) -> list[int]:  # noqa: ANN001
+    """The token count (prompt + tokens) of every flow pass from now on."""
+    seen: list[int] = []
+    flow_inference = model.flow.inference
+
+    def recording(tokens, prompt_token, *args, **kwargs):  # noqa: ANN001, ANN202
+        seen.append(prompt_token.shape[1] + tokens.shape[1])
+        return flow_inference(tokens, prompt_token, *args, **kwargs)
+
+    monkeypatch.setattr(model.flow, "inference", recording)
+    return seen
+
+
 def test_a_window_wider_than_the_utterance_is_the_unbounded_stream(tiny_folder) -> None:
     """flow_prompt / flow_context past the prompt and the tokens: every pass is the unbounded
     pass, bit for bit (the window's slicing and hand-out change nothing)."""
@@ -222,14 +235,8 @@ def test_a_bounded_pass_is_the_flow_over_its_window(tiny_folder, monkeypatch) ->
     tokens = torch.randint(0, 6561, (1, 40), generator=torch.Generator().manual_seed(4))
     noise = StreamNoise(5, 40, tm + 2)
     chunker = FlowChunker(model.flow, voice, noise, prompt_tokens=6, context=4)
-    seen: list[int] = []
-    flow_inference = model.flow.inference
-
-    def recording(tokens, prompt_token, *args, **kwargs):  # noqa: ANN001, ANN202
-        seen.append(prompt_token.shape[1] + tokens.shape[1])
-        return flow_inference(tokens, prompt_token, *args, **kwargs)
-
-    monkeypatch.setattr(model.flow, "inference", recording)
+    flow_inference = model.flow.inference  # the flow itself, before recording
+    seen = _flow_lengths(model, monkeypatch)
     first = chunker.push(tokens[:, :12], final=False)
     emitted = chunker.emitted
     assert emitted == first.shape[2] == lead + 2 * (12 - chunker.holdback)
@@ -251,14 +258,7 @@ def test_a_bounded_pass_costs_the_same_however_long_the_utterance(tiny_folder, m
     length stays flat along a long stream instead of growing with it."""
     model = shared_model(tiny_folder)
     chunking = StreamChunking()
-    seen: list[int] = []
-    flow_inference = model.flow.inference
-
-    def recording(tokens, prompt_token, *args, **kwargs):  # noqa: ANN001, ANN202
-        seen.append(prompt_token.shape[1] + tokens.shape[1])
-        return flow_inference(tokens, prompt_token, *args, **kwargs)
-
-    monkeypatch.setattr(model.flow, "inference", recording)
+    seen = _flow_lengths(model, monkeypatch)
     tokens = torch.randint(0, 6561, (1, 200), generator=torch.Generator().manual_seed(4))
     noise = StreamNoise(5, 200, model.builtin_voice.prompt_feat.shape[1] + 2)
     stream = S3GenStream(model.flow, model.hift, model.builtin_voice, noise, chunking)
