@@ -8,6 +8,7 @@ STAMP := $(VENV)/.tts-core-installed
 SCALE_STAMP := $(VENV)/.tts-core-scale-installed
 ARGS ?=
 # pytest workers: 2 halves the suite on a 2-core box; each test file stays on one worker
+# (a worker that crashes ends the run with an error: replaced, xdist was seen to hang at the end)
 TEST_WORKERS ?= 2
 
 .PHONY: run test install lint browser cross clean-venv
@@ -16,7 +17,7 @@ run: $(STAMP)
 	$(PY) app.py $(ARGS)
 
 test: $(STAMP) $(SCALE_STAMP) browser cross lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 0
 
 install: $(STAMP)
 
