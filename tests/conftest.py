@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +21,14 @@ import pytest
 import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[1]
+# numba's on-disk cache (librosa's cache=True functions, compiled on first use) is not safe for
+# processes compiling into one directory at once: two pytest workers filling librosa's
+# __pycache__ crashed one inside librosa.util.peak_pick (CI; reproduced here: 6 of 36 cold
+# starts of three processes sharing a cache segfaulted, 0 of 36 with a directory each). So each
+# test process gets its own, set before anything imports numba (its config reads it once).
+NUMBA_CACHE = tempfile.mkdtemp(prefix="tts-core-numba-")
+os.environ["NUMBA_CACHE_DIR"] = NUMBA_CACHE
+atexit.register(shutil.rmtree, NUMBA_CACHE, ignore_errors=True)
 ASSETS = ROOT / "assets"
 SERVER_START_TIMEOUT_S = 120
 # Every browser test drives one browser: Debian's chromium, /usr/bin/chromium (`make test`

@@ -30,6 +30,7 @@ and decoded clips are float32); we compute in float64. So the two differ by floa
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import librosa  # test-only (the dev extra): the reference
@@ -310,3 +311,15 @@ def test_short_silent_and_bad_inputs() -> None:
         analysis.yin(silence, fmin=60, fmax=420, sr=16_000, frame_length=32)
     with pytest.raises(ValueError, match="mono"):
         analysis.rms(np.zeros((10, 2)))
+
+
+def test_this_process_compiles_librosa_into_its_own_numba_cache() -> None:
+    """Two test processes writing one numba cache at once crash (tests/conftest.py): librosa's
+    compiled functions must land in this process's own directory."""
+    import numba
+    from conftest import NUMBA_CACHE
+
+    assert numba.config.CACHE_DIR == NUMBA_CACHE and os.path.isdir(NUMBA_CACHE)
+    librosa.util.peak_pick(np.zeros(64), pre_max=1, post_max=1, pre_avg=1, post_avg=1, delta=0.1,
+                           wait=1)  # fmt: skip
+    assert any(Path(NUMBA_CACHE).rglob("*.nbi")), "librosa's numba cache went elsewhere"
