@@ -158,9 +158,10 @@ def s3gen_round(model, rows: int, tokens: int, repeat: int = 2) -> dict:
     """One S3Gen round of `rows` streams (a pass over the voice's prompt + `tokens` tokens each,
     lengths 8 tokens apart, then HiFT): per row (S3GenStream.push each) vs one padded pass;
     best of `repeat`, fresh streams each time."""
+    from tts_core.models.chatterbox.chunking import StreamChunking
     from tts_core.models.chatterbox.flow import TOKEN_MEL_RATIO
     from tts_core.models.chatterbox.padded_s3gen import padded_s3gen_push
-    from tts_core.models.chatterbox.streaming import S3GenStream, StreamChunking, StreamNoise
+    from tts_core.models.chatterbox.streaming import S3GenStream, StreamNoise
 
     voice = model.builtin_voice
     g = torch.Generator().manual_seed(rows)

@@ -112,10 +112,11 @@ def our_parts(folder: Path, tokens: int) -> dict:
     import torch
 
     from tts_core.audio.perth_watermark import PerthWatermarker
+    from tts_core.models.chatterbox.chunking import StreamChunking
     from tts_core.models.chatterbox.model import ChatterboxTurboModel
     from tts_core.models.chatterbox.quant import t3_weight_format
     from tts_core.models.chatterbox.sampling import TurboSampling
-    from tts_core.models.chatterbox.streaming import S3GenStream, StreamChunking, StreamNoise
+    from tts_core.models.chatterbox.streaming import S3GenStream, StreamNoise
 
     start = time.perf_counter()
     model = ChatterboxTurboModel.from_pretrained(folder, quantize="auto")

@@ -50,7 +50,7 @@ def load_average() -> str:
 
 def as_chunking(spec: tuple[int, ...]):  # noqa: ANN201 - StreamChunking, imported late
     """(first, every[, flow_prompt, flow_context]) -> StreamChunking; 0 in the last two: all."""
-    from tts_core.models.chatterbox.streaming import StreamChunking
+    from tts_core.models.chatterbox.chunking import StreamChunking
 
     first, every, prompt, context = (*spec, 0, 0)[:4]
     return StreamChunking(first, every, flow_prompt=prompt or None, flow_context=context or None)
@@ -132,7 +132,8 @@ def t3_times(t3, steps: int = 20) -> tuple[float, float]:
 def real_rows(
     n_tokens: int, chunkings: list[tuple[int, ...]], folder: Path | None = None
 ) -> list[dict]:
-    from tts_core.models.chatterbox.streaming import WHOLE_UTTERANCE, S3GenStream, StreamNoise
+    from tts_core.models.chatterbox.chunking import WHOLE_UTTERANCE
+    from tts_core.models.chatterbox.streaming import S3GenStream, StreamNoise
     from tts_core.models.chatterbox.voice import ChatterboxVoice
 
     if folder is None:

@@ -368,6 +368,36 @@ def stop_app(process: subprocess.Popen) -> None:
         process.kill()
 
 
+def page_controls_shown(url: str) -> dict[str, bool]:
+    """The page's controls by label -> shown (visible itself and inside visible groups; the
+    API-only endpoints' hidden inputs carry their knob's label too), from the served /config."""
+    import httpx
+
+    config = httpx.get(f"{url}/config", timeout=30).json()
+    by_id = {c["id"]: c for c in config["components"]}
+    parents: dict[int, int] = {}
+
+    def walk(node: dict) -> None:
+        for child in node.get("children", []):
+            parents[child["id"]] = node["id"]
+            walk(child)
+
+    walk(config["layout"])
+
+    def shown(node: int) -> bool:
+        while node in by_id:
+            if by_id[node]["props"].get("visible", True) is False:
+                return False
+            node = parents.get(node)
+        return True
+
+    found: dict[str, bool] = {}  # a label of several components: shown if one of them is
+    for i, c in by_id.items():
+        if label := c["props"].get("label"):
+            found[label] = found.get(label, False) or shown(i)
+    return found
+
+
 @pytest.fixture(name="free_port")
 def free_port_fixture() -> int:
     return free_port()

@@ -14,6 +14,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from conftest import page_controls_shown
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
@@ -131,27 +132,9 @@ def test_bad_input_is_an_error_and_the_server_keeps_serving(server, tmp_path, sp
 
 def test_the_page_shows_the_models_own_knobs(server):
     """VoxCPM2's guidance and diffusion steps are shown; Qwen3's sampling sliders are not."""
-    config = httpx.get(f"{server}/config", timeout=30).json()
-    by_id = {c["id"]: c for c in config["components"]}
-    parents: dict[int, int] = {}
-
-    def walk(node: dict) -> None:
-        for child in node.get("children", []):
-            parents[child["id"]] = node["id"]
-            walk(child)
-
-    walk(config["layout"])
-
-    def shown(label: str) -> bool:  # visible itself and inside visible groups
-        (node,) = [i for i, c in by_id.items() if c["props"].get("label") == label]
-        while node in by_id:
-            if by_id[node]["props"].get("visible", True) is False:
-                return False
-            node = parents.get(node)
-        return True
-
-    assert shown("Guidance (CFG value)") and shown("Diffusion steps")
-    assert not shown("Temperature") and not shown("Top-p")
+    shown = page_controls_shown(server)
+    assert shown["Guidance (CFG value)"] and shown["Diffusion steps"]
+    assert not shown["Temperature"] and not shown["Top-p"]
 
 
 def test_the_page_offers_no_language_choice_for_voxcpm(server):

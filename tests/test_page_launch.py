@@ -7,6 +7,7 @@ import httpx
 import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
+from test_app import every_input
 from test_openai_api import free_port
 
 from tts_core.engine import EngineSlot
@@ -56,7 +57,8 @@ def test_launch_blocks_after_installing_the_routes(engine, tmp_path, monkeypatch
 
 def test_gradio_api_callers_without_a_voice_keep_working(engine, tmp_path):
     """`voice` was appended last: positional gradio_client calls without it still work
-    (the client fills defaults; plain HTTP sends all 14 inputs); a named voice works."""
+    (the client fills defaults; plain HTTP sends every input, None for the later knobs); a
+    named voice works."""
     demo = build_demo(engine, VoiceRegistry(tmp_path)).queue()
     url = launch(demo, prevent_thread_lock=True)
     try:
@@ -66,7 +68,7 @@ def test_gradio_api_callers_without_a_voice_keep_working(engine, tmp_path):
         every = ["Hello.", "english", None, "", 0.9, 50, 1.0, 1.05, -1, 2, 6, 2.0, 10]
         _, stats = client.predict(*every, "coral", api_name="/synthesize_full")
         assert stats["voice"]["variant"].startswith("+f")  # coral: a female voice
-        event = httpx.post(f"{url}/gradio_api/call/synthesize_full", json={"data": [*every, None]},
+        event = httpx.post(f"{url}/gradio_api/call/synthesize_full", json={"data": every_input(*every, None)},
                            timeout=30).json()["event_id"]  # fmt: skip
         answer = httpx.get(f"{url}/gradio_api/call/synthesize_full/{event}", timeout=60).text
         assert "event: complete" in answer, answer[-500:]

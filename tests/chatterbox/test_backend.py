@@ -21,8 +21,8 @@ from tts_core.engine import (
     SynthesisParams,
     SynthesisRequest,
 )
+from tts_core.models.chatterbox.chunking import StreamChunking
 from tts_core.models.chatterbox.sampling import TurboSampling
-from tts_core.models.chatterbox.streaming import StreamChunking
 
 from .conftest import FIXTURES, ref_clip, shared_model
 
@@ -133,11 +133,10 @@ def test_backend_start_preloads_the_watermark_model(
     """Perth's model is loaded with the backend (watermark on by default), not at the first
     request; without resemble-perth nothing is loaded and the backend still starts."""
     from tts_core.audio import perth_watermark
-    from tts_core.backends import chatterbox
 
     monkeypatch.setattr(perth_watermark, "_shared", None)
-    monkeypatch.setattr(chatterbox, "perth_available", lambda: installed)
     if installed and not perth_watermark.perth_available():
         pytest.skip("resemble-perth is not installed")
+    monkeypatch.setattr(perth_watermark, "perth_available", lambda: installed)
     ChatterboxBackend(shared_model(TINY), TINY.name, "cpu")
     assert (perth_watermark._shared is not None) == installed

@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 
-from tts_core.backends import chatterbox as backend_module
+from tts_core.audio import perth_watermark
 from tts_core.backends.chatterbox import ChatterboxBackend
 from tts_core.engine import SynthesisParams
 
@@ -29,7 +29,7 @@ def test_the_stream_watermark_runs_on_the_model_thread(monkeypatch) -> None:
 
         return mark
 
-    monkeypatch.setattr(backend_module, "stream_marker", marker)
+    monkeypatch.setattr(perth_watermark, "stream_marker", marker)  # imported per stream
     params = SynthesisParams(seed=1, first_chunk_tokens=3, chunk_tokens=5)
     consumer = threading.current_thread()
     chunks = list(backend.stream("Hi there.", backend.create_voice(None, None), params,

@@ -25,6 +25,7 @@ import torch
 from test_openai_api import make_api, serve
 
 from tts_core.audio import to_int16
+from tts_core.models.chatterbox.chunking import StreamChunking
 from tts_core.models.chatterbox.gpt2 import gelu_new
 from tts_core.models.chatterbox.model import ChatterboxTurboModel
 from tts_core.models.chatterbox.padded_s3gen import padded_s3gen_exact
@@ -35,7 +36,6 @@ from tts_core.models.chatterbox.serving import (
     run_alone,
     t3_rows_invariant,
 )
-from tts_core.models.chatterbox.streaming import StreamChunking
 from tts_core.models.chatterbox.t3 import T3Turbo, TurboRow
 from tts_core.serving import BatchEngine, InlineOutbox
 

@@ -12,6 +12,7 @@ Every test is bounded by events (engine steps, requests queued), not by wall-clo
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
@@ -21,11 +22,10 @@ import pytest
 from test_openai_api import make_api, serve
 
 from tts_core.audio import to_int16
-from tts_core.backends.chatterbox_english import SAMPLING_KNOBS
+from tts_core.models.chatterbox.chunking import StreamChunking
 from tts_core.models.chatterbox.english_serving import EnglishSequence
 from tts_core.models.chatterbox.english_t3 import EnglishSampling
 from tts_core.models.chatterbox.serving import ChatterboxRunner, run_alone
-from tts_core.models.chatterbox.streaming import StreamChunking
 from tts_core.serving import BatchEngine, InlineOutbox
 
 from .conftest import FIXTURES, REF_CLIP, ref_clip
@@ -173,7 +173,8 @@ def _stream_pcm(model, voice, text: str, seed: int, knobs: dict) -> bytes:
     default = StreamChunking()
     chunking = StreamChunking(knobs.get("first_chunk_tokens", default.first_tokens),
                               knobs.get("chunk_tokens", default.chunk_tokens))  # fmt: skip
-    sampling = EnglishSampling(**{k: v for k, v in knobs.items() if k in SAMPLING_KNOBS})
+    fields = {field.name for field in dataclasses.fields(EnglishSampling)}
+    sampling = EnglishSampling(**{k: v for k, v in knobs.items() if k in fields})
     chunks = model.stream(text, voice, seed=seed, exaggeration=knobs.get("exaggeration", 0.5),
                           sampling=sampling, chunking=chunking)  # fmt: skip
     return to_int16(np.concatenate([c.audio for c in chunks])).tobytes()

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from tts_core.models.chatterbox.streaming import StreamChunking
+from tts_core.models.chatterbox.chunking import StreamChunking
 
 from .english_common import TEXTS, case, each_checkpoint, english_model, seeds
 

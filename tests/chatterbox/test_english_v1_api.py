@@ -20,8 +20,8 @@ from test_openai_api import make_api, serve
 from tts_core.backends import load_backend
 from tts_core.backends.chatterbox_english import ChatterboxEnglishBackend
 from tts_core.engine import Backend, Engine, EngineConfig, SynthesisParams
+from tts_core.models.chatterbox.chunking import StreamChunking
 from tts_core.models.chatterbox.english_t3 import EnglishSampling
-from tts_core.models.chatterbox.streaming import StreamChunking
 from tts_core.server import VoiceRegistry
 
 from .conftest import FIXTURES, REF_CLIP

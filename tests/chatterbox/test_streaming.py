@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
+from tts_core.models.chatterbox.chunking import StreamChunking
 from tts_core.models.chatterbox.hift import HARMONICS, SAMPLES_PER_FRAME, initial_phases
-from tts_core.models.chatterbox.model import StreamChunking
 from tts_core.models.chatterbox.streaming import FlowChunker, HiftStream, S3GenStream, StreamNoise
 
 from .conftest import shared_model

@@ -19,7 +19,7 @@ from test_openai_api import make_api, serve
 from tts_core.backends import load_backend
 from tts_core.backends.chatterbox import ChatterboxBackend
 from tts_core.engine import Engine, EngineConfig
-from tts_core.models.chatterbox.streaming import StreamChunking
+from tts_core.models.chatterbox.chunking import StreamChunking
 from tts_core.server import VoiceRegistry
 
 from .conftest import FIXTURES, REF_CLIP, shared_model

@@ -273,7 +273,7 @@ def test_the_backends_stream_is_watermarked_per_chunk_by_default():
 
     from tts_core.backends.chatterbox import ChatterboxBackend
     from tts_core.engine import SynthesisParams
-    from tts_core.models.chatterbox.streaming import StreamChunking
+    from tts_core.models.chatterbox.chunking import StreamChunking
 
     from .conftest import shared_model
 

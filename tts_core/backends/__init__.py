@@ -57,11 +57,14 @@ def load_backend(
 def backend_classes() -> tuple[type, ...]:
     """Every backend load_backend may serve, for what they declare (their `knobs`). Importing
     them loads no model and no torch."""
+    from .chatterbox import ChatterboxBackend
+    from .chatterbox_english import ChatterboxEnglishBackend
     from .espeak import EspeakBackend
     from .qwen3 import Qwen3Backend
     from .voxcpm import VoxCPMBackend
 
-    return (Qwen3Backend, VoxCPMBackend, EspeakBackend)
+    return (Qwen3Backend, VoxCPMBackend, ChatterboxBackend, ChatterboxEnglishBackend,
+            EspeakBackend)  # fmt: skip
 
 
 def request_knobs(engine: Engine | None = None) -> tuple[Knob, ...]:

@@ -18,6 +18,7 @@ its own model, scheduler and knobs (`_scheduler`, `_request_args`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 import threading
@@ -26,12 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from ..audio.perth_watermark import perth_available, shared_watermarker, stream_marker
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.errors import InputError
-from ..engine.knobs import Knob
-from ..models.chatterbox.serving import DEFAULT_MAX_BATCH
-from ..models.chatterbox.streaming import StreamChunking
+from ..engine.knobs import Knob, sampling_knobs
+from ..models.chatterbox.chunking import StreamChunking
+from ..models.chatterbox.config import DEFAULT_MAX_BATCH
 
 log = logging.getLogger(__name__)
 SAMPLES_PER_TOKEN = 960  # 40 ms at 24 kHz
@@ -42,20 +42,10 @@ WATERMARK_KNOB = Knob(
     "watermark", int, 0, 1, default=1, label="Perth watermark (1: on)", step=1,
     help="1: the streamed audio carries Resemble's Perth watermark, as the official marks "
          "its clips (needs the package resemble-perth); 0: no watermark.")  # fmt: skip
-# The official Turbo generate()'s sampling defaults, then the streaming chunk sizes; declared
-# once here for page, API, checks.
+# The shared sampling knobs (their defaults: the official Turbo generate()'s, TurboSampling's;
+# sampling_defaults), then the streaming chunk sizes; declared once here for page, API, checks.
 KNOBS = (
-    Knob("temperature", float, 0.0, 5.0, default=0.8, low_open=True, label="Temperature",
-         step=0.05, ui_range=(0.1, 2.0),
-         help="Higher: more varied speech; lower: steadier, closer to the likeliest."),
-    Knob("top_k", int, 0, 6563, default=1000, label="Top-k (0: off)", step=1,
-         ui_range=(0, 2000), help="Sample each speech token among the k likeliest."),
-    Knob("top_p", float, 0.0, 1.0, default=0.95, low_open=True, label="Top-p", step=0.05,
-         ui_range=(0.05, 1.0),
-         help="Sample among the likeliest tokens that together hold this probability."),
-    Knob("repetition_penalty", float, 1.0, 5.0, default=1.2, label="Repetition penalty",
-         step=0.01, ui_range=(1.0, 2.0),
-         help="Above 1: tokens already produced are less likely again (fewer loops)."),
+    *sampling_knobs(*SAMPLING_KNOBS),
     # S3Gen's chunking (StreamChunking); the shared first_chunk_frames / chunk_frames only group
     # the audio into events. One token = 40 ms of audio; each pass re-runs the flow.
     Knob("first_chunk_tokens", int, 1, 200, default=DEFAULT_CHUNKING.first_tokens,
@@ -134,18 +124,26 @@ class ChatterboxBackend:
 
         return TurboScheduler(model, max_batch=max_batch)
 
-    def _request_args(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The request's model.stream arguments of the knob values (besides seed, chunking)."""
+    @staticmethod
+    def _sampling() -> type:
+        """The model's sampling settings (a dataclass whose defaults are its generate()'s)."""
         from ..models.chatterbox.sampling import TurboSampling
 
-        return {"sampling": TurboSampling(**{name: values[name] for name in SAMPLING_KNOBS})}
+        return TurboSampling
+
+    def _request_args(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The request's model.stream arguments of the knob values (besides seed, chunking)."""
+        return {"sampling": self._sampling()(**{name: values[name] for name in SAMPLING_KNOBS})}
 
     def close(self) -> None:
         """Stop the scheduler's thread; streams still running end without a final chunk."""
         self.scheduler.close()
 
     def sampling_defaults(self) -> dict[str, Any]:
-        return {knob.name: knob.default for knob in self.knobs}
+        """Each knob's default: the sampling values of the model's generate() (`_sampling`'s
+        dataclass defaults), the declared ones of the rest."""
+        sampling = dataclasses.asdict(self._sampling()())
+        return {knob.name: sampling.get(knob.name, knob.default) for knob in self.knobs}
 
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
         """audio: 24 kHz mono float32 reference (Turbo: > 5 s), or None for the built-in voice."""
@@ -180,6 +178,8 @@ class ChatterboxBackend:
                                            **self._request_args(values))  # fmt: skip
         except ValueError as exc:  # the request's checks (e.g. text too long for T3)
             raise InputError(str(exc)) from exc
+        from ..audio.perth_watermark import stream_marker
+
         mark = stream_marker(values["watermark"], self.sample_rate)  # Perth, per chunk
         try:
             for chunk in chunks:
@@ -210,5 +210,7 @@ def reference_clip(audio: np.ndarray) -> np.ndarray:
 def preload_watermark() -> None:
     """Perth's model loaded at backend start where the stream is watermarked by default and
     resemble-perth is installed, so the first request does not load it."""
+    from ..audio.perth_watermark import perth_available, shared_watermarker
+
     if WATERMARK_KNOB.default and perth_available():
         shared_watermarker()

@@ -17,34 +17,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.knobs import Knob
+from ..engine.knobs import Knob, sampling_knobs
 from .chatterbox import KNOBS as TURBO_KNOBS
 from .chatterbox import WATERMARK_KNOB, ChatterboxBackend
 
-SAMPLING_KNOBS = ("temperature", "min_p", "top_p", "repetition_penalty", "cfg_weight")
+SAMPLING_KNOBS = ("temperature", "min_p", "top_p", "repetition_penalty")
 CHUNK_KNOBS = tuple(k for k in TURBO_KNOBS if k.name in ("first_chunk_tokens", "chunk_tokens"))
-# The official English generate()'s defaults (tts.py), declared once for page, API and checks;
-# the S3Gen chunk sizes are Turbo's knobs (same streaming code).
+# The official English generate()'s knobs: exaggeration and guidance, the shared sampling knobs
+# (defaults: EnglishSampling's, the official's), Turbo's S3Gen chunk sizes (same streaming code).
 KNOBS = (
     Knob("exaggeration", float, 0.0, 2.0, default=0.5, label="Exaggeration", step=0.05,
          ui_range=(0.25, 2.0),
          help="Emotion intensity: 0.5 is neutral, higher is more expressive."),
-    Knob("cfg_weight", float, 0.0, 2.0, default=0.5, label="CFG weight", step=0.05,
-         ui_range=(0.0, 1.0),
+    Knob("cfg_weight", float, 0.0, 2.0, label="CFG weight", step=0.05, ui_range=(0.0, 1.0),
          help="Classifier-free guidance on the text: lower speaks slower and looser; 0 turns "
               "guidance off (one pass instead of two)."),
-    Knob("temperature", float, 0.0, 5.0, default=0.8, low_open=True, label="Temperature",
-         step=0.05, ui_range=(0.05, 2.0),
-         help="Higher: more varied speech; lower: steadier, closer to the likeliest."),
-    Knob("min_p", float, 0.0, 1.0, default=0.05, label="Min-p", step=0.01,
-         ui_range=(0.0, 1.0),
-         help="Drop tokens less likely than this fraction of the likeliest one."),
-    Knob("top_p", float, 0.0, 1.0, default=1.0, low_open=True, label="Top-p", step=0.05,
-         ui_range=(0.05, 1.0),
-         help="Sample among the likeliest tokens that together hold this probability."),
-    Knob("repetition_penalty", float, 1.0, 5.0, default=1.2, label="Repetition penalty",
-         step=0.01, ui_range=(1.0, 2.0),
-         help="Above 1: tokens already produced are less likely again (fewer loops)."),
+    *sampling_knobs(*SAMPLING_KNOBS),
     *CHUNK_KNOBS,
     WATERMARK_KNOB,  # Turbo's (the stream is Turbo's backend's)
 )  # fmt: skip
@@ -80,8 +68,13 @@ class ChatterboxEnglishBackend(ChatterboxBackend):
 
         return EnglishScheduler(model, max_batch=max_batch)
 
-    def _request_args(self, values: dict[str, Any]) -> dict[str, Any]:
+    @staticmethod
+    def _sampling() -> type:
         from ..models.chatterbox.english_t3 import EnglishSampling
 
-        sampling = EnglishSampling(**{name: values[name] for name in SAMPLING_KNOBS})
+        return EnglishSampling
+
+    def _request_args(self, values: dict[str, Any]) -> dict[str, Any]:
+        names = (*SAMPLING_KNOBS, "cfg_weight")  # EnglishSampling carries the guidance weight
+        sampling = self._sampling()(**{name: values[name] for name in names})
         return {"exaggeration": values["exaggeration"], "sampling": sampling}

@@ -23,7 +23,7 @@ import numpy as np
 from ..audio import SAMPLE_RATE
 from ..engine.backend import CANCEL_POLL_S, BackendChunk, SynthesisParams, TextInlet, Voice
 from ..engine.errors import InputError
-from ..engine.knobs import Knob
+from ..engine.knobs import sampling_knobs
 from .device import resolve_device, resolve_dtype
 
 log = logging.getLogger(__name__)
@@ -33,26 +33,9 @@ DESCRIPTION = (
     "the reference audio and its words (best); without one, only on a speaker embedding."
 )
 DEFAULT_MAX_BATCH = 8
-# Practical floors: below them the sampler's arithmetic leaves float32 (logits / 1e-45 is inf,
-# and softmax of inf is NaN) while no audible difference from greedy remains to be had.
-MIN_TEMPERATURE = 0.01
-MIN_REPETITION_PENALTY = 0.1
-# The request knobs this backend reads (besides the shared seed and chunk sizes). Defaults: the
-# checkpoint's generation_config.json (sampling_defaults); the page starts at the released
-# checkpoints' values until the model is loaded.
-KNOBS = (
-    Knob("temperature", float, MIN_TEMPERATURE, 5.0, label="Temperature", step=0.05,
-         ui_range=(0.1, 2.0), ui_value=0.9,
-         help="Higher: more varied speech; lower: steadier, closer to the likeliest."),
-    Knob("top_k", int, 0, 100_000, label="Top-k (0: off)", step=1, ui_range=(0, 200),
-         ui_value=50, help="Sample each code among the k likeliest."),
-    Knob("top_p", float, 0.0, 1.0, low_open=True, label="Top-p", step=0.05,
-         ui_range=(0.05, 1.0), ui_value=1.0,
-         help="Sample among the likeliest codes that together hold this probability."),
-    Knob("repetition_penalty", float, MIN_REPETITION_PENALTY, 5.0, label="Repetition penalty",
-         step=0.01, ui_range=(1.0, 2.0), ui_value=1.05,
-         help="Above 1: codes already produced are less likely again (fewer loops)."),
-)  # fmt: skip
+# The request knobs this backend reads (besides the shared seed and chunk sizes): the shared
+# sampling knobs; their defaults are the checkpoint's generation_config.json (sampling_defaults).
+KNOBS = sampling_knobs("temperature", "top_k", "top_p", "repetition_penalty")
 
 
 def _choose_decoder_dtype(model: Any, device: str, dtype: str) -> str:

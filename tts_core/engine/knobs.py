@@ -1,12 +1,13 @@
 """A request's knobs, each declared once: name, type, valid range, default, and how the page
 shows it.
 
-Every backend class declares the knobs it reads (`Backend.knobs`: Qwen3-TTS's sampling values,
-VoxCPM2's guidance and diffusion steps); the ones every backend shares (the seed and the chunk
-sizes, whose maxima are the engine's `Limits`) are declared here. Everything else is made from
-these declarations: the engine's validation (`Knob.parse`, with messages naming the knob), the
-extra fields of the `/v1/audio/speech` body, the page's PCM route, the page's sliders and the
-names of the Gradio API's parameters. A request carries its knob values by name
+Every backend class declares the knobs it reads (`Backend.knobs`: VoxCPM2's guidance and
+diffusion steps, Chatterbox's S3Gen chunk sizes); the ones every backend shares (the seed and
+the chunk sizes, whose maxima are the engine's `Limits`) and the sampling knobs the
+token-drawing backends pick from (`sampling_knobs`: one meaning per name) are declared here.
+Everything else is made from these declarations: the engine's validation (`Knob.parse`, with
+messages naming the knob), the extra fields of the `/v1/audio/speech` body, the page's PCM
+route, the page's sliders and the Gradio API's parameters. A request carries its knob values by name
 (`SynthesisParams`), and a backend reads its own by name.
 """
 
@@ -148,6 +149,35 @@ def shared_knobs(max_chunk_frames: int = 100) -> tuple[Knob, ...]:
 
 
 SHARED_KNOBS = shared_knobs()  # with the default Limits (the engine uses its own limits)
+
+# Practical floors: below them the sampler's arithmetic leaves float32 (logits / 1e-45 is inf,
+# and softmax of inf is NaN) while no audible difference from greedy remains to be had.
+MIN_TEMPERATURE = 0.01
+MIN_REPETITION_PENALTY = 0.1
+# The sampling knobs of the token-drawing backends (Qwen3-TTS, Chatterbox), declared once so that
+# a field means the same whichever model serves. No default here: each backend says its own
+# (`sampling_defaults()`: the checkpoint's generation_config.json, the official generate()'s);
+# `ui_value` is plain sampling (every filter off), shown only where a backend tells none.
+SAMPLING_KNOBS = {knob.name: knob for knob in (
+    Knob("temperature", float, MIN_TEMPERATURE, 5.0, label="Temperature", step=0.05,
+         ui_range=(0.1, 2.0), ui_value=1.0,
+         help="Higher: more varied speech; lower: steadier, closer to the likeliest."),
+    Knob("top_k", int, 0, 100_000, label="Top-k (0: off)", step=1, ui_range=(0, 2000),
+         ui_value=0, help="Sample each token among the k likeliest (k above the vocabulary: off)."),
+    Knob("top_p", float, 0.0, 1.0, low_open=True, label="Top-p", step=0.05,
+         ui_range=(0.05, 1.0), ui_value=1.0,
+         help="Sample among the likeliest tokens that together hold this probability."),
+    Knob("min_p", float, 0.0, 1.0, label="Min-p", step=0.01, ui_value=0.0,
+         help="Drop tokens less likely than this fraction of the likeliest one."),
+    Knob("repetition_penalty", float, MIN_REPETITION_PENALTY, 5.0, label="Repetition penalty",
+         step=0.01, ui_range=(1.0, 2.0), ui_value=1.0,
+         help="Above 1: tokens already produced are less likely again (fewer loops)."),
+)}  # fmt: skip
+
+
+def sampling_knobs(*names: str) -> tuple[Knob, ...]:
+    """The shared sampling knobs of `names`, in that order (KeyError for an unknown one)."""
+    return tuple(SAMPLING_KNOBS[name] for name in names)
 
 
 def backend_knobs(backend: object) -> tuple[Knob, ...]:

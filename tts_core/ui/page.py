@@ -302,8 +302,8 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
             "show_progress": "minimal"}  # fmt: skip
 
     def wire(trigger: Any, fn: Any, outs: list, api_name: str) -> Any:
-        return trigger(handlers.bind(fn, slot, voices, parameters), inputs=inputs, outputs=outs,
-                       api_name=api_name, api_visibility="public", **pool)  # fmt: skip
+        return trigger(handlers.bind(fn, slot, voices, parameters), inputs=api_inputs,
+                       outputs=outs, api_name=api_name, api_visibility="public", **pool)  # fmt: skip
 
     # Generate runs the low-latency player in the browser; the page clicks this hidden
     # trigger instead when the player toggle says "Standard" (one synthesis per click).
@@ -314,8 +314,12 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
         api_name="generate", api_visibility="private", trigger_mode="always_last", **pool,
     )  # fmt: skip
     stop.click(None, None, None, cancels=[generating])
-    # API-only endpoints: a hidden button that no one clicks, so they run only when called
+    # API-only endpoints: a hidden button that no one clicks, so they run only when called;
+    # their knobs are inputs of their own (`_api_knob_input`), the other fields the page's
     api_only = gr.Button(visible=False)
+    declared = {knob.name: knob for knob in parameters.knobs}
+    api_inputs = [_api_knob_input(declared[name]) if name in declared else control
+                  for name, control in zip(parameters.names, inputs, strict=True)]  # fmt: skip
     for fn, audio_label, api_name in (
         (handlers.stream_to_api, "chunk", "synthesize"),
         (handlers.synthesize_full, "audio", "synthesize_full"),
@@ -323,6 +327,14 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
         outs = [gr.Audio(type="numpy", visible=False, label=audio_label),
                 gr.JSON(visible=False, label="stats")]  # fmt: skip
         wire(api_only.click, fn, outs, api_name)
+
+
+def _api_knob_input(knob: Knob) -> gr.Number:
+    """A knob's parameter of the API-only endpoints: no value, so a caller who leaves it out
+    gets the served backend's default (a slider's value is whatever the page showed when it
+    was built, e.g. before the model had loaded), and no bounds of a slider's (its range may
+    be narrower than the valid one; Knob.parse checks that and names the knob)."""
+    return gr.Number(None, label=knob.label or knob.name, visible=False)
 
 
 def _examples(controls: dict[str, Any], assets: Path) -> None:

@@ -27,6 +27,8 @@ S3_RATE = 16000
 MELS = 80
 PROMPT_TOKENS = 375  # Turbo speech_cond_prompt_len
 SPEAKER_EMBED = 256
+LOOKAHEAD = 3  # the flow encoder's pre_lookahead_len: tokens of right context
+DEFAULT_MAX_BATCH = 8  # streams one scheduler steps together (serving.py)
 
 
 class SizesError(ValueError):

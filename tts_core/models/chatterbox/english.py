@@ -25,6 +25,7 @@ import torch
 
 from ...audio.analysis import mel_filters
 from .checkpoint import CheckpointError, check_unused, load_part
+from .chunking import WHOLE_UTTERANCE, StreamChunking
 from .config import (
     S3_VOCAB,
     SAMPLE_RATE,
@@ -47,7 +48,7 @@ from .english_t3 import (
 from .flow import TOKEN_MEL_RATIO, Flow
 from .hift import HiFTGenerator
 from .model import S3GenSpeech, TurboChunk, apply_watermark
-from .streaming import WHOLE_UTTERANCE, S3GenStream, StreamChunking, StreamNoise
+from .streaming import S3GenStream, StreamNoise
 from .tokenizer import punc_norm
 from .voice import ChatterboxVoice
 

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .chunking import StreamChunking
 from .config import START_SPEECH
 from .english_t3 import COND_POSITIONS, MAX_NEW_TOKENS, EnglishSampling
 from .serving import DEFAULT_MAX_BATCH, ChatterboxScheduler, ChatterboxSequence
-from .streaming import StreamChunking
 
 if TYPE_CHECKING:
     from .english import ChatterboxEnglishModel

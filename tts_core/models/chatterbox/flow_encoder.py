@@ -15,9 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import EncoderSizes
+from .config import LOOKAHEAD, EncoderSizes
 
-LOOKAHEAD = 3  # pre_lookahead_len: tokens of right context
 UP_BLOCKS = 4  # up_encoders: fixed by the code
 BLOCK_LN_EPS = 1e-12  # norm_mha / norm_ff (ConformerEncoderLayer)
 LN_EPS = 1e-5  # embed / after_norm

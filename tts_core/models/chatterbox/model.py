@@ -25,12 +25,13 @@ from .checkpoint import (
     load_part,
     resolve_folder,
 )
+from .chunking import WHOLE_UTTERANCE, StreamChunking
 from .cloning import make_voice
 from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, ChatterboxSizes, t3_file
 from .flow import TOKEN_MEL_RATIO, Flow
 from .hift import HiFTGenerator, trim_fade
 from .sampling import TurboSampling
-from .streaming import WHOLE_UTTERANCE, S3GenStream, StreamChunking, StreamNoise
+from .streaming import S3GenStream, StreamNoise
 from .t3 import MAX_NEW_TOKENS, T3Turbo
 from .tokenizer import TurboTokenizer
 from .voice import ChatterboxVoice

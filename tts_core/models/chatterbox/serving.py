@@ -62,12 +62,13 @@ from ...serving.engine import BatchEngine
 from ...serving.loop import EngineLoop, RequestStream
 from ...serving.request import Request
 from ..qwen3_tts.int8 import Int8Linear
-from .config import S3_VOCAB, STOP_SPEECH
+from .chunking import StreamChunking
+from .config import DEFAULT_MAX_BATCH, S3_VOCAB, STOP_SPEECH
 from .model import TurboChunk
 from .padded_s3gen import padded_s3gen_exact, padded_s3gen_push
 from .quant import PROJECTIONS
 from .sampling import TurboSampling
-from .streaming import S3GenStream, StreamChunking, StreamNoise
+from .streaming import S3GenStream, StreamNoise
 from .t3 import MAX_NEW_TOKENS, T3Turbo, TurboRow
 
 if TYPE_CHECKING:
@@ -77,7 +78,6 @@ if TYPE_CHECKING:
 
     ChatterboxModel = ChatterboxTurboModel | ChatterboxEnglishModel  # (never run)
 
-DEFAULT_MAX_BATCH = 8
 S3GEN_MODES = ("auto", "padded", "per_row")
 
 
