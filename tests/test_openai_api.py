@@ -226,6 +226,15 @@ def test_pcm_is_raw_int16_of_the_engine_length(api):
     assert np.abs(pcm).max() > 1000
 
 
+def test_voice_default_is_the_models_own_voice_without_a_clip(api):
+    """eSpeak without a clip speaks its default voice; a named voice is cloned from its clip."""
+    url, engine = api
+    assert speech(url, input=TEXT, voice="default", response_format="pcm").status_code == 200
+    assert engine.runs[-1]["stats"]["voice"]["ref_f0_hz"] is None  # nothing measured: no clip
+    assert speech(url, input=TEXT, voice="nova", response_format="pcm").status_code == 200
+    assert engine.runs[-1]["stats"]["voice"]["ref_f0_hz"] is not None
+
+
 @pytest.mark.parametrize("fmt", ["mp3", "opus", "flac", "aac"])
 def test_compressed_formats_decode_to_the_engine_duration(api, fmt):
     from tts_core.audio.ffmpeg import ffmpeg_executable

@@ -78,6 +78,25 @@ def test_uploaded_voice_is_cloned(server, voices_dir):
     assert np.abs(audio - np.clip(streamed, -1, 1)).max() <= PCM_BOUND
 
 
+def test_the_models_own_voice_is_named_default(server, voices_dir):
+    """/v1's voice "default" is the checkpoint's conds.pt voice (the page's "no clip"), the
+    same stream as model.stream with the built-in voice; no saved voice may take the name."""
+    audio = pcm(server, input="how are you today?", voice="default", seed=5, watermark=0)
+    model = shared_model(TINY)
+    chunks = model.stream("how are you today?", model.builtin_voice, seed=5,
+                          chunking=StreamChunking())  # fmt: skip
+    streamed = np.concatenate([chunk.audio for chunk in chunks])
+    assert audio.shape == streamed.shape
+    assert np.abs(audio - np.clip(streamed, -1, 1)).max() <= PCM_BOUND
+    with REF_CLIP.open("rb") as f:
+        taken = httpx.post(f"{server}/v1/audio/voices", data={"name": "default"},
+                           files={"file": ("ref.wav", f, "audio/wav")}, timeout=120)  # fmt: skip
+    assert taken.status_code == 400 and "own voice" in taken.json()["error"]["message"]
+    unknown = httpx.post(f"{server}/v1/audio/speech", timeout=60,
+                         json={"input": "Hi.", "voice": "no-such-voice"})  # fmt: skip
+    assert unknown.status_code == 404 and "'default'" in unknown.json()["error"]["message"]
+
+
 def test_knobs_and_errors_over_v1(server):
     body = {"model": "tts-1", "input": "Hi.", "voice": "cb-clone", "top_p": 2.0}
     response = httpx.post(f"{server}/v1/audio/speech", json=body, timeout=60)

@@ -20,7 +20,7 @@ from .route_utils import validation_to_api_error
 from .state import ServerState
 from .text_split import split_text
 from .voice_routes import load_voice
-from .voices import Viewer
+from .voices import MODEL_VOICE, Viewer
 
 # the engine's field names -> this API's
 API_PARAMS = {"text": "input", "reference": "voice", "reference_text": "voice"}
@@ -100,10 +100,12 @@ def parse_speech_body(payload: object, max_input_chars: int) -> SpeechBody:
 
 async def speech_reference(
     state: ServerState, body: SpeechBody, viewer: Viewer, limits: Limits
-) -> tuple[np.ndarray, str | None, dict[str, str]]:
+) -> tuple[np.ndarray | None, str | None, dict[str, str]]:
     """(clip: (N,) float32 at SAMPLE_RATE, transcript, the API's names of the engine's fields
     for errors): `ref_audio` + `ref_text` when given, else the saved voice `voice` names (404
-    when unknown). `x_vector_only_mode` leaves the transcript out."""
+    when unknown), or no clip for MODEL_VOICE. `x_vector_only_mode` leaves the transcript out."""
+    if body.ref_audio is None and body.voice == MODEL_VOICE:
+        return None, None, API_PARAMS
     if body.ref_audio is not None:
         with_text = body.ref_text is not None and not body.x_vector_only_mode
         clip = await asyncio.to_thread(decode_ref_audio, body.ref_audio,
@@ -132,11 +134,20 @@ def decode_ref_audio(value: str, max_bytes: int, limits: Limits, with_text: bool
 
 
 def build_requests(
-    text: str, params: SynthesisParams, clip: np.ndarray, transcript: str | None, max_chars: int
+    text: str,
+    params: SynthesisParams,
+    clip: np.ndarray | None,
+    transcript: str | None,
+    max_chars: int,
 ) -> list[SynthesisRequest]:
     """One engine request per piece of the (cleaned) input, each with `params`; the clip was
-    read once, into memory."""
+    read once, into memory (None: the model's own voice)."""
     return [
-        SynthesisRequest(piece, (SAMPLE_RATE, clip), transcript, params)
+        SynthesisRequest(piece, reference(clip), transcript, params)
         for piece in split_text(text, max_chars)
     ]
+
+
+def reference(clip: np.ndarray | None) -> tuple[int, np.ndarray] | None:
+    """An engine request's reference: the clip at SAMPLE_RATE, or None (no clip)."""
+    return None if clip is None else (SAMPLE_RATE, clip)

@@ -49,7 +49,6 @@ from typing import Any, Literal
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from ..audio import SAMPLE_RATE
 from ..engine import BackendError, EngineBusy, InputError, SynthesisParams, SynthesisRequest
 from ..engine.backend import TextTooLong
 from ..engine.handoff import run_on_thread
@@ -57,7 +56,7 @@ from ..engine.streams import FedStream, StreamEvent
 from .audio_formats import make_encoder
 from .errors import ApiError
 from .route_utils import busy_error, request_values
-from .speech_body import parse_speech_body, speech_reference
+from .speech_body import parse_speech_body, reference, speech_reference
 from .state import ServerState
 from .voices import Viewer
 
@@ -290,7 +289,7 @@ class SpeechSession:
         limits = self.state.engine.config.limits
         assert self.viewer is not None
         clip, transcript, _names = await speech_reference(self.state, body, self.viewer, limits)
-        return body.response_format, SynthesisRequest("", (SAMPLE_RATE, clip), transcript, params)
+        return body.response_format, SynthesisRequest("", reference(clip), transcript, params)
 
     async def _text(self, text: object) -> None:
         if not isinstance(text, str):

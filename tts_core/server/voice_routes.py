@@ -26,7 +26,15 @@ from ..engine import InputError
 from .errors import ApiError
 from .route_utils import api_errors, read_form
 from .state import OWNER_HEADER, ServerState
-from .voices import NamedVoice, Viewer, VoiceDamaged, VoiceNotFound, VoiceStoreError, check_name
+from .voices import (
+    MODEL_VOICE,
+    NamedVoice,
+    Viewer,
+    VoiceDamaged,
+    VoiceNotFound,
+    VoiceStoreError,
+    check_name,
+)
 
 FILE_FIELDS = ("file", "audio_sample")
 TRANSCRIPT_FIELDS = ("transcript", "reference_text")
@@ -85,7 +93,8 @@ async def load_voice(state: ServerState, name: str,
         return await asyncio.to_thread(state.voices.load, name, viewer)
     except VoiceNotFound:
         known = ", ".join(await asyncio.to_thread(state.voices.names, viewer))
-        raise ApiError(404, f"Unknown voice '{name}'. Known voices: {known}.", "voice",
+        raise ApiError(404, f"Unknown voice '{name}'. Known voices: {known}; and "
+                       f"'{MODEL_VOICE}', the model's own voice (no clip).", "voice",
                        "voice_not_found") from None  # fmt: skip
     except VoiceDamaged as exc:
         raise ApiError(500, str(exc), "voice", "voice_damaged") from None

@@ -343,12 +343,20 @@ def owner_digest(owner_key: str) -> str:
     return hashlib.sha256(owner_key.encode("utf-8")).hexdigest()
 
 
+# /v1's name for the served model's own voice, spoken without a clip (the page's "no clip"):
+# Chatterbox's conds.pt voice, VoxCPM2's zero-shot voice, eSpeak's default; a model that needs
+# a clip (Qwen3-TTS) refuses it with the reason. No saved voice may take this name.
+MODEL_VOICE = "default"
+
+
 def check_name(name: object) -> str:
     if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise InputError(
             "Voice names are 1-64 characters: letters, digits, '_', '-' or '.', "
             "starting with a letter or digit."
         )
+    if name == MODEL_VOICE:
+        raise InputError(f"'{MODEL_VOICE}' names the model's own voice here: pick another name.")
     return name
 
 
