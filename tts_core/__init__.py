@@ -8,7 +8,7 @@ Public API (imported lazily, so `import tts_core` stays cheap and free of side e
 
 from __future__ import annotations
 
-from typing import Any
+from .lazy import lazy_exports
 
 _LAZY = {
     "load_model": "tts_core.models.registry",
@@ -19,17 +19,4 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'tts_core' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -4,25 +4,19 @@ conds.pt as the built-in voice; equal to the official chatterbox-tts 0.1.7 on fl
 The original English model (Llama T3 with CFG, perceiver, exaggeration; S3Gen's 10-step CFM with
 CFG) shares those modules: english.py, english_t3.py."""
 
-import importlib
-from typing import Any
+from ...lazy import lazy_exports
 
 # name -> its module, imported on first use: the package itself imports no torch, so the
 # backends read their knob defaults (chunking.py, config.py) without loading the model's code
 _EXPORTS = {
-    "ChatterboxEnglishModel": "english",
-    "ChatterboxTurboModel": "model",
-    "ChatterboxVoice": "voice",
-    "EnglishResult": "english",
-    "EnglishSampling": "english_t3",
-    "TurboResult": "model",
-    "TurboSampling": "sampling",
-    "VoiceFileError": "voice",
+    "ChatterboxEnglishModel": ".english",
+    "ChatterboxTurboModel": ".model",
+    "ChatterboxVoice": ".voice",
+    "EnglishResult": ".english",
+    "EnglishSampling": ".english_t3",
+    "TurboResult": ".model",
+    "TurboSampling": ".sampling",
+    "VoiceFileError": ".voice",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
