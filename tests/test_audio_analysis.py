@@ -1,9 +1,10 @@
 """tts_core.audio.analysis (numpy YIN, frame RMS, spectral-flux onsets, mel filters,
-resampling) against librosa.
+resampling, silence trimming, STFT magnitudes) against librosa.
 
 The offline voice used librosa.yin / feature.rms / onset.onset_detect, the Qwen3 front end
-librosa.filters.mel and librosa.resample; ours replace them so that no numba code is compiled
-on the start path and the image carries no librosa (numba, llvmlite, scipy, scikit-learn). They
+librosa.filters.mel and librosa.resample, Chatterbox's voice encoder librosa.effects.trim and
+librosa.stft; ours replace them so that no numba code is compiled on the start path (or on the
+first clone) and the image carries no librosa (numba, llvmlite, scipy, scikit-learn). They
 follow librosa's definitions, so they must agree with it on the signals the voice analyses:
 synthetic harmonic tones and vowels, eSpeak's own output, and the clips in assets/. librosa is
 a test-only dependency (the `dev` extra) and is only imported here.
@@ -22,6 +23,13 @@ and decoded clips are float32); we compute in float64. So the two differ by floa
   2 % of all frames (silence and noise included; observed: 0 and < 0.5 %).
 * Mel filters and resampling: no tolerance. Both do librosa's float operations in librosa's
   order and dtypes (resampling is the same soxr call), so they must be equal bit for bit.
+* Trim and STFT magnitudes: no tolerance. `trim` does librosa's float32 frame RMS (the same
+  strided (frame, n) view, np.square to float32, np.mean over it) and its dB conversion in its
+  order and dtypes, so the dB values, hence the start and end samples, are the very same;
+  `stft_magnitude` frames the signal as librosa.stft does (head, middle, tail pieces), multiplies
+  by the float64 periodic Hann window (scipy's formula, equal bit for bit), calls the same
+  np.fft.rfft, rounds to complex64 where librosa stores into its complex64 matrix, and takes
+  np.abs of an array in librosa's (Fortran) layout: equal bit for bit, in librosa's dtype.
 * Onsets: the onset envelope differs by ~1e-5 dB (observed; float32 power spectra) of peaks
   of 10-25 dB, i.e. ~1e-6 after normalization, while a pick needs the local maximum and 0.07
   above the local mean: only a near-tie closer than 1e-6 could move a pick, so the picked
@@ -205,6 +213,134 @@ def test_resample_rejects_what_librosa_rejects() -> None:
             analysis.resample(bad, 16_000, 24_000)
     with pytest.raises(ValueError, match="positive"):
         analysis.resample(same, 0, 24_000)
+
+
+def mono16k(audio: np.ndarray, rate: int) -> np.ndarray:
+    """What Chatterbox's voice encoder trims and analyses: mono float32 at 16 kHz."""
+    mono = audio if audio.ndim == 1 else audio.mean(axis=1, dtype=np.float32)
+    return resample(mono, rate, 16_000)
+
+
+def with_silences(y: np.ndarray) -> dict[str, np.ndarray]:
+    """`y` as it is, after 0.5 s of silence, before 0.7 s of faint noise (-80 dB), and both."""
+    rng = np.random.default_rng(2)
+    quiet = np.zeros(8_000, np.float32)
+    faint = (rng.standard_normal(11_200) * 1e-4 * np.abs(y).max()).astype(np.float32)
+    return {"as is": y, "lead": np.concatenate([quiet, y]), "trail": np.concatenate([y, faint]),
+            "both": np.concatenate([quiet, faint[:3000], y, faint, quiet])}  # fmt: skip
+
+
+TRIM_SETTINGS = (
+    {"top_db": 20},
+    {"top_db": 60},
+    {"top_db": 30, "frame_length": 400, "hop_length": 160},
+)
+
+
+def assert_trim_equal(y: np.ndarray, label: str, **kwargs) -> tuple[int, int]:
+    ours, (start, end) = analysis.trim(y, **kwargs)
+    theirs, interval = librosa.effects.trim(y, **kwargs)
+    assert (start, end) == tuple(interval.tolist()), f"{label} {kwargs}: {start, end} {interval}"
+    assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs), f"{label} {kwargs}"
+    return start, end
+
+
+def test_trim_matches_librosa(signals) -> None:
+    trimmed = 0
+    for name, (audio, rate) in signals.items():
+        for variant, y in with_silences(mono16k(audio, rate)).items():
+            for kwargs in TRIM_SETTINGS:
+                start, end = assert_trim_equal(y, f"{name} {variant}", **kwargs)
+                trimmed += start > 0 or end < y.size
+    assert trimmed > 3 * len(signals)  # the added silences were found and cut
+
+
+STFT_SETTINGS = (
+    {"n_fft": 400, "hop_length": 160, "win_length": 400, "pad_mode": "reflect"},  # the encoder's
+    {"n_fft": 400, "hop_length": 160},  # librosa's default padding: zeros
+    {"n_fft": 512, "hop_length": 128, "win_length": 300, "pad_mode": "reflect"},
+    {"n_fft": 1024, "hop_length": 256, "center": False},
+)
+
+
+def assert_stft_equal(y: np.ndarray, label: str, **kwargs) -> None:
+    ours = analysis.stft_magnitude(y, **kwargs)
+    theirs = np.abs(librosa.stft(y, **kwargs))
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, f"{label} {kwargs}"
+    np.testing.assert_array_equal(ours, theirs, err_msg=f"{label} {kwargs}")
+
+
+def test_stft_magnitude_matches_librosa(signals) -> None:
+    for name, (audio, rate) in signals.items():
+        y = mono16k(audio, rate)
+        for kwargs in STFT_SETTINGS:
+            assert_stft_equal(y, name, **kwargs)
+        assert_stft_equal(analysis.trim(y, top_db=20)[0], f"{name} trimmed", **STFT_SETTINGS[0])
+    y64 = synthetic_signals()["vowel-low"][0].astype(np.float64)  # float64 in: float64 out
+    assert analysis.stft_magnitude(y64, 400, 160).dtype == np.float64
+    assert_stft_equal(y64, "float64", **STFT_SETTINGS[2])
+    for length in (1, 2, 7, 64, 400, 401, 2048):  # scipy.signal.get_window("hann", n) bit for bit
+        window = librosa.filters.get_window("hann", length, fftbins=True)
+        np.testing.assert_array_equal(analysis.periodic_hann(length), window, err_msg=str(length))
+
+
+def test_voice_encoder_front_end_matches_librosa(signals) -> None:
+    """Chatterbox's mel frames (trim, |STFT|^2, mel) are the official's librosa ones exactly."""
+    from tts_core.models.chatterbox import voice_encoder as ve
+
+    for name, (audio, rate) in signals.items():
+        for variant, y in with_silences(mono16k(audio, rate)).items():
+            wav = librosa.effects.trim(y, top_db=ve.TRIM_TOP_DB)[0]
+            spec = np.abs(librosa.stft(wav, n_fft=ve.N_FFT, hop_length=ve.HOP,
+                                       win_length=ve.N_FFT, center=True, pad_mode="reflect"))  # fmt: skip
+            basis = librosa.filters.mel(
+                sr=16_000, n_fft=ve.N_FFT, n_mels=ve.N_MELS, fmin=0, fmax=8000
+            )
+            expected = np.dot(basis, spec**2.0).T
+            np.testing.assert_array_equal(ve.mel_frames(y), expected, err_msg=f"{name} {variant}")
+
+
+@pytest.mark.filterwarnings("ignore:n_fft=.* is too large:UserWarning")  # librosa's, short y
+def test_trim_and_stft_edge_cases() -> None:
+    rng = np.random.default_rng(3)
+    cases = {
+        "silent": np.zeros(16_000, np.float32),  # every frame at the 0 dB reference: all kept
+        "empty": np.zeros(0, np.float32),
+        "one sample": np.full(1, 0.3, np.float32),
+        "shorter than a frame": (rng.standard_normal(300) * 0.1).astype(np.float32),
+        "short, silent tail": np.concatenate(
+            [rng.standard_normal(1500).astype(np.float32), np.zeros(2500, np.float32)]
+        ),  # fmt: skip
+        "click in silence": np.pad(np.ones(5, np.float32), (20_000, 20_000)),
+        "constant": np.full(5_000, 0.25, np.float32),
+    }
+    for name, y in cases.items():
+        for kwargs in TRIM_SETTINGS:
+            assert_trim_equal(y, name, **kwargs)
+        for kwargs in STFT_SETTINGS[:3]:
+            if y.size or kwargs.get("pad_mode") != "reflect":  # np.pad cannot reflect nothing
+                assert_stft_equal(y, name, **kwargs)
+    silent = cases["silent"]
+    assert analysis.trim(silent, top_db=20)[1] == (0, silent.size)  # librosa keeps it all
+    assert analysis.trim(cases["empty"], top_db=20)[1] == (0, 0)
+    _, (start, end) = analysis.trim(cases["click in silence"], top_db=20)
+    assert 0 < start <= 20_000 < 20_005 <= end < 40_005
+    with pytest.raises(ValueError, match="uncentred"):
+        analysis.stft_magnitude(cases["shorter than a frame"], 400, 160, center=False)
+    with pytest.raises(ValueError, match="mono"):
+        analysis.stft_magnitude(np.zeros((10, 2), np.float32), 400, 160)
+    with pytest.raises(ValueError, match="NaN"):
+        analysis.stft_magnitude(np.array([0.0, np.nan], np.float32), 400, 160)
+
+
+def test_trim_and_stft_blocks_equal_librosa(monkeypatch) -> None:
+    """Long inputs go through in blocks of frames: still librosa's results bit for bit."""
+    y = mono16k(*synthetic_signals()["tone+noise-gaps"])
+    monkeypatch.setattr(analysis, "_BLOCK_VALUES", 400 * 7)  # a few frames a block: many blocks
+    for kwargs in TRIM_SETTINGS:
+        assert_trim_equal(y, "blocks", **kwargs)
+    for kwargs in STFT_SETTINGS:
+        assert_stft_equal(y, "blocks", **kwargs)
 
 
 def librosa_yin(y, **kwargs):  # noqa: ANN001, ANN201

@@ -60,3 +60,18 @@ import tts_core.audio, tts_core.audio.analysis, tts_core.engine, tts_core.server
 from tts_core.backends import espeak
 """)
     assert out["jit_modules"] == [], f"the app's start path imported {out['jit_modules']}"
+
+
+def test_chatterbox_cloning_imports_no_jit() -> None:
+    """Chatterbox's voice encoder trims and transforms the clip with audio.analysis, not librosa
+    (whose first use JIT-compiled 17 s on a fresh machine, and whose numba cache crashed when
+    processes filled it at once)."""
+    out = imported_in_fresh_process("""
+import soundfile as sf
+from tts_core.models.chatterbox.model import ChatterboxTurboModel
+model = ChatterboxTurboModel.from_pretrained("tests/fixtures/chatterbox-turbo-tiny-a")
+audio, rate = sf.read("tests/fixtures/chatterbox-ref-44k.wav", dtype="float32")
+voice = model.create_voice(audio if audio.ndim == 1 else audio.mean(axis=1), rate)
+out["cloned"] = voice is not None
+""")
+    assert out["cloned"] and out["jit_modules"] == [], out["jit_modules"]

@@ -1,13 +1,16 @@
-"""Audio analysis in numpy: frame RMS, YIN pitch, spectral-flux onsets, mel filters, resampling.
+"""Audio analysis in numpy: frame RMS, YIN pitch, spectral-flux onsets, mel filters, resampling,
+silence trimming and STFT magnitudes.
 
 Model-agnostic and light to import (numpy and soxr, no JIT): the offline voice measures its pitch
 calibration and every reference clip with these on the start path, where librosa's numba code
-cost a fresh machine minutes of compilation, and the Qwen3 front end takes its mel filters and
-its resampling from here, so librosa (with numba, llvmlite, scipy and scikit-learn, ~370 MB in
-the image) is no runtime dependency. Each function follows the librosa 0.11 function of the
-same name (centred frames, zero padding, the same defaults), so results agree with it up to
-float rounding (`mel_filters` and `resample`: bit for bit); tests/test_audio_analysis.py holds
-them side by side.
+cost a fresh machine minutes of compilation, the Qwen3 front end takes its mel filters and its
+resampling from here, and Chatterbox's voice encoder its trim and STFT (librosa's cost 17 s of
+JIT on a fresh machine's first clone, and numba's on-disk cache crashed when several processes
+filled it at once), so librosa (with numba, llvmlite, scipy and scikit-learn, ~370 MB in the
+image) is no runtime dependency. Each function follows the librosa 0.11 function of the same
+name (centred frames, zero padding, the same defaults), so results agree with it up to float
+rounding (`mel_filters`, `resample`, `trim` and `stft_magnitude`: bit for bit);
+tests/test_audio_analysis.py holds them side by side.
 
 Long inputs are processed a block of frames at a time, so memory stays bounded by
 `_BLOCK_VALUES`, never by the clip's length.
@@ -56,6 +59,114 @@ def rms(
     for part, block in _blocks(frames):
         out[part] = np.sqrt(np.einsum("ij,ij->i", block, block) / frame_length)
     return out
+
+
+def trim(
+    y: np.ndarray, top_db: float = 60.0, frame_length: int = 2048, hop_length: int = 512
+) -> tuple[np.ndarray, tuple[int, int]]:
+    """(y[start:end], (start, end)) without the leading and trailing frames whose RMS is more
+    than `top_db` below the loudest frame's (librosa.effects.trim with ref=np.max).
+
+    Done as librosa does it, so that the decisions and samples are the same bit for bit: frame
+    RMS in float32 over centred, zero padded frames (librosa.feature.rms), to dB against the
+    loudest (amplitude_to_db: squared, floored at 1e-10, 10 log10), a frame is kept when above
+    -top_db; start is the first kept frame's index times hop_length, end one hop past the last
+    kept frame's (at most len(y)); (0, 0) when no frame is kept. All-zero audio keeps every
+    frame (its frames are all at the 0 dB reference), as with librosa."""
+    y = np.asarray(y)
+    frames = frame(y, frame_length, hop_length, center=True)
+    power = np.empty((1, frames.shape[0]), np.float32)
+    for part, block in _blocks(frames):  # block.T: librosa's (frame_length, n) strided view
+        power[:, part] = np.mean(np.square(block.T, dtype=np.float32), axis=-2, keepdims=True)
+    magnitude = np.abs(np.sqrt(power)[0])
+    ref = np.max(magnitude)
+    amin = 1e-5**2  # librosa's amplitude_to_db(amin=1e-5), squared as it squares it
+    db = 10.0 * np.log10(np.maximum(amin, np.square(magnitude)))
+    db -= 10.0 * np.log10(np.maximum(amin, ref**2))
+    kept = np.flatnonzero(db > -top_db)
+    if kept.size == 0:
+        return y[0:0], (0, 0)
+    start = int(kept[0] * hop_length)
+    end = min(y.shape[-1], int((kept[-1] + 1) * hop_length))
+    return y[start:end], (start, end)
+
+
+def periodic_hann(length: int) -> np.ndarray:
+    """scipy.signal.get_window("hann", length, fftbins=True) (librosa's STFT window), float64,
+    bit for bit: scipy's general cosine window 0.5 + 0.5 cos over linspace(-pi, pi, length + 1),
+    the last point dropped (ones for length <= 1)."""
+    if length <= 1:
+        return np.ones(length)
+    w = np.zeros(length + 1)
+    w += 0.5  # scipy adds a[0] cos(0 x) = 0.5, then a[1] cos(x)
+    w += 0.5 * np.cos(np.linspace(-np.pi, np.pi, length + 1))
+    return w[:-1]
+
+
+def stft_magnitude(
+    y: np.ndarray,
+    n_fft: int = 2048,
+    hop_length: int | None = None,
+    win_length: int | None = None,
+    center: bool = True,
+    pad_mode: str = "constant",
+) -> np.ndarray:
+    """|STFT| (1 + n_fft // 2, n_frames) with a periodic Hann window of `win_length` (default
+    n_fft) centred in n_fft, in the input's precision: float32 for float32 input (the spectrum
+    is complex64), float64 for float64 (np.abs(librosa.stft(y, ...)), the same defaults).
+
+    Done as librosa does it, so equal to it bit for bit: frame i starts at sample
+    i * hop_length of `y` padded with n_fft // 2 samples (`pad_mode`) at both ends when
+    centred, each frame times the float64 window, np.fft.rfft in float64, the spectrum rounded
+    to complex64 for float32 input, then its magnitude. As librosa, the frames that reach into
+    the padding are cut from separately padded head and tail pieces of `y`."""
+    y = np.asarray(y)
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.floating):
+        raise ValueError(f"expected a mono float signal, got {y.dtype} shape {y.shape}")
+    if not np.isfinite(y).all():
+        raise ValueError("audio contains NaN or infinite samples")
+    win_length = n_fft if win_length is None else win_length
+    hop_length = win_length // 4 if hop_length is None else hop_length
+    if not 0 < win_length <= n_fft or hop_length < 1:
+        raise ValueError(f"need 0 < win_length ({win_length}) <= n_fft ({n_fft}), hop_length >= 1")
+    window = periodic_hann(win_length)
+    lpad = (n_fft - win_length) // 2  # librosa.util.pad_center
+    window = np.pad(window, (lpad, n_fft - win_length - lpad))[:, None]
+    if center:
+        pieces = _centred_frames(y, n_fft, hop_length, pad_mode)
+    elif y.shape[0] < n_fft:
+        raise ValueError(f"n_fft={n_fft} is too large for uncentred analysis of {y.shape[0]}")
+    else:
+        pieces = [frame(y, n_fft, hop_length, center=False)]
+    complex_dtype = np.complex64 if y.dtype == np.float32 else np.complex128  # dtype_r2c
+    real_dtype = np.float32 if complex_dtype == np.complex64 else np.float64
+    n_frames = sum(p.shape[0] for p in pieces)
+    out = np.empty((1 + n_fft // 2, n_frames), real_dtype, order="F")  # librosa's layout
+    done = 0
+    for frames in pieces:
+        for part, block in _blocks(frames):
+            spectrum = np.fft.rfft(window * block.T, axis=-2).astype(complex_dtype)
+            out[:, done + part.start : done + part.start + block.shape[0]] = np.abs(spectrum)
+        done += frames.shape[0]
+    return out
+
+
+def _centred_frames(y: np.ndarray, n_fft: int, hop: int, pad_mode: str) -> list[np.ndarray]:
+    """librosa.stft's centred framing: (n_frames, n_fft) views of the head frames (cut from the
+    padded start of `y`), the middle ones (of `y` itself) and the tail ones (padded end), or of
+    all of `y` padded when head and tail overlap."""
+    half = n_fft // 2
+    start_k = int(np.ceil(half / hop))  # the frames that reach into the left padding
+    tail_k = (y.shape[0] + half - n_fft) // hop + 1  # the first frame into the right padding
+    if tail_k <= start_k:
+        return [frame(np.pad(y, half, mode=pad_mode), n_fft, hop, center=False)]
+    head = np.pad(y[: (start_k - 1) * hop - half + n_fft + 1], (half, 0), mode=pad_mode)
+    pieces = [frame(head, n_fft, hop, center=False)[:start_k],
+              frame(y[start_k * hop - half :], n_fft, hop, center=False)]  # fmt: skip
+    if tail_k * hop - half + n_fft <= y.shape[0] + half:
+        tail = np.pad(y[tail_k * hop - half :], (0, half), mode=pad_mode)
+        pieces.append(frame(tail, n_fft, hop, center=False))
+    return pieces
 
 
 def yin(
