@@ -73,7 +73,8 @@ def require_browser() -> str:
 @contextmanager
 def chromium_context(profile: Path, viewport: dict[str, int] | None = None) -> Iterator[Any]:
     """A Playwright BrowserContext of CHROMIUM_PATH (headless, a fresh profile in `profile`,
-    so its pages share localStorage), waits bounded by BROWSER_HANG_MS. The one place any
+    so its pages share localStorage), waits bounded by BROWSER_HANG_MS (its start by
+    BROWSER_START_HANG_MS). The one place any
     test starts a browser."""
     executable = require_browser()
     from playwright.sync_api import sync_playwright
@@ -82,7 +83,7 @@ def chromium_context(profile: Path, viewport: dict[str, int] | None = None) -> I
         context = playwright.chromium.launch_persistent_context(
             str(profile), executable_path=executable, args=CHROMIUM_ARGS, headless=True,
             viewport=viewport or {"width": 1280, "height": 1000},
-            timeout=BROWSER_HANG_MS,  # its start too: Playwright's 30 s default, a speed bound
+            timeout=BROWSER_START_HANG_MS,  # not Playwright's 30 s default, a speed bound
         )  # fmt: skip
         context.set_default_timeout(BROWSER_HANG_MS)
         context.add_init_script(TOAST_RECORDER)  # every page records its toasts
@@ -120,6 +121,9 @@ def one_torch_thread() -> Iterator[None]:
 # Playwright waits are hang detectors: a page on a loaded 2-core box (other work, the server
 # and Chromium sharing the cores) may take tens of seconds to render; a broken one never does
 BROWSER_HANG_MS = 120_000
+# Starting one (a dozen processes, seconds of CPU) took longer than that in a busy run at load
+# 28 on 2 cores (two `yes` beside the suite's servers and browsers): its own, longer guard
+BROWSER_START_HANG_MS = 300_000
 # Every toast text a page showed (gr.Error and the like), recorded the moment it appears: a
 # toast closes itself after its duration (10 s of the page's time), and a test process
 # starved for longer than that (a loaded machine) may look for it only once it is gone
