@@ -39,6 +39,31 @@ def test_unused_t3_tensors_are_not_kept():
     assert "speech_head.bias" in keys  # GPT-2 Turbo's head has a bias
 
 
+def test_hift_weight_norm_is_folded_to_the_same_bits():
+    """The loaded vocoder holds each weight-normed conv's weight once (no parametrization left
+    to recompute per forward), equal bit for bit to the parametrized module's, and vocodes the
+    same samples."""
+    from torch.nn.utils import parametrize
+
+    from tts_core.models.chatterbox.checkpoint import load_part
+    from tts_core.models.chatterbox.hift import HiFTGenerator
+
+    model = ChatterboxTurboModel.from_pretrained(TINY)
+    plain = load_part(HiFTGenerator(model.sizes.hift), TINY / "s3gen_meanflow.safetensors",
+                      "mel2wav.")  # fmt: skip
+    normed = dict(plain.named_modules())
+    folded = [name for name, module in model.hift.named_modules()
+              if parametrize.is_parametrized(normed[name], "weight")]  # fmt: skip
+    assert len(folded) == 82  # conv_pre, 3 ups, 72 resblock convs, conv_post, 5 F0 convs
+    for name, module in model.hift.named_modules():
+        assert not parametrize.is_parametrized(module)
+        if name in folded:
+            assert torch.equal(module.weight, normed[name].weight), name
+    mel = torch.randn(1, 80, 30, generator=torch.Generator().manual_seed(0)) - 5.0
+    ours = model.hift.inference(mel, torch.Generator().manual_seed(1))
+    assert torch.equal(ours, plain.inference(mel, torch.Generator().manual_seed(1)))
+
+
 def test_sizes_from_file_and_released_defaults(tmp_path):
     sizes = ChatterboxSizes.of_folder(TINY)
     assert (sizes.t3.n_layer, sizes.t3.n_embd, sizes.t3.n_head) == (2, 32, 4)

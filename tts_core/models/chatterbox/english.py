@@ -155,7 +155,9 @@ class ChatterboxEnglishModel(S3GenSpeech):
         check_unused(s3gen, S3GEN_PARTS)
         flow = Flow(parts.encoder, parts.decoder, parts.campplus.embedding_size, meanflow=False)
         self.flow = load_part(flow, s3gen, "flow.").to(device)
-        self.hift = load_part(HiFTGenerator(parts.hift), s3gen, "mel2wav.").to(device)
+        self.hift = load_part(
+            HiFTGenerator(parts.hift), s3gen, "mel2wav.", after=HiFTGenerator.fold_weight_norm
+        ).to(device)
         self.tokenizer = EnglishTokenizer(folder / TOKENIZER_FILE)
         conds = folder / CONDS_FILE
         self.builtin_voice = (

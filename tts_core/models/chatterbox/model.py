@@ -95,7 +95,9 @@ class ChatterboxTurboModel(S3GenSpeech):
         self.flow = load_part(Flow(sizes.encoder, sizes.decoder, spk_dim), s3gen, "flow.").to(
             device
         )
-        self.hift = load_part(HiFTGenerator(sizes.hift), s3gen, "mel2wav.").to(device)
+        self.hift = load_part(
+            HiFTGenerator(sizes.hift), s3gen, "mel2wav.", after=HiFTGenerator.fold_weight_norm
+        ).to(device)
         self.tokenizer = TurboTokenizer(folder)
         conds = folder / CONDS_FILE
         self.builtin_voice = (
