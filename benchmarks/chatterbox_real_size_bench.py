@@ -20,6 +20,10 @@ default streaming chunking's passes (`S3GenStream`: first pass, and a later pass
 prefill for a voice seen before (its prompt's keys and values kept). The official has no
 stream: its first audio is its whole clip (T3 + flow + HiFT + watermark).
 
+The floor beside ours (`chatterbox_floor.py`): T3's bytes per step at the measured read
+bandwidth, S3Gen's counted FLOPs at the measured float32 GEMM rate, over a 10 s stream
+(`FLOOR_TOKENS`) whose S3Gen passes are also timed; with what 8 rows would allow.
+
 Served: `app.py --model FOLDER` in a subprocess with the backend's defaults (int8 T3 where
 `auto` keeps it, the stream watermarked); each stream posts one text and reads PCM until
 `--audio-seconds` of audio arrived, then closes. First audio = first PCM bytes after the post;
@@ -49,6 +53,7 @@ TEXT = "Hello there, this is a test of the real size model, speaking while it is
 SILENCE = 4299  # S3GEN_SIL
 SAMPLE_RATE = 24000
 VOICE = "bench-15s"
+FLOOR_TOKENS = 250  # 10 s of speech: the floor's stream, past the chunking's ramp
 
 
 def uptime() -> str:
@@ -173,7 +178,52 @@ def our_parts(folder: Path, tokens: int) -> dict:
         hift_per_audio_s=best(lambda: model.hift.inference(mel, torch.Generator())) / seconds,
         watermark_per_audio_s=best(lambda: watermarker.apply(wav.numpy(), SAMPLE_RATE)) / seconds,
         audio_s=seconds,
+        floor=our_floor(model, voice, text, FLOOR_TOKENS),
     )
+
+
+def our_floor(model, voice, text, tokens: int) -> dict:  # noqa: ANN001
+    """chatterbox_floor.py's bound beside ours at steady state: a `tokens`-token stream's S3Gen
+    passes timed and counted (FLOPs), the whole-utterance pass counted, T3's bytes per step."""
+    import chatterbox_floor as least
+    import torch
+    from membw import measure_read_bandwidth
+
+    from tts_core.models.chatterbox.chunking import StreamChunking
+    from tts_core.models.chatterbox.streaming import S3GenStream, StreamNoise
+
+    model.flow.requires_grad_(False)  # FlopCounterMode's module hooks skip such parameters
+    model.hift.requires_grad_(False)
+    speech = torch.randint(0, 6561, (1, tokens), generator=torch.Generator().manual_seed(2))
+    final = torch.cat([speech, torch.full((1, 3), SILENCE)], dim=1)
+    chunking = StreamChunking()
+
+    def stream() -> None:
+        noise = StreamNoise(1, tokens + 3, voice.prompt_feat.shape[1] + 2)
+        pushed = S3GenStream(model.flow, model.hift, voice, noise, chunking)
+        for n in [*chunking.pass_points(tokens), None]:
+            pushed.push(final if n is None else speech[:, :n], n is None)
+
+    def whole() -> None:
+        mel = model.flow.inference(final, voice.prompt_token, voice.prompt_feat,
+                                   voice.embedding, torch.Generator().manual_seed(1))  # fmt: skip
+        model.hift.inference(mel, torch.Generator().manual_seed(1))
+
+    audio_s = (tokens + 3) / 25
+    measured = dict(read_gbps=measure_read_bandwidth(size_mb=512, repeats=5),
+                    gemm_gflops=least.gemm_gflops(),
+                    t3_weight_bytes=least.t3_step_weight_bytes(model.t3),
+                    cache_bytes_per_position=least.t3_cache_bytes_per_position(model.t3),
+                    prompt_positions=2 + voice.t3_prompt_tokens.shape[1] + text.shape[1],
+                    s3gen_stream_flops_per_audio_s=least.count_flops(stream) / audio_s,
+                    s3gen_whole_flops_per_audio_s=least.count_flops(whole) / audio_s,
+                    ours_s3gen_stream_s_per_audio_s=best(stream, 2) / audio_s,
+                    audio_s=audio_s)  # fmt: skip
+    rows = [least.floor(measured["t3_weight_bytes"], measured["cache_bytes_per_position"],
+                        measured["prompt_positions"], measured["s3gen_stream_flops_per_audio_s"],
+                        measured["read_gbps"], measured["gemm_gflops"], streams)
+            for streams in (1, 8)]  # fmt: skip
+    return dict(measured, rows=rows)
 
 
 # --- served: ours through /v1 ----------------------------------------------------------------
@@ -314,6 +364,31 @@ def print_parts(parts: dict, tokens: int) -> None:
         passes = ", ".join(f"{p:.2f}" for p in ours["flow_stream_passes_s"])
         print(f"ours, streamed flow+HiFT passes s ({ours['stream_chunking']}): {passes}")
         print(f"ours, T3 weights: {ours['t3_weights']}, load {ours['load_s']:.1f} s")
+        print_floor(ours)
+
+
+def print_floor(ours: dict) -> None:
+    """Ours against the floor, seconds per audio second (one stream), then the floor's
+    aggregate at 1 and 8 streams."""
+    f = ours["floor"]
+    one = f["rows"][0]
+    t3_ours = 25 * ours["t3_token_ms"] / 1e3
+    print(f"floor: read {f['read_gbps']:.1f} GB/s, float32 GEMM {f['gemm_gflops']:.0f} GFLOP/s, "
+          f"T3 step {f['t3_weight_bytes'] / 1e6:.0f} MB + {f['cache_bytes_per_position'] / 1e3:.0f}"
+          f" kB per position, S3Gen {f['s3gen_stream_flops_per_audio_s'] / 1e9:.1f} GFLOP per "
+          f"audio s streamed ({f['s3gen_whole_flops_per_audio_s'] / 1e9:.1f} whole)")  # fmt: skip
+    print(f"{'s per audio s (one stream)':44}{'ours':>14}{'floor':>14}")
+    for label, mine, least in (("T3", t3_ours, one["t3_s_per_audio_s"]),
+                               ("S3Gen streamed (flow + HiFT)", f["ours_s3gen_stream_s_per_audio_s"],
+                                one["s3gen_s_per_audio_s"])):  # fmt: skip
+        print(f"{label:44}{mine:>14.3f}{least:>14.3f}")
+    total = t3_ours + f["ours_s3gen_stream_s_per_audio_s"]
+    print(f"{'RTF of the parts':44}{total:>14.3f}{one['rtf']:>14.3f}")
+    for row in f["rows"]:
+        print(
+            f"floor, {row['streams']} stream(s): aggregate {row['aggregate']:.2f} audio s per s "
+            f"({row['aggregate'] * one['rtf']:.2f}x one stream), RTF {row['rtf']:.2f}"
+        )
 
 
 def main() -> None:

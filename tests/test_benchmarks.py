@@ -134,3 +134,41 @@ def test_served_bench_times_a_request_through_the_real_app(tmp_path: Path) -> No
     assert result["weight_format"] == "int8" and result["weight_format_reason"].startswith("int8")
     for run in result["requests"]:
         assert 0 < run["first_byte_ms"] < 1000 * run["wall_s"] and run["audio_s"] > 0
+
+
+def test_chatterbox_floor_counts_what_a_step_reads_and_a_pass_computes() -> None:
+    """chatterbox_floor: T3's step bytes are its blocks, ln_f and speech head in the format they
+    run in (int8 after quantizing: about a quarter of float32's projection bytes); the FLOP
+    count of a known product is 2 M N K; the floor's arithmetic on round numbers."""
+    import chatterbox_floor as least
+
+    from tts_core.models.chatterbox.model import ChatterboxTurboModel
+
+    folder = ROOT / "tests" / "fixtures" / "chatterbox-turbo-tiny-a"
+    model = ChatterboxTurboModel.from_pretrained(folder, quantize="none")
+    t3 = model.t3
+    hidden, layers = t3.tfmr.wpe.weight.shape[1], len(t3.tfmr.h)
+    block_params = sum(p.numel() for p in t3.tfmr.h.parameters())
+    head = sum(p.numel() for p in (*t3.tfmr.ln_f.parameters(), *t3.speech_head.parameters()))
+    assert least.t3_step_weight_bytes(t3) == 4 * (block_params + head)
+    assert least.t3_cache_bytes_per_position(t3) == layers * 2 * hidden * 4
+    float_bytes = least.t3_step_weight_bytes(t3)
+    int8 = ChatterboxTurboModel.from_pretrained(folder, quantize="int8")
+    projections = sum(m.weight.numel() for name, m in t3.tfmr.h.named_modules()
+                      if name.endswith(("c_attn", "c_proj", "c_fc")))  # fmt: skip
+    saved = float_bytes - least.t3_step_weight_bytes(int8.t3)
+    # 4 -> 1 byte a weight, less 8 bytes a row (scale, column sum): 6 % of the tiny rows
+    assert 3 * projections * 0.9 < saved <= 3 * projections
+
+    a, b = torch.randn(3, 5), torch.randn(5, 7)
+    assert least.count_flops(lambda: a @ b) == 2 * 3 * 5 * 7
+
+    one = least.floor(10**9, 10**6, 100, 1e11, read_gbps=10.0, gemm_gflops_rate=100.0,
+                      streams=1, audio_s=8.0)  # fmt: skip
+    # per step 1e9 + 1e6 (100 + 200 / 2) bytes at 10 GB/s, 25 steps; 1e11 FLOP at 100 GFLOP/s
+    assert one["t3_s_per_audio_s"] == pytest.approx(25 * (1e9 + 2e8) / 1e10)
+    assert one["s3gen_s_per_audio_s"] == pytest.approx(1.0)
+    assert one["rtf"] == pytest.approx(4.0) and one["aggregate"] == pytest.approx(0.25)
+    eight = least.floor(10**9, 10**6, 100, 1e11, 10.0, 100.0, streams=8, audio_s=8.0)
+    assert eight["t3_s_per_audio_s"] == pytest.approx(25 * (1e9 + 8 * 2e8) / 1e10)
+    assert eight["aggregate"] == pytest.approx(8 / (6.5 + 8.0))
