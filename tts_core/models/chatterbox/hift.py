@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
+from ...audio.analysis import periodic_hann
 from .config import MELS, SAMPLE_RATE, HiftSizes
 
 UPSAMPLE_RATES = (8, 5, 3)
@@ -187,8 +188,7 @@ class HiFTGenerator(nn.Module):
     @staticmethod
     def _window(device: torch.device) -> torch.Tensor:
         """scipy get_window("hann", 16, fftbins=True) as float32 (periodic Hann)."""
-        n = torch.arange(N_FFT, dtype=torch.float64)
-        return (0.5 - 0.5 * torch.cos(2 * math.pi * n / N_FFT)).float().to(device)
+        return torch.from_numpy(periodic_hann(N_FFT)).float().to(device)
 
     def decode(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """mel (B, 80, T), source (B, 1, L) -> waveform (B, L)."""
