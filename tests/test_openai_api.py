@@ -166,7 +166,8 @@ def test_wav_streams_before_generation_ends_and_has_the_engine_length(gated_api)
     """The first bytes come while the synthesis is held (the gate opens only once they are
     here): a response made whole before it is sent never gets past its hang detector."""
     url, engine, backend = gated_api
-    body = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "wav"}
+    body = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "wav",
+            "stream_format": "audio"}  # fmt: skip
     data = b""
     with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=HANG_S) as response:
         assert response.status_code == 200
@@ -196,6 +197,27 @@ def test_a_wav_sent_whole_has_its_real_sizes_and_a_content_length(api):
     assert int.from_bytes(data[4:8], "little") == 36 + 2 * samples
     assert int.from_bytes(data[40:44], "little") == 2 * samples
     assert sf.info(io.BytesIO(data)).frames == samples
+
+
+def test_a_wav_not_asked_to_stream_is_sent_whole_so_a_saved_file_reads_right(api, tmp_path):
+    """Regression (issue 36): the OpenAI SDK's `stream_to_file("hello.wav")` sends no `stream`
+    field; the WAV it saved was streamed, and its placeholder sizes made Python's `wave` read
+    it as 24 h 51 min. Asked for nothing, a WAV is now sent whole with its real sizes; other
+    formats, and a WAV asked to stream, still stream (chunked)."""
+    import wave
+
+    url, engine = api
+    response = speech(url, input=TEXT, voice="alloy", response_format="wav")
+    assert response.status_code == 200 and "content-length" in response.headers
+    saved = tmp_path / "hello.wav"
+    saved.write_bytes(response.content)
+    samples = engine.runs[-1]["samples"]
+    with wave.open(str(saved)) as clip:
+        assert (clip.getnframes(), clip.getframerate()) == (samples, SAMPLE_RATE)
+    for body in ({"response_format": "pcm"}, {"response_format": "wav", "stream": True,
+                                               "stream_format": "audio"}):  # fmt: skip
+        streamed = speech(url, input=TEXT, voice="alloy", **body)
+        assert streamed.headers.get("transfer-encoding") == "chunked", body
 
 
 def test_a_client_gone_before_a_whole_response_stops_the_generation(held_backend, tmp_path):
@@ -385,7 +407,7 @@ def test_routes_work_on_a_launched_gradio_app(engine, tmp_path):
     try:
         install_routes(demo.app, engine, VoiceRegistry(tmp_path))
         response = speech(url.rstrip("/"), input="Hello from Gradio.", voice="coral",
-                          response_format="wav")  # fmt: skip
+                          response_format="wav", stream_format="audio")  # fmt: skip
         assert response.status_code == 200
         assert parse_streamed_wav(response.content).size > SAMPLE_RATE // 2
         assert httpx.get(f"{url}gradio_api/info", timeout=10).status_code == 200

@@ -4,9 +4,10 @@ Request (JSON, OpenAI's `audio.speech.create` fields): model, input (<= 4096 cha
 voice (a name, or {"id": name}), response_format (wav | pcm | mp3 | opus | flac | aac; default
 mp3 as OpenAI), speed (only 1.0), stream_format ("audio": the encoded bytes with chunked
 transfer as they are generated; "sse": `speech.audio.delta` events with base64 audio, then
-`speech.audio.done`), instructions (ignored). Extensions: stream (default true; false: the
-whole file in one response with its Content-Length, and a WAV with its real sizes instead of
-"until the end of the stream"), language, and the knobs by name
+`speech.audio.done`), instructions (ignored). Extensions: stream (false: the whole file in
+one response with its Content-Length, and a WAV with its real sizes instead of "until the end
+of the stream"; true, or an explicit stream_format: streamed; not given: a WAV is sent whole
+so that a saved file is valid, every other format streams), language, and the knobs by name
 (tts_core.backends.request_knobs: seed, first_chunk_frames, chunk_frames; Qwen3-TTS's
 temperature, top_k, top_p, repetition_penalty; VoxCPM2's cfg_value, inference_timesteps; and any
 the served backend declares), each checked against its declaration (400 naming it); a knob of
@@ -90,7 +91,7 @@ def make_openai_router(state: ServerState) -> APIRouter:
             events = chain_events(streams, cancel)
             first = await on_own_thread(next, events, None)  # may wait in line: see there
         sse = body.stream_format == "sse"
-        whole = not body.stream and not sse
+        whole = body.sent_whole()
         produce = make_producer(first, events, body.response_format, sse, engine.sample_rate,
                             engine.backend.frame_samples, streamed=not whole)  # fmt: skip
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]

@@ -37,7 +37,8 @@ class SpeechBody(BaseModel):
     response_format: Literal["wav", "pcm", "mp3", "opus", "flac", "aac"] = "mp3"
     speed: float = 1.0
     stream_format: Literal["audio", "sse"] = "audio"
-    stream: bool = True  # False: sent whole when done (exact sizes, Content-Length)
+    # None (not asked): a WAV is sent whole, every other format streams (`sent_whole`)
+    stream: bool | None = None
     instructions: str | None = None
     language: str = "auto"
     # vLLM-Omni's voice cloning fields (see the module's docstring)
@@ -56,6 +57,19 @@ class SpeechBody(BaseModel):
             if data.get("stream") is True:
                 data["stream_format"] = "sse"
         return data
+
+    def sent_whole(self) -> bool:
+        """Whether the response is held until the end and sent with its Content-Length: when
+        `stream` is false, and for a WAV whose request asks for no stream (neither `stream`
+        nor `stream_format`). A streamed WAV's header cannot know its length (0xFFFFFFFF,
+        OpenAI's own), which `wave` and `soxi` read as a file of 24 h 51 min: what the OpenAI
+        SDK's `stream_to_file("x.wav")` saved; sent whole it has its real sizes, as
+        vLLM-Omni's non-streamed default. Other formats' bytes are the same either way."""
+        if self.stream_format == "sse":
+            return False
+        if self.stream is not None:
+            return not self.stream
+        return self.response_format == "wav" and "stream_format" not in self.model_fields_set
 
     @field_validator("voice")
     @classmethod
