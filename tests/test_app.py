@@ -306,3 +306,24 @@ def test_the_app_with_private_voices(launch_app):
         client.predict(text="Hello.", voice="kept", api_name="/synthesize_full")
     _, stats = client.predict(text="Hello.", voice="arctic-slt", api_name="/synthesize_full")
     assert stats["done"]
+
+
+def test_plain_http_with_too_few_values_is_told_what_the_endpoint_takes(app_server):
+    """Regression (issue 36): the README's plain-HTTP call sent 11 of /synthesize_full's values;
+    Gradio answered with its components' Python reprs and logged a traceback. Now the answer
+    names the values in order, and the log has no traceback."""
+    import json
+
+    import httpx
+
+    url, log_path = app_server
+    logged = len(log_path.read_text())
+    call = f"{url}/gradio_api/call/synthesize_full"
+    event = httpx.post(call, json={"data": ["Hello.", "english"]}, timeout=30).json()["event_id"]
+    answer = httpx.get(f"{call}/{event}", timeout=HANG_S).text
+    assert answer.startswith("event: error"), answer[:300]
+    message = json.loads(answer.split("data: ", 1)[1].splitlines()[0])["error"]
+    names = ", ".join(ApiParameters.for_engine().names)
+    assert message == (f"/synthesize_full takes {len(ApiParameters.for_engine().names)} values "
+                       f"in this order: {names} (null: the default); got 2.")  # fmt: skip
+    assert "Traceback" not in log_path.read_text()[logged:]

@@ -14,6 +14,7 @@ knobs follow; the players and the stats panel are in the second column (below, o
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,14 @@ class VoicePage(gr.Blocks):
         disk = self.disk_guard_middleware()
         app_kwargs["middleware"] = [*app_kwargs.get("middleware", []), guard, disk]
         return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
+
+    def validate_inputs(self, block_fn: Any, inputs: list[Any]) -> None:
+        """Too few values for an event (a plain-HTTP caller of /gradio_api/call/NAME): an error
+        that says what the endpoint takes, in place of Gradio's, which lists the components'
+        Python reprs and logs a traceback (issue 36)."""
+        if len(inputs) < len(block_fn.inputs):
+            raise gr.Error(too_few_values(block_fn, len(inputs)), print_exception=False)
+        super().validate_inputs(block_fn, inputs)
 
     def disk_guard_middleware(self) -> Middleware:
         """The disk guard of whichever server serves the page (launch() or ui.serve_page): made
@@ -164,6 +173,19 @@ def build_demo(
         demo.load(**refresh)
         parts["timer"].tick(**refresh)
     return demo
+
+
+def too_few_values(block_fn: Any, got: int) -> str:
+    """ "/synthesize_full takes 20 values in this order: text, language, ...; got 11." (the
+    names from the handler's signature, which tts_core.ui.handlers.bind gives each endpoint)."""
+    wanted = len(block_fn.inputs)
+    try:
+        names = list(inspect.signature(block_fn.fn).parameters)[:wanted]
+    except (TypeError, ValueError):  # no signature: the count alone
+        names = []
+    order = f" in this order: {', '.join(names)}" if len(names) == wanted else ""
+    return (f"/{block_fn.api_name or block_fn.name} takes {wanted} values{order} (null: the "
+            f"default); got {got}.")  # fmt: skip
 
 
 def _page_may_write(api: ApiConfig | None) -> bool:
