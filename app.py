@@ -14,6 +14,7 @@ import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
 DEFAULT_MAX_CONNECTIONS = 1000  # tts_core.server.connections.DEFAULT_MAX_CONNECTIONS
@@ -21,86 +22,12 @@ ASSETS = Path(__file__).resolve().parent / "assets"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=os.environ.get("TTS_MODEL", DEFAULT_MODEL),
-                   help="Qwen3-TTS, VoxCPM2 or Chatterbox (Turbo, English, Nano) repo id or "
-                   "local folder (the model is read from its config.json, a Chatterbox release "
-                   "from its T3 file), 'espeak' (offline voice), or http(s)://HOST:PORT/v1 "
-                   "of a server speaking vLLM-Omni's /v1/audio/speech (this app included)")  # fmt: skip
-    p.add_argument("--device", default=os.environ.get("TTS_DEVICE", "auto"),
-                   choices=["auto", "cpu", "cuda"])  # fmt: skip
-    p.add_argument("--dtype", default=os.environ.get("TTS_DTYPE", "auto"),
-                   choices=["auto", "float32", "bfloat16"],
-                   help="weights and activations: auto = bfloat16 on a GPU with native bf16 "
-                   "(compute capability 8.0+), else float32")  # fmt: skip
-    p.add_argument("--quantize", default=os.environ.get("TTS_QUANTIZE", "auto"),
-                   choices=["auto", "none", "int8"],
-                   help="8-bit CPU layers: Qwen3-TTS's talker and code predictor, Chatterbox "
-                   "Turbo's T3 (its GPT-2 blocks); auto = int8 on a CPU where it is faster than "
-                   "float (timed, cached) and every layer keeps >= 30 dB SQNR on a calibration "
-                   "run; models without the knob ignore it")  # fmt: skip
-    p.add_argument("--cuda-graphs", default=os.environ.get("TTS_CUDA_GRAPHS", "auto"),
-                   choices=["auto", "off"],
-                   help="Qwen3-TTS on CUDA: capture the served decode step as CUDA graphs per batch "
-                   "bucket at load (auto = on for CUDA; eager with a log line if capture fails); "
-                   "env TTS_CUDA_GRAPHS")  # fmt: skip
-    p.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
-    p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
-    p.add_argument("--max-chars", type=int, default=1000, help="longest accepted text")
-    p.add_argument("--max-reference-seconds", type=float, default=30.0,
-                   help="longer reference clips are cut to their first N seconds")  # fmt: skip
-    p.add_argument("--max-file-size", default="20mb", help="largest accepted upload")
-    p.add_argument("--max-batch", type=int, default=None,
-                   help="neural model: streams decoded together in one batch (default 8); "
-                   "its KV cache is allocated for them at load")  # fmt: skip
-    p.add_argument("--max-concurrent", type=int, default=None,
-                   help="syntheses at once (default: 4 for espeak, --max-batch for the neural "
-                   "model)")  # fmt: skip
-    p.add_argument("--crossfade-ms", type=float, default=20.0,
-                   help="Hann crossfade at joins of independent phrases (0 disables)")  # fmt: skip
-    p.add_argument("--queue-size", type=int, default=32, help="requests waiting at most")
-    p.add_argument("--wait-for-model", action="store_true",
-                   help="load the model before serving (the default serves at once and loads "
-                   "it in the background: requests meanwhile get 503 / 'the model is "
-                   "loading')")  # fmt: skip
-    p.add_argument("--no-fallback", action="store_true",
-                   help="fail instead of falling back to espeak when the model cannot load")  # fmt: skip
-    p.add_argument("--shutdown-timeout", type=float, default=10.0,
-                   help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish "
-                   "before they are cancelled (new ones get 503 meanwhile)")  # fmt: skip
-    p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
-                   help="open HTTP connections at most (also kept below the open-files limit); "
-                   "past it the oldest idle one is closed")  # fmt: skip
-    p.add_argument("--header-timeout", type=float, default=10.0,
-                   help="seconds a client may take to send a request's head; a connection "
-                   "that sends nothing is closed after this")  # fmt: skip
-    p.add_argument("--body-timeout", type=float, default=30.0,
-                   help="longest pause, in seconds, while a request body is being received")  # fmt: skip
-    p.add_argument("--voices-dir", default=None,
-                   help="where registered voices are kept "
-                   "(default: $TTS_VOICES_DIR or ~/.local/share/tts_core/voices)")  # fmt: skip
-    p.add_argument("--allowed-origins", default=os.environ.get("TTS_ALLOWED_ORIGINS", ""),
-                   help="comma-separated web origins, besides the server's own, whose pages may "
-                   "call the API (e.g. https://example.org); '*' allows any")  # fmt: skip
-    p.add_argument("--api-key", default=os.environ.get("TTS_API_KEY") or None,
-                   help="require 'Authorization: Bearer KEY' on /v1 (env TTS_API_KEY)")  # fmt: skip
-    p.add_argument("--replicas", type=int, default=None,
-                   help="run the engine as N Ray Serve replicas (one GPU each where there are "
-                   "GPUs) behind this page and API; needs the extra: pip install .[scale]")  # fmt: skip
-    p.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS") or None,
-                   help="with --replicas: join this Ray cluster (e.g. auto, or HOST:6379 of "
-                   "`ray start --head`) instead of starting one here")  # fmt: skip
-    p.add_argument("--min-replicas", type=int, default=None,
-                   help="with --replicas: autoscale on ongoing requests, at least this many")  # fmt: skip
-    p.add_argument("--max-replicas", type=int, default=None,
-                   help="with --replicas: autoscale on ongoing requests, at most this many")  # fmt: skip
-    p.add_argument("--private-voices", action="store_true",
-                   default=env_flag(os.environ.get("TTS_PRIVATE_VOICES")),
-                   help="a voice saved from the page is listed to, and usable by, only the "
-                   "browser that saved it (and /v1 behind --api-key); env TTS_PRIVATE_VOICES=1")  # fmt: skip
-    p.add_argument("--voices-per-owner", type=int, default=20,
-                   help="most voices one browser (or X-Voice-Owner) may keep saved")  # fmt: skip
+    p = build_parser()
     args = p.parse_args(argv)
+    for action in p._actions:  # an environment value is a default: argparse checks no choices
+        value = getattr(args, action.dest, None)
+        if action.choices and value not in action.choices:
+            p.error(f"{action.env}={value!r}: expected one of {', '.join(action.choices)}")
     try:
         args.max_file_bytes = parse_file_size(args.max_file_size)
     except ValueError as exc:
@@ -120,6 +47,127 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.replicas is None and any(v is not None for v in (args.min_replicas, args.max_replicas)):
         p.error("--min-replicas and --max-replicas need --replicas")
     return args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line, the one source of `--help` and of the README's options table
+    (`options_table`; tests/test_readme_options.py checks that they agree)."""
+    p = argparse.ArgumentParser(
+        description="Streaming voice-cloning TTS: the page, gradio_client's API and the "
+        "OpenAI-compatible /v1 on one server.",
+        epilog="Every option's environment variable sets its default; the option wins.",
+    )
+    model = "Qwen3-TTS, VoxCPM2 or Chatterbox (Turbo, English)"
+    option(p, "--model", DEFAULT_MODEL, env="TTS_MODEL",
+           help=f"{model}: a Hugging Face Hub id (Qwen/Qwen3-TTS-12Hz-0.6B-Base or -1.7B-Base, "
+           "openbmb/VoxCPM2, ResembleAI/chatterbox-turbo, ResembleAI/chatterbox) or a local "
+           "folder in the released layout; 'espeak' for the offline voice; or "
+           "http(s)://HOST:PORT/v1, a server speaking vLLM-Omni's /v1/audio/speech (this "
+           "app included). A model that cannot load falls back to 'espeak', with a notice")  # fmt: skip
+    option(p, "--device", "auto", choices=["auto", "cpu", "cuda"],
+           help="auto picks CUDA when available")  # fmt: skip
+    option(p, "--dtype", "auto", choices=["auto", "float32", "bfloat16"],
+           help="weights and activations: auto = bfloat16 on a GPU with native bf16 (compute "
+           "capability 8.0+), else float32")  # fmt: skip
+    option(p, "--quantize", "auto", choices=["auto", "none", "int8"],
+           help="8-bit CPU layers (Qwen3-TTS's talker and code predictor, Chatterbox Turbo's "
+           "T3): auto = int8 where it is faster than float on this CPU (timed, cached) and every "
+           "layer keeps >= 30 dB SQNR; /v1/models says which and why. See docs/engine.md")  # fmt: skip
+    option(p, "--cuda-graphs", "auto", choices=["auto", "off"],
+           help="Qwen3-TTS on CUDA: capture the decode step as CUDA graphs per batch size at "
+           "load (eager, logged, if capture fails); no effect on a CPU")  # fmt: skip
+    option(p, "--host", "127.0.0.1", env="GRADIO_SERVER_NAME", help="address to listen on")
+    option(p, "--port", 7860, type=int, env="GRADIO_SERVER_PORT", help="port to listen on")
+    option(p, "--max-chars", 1000, type=int,
+           help="longest text of one synthesis (the page and gradio_client); /v1/audio/speech "
+           "takes up to 4096 characters and speaks longer ones in pieces of this size")  # fmt: skip
+    option(p, "--max-reference-seconds", 30.0, type=float,
+           help="longer reference clips are cut to their first N seconds (with a notice); "
+           "with a transcript they are refused, since the words would no longer match")  # fmt: skip
+    option(p, "--max-file-size", "20mb",
+           help="largest upload, for the page and POST /v1/audio/voices")  # fmt: skip
+    option(p, "--max-batch", None, type=int, shown="8",
+           help="neural model: streams decoded together in one batch (continuous batching); "
+           "its KV cache is reserved for them at load")  # fmt: skip
+    option(p, "--max-concurrent", None, type=int, shown="4 for espeak, else --max-batch",
+           help="syntheses at once, shared by the page, gradio_client and the HTTP routes")  # fmt: skip
+    option(p, "--queue-size", 32, type=int,
+           help="requests that may wait for a slot; beyond that: 503 + Retry-After (HTTP) or "
+           "'busy, retry' (page)")  # fmt: skip
+    option(p, "--crossfade-ms", 20.0, type=float,
+           help="Hann crossfade where independently synthesized phrases meet (0 disables)")  # fmt: skip
+    option(p, "--wait-for-model", False, action="store_true",
+           help="load the model before serving; by default the page is up at once and the "
+           "model loads in the background (requests meanwhile: 'the model is loading', 503)")  # fmt: skip
+    option(p, "--no-fallback", False, action="store_true",
+           help="no eSpeak fallback when the model cannot load: with --wait-for-model the app "
+           "exits, else requests get the load error")  # fmt: skip
+    option(p, "--voices-dir", None, shown="~/.local/share/tts_core/voices",
+           help="where voices saved from the page or POST /v1/audio/voices are kept")  # fmt: skip
+    option(p, "--private-voices", False, action="store_true",
+           help="a voice saved from the page is listed to, and usable by, only the browser "
+           "that saved it (and /v1 behind --api-key); for a public server")  # fmt: skip
+    option(p, "--voices-per-owner", 20, type=int,
+           help="most voices one browser (or X-Voice-Owner caller) may keep saved")  # fmt: skip
+    option(p, "--allowed-origins", "", shown="none",
+           help="comma-separated web origins, besides the server's own, whose pages may call "
+           "the routes (e.g. https://example.org); '*' allows any")  # fmt: skip
+    option(p, "--api-key", None, shown="none",
+           help="require 'Authorization: Bearer KEY' on /v1; the page then cannot save or "
+           "delete voices")  # fmt: skip
+    option(p, "--header-timeout", 10.0, type=float,
+           help="seconds a client may take to send a request's head (then 408)")  # fmt: skip
+    option(p, "--body-timeout", 30.0, type=float,
+           help="longest pause, in seconds, while a request body arrives")  # fmt: skip
+    option(p, "--max-connections", DEFAULT_MAX_CONNECTIONS, type=int,
+           help="open HTTP connections at most (kept 256 below the open-files limit); past it "
+           "the oldest one still waiting for a request is closed")  # fmt: skip
+    option(p, "--shutdown-timeout", 10.0, type=float,
+           help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish before "
+           "they are cancelled (new ones get 503 meanwhile)")  # fmt: skip
+    option(p, "--replicas", None, type=int, shown="none (one process)",
+           help="run the engine as N Ray Serve replicas (one GPU each where there are GPUs) "
+           "behind this page and API; needs the extra: pip install .[scale]. See "
+           "docs/scaling.md")  # fmt: skip
+    option(p, "--ray-address", None, env="RAY_ADDRESS", shown="a local Ray cluster",
+           help="with --replicas: join this Ray cluster (auto, or HOST:6379 of "
+           "`ray start --head`)")  # fmt: skip
+    option(p, "--min-replicas", None, type=int, shown="--replicas",
+           help="with --replicas: autoscale on ongoing requests, at least this many")  # fmt: skip
+    option(p, "--max-replicas", None, type=int, shown="--replicas",
+           help="with --replicas: autoscale on ongoing requests, at most this many")  # fmt: skip
+    return p
+
+
+def option(p: argparse.ArgumentParser, flag: str, default: Any, *, help: str,  # noqa: A002
+           env: str | None = None, shown: str | None = None, **kwargs: Any) -> None:  # fmt: skip
+    """One option whose default its environment variable `env` (default: TTS_ and the flag's
+    name, e.g. TTS_MAX_BATCH) overrides; `shown`: the default in words where it is not a
+    value (e.g. None, resolved later). --help and the README's table both say both."""
+    env = env or "TTS_" + flag.removeprefix("--").upper().replace("-", "_")
+    if kwargs.get("action") == "store_true":
+        value = env_flag(os.environ[env]) if env in os.environ else default
+    else:  # a string default goes through `type`, as argparse does for any string default
+        value = os.environ.get(env) or default
+    if shown is None:
+        shown = "off" if kwargs.get("action") == "store_true" else str(default)
+    action = p.add_argument(flag, default=value, help=f"{help} (default: {shown}; env {env})",
+                            **kwargs)  # fmt: skip
+    action.env, action.shown_default, action.meaning = env, shown, help
+
+
+def options_table() -> str:
+    """The README's table of options, from the parser --help is made from."""
+    rows = ["| option | default | environment | meaning |", "| --- | --- | --- | --- |"]
+    for action in build_parser()._actions:
+        if getattr(action, "env", None) is None:  # --help
+            continue
+        flag = action.option_strings[0]
+        if action.choices:
+            flag += " " + "\\|".join(action.choices)
+        meaning = action.meaning.replace("|", "\\|")
+        rows.append(f"| `{flag}` | {action.shown_default} | `{action.env}` | {meaning} |")
+    return "\n".join(rows) + "\n"
 
 
 def env_flag(value: str | None) -> bool:
