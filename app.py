@@ -127,8 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
            "they are cancelled (new ones get 503 meanwhile)")  # fmt: skip
     option(p, "--replicas", None, type=int, shown="none (one process)",
            help="run the engine as N Ray Serve replicas (one GPU each where there are GPUs) "
-           "behind this page and API; needs the extra: pip install .[scale]. See "
-           "docs/scaling.md")  # fmt: skip
+           "behind this page and API; needs the extra: .venv/bin/pip install -e '.[scale]'. "
+           "See docs/scaling.md")  # fmt: skip
     option(p, "--ray-address", None, env="RAY_ADDRESS", shown="a local Ray cluster",
            help="with --replicas: join this Ray cluster (auto, or HOST:6379 of "
            "`ray start --head`)")  # fmt: skip

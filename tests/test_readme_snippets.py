@@ -142,6 +142,18 @@ def test_the_readme_has_its_set_up_commands_and_makes_audio_early():
     assert text.startswith("---\ntitle: ") and "\nsdk: docker\napp_port: 7860\n" in text
 
 
+def test_the_plain_http_order_the_readme_gives_is_the_endpoints():
+    """The README lists /synthesize_full's values in order for plain-HTTP callers, and its
+    plain-HTTP snippet sends one value for each."""
+    from tts_core.ui.handlers import ApiParameters
+
+    names = ApiParameters.for_engine().names
+    assert f"order: `{', '.join(names)}`" in " ".join(README.read_text().split())
+    body = next(s.code for s in SNIPPETS if "/gradio_api/call/synthesize_full" in s.code)
+    data = json.loads(body.split("BODY='", 1)[1].split("'", 1)[0])["data"]
+    assert len(data) == len(names)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=str)
 def test_the_readme_snippet_runs_as_written(server, snippet, tmp_path):
