@@ -1,6 +1,6 @@
 #!/bin/sh
 # The container's entrypoint: persistent storage, then the app as PID 1 (exec), which handles
-# SIGTERM itself (drains requests in flight, then exits 0: README "Serving in production").
+# SIGTERM itself (drains requests in flight, then exits 0: docs/serving.md).
 #
 # Hugging Face Spaces mount persistent storage at /data when it is enabled; anything else is
 # lost at every restart. Where that directory exists and is writable, saved voices and our

@@ -7,7 +7,8 @@ from the model). Rows run their own prefill, then step
 together: one talker step for every decoding row at its own position, one 15-pass code-predictor
 run for all of them. Every op either works row by row with the call a single stream makes, or is
 exact (int8 sums, embeddings, elementwise), so with int8 layers a row's codes are bit-identical
-alone and in any batch; float layers are batched GEMMs whose rounding may differ (see README).
+alone and in any batch; float layers are batched GEMMs whose rounding may differ (see
+docs/engine.md).
 """
 
 from __future__ import annotations
