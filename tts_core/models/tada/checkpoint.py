@@ -1,0 +1,58 @@
+"""Strict loading of TADA's released folders (HumeAI/tada-1b or -3b-ml, HumeAI/tada-codec):
+every tensor through the shared streamed loader (models/checkpoint.py), every key and shape
+checked before anything is copied.
+
+The only keys skipped are the codec attention's derived buffers (`CODEC_DERIVED_BUFFERS`:
+`rope_freqs` and the (L, L) `_precomputed_mask`, persistent buffers of the official
+LocalSelfAttention computed from constants; the mask is used only when no mask is passed, which
+neither the encoder nor the decoder does). A tied model (Llama 3.2 1B: tie_word_embeddings) has
+no `lm_head.weight` in its file, as `save_pretrained` writes it; `TadaLM` then reads the
+embedding table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..checkpoint import TensorSource, load_safetensors, load_strict
+from .config import CodecStackConfig
+
+WEIGHTS = "model.safetensors"
+CODEC_DERIVED_BUFFERS = ("self_attn.rope_freqs", "self_attn._precomputed_mask")
+
+
+class _Filtered:
+    """A TensorSource without the keys ending in one of `endings`."""
+
+    def __init__(self, source: TensorSource, endings: tuple[str, ...]) -> None:
+        self._source = source
+        self.shapes = {k: s for k, s in source.shapes.items() if not k.endswith(endings)}
+
+    def copy_into(self, key: str, target: torch.Tensor) -> None:
+        self._source.copy_into(key, target)
+
+
+def load_module(module: nn.Module, folder: Path, dropped_endings: tuple[str, ...] = ()) -> None:
+    """Fill `module` strictly from `folder/model.safetensors` (less keys ending in
+    `dropped_endings`) and set eval mode."""
+    path = Path(folder) / WEIGHTS
+    with load_safetensors(path) as file:
+        source: TensorSource = file
+        if dropped_endings:
+            source = _Filtered(source, dropped_endings)
+        load_strict(module, source, str(path))
+    module.eval()
+
+
+def load_decoder(codec: Path, dtype: torch.dtype = torch.float32):
+    """The codec folder's `decoder/` as our TadaDecoder (weight norm folded, RoPE rows laid out
+    for rotate-half)."""
+    from .codec import TadaDecoder
+
+    folder = Path(codec) / "decoder"
+    decoder = TadaDecoder(CodecStackConfig.from_folder(folder, "decoder"))
+    load_module(decoder, folder, CODEC_DERIVED_BUFFERS)
+    return decoder.after_load().to(dtype)
