@@ -56,3 +56,13 @@ def load_decoder(codec: Path, dtype: torch.dtype = torch.float32):
     decoder = TadaDecoder(CodecStackConfig.from_folder(folder, "decoder"))
     load_module(decoder, folder, CODEC_DERIVED_BUFFERS)
     return decoder.after_load().to(dtype)
+
+
+def load_lm(model: Path, dtype: torch.dtype = torch.float32):
+    """The model folder (HumeAI/tada-1b-like) as our TadaLM."""
+    from .config import LMConfig
+    from .lm import TadaLM
+
+    lm = TadaLM(LMConfig.from_folder(model))
+    load_module(lm, model)
+    return lm.to(dtype)
