@@ -10,6 +10,7 @@ State-dict keys are the released ones (`prediction_head.*`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,7 @@ from torch import nn
 
 from ..layers import RMSNorm, SwiGLU
 
+Projection = Callable[[torch.Tensor], torch.Tensor]
 FREQUENCY_SIZE = 256  # TimestepEmbedder.frequency_embedding_size
 MAX_PERIOD = 10000
 
@@ -144,16 +146,17 @@ def scheduled_cfg(base: float, t: float, kind: str) -> float:
 
 def guided_velocity(head: FlowHead, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor,
                     neg: torch.Tensor, acoustic_cfg: float, duration_cfg: float,
-                    acoustic_dim: int) -> torch.Tensor:  # fmt: skip
-    """TadaForCausalLM._compute_velocity: x (N, L), t scalar tensor, cond/neg (N, H) already
-    through the bottleneck. With guidance, the conditional and unconditional rows run as one
-    batch [cond; neg] (the official call) and mix per part: the acoustic dims with
-    acoustic_cfg, the duration dims with duration_cfg (computed even at 1.0: neg + 1.0 (pos -
-    neg), as the official, which rounds differently from pos)."""
+                    acoustic_dim: int, project: Projection) -> torch.Tensor:  # fmt: skip
+    """TadaForCausalLM._compute_velocity: x (N, L), t scalar tensor, cond/neg (N, H) hidden
+    states, `project` the bottleneck (identity without one). With guidance, the conditional and
+    unconditional rows run as one batch [cond; neg] (the official call, bottleneck included) and
+    mix per part: the acoustic dims with acoustic_cfg, the duration dims with duration_cfg
+    (computed even at 1.0: neg + 1.0 (pos - neg), as the official, which rounds differently
+    from pos)."""
     rows = x.shape[0]
     if acoustic_cfg == 1.0:
-        return head(x, t.repeat(rows).to(x), cond)
-    both = head(torch.cat([x, x]), t.repeat(2 * rows).to(x), torch.cat([cond, neg]))
+        return head(x, t.repeat(rows).to(x), project(cond))
+    both = head(torch.cat([x, x]), t.repeat(2 * rows).to(x), project(torch.cat([cond, neg])))
     pos, negative = both.chunk(2, dim=0)
     return torch.cat([
         (negative + acoustic_cfg * (pos - negative))[..., :acoustic_dim],
@@ -162,9 +165,11 @@ def guided_velocity(head: FlowHead, x: torch.Tensor, t: torch.Tensor, cond: torc
 
 
 def solve(head: FlowHead, noise: torch.Tensor, cond: torch.Tensor, neg: torch.Tensor,
-          options: FlowOptions, acoustic_dim: int) -> torch.Tensor:  # fmt: skip
+          options: FlowOptions, acoustic_dim: int,
+          project: Projection | None = None) -> torch.Tensor:  # fmt: skip
     """Euler steps from `noise` (N, L) at t = 0 to t = 1 (TadaForCausalLM._solve_flow_matching
-    without forced durations); cond/neg (N, H) through the bottleneck."""
+    without forced durations); cond/neg (N, H) hidden states, `project` the bottleneck."""
+    project = project or _identity
     times = time_schedule(options.steps, options.time_schedule, noise.device)
     x, t = noise, times[0]
     for i in range(1, len(times)):
@@ -174,7 +179,12 @@ def solve(head: FlowHead, noise: torch.Tensor, cond: torch.Tensor, neg: torch.Te
             head, x, t, cond, neg,
             scheduled_cfg(options.acoustic_cfg, value, options.cfg_schedule),
             scheduled_cfg(options.duration_cfg, value, options.cfg_schedule), acoustic_dim,
+            project,
         )  # fmt: skip
         x = x + dt * velocity
         t = times[i]
+    return x
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
     return x
