@@ -66,3 +66,19 @@ def load_lm(model: Path, dtype: torch.dtype = torch.float32):
     lm = TadaLM(LMConfig.from_folder(model))
     load_module(lm, model)
     return lm.to(dtype)
+
+
+def load_encoder(codec: Path, dtype: torch.dtype = torch.float32):
+    """The codec folder's `encoder/` as our TadaEncoder; the wav encoder's base width (64 in the
+    release, a constant of the official constructor) is read from its first conv's shape."""
+    from safetensors import safe_open
+
+    from .codec import TadaEncoder
+
+    folder = Path(codec) / "encoder"
+    with safe_open(str(folder / WEIGHTS), framework="pt") as file:
+        first = "wav_encoder.block.0.parametrizations.weight.original1"
+        width = file.get_slice(first).get_shape()[0] if first in file.keys() else 64
+    encoder = TadaEncoder(CodecStackConfig.from_folder(folder, "encoder"), width)
+    load_module(encoder, folder, CODEC_DERIVED_BUFFERS)
+    return encoder.after_load().to(dtype)

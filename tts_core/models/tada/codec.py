@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
@@ -255,3 +256,90 @@ class TadaDecoder(nn.Module):
 
     def decode(self, expanded: torch.Tensor, token_masks: torch.Tensor) -> torch.Tensor:
         return self.wav_decoder(self.hidden(expanded, token_masks).transpose(1, 2))
+
+
+# ------------------------------------------------------------------------------------- encoder
+class EncoderBlock(nn.Module):
+    """Residual units d = 1, 3, 9 at dim/2, Snake, strided conv (k 2s, padding ceil(s/2)) to dim."""
+
+    def __init__(self, dim: int, stride: int) -> None:
+        super().__init__()
+        half = dim // 2
+        self.block = nn.Sequential(
+            ResidualUnit(half, 1), ResidualUnit(half, 3), ResidualUnit(half, 9), Snake1d(half),
+            wn_conv(half, dim, 2 * stride, stride=stride, padding=math.ceil(stride / 2)),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+class WavEncoder(nn.Module):
+    """(B, 1, S) -> (B, latent, frames): conv k7 to `width`, blocks doubling the width at each
+    stride, Snake, conv k3 to `latent`. The release: width 64 (hard-coded officially), strides
+    6 5 4 4 (480 samples a frame at 24 kHz)."""
+
+    def __init__(self, width: int, strides: tuple[int, ...], latent: int) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [wn_conv(1, width, 7, padding=3)]
+        for stride in strides:
+            width *= 2
+            layers.append(EncoderBlock(width, stride))
+        layers += [Snake1d(width), wn_conv(width, latent, 3, padding=1)]
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+ENCODER_TAIL_PADDING = 960  # samples of zeros appended before the wav encoder (official)
+
+
+class TadaEncoder(nn.Module):
+    """hume-tada's Encoder without its aligner: `hidden(audio, token_masks)` is
+    get_encoder_outputs (wav encoder, + pos_emb of the token marks, local attention under the
+    encoder's v2 mask, hidden_linear); `token_values` the official sampling and gathering of one
+    acoustic vector per token."""
+
+    def __init__(self, config, width: int = 64) -> None:  # config: CodecStackConfig
+        super().__init__()
+        self.config = config
+        self.wav_encoder = WavEncoder(width, config.strides, config.hidden_dim)
+        self.local_attention_encoder = LocalAttentionStack(
+            config.hidden_dim, config.num_attn_layers, config.num_attn_heads,
+            config.attn_dim_feedforward,
+        )  # fmt: skip
+        if config.hidden_dim != config.embed_dim:
+            self.hidden_linear = nn.Linear(config.hidden_dim, config.embed_dim)
+        self.pos_emb = nn.Embedding(2, config.hidden_dim)
+
+    def after_load(self) -> TadaEncoder:
+        fold_weight_norm(self)
+        self.local_attention_encoder.rotate_half_layout()
+        return self
+
+    def hidden(self, audio: torch.Tensor, token_masks: torch.Tensor):
+        """audio (B, S) at 24 kHz, token_masks (B, L) -> (B, T, embed_dim) and the masks
+        padded (or cut) to the T frames."""
+        x = self.wav_encoder(F.pad(audio[:, None], (0, ENCODER_TAIL_PADDING))).transpose(1, 2)
+        masks = F.pad(token_masks, (0, x.shape[1] - token_masks.shape[1]))
+        x = x + self.pos_emb(masks)
+        x = self.local_attention_encoder(x, encoder_segment_mask(masks))
+        if self.config.hidden_dim != self.config.embed_dim:
+            x = self.hidden_linear(x)
+        return x, masks
+
+    def token_values(self, hidden: torch.Tensor, masks: torch.Tensor, positions: torch.Tensor,
+                     generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+        """Encoder.forward's tail: the token frames (zeros elsewhere) plus N(0, std^2) noise
+        (drawn over the whole (B, T, E) tensor, as randn_like), the frame before each 1-based
+        position gathered, normalised with acoustic_mean/std -> (B, N, E)."""
+        cfg = self.config
+        marked = masks[..., None] != 0
+        expanded = torch.where(marked, hidden, torch.zeros_like(hidden))
+        if cfg.std > 0.0:
+            noise = torch.randn(expanded.shape, generator=generator, dtype=expanded.dtype)
+            expanded = torch.where(marked, expanded + noise * cfg.std, expanded)
+        index = (positions - 1).clamp(min=0)[..., None].expand(-1, -1, expanded.shape[-1])
+        values = torch.gather(expanded, 1, index)
+        return (values - cfg.acoustic_mean) / cfg.acoustic_std
