@@ -46,8 +46,9 @@ def check_fp32(ours, goldens: dict[str, np.ndarray], key: str) -> str:
     ours = np.asarray(torch.as_tensor(ours).detach().cpu(), dtype=np.float64)
     golden = goldens[key].astype(np.float64)
     assert ours.shape == golden.shape, (key, ours.shape, golden.shape)
-    error, bound = float(np.abs(ours - golden).max()), (1 + FP32_SPREAD) * fp32_error(goldens, key)
-    report = f"{key}: max|ours - golden| {error:.3g} (bound {bound:.3g})"
+    e = fp32_error(goldens, key)
+    error, bound = float(np.abs(ours - golden).max()), (1 + FP32_SPREAD) * e
+    report = f"{key}: max|ours - golden| {error:.3g} = {error / e:.2f} E (bound {bound:.3g})"
     assert error <= bound, report
     return report
 

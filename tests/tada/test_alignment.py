@@ -32,3 +32,16 @@ def test_alignment_maximises_the_score():
     best = max(itertools.combinations(range(5), 3),
                key=lambda c: sum(float(scores[f, j]) for j, f in enumerate(c)))  # fmt: skip
     assert align_tokens(scores) == list(best)
+
+
+def test_aligner_logits_match_golden(tiny_folder, goldens):
+    """The wav2vec2 CTC network on the reference clip (resampled to 16 kHz) within 5 E."""
+    from tts_core.models.tada.checkpoint import load_aligner
+
+    from .conftest import check_fp32
+
+    tokenizer = TadaTokenizer.from_folder(tiny_folder / "model")
+    aligner = load_aligner(tiny_folder / "codec", tokenizer.vocab_size)
+    with torch.no_grad():
+        logits = aligner.logits(tensor(goldens, "prompt_audio"))
+    print(check_fp32(logits, goldens, "aligner_logits"))

@@ -82,3 +82,20 @@ def load_encoder(codec: Path, dtype: torch.dtype = torch.float32):
     encoder = TadaEncoder(CodecStackConfig.from_folder(folder, "encoder"), width)
     load_module(encoder, folder, CODEC_DERIVED_BUFFERS)
     return encoder.after_load().to(dtype)
+
+
+def load_aligner(codec: Path, vocab: int, dtype: torch.dtype = torch.float32):
+    """The codec folder's `aligner/` as our TadaAligner (`vocab`: the tokenizer's length, as
+    the official sets the CTC head's size). The wav2vec2 config comes from
+    `aligner/encoder_config.json` (the tiny checkpoints); the release fetches it from the Hub,
+    which this loader does not do yet: a folder without it raises, naming the file."""
+    from .aligner import WAV2VEC2_CONFIG, TadaAligner, Wav2Vec2Config
+
+    folder = Path(codec) / "aligner"
+    config_path = folder / WAV2VEC2_CONFIG
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{config_path}: the aligner's wav2vec2 config (the release "
+                                "reads facebook/wav2vec2-large's config.json) is required")  # fmt: skip
+    aligner = TadaAligner(Wav2Vec2Config.from_file(config_path), vocab)
+    load_module(aligner, folder)
+    return aligner.after_load().to(dtype)
