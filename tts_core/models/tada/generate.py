@@ -59,6 +59,9 @@ class GenerateOptions:
     extra_steps: int = 0  # num_extra_steps
 
 
+DEFAULT_OPTIONS = GenerateOptions()
+
+
 @dataclass(frozen=True)
 class Prompt:
     """The encoded reference clip (hume-tada's EncoderOutput, the parts generate() reads)."""
@@ -202,7 +205,7 @@ def sample_token(logits: torch.Tensor, ids: torch.Tensor, pad_id: int, options: 
 
 
 def generate(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
-             options: GenerateOptions = GenerateOptions(),
+             options: GenerateOptions = DEFAULT_OPTIONS,
              generator: torch.Generator | None = None) -> Generated:  # fmt: skip
     """Prompt continuation with `text` (already normalised): see the module docstring."""
     cfg, flow = lm.cfg, options.flow
