@@ -49,3 +49,20 @@ def test_transcript_is_required(tiny_folder, models):
     model = model_of(models, tiny_folder)
     with pytest.raises(MissingTranscriptError, match="ref_text"):
         model.create_voice([0.0] * 2400, 24000, "  ")
+
+
+def test_stream_equals_generate_within_the_window_error(tiny_folder, goldens, models):
+    """model.stream's chunks joined: the same length as generate's audio and within 60 dB SNR of
+    it (the windowed CNN's error, tests/tada/test_streaming.py); more than one chunk."""
+    import numpy as np
+
+    model = model_of(models, tiny_folder)
+    options = GenerateOptions(flow=FlowOptions(noise_temperature=0.5))
+    full = model.generate(prompt_of(goldens), TEXT, options, seed=GEN_SEED)
+    chunks = list(model.stream(prompt_of(goldens), TEXT, options, seed=GEN_SEED))
+    streamed = np.concatenate(chunks)
+    assert len(chunks) > 3 and streamed.shape == full.shape
+    diff = streamed.astype(np.float64) - full
+    snr = 10 * np.log10(np.sum(full.astype(np.float64) ** 2) / max(np.sum(diff**2), 1e-30))
+    print(f"{len(chunks)} chunks, SNR {snr:.1f} dB")
+    assert snr > 60

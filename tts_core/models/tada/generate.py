@@ -204,10 +204,35 @@ def sample_token(logits: torch.Tensor, ids: torch.Tensor, pad_id: int, options: 
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
 
 
+@dataclass(frozen=True)
+class Frame:
+    """One step's acoustic output: the `index`-th acoustic vector of the sequence (prompt part
+    included; decoded from index `decode_from` on), de-normalised (A,), and its duration (frames
+    before it)."""
+
+    index: int
+    decode_from: int
+    vector: torch.Tensor
+    before: int
+
+
 def generate(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
              options: GenerateOptions = DEFAULT_OPTIONS,
              generator: torch.Generator | None = None) -> Generated:  # fmt: skip
     """Prompt continuation with `text` (already normalised): see the module docstring."""
+    steps = generate_steps(lm, tokenizer, prompt, text, options, generator)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
+def generate_steps(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
+                   options: GenerateOptions = DEFAULT_OPTIONS,
+                   generator: torch.Generator | None = None):  # fmt: skip
+    """`generate` as a generator: yields a `Frame` per step that produces an acoustic vector,
+    returns the `Generated` (StopIteration.value)."""
     cfg, flow = lm.cfg, options.flow
     shift, bits, dtype = cfg.shift_acoustic, cfg.num_time_bits, lm.acoustic_proj.weight.dtype
     inputs = build_inputs(tokenizer, lm, prompt, text, options.transition_steps)
@@ -280,6 +305,9 @@ def generate(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
                 before, after = predicted_before, predicted_after
             before_out.append(before)
             last_before = before
+            index = len(acoustic_out) - 1
+            vector = acoustic[0, 0] * cfg.acoustic_std + cfg.acoustic_mean
+            yield Frame(index, prompt_tokens + options.transition_steps - 1, vector, int(before))
     if last_before is not None:
         before_out.append(last_before)
     acoustic_all = torch.cat(acoustic_out, dim=1) * cfg.acoustic_std + cfg.acoustic_mean

@@ -31,6 +31,7 @@ from .generate import (
     Prompt,
     expand_for_decoder,
     generate,  # fmt: skip
+    generate_steps,
     leading_silence,
 )
 from .text import normalize_text
@@ -94,3 +95,39 @@ class TadaModel:
         expanded, masks = expand_for_decoder(out.encoded, out.time_before[0])
         wav = self.decoder.decode(expanded, masks)[0, 0, leading_silence(out.time_before[0]) :]
         return wav.numpy()
+
+    def stream(self, voice: Prompt, text: str, options: GenerateOptions = DEFAULT_OPTIONS,
+               seed: int | None = None, context: int = 20, lookahead: int = 15):  # fmt: skip
+        """`generate` as audio chunks (float32 numpy, 24 kHz) while it runs: each step's token
+        block goes through the KV-cached decoder transformer and the windowed CNN
+        (streaming.StreamingDecoder: `context` / `lookahead` frames); the official leading
+        silence (the first token's duration) is dropped from the first samples."""
+        from .streaming import SAMPLES_PER_FRAME, StreamingDecoder
+
+        generator = torch.Generator()
+        if seed is not None:
+            generator.manual_seed(seed)
+        decoder = StreamingDecoder(self.decoder, context, lookahead)
+        state, trim, last = decoder.start(), None, 0
+        with torch.no_grad():
+            steps = generate_steps(self.lm, self.tokenizer, voice, normalize_text(text), options,
+                                   generator)  # fmt: skip
+            for frame in steps:
+                if frame.index < frame.decode_from:
+                    continue
+                if trim is None:
+                    trim = frame.before * SAMPLES_PER_FRAME
+                decoder.push_token(state, frame.vector, frame.before)
+                last = frame.before
+                chunk, trim = _trimmed(decoder.emit(state), trim)
+                if chunk.numel():
+                    yield chunk.numpy()
+            chunk, trim = _trimmed(decoder.finish(state, last), trim or 0)
+            if chunk.numel():
+                yield chunk.numpy()
+
+
+def _trimmed(chunk: torch.Tensor, trim: int) -> tuple[torch.Tensor, int]:
+    """Drop up to `trim` leading samples; return the rest and what is left to drop."""
+    cut = min(trim, chunk.shape[0])
+    return chunk[cut:], trim - cut
