@@ -66,3 +66,22 @@ def test_stream_equals_generate_within_the_window_error(tiny_folder, goldens, mo
     snr = 10 * np.log10(np.sum(full.astype(np.float64) ** 2) / max(np.sum(diff**2), 1e-30))
     print(f"{len(chunks)} chunks, SNR {snr:.1f} dB")
     assert snr > 60
+
+
+def test_from_pretrained_folders_and_errors(tmp_path):
+    """Folders in the released layout load; a folder missing a file names it; a path that is
+    neither a folder nor a Hub id is refused without touching the network."""
+    import shutil
+
+    from .conftest import FIXTURES
+
+    root = FIXTURES / "tada-tiny-a"
+    model = TadaModel.from_pretrained(root / "model", root / "codec")
+    assert model.tokenizer.vocab_size == model.lm.cfg.vocab_size
+    broken = tmp_path / "codec"
+    shutil.copytree(root / "codec", broken)
+    (broken / "decoder" / "model.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="decoder/model.safetensors"):
+        TadaModel.from_pretrained(root / "model", broken)
+    with pytest.raises(FileNotFoundError, match="not found"):
+        TadaModel.from_pretrained(tmp_path / "nowhere", root / "codec")

@@ -21,6 +21,31 @@ from ..checkpoint import TensorSource, load_safetensors, load_strict
 from .config import CodecStackConfig
 
 WEIGHTS = "model.safetensors"
+MODEL_FILES = ("config.json", WEIGHTS)
+TOKENIZER_FILES = ("tokenizer.json",)
+CODEC_FILES = tuple(f"{part}/{name}" for part in ("encoder", "decoder", "aligner")
+                    for name in ("config.json", WEIGHTS))  # fmt: skip
+# the official tokenizer_name default (TadaForCausalLM.from_pretrained, AlignerConfig): gated
+DEFAULT_TOKENIZER = "meta-llama/Llama-3.2-1B"
+
+
+def resolve_folders(model: str | Path, codec: str | Path,
+                    tokenizer: str | Path | None = None) -> tuple[Path, Path, Path]:  # fmt: skip
+    """Hub ids or local folders -> (model, codec, tokenizer) folders, each checked for its files
+    (models/checkpoint.resolve_checkpoint: the shared errors for no network, an unknown or
+    gated repo, a missing file). The tokenizer is the model folder's tokenizer.json when it has
+    one, else `tokenizer` (default the official meta-llama/Llama-3.2-1B, gated on the Hub)."""
+    from ..checkpoint import resolve_checkpoint
+
+    model_dir = resolve_checkpoint(model, MODEL_FILES, (*MODEL_FILES, *TOKENIZER_FILES,
+                                                        "tokenizer_config.json"))  # fmt: skip
+    codec_dir = resolve_checkpoint(codec, CODEC_FILES, (*CODEC_FILES, "aligner/*.json"))
+    if tokenizer is None and (model_dir / TOKENIZER_FILES[0]).is_file():
+        return model_dir, codec_dir, model_dir
+    tokenizer_dir = resolve_checkpoint(tokenizer or DEFAULT_TOKENIZER, TOKENIZER_FILES)
+    return model_dir, codec_dir, tokenizer_dir
+
+
 CODEC_DERIVED_BUFFERS = ("self_attn.rope_freqs", "self_attn._precomputed_mask")
 
 

@@ -22,7 +22,7 @@ import torch
 
 from ..chatterbox.features import resample
 from .alignment import token_alignment
-from .checkpoint import load_aligner, load_decoder, load_encoder, load_lm
+from .checkpoint import load_aligner, load_decoder, load_encoder, load_lm, resolve_folders
 from .generate import (
     DEFAULT_OPTIONS,
     FRAME_RATE,
@@ -59,6 +59,17 @@ class TadaModel:
         tokenizer = TadaTokenizer.from_folder(model)
         return cls(tokenizer, load_lm(model, dtype), load_decoder(codec, dtype),
                    load_encoder(codec, dtype), load_aligner(codec, tokenizer.vocab_size, dtype))  # fmt: skip
+
+    @classmethod
+    def from_pretrained(cls, model: str | Path = "HumeAI/tada-1b",
+                        codec: str | Path = "HumeAI/tada-codec",
+                        tokenizer: str | Path | None = None,
+                        dtype: torch.dtype = torch.float32) -> TadaModel:  # fmt: skip
+        """Hub ids or folders (checkpoint.resolve_folders), loaded strictly."""
+        model_dir, codec_dir, tokenizer_dir = resolve_folders(model, codec, tokenizer)
+        tokens = TadaTokenizer.from_folder(tokenizer_dir)
+        return cls(tokens, load_lm(model_dir, dtype), load_decoder(codec_dir, dtype),
+                   load_encoder(codec_dir, dtype), load_aligner(codec_dir, tokens.vocab_size, dtype))  # fmt: skip
 
     @torch.no_grad()
     def create_voice(self, audio: np.ndarray | torch.Tensor, sample_rate: int, ref_text: str,
