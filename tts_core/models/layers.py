@@ -1,9 +1,9 @@
 """Transformer building blocks shared by every model: one of each.
 
-RMSNorm, rotary embedding (`inverse_frequencies`, `rope_cos_sin`, `RotaryTable`, `rotate_half`,
-`apply_rope`), the static `KVCache`, GQA `Attention` around the one SDPA call
-(`scaled_dot_product`), the `SwiGLU` gated MLP, `LayerScale`, and the pre-norm `DecoderLayer` /
-`DecoderStack`. Each block has ONE forward, driven by a per-step context (`StepContext`, the
+RMSNorm, rotary embedding (`inverse_frequencies`, `llama3_inverse_frequencies`, `rope_cos_sin`,
+`RotaryTable`, `rotate_half`, `apply_rope`), the static `KVCache`, GQA `Attention` around the one
+SDPA call (`scaled_dot_product`), the `SwiGLU` gated MLP, `LayerScale`, and the pre-norm
+`DecoderLayer` / `DecoderStack`. Each block has ONE forward, driven by a per-step context (`StepContext`, the
 idea of nano-vllm's utils/context.py, passed explicitly): `Span` (B aligned rows over contiguous
 caches at `start`, cache-free, or non-causal), `Rows` (independent rows, each at its own
 position over its own cache, attended row by row), `Requests` (cache-free passes of several
@@ -94,6 +94,30 @@ def inverse_frequencies(head_dim: int, theta: float) -> torch.Tensor:
     `torch.device("meta")` block)."""
     exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
     return 1.0 / (theta**exponents)
+
+
+def llama3_inverse_frequencies(
+    head_dim: int,
+    theta: float,
+    factor: float,
+    low_freq_factor: float,
+    high_freq_factor: float,
+    original_max_position_embeddings: int,
+) -> torch.Tensor:
+    """Llama 3's scaled RoPE frequencies (transformers' _compute_llama3_parameters, the same
+    float32 ops): theta^(-2i/D); wavelengths longer than original/low divided by `factor`,
+    shorter than original/high kept, the band between interpolated. Float32 (D/2,)."""
+    import math
+
+    inv_freq = inverse_frequencies(head_dim, theta)
+    old_context = original_max_position_embeddings
+    low_wavelen, high_wavelen = old_context / low_freq_factor, old_context / high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
 
 
 def rope_cos_sin(

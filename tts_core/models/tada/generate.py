@@ -1,0 +1,336 @@
+"""TADA's generation loop (hume-tada TadaForCausalLM.generate / _generate, inference options
+without candidates or speed-up), on our LM, flow head and decoder.
+
+Cloning is prompt continuation. `Prompt` is the encoded reference: per prompt token its
+acoustic vector (normalised) and its 1-based frame position, the normalised transcript and the
+clip's length. `build_inputs` lays out the official sequence: BOS, the chat prefix
+(<|start_header_id|>system<|end_header_id|><|eot_id|><|start_header_id|>assistant
+<|end_header_id|>), the transcript's tokens then the target text's (the two tokenized
+separately, as the official `generate()` does), `shift_acoustic` <|eot_id|>; the prompt's
+acoustic vectors and durations (frames since the previous token) are aligned to that sequence
+with the prefix padded in front and the last `transition` (5) prompt tokens cut.
+
+`generate` then runs the LM as the official: a causal prefill of the prompt part, then one step
+per position on two rows, the text row and the unconditional row (its tokens replaced by the pad
+token except the header/turn tokens) whose hidden state is the flow head's negative condition;
+per step the flow head turns N(0, T^2) noise (acoustic dims, then duration dims: two draws) into
+the acoustic vector and two Gray-coded durations, `shift_acoustic` tokens behind the text. The
+last input position samples one more token (repetition penalty, temperature, top-k, top-p, as
+the official; num_extra_steps more continue from there). Random numbers are drawn from
+`generator` in the official order (per step: acoustic noise, duration noise, then the token
+draw if any).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..layers import Span
+from . import gray_code
+from .flow_head import FlowOptions, solve
+from .lm import TadaLM
+from .tokenizer import TadaTokenizer
+
+CHAT_PREFIX = ("<|start_header_id|>system<|end_header_id|><|eot_id|>"
+               "<|start_header_id|>assistant<|end_header_id|>")  # fmt: skip
+FRAME_RATE = 50
+SAMPLE_RATE = 24000
+
+
+@dataclass(frozen=True)
+class TextSampling:
+    """The text part of InferenceOptions (its defaults)."""
+
+    do_sample: bool = True
+    temperature: float = 0.6
+    top_k: int = 0
+    top_p: float = 0.9
+    repetition_penalty: float = 1.1
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    flow: FlowOptions = field(default_factory=FlowOptions)
+    text: TextSampling = field(default_factory=TextSampling)
+    transition_steps: int = 5  # num_transition_steps
+    extra_steps: int = 0  # num_extra_steps
+
+
+DEFAULT_OPTIONS = GenerateOptions()
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """The encoded reference clip (hume-tada's EncoderOutput, the parts generate() reads)."""
+
+    token_values: torch.Tensor  # (N, A) acoustic vector per transcript token, normalised
+    token_positions: torch.Tensor  # (N,) int64, 1-based frame of each token
+    text: str  # the normalised transcript
+    audio_samples: int  # the clip's length at `sample_rate`
+    sample_rate: int = SAMPLE_RATE
+
+
+@dataclass
+class Inputs:
+    """The official sequence and the prompt's per-position values (see module docstring)."""
+
+    ids: torch.Tensor  # (1, S)
+    acoustic: torch.Tensor  # (1, P, A) prompt acoustic vectors (prefix zeros, transition cut)
+    masks: torch.Tensor  # (1, P) int64 acoustic masks, already shifted by one as generate() does
+    before: torch.Tensor  # (1, P) durations before each prompt token
+    after: torch.Tensor  # (1, P)
+
+
+@dataclass
+class Generated:
+    output_ids: torch.Tensor  # (1, S - 1 + extra) the next token at each step
+    time_before: torch.Tensor  # (1, K + 1) durations of the generated tokens (plus the last)
+    acoustic: torch.Tensor  # (1, n, A) de-normalised acoustic vectors, prompt part included
+    encoded: torch.Tensor  # (K, A) the generated part that is decoded
+    input_ids: torch.Tensor  # (1, S') the sequence, sampled tokens appended
+
+
+def build_inputs(tokenizer: TadaTokenizer, lm: TadaLM, prompt: Prompt, text: str,
+                 transition: int) -> Inputs:  # fmt: skip
+    cfg = lm.cfg
+    tokens = tokenizer.encode(prompt.text) + tokenizer.encode(text)
+    prefix = tokenizer.encode(CHAT_PREFIX)
+    ids = [tokenizer.bos_id, *prefix, *tokens] + [tokenizer.eot_id] * cfg.shift_acoustic
+    frames = math.ceil(prompt.audio_samples / prompt.sample_rate * FRAME_RATE)
+    positions = prompt.token_positions.long()
+    if len(tokens) < len(positions):  # the official puts the clip's end at that index
+        positions = positions.clone()
+        positions[len(tokens)] = frames
+    gaps = positions - torch.cat([positions.new_ones(1), positions[:-1]])
+    gaps = torch.cat([gaps.new_zeros(1), gaps.clamp(0, cfg.num_time_classes - 1)])  # (N + 1,)
+    pad = len(prefix)
+    values = prompt.token_values
+    acoustic = torch.cat([values.new_zeros(pad, values.shape[-1]), values])
+    masks = torch.cat(
+        [torch.zeros(pad, dtype=torch.long), torch.ones(len(positions), dtype=torch.long)]
+    )
+    before = torch.cat([gaps.new_zeros(pad), gaps[:-1]])
+    after = torch.cat([gaps.new_zeros(pad), gaps[1:]])
+    if transition > 0:
+        acoustic, masks = acoustic[:-transition], masks[:-transition]
+        before, after = before[:-transition], after[:-transition]
+    masks = torch.cat([masks[1:], masks.new_ones(1)])
+    return Inputs(torch.tensor([ids]), acoustic[None], masks[None], before[None], after[None])
+
+
+def unconditional_ids(
+    tokenizer: TadaTokenizer, ids: torch.Tensor, prompt_tokens: int
+) -> torch.Tensor:
+    """_generate's `use_text_in_prompt=False`: in the prompt part (the first `prompt_tokens`
+    positions) every token outside the chat headers that is not BOS, end-of-text or
+    <|eot_id|> becomes the pad token."""
+    ids = ids.clone()
+    keep, in_header = [], False
+    for token in ids[0, :prompt_tokens].tolist():
+        if token == tokenizer.start_header_id:
+            in_header = True
+            keep.append(True)
+        elif token == tokenizer.end_header_id:
+            in_header = False
+            keep.append(True)
+        else:
+            keep.append(
+                in_header or token in (tokenizer.eot_id, tokenizer.bos_id, tokenizer.eos_id)
+            )
+    drop = ~torch.tensor(keep, dtype=torch.bool)
+    ids[0, :prompt_tokens][drop] = tokenizer.pad_id
+    return ids
+
+
+def prefill_length(inputs: Inputs, shift: int) -> int:
+    """_generate's prefill length: the positions whose acoustic and duration inputs all come
+    from the prompt."""
+    length = inputs.ids.shape[1]
+    n_ac = min(length - shift - 1, inputs.acoustic.shape[1] - 1)
+    n_t = min(length - shift - 1, inputs.before.shape[1] - 1)
+    frames = min(n_ac, n_t, max(0, inputs.before.shape[1] - 2)) if n_ac > 0 and n_t > 0 else 0
+    return min(length, shift + frames + 1) if frames > 0 else 0
+
+
+def prefill_embeds(lm: TadaLM, ids: torch.Tensor, inputs: Inputs, length: int) -> torch.Tensor:
+    """_build_prompt_inputs_embeds over `ids` (the prompt's text already replaced by pads, see
+    unconditional_ids): position t > shift gets the prompt's acoustic vector t -
+    shift - 1 and durations t - shift; summed as token + (acoustic + mask) + (before + after)
+    (the official grouping, which differs from a step's)."""
+    shift, cfg = lm.cfg.shift_acoustic, lm.cfg
+    dtype = lm.acoustic_proj.weight.dtype
+    acoustic = torch.zeros(1, length, cfg.acoustic_dim, dtype=dtype)
+    masks = torch.zeros(1, length, dtype=torch.long)
+    n_ac = min(length - shift - 1, inputs.acoustic.shape[1])
+    if n_ac > 0:
+        acoustic[:, shift + 1 : shift + 1 + n_ac] = inputs.acoustic[:, :n_ac]
+        masks[:, shift + 1 : shift + 1 + n_ac] = inputs.masks[:, :n_ac]
+    before = torch.zeros(1, length, dtype=torch.long)
+    after = torch.zeros(1, length, dtype=torch.long)
+    n_t = min(length - shift - 1, inputs.before.shape[1] - 1)
+    if n_t > 0:
+        before[:, shift + 1 : shift + 1 + n_t] = inputs.before[:, 1 : 1 + n_t]
+        after[:, shift + 1 : shift + 1 + n_t] = inputs.after[:, 1 : 1 + n_t]
+    token = lm.model.embed_tokens(ids[:, :length])
+    return (token + (lm.acoustic_proj(acoustic) + lm.acoustic_mask_emb(masks))
+            + (lm.time_start_embed(before) + lm.time_end_embed(after)))  # fmt: skip
+
+
+def sample_token(logits: torch.Tensor, ids: torch.Tensor, pad_id: int, options: TextSampling,
+                 generator: torch.Generator | None) -> torch.Tensor:  # fmt: skip
+    """The official draw: logits (1, V), ids (1, S) the sequence so far -> (1, 1)."""
+    logits = logits.clone()
+    logits[:, pad_id] = float("-inf")
+    if not options.do_sample:
+        return logits.argmax(dim=-1, keepdim=True)
+    if options.repetition_penalty != 1.0:
+        score = torch.gather(logits, 1, ids)
+        score = torch.where(score < 0, score * options.repetition_penalty,
+                            score / options.repetition_penalty)  # fmt: skip
+        logits = logits.scatter(1, ids, score)
+    logits = logits / options.temperature
+    if options.top_k > 0:
+        k = min(options.top_k, logits.size(-1))
+        logits = logits.masked_fill(logits < torch.topk(logits, k, dim=-1).values[..., -1:],
+                                    float("-inf"))  # fmt: skip
+    if 0.0 < options.top_p < 1.0:
+        ordered, order = torch.sort(logits, descending=True, dim=-1)
+        cumulative = torch.cumsum(torch.softmax(ordered, dim=-1), dim=-1)
+        remove = cumulative - torch.softmax(ordered, dim=-1) >= options.top_p
+        logits = logits.masked_fill(remove.scatter(-1, order, remove), float("-inf"))
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One step's acoustic output: the `index`-th acoustic vector of the sequence (prompt part
+    included; decoded from index `decode_from` on), de-normalised (A,), and its duration (frames
+    before it)."""
+
+    index: int
+    decode_from: int
+    vector: torch.Tensor
+    before: int
+
+
+def generate(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
+             options: GenerateOptions = DEFAULT_OPTIONS,
+             generator: torch.Generator | None = None) -> Generated:  # fmt: skip
+    """Prompt continuation with `text` (already normalised): see the module docstring."""
+    steps = generate_steps(lm, tokenizer, prompt, text, options, generator)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
+
+
+def generate_steps(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
+                   options: GenerateOptions = DEFAULT_OPTIONS,
+                   generator: torch.Generator | None = None):  # fmt: skip
+    """`generate` as a generator: yields a `Frame` per step that produces an acoustic vector,
+    returns the `Generated` (StopIteration.value)."""
+    cfg, flow = lm.cfg, options.flow
+    shift, bits, dtype = cfg.shift_acoustic, cfg.num_time_bits, lm.acoustic_proj.weight.dtype
+    inputs = build_inputs(tokenizer, lm, prompt, text, options.transition_steps)
+    inputs.acoustic = inputs.acoustic.to(dtype)
+    prompt_tokens = inputs.acoustic.shape[1]
+    ids = unconditional_ids(tokenizer, inputs.ids, prompt_tokens)
+    if options.extra_steps > 0:  # the official drops the end-of-turn tokens to continue
+        ids = ids[:, :-shift]
+    steps = ids.shape[1] + options.extra_steps
+    guided = flow.acoustic_cfg != 1.0
+    rows = 2 if guided else 1
+    caches = lm.new_caches(rows, steps + 1, dtype, "cpu")
+    length = prefill_length(inputs, shift)
+    outputs, acoustic_out, before_out = [], [], []
+    if length > 0:
+        embeds = prefill_embeds(lm, ids, inputs, length)
+        lm.hidden(embeds.expand(rows, -1, -1).contiguous(), Span(caches, 0))
+        outputs += [ids[:, s + 1 : s + 2] for s in range(length - 1)]
+        frames = length - shift
+        acoustic_out += [inputs.acoustic[:, i : i + 1] for i in range(frames)]
+        before_out += [inputs.before[:, i + 1 : i + 2] for i in range(frames)]
+        acoustic = inputs.acoustic[:, frames - 1 : frames]
+        masks = inputs.masks[:, frames - 1 : frames]
+        before, after = inputs.before[:, frames : frames + 1], inputs.after[:, frames : frames + 1]
+    else:
+        acoustic = torch.zeros(1, 1, cfg.acoustic_dim, dtype=dtype)
+        masks = before = after = torch.zeros(1, 1, dtype=torch.long)
+    structural = (tokenizer.start_header_id, tokenizer.end_header_id, tokenizer.eot_id)
+    last_before = None
+    for step in range(length, steps):
+        token = ids[:, step : step + 1] if step < ids.shape[1] else ids[:, -1:]
+        batch_ids = token
+        if guided:
+            neg = token if token.item() in structural else torch.full_like(token, tokenizer.pad_id)
+            batch_ids = torch.cat([token, neg])
+        embeds = lm.embed(batch_ids, acoustic.expand(rows, -1, -1), masks.expand(rows, -1),
+                          before.expand(rows, -1), after.expand(rows, -1))  # fmt: skip
+        hidden = lm.hidden(embeds, Span(caches, step))[:, 0]  # (rows, H)
+        cond = hidden[:1]
+        neg_cond = hidden[1:] if guided else torch.zeros_like(cond)
+        noise = torch.cat([
+            torch.randn(1, cfg.acoustic_dim, generator=generator).to(cond) * flow.noise_temperature,
+            torch.randn(1, 2 * bits, generator=generator).to(cond) * flow.noise_temperature,
+        ], dim=-1)  # fmt: skip
+        speech = solve(lm.prediction_head, noise, cond, neg_cond, flow, cfg.acoustic_dim,
+                       lm.condition)  # fmt: skip
+        durations = speech[..., -2 * bits :]
+        predicted_before = gray_code.decode(durations[..., :bits], bits)[None]  # (1, 1)
+        predicted_after = gray_code.decode(durations[..., bits:], bits)[None]
+        if step >= ids.shape[1] - 1:
+            logits = lm.logits(hidden)[:1]  # both rows, as the official batch
+            drawn = sample_token(logits, ids, tokenizer.pad_id, options.text, generator)
+            ids = torch.cat([ids, drawn.long()], dim=1)
+            outputs.append(drawn)
+        else:
+            outputs.append(ids[:, step + 1 : step + 2])
+        if step >= shift:
+            index = step - shift
+            if index < inputs.acoustic.shape[1]:
+                acoustic = inputs.acoustic[:, index : index + 1]
+                masks = inputs.masks[:, index : index + 1]
+            else:
+                acoustic = speech[None, :, : cfg.acoustic_dim]
+                masks = torch.ones(1, 1, dtype=torch.long)
+            acoustic_out.append(acoustic)
+            if index < inputs.before.shape[1] - 1:
+                before = inputs.before[:, index + 1 : index + 2]
+                after = inputs.after[:, index + 1 : index + 2]
+            else:
+                before, after = predicted_before, predicted_after
+            before_out.append(before)
+            last_before = before
+            index = len(acoustic_out) - 1
+            vector = acoustic[0, 0] * cfg.acoustic_std + cfg.acoustic_mean
+            yield Frame(index, prompt_tokens + options.transition_steps - 1, vector, int(before))
+    if last_before is not None:
+        before_out.append(last_before)
+    acoustic_all = torch.cat(acoustic_out, dim=1) * cfg.acoustic_std + cfg.acoustic_mean
+    start = prompt_tokens + options.transition_steps - 1
+    time_before = torch.cat(before_out, dim=1)[:, start:]
+    return Generated(torch.cat(outputs, dim=1), time_before, acoustic_all,
+                     acoustic_all[0, start:], ids)  # fmt: skip
+
+
+def expand_for_decoder(encoded: torch.Tensor, time_before: torch.Tensor):
+    """_decode_wav's input: per token (duration - 1) zero frames then its vector, then
+    time_before[-1] zero frames. encoded (K, A), time_before (K + 1,) -> expanded (1, T, A) and
+    token_masks (1, T) (frames whose vector is not all zero)."""
+    time_before = time_before[: encoded.shape[0] + 1]
+    pieces = []
+    for position in range(encoded.shape[0]):
+        pieces.append(encoded.new_zeros(max(int(time_before[position]) - 1, 0), encoded.shape[1]))
+        pieces.append(encoded[position : position + 1])
+    pieces.append(encoded.new_zeros(int(time_before[-1]), encoded.shape[1]))
+    expanded = torch.cat(pieces)[None]
+    return expanded, (torch.norm(expanded, dim=-1) != 0).long()
+
+
+def leading_silence(time_before: torch.Tensor) -> int:
+    """Samples the official trims from the start: the first token's duration in frames."""
+    return int(SAMPLE_RATE * int(time_before[0]) / FRAME_RATE)
