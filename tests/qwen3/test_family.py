@@ -181,15 +181,17 @@ def test_non_streaming_mode_defaults_to_the_official_default(name):
         m.plan(TEXT, voice, non_streaming_mode="yes")
 
 
-def test_base_default_stays_streaming_text_and_icl_refuses_non_streaming():
+def test_base_default_stays_streaming_text():
+    """Base: the official default False (generate_voice_clone), for both clone modes."""
     base = model(BASE)
     audio, rate = load_ref_clip()
-    xvec, icl = base.create_voice(audio, rate), base.create_voice(audio, rate, ref_text="Hi.")
-    assert torch.equal(
-        base.plan(TEXT, xvec)[0].prefill, base.plan(TEXT, xvec, non_streaming_mode=False)[0].prefill
-    )
-    with pytest.raises(ValueError, match="not implemented for a cloned ICL voice"):
-        base.plan(TEXT, icl, non_streaming_mode=True)
+    for voice in (base.create_voice(audio, rate), base.create_voice(audio, rate, ref_text="Hi.")):
+        default = base.plan(TEXT, voice)[0]
+        assert torch.equal(
+            default.prefill, base.plan(TEXT, voice, non_streaming_mode=False)[0].prefill
+        )
+        whole = base.plan(TEXT, voice, non_streaming_mode=True)[0]
+        assert whole.trailing.shape[0] == 1 and whole.prefill.shape != default.prefill.shape
 
 
 def test_a_0b6_custom_voice_refuses_an_instruction_instead_of_dropping_it(tmp_path):

@@ -149,3 +149,30 @@ def test_goldens_cover_both_modes_with_and_without_instruct() -> None:
         assert all(goldens.meta["fp64_codes_agree"].values())
         for case in goldens.cases.values():
             assert goldens[f"{case['key']}_codes"].shape == (case["frames"], 16)
+
+
+# --- Base in non_streaming_mode (official generate_voice_clone(..., non_streaming_mode=True)) --
+# tiny-a's two cases with its golden voice (tests/fixtures/qwen3-tiny-a.nonstream.golden): the
+# x-vector prompt ends like the other types' (all text + C(codec_pad), tts_eos, tts_pad +
+# C(codec_bos)); the ICL part is [S + C(codec_pad)] ++ [K + tts_pad] with trailing [tts_pad].
+BASE, BASE_NONSTREAM = "qwen3-tiny-a", "qwen3-tiny-a.nonstream"
+
+
+@pytest.mark.parametrize("mode", ["icl", "xvec"])
+def test_base_non_streaming_mode_matches_official(mode: str) -> None:
+    from .conftest import golden_voice
+
+    goldens, voice_goldens = load_goldens(BASE_NONSTREAM), load_goldens(BASE)
+    case, model = goldens.cases[mode], _model(BASE)
+    voice = golden_voice(voice_goldens, mode)
+    request = {"language": case["language"], "greedy": True,
+               "max_new_tokens": case["max_new_tokens"], "non_streaming_mode": True}  # fmt: skip
+    prompt, _ = model.plan(case["text"], voice, **request)
+    assert prompt.prefill.shape[1] == case["prefill_len"] and prompt.trailing.shape[0] == 1
+    check_fp32(prompt.prefill[0], goldens, f"{mode}_prefill_embeds")
+    result = model.generate(case["text"], voice, **request)
+    codes, golden = torch.as_tensor(result.codes).long(), goldens[f"{mode}_codes"]
+    assert torch.equal(codes, golden), describe_codes(codes, golden)
+    check_fp32(torch.as_tensor(result.audio), goldens, f"{mode}_audio")
+    streaming = model.plan(case["text"], voice, **{**request, "non_streaming_mode": False})[0]
+    assert streaming.prefill.shape != prompt.prefill.shape  # the two modes really differ

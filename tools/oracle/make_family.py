@@ -16,6 +16,10 @@ make_goldens.py MIN_DECISION_MARGIN). Goldens per case (H = talker hidden):
   <key>_codes (N, 16) int64, <key>_audio (N*1920,), <key>_audio_fp64 float64,
   <key>_prefill_embeds (P, H), <key>_trailing_text (L, H), <key>_prefill_logits (3072,),
   <key>_past_hidden (H,); and tts_pad_embed (H,).
+
+It also records tiny-a's two Base cases (icl, xvec) with non_streaming_mode=True (the official
+`generate_voice_clone(..., non_streaming_mode=True)` with tiny-a's golden float32 voice) in
+tests/fixtures/qwen3-tiny-a.nonstream.golden/ (same keys; ICL audio with the reference cut).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from make_goldens import MIN_DECISION_MARGIN, audio_stats, stop_reason
 from oracle_hooks import Capture, greedy_margins, talker_choice_logits, tts_pad
 from pure_fp64 import pure_float64
 from qwen_tts import Qwen3TTSModel
-from safetensors.torch import save_file
+from qwen_tts.inference.qwen3_tts_model import VoiceClonePromptItem
+from safetensors.torch import load_file, save_file
 from tiny_configs import COPIED_FILES, model_config, write_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +83,11 @@ def official_call(tts, case):
     common = dict(language=case.language, non_streaming_mode=case.non_streaming_mode,
                   **greedy_kwargs(case))  # fmt: skip
     with Capture(tts) as rec:
-        if case.speaker is not None:
+        if isinstance(case, BaseCase):
+            wavs, _sr = tts.generate_voice_clone(
+                text=case.text, voice_clone_prompt=[case.prompt(tts.model.dtype)], **common
+            )
+        elif case.speaker is not None:
             wavs, _sr = tts.generate_custom_voice(
                 text=case.text, speaker=case.speaker, instruct=case.instruct, **common
             )
@@ -93,7 +102,7 @@ def case_goldens(tts, case) -> tuple[dict, dict, object]:
     wav, rec = official_call(tts, case)
     audio = torch.from_numpy(wav.copy())
     codes = rec.codes[0].long()
-    assert torch.equal(rec.decode_codes[0], codes)  # no reference: the codes are decoded alone
+    assert torch.equal(rec.decode_codes[0][-codes.shape[0] :], codes)  # after any reference
     tensors = {
         f"{case.key}_codes": codes,
         f"{case.key}_audio": audio,
@@ -105,8 +114,9 @@ def case_goldens(tts, case) -> tuple[dict, dict, object]:
     info = {
         "key": case.key,
         "text": case.text,
-        "speaker": case.speaker,
-        "instruct": case.instruct,
+        "speaker": getattr(case, "speaker", None),
+        "ref_text": getattr(case, "ref_text", None),
+        "instruct": getattr(case, "instruct", None),
         "language": case.language,
         "non_streaming_mode": case.non_streaming_mode,
         "max_new_tokens": case.max_new_tokens,
@@ -135,7 +145,8 @@ def float64_run(folder: Path, cases, tensors: dict, f32: dict) -> dict:
             agree[f"{key}_codes"] = torch.equal(rec.codes[0].long(), tensors[f"{key}_codes"])
             if not agree[f"{key}_codes"]:
                 continue
-            values[f"{key}_audio"] = _decode64(tts, rec.codes[0].long())
+            full = _decode64(tts, rec.decode_codes[0].long())  # ICL: reference frames first
+            values[f"{key}_audio"] = full[full.shape[0] - tensors[f"{key}_audio"].shape[0] :]
             values[f"{key}_prefill_embeds"] = rec.prefill_embeds[0]
             values[f"{key}_trailing_text"] = rec.trailing_text[0]
             values[f"{key}_prefill_logits"] = rec.talker_logits[0]
@@ -155,17 +166,51 @@ def float64_run(folder: Path, cases, tensors: dict, f32: dict) -> dict:
     }
 
 
+class BaseCase:
+    """One of tiny-a's Base cases (tests/fixtures/qwen3-tiny-a.golden), with its golden
+    float32 voice, in non_streaming_mode."""
+
+    non_streaming_mode = True
+
+    def __init__(self, info: dict, goldens: dict) -> None:
+        self.key, self.text, self.language = info["key"], info["text"], info["language"]
+        self.ref_text, self.max_new_tokens = info["ref_text"], info["max_new_tokens"]
+        self._goldens = goldens
+
+    def prompt(self, dtype: torch.dtype) -> VoiceClonePromptItem:
+        icl = self.ref_text is not None
+        return VoiceClonePromptItem(
+            ref_code=self._goldens["ref_codes"] if icl else None,
+            ref_spk_embedding=self._goldens["speaker_embedding"].to(dtype),
+            x_vector_only_mode=not icl,
+            icl_mode=icl,
+            ref_text=self.ref_text,
+        )
+
+
+BASE_SOURCE = "qwen3-tiny-a"
+BASE_GOLDENS = f"{BASE_SOURCE}.nonstream"  # tests/fixtures/<this>.golden
+
+
+def base_cases(fixtures: Path) -> list[BaseCase]:
+    source = fixtures / f"{BASE_SOURCE}.golden"
+    goldens = load_file(str(source / "goldens.safetensors"))
+    meta = json.loads((source / "cases.json").read_text(encoding="utf-8"))
+    return [BaseCase(info, goldens) for info in meta["cases"]]
+
+
 def make_goldens(name: str, fixtures: Path) -> None:
-    folder = fixtures / name
+    cases_of = base_cases(fixtures) if name == BASE_GOLDENS else CASES[name]
+    folder = fixtures / (BASE_SOURCE if name == BASE_GOLDENS else name)
     tts = Qwen3TTSModel.from_pretrained(str(folder), dtype=torch.float32)
     tensors, cases, f32 = {}, [], {}
-    for case in CASES[name]:
+    for case in cases_of:
         case_tensors, info, f32[case.key] = case_goldens(tts, case)
         tensors.update(case_tensors)
         cases.append(info)
         print(name, json.dumps(info, ensure_ascii=False))
     tensors["tts_pad_embed"] = tts_pad(tts)
-    fp64 = float64_run(folder, CASES[name], tensors, f32)
+    fp64 = float64_run(folder, cases_of, tensors, f32)
     print(name, "float64 codes agree:", fp64["codes_agree"])
     print(name, "decision margins:", json.dumps(fp64["decision_margins"]))
     if not all(fp64["codes_agree"].values()):
@@ -183,7 +228,7 @@ def make_goldens(name: str, fixtures: Path) -> None:
     path.chmod(0o644)
     meta = {
         "checkpoint": name,
-        "tts_model_type": KINDS[name],
+        "tts_model_type": KINDS.get(name, "base"),
         "sample_rate": 24000,
         "samples_per_frame": 1920,
         "fp64_codes_agree": fp64["codes_agree"],
@@ -206,6 +251,8 @@ def main() -> None:
     for name in [args.only] if args.only else sorted(SPECS):
         print("built", build_folder(name, args.fixtures))
         make_goldens(name, args.fixtures)
+    if args.only is None:
+        make_goldens(BASE_GOLDENS, args.fixtures)
 
 
 if __name__ == "__main__":

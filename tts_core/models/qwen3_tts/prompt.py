@@ -19,7 +19,8 @@ The same builder serves the other checkpoint types (official `generate`, one cod
   before the role positions;
 * non_streaming_mode (x-vector / preset / designed voices): the prefill ends with
   T(text_i) + C(codec_pad) for every target token, tts_eos + C(codec_pad), then
-  tts_pad + C(codec_bos) (no first-token position); trailing = [tts_pad].
+  tts_pad + C(codec_bos) (no first-token position); trailing = [tts_pad]. ICL: the part is
+  [S + C(codec_pad)] ++ [K + tts_pad], trailing = [tts_pad].
 """
 
 from __future__ import annotations
@@ -155,11 +156,11 @@ def build_prompt(
         first = talker.text_embed(_ids(target[:1], device)) + codec[:, -1:]
         trailing = torch.cat([talker.text_embed(_ids(target[1:], device))[0], special.eos[None]], 0)
         return Prompt(torch.cat([prefix, first], dim=1), trailing, len(target))
-    if non_streaming_mode:
-        raise ValueError("non_streaming_mode=True is not implemented for a cloned ICL voice")
     if ref_ids is None:
         raise ValueError("ICL prompt needs the reference transcript ids")
-    part, trailing = _icl_part(talker, cfg, special, target, ref_ids, ref_codes.to(device))
+    part, trailing = _icl_part(
+        talker, cfg, special, target, ref_ids, ref_codes.to(device), non_streaming_mode
+    )
     return Prompt(torch.cat([prefix, part], dim=1), trailing, len(target))
 
 
@@ -185,7 +186,10 @@ def _icl_part(
     target: list[int],
     ref_ids: list[int],
     ref_codes: torch.Tensor,
+    non_streaming_mode: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ICL part, trailing); non_streaming_mode: [S + C(codec_pad)] ++ [K + tts_pad], trailing
+    [tts_pad] (all text before the reference frames)."""
     device = ref_codes.device
     text = torch.cat(
         [talker.text_embed(_ids(ref_ids + target, device)), special.eos.view(1, 1, -1)], 1
@@ -193,6 +197,9 @@ def _icl_part(
     bos = talker.codec_embed(_ids([cfg.talker.codec_bos_id], device))
     codec = torch.cat([bos, talker.frame_embed(ref_codes)[None]], dim=1)  # (1, R+1, H)
     text_len, codec_len = text.shape[1], codec.shape[1]
+    if non_streaming_mode:
+        pads = talker.codec_embed(_ids([cfg.talker.codec_pad_id] * text_len, device))
+        return torch.cat([text + pads, codec + special.pad], dim=1), special.pad[None]
     if text_len > codec_len:
         return text[:, :codec_len] + codec, text[0, codec_len:]
     padding = special.pad.expand(1, codec_len - text_len, -1)
