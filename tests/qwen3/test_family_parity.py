@@ -25,7 +25,10 @@ parity of the cases named):
 * non_streaming_mode True: all text in the prefill as T(text) + C(codec_pad), then tts_eos +
   C(codec_pad), tts_pad + C(codec_bos); trailing [tts_pad] (the _nonstream cases); False: the
   first text token with C(codec_bos), the rest one per frame then tts_eos (the _stream cases);
-* the default of `non_streaming_mode` is True for both types (test_default_mode_is_the_official).
+* the default of `non_streaming_mode` is True for both types (test_default_mode_is_the_official);
+* Base in non_streaming_mode (tiny-a's x-vector and ICL cases): the x-vector prompt ends as
+  above; the ICL part becomes [S + C(codec_pad)] ++ [K + tts_pad], trailing [tts_pad]
+  (test_base_non_streaming_mode_matches_official).
 """
 
 from __future__ import annotations
