@@ -66,6 +66,17 @@ def engine_pcm(engine: Engine, spec: ModelVoice) -> bytes:
     return to_int16(audio).tobytes()
 
 
+def test_models_say_what_the_checkpoint_does(custom_voice_api, voice_design_api):
+    for (url, _engine), task, speakers in ((custom_voice_api, "CustomVoice", ["serena", "dylan",
+                                            "eric"]), (voice_design_api, "VoiceDesign", [])):  # fmt: skip
+        info = httpx.get(f"{url}/v1/models", timeout=60).json()["data"][-1]["info"]
+        assert (info["task_type"], info["speakers"], info["needs_reference"]) == (
+            task,
+            speakers,
+            False,
+        )
+
+
 def test_a_preset_voice_with_and_without_instructions(custom_voice_api):
     url, engine = custom_voice_api
     plain = speech(url, voice="serena")

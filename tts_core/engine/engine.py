@@ -77,6 +77,10 @@ class Engine:
             "reads_language": getattr(b, "reads_language", True),  # VoxCPM2: from the text
             "reads_transcript": reads_transcript(b),  # Chatterbox: clones from the clip alone
             "needs_reference": b.needs_reference,
+            # what the checkpoint does (vLLM-Omni's task_type: Qwen3-TTS Base / CustomVoice /
+            # VoiceDesign; every other backend clones: Base) and its preset voices (#41)
+            "task_type": getattr(b, "task_type", "Base"),
+            "speakers": list(getattr(b, "speakers", ())),
             # text sent in pieces (open_fed): spoken as it arrives, or held until it is complete
             "text_in": "streamed" if takes_text_pieces(b) else "buffered",
             "description": b.description,
