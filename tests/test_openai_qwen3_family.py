@@ -162,3 +162,19 @@ def test_a_0b6_custom_voice_refuses_instructions(tmp_path):
                          model_voice=ModelVoice("serena"))
     )  # fmt: skip
     assert np.isfinite(audio).all() and audio.size > 0
+
+
+def test_the_websocket_speaks_a_preset_as_it_arrives(custom_voice_api):
+    """WebSocket /v1/audio/speech/stream (text in pieces) with a preset and instructions: the
+    bytes of POST with the whole text (both use the streaming-text layout)."""
+    from tests.test_speech_ws import pieces_by, speak
+
+    url, _engine = custom_voice_api
+    host = url.removeprefix("http://")
+    config = {"voice": "eric", "instructions": "Angrily.", "seed": SEED, "max_new_tokens": 16}
+    whole = speech(url, **config, stream=False)
+    assert whole.status_code == 200, whole.text[:300]
+    audio, messages = speak(host, {**config, "response_format": "pcm"},
+                            pieces_by("word", TEXT, None))  # fmt: skip
+    assert messages[-1]["type"] == "session.done", messages[-1]
+    assert audio == whole.content
