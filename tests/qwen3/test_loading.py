@@ -141,7 +141,7 @@ def test_missing_tensor_fails_the_strict_key_check(tmp_path: Path) -> None:
         (lambda d: d["talker_config"].update(num_code_groups=8), "num_code_groups"),
         (lambda d: d["talker_config"].update(rope_scaling={"rope_type": "yarn"}), "rope"),
         (lambda d: d["talker_config"].pop("hidden_size"), "hidden_size"),
-        (lambda d: d.update(tts_model_type="custom_voice"), "tts_model_type"),
+        (lambda d: d.update(tts_model_type="voice_clone_xl"), "tts_model_type"),
     ],
 )
 def test_invalid_config_values_are_rejected(edit, message: str) -> None:

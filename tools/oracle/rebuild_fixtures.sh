@@ -13,5 +13,6 @@ run() { PYTHONPATH="$here/stubs:$here" "$venv/bin/python" "$@" 2>&1 | quiet; }
 export PYTHONHASHSEED=0 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 run "$here/build_fixtures.py" --out "$out"
 run "$here/make_goldens.py" --fixtures "$out"
+run "$here/make_family.py" --fixtures "$out"  # CustomVoice / VoiceDesign: after tiny-a
 run "$here/make_tokenizer_cases.py" --out "$out/tokenizer_cases.json"
 echo "fixtures rebuilt in $out"

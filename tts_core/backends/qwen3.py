@@ -33,6 +33,7 @@ DESCRIPTION = (
     "the reference audio and its words (best); without one, only on a speaker embedding."
 )
 DEFAULT_MAX_BATCH = 8
+TASK_TYPES = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
 # The request knobs this backend reads (besides the shared seed and chunk sizes): the shared
 # sampling knobs; their defaults are the checkpoint's generation_config.json (sampling_defaults).
 KNOBS = sampling_knobs("temperature", "top_k", "top_p", "repetition_penalty")
@@ -107,6 +108,12 @@ class Qwen3Backend:
         self.scheduler = Scheduler(model, max_batch=max_batch)  # its thread starts on first use
         self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
         self.decode_step = decode_step_of(self.scheduler)  # "CUDA graphs" or "eager" (info)
+        # the checkpoint's type (#41): a CustomVoice / VoiceDesign model speaks with voices
+        # it makes itself (`model_voice`), never from a clip
+        kind = getattr(model, "model_type", "base")
+        self.task_type = TASK_TYPES[kind]  # vLLM-Omni's name of what this checkpoint does
+        self.can_clone = self.needs_reference = kind == "base"
+        self.speakers = tuple(getattr(model, "speakers", ()))
 
     @classmethod
     def load(
@@ -154,7 +161,32 @@ class Qwen3Backend:
         defaults = self.model.generation_defaults
         return {knob.name: getattr(defaults, knob.name) for knob in self.knobs}
 
+    def model_voice(self, spec: Any) -> Voice:
+        """A CustomVoice preset (`spec.speaker`, optional `spec.instruct`) or a VoiceDesign
+        voice (`spec.instruct`: its description); InputError naming what is wrong."""
+        if self.task_type == "Base":
+            raise InputError("This checkpoint clones voices: give a reference clip.", "voice")
+        try:
+            if self.task_type == "CustomVoice":
+                if not spec.speaker:
+                    raise ValueError(f"name a preset voice: one of {', '.join(self.speakers)}")
+                voice = self.model.preset_voice(spec.speaker, instruct=spec.instruct)
+            else:
+                voice = self.model.design_voice(spec.instruct)
+        except ValueError as exc:
+            param = "instructions" if "instruct" in str(exc) else "voice"
+            raise InputError(str(exc), param) from exc
+        summary = {"mode": voice.mode, "speaker": voice.speaker, "instruct": bool(voice.instruct)}
+        return Voice(self.name, voice, summary)
+
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
+        if self.task_type != "Base":
+            raise InputError(
+                f"This {self.task_type} checkpoint makes its own voices: "
+                + ("name a preset voice." if self.task_type == "CustomVoice" else
+                   "describe the voice in instructions."),
+                "voice",
+            )  # fmt: skip
         if audio is None:
             raise InputError(
                 "This voice needs a reference clip: upload or record 3-10 s of speech."
@@ -194,6 +226,10 @@ class Qwen3Backend:
             raise InputError(f"This model does not speak '{language}'.")
         return dict(
             language=language,
+            # the streaming-text layout for every served row: the shortest prompt (earliest
+            # first audio), exact to the official's non_streaming_mode=False, and the one
+            # text fed in pieces needs; model.generate keeps the official default (#41)
+            non_streaming_mode=False,
             first_chunk_frames=params.first_chunk_frames,
             chunk_frames=params.chunk_frames,
             seed=params.seed,

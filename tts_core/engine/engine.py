@@ -24,7 +24,7 @@ from .admission import Admission, Ticket
 from .backend import Backend, BackendChunk, Notice, TextInlet, Voice, reads_transcript
 from .errors import BackendError, EngineBusy, InputError
 from .knobs import backend_knobs
-from .requests import EngineConfig, Prepared, SynthesisRequest
+from .requests import EngineConfig, ModelVoice, Prepared, SynthesisRequest
 from .stats import RequestStats
 from .streams import EngineStream, FedStream, StreamEvent
 from .validation import check_params, clean_reference_text, clean_text, prepare_reference
@@ -77,6 +77,10 @@ class Engine:
             "reads_language": getattr(b, "reads_language", True),  # VoxCPM2: from the text
             "reads_transcript": reads_transcript(b),  # Chatterbox: clones from the clip alone
             "needs_reference": b.needs_reference,
+            # what the checkpoint does (vLLM-Omni's task_type: Qwen3-TTS Base / CustomVoice /
+            # VoiceDesign; every other backend clones: Base) and its preset voices (#41)
+            "task_type": getattr(b, "task_type", "Base"),
+            "speakers": list(getattr(b, "speakers", ())),
             # text sent in pieces (open_fed): spoken as it arrives, or held until it is complete
             "text_in": "streamed" if takes_text_pieces(b) else "buffered",
             "description": b.description,
@@ -102,6 +106,11 @@ class Engine:
         limits = self.config.limits
         params = check_params(request.params, limits, backend_knobs(self.backend))
         reference, ref_text, notices = self._reference(request.reference, request.reference_text)
+        if request.model_voice is not None:  # built now: a refusal is the request's 400
+            if reference is not None:
+                raise InputError("A preset or designed voice takes no reference clip.", "voice")
+            self._model_voice(request.model_voice)
+            return Prepared(text, params, None, None, notices, request.model_voice)
         if reference is None:
             if self.backend.needs_reference:
                 raise InputError(
@@ -178,7 +187,10 @@ class Engine:
         self, job: Prepared, cancel: threading.Event, stats: RequestStats
     ) -> Iterator[StreamEvent]:
         t0 = time.perf_counter()
-        voice = self._voice(job.reference, job.reference_text)
+        if job.model_voice is not None:
+            voice = self._model_voice(job.model_voice)
+        else:
+            voice = self._voice(job.reference, job.reference_text)
         stats.voice_s = time.perf_counter() - t0
         stats.voice = dict(voice.summary)
         # only backends whose phrases are synthesized independently need crossfades
@@ -268,6 +280,14 @@ class Engine:
         return self._voices.get_or_build(
             reference, reference_text, lambda: self._build_voice(reference, reference_text)
         )
+
+    def _model_voice(self, spec: ModelVoice) -> Voice:
+        """The backend's own voice for `spec` (no clip: nothing to cache); InputError when
+        the served model makes none."""
+        make = getattr(self.backend, "model_voice", None)
+        if make is None:
+            raise InputError(f"{self.backend.name} has no preset or designed voices.", "voice")
+        return make(spec)
 
     def _build_voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:
         try:

@@ -22,12 +22,22 @@ class EngineConfig:
     voice_cache_size: int = 16
 
 
+@dataclass(frozen=True)
+class ModelVoice:
+    """A voice the served model makes itself, without a clip (Qwen3-TTS CustomVoice: a preset
+    `speaker`, optionally with an `instruct`ion; VoiceDesign: `instruct` describes it)."""
+
+    speaker: str | None = None
+    instruct: str | None = None
+
+
 @dataclass
 class SynthesisRequest:
     text: str
     reference: str | Path | tuple[int, np.ndarray] | None = None
     reference_text: str | None = None
     params: SynthesisParams = field(default_factory=SynthesisParams)
+    model_voice: ModelVoice | None = None  # instead of a reference (backend.model_voice)
 
 
 @dataclass
@@ -39,3 +49,4 @@ class Prepared:
     reference: np.ndarray | None
     reference_text: str | None
     notices: list[str]
+    model_voice: ModelVoice | None = None

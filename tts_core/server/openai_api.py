@@ -4,7 +4,8 @@ Request (JSON, OpenAI's `audio.speech.create` fields): model, input (<= 4096 cha
 voice (a name, or {"id": name}), response_format (wav | pcm | mp3 | opus | flac | aac; default
 mp3 as OpenAI), speed (only 1.0), stream_format ("audio": the encoded bytes with chunked
 transfer as they are generated; "sse": `speech.audio.delta` events with base64 audio, then
-`speech.audio.done`), instructions (ignored). Extensions: stream (false: the whole file in
+`speech.audio.done`), instructions (a Qwen3-TTS CustomVoice model: how to speak; VoiceDesign:
+the voice's description; ignored by voice cloning). Extensions: stream (false: the whole file in
 one response with its Content-Length, and a WAV with its real sizes instead of "until the end
 of the stream"; true, or an explicit stream_format: streamed; not given: a WAV is sent whole
 so that a saved file is valid, every other format streams), language, and the knobs by name
@@ -21,7 +22,13 @@ data URL "data:audio/wav;base64,..."; a URL is never fetched, so no request make
 reach elsewhere; decoded with the limits of an uploaded voice) speaks with that clip instead of
 a saved `voice` (then optional, and ignored when both are sent); `ref_text` its transcript;
 `x_vector_only_mode` true leaves the transcript out (the voice from the clip alone, also for a
-saved voice); `task_type` "Base" (voice cloning, what this server does; any other is a 400).
+saved voice); `task_type`: "Base" (voice cloning), "CustomVoice" (`voice` = a preset name of
+the served CustomVoice checkpoint, `instructions` optional: a 400 on the 0.6B, whose official
+code drops them) or "VoiceDesign" (`instructions` = the description); left out, a reference
+(ref_audio or a saved voice) means Base and anything else CustomVoice, on a CustomVoice or
+VoiceDesign server (VoiceDesign must be named); a task other than the served checkpoint's is a
+400 naming both (speech_body.speech_task). These checkpoints' rows use the streaming-text
+prompt layout (non_streaming_mode False: the earliest first audio).
 As in vLLM-Omni, `stream: true` without a `stream_format` streams SSE events: each an `event:`
 line and a `data:` line, `speech.audio.delta` {audio, response_format}, then
 `speech.audio.done` {usage: output_tokens = codec frames made, input tokens not counted (0);
@@ -53,6 +60,7 @@ from .speech_body import (
     decode_ref_audio,
     parse_speech_body,
     speech_reference,
+    speech_task,
 )
 from .speech_output import DISCONNECT_POLL_S, make_producer, whole_body
 from .speech_ws import add_speech_stream_route
@@ -80,9 +88,13 @@ def make_openai_router(state: ServerState) -> APIRouter:
         params = SynthesisParams(body.language, **request_values(payload, state.slot))
         engine = state.engine
         limits = engine.config.limits
-        clip, transcript, names = await speech_reference(state, body, state.api_viewer(request),
-                                                         limits)  # fmt: skip
-        requests = build_requests(body.input, params, clip, transcript, limits.max_chars)
+        model_voice = speech_task(body, engine.backend)  # 400 for another checkpoint's task
+        clip, transcript, names = None, None, API_PARAMS  # the model's own voice
+        if model_voice is None:
+            viewer = state.api_viewer(request)
+            clip, transcript, names = await speech_reference(state, body, viewer, limits)
+        requests = build_requests(body.input, params, clip, transcript, limits.max_chars,
+                                  model_voice)  # fmt: skip
         cancel = threading.Event()
         with engine_errors(names):
             streams = await asyncio.to_thread(open_streams, engine, requests, cancel)

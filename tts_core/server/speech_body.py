@@ -1,7 +1,8 @@
 """POST /v1/audio/speech's request: the body (OpenAI's fields, vLLM-Omni's voice cloning fields;
 see openai_api.py), its checks, the voice it names or carries, and the engine requests it makes
 (a long input cut into pieces within the engine's text limit). The WebSocket route's
-session.config is read by the same code (speech_ws.py)."""
+session.config is read by the same code (speech_ws.py). `speech_task`: vLLM-Omni's task_type
+against the served checkpoint's, and the voice a CustomVoice / VoiceDesign model makes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from ..audio import SAMPLE_RATE
 from ..audio.decode import AudioDecodeError, DataUrlTooLarge, decode_data_url
 from ..engine import InputError, Limits, SynthesisParams, SynthesisRequest
+from ..engine.requests import ModelVoice
 from ..engine.validation import prepare_reference, printable
 from .errors import ApiError
 from .route_utils import validation_to_api_error
@@ -25,7 +27,9 @@ from .voices import MODEL_VOICE, Viewer
 # the engine's field names -> this API's
 API_PARAMS = {"text": "input", "reference": "voice", "reference_text": "voice"}
 REF_PARAMS = {"text": "input", "reference": "ref_audio", "reference_text": "ref_text"}
-TASK_TYPES = ("Base",)  # vLLM-Omni's voice cloning; CustomVoice / VoiceDesign: other checkpoints
+# vLLM-Omni's task types: Qwen3-TTS Base (cloning: every other backend too), CustomVoice
+# (a preset `voice`, `instructions` optional), VoiceDesign (`instructions` describe the voice)
+TASK_TYPES = ("Base", "CustomVoice", "VoiceDesign")
 
 
 class SpeechBody(BaseModel):
@@ -85,8 +89,7 @@ class SpeechBody(BaseModel):
     @classmethod
     def _task_type(cls, value: str | None) -> str | None:
         if value is not None and value not in TASK_TYPES:
-            raise ValueError(f"'{value}' is not served here: this server clones voices "
-                             "(task_type 'Base', with ref_audio or a saved voice)")  # fmt: skip
+            raise ValueError(f"'{value}' is not a task type: one of {', '.join(TASK_TYPES)}")
         return value
 
 
@@ -103,7 +106,9 @@ def parse_speech_body(payload: object, max_input_chars: int) -> SpeechBody:
     if body.speed != 1.0:
         raise ApiError(400, "Only speed 1.0 is supported by this server.", "speed",
                        "unsupported_value")  # fmt: skip
-    if body.voice is None and body.ref_audio is None:
+    # with instructions alone (VoiceDesign, or a task left out) speech_task says what is missing
+    bare = body.task_type != "VoiceDesign" and body.instructions is None
+    if body.voice is None and body.ref_audio is None and bare:
         raise ApiError(400, "voice: give a voice name, or the clip to clone as ref_audio.",
                        "voice", "invalid_value")  # fmt: skip
     if body.ref_text is not None and body.ref_audio is None:
@@ -118,7 +123,7 @@ async def speech_reference(
     """(clip: (N,) float32 at SAMPLE_RATE, transcript, the API's names of the engine's fields
     for errors): `ref_audio` + `ref_text` when given, else the saved voice `voice` names (404
     when unknown), or no clip for MODEL_VOICE. `x_vector_only_mode` leaves the transcript out."""
-    if body.ref_audio is None and body.voice == MODEL_VOICE:
+    if body.ref_audio is None and body.voice in (MODEL_VOICE, None):
         return None, None, API_PARAMS
     if body.ref_audio is not None:
         with_text = body.ref_text is not None and not body.x_vector_only_mode
@@ -129,6 +134,34 @@ async def speech_reference(
         voice, clip = await load_voice(state, body.voice, viewer)
         transcript, names = voice.transcript, API_PARAMS
     return clip, (None if body.x_vector_only_mode else transcript), names
+
+
+def speech_task(body: SpeechBody, backend: object) -> ModelVoice | None:
+    """The voice a CustomVoice / VoiceDesign checkpoint makes for `body` (None: a Base
+    request: a clip or a saved voice, as before). task_type left out: on a CustomVoice or
+    VoiceDesign server, a reference (ref_audio, or a voice that is no preset) means Base,
+    anything else CustomVoice (vLLM-Omni's rule: VoiceDesign must be named); on a Base server,
+    Base. A task other than the served checkpoint's is a 400 naming both."""
+    served = getattr(backend, "task_type", "Base")
+    presets = {name.lower() for name in getattr(backend, "speakers", ())}
+    named = body.voice is not None and body.voice != MODEL_VOICE
+    reference = body.ref_audio is not None or (named and body.voice.lower() not in presets)
+    asked = body.task_type or ("Base" if reference or served == "Base" else "CustomVoice")
+    if asked != served:
+        why = "" if body.task_type else " (task_type left out: " + (
+            "a reference clip or saved voice means Base)" if reference else
+            "no reference means CustomVoice; VoiceDesign must be named)")  # fmt: skip
+        names = getattr(backend, "speakers", ())
+        offer = f" Its preset voices: {', '.join(names)}." if served == "CustomVoice" else ""
+        raise ApiError(400, f"task_type '{asked}'{why} does not match the served checkpoint, "
+                       f"a {served} model.{offer}", "task_type", "invalid_value")  # fmt: skip
+    if served == "Base":
+        return None
+    if body.ref_audio is not None or body.ref_text is not None:
+        raise ApiError(400, f"ref_audio / ref_text clone a voice (task_type Base); a {served} "
+                       "model makes its own.", "ref_audio", "invalid_value")  # fmt: skip
+    speaker = body.voice if served == "CustomVoice" else None
+    return ModelVoice(speaker=speaker, instruct=body.instructions or None)
 
 
 def decode_ref_audio(value: str, max_bytes: int, limits: Limits, with_text: bool) -> np.ndarray:
@@ -153,11 +186,12 @@ def build_requests(
     clip: np.ndarray | None,
     transcript: str | None,
     max_chars: int,
+    model_voice: ModelVoice | None = None,
 ) -> list[SynthesisRequest]:
     """One engine request per piece of the (cleaned) input, each with `params`; the clip was
-    read once, into memory (None: the model's own voice)."""
+    read once, into memory (None: the model's own voice, or `model_voice`)."""
     return [
-        SynthesisRequest(piece, reference(clip), transcript, params)
+        SynthesisRequest(piece, reference(clip), transcript, params, model_voice)
         for piece in split_text(text, max_chars)
     ]
 

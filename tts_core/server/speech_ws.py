@@ -56,7 +56,7 @@ from ..engine.streams import FedStream, StreamEvent
 from .audio_formats import make_encoder
 from .errors import ApiError
 from .route_utils import busy_error, request_values
-from .speech_body import parse_speech_body, reference, speech_reference
+from .speech_body import parse_speech_body, reference, speech_reference, speech_task
 from .state import ServerState
 from .voices import Viewer
 
@@ -288,8 +288,13 @@ class SpeechSession:
         params = SynthesisParams(body.language, **request_values(payload, self.state.slot))
         limits = self.state.engine.config.limits
         assert self.viewer is not None
-        clip, transcript, _names = await speech_reference(self.state, body, self.viewer, limits)
-        return body.response_format, SynthesisRequest("", reference(clip), transcript, params)
+        model_voice = speech_task(body, self.state.engine.backend)  # as POST: a preset, ...
+        clip, transcript = None, None
+        if model_voice is None:
+            clip, transcript, _names = await speech_reference(self.state, body, self.viewer,
+                                                              limits)  # fmt: skip
+        request = SynthesisRequest("", reference(clip), transcript, params, model_voice)
+        return body.response_format, request
 
     async def _text(self, text: object) -> None:
         if not isinstance(text, str):

@@ -110,16 +110,32 @@ def check_model_weights(config, state: Mapping[str, torch.Tensor] | TensorSource
     with torch.device("meta"):
         talker = Talker(config.talker)
     check_strict(talker, source, _TALKER_WHERE)
-    _checked_speaker_encoder(config, state)
+    if config.tts_model_type == "base":
+        _checked_speaker_encoder(config, state)
+    else:
+        _no_speaker_encoder(config, state)
 
 
 def _talker_weights(state: Mapping[str, torch.Tensor] | TensorSource) -> TensorSource:
+    """The `talker.` part; any other key is an error except, in a Base checkpoint, the
+    speaker encoder's (the official builds it for `tts_model_type` "base" only)."""
     source = as_source(state)
     allowed = ("talker.", "speaker_encoder.")
     stray = sorted(key for key in source.shapes if not key.startswith(allowed))
     if stray:
         raise CheckpointError(f"model.safetensors: unexpected keys {_preview(stray)}")
     return under(source, "talker.")
+
+
+def _no_speaker_encoder(config, state: Mapping[str, torch.Tensor] | TensorSource) -> None:
+    """A CustomVoice / VoiceDesign checkpoint holds no speaker encoder (strict keys)."""
+    stray = sorted(under(state, "speaker_encoder.").shapes)
+    if stray:
+        raise CheckpointError(
+            f"model.safetensors: unexpected speaker_encoder.* keys in a "
+            f"{config.tts_model_type!r} checkpoint (only 'base' has a speaker encoder): "
+            f"{_preview(['speaker_encoder.' + k for k in stray])}"
+        )
 
 
 def load_talker(
@@ -178,7 +194,11 @@ def load_speaker_encoder(
     config, state: Mapping[str, torch.Tensor] | TensorSource, device, dtype: torch.dtype
 ):
     """Speaker encoder from the `speaker_encoder.` part of model.safetensors (as
-    `SpeakerEncoder.from_state_dict`, but built storage-free and streamed)."""
+    `SpeakerEncoder.from_state_dict`, but built storage-free and streamed); None for a
+    CustomVoice / VoiceDesign checkpoint, which has none."""
+    if config.tts_model_type != "base":
+        _no_speaker_encoder(config, state)
+        return None
     encoder, source = _checked_speaker_encoder(config, state)
     _materialize(encoder, device, dtype)
     _fill(encoder, source)

@@ -18,6 +18,10 @@ TALKER_MODEL_TYPE = "qwen3_tts_talker"
 CODE_PREDICTOR_MODEL_TYPE = "qwen3_tts_talker_code_predictor"
 SUPPORTED_TOKENIZER_TYPES = ("qwen3_tts_tokenizer_12hz",)
 SUPPORTED_ROPE_TYPES = ("default",)
+# tts_model_type -> the official wrapper's method for it, and its default non_streaming_mode
+# (qwen_tts/inference/qwen3_tts_model.py: generate_voice_clone False, the other two True).
+MODEL_TYPES = ("base", "custom_voice", "voice_design")
+DEFAULT_NON_STREAMING_MODE = {"base": False, "custom_voice": True, "voice_design": True}
 
 
 class ConfigError(ValueError):
@@ -98,6 +102,10 @@ class TalkerConfig:
     codec_think_eos_id: int
     codec_language_id: dict[str, int]
     code_predictor: CodePredictorConfig
+    # CustomVoice: preset name -> its row of the codec input embedding, and -> the
+    # codec_language_id key of its dialect (False: none); both {} in Base / VoiceDesign.
+    spk_id: dict[str, int] = field(default_factory=dict)
+    spk_is_dialect: dict[str, str | bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,23 @@ class Qwen3TTSConfig:
 
     @property
     def languages(self) -> tuple[str, ...]:
-        return ("auto", *self.talker.codec_language_id)
+        """The language names a request may give (the dialect ids are picked by a speaker's
+        spk_is_dialect, never named: the official get_supported_languages drops them)."""
+        return ("auto", *(k for k in self.talker.codec_language_id if "dialect" not in k))
+
+    @property
+    def speakers(self) -> tuple[str, ...]:
+        return tuple(self.talker.spk_id)
+
+    @property
+    def instruct_supported(self) -> bool:
+        """False where the official silently drops `instruct`: generate_custom_voice tests
+        `tts_model_size in "0b6"` (a substring test, kept as it is) and sets instruct None."""
+        return not (self.tts_model_type == "custom_voice" and self.tts_model_size in "0b6")
+
+    @property
+    def default_non_streaming_mode(self) -> bool:
+        return DEFAULT_NON_STREAMING_MODE[self.tts_model_type]
 
 
 @dataclass(frozen=True)
@@ -180,6 +204,7 @@ def _talker_config(section: Fields) -> TalkerConfig:
             raise ConfigError(f"{where}: '{name}'={value!r} is outside the codec vocab {vocab}")
     languages = {str(k).lower(): int(v) for k, v in section.get("codec_language_id", {}).items()}
     predictor = _code_predictor_config(section.section("code_predictor_config"), groups)
+    speakers, dialects = _speaker_tables(section, vocab, languages)
     return TalkerConfig(
         stack=DecoderStackConfig.from_dict(section.raw, section.where),
         vocab_size=vocab,
@@ -188,8 +213,33 @@ def _talker_config(section: Fields) -> TalkerConfig:
         num_code_groups=groups,
         codec_language_id=languages,
         code_predictor=predictor,
+        spk_id=speakers,
+        spk_is_dialect=dialects,
         **ids,
     )
+
+
+def _speaker_tables(
+    section: Fields, vocab: int, languages: dict[str, int]
+) -> tuple[dict[str, int], dict[str, str | bool]]:
+    """talker_config.spk_id / spk_is_dialect, checked: every id a codec row, every dialect a
+    codec_language_id key. A speaker missing from spk_is_dialect has no dialect."""
+    where = section.where
+    speakers = {}
+    for name, value in (section.get("spk_id", None) or {}).items():
+        row = value[0] if isinstance(value, list) and len(value) == 1 else value
+        if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < vocab:
+            raise ConfigError(f"{where}: spk_id[{name!r}]={value!r} is not a codec id < {vocab}")
+        speakers[str(name)] = row
+    dialects: dict[str, str | bool] = {}
+    for name, value in (section.get("spk_is_dialect", None) or {}).items():
+        if value is not False and value not in languages:
+            raise ConfigError(
+                f"{where}: spk_is_dialect[{name!r}]={value!r} is neither false nor a "
+                f"codec_language_id key"
+            )
+        dialects[str(name)] = value
+    return speakers, dialects
 
 
 def parse_config(data: dict[str, Any]) -> Qwen3TTSConfig:
@@ -206,12 +256,14 @@ def parse_config(data: dict[str, Any]) -> Qwen3TTSConfig:
             f"(supported: {', '.join(SUPPORTED_TOKENIZER_TYPES)})"
         )
     model_kind = top.get("tts_model_type", None)
-    if model_kind != "base":
-        raise ConfigError(f"{where}: tts_model_type {model_kind!r} is not supported (only 'base')")
+    if model_kind not in MODEL_TYPES:
+        raise ConfigError(
+            f"{where}: tts_model_type {model_kind!r} is not supported (one of {MODEL_TYPES})"
+        )
     talker = _talker_config(top.section("talker_config"))
     speaker = dict(top.get("speaker_encoder_config", None) or {})
     enc_dim = speaker.get("enc_dim", talker.stack.hidden_size)
-    if enc_dim != talker.stack.hidden_size:
+    if model_kind == "base" and enc_dim != talker.stack.hidden_size:
         raise ConfigError(
             f"{where}: speaker_encoder_config.enc_dim {enc_dim} != talker hidden size "
             f"{talker.stack.hidden_size}"

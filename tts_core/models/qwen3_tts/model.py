@@ -1,9 +1,15 @@
-"""Qwen3TTSModel: voice cloning (ICL or x-vector) with streaming output.
+"""Qwen3TTSModel: voice cloning (ICL or x-vector), preset and designed voices, streamed.
 
 model = load_model("Qwen/Qwen3-TTS-12Hz-0.6B-Base")
 voice = model.create_voice(audio, sample_rate, ref_text="...")   # ref_text=None: x-vector
 for chunk in model.stream("Hello", voice): play(chunk.audio)
 result = model.generate("Hello", voice, greedy=True)
+
+The other checkpoint types of the family take their voices from the model instead of a clip:
+CustomVoice `model.preset_voice(name, instruct=None)` (names: `model.speakers`), VoiceDesign
+`model.design_voice(instruct)`. A voice works on the type it was made for only.
+`non_streaming_mode` (generate / stream / plan) picks the official text layout; None = the
+official default of the checkpoint's type (Base False, the other two True).
 
 `stream` runs the serving engine (serving/engine.py) with one row, stepped on the caller's
 thread: the same step, and the same numbers, as the served Scheduler.
@@ -36,7 +42,14 @@ from .checkpoint import (
 )
 from .config import GenerationDefaults, Qwen3TTSConfig, load_config, load_generation_defaults
 from .decode_settings import DecodeSettings, length_cap_frames, resolve_settings
-from .prompt import Prompt, SpecialTextVectors, build_prompt, ref_text_ids, target_text_ids
+from .prompt import (
+    Prompt,
+    SpecialTextVectors,
+    build_prompt,
+    instruct_text_ids,
+    ref_text_ids,
+    target_text_ids,
+)
 from .text_tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
@@ -51,15 +64,22 @@ SAMPLE_RATE = 24000
 
 @dataclass
 class Voice:
-    speaker_embedding: torch.Tensor  # (H,)
+    speaker_embedding: torch.Tensor | None  # (H,) x-vector; None: a preset / designed voice
     ref_codes: torch.Tensor | None = None  # (R, G) int64; None = x-vector only
     ref_text: str | None = None
     # ICL: the codec decoder state after the reference frames, computed once per voice and
     # cloned by every stream, so a request does not decode the reference again.
     warm_decoder: tuple[int, DecoderState] | None = field(default=None, repr=False, compare=False)
+    speaker: str | None = None  # CustomVoice: the preset's name (a talker_config.spk_id key)
+    instruct: str | None = None  # CustomVoice / VoiceDesign: the instruction (None: none)
+    model_type: str = "base"  # the tts_model_type this voice is made for
 
     @property
     def mode(self) -> str:
+        if self.model_type == "custom_voice":
+            return "preset"
+        if self.model_type == "voice_design":
+            return "design"
         return "icl" if self.ref_codes is not None else "xvector"
 
 
@@ -115,6 +135,21 @@ class Qwen3TTSModel:
     @property
     def languages(self) -> tuple[str, ...]:
         return self.config.languages
+
+    @property
+    def model_type(self) -> str:
+        """The checkpoint's tts_model_type: "base", "custom_voice" or "voice_design"."""
+        return self.config.tts_model_type
+
+    @property
+    def speakers(self) -> tuple[str, ...]:
+        """A CustomVoice checkpoint's preset names (its talker_config.spk_id); () otherwise."""
+        return self.config.speakers if self.model_type == "custom_voice" else ()
+
+    @property
+    def instruct_supported(self) -> bool:
+        """False on a CustomVoice checkpoint whose instructions the official ignores (0.6B)."""
+        return self.config.instruct_supported
 
     @property
     def weight_format(self) -> str:
@@ -176,7 +211,8 @@ class Qwen3TTSModel:
         talker = build_talker(config, device, dtype, seed=seed)
         encoder = codec = None
         if with_codec and (folder / "speech_tokenizer" / "config.json").is_file():
-            encoder = random_speaker_encoder(config, device, dtype, seed=seed)
+            if config.tts_model_type == "base":
+                encoder = random_speaker_encoder(config, device, dtype, seed=seed)
             codec = random_speech_tokenizer(folder / "speech_tokenizer", device, dtype, seed=seed)
         defaults = load_generation_defaults(folder)
         tokenizer = TextTokenizer.from_folder(folder)
@@ -191,7 +227,12 @@ class Qwen3TTSModel:
 
     # ------------------------------------------------------------------ voices
     def silent_voice(self) -> Voice:
-        """An x-vector voice of zeros: a request needing no reference (int8 calibration)."""
+        """A voice needing no reference (int8 calibration): an x-vector of zeros (Base), the
+        first preset (CustomVoice), no description (VoiceDesign)."""
+        if self.model_type == "custom_voice":
+            return self.preset_voice(self.speakers[0])
+        if self.model_type == "voice_design":
+            return self.design_voice(None)
         hidden = self.config.talker.stack.hidden_size
         return Voice(speaker_embedding=torch.zeros(hidden, device=self.device, dtype=self.dtype))
 
@@ -200,6 +241,11 @@ class Qwen3TTSModel:
         self, audio: np.ndarray, sample_rate: int, ref_text: str | None = None
     ) -> Voice:
         """ICL voice when ref_text is given (reference codes + transcript), else x-vector only."""
+        if self.model_type != "base":
+            raise ValueError(
+                f"create_voice clones a reference clip, which a Base checkpoint does; this "
+                f"checkpoint is {self.model_type!r}: use {_VOICE_MAKER[self.model_type]}"
+            )
         wav = _mono_float32(audio)
         if sample_rate <= 0:
             raise ValueError(f"sample_rate must be positive, got {sample_rate}")
@@ -219,6 +265,38 @@ class Qwen3TTSModel:
         voice = Voice(speaker_embedding=embedding, ref_codes=codes.long().cpu(), ref_text=ref_text)
         self._warm_decoder(codec, voice)  # now, not in the first request
         return voice
+
+    def preset_voice(self, name: str, instruct: str | None = None) -> Voice:
+        """A CustomVoice checkpoint's preset speaker `name` (case-insensitive, as the
+        official), optionally with an instruction (how to speak: emotion, style, pace).
+
+        Where the official silently drops `instruct` (the 0.6B CustomVoice: config
+        `tts_model_size` "0b6"), a non-empty instruct is a ValueError instead, so a caller
+        never believes an instruction was followed when it was not."""
+        self._check_type("custom_voice", "preset_voice")
+        if not isinstance(name, str) or name.lower() not in self.config.talker.spk_id:
+            raise ValueError(f"unknown speaker {name!r}; this checkpoint has: {self.speakers}")
+        instruct = _instruction(instruct)
+        if instruct is not None and not self.instruct_supported:
+            raise ValueError(
+                f"this CustomVoice checkpoint (tts_model_size {self.config.tts_model_size!r}) "
+                "does not follow instructions: the official generate_custom_voice drops "
+                "`instruct` on it. Leave instruct empty, or use the 1.7B CustomVoice."
+            )
+        return Voice(None, speaker=name.lower(), instruct=instruct, model_type="custom_voice")
+
+    def design_voice(self, instruct: str | None) -> Voice:
+        """A VoiceDesign checkpoint's voice from a natural-language description (empty or
+        None: no description, as the official allows)."""
+        self._check_type("voice_design", "design_voice")
+        return Voice(None, instruct=_instruction(instruct), model_type="voice_design")
+
+    def _check_type(self, wanted: str, method: str) -> None:
+        if self.model_type != wanted:
+            raise ValueError(
+                f"{method} needs a {wanted!r} checkpoint; this one is {self.model_type!r}"
+                f" (use {_VOICE_MAKER[self.model_type]})"
+            )
 
     # -------------------------------------------------------------- generation
     def generate(
@@ -247,6 +325,7 @@ class Qwen3TTSModel:
         repetition_window: int | None = None,
         length_cap: bool = True,
         should_stop: Callable[[], bool] | None = None,
+        non_streaming_mode: bool | None = None,
         **sampling: Any,
     ) -> Iterator[AudioChunk]:
         """Generator of AudioChunks; validates everything before the first `next()`.
@@ -264,7 +343,9 @@ class Qwen3TTSModel:
         `length_cap_frames(text tokens)` frames (reason "length_cap"). should_stop: asked
         before every frame; when it answers True the stream ends there without a final chunk
         (a Stop frees the model within one frame, not one chunk). Closing the generator frees
-        the request's caches at once.
+        the request's caches at once. non_streaming_mode: the official text layout (True: the
+        whole text in the prompt; False: one text token per frame); None: the official
+        default of the checkpoint's type (Base False, CustomVoice / VoiceDesign True).
         """
         from .serving.engine import InlineOutbox, run_alone  # serving builds on this module
         from .serving.sequence import Sequence
@@ -280,6 +361,7 @@ class Qwen3TTSModel:
             stop_ids=stop_ids,
             repetition_window=repetition_window,
             length_cap=length_cap,
+            non_streaming_mode=non_streaming_mode,
             **sampling,
         )
         self._codec()  # no codec: fail now, not at the first chunk
@@ -307,12 +389,13 @@ class Qwen3TTSModel:
         stop_ids: tuple[int, ...] = (),
         repetition_window: int | None = None,
         length_cap: bool = True,
+        non_streaming_mode: bool | None = None,
         **sampling: Any,
     ) -> tuple[Prompt, DecodeSettings]:
         """Validate a request and build its prompt and decode settings (what `stream` and the
         batch scheduler both start from); raises ValueError / TypeError on bad input."""
         with torch.inference_mode():
-            prompt = self._prompt(text, voice, language)
+            prompt = self._prompt(text, voice, language, non_streaming_mode)
         settings = resolve_settings(
             self.generation_defaults,
             sampling,
@@ -326,7 +409,9 @@ class Qwen3TTSModel:
 
     def fed_prefill_tokens(self, voice: Voice) -> int:
         """Target-text tokens the prompt's prefill holds (text fed in pieces, issue #27): one in
-        x-vector mode; T2 - len(ref_text ids) in ICL mode (T2 = reference frames + 1)."""
+        x-vector mode (and for preset / designed voices, always fed with non_streaming_mode
+        False); T2 - len(ref_text ids) in ICL mode (T2 = reference frames + 1)."""
+        self._check_voice(voice)
         ref_ids = self._ref_ids(voice)
         return 1 if ref_ids is None else voice.ref_codes.shape[0] + 1 - len(ref_ids)
 
@@ -342,26 +427,20 @@ class Qwen3TTSModel:
         stop_ids: tuple[int, ...] = (),
         repetition_window: int | None = None,
         length_cap: bool = True,
+        non_streaming_mode: bool = False,
         **sampling: Any,
     ) -> tuple[Prompt, DecodeSettings, bool]:
         """`plan` for text fed in pieces (serving/fed.py): the prompt from the role ids and the
         `fed_prefill_tokens` first target ids, its trailing vectors those that follow them
         (tts_eos comes with done); settings without the length cap (applied at done, from the
-        whole text), which is returned as asked."""
+        whole text), which is returned as asked. Fed text is always in the streaming-text
+        layout: non_streaming_mode=True (the whole text first) is a ValueError."""
+        if non_streaming_mode:
+            raise ValueError("text fed in pieces needs non_streaming_mode=False")
         language = _checked_language(language)
-        ref_ids = self._ref_ids(voice)
         tail = self.text_tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n")
         with torch.inference_mode():
-            prompt = build_prompt(
-                self.talker,
-                self.config,
-                self.special,
-                [*role_ids, *target_ids, *tail],
-                language,
-                voice.speaker_embedding,
-                ref_ids=ref_ids,
-                ref_codes=voice.ref_codes,
-            )
+            prompt = self._build(voice, [*role_ids, *target_ids, *tail], language, False)
         prompt.trailing = prompt.trailing[:-1]  # tts_eos: at done
         settings = resolve_settings(
             self.generation_defaults,
@@ -422,24 +501,69 @@ class Qwen3TTSModel:
         )
 
     # ----------------------------------------------------------------- helpers
-    def _prompt(self, text: str, voice: Voice, language: str | None) -> Prompt:
+    def _prompt(
+        self, text: str, voice: Voice, language: str | None, non_streaming_mode: bool | None = None
+    ) -> Prompt:
         if not isinstance(text, str) or not text.strip():
             raise ValueError("text is empty")
         language = _checked_language(language)
+        if non_streaming_mode is None:
+            non_streaming_mode = self.config.default_non_streaming_mode
+        elif not isinstance(non_streaming_mode, bool):
+            raise ValueError(
+                f"non_streaming_mode must be True or False, got {non_streaming_mode!r}"
+            )
         ids = target_text_ids(self.text_tokenizer, text)
+        return self._build(voice, ids, language, non_streaming_mode)
+
+    def _build(self, voice: Voice, ids: list[int], language: str, non_streaming: bool) -> Prompt:
+        """The prompt of `voice` for the full template ids (role + text + tail)."""
+        self._check_voice(voice)
         ref_ids = self._ref_ids(voice)
         if ref_ids is not None and (voice.ref_codes.ndim != 2 or voice.ref_codes.shape[0] < 1):
             raise ValueError("reference codes must be (R >= 1, groups)")
+        speaker_embedding = voice.speaker_embedding
+        if voice.model_type == "custom_voice":  # the preset's row of the codec embedding
+            row = self.config.talker.spk_id[voice.speaker]
+            speaker_embedding = self.talker.codec_embed(torch.tensor([[row]], device=self.device))
+        instruct = _instruction(voice.instruct)
         return build_prompt(
             self.talker,
             self.config,
             self.special,
             ids,
             language,
-            voice.speaker_embedding,
+            speaker_embedding,
             ref_ids=ref_ids,
             ref_codes=voice.ref_codes,
+            speaker=voice.speaker,
+            instruct_ids=None
+            if instruct is None
+            else instruct_text_ids(self.text_tokenizer, instruct),
+            non_streaming_mode=non_streaming,
         )
+
+    def _check_voice(self, voice: Voice) -> None:
+        """A voice made for another checkpoint type is an error naming both."""
+        if not isinstance(voice, Voice):
+            raise TypeError(f"voice must be a Voice, got {type(voice).__name__}")
+        kind = getattr(voice, "model_type", "base")
+        if kind != self.model_type:
+            raise ValueError(
+                f"a {_VOICE_NAME[kind]} cannot be used with this {self.model_type!r} checkpoint;"
+                f" use {_VOICE_MAKER[self.model_type]}"
+            )
+        if kind == "custom_voice" and voice.speaker not in self.config.talker.spk_id:
+            raise ValueError(
+                f"unknown speaker {voice.speaker!r}; this checkpoint has: {self.speakers}"
+            )
+        if _instruction(voice.instruct) is not None and not self.instruct_supported:
+            raise ValueError(
+                "this CustomVoice checkpoint does not follow instructions "
+                "(the official drops them): leave instruct empty"
+            )
+        if kind == "base" and voice.speaker_embedding is None:
+            raise ValueError("a Base voice needs its speaker embedding (model.create_voice)")
 
     def _ref_ids(self, voice: Voice) -> list[int] | None:
         """The reference transcript's ids of an ICL voice (None: x-vector voice)."""
@@ -461,6 +585,28 @@ class Qwen3TTSModel:
 
 def _never() -> bool:
     return False
+
+
+# How each checkpoint type makes its voices (error messages name them).
+_VOICE_MAKER = {
+    "base": "model.create_voice(audio, sample_rate, ref_text)",
+    "custom_voice": "model.preset_voice(name, instruct=None) with a name from model.speakers",
+    "voice_design": "model.design_voice(instruct)",
+}
+_VOICE_NAME = {
+    "base": "cloned (Base) voice",
+    "custom_voice": "CustomVoice preset voice",
+    "voice_design": "VoiceDesign voice",
+}
+
+
+def _instruction(instruct: object) -> str | None:
+    """None or a non-empty string: "" and None both mean no instruction (as the official)."""
+    if instruct is None or instruct == "":
+        return None
+    if not isinstance(instruct, str):
+        raise ValueError(f"instruct must be a string, got {type(instruct).__name__}")
+    return instruct
 
 
 def _since(clock: float) -> float:

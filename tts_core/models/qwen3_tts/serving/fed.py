@@ -102,7 +102,11 @@ class FedRequest:
         self._cadence = (first_chunk_frames, chunk_frames)
         Cadence(first_chunk_frames, chunk_frames)  # ValueError now
         self._should_stop = should_stop
-        self._kwargs = kwargs
+        # text that arrives after the first frame has the streaming-text layout only (also
+        # for the whole-text fallback in `done`, whatever the checkpoint type's default)
+        if kwargs.get("non_streaming_mode"):
+            raise ValueError("text fed in pieces needs non_streaming_mode=False")
+        self._kwargs = {**kwargs, "non_streaming_mode": False}
         self._feed = TextFeed(model.text_tokenizer)
         self._need = scheduler.call(model.fed_prefill_tokens, voice)
         self._seq: FedSequence | None = None
