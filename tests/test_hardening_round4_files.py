@@ -1,0 +1,259 @@
+"""Round four of hardening (issue 37), the findings about files, subprocesses and inputs: no file
+of the server's disk comes back through a "clip" (H1, M1), uploads are bounded per file and per
+request (M6), a signal to the process group drains encoded streams (M7), the event guard reads
+fn_index as Gradio does (L2), a full temp disk is a 507 (L3), an anti-phase stereo clip is not
+"silent" (L4), echoed values are cut (L5), a named voice is admitted before its clip is read
+(L6).
+
+Each test failed on the code before its fix; the docstrings say how it failed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import soundfile as sf
+from conftest import start_app, stop_app
+
+from tts_core.audio import AudioDecodeError, decode_reference
+from tts_core.audio import decode as decode_module
+from tts_core.audio.ffmpeg import ffmpeg_executable
+from tts_core.engine import InputError, Limits
+from tts_core.engine.validation import prepare_reference
+from tts_core.server.disk_guard import CachePolicy
+
+FAIL_AFTER_S = 60  # only a hung server takes this long
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+CLIP = ASSETS / "reference_female_en.wav"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """app.py (espeak) on its own: (url, log path, Gradio's cache folder)."""
+    folder = tmp_path_factory.mktemp("round4")
+    url, process, log_path = start_app(folder, "--model", "espeak")
+    yield url, log_path, folder / "gradio"
+    stop_app(process)
+
+
+# ---------------------------------------------------------------- secret media on the disk
+
+
+@pytest.fixture(scope="module")
+def secret(tmp_path_factory) -> dict[str, Path]:
+    """Media files of the server's disk no request should read: a 2 s tone as .ts and .m4a,
+    and manifests pointing at them (as the issue's probes did)."""
+    folder = tmp_path_factory.mktemp("secret")
+    t = np.arange(48_000) / 24_000
+    sf.write(folder / "src.wav", (0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32), 24_000)
+    for name in ("secret.ts", "secret.m4a"):
+        subprocess.run([ffmpeg_executable(), "-v", "error", "-y", "-i", str(folder / "src.wav"),
+                        "-c:a", "aac", str(folder / name)], check=True)  # fmt: skip
+    m4a, ts = folder / "secret.m4a", folder / "secret.ts"
+    manifests = {
+        "hls.m3u8": "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:3\n#EXTINF:2.0,\n"
+        f"file://{ts}\n#EXT-X-ENDLIST\n",
+        "dash.mpd": '<?xml version="1.0"?>\n<MPD xmlns="urn:mpeg:dash:schema:mpd:2011" '
+        'type="static" mediaPresentationDuration="PT2S" minBufferTime="PT1S" '
+        'profiles="urn:mpeg:dash:profile:isoff-on-demand:2011"><Period><AdaptationSet '
+        'mimeType="audio/mp4"><Representation id="a" bandwidth="64000" codecs="mp4a.40.2" '
+        f'audioSamplingRate="24000"><BaseURL>file://{m4a}</BaseURL></Representation>'
+        "</AdaptationSet></Period></MPD>\n",
+        "list.ffconcat": f"ffconcat version 1.0\nfile {m4a.name}\n",
+    }
+    paths = {"ts": ts, "m4a": m4a}
+    for name, text in manifests.items():
+        (folder / name).write_text(text)
+        paths[name] = folder / name
+    return paths
+
+
+MANIFESTS = ("hls.m3u8", "dash.mpd", "list.ffconcat")
+
+
+@pytest.mark.parametrize("name", MANIFESTS)
+def test_a_manifest_is_refused_as_a_clip_by_path_and_by_bytes(secret, name):
+    """M1. Before: the path decoded all three (2.0 s of the secret tone), the bytes the DASH one
+    (its BaseURL is absolute)."""
+    path = secret[name]
+    for source in (str(path), path.read_bytes()):
+        with pytest.raises(AudioDecodeError, match="text file"):
+            decode_reference(source)
+
+
+@pytest.mark.parametrize("name", MANIFESTS)
+def test_ffmpeg_itself_opens_no_manifest(secret, name):
+    """M1, the second layer: with the text check out of the way, ffmpeg's demuxer and protocol
+    lists still refuse (before: it returned the secret tone's samples)."""
+    with pytest.raises(AudioDecodeError):
+        decode_module._run_ffmpeg(secret[name], 10.0, 10 * 24_000 * 4)
+
+
+def test_clips_of_ffmpeg_s_containers_still_decode(secret, tmp_path):
+    """The restriction keeps what a clip is: m4a, mpegts, webm, wma, aac, ac3 and more (the
+    whole matrix of 51 formats the issue tried was run by hand; here one per demuxer kind)."""
+    src = secret["ts"].parent / "src.wav"
+    for name, codec in (("a.webm", "libopus"), ("a.wma", "wmav2"), ("a.aac", "aac"),
+                        ("a.ac3", "ac3"), ("a.mka", "flac"), ("a.avi", "pcm_s16le")):  # fmt: skip
+        path = tmp_path / name
+        subprocess.run([ffmpeg_executable(), "-v", "error", "-y", "-i", str(src), "-ar", "48000",
+                        "-c:a", codec, str(path)], check=True)  # fmt: skip
+        assert decode_reference(str(path)).seconds == pytest.approx(2.0, abs=0.1), name
+    for path in (secret["ts"], secret["m4a"]):
+        assert decode_reference(path.read_bytes()).seconds == pytest.approx(2.0, abs=0.1)
+
+
+def test_a_manifest_cannot_become_a_voice(served, secret):
+    """M1 on our route: before, POST /v1/audio/voices with the DASH manifest was a 201."""
+    url, _, _ = served
+    for name in MANIFESTS:
+        with secret[name].open("rb") as f:
+            answer = httpx.post(
+                f"{url}/v1/audio/voices",
+                data={"name": f"m-{name[:4]}"},
+                files={"file": (name, f, "audio/wav")},
+                timeout=FAIL_AFTER_S,
+            )
+        assert answer.status_code == 400, (name, answer.status_code, answer.text[:300])
+        assert "text file" in answer.json()["error"]["message"]
+
+
+def test_process_recording_and_other_unused_gradio_routes_are_not_served(served, secret):
+    """H1. Before: process_recording answered 200 with an MP4 of the manifest's local file and
+    left a *_processed.mp4 in the cache."""
+    url, _, cache = served
+    with secret["dash.mpd"].open("rb") as f:
+        answer = httpx.post(f"{url}/gradio_api/process_recording",
+                            files={"video": ("v.mpd", f, "video/mp4")},
+                            timeout=FAIL_AFTER_S)  # fmt: skip
+    assert answer.status_code == 404, answer.status_code
+    assert not list(cache.rglob("*_processed.mp4"))
+    for method, path in (("POST", "/gradio_api/vibe-edit"), ("GET", "/gradio_api/vibe-code"),
+                         ("POST", "/gradio_api/component_server"),
+                         ("GET", "/gradio_api/runs"),
+                         ("GET", "/gradio_api/proxy=http://127.0.0.1/"),
+                         ("GET", "/gradio_api/openapi.json"), ("GET", "/monitoring"),
+                         ("POST", "/login"), ("GET", "/gradio_api/a-route-of-a-later-gradio")):  # fmt: skip
+        refused = httpx.request(method, f"{url}{path}", timeout=FAIL_AFTER_S)
+        assert refused.status_code == 404, (method, path, refused.status_code)
+
+
+def test_the_routes_the_page_and_gradio_client_use_still_answer(served):
+    """The allow-list's other side (the browser tests and test_hardening_inputs drive the page
+    and gradio_client themselves)."""
+    url, _, _ = served
+    for path in ("/", "/config", "/gradio_api/info", "/theme.css", "/gradio_api/theme.css",
+                 "/gradio_api/app_id", "/gradio_api/queue/status", "/v1/models"):  # fmt: skip
+        answer = httpx.get(f"{url}{path}", timeout=FAIL_AFTER_S)
+        assert answer.status_code == 200, (path, answer.status_code)
+    uploaded = httpx.post(
+        f"{url}/gradio_api/upload",
+        timeout=FAIL_AFTER_S,
+        files=[("files", ("c.wav", CLIP.read_bytes(), "audio/wav"))],
+    )
+    assert uploaded.status_code == 200
+    served_back = httpx.get(f"{url}/gradio_api/file={uploaded.json()[0]}", timeout=FAIL_AFTER_S)
+    assert served_back.content == CLIP.read_bytes()
+
+
+# ---------------------------------------------------------------- uploads per file
+
+
+def _parts(count: int) -> list[tuple[str, tuple[str, bytes, str]]]:
+    return [("files", (f"c{i}.wav", b"RIFF" + bytes(64), "audio/wav")) for i in range(count)]
+
+
+def test_one_request_cannot_store_a_hundred_files(tmp_path_factory):
+    """M6. Before: 200 and 100 files stored, counted as one upload of the 20 allowed."""
+    folder = tmp_path_factory.mktemp("uploads")
+    url, process, _ = start_app(folder, "--model", "espeak")
+    try:
+        answer = httpx.post(f"{url}/gradio_api/upload", files=_parts(100), timeout=FAIL_AFTER_S)
+        assert answer.status_code == 413, answer.status_code
+        assert "at most 4 in one upload" in answer.json()["detail"]
+        assert len(list((folder / "gradio").rglob("c*.wav"))) == 0
+        # each file counts: 4 + 4 + 4 + 4 + 4 = the 20 allowed, then 429
+        limit = CachePolicy().uploads_per_window
+        answers = [httpx.post(f"{url}/gradio_api/upload", files=_parts(4), timeout=FAIL_AFTER_S)
+                   for _ in range(limit // 4 - 1)]  # fmt: skip
+        assert [a.status_code for a in answers] == [200] * len(answers)
+        over = httpx.post(f"{url}/gradio_api/upload", files=_parts(4), timeout=FAIL_AFTER_S)
+        assert over.status_code == 429 and over.headers["retry-after"]
+    finally:
+        stop_app(process)
+
+
+def test_a_request_body_past_the_byte_limit_is_refused_up_front(served):
+    """M6, bytes per request: a declared Content-Length over the limit is a 413 before Gradio
+    reads anything (before: Gradio read and stored it, bounded per file only)."""
+    url, _, _ = served
+    too_big = CachePolicy().max_upload_bytes + 1
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=FAIL_AFTER_S) as sock:
+        sock.sendall(
+            b"POST /gradio_api/upload HTTP/1.1\r\nHost: %s:%s\r\n"
+            b"content-type: multipart/form-data; boundary=x\r\n"
+            b"content-length: %d\r\n\r\n" % (host.encode(), port.encode(), too_big)
+        )
+        assert sock.recv(64).startswith(b"HTTP/1.1 413")  # no body byte was sent
+
+
+# ---------------------------------------------------------------- signals to the group
+
+
+def test_sigterm_to_the_process_group_lets_an_mp3_stream_finish(tmp_path):
+    """M7. Before: the ffmpeg encoder shared the app's process group, died of the signal first,
+    and the mp3 response ended early (BrokenPipeError in FfmpegEncoder.feed)."""
+    url, process, log_path = start_app(tmp_path, "--model", "espeak", "--shutdown-timeout", "60",
+                                       start_new_session=True)  # fmt: skip
+    text = "This is a long sentence that keeps the voice busy for a while. " * 60
+    request = {"input": text, "voice": "alloy", "response_format": "mp3"}
+    try:
+        whole = httpx.post(f"{url}/v1/audio/speech", json=request, timeout=FAIL_AFTER_S).content
+        with httpx.stream("POST", f"{url}/v1/audio/speech", json=request,
+                          timeout=FAIL_AFTER_S) as response:  # fmt: skip
+            chunks = response.iter_bytes()
+            received = next(chunks)  # under way, its ffmpeg running
+            os.killpg(process.pid, signal.SIGTERM)  # systemd's stop, Ctrl-C's reach
+            received += b"".join(chunks)
+        assert process.wait(FAIL_AFTER_S) == 0, log_path.read_text()[-2000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "BrokenPipeError" not in log_path.read_text()
+    # the same text in the same voice: the same audio; mp3 frames of 1152 samples at 24 kHz,
+    # so the lengths agree within a frame or two of encoder start-up
+    seconds = [sf.info(io.BytesIO(data)).duration for data in (whole, received)]
+    assert seconds[0] > 10 and seconds[1] == pytest.approx(seconds[0], abs=0.1), seconds
+
+
+# ---------------------------------------------------------------- anti-phase stereo
+
+
+def test_an_anti_phase_stereo_clip_is_not_silent(write_clip, speech_like):
+    """L4. Before: L = -R mixed to exact zeros, and the clip was refused as silent."""
+    voice = speech_like(3.0, 24_000)
+    path = write_clip("anti.wav", np.stack([voice, -voice], axis=1))
+    audio, _ = prepare_reference(path, Limits())
+    assert np.max(np.abs(audio)) == pytest.approx(np.max(np.abs(voice)), abs=1e-3)  # 16-bit
+    arrayed, _ = prepare_reference((24_000, np.stack([voice, -voice], axis=1)), Limits())
+    assert np.max(np.abs(arrayed)) == pytest.approx(np.max(np.abs(voice)), abs=1e-6)
+    # a stereo clip with one silent channel still mixes to the mean, as before (-6 dB)
+    half, _ = prepare_reference((24_000, np.stack([voice, 0 * voice], axis=1)), Limits())
+    assert np.max(np.abs(half)) == pytest.approx(np.max(np.abs(voice)) / 2, abs=1e-6)
+    silent = np.zeros((48_000, 2), np.float32)
+    with pytest.raises(InputError, match="silent"):
+        prepare_reference((24_000, silent), Limits())
+
+
+def _json(answer: httpx.Response) -> dict:
+    return json.loads(answer.text)
