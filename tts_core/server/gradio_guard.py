@@ -27,6 +27,8 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from pydantic import TypeAdapter
+
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -35,7 +37,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 BY_INDEX = re.compile(r"/gradio_api/queue/join/?$")
 BY_NAME = re.compile(r"/gradio_api/(?:call/v2|call|run|api)/([^/]+)/?$")
-MAX_INSPECTED_BYTES = 1 << 20  # larger bodies pass on unread: Gradio bounds them itself
+MAX_INSPECTED_BYTES = 1 << 20  # an event's inputs (files go by reference); larger: 413
 
 # Gradio's API routes the page (its JS client) and gradio_client call: (methods, the path after
 # `/gradio_api/`). GET covers HEAD. Left out: process_recording, vibe-*, component_server (no
@@ -98,6 +100,10 @@ class EventGuard:
             await self.app(scope, receive, send)
             return
         body, complete = await _read_body(receive)
+        if len(body) > MAX_INSPECTED_BYTES:
+            limit = MAX_INSPECTED_BYTES // 1024
+            await _send_json(send, 413, {"detail": f"An event's body is at most {limit} KB."})
+            return
         index = _fn_index(body) if complete else None
         refusal = self._refusal(name, index)
         if refusal is not None:
@@ -149,12 +155,15 @@ async def _read_body(receive: Receive) -> tuple[bytes, bool]:
             return b"".join(chunks), False
 
 
+_INDEX = TypeAdapter(int | None)  # PredictBody.fn_index, read as Gradio's pydantic reads it
+
+
 def _fn_index(body: bytes) -> int | None:
+    """fn_index as Gradio will use it: pydantic's lax int takes "9999", 9999.0 and true too."""
     try:
-        index = json.loads(body).get("fn_index")
-    except (ValueError, AttributeError):
-        return None  # not a JSON object: Gradio's own validation answers
-    return index if isinstance(index, int) and not isinstance(index, bool) else None
+        return _INDEX.validate_python(json.loads(body).get("fn_index"))
+    except (ValueError, AttributeError):  # pydantic's ValidationError is a ValueError
+        return None  # not a JSON object, or no int: Gradio's own validation answers (422)
 
 
 def _replay(body: bytes, complete: bool, receive: Receive) -> Receive:
