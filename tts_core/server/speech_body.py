@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from ..audio import SAMPLE_RATE
 from ..audio.decode import AudioDecodeError, DataUrlTooLarge, decode_data_url
 from ..engine import InputError, Limits, SynthesisParams, SynthesisRequest
+from ..engine.errors import shown
 from ..engine.validation import prepare_reference, printable
 from .errors import ApiError
 from .route_utils import validation_to_api_error
@@ -71,7 +72,7 @@ class SpeechBody(BaseModel):
     @classmethod
     def _task_type(cls, value: str | None) -> str | None:
         if value is not None and value not in TASK_TYPES:
-            raise ValueError(f"'{value}' is not served here: this server clones voices "
+            raise ValueError(f"'{shown(value)}' is not served here: this server clones voices "
                              "(task_type 'Base', with ref_audio or a saved voice)")  # fmt: skip
         return value
 
