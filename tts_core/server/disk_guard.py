@@ -43,6 +43,7 @@ clips) are kept: the page hands out their paths for as long as it runs.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -74,6 +75,7 @@ UPLOAD_ROUTE = re.compile(r"/gradio_api/upload/?$")
 HASH_FOLDER = re.compile(r"[0-9a-f]{32,128}")  # Gradio's cache folders: sha256 hex digests
 UPLOAD_LEFTOVER = re.compile(r"tmp[a-z0-9_]+")  # NamedTemporaryFile names of unfinished uploads
 STOP_TIMEOUT_S = 5.0
+NO_SPACE = "The server's disk is full; please try the upload again later."
 
 
 @dataclass(frozen=True)
@@ -443,6 +445,10 @@ class UploadGuard:
             try:
                 await self.app(scope, budget.receive(receive),
                                budget.send(self._sweep_before_last_body(send)))  # fmt: skip
+            except OSError as exc:
+                if budget.response_started or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                budget.refusal = lambda send: send_json(send, 507, NO_SPACE)  # not a 500
             except Exception:
                 if budget.refusal is None:
                     raise  # Gradio's own failure; a cut body's ClientDisconnect is expected
