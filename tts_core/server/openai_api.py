@@ -79,12 +79,19 @@ def make_openai_router(state: ServerState) -> APIRouter:
         params = SynthesisParams(body.language, **request_values(payload, state.slot))
         engine = state.engine
         limits = engine.config.limits
-        clip, transcript, names = await speech_reference(state, body, state.api_viewer(request),
-                                                         limits)  # fmt: skip
-        requests = build_requests(body.input, params, clip, transcript, limits.max_chars)
         cancel = threading.Event()
+        with engine_errors():  # a place in line before the clip is read: full, a 503 at once
+            engine.admission.hold(cancel)
+        try:
+            clip, transcript, names = await speech_reference(
+                state, body, state.api_viewer(request), limits
+            )
+            requests = build_requests(body.input, params, clip, transcript, limits.max_chars)
+            with engine_errors(names):
+                streams = await asyncio.to_thread(open_streams, engine, requests, cancel)
+        finally:
+            engine.admission.drop_hold(cancel)  # its first request took it, unless it failed
         with engine_errors(names):
-            streams = await asyncio.to_thread(open_streams, engine, requests, cancel)
             # the first event before any byte: a request the model itself refuses (e.g. a
             # prompt longer than its cache) is then a 400, not a response cut off midway
             events = chain_events(streams, cancel)
