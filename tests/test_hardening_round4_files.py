@@ -10,8 +10,8 @@ Each test failed on the code before its fix; the docstrings say how it failed.
 
 from __future__ import annotations
 
+import errno
 import io
-import json
 import os
 import signal
 import socket
@@ -255,5 +255,109 @@ def test_an_anti_phase_stereo_clip_is_not_silent(write_clip, speech_like):
         prepare_reference((24_000, silent), Limits())
 
 
-def _json(answer: httpx.Response) -> dict:
-    return json.loads(answer.text)
+# ---------------------------------------------------------------- the event guard reads as Gradio
+
+
+def test_an_unknown_fn_index_in_gradio_s_coercible_forms_is_a_404(served):
+    """L2. Before: "9999" and 9999.0 passed the guard (not an int to it), Gradio coerced them
+    and its lookup raised KeyError: 500; a body over 1 MB passed unread: 500 too."""
+    url, _, _ = served
+    for index in ("9999", 9999.0):
+        answer = httpx.post(
+            f"{url}/gradio_api/queue/join",
+            timeout=FAIL_AFTER_S,
+            json={"fn_index": index, "data": [], "session_hash": "s1"},
+        )
+        assert answer.status_code == 404, (index, answer.status_code)
+    padded = {"fn_index": 9999, "data": ["x" * (1 << 20)], "session_hash": "s1"}
+    answer = httpx.post(f"{url}/gradio_api/queue/join", json=padded, timeout=FAIL_AFTER_S)
+    assert answer.status_code == 413, answer.status_code
+
+
+# ---------------------------------------------------------------- values echoed, cut
+
+
+def test_a_huge_language_is_not_echoed_whole(served):
+    """L5. Before: the 400 repeated all 100 000 characters."""
+    url, _, _ = served
+    body = {"input": "Hello.", "voice": "alloy", "language": "x" * 100_000}
+    answer = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=FAIL_AFTER_S)
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "language"
+    message = answer.json()["error"]["message"]
+    assert len(message) < 400 and "(100000 characters)" in message, message[:400]
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+def _no_space(*_args, **_kwargs):  # noqa: ANN202
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_during_an_upload_is_a_507(tmp_path):
+    """L3, uploads. Before: Gradio's OSError went up to the server: 500."""
+    from starlette.testclient import TestClient
+
+    from tts_core.server.disk_guard import DiskGuard, UploadGuard
+
+    async def full_disk_gradio(scope, receive, send):  # noqa: ANN001, ANN202
+        while (await receive()).get("more_body"):
+            pass
+        _no_space()
+
+    http = TestClient(UploadGuard(full_disk_gradio, DiskGuard(tmp_path)),
+                      raise_server_exceptions=False)  # fmt: skip
+    answer = http.post("/gradio_api/upload", files=_parts(1))
+    assert answer.status_code == 507, answer.status_code
+    assert "disk is full" in answer.json()["detail"]
+
+
+def test_a_full_temp_disk_while_decoding_a_voice_is_a_507(engine, tmp_path, secret, monkeypatch):
+    """L3, an m4a voice (decoded through a temporary file). Before: 500."""
+    from fastapi import FastAPI
+    from starlette.testclient import TestClient
+
+    from tts_core.server import ApiConfig, install_routes, open_voice_registry
+
+    app = FastAPI()
+    install_routes(app, engine, open_voice_registry(tmp_path / "voices"), ApiConfig())
+    monkeypatch.setattr(decode_module.tempfile, "TemporaryDirectory", _no_space)
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        answer = http.post(
+            "/v1/audio/voices",
+            data={"name": "m4a-voice"},
+            files={"file": ("v.m4a", secret["m4a"].read_bytes(), "audio/mp4")},
+        )
+    assert answer.status_code == 507, (answer.status_code, answer.text[:300])
+    assert answer.json()["error"]["code"] == "disk_full"
+
+
+# ---------------------------------------------------------------- admitted before the clip
+
+
+def test_a_full_line_refuses_a_named_voice_before_its_clip_is_read(engine, tmp_path, monkeypatch):
+    """L6. Before: the saved voice's clip was read and resampled, then the 503."""
+    from fastapi import FastAPI
+    from starlette.testclient import TestClient
+
+    from tts_core.server import ApiConfig, install_routes, open_voice_registry
+
+    voices = open_voice_registry(tmp_path / "voices")
+    voices.register("saved", str(CLIP), None)
+    loads = []
+    real_load = voices.load
+    monkeypatch.setattr(voices, "load", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    app = FastAPI()
+    install_routes(app, engine, voices, ApiConfig())
+    admission = engine.admission
+    places = [admission.reserve() for _ in range(admission.slots + admission.queue_size)]
+    body = {"input": "Hello.", "voice": "saved", "response_format": "pcm"}
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        refused = http.post("/v1/audio/speech", json=body)
+        assert refused.status_code == 503 and refused.headers["retry-after"]
+        assert loads == []
+        for place in places:
+            place.release()
+        spoken = http.post("/v1/audio/speech", json=body)
+    assert spoken.status_code == 200 and len(spoken.content) > 0 and len(loads) == 1
+    assert admission.running == admission.waiting == 0  # the held place was taken and given back
