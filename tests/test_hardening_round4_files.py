@@ -355,6 +355,8 @@ def test_a_full_line_refuses_a_named_voice_before_its_clip_is_read(engine, tmp_p
     with TestClient(app, base_url="http://127.0.0.1") as http:
         refused = http.post("/v1/audio/speech", json=body)
         assert refused.status_code == 503 and refused.headers["retry-after"]
+        page = http.post("/tts_stream/pcm", json={"text": "Hello.", "voice": "saved"})
+        assert page.status_code == 503 and page.headers["retry-after"]  # the page's route too
         assert loads == []
         for place in places:
             place.release()
