@@ -316,8 +316,12 @@ def _no_space(*_args, **_kwargs):  # noqa: ANN202
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def test_a_full_disk_during_an_upload_is_a_507(tmp_path):
-    """L3, uploads. Before: Gradio's OSError went up to the server: 500."""
+@pytest.mark.parametrize("answers_first", [False, True])
+def test_a_full_disk_during_an_upload_is_a_507(tmp_path, answers_first):
+    """L3, uploads. Before: 500. Gradio's upload raises OSError(ENOSPC); mounted in our app
+    (app.py's server), its own error middleware has already answered 500 when the exception
+    reaches the guard (`answers_first`), launched by itself it has not. Checked by hand too:
+    app.py with GRADIO_TEMP_DIR on a full 3 MB tmpfs, a 1 MB upload: 500 before, 507 now."""
     from starlette.testclient import TestClient
 
     from tts_core.server.disk_guard import DiskGuard, UploadGuard
@@ -325,6 +329,9 @@ def test_a_full_disk_during_an_upload_is_a_507(tmp_path):
     async def full_disk_gradio(scope, receive, send):  # noqa: ANN001, ANN202
         while (await receive()).get("more_body"):
             pass
+        if answers_first:  # starlette's ServerErrorMiddleware: answer, then raise again
+            await send({"type": "http.response.start", "status": 500, "headers": []})
+            await send({"type": "http.response.body", "body": b"Internal Server Error"})
         _no_space()
 
     http = TestClient(UploadGuard(full_disk_gradio, DiskGuard(tmp_path)),
@@ -332,6 +339,25 @@ def test_a_full_disk_during_an_upload_is_a_507(tmp_path):
     answer = http.post("/gradio_api/upload", files=_parts(1))
     assert answer.status_code == 507, answer.status_code
     assert "disk is full" in answer.json()["detail"]
+
+
+def test_another_gradio_failure_is_still_its_own_500(tmp_path):
+    """The 500 held back for a full disk goes out as it was for any other failure."""
+    from starlette.testclient import TestClient
+
+    from tts_core.server.disk_guard import DiskGuard, UploadGuard
+
+    async def failing_gradio(scope, receive, send):  # noqa: ANN001, ANN202
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 500, "headers": []})
+        await send({"type": "http.response.body", "body": b"Gradio says no"})
+        raise RuntimeError("a bug")
+
+    http = TestClient(UploadGuard(failing_gradio, DiskGuard(tmp_path)),
+                      raise_server_exceptions=False)  # fmt: skip
+    answer = http.post("/gradio_api/upload", files=_parts(1))
+    assert answer.status_code == 500 and answer.text == "Gradio says no"
 
 
 def test_a_full_temp_disk_while_decoding_a_voice_is_a_507(engine, tmp_path, secret, monkeypatch):

@@ -447,13 +447,17 @@ class UploadGuard:
                                budget.send(self._sweep_before_last_body(send)))  # fmt: skip
             except OSError as exc:
                 if budget.response_started or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    await budget.release_held()
                     raise
                 budget.refusal = lambda send: send_json(send, 507, NO_SPACE)  # not a 500
             except Exception:
                 if budget.refusal is None:
+                    await budget.release_held()
                     raise  # Gradio's own failure; a cut body's ClientDisconnect is expected
             if budget.refusal is not None and not budget.response_started:
                 await budget.refusal(send)
+            else:
+                await budget.release_held()  # a 500 Gradio answered without raising
         finally:
             # again once Gradio is done: it moves a file after the response when the temp
             # folder is on another file system, and a client that left mid-upload leaves a
@@ -566,6 +570,8 @@ class UploadBudget:
         self.tail, self.parts, self.bytes = b"", 0, 0
         self.refusal: Callable[[Send], Awaitable[None]] | None = None
         self.response_started = False
+        self.held: list[Message] = []  # a 500 being answered (see send())
+        self._downstream: Send | None = None
 
     def receive(self, receive: Receive) -> Receive:
         async def counted() -> Message:
@@ -581,14 +587,32 @@ class UploadBudget:
         return counted
 
     def send(self, send: Send) -> Send:
+        """send() that drops Gradio's answer to a body we cut, and holds a 500 back: a mounted
+        Gradio answers its own exceptions before they reach us, and a full disk is a 507."""
+        self._downstream = send
+
         async def unless_refused(message: Message) -> None:
             if self.refusal is not None:
                 return  # Gradio's answer to a body we cut
+            if message["type"] == "http.response.start" and message["status"] == 500:
+                self.held.append(message)
+                return
+            if self.held:
+                self.held.append(message)
+                return
             if message["type"] == "http.response.start":
                 self.response_started = True
             await send(message)
 
         return unless_refused
+
+    async def release_held(self) -> None:
+        """Send a held 500 after all (the failure was not a full disk)."""
+        held, self.held = self.held, []
+        if held and self.refusal is None:
+            self.response_started = True
+            for message in held:
+                await self._downstream(message)
 
     def _count(self, chunk: bytes) -> None:
         self.bytes += len(chunk)
