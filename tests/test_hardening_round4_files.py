@@ -277,6 +277,25 @@ def test_an_anti_phase_stereo_clip_is_not_silent(write_clip, speech_like):
         prepare_reference((24_000, silent), Limits())
 
 
+def test_an_anti_phase_stereo_m4a_is_not_silent(tmp_path, speech_like):
+    """L4 through ffmpeg (an m4a: libsndfile cannot read it). Before: ffmpeg's -ac 1 mix
+    cancelled to near zeros, refused as silent. AAC is lossy: the kept channel is compared by
+    its peak within 10 % (the encoder's error on a 0.5-peak voice is far below that)."""
+    voice = speech_like(3.0, 24_000)
+    wav, m4a = tmp_path / "anti.wav", tmp_path / "anti.m4a"
+    sf.write(wav, np.stack([voice, -voice], axis=1), 24_000)
+    subprocess.run([ffmpeg_executable(), "-v", "error", "-y", "-i", str(wav), "-c:a", "aac",
+                    str(m4a)], check=True)  # fmt: skip
+    audio, _ = prepare_reference(m4a.read_bytes(), Limits())
+    assert np.max(np.abs(audio)) == pytest.approx(np.max(np.abs(voice)), rel=0.1)
+    truly_silent = tmp_path / "silent.m4a"
+    sf.write(wav, np.zeros((48_000, 2), np.float32), 24_000)
+    subprocess.run([ffmpeg_executable(), "-v", "error", "-y", "-i", str(wav), "-c:a", "aac",
+                    str(truly_silent)], check=True)  # fmt: skip
+    with pytest.raises(InputError, match="silent"):
+        prepare_reference(truly_silent.read_bytes(), Limits())
+
+
 # ---------------------------------------------------------------- the event guard reads as Gradio
 
 

@@ -17,7 +17,8 @@ whose header says 1 Hz would otherwise describe 5000 s of audio to resample to 2
 The mix to mono is the channels' mean, except where the mean cancels what the channels carry
 (a stereo clip with one channel's polarity inverted, L = -R): there the first channel is kept
 (`MonoMix`), so such a clip is neither refused as "silent" nor cloned from near-silence.
-Containers read by ffmpeg are mixed by ffmpeg (`-ac 1`), which does not do this.
+Containers read by ffmpeg are mixed by ffmpeg (`-ac 1`); where that mix is near silence, the
+first channel is decoded too, and kept when the mix had cancelled it.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ def _check_header(rate: int, channels: int) -> tuple[int, int]:
 # the mean keeps under a tenth of the loudest channel's energy (-10 dB): the channels cancel.
 # A stereo clip with one silent channel mixes to -6 dB of the other, so it keeps the mean.
 CANCELLED_ENERGY = 0.1
+NEAR_SILENCE = 10 ** (-50 / 20)  # Limits.silence_peak: a mix this quiet may have cancelled
 
 
 class MonoMix:
@@ -215,15 +217,31 @@ def _decode_with_ffmpeg(original: Path | bytes, limit: float) -> DecodedAudio:
         with tempfile.TemporaryDirectory(prefix="tts_core-decode-") as folder:
             path = Path(folder) / "clip"
             path.write_bytes(original)  # mp4/m4a need a seekable input, so no pipe
-            raw = _run_ffmpeg(path, keep_s, max_bytes)
+            samples = _ffmpeg_mono(path, keep_s, max_bytes)
     else:
-        raw = _run_ffmpeg(original, keep_s, max_bytes)
-    samples = np.frombuffer(raw[: len(raw) - len(raw) % 4], dtype=np.float32)
+        samples = _ffmpeg_mono(original, keep_s, max_bytes)
     cut = samples.size > math.ceil(limit * SAMPLE_RATE)
     decoded = _finish(samples.copy(), SAMPLE_RATE, 1, samples.size / SAMPLE_RATE, limit)
     if cut:  # ffmpeg stopped reading: the true length is unknown, only that it is longer
         decoded.original_seconds = None
     return decoded
+
+
+def _ffmpeg_mono(path: Path, seconds: float, max_bytes: int) -> np.ndarray:
+    """ffmpeg's mix to mono; where that is near silence, its first channel if the mix cancelled
+    it (MonoMix's rule; a second decode, for near-silent clips only)."""
+    mix = _f32(_run_ffmpeg(path, seconds, max_bytes))
+    if mix.size == 0 or float(np.max(np.abs(mix))) >= NEAR_SILENCE:
+        return mix
+    first = _f32(_run_ffmpeg(path, seconds, max_bytes, ["-af", "pan=mono|c0=c0"]))
+    energy = float(np.square(first, dtype=np.float64).sum())
+    return (
+        first if float(np.square(mix, dtype=np.float64).sum()) < CANCELLED_ENERGY * energy else mix
+    )
+
+
+def _f32(raw: bytes) -> np.ndarray:
+    return np.frombuffer(raw[: len(raw) - len(raw) % 4], dtype=np.float32)
 
 
 def _head(original: Path | bytes) -> bytes:
@@ -260,11 +278,12 @@ def _is_text(head: bytes) -> bool:
     return True
 
 
-def _run_ffmpeg(path: Path, seconds: float, max_bytes: int) -> bytes:
+def _run_ffmpeg(path: Path, seconds: float, max_bytes: int,
+                mono: tuple[str, ...] | list[str] = ("-ac", "1")) -> bytes:  # fmt: skip
     cmd = [ffmpeg_executable(), "-v", "error", "-nostdin"]
     cmd += ["-protocol_whitelist", "file", "-format_whitelist", ",".join(FFMPEG_DEMUXERS)]
     # "file:" + an absolute path: a name such as "concat:a|b" or "subfile,,..." is a file too
-    cmd += ["-i", f"file:{os.path.abspath(path)}", "-vn", "-ac", "1"]
+    cmd += ["-i", f"file:{os.path.abspath(path)}", "-vn", *mono]
     cmd += ["-ar", str(SAMPLE_RATE), "-t", f"{seconds:.6f}", "-fs", str(max_bytes)]
     cmd += ["-f", "f32le", "-"]
     try:
