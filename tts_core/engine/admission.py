@@ -25,6 +25,7 @@ class Admission:
         self._waiting: deque[Ticket] = deque()
         self._held: set[Ticket] = set()  # waiting or running
         self._closed: str | None = None  # why new requests are refused, once closed
+        self._holds: dict[threading.Event, Ticket] = {}  # hold(): by the request's cancel event
 
     @property
     def running(self) -> int:
@@ -36,8 +37,12 @@ class Admission:
 
     def reserve(self, cancel: threading.Event | None = None) -> Ticket:
         """A place in line, or EngineBusy when every slot runs and the line is full (or the
-        line was closed). `cancel` is the request's own: `cancel_all` sets it."""
+        line was closed). `cancel` is the request's own: `cancel_all` sets it. A place `hold`
+        took for `cancel` is this one (taken once)."""
         with self._cond:
+            held = self._holds.pop(cancel, None) if cancel is not None else None
+            if held is not None and held.state == "waiting":
+                return held
             if self._closed is not None:
                 raise EngineBusy(self._closed, CLOSED_RETRY_AFTER_S)
             if self._running + len(self._waiting) >= self.slots + self.queue_size:
@@ -49,6 +54,22 @@ class Admission:
             self._waiting.append(ticket)
             self._held.add(ticket)
             return ticket
+
+    def hold(self, cancel: threading.Event) -> Ticket:
+        """A place taken now (EngineBusy as `reserve`) for the request that is later reserved
+        with the same `cancel`: a route refuses a full line before the work a request needs
+        first (reading a saved voice's clip took seconds under load, then a 503 anyway).
+        `drop_hold(cancel)` gives back a place no request took."""
+        ticket = self.reserve(cancel)
+        with self._cond:
+            self._holds[ticket.cancel] = ticket
+        return ticket
+
+    def drop_hold(self, cancel: threading.Event) -> None:
+        with self._cond:
+            held = self._holds.get(cancel)
+        if held is not None:
+            held.release()
 
     def close(self, reason: str) -> None:
         """Refuse every later request with `reason` (EngineBusy); those in line keep theirs."""
@@ -91,6 +112,8 @@ class Admission:
             self._running -= 1
         ticket.state = "released"
         self._held.discard(ticket)
+        if self._holds.get(ticket.cancel) is ticket:
+            del self._holds[ticket.cancel]
         self._cond.notify_all()
 
     def _release(self, ticket: Ticket) -> None:

@@ -7,6 +7,18 @@ import re
 _PATH = re.compile(r"(?<![\w:/.~])(?:~|\.{1,2})?/(?:[^\s'\"/:,()]+/)+([^\s'\"/:,()]*)")
 
 
+MAX_SHOWN_CHARS = 40  # of a client's value repeated in an error message
+
+
+def shown(value: object, limit: int = MAX_SHOWN_CHARS) -> str:
+    """A client's value as an error message repeats it: at most `limit` characters, a longer one
+    cut and its length given (a 100 KB `language` came back whole in its 400)."""
+    text = str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
+
 class InputError(ValueError):
     """Bad request input: the message says what is wrong and how to fix it.
 

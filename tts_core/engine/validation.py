@@ -11,7 +11,7 @@ import numpy as np
 
 from ..audio import AudioDecodeError, decode_reference
 from .backend import LANGUAGES, SynthesisParams
-from .errors import InputError
+from .errors import InputError, shown
 from .knobs import Knob, merge_knobs, parse_knobs, shared_knobs
 
 
@@ -68,7 +68,7 @@ def check_language(language: object) -> str:
     value = str(language if language is not None else "auto").strip().lower() or "auto"
     if value != "auto" and value not in LANGUAGES:
         raise InputError(
-            f"Unsupported language '{language}'. Choose 'auto' or one of: {', '.join(LANGUAGES)}.",
+            f"Unsupported language '{shown(language)}'. Choose 'auto' or one of: {', '.join(LANGUAGES)}.",
             "language",
         )
     return value

@@ -128,9 +128,10 @@ class FfmpegEncoder(Encoder):
         cmd = [ffmpeg_executable(), "-hide_banner", "-loglevel", "error", "-nostdin"]
         cmd += ["-f", "s16le", "-ar", str(rate), "-ac", "1", "-i", "pipe:0"]
         cmd += [*_FFMPEG_OUTPUT[response_format], "-flush_packets", "1", "pipe:1"]
-        self._proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-        )
+        # its own session: a signal to the app's process group (systemd's stop, Ctrl-C) reaches
+        # the app alone, which drains the responses in flight; ffmpeg ends when its stdin does
+        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         self._reader = threading.Thread(target=self._read, name="ffmpeg-reader", daemon=True)
         self._reader.start()
 

@@ -12,7 +12,11 @@ Here:
 * `UploadGuard`, a pure ASGI middleware (a streamed response passes through unbuffered),
   answers a client's upload beyond `policy.uploads_per_window` per `policy.window_s` with 429
   + Retry-After, and sweeps after each upload, so the byte cap holds as soon as the client has
-  its answer, not only at the next period.
+  its answer, not only at the next period. The limit counts files, not requests: one request
+  may carry up to `policy.max_files_per_upload` files (Gradio itself takes 1000), each counted,
+  and `policy.max_upload_bytes` in all. The multipart body is watched as it streams to Gradio:
+  past a limit Gradio is told the client left (what it wrote so far is an upload leftover, swept
+  at once) and the client gets 413 or 429.
 
 What a serving path calls (Gradio's `launch()` in `VoicePage`, or our own uvicorn with
 `gr.mount_gradio_app`), once the page is built and before it serves::
@@ -39,6 +43,7 @@ clips) are kept: the page hands out their paths for as long as it runs.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -70,6 +75,7 @@ UPLOAD_ROUTE = re.compile(r"/gradio_api/upload/?$")
 HASH_FOLDER = re.compile(r"[0-9a-f]{32,128}")  # Gradio's cache folders: sha256 hex digests
 UPLOAD_LEFTOVER = re.compile(r"tmp[a-z0-9_]+")  # NamedTemporaryFile names of unfinished uploads
 STOP_TIMEOUT_S = 5.0
+NO_SPACE = "The server's disk is full; please try the upload again later."
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,10 @@ class CachePolicy:
       by what the engine writes in 30 s; a sweep only lists the folder, so it costs little.
     * max_clients 10 000: the most clients remembered at once (each at most
       `uploads_per_window` timestamps, well under 1 MB in all); the least recent go first.
+    * max_files_per_upload 4: the page and gradio_client send one file per request.
+    * max_upload_bytes 64 MB: one request's whole body, three files at the 20 MB
+      `--max-file-size` (Gradio bounds each file by that; with no `--max-file-size`, this bounds
+      a file too). Several such requests still count against `uploads_per_window` and the cap.
     """
 
     max_bytes: int = 512 * MB
@@ -97,10 +107,13 @@ class CachePolicy:
     window_s: float = 10 * 60
     sweep_every_s: float = 30.0
     max_clients: int = 10_000
+    max_files_per_upload: int = 4
+    max_upload_bytes: int = 64 * MB
 
     def __post_init__(self) -> None:
         for name in ("max_bytes", "max_age_s", "uploads_per_window", "window_s",
-                     "sweep_every_s", "max_clients"):  # fmt: skip
+                     "sweep_every_s", "max_clients", "max_files_per_upload",
+                     "max_upload_bytes"):  # fmt: skip
             if not getattr(self, name) > 0:
                 raise ValueError(f"CachePolicy.{name} must be > 0, got {getattr(self, name)!r}")
 
@@ -418,12 +431,33 @@ class UploadGuard:
         if not is_upload(scope):
             await self.app(scope, receive, send)
             return
-        wait_s = self.guard.limiter.admit(client_host(scope))
+        client, policy = client_host(scope), self.guard.policy
+        wait_s = self.guard.limiter.admit(client)
         if wait_s is not None:
-            await send_too_many(send, wait_s, self.guard.policy)
+            await send_too_many(send, wait_s, policy)
             return
+        declared = _content_length(scope)
+        if declared is not None and declared > policy.max_upload_bytes:
+            await send_json(send, 413, _too_large(policy))
+            return
+        budget = UploadBudget(scope, policy, lambda: self.guard.limiter.admit(client))
         try:
-            await self.app(scope, receive, self._sweep_before_last_body(send))
+            try:
+                await self.app(scope, budget.receive(receive),
+                               budget.send(self._sweep_before_last_body(send)))  # fmt: skip
+            except OSError as exc:
+                if budget.response_started or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    await budget.release_held()
+                    raise
+                budget.refusal = lambda send: send_json(send, 507, NO_SPACE)  # not a 500
+            except Exception:
+                if budget.refusal is None:
+                    await budget.release_held()
+                    raise  # Gradio's own failure; a cut body's ClientDisconnect is expected
+            if budget.refusal is not None and not budget.response_started:
+                await budget.refusal(send)
+            else:
+                await budget.release_held()  # a 500 Gradio answered without raising
         finally:
             # again once Gradio is done: it moves a file after the response when the temp
             # folder is on another file system, and a client that left mid-upload leaves a
@@ -485,12 +519,125 @@ def client_host(scope: Scope) -> str:
 async def send_too_many(send: Send, wait_s: float, policy: CachePolicy) -> None:
     retry = max(1, math.ceil(wait_s))
     detail = (f"Too many uploads: at most {policy.uploads_per_window} every "
-              f"{_duration(policy.window_s)} from one address. Retry in {retry} s.")  # fmt: skip
+              f"{_duration(policy.window_s)} from one address, each file counted. "
+              f"Retry in {retry} s.")  # fmt: skip
+    await send_json(send, 429, detail, [(b"retry-after", str(retry).encode())])
+
+
+async def send_json(send: Send, status: int, detail: str,
+                    headers: list[tuple[bytes, bytes]] = ()) -> None:  # fmt: skip
     body = json.dumps({"detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"retry-after", str(retry).encode())]  # fmt: skip
-    await send({"type": "http.response.start", "status": 429, "headers": headers})
+               *headers]  # fmt: skip
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _too_large(policy: CachePolicy) -> str:
+    return f"Upload too large: at most {policy.max_upload_bytes / MB:g} MB in one request."
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None  # the server refuses it before the app runs
+    return None
+
+
+def _boundary(scope: Scope) -> bytes | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-type":
+            found = re.search(rb'boundary="?([^";,\s]+)', value)
+            return found.group(1) if found else None
+    return None
+
+
+class UploadBudget:
+    """Counts an upload's bytes and multipart parts as Gradio reads them. Past a limit, Gradio's
+    next receive() says the client left, whatever Gradio answers is dropped, and `refusal`
+    holds our answer. Each part after the first is one more upload for `admit_file` (the
+    limiter; None when admitted, else the seconds to wait)."""
+
+    def __init__(self, scope: Scope, policy: CachePolicy,
+                 admit_file: Callable[[], float | None]) -> None:  # fmt: skip
+        self.policy, self.admit_file = policy, admit_file
+        boundary = _boundary(scope)
+        # a part starts at "--boundary" + CRLF (the closing delimiter is "--boundary--")
+        self.marker = b"--" + boundary + b"\r\n" if boundary else None
+        self.tail, self.parts, self.bytes = b"", 0, 0
+        self.refusal: Callable[[Send], Awaitable[None]] | None = None
+        self.response_started = False
+        self.held: list[Message] = []  # a 500 being answered (see send())
+        self._downstream: Send | None = None
+
+    def receive(self, receive: Receive) -> Receive:
+        async def counted() -> Message:
+            if self.refusal is not None:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                self._count(message.get("body", b""))
+                if self.refusal is not None:
+                    return {"type": "http.disconnect"}
+            return message
+
+        return counted
+
+    def send(self, send: Send) -> Send:
+        """send() that drops Gradio's answer to a body we cut, and holds a 500 back: a mounted
+        Gradio answers its own exceptions before they reach us, and a full disk is a 507."""
+        self._downstream = send
+
+        async def unless_refused(message: Message) -> None:
+            if self.refusal is not None:
+                return  # Gradio's answer to a body we cut
+            if message["type"] == "http.response.start" and message["status"] == 500:
+                self.held.append(message)
+                return
+            if self.held:
+                self.held.append(message)
+                return
+            if message["type"] == "http.response.start":
+                self.response_started = True
+            await send(message)
+
+        return unless_refused
+
+    async def release_held(self) -> None:
+        """Send a held 500 after all (the failure was not a full disk)."""
+        held, self.held = self.held, []
+        if held and self.refusal is None:
+            self.response_started = True
+            for message in held:
+                await self._downstream(message)
+
+    def _count(self, chunk: bytes) -> None:
+        self.bytes += len(chunk)
+        if self.bytes > self.policy.max_upload_bytes:
+            self._refuse(413, _too_large(self.policy))
+            return
+        if self.marker is None:
+            return
+        data = self.tail + chunk
+        self.tail = data[-(len(self.marker) - 1) :]  # a marker split across chunks: counted next
+        for _ in range(data.count(self.marker)):
+            self._new_part()
+            if self.refusal is not None:
+                return
+
+    def _new_part(self) -> None:
+        self.parts += 1
+        if self.parts > self.policy.max_files_per_upload:
+            detail = f"Too many files: at most {self.policy.max_files_per_upload} in one upload."
+            self._refuse(413, detail)
+        elif self.parts > 1 and (wait_s := self.admit_file()) is not None:
+            self.refusal = lambda send: send_too_many(send, wait_s, self.policy)
+
+    def _refuse(self, status: int, detail: str) -> None:
+        self.refusal = lambda send: send_json(send, status, detail)
 
 
 def _duration(seconds: float) -> str:

@@ -1,5 +1,12 @@
-"""Gradio's event routes answer only what they should: the page's events by index, the public
-API by name.
+"""Gradio answers only what the page and gradio_client use: a list of its routes, its events by
+index, the public API by name.
+
+* Gradio 6 registers ~70 routes; some read or write the server's disk for anyone who asks
+  (`POST /gradio_api/process_recording` runs ffmpeg on an uploaded "video", and ffmpeg follows
+  a DASH manifest to local files; `vibe-edit` rewrites the app's source in dev mode). Only the
+  routes in `SERVED` are passed on (an allow-list: a route a later Gradio adds is refused until
+  it is listed); any other path under `/gradio_api/`, and Gradio's top-level routes the page
+  does not use (`UNUSED_TOP_LEVEL`), get 404 before Gradio sees them.
 
 * Gradio looks `fn_index` up in a dict without a check (`route_utils.get_fn`), so a POST to
   `/gradio_api/queue/join` (or `/run/predict`) naming an unknown index raised KeyError inside
@@ -20,6 +27,8 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from pydantic import TypeAdapter
+
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -28,7 +37,51 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 BY_INDEX = re.compile(r"/gradio_api/queue/join/?$")
 BY_NAME = re.compile(r"/gradio_api/(?:call/v2|call|run|api)/([^/]+)/?$")
-MAX_INSPECTED_BYTES = 1 << 20  # larger bodies pass on unread: Gradio bounds them itself
+MAX_INSPECTED_BYTES = 1 << 20  # an event's inputs (files go by reference); larger: 413
+
+# Gradio's API routes the page (its JS client) and gradio_client call: (methods, the path after
+# `/gradio_api/`). GET covers HEAD. Left out: process_recording, vibe-*, component_server (no
+# component of the page has server functions), stream/<event_id> (streamed inputs: none),
+# deep_link, dev/reload, run-history, proxy=, custom_component, openapi.json.
+_NAME, _ANY = r"[^/]+", r".*"
+SERVED: tuple[tuple[frozenset[str], re.Pattern[str]], ...] = tuple(
+    (frozenset(methods.split()), re.compile(path))
+    for methods, path in (
+        ("GET", r"info/?"),  # the API's description (gradio_client, the page's API panel)
+        ("GET", r"file=" + _ANY),  # files by path: Gradio checks each is one it may serve
+        ("GET", r"file/" + _ANY),
+        ("GET", rf"heartbeat/{_NAME}"),
+        ("GET", r"queue/(?:data|status)"),  # an event's results (SSE), the queue's size
+        ("GET", r"upload_progress"),
+        ("GET", r"startup-events"),  # launch() calls it once itself; later calls do nothing
+        ("GET", r"theme\.css"),
+        ("GET", r"(?:app_id|user|login_check|token)/?"),  # the page asks at load
+        ("GET", rf"stream/{_NAME}/{_NAME}/{_NAME}/{_NAME}"),  # streamed audio: HLS segments
+        ("GET", rf"call(?:/v2)?/{_NAME}/{_NAME}"),  # a call's results (SSE)
+        ("POST", r"upload"),
+        ("POST", r"queue/join"),
+        ("POST", r"(?:cancel|reset)/?"),
+        ("POST", rf"(?:call/v2|call|run|api)/{_NAME}/?"),  # by name: checked below
+    )
+)
+API_PATH = re.compile(r"/gradio_api/(?P<rest>.*)$")
+# Gradio's routes outside /gradio_api that the page does not use (it has no login, monitoring
+# or API schema): the rest of that level is the page and its static assets, and our own routes.
+# Matched from the root (the page is mounted there): /v1/audio/voices/docs is a voice's name
+UNUSED_TOP_LEVEL = re.compile(r"^/(?:login|logout|monitoring|openapi\.json|docs|redoc)(?:/.*)?$")
+
+
+def served(scope: Scope) -> bool:
+    """Whether an HTTP request goes to a route of Gradio's the page uses, or to none of its."""
+    if scope["type"] != "http":
+        return True  # WebSockets: Gradio 6 serves none; ours are checked by their routes
+    method = "GET" if scope["method"] == "HEAD" else scope["method"]
+    path = scope["path"]
+    found = API_PATH.search(path)
+    if found is None:
+        return UNUSED_TOP_LEVEL.search(path) is None
+    rest = found["rest"]
+    return any(method in methods and pattern.fullmatch(rest) for methods, pattern in SERVED)
 
 
 class EventGuard:
@@ -39,11 +92,18 @@ class EventGuard:
         self.app, self.blocks = app, blocks
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not served(scope):
+            await _send_json(send, 404, {"detail": "Not Found"})
+            return
         name = _event_route(scope)
         if name is None:
             await self.app(scope, receive, send)
             return
         body, complete = await _read_body(receive)
+        if len(body) > MAX_INSPECTED_BYTES:
+            limit = MAX_INSPECTED_BYTES // 1024
+            await _send_json(send, 413, {"detail": f"An event's body is at most {limit} KB."})
+            return
         index = _fn_index(body) if complete else None
         refusal = self._refusal(name, index)
         if refusal is not None:
@@ -95,12 +155,15 @@ async def _read_body(receive: Receive) -> tuple[bytes, bool]:
             return b"".join(chunks), False
 
 
+_INDEX = TypeAdapter(int | None)  # PredictBody.fn_index, read as Gradio's pydantic reads it
+
+
 def _fn_index(body: bytes) -> int | None:
+    """fn_index as Gradio will use it: pydantic's lax int takes "9999", 9999.0 and true too."""
     try:
-        index = json.loads(body).get("fn_index")
-    except (ValueError, AttributeError):
-        return None  # not a JSON object: Gradio's own validation answers
-    return index if isinstance(index, int) and not isinstance(index, bool) else None
+        return _INDEX.validate_python(json.loads(body).get("fn_index"))
+    except (ValueError, AttributeError):  # pydantic's ValidationError is a ValueError
+        return None  # not a JSON object, or no int: Gradio's own validation answers (422)
 
 
 def _replay(body: bytes, complete: bool, receive: Receive) -> Receive:

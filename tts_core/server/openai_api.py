@@ -89,15 +89,21 @@ def make_openai_router(state: ServerState) -> APIRouter:
         engine = state.engine
         limits = engine.config.limits
         model_voice = speech_task(body, engine.backend)  # 400 for another checkpoint's task
-        clip, transcript, names = None, None, API_PARAMS  # the model's own voice
-        if model_voice is None:
-            viewer = state.api_viewer(request)
-            clip, transcript, names = await speech_reference(state, body, viewer, limits)
-        requests = build_requests(body.input, params, clip, transcript, limits.max_chars,
-                                  model_voice)  # fmt: skip
         cancel = threading.Event()
+        with engine_errors():  # a place in line before the clip is read: full, a 503 at once
+            engine.admission.hold(cancel)
+        try:
+            clip, transcript, names = None, None, API_PARAMS  # the model's own voice
+            if model_voice is None:
+                viewer = state.api_viewer(request)
+                clip, transcript, names = await speech_reference(state, body, viewer, limits)
+            requests = build_requests(body.input, params, clip, transcript, limits.max_chars,
+                                      model_voice)  # fmt: skip
+            with engine_errors(names):
+                streams = await asyncio.to_thread(open_streams, engine, requests, cancel)
+        finally:
+            engine.admission.drop_hold(cancel)  # its first request took it, unless it failed
         with engine_errors(names):
-            streams = await asyncio.to_thread(open_streams, engine, requests, cancel)
             # the first event before any byte: a request the model itself refuses (e.g. a
             # prompt longer than its cache) is then a 400, not a response cut off midway
             events = chain_events(streams, cancel)

@@ -55,14 +55,19 @@ def make_pcm_router(state: ServerState) -> APIRouter:
         payload = await read_json(request)
         if not isinstance(payload, dict):
             raise ApiError(400, "The request body must be a JSON object.")
-        synthesis = await page_request(state, payload)
-        cancel = threading.Event()
-        with engine_errors():
-            if synthesis.reference is None:  # nothing to decode, and a clip-less voice costs
-                # nothing to build: validate inline, no thread hop
-                streams = open_streams(state.engine, [synthesis], cancel)
-            else:
-                streams = await asyncio.to_thread(open_streams, state.engine, [synthesis], cancel)
+        engine, cancel = state.engine, threading.Event()
+        with engine_errors():  # a place in line before a saved voice's clip is read
+            engine.admission.hold(cancel)
+        try:
+            synthesis = await page_request(state, payload)
+            with engine_errors():
+                if synthesis.reference is None:  # nothing to decode, and a clip-less voice
+                    # costs nothing to build: validate inline, no thread hop
+                    streams = open_streams(engine, [synthesis], cancel)
+                else:
+                    streams = await asyncio.to_thread(open_streams, engine, [synthesis], cancel)
+        finally:
+            engine.admission.drop_hold(cancel)  # the request took it, unless it failed
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
                    "X-Sample-Rate": str(state.engine.sample_rate)}  # fmt: skip
         body = run_in_thread(_producer(streams), cancel)

@@ -7,6 +7,7 @@ handlers are fixed by then, so every route turns its own errors into responses.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -20,17 +21,24 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 
 from ..backends import request_knobs
 from ..engine import BackendError, Engine, EngineBusy, EngineSlot, InputError, ModelLoading
+from ..engine.errors import shown
 from ..engine.knobs import parse_knobs
 from .errors import ApiError
 
 log = logging.getLogger(__name__)
 MAX_JSON_BYTES = 1024 * 1024
+DISK_FULL = "The server's disk is full; please try again later."
+
+
+def disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def api_errors(route: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """ApiError -> its JSON response; EngineBusy (model loading, line full) -> 503 with
-    Retry-After; BackendError (its message is safe to show) -> 500; anything unexpected ->
-    logged, 500 in the same shape."""
+    Retry-After; BackendError (its message is safe to show) -> 500; a full disk (a clip's
+    decode writes a temporary file) -> 507; anything unexpected -> logged, 500 in the same
+    shape."""
 
     @functools.wraps(route)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -43,6 +51,9 @@ def api_errors(route: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[
         except BackendError as exc:
             return ApiError(500, str(exc), None, "backend_error").response()
         except Exception as exc:  # noqa: BLE001 - the client gets a short message, the log all
+            if disk_full(exc):
+                log.warning("API request failed: %s", exc)
+                return ApiError(507, DISK_FULL, None, "disk_full").response()
             log.exception("API request failed")
             return ApiError(500, f"Internal error ({type(exc).__name__}).").response()
 
@@ -116,11 +127,14 @@ def busy_error(exc: EngineBusy) -> ApiError:
     return ApiError(503, str(exc), None, code, {"Retry-After": str(exc.retry_after_s)})
 
 
+MAX_MESSAGE_CHARS = 300  # pydantic's message may quote a value (our validators' do)
+
+
 def validation_to_api_error(exc: ValidationError) -> ApiError:
     """The first pydantic error as a 400 naming its field."""
     first = exc.errors()[0] if exc.errors() else {}
-    param = ".".join(str(part) for part in first.get("loc", ())) or None
-    message = first.get("msg", "Invalid request body.")
+    param = shown(".".join(str(part) for part in first.get("loc", ()))) or None
+    message = shown(first.get("msg", "Invalid request body."), MAX_MESSAGE_CHARS)
     return ApiError(400, f"{param}: {message}" if param else message, param, "invalid_value")
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from ..audio import SAMPLE_RATE
 from ..audio.decode import AudioDecodeError, DataUrlTooLarge, decode_data_url
 from ..engine import InputError, Limits, SynthesisParams, SynthesisRequest
+from ..engine.errors import shown
 from ..engine.requests import ModelVoice
 from ..engine.validation import prepare_reference, printable
 from .errors import ApiError
@@ -89,7 +90,7 @@ class SpeechBody(BaseModel):
     @classmethod
     def _task_type(cls, value: str | None) -> str | None:
         if value is not None and value not in TASK_TYPES:
-            raise ValueError(f"'{value}' is not a task type: one of {', '.join(TASK_TYPES)}")
+            raise ValueError(f"'{shown(value)}' is not a task type: one of {', '.join(TASK_TYPES)}")
         return value
 
 

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import FormData, UploadFile
 
 from ..engine import InputError
+from ..engine.errors import shown
 from .errors import ApiError
 from .route_utils import api_errors, read_form
 from .state import OWNER_HEADER, ServerState
@@ -76,7 +77,9 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
             await asyncio.to_thread(state.voices.delete, name, viewer.owner_key,
                                     not viewer.operator)  # fmt: skip
         except VoiceNotFound:
-            raise ApiError(404, f"Unknown voice '{name}'.", "voice", "voice_not_found") from None
+            raise ApiError(
+                404, f"Unknown voice '{shown(name)}'.", "voice", "voice_not_found"
+            ) from None
         except FileExistsError as exc:
             raise ApiError(400, str(exc), "voice", "builtin_voice") from None
         except VoiceStoreError as exc:
@@ -93,7 +96,7 @@ async def load_voice(state: ServerState, name: str,
         return await asyncio.to_thread(state.voices.load, name, viewer)
     except VoiceNotFound:
         known = ", ".join(await asyncio.to_thread(state.voices.names, viewer))
-        raise ApiError(404, f"Unknown voice '{name}'. Known voices: {known}; and "
+        raise ApiError(404, f"Unknown voice '{shown(name)}'. Known voices: {known}; and "
                        f"'{MODEL_VOICE}', the model's own voice (no clip).", "voice",
                        "voice_not_found") from None  # fmt: skip
     except VoiceDamaged as exc:
@@ -123,7 +126,7 @@ def _text_field(form: FormData, keys: tuple[str, ...]) -> str | None:
     for key in keys:
         value = form.get(key)
         if isinstance(value, UploadFile):
-            raise ApiError(400, f"'{key}' must be a text field, not a file.", key,
+            raise ApiError(400, f"'{shown(key)}' must be a text field, not a file.", key,
                            "invalid_value")  # fmt: skip
         if value:
             return value
