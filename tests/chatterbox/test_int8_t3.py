@@ -30,8 +30,8 @@ from tts_core.models import native
 from tts_core.models.chatterbox import quant
 from tts_core.models.chatterbox.model import ChatterboxTurboModel
 from tts_core.models.chatterbox.sampling import TurboSampling
-from tts_core.models.qwen3_tts.int8 import Int8Linear, int8_matmul_available, sqnr_db
 from tts_core.models.registry import load_model
+from tts_core.quant.linear import Int8Linear, int8_matmul_available, sqnr_db
 
 from .conftest import FIXTURES, shared_model
 
