@@ -24,7 +24,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -34,9 +33,6 @@ from ..models import native
 from . import speed
 from .linear import Int8Linear, int8_matmul_available, sqnr_db
 from .speed import SpeedCheck, Timed
-
-if TYPE_CHECKING:
-    from .store import Layout
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +94,7 @@ class Candidate:
     bias: torch.Tensor | None = None
     x: torch.Tensor | None = None
     optional_bound: float | None = None  # optional: installed only if it holds this alone
+    path: str = ""  # where it goes under the target's root, if not at `name`
 
 
 @dataclass
@@ -146,8 +143,9 @@ class Int8Target(Timed):
         raise NotImplementedError
 
     @classmethod
-    def layout(cls, checkpoint: Path, dtype: torch.dtype) -> Layout:
-        """Every tensor a saved file of this checkpoint may and must hold (store.Layout)."""
+    def storage_free(cls, checkpoint: Path, dtype: torch.dtype) -> Int8Target:
+        """The target over the checkpoint's float model built on the meta device (no weights):
+        its plan and saved_floats say what a saved file must hold (store.layout_of)."""
         raise NotImplementedError
 
     def saved_floats(self) -> dict[str, torch.Tensor]:

@@ -254,6 +254,23 @@ class Layout:
         self.required.add(name)
 
 
+def layout_of(target: type[Int8Target], checkpoint: Path, dtype: torch.dtype) -> Layout:
+    """What a file of this checkpoint may and must hold: every layer the target plans to
+    quantize (required unless optional) and its saved_floats, read from the float model built
+    on the meta device."""
+    layout = Layout()
+    with torch.device("meta"):
+        storage_free = target.storage_free(checkpoint, dtype)
+        planned = storage_free.plan({}, smooth=False).candidates
+    for layer in planned:
+        out, inp = layer.weight.shape
+        layout.linear(layer.path or layer.name, out, inp, bias=layer.bias is not None,
+                      required=layer.optional_bound is None)  # fmt: skip
+    for name, value in storage_free.saved_floats().items():
+        layout.tensor(name, value.dtype, tuple(value.shape))
+    return layout
+
+
 @dataclass
 class SavedInt8:
     """What a file gave: the report, and (applied) the int8 modules and folded float tensors,
@@ -357,7 +374,7 @@ class Int8Store:
                     raise StoreError("it was saved for another checkpoint, dtype or request")
                 report = self.target.report_type.from_json(json.loads(metadata["report"]),
                                                            saved_in=str(self.path))  # fmt: skip
-                layout = self.target.layout(self.checkpoint, self.dtype)
+                layout = layout_of(self.target, self.checkpoint, self.dtype)
                 _check_names(entries, report.applied, layout)
                 saved = SavedInt8(report, replace=self.target.replace)
                 _read_tensors(f, data_start, entries, metadata.get("checksum", ""), saved)

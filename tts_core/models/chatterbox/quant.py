@@ -62,7 +62,7 @@ from ...quant.quantize import (
     why_not_int8,
 )
 from ...quant.speed import TimedStack
-from ...quant.store import Layout, load_int8
+from ...quant.store import load_int8
 from .checkpoint import CONDS_FILE, TOKENIZER_FILES
 from .config import SIZES_FILE, ChatterboxSizes, t3_file
 from .gpt2 import GPT2Block
@@ -180,7 +180,6 @@ class T3Int8(Int8Target):
         self.root = t3
         self.device = t3.speech_head.weight.device
         self.voice = (speaker_emb, prompt_tokens, text_ids)
-        self.forced = calibration_tokens(prompt_tokens)
         self.float_logits: torch.Tensor | None = None
 
     # ---------------------------------------------------------------- speed check
@@ -193,8 +192,11 @@ class T3Int8(Int8Target):
                 "shapes": [tuple(block.get_submodule(n).weight.shape) for n in PROJECTIONS]}  # fmt: skip
 
     # ---------------------------------------------------------------- quantizing
+    def forced(self) -> torch.Tensor:
+        return calibration_tokens(self.voice[1])
+
     def calibrate(self) -> dict[tuple[int, str], torch.Tensor]:
-        inputs, self.float_logits = calibrate(self.root, *self.voice, self.forced)
+        inputs, self.float_logits = calibrate(self.root, *self.voice, self.forced())
         return inputs
 
     def plan(self, inputs: dict[tuple[int, str], torch.Tensor], smooth: bool) -> Plan:
@@ -224,7 +226,7 @@ class T3Int8(Int8Target):
 
     def check_output(self, report: T3QuantizationReport, min_sqnr_db: float | None):  # noqa: ANN201
         """The int8 speech head's logits against the float32 ones over the same forced run."""
-        _, int8_logits = calibrate(self.root, *self.voice, self.forced, record=False)
+        _, int8_logits = calibrate(self.root, *self.voice, self.forced(), record=False)
         snr = report.logits_snr_db = sqnr_db(self.float_logits, int8_logits)
         failed = ""
         if min_sqnr_db is not None and snr < min_sqnr_db:
@@ -252,20 +254,10 @@ class T3Int8(Int8Target):
         return {"text": CALIBRATION_TEXT, "steps": CALIBRATION_STEPS, "rows_kept": ROWS_KEPT}
 
     @classmethod
-    def layout(cls, checkpoint: Path, dtype: torch.dtype) -> Layout:
+    def storage_free(cls, checkpoint: Path, dtype: torch.dtype) -> T3Int8:
         from .t3 import T3Turbo
 
-        with torch.device("meta"):
-            t3 = T3Turbo(ChatterboxSizes.of_folder(checkpoint).t3)
-        layout = Layout()
-        for index, block in enumerate(t3.tfmr.h):
-            for name in PROJECTIONS:
-                inp, out = block.get_submodule(name).weight.shape  # Conv1D: [in, out]
-                layout.linear(f"tfmr.h.{index}.{name}", out, inp, bias=True)
-            for name in NORMS:
-                layout.tensor(f"tfmr.h.{index}.{name}", dtype,
-                              tuple(block.get_parameter(name).shape))  # fmt: skip
-        return layout
+        return cls(T3Turbo(ChatterboxSizes.of_folder(checkpoint).t3), None, None, None)
 
     def saved_floats(self) -> dict[str, torch.Tensor]:
         return {f"tfmr.h.{index}.{name}": block.get_parameter(name)

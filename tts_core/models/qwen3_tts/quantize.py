@@ -18,13 +18,14 @@ the speed check, the store): which layers become int8 and how its calibration ru
 `auto`'s speed check times the talker step and the code predictor's 15 passes at 1 and 8 rows
 (one stream, and the default batch of streams decoded together). load_model saves the outcome
 once per checkpoint (quant/store.py: the talker's int8 layers and folded norms, or a float
-decision alone) and later loads read it before the checkpoint (Qwen3Int8.layout, `drop`).
+decision alone) and later loads read it before the checkpoint (SavedInt8.drop: the float
+projections it replaces are never loaded).
 """
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import torch
@@ -35,7 +36,6 @@ from ...quant.calibration import record_inputs, smoothing_scale
 from ...quant.linear import Int8Linear
 from ...quant.quantize import MIN_SQNR_DB, Candidate, Int8Target, Plan, QuantizationReport
 from ...quant.speed import TimedStack
-from ...quant.store import Layout
 from ..layers import DecoderLayer, DecoderStack
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ RECORD_AT = {"attn_in": "self_attn.q_proj", "o_in": "self_attn.o_proj",
 # calibration run reads (the prompt's tokens, the generation defaults). Not the codec.
 IDENTITY_FILES = ("config.json", "generation_config.json", "model.safetensors", "vocab.json",
                   "merges.txt", "tokenizer_config.json")  # fmt: skip
-TALKER_STACKS = {"model": ("model",), "code_predictor.model": ("code_predictor", "model")}
+STACK_PATHS = {"talker": "model", "code_predictor": "code_predictor.model"}  # in the talker
 PROJECTION = "code_predictor.small_to_mtp_projection"
 
 
@@ -83,7 +83,7 @@ class Qwen3Int8(Int8Target):
 
     def __init__(self, model: Qwen3TTSModel) -> None:
         self.model, self.root = model, model.talker
-        self.float_dtype, self.device = model.dtype, model.device
+        self.float_dtype, self.device = model.talker.dtype, model.talker.device
 
     # ---------------------------------------------------------------- speed check
     def timed_stacks(self) -> list[TimedStack]:
@@ -99,7 +99,7 @@ class Qwen3Int8(Int8Target):
             ]
             for name, stack in stacks(self.model).items()
         }
-        return {"dtype": str(self.model.dtype), "shapes": shapes,
+        return {"dtype": str(self.float_dtype), "shapes": shapes,
                 "passes": len(self.model.talker.code_predictor.lm_head)}  # fmt: skip
 
     # ---------------------------------------------------------------- quantizing
@@ -118,7 +118,8 @@ class Qwen3Int8(Int8Target):
                     x = mine.get(group)
                     if x is not None and group in scales:
                         x = x / scales[group]
-                    candidates.append(Candidate(f"{prefix}.{attr}", weight, x=x))
+                    path = f"{STACK_PATHS[stack_name]}.layers.{index}.{attr}"
+                    candidates.append(Candidate(f"{prefix}.{attr}", weight, x=x, path=path))
                 layers.append((layer, scales, prefix))
         predictor = self.model.talker.code_predictor
         for index, head in enumerate(predictor.lm_head):
@@ -164,17 +165,19 @@ class Qwen3Int8(Int8Target):
                 "max_rows_kept": MAX_ROWS_KEPT}  # fmt: skip
 
     @classmethod
-    def layout(cls, checkpoint: Path, dtype: torch.dtype) -> Layout:
+    def storage_free(cls, checkpoint: Path, dtype: torch.dtype) -> Qwen3Int8:
         from .config import load_config
         from .talker import Talker
 
-        with torch.device("meta"):
-            return _layout(Talker(load_config(checkpoint).talker), dtype)
+        return cls(SimpleNamespace(talker=Talker(load_config(checkpoint).talker).to(dtype)))
 
     replace = staticmethod(lambda talker, name, module: _put(talker, name, module))
 
     def saved_floats(self) -> dict[str, torch.Tensor]:
-        return _folded_norms(self.model.talker)
+        return {f"{STACK_PATHS[name]}.layers.{index}.{norm}.weight": getattr(layer, norm).weight
+                for name, stack in stacks(self.model).items()
+                for index, layer in enumerate(stack.layers)
+                for norm in ("input_layernorm", "post_attention_layernorm")}  # fmt: skip
 
 
 FUSED = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
@@ -318,44 +321,3 @@ def _put(talker: nn.Module, name: str, module: nn.Module) -> None:
     elif attr == "gate_up_proj" and "gate_proj" in parent._modules:
         del parent.gate_proj, parent.up_proj
     setattr(parent, attr, module)
-
-
-def _layers(talker: nn.Module):  # noqa: ANN202 - (prefix, layer) of both stacks
-    for prefix, path in TALKER_STACKS.items():
-        stack = functools.reduce(getattr, path, talker)
-        for index, layer in enumerate(stack.layers):
-            yield f"{prefix}.layers.{index}", layer
-
-
-def _folded_norms(talker: nn.Module) -> dict[str, torch.Tensor]:
-    return {f"{at}.{norm}.weight": getattr(layer, norm).weight
-            for at, layer in _layers(talker)
-            for norm in ("input_layernorm", "post_attention_layernorm")}  # fmt: skip
-
-
-def _layout(talker: nn.Module, dtype: torch.dtype) -> Layout:
-    """For a (storage-free) float talker: what a file may and must hold (store.Layout)."""
-    layout = Layout()
-    for at, layer in _layers(talker):
-        attn, mlp = layer.self_attn, layer.mlp
-        q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
-        # fused and smoothed weights have no bias (fused_weights)
-        layout.linear(f"{at}.self_attn.qkv_proj", q.out_features + k.out_features + v.out_features,
-                      q.in_features, bias=False)  # fmt: skip
-        layout.linear(f"{at}.self_attn.o_proj", attn.o_proj.out_features,
-                      attn.o_proj.in_features, bias=False)  # fmt: skip
-        layout.linear(f"{at}.mlp.gate_up_proj", mlp.gate_proj.out_features
-                      + mlp.up_proj.out_features, mlp.gate_proj.in_features, bias=False)  # fmt: skip
-        layout.linear(f"{at}.mlp.down_proj", mlp.down_proj.out_features,
-                      mlp.down_proj.in_features, bias=False)  # fmt: skip
-        for norm in ("input_layernorm", "post_attention_layernorm"):
-            layout.tensor(f"{at}.{norm}.weight", dtype, tuple(getattr(layer, norm).weight.shape))
-    predictor = talker.code_predictor
-    for index, head in enumerate(predictor.lm_head):
-        layout.linear(f"code_predictor.lm_head.{index}", head.out_features, head.in_features,
-                      bias=head.bias is not None)  # fmt: skip
-    projection = predictor.small_to_mtp_projection
-    if isinstance(projection, nn.Linear):
-        layout.linear(PROJECTION, projection.out_features, projection.in_features,
-                      bias=projection.bias is not None, required=False)  # fmt: skip
-    return layout
