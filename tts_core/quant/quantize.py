@@ -153,12 +153,13 @@ class Int8Target(Timed):
         return {}
 
     # ---------------------------------------------------------------- the flow
-
     def calibrate(self) -> object:
         """The inputs `plan` reads, from the model's calibration run."""
         raise NotImplementedError
 
     def plan(self, inputs: object, smooth: bool) -> Plan:
+        """The layers to quantize, smoothed with `inputs` where `smooth` (inputs {}: the
+        layers as they are; store.layout_of reads their names and shapes)."""
         raise NotImplementedError
 
     def install(self, plan: Plan, modules: dict[str, Int8Linear]) -> Callable[[], None] | None:

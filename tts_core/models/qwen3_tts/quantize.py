@@ -171,7 +171,9 @@ class Qwen3Int8(Int8Target):
 
         return cls(SimpleNamespace(talker=Talker(load_config(checkpoint).talker).to(dtype)))
 
-    replace = staticmethod(lambda talker, name, module: _put(talker, name, module))
+    @staticmethod
+    def replace(talker: nn.Module, name: str, module: nn.Module) -> None:
+        _put(talker, name, module)
 
     def saved_floats(self) -> dict[str, torch.Tensor]:
         return {f"{STACK_PATHS[name]}.layers.{index}.{norm}.weight": getattr(layer, norm).weight
