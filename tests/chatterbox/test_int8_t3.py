@@ -128,7 +128,7 @@ def test_the_load_switch(tiny_folder: Path) -> None:
     model = ChatterboxTurboModel.from_pretrained(tiny_folder, quantize="none")
     assert model.t3_quantization is None and quant.t3_weight_format(model) == "float32"
     auto = ChatterboxTurboModel.from_pretrained(tiny_folder, quantize="auto")
-    # tiny layers are not timed (quantize.py's MIN_TIMED_BYTES): the SQNR bounds decide
+    # tiny layers are not timed (quant/speed.py's MIN_TIMED_BYTES): the SQNR bounds decide
     assert quant.t3_weight_format(auto) == ("int8" if INT8 else "float32")
     assert auto.format_decision
     with pytest.raises(ValueError, match="one of"):
