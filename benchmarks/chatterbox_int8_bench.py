@@ -125,13 +125,13 @@ def tiny_rows() -> list[dict]:
 
 
 def _snr(reference: torch.Tensor, other: torch.Tensor) -> float:
-    from tts_core.models.qwen3_tts.int8 import sqnr_db
+    from tts_core.quant.linear import sqnr_db
 
     return sqnr_db(reference, other)
 
 
 def _kernel(t3) -> str:
-    from tts_core.models.qwen3_tts.int8 import Int8Linear
+    from tts_core.quant.linear import Int8Linear
 
     layer = next(m for m in t3.modules() if isinstance(m, Int8Linear))
     return f"native {layer.kernel_isa}" if layer.packed else "torch._int_mm"
@@ -338,9 +338,9 @@ def main() -> None:
 
 
 def _cpu() -> str:
-    from tts_core.models.qwen3_tts.quantize import _cpu_model
+    from tts_core.quant.speed import cpu_model
 
-    return _cpu_model()
+    return cpu_model()
 
 
 if __name__ == "__main__":

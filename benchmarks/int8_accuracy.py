@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from tts_core.models.qwen3_tts.int8 import sqnr_db
 from tts_core.models.qwen3_tts.model import Qwen3TTSModel, Voice, load_model
 from tts_core.models.qwen3_tts.quantize import quantize_model
+from tts_core.quant.linear import sqnr_db
 
 TEXT = "The teacher-forced comparison reads this sentence, then the same frames in both models."
 

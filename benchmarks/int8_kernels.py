@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from tts_core.models import native
-from tts_core.models.qwen3_tts.int8 import Int8Linear
+from tts_core.quant.linear import Int8Linear
 
 FLOOR = "floor"
 

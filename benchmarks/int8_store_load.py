@@ -1,5 +1,5 @@
 """Load time and peak memory of an int8 load: the first start (calibrate, quantize, save) against
-the next ones (read the saved int8 model, int8_store.py), and the float32 load beside them.
+the next ones (read the saved int8 model, quant/store.py), and the float32 load beside them.
 
 Each load runs in a fresh process (nothing earlier counts) with its own cache folder, empty at
 the first start, so the first start pays what a real one does (the checkpoint hashed, `auto`'s

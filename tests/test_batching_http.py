@@ -13,7 +13,7 @@ import pytest
 from test_openai_api import RecordingEngine, make_api, serve
 
 from tts_core.engine import EngineConfig
-from tts_core.models.qwen3_tts.int8 import int8_matmul_available
+from tts_core.quant.linear import int8_matmul_available
 
 CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "qwen3-tiny-a"
 CLIENTS = 16

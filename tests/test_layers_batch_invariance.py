@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from tts_core.models.layers import Attention, DecoderStack, RotaryTable, Span, causal_mask
-from tts_core.models.qwen3_tts.int8 import Int8Linear, int8_matmul_available
+from tts_core.quant.linear import Int8Linear, int8_matmul_available
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from websockets.sync.client import ClientConnection, connect
 from tts_core.engine import Engine, EngineConfig, InputError
 from tts_core.engine.backend import TextInlet, TextTooLong
 from tts_core.engine.validation import printable
-from tts_core.models.qwen3_tts.int8 import int8_matmul_available
+from tts_core.quant.linear import int8_matmul_available
 from tts_core.server import AccessPolicy, ApiConfig, ServerState, VoiceRegistry, install_routes
 from tts_core.server.connections import ConnectionGuard, ConnectionLimits
 from tts_core.server.http_server import ServeOptions, server_config

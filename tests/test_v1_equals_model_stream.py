@@ -16,7 +16,7 @@ from test_openai_api import make_api, serve
 
 from tts_core.audio import SAMPLE_RATE, to_int16
 from tts_core.engine import Engine, EngineConfig
-from tts_core.models.qwen3_tts.int8 import int8_matmul_available
+from tts_core.quant.linear import int8_matmul_available
 from tts_core.server.voices import VoiceRegistry
 
 CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "qwen3-tiny-a"

@@ -30,8 +30,8 @@ from tts_core.models import native
 from tts_core.models.chatterbox import quant
 from tts_core.models.chatterbox.model import ChatterboxTurboModel
 from tts_core.models.chatterbox.sampling import TurboSampling
-from tts_core.models.qwen3_tts.int8 import Int8Linear, int8_matmul_available, sqnr_db
 from tts_core.models.registry import load_model
+from tts_core.quant.linear import Int8Linear, int8_matmul_available, sqnr_db
 
 from .conftest import FIXTURES, shared_model
 
@@ -128,7 +128,7 @@ def test_the_load_switch(tiny_folder: Path) -> None:
     model = ChatterboxTurboModel.from_pretrained(tiny_folder, quantize="none")
     assert model.t3_quantization is None and quant.t3_weight_format(model) == "float32"
     auto = ChatterboxTurboModel.from_pretrained(tiny_folder, quantize="auto")
-    # tiny layers are not timed (quantize.py's MIN_TIMED_BYTES): the SQNR bounds decide
+    # tiny layers are not timed (quant/speed.py's MIN_TIMED_BYTES): the SQNR bounds decide
     assert quant.t3_weight_format(auto) == ("int8" if INT8 else "float32")
     assert auto.format_decision
     with pytest.raises(ValueError, match="one of"):

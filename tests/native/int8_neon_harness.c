@@ -24,7 +24,7 @@ static uint64_t next(void) { /* xorshift64* */
 static float uniform(void) { return (float)(next() >> 40) * (1.0f / 16777216.0f); }
 static float normalish(void) { return (uniform() + uniform() + uniform() + uniform() - 2.0f) * 1.7f; }
 
-/* pack_for_kernel(q, 16, 4, 16) of ../../tts_core/models/qwen3_tts/int8.py */
+/* pack_for_kernel(q, 16, 4, 16) of ../../tts_core/quant/linear.py */
 static int8_t *pack(const int8_t *w, int64_t out, int64_t in) {
   int64_t out16 = (out + 15) / 16 * 16, in16 = (in + 15) / 16 * 16;
   int8_t *packed = calloc((size_t)(out16 * in16), 1);

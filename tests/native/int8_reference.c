@@ -1,4 +1,4 @@
-/* The 8-bit linear layer of tts_core/models/qwen3_tts/int8.py (Int8Linear.forward_reference, the
+/* The 8-bit linear layer of tts_core/quant/linear.py (Int8Linear.forward_reference, the
  * torch path), one scalar step at a time in torch's order: the reference the native kernels are
  * held to where torch cannot run (an ARM kernel under qemu-user). Build with -ffp-contract=off:
  * each float step rounds once, as torch's separate ops do. Tested against torch itself by

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tts_core.models import native
-from tts_core.models.qwen3_tts.int8 import Int8Linear, int8_matmul_available
+from tts_core.quant.linear import Int8Linear, int8_matmul_available
 
 HERE = Path(__file__).parent
 # the kernels' own flags (no FMA: -ffp-contract=off), for a static executable

@@ -200,7 +200,7 @@ def check_audio(audio: np.ndarray | torch.Tensor) -> None:
 # the int8 layers themselves skips elsewhere (`needs_int8`), saying what is then not covered.
 @cache
 def int8_available() -> bool:
-    from tts_core.models.qwen3_tts.int8 import int8_matmul_available
+    from tts_core.quant.linear import int8_matmul_available
 
     return int8_matmul_available()
 

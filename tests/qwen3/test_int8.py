@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 from tts_core.models.layers import Span
 from tts_core.models.qwen3_tts import quantize as quantize_module
-from tts_core.models.qwen3_tts.int8 import Int8Linear, sqnr_db
 from tts_core.models.qwen3_tts.model import load_model
+from tts_core.quant.linear import Int8Linear, sqnr_db
 
 from .conftest import int8_available, needs_int8
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tts_core.models import native
-from tts_core.models.qwen3_tts.int8 import (
+from tts_core.quant.linear import (
     Int8Linear,
     int8_matmul_available,
     pack_for_kernel,

@@ -1,5 +1,5 @@
 """`--quantize auto` decides by speed as well as accuracy: int8 is served only where it is faster
-than the float layers on this CPU (quantize.speed_check, timed at load and cached) and every
+than the float layers on this CPU (quant/speed.py's speed_check, timed at load and cached) and every
 layer holds the SQNR bound. The timing is forced here (measure_speed monkeypatched); the tiny
 fixtures are below MIN_TIMED_BYTES, so each test that wants them timed lowers it."""
 
@@ -14,9 +14,12 @@ from torch import nn
 
 from tts_core.models import native
 from tts_core.models.qwen3_tts import quantize as quantize_module
-from tts_core.models.qwen3_tts.int8 import Int8Linear
 from tts_core.models.qwen3_tts.model import load_model
-from tts_core.models.qwen3_tts.quantize import SpeedCheck
+from tts_core.models.qwen3_tts.quantize import Qwen3Int8
+from tts_core.quant import quantize as toolkit
+from tts_core.quant import speed
+from tts_core.quant.linear import Int8Linear
+from tts_core.quant.speed import SpeedCheck
 
 from .conftest import fixture_path, needs_int8
 
@@ -33,17 +36,17 @@ def _check(int8_ms: tuple[float, float], float_ms: tuple[float, float] = (2.0, 4
 def timed(monkeypatch, tmp_path):
     """The tiny models are timed too, with an empty cache; `timed(check)` makes every
     measurement return `check` and counts the measurements (the list it returns)."""
-    monkeypatch.setattr(quantize_module, "MIN_TIMED_BYTES", 0)
+    monkeypatch.setattr(speed, "MIN_TIMED_BYTES", 0)
     monkeypatch.setenv("TTS_CORE_CACHE", str(tmp_path))
 
     def force(check: SpeedCheck) -> list[int]:
         calls: list[int] = []
 
-        def measure(model, repeats=quantize_module.SPEED_REPEATS):  # noqa: ANN001, ANN202
+        def measure(model, repeats=speed.SPEED_REPEATS):  # noqa: ANN001, ANN202
             calls.append(1)
             return check
 
-        monkeypatch.setattr(quantize_module, "measure_speed", measure)
+        monkeypatch.setattr(speed, "measure_speed", measure)
         return calls
 
     return force
@@ -66,7 +69,7 @@ def test_auto_serves_float_where_int8_is_slower_at_any_row_count(
 ):
     timed(_check(int8_ms))
     monkeypatch.setattr(quantize_module, "calibrate", _no_calibration)
-    caplog.set_level(logging.INFO, logger=quantize_module.__name__)
+    caplog.set_level(logging.INFO, logger=toolkit.__name__)
     model = load_model(TINY, quantize="auto")
     assert model.quantization is None and model.weight_format == "float32" and _all_float(model)
     assert "kept float32: int8 is slower here" in caplog.text
@@ -79,7 +82,7 @@ def test_auto_serves_float_where_int8_is_slower_at_any_row_count(
 @needs_int8("auto's choice of int8 where it is faster is")
 def test_auto_serves_int8_where_it_is_faster_and_holds_the_sqnr_bound(timed, caplog):
     calls = timed(_check((1.0, 3.0)))
-    caplog.set_level(logging.INFO, logger=quantize_module.__name__)
+    caplog.set_level(logging.INFO, logger=toolkit.__name__)
     model = load_model(TINY, quantize="auto")
     report = model.quantization
     assert model.weight_format == "int8" and report.applied and calls == [1]
@@ -110,7 +113,7 @@ def test_asking_for_int8_does_not_time_it(timed):
 @needs_int8("auto on a model too small to time is")
 def test_a_model_too_small_to_time_is_decided_by_sqnr_alone(monkeypatch, tmp_path):
     monkeypatch.setenv("TTS_CORE_CACHE", str(tmp_path))
-    monkeypatch.setattr(quantize_module, "measure_speed", _no_calibration)
+    monkeypatch.setattr(speed, "measure_speed", _no_calibration)
     model = load_model(TINY, quantize="auto")
     assert model.weight_format == "int8" and model.quantization.speed is None
     assert "not timed" in model.quantization.decision
@@ -119,21 +122,21 @@ def test_a_model_too_small_to_time_is_decided_by_sqnr_alone(monkeypatch, tmp_pat
 def test_the_measurement_is_cached_per_cpu_kernel_torch_and_model(timed, monkeypatch, tmp_path):
     calls = timed(_check((3.0, 5.0)))
     model = load_model(TINY)
-    first = quantize_module.speed_check(model)
-    measured = [1] * (1 + quantize_module.SPEED_RETRIES)  # "slower" is measured again first
+    first = speed.speed_check(Qwen3Int8(model))
+    measured = [1] * (1 + speed.SPEED_RETRIES)  # "slower" is measured again first
     assert calls == measured and first.source == "measured"
-    again = quantize_module.speed_check(model)
-    cache = tmp_path / quantize_module.SPEED_CACHE_FILE
+    again = speed.speed_check(Qwen3Int8(model))
+    cache = tmp_path / speed.SPEED_CACHE_FILE
     assert calls == measured and again.source == f"cached in {cache}"
     assert (again.int8_ms, again.float_ms, again.kernel) == (first.int8_ms, first.float_ms,
                                                              first.kernel)  # fmt: skip
     (key,) = json.loads(cache.read_text())
     assert {"cpu", "kernel", "torch", "threads", "dtype", "shapes"} <= set(json.loads(key))
-    monkeypatch.setattr(quantize_module, "_cpu_model", lambda: "another CPU")
-    quantize_module.speed_check(model)
+    monkeypatch.setattr(speed, "cpu_model", lambda: "another CPU")
+    speed.speed_check(Qwen3Int8(model))
     assert calls == measured * 2 and len(json.loads(cache.read_text())) == 2
     cache.write_text("{not json")  # a damaged cache: measured again, rewritten
-    quantize_module.speed_check(model)
+    speed.speed_check(Qwen3Int8(model))
     assert calls == measured * 3 and len(json.loads(cache.read_text())) == 1
 
 
@@ -141,21 +144,21 @@ def test_an_unwritable_cache_still_decides(timed, monkeypatch):
     calls = timed(_check((3.0, 5.0)))
     monkeypatch.setenv("TTS_CORE_CACHE", "/dev/null/cache")
     model = load_model(TINY)
-    assert not quantize_module.speed_check(model).int8_faster
-    measured = [1] * (1 + quantize_module.SPEED_RETRIES)  # "slower" is measured again first
-    assert not quantize_module.speed_check(model).int8_faster and calls == measured * 2
+    assert not speed.speed_check(Qwen3Int8(model)).int8_faster
+    measured = [1] * (1 + speed.SPEED_RETRIES)  # "slower" is measured again first
+    assert not speed.speed_check(Qwen3Int8(model)).int8_faster and calls == measured * 2
 
 
 def test_the_real_measurement_times_both_formats_at_each_row_count():
     """measure_speed itself (not forced) on a tiny model: every number there and positive,
     and the kernel named as Int8Linear will use it."""
     model = load_model(TINY)
-    check = quantize_module.measure_speed(model, repeats=1)
+    check = speed.measure_speed(Qwen3Int8(model), repeats=1)
     kernel = native.int8_linear()
     assert check.kernel == ("torch._int_mm" if kernel is None else f"native {kernel.isa.name}")
     assert check.float_dtype == "float32"
     for ms in (check.int8_ms, check.float_ms):
-        assert set(ms) == set(quantize_module.SPEED_ROWS)
+        assert set(ms) == set(Qwen3Int8.speed_rows)
         assert all(math.isfinite(v) and v > 0 for v in ms.values())
     assert _all_float(model)  # timing changes nothing in the model
 
@@ -166,6 +169,6 @@ def test_a_slow_measurement_is_measured_again_and_each_best_kept(timed, monkeypa
     faster; nothing slower is cached from one noisy measurement."""
     timed(_check((3.0, 5.0)))
     checks = iter([_check((300.0, 500.0)), _check((1.0, 3.0))])
-    monkeypatch.setattr(quantize_module, "measure_speed", lambda model, repeats=5: next(checks))
-    check = quantize_module.speed_check(load_model(TINY))
+    monkeypatch.setattr(speed, "measure_speed", lambda model, repeats=5: next(checks))
+    check = speed.speed_check(Qwen3Int8(load_model(TINY)))
     assert check.int8_faster and check.int8_ms == {1: 1.0, 8: 3.0}

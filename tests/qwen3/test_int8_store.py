@@ -1,4 +1,4 @@
-"""The int8 model saved once (int8_store.py): the first int8 / auto load calibrates and saves,
+"""The int8 model saved once (quant/store.py): the first int8 / auto load calibrates and saves,
 later loads read the file: no calibration, no speed check, no float projection read, and a
 model bit-identical to the freshly quantized one. A damaged or mismatched file, or a changed
 checkpoint, is never used; TTS_CORE_INT8_CACHE=0 turns saving off.
@@ -24,12 +24,15 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from tts_core.models import native
-from tts_core.models.qwen3_tts import int8_store
 from tts_core.models.qwen3_tts import quantize as quantize_module
 from tts_core.models.qwen3_tts.checkpoint import SafetensorsFile
-from tts_core.models.qwen3_tts.int8 import Int8Linear
 from tts_core.models.qwen3_tts.model import load_model
-from tts_core.models.qwen3_tts.quantize import SpeedCheck
+from tts_core.models.qwen3_tts.quantize import Qwen3Int8
+from tts_core.quant import quantize as toolkit
+from tts_core.quant import speed
+from tts_core.quant import store as int8_store
+from tts_core.quant.linear import Int8Linear
+from tts_core.quant.speed import SpeedCheck
 
 from .conftest import fixture_path, golden_voice, load_goldens, needs_int8
 
@@ -63,8 +66,9 @@ def calibrations(monkeypatch) -> list[int]:
     return calls
 
 
-QUANTIZING = ("calibrate", "quantize_model", "speed_check", "measure_speed")
-REAL = {name: getattr(quantize_module, name) for name in QUANTIZING}
+QUANTIZING = ((quantize_module, "calibrate"), (toolkit, "quantize"), (speed, "speed_check"),
+              (speed, "measure_speed"))  # fmt: skip
+REAL = {(module, name): getattr(module, name) for module, name in QUANTIZING}
 
 
 def _forbidden(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -72,8 +76,8 @@ def _forbidden(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
 
 
 def _forbid_quantizing(monkeypatch) -> None:
-    for name in QUANTIZING:
-        monkeypatch.setattr(quantize_module, name, _forbidden)
+    for module, name in QUANTIZING:
+        monkeypatch.setattr(module, name, _forbidden)
 
 
 def _assert_same_model(fresh, loaded) -> None:
@@ -167,9 +171,9 @@ def test_a_float_decision_of_auto_is_remembered(why, cache, calibrations, monkey
     if why == "sqnr":
         monkeypatch.setattr(quantize_module, "MIN_SQNR_DB", 200.0)
     else:
-        monkeypatch.setattr(quantize_module, "MIN_TIMED_BYTES", 0)  # the tiny model timed
+        monkeypatch.setattr(speed, "MIN_TIMED_BYTES", 0)  # the tiny model timed
         slower = SpeedCheck("native test", "float32", {1: 3.0, 8: 5.0}, {1: 2.0, 8: 4.0})
-        monkeypatch.setattr(quantize_module, "measure_speed", lambda model, repeats=5: slower)
+        monkeypatch.setattr(speed, "measure_speed", lambda model, repeats=5: slower)
     first = load_model(TINY, quantize="auto")
     assert first.quantization is None and first.weight_format == "float32"
     assert first.format_decision.startswith("kept float32: ")
@@ -184,8 +188,8 @@ def test_a_float_decision_of_auto_is_remembered(why, cache, calibrations, monkey
     assert not any(isinstance(m, Int8Linear) for m in second.talker.modules())
     assert f"quantize: {first.format_decision} (saved in {path}" in caplog.text
     # `int8` is another request: its own file, quantized whatever auto decided
-    for name, function in REAL.items():
-        monkeypatch.setattr(quantize_module, name, function)
+    for (module, name), function in REAL.items():
+        monkeypatch.setattr(module, name, function)
     assert load_model(TINY, quantize="int8").quantization.saved_in is None
     assert len(int8_store.saved_files(cache)) == 2
 
@@ -318,6 +322,7 @@ def test_the_key_names_what_the_result_depends_on(cache, monkeypatch):
             if change == "threads":
                 m.setattr(torch, "get_num_threads", lambda: 7)
             store = int8_store.Int8Store.open(
+                Qwen3Int8,
                 TINY,
                 torch.bfloat16 if change == "dtype" else torch.float32,
                 min_sqnr_db=30.0 if change == "auto" else None,
@@ -325,7 +330,8 @@ def test_the_key_names_what_the_result_depends_on(cache, monkeypatch):
             )
         paths.add(store.path)
     assert len(paths) == 5
-    again = int8_store.Int8Store.open(TINY, torch.float32, min_sqnr_db=None, check_speed=False)
+    again = int8_store.Int8Store.open(Qwen3Int8, TINY, torch.float32, min_sqnr_db=None,
+                                      check_speed=False)  # fmt: skip
     assert again.path in paths and again.key["checkpoint"]["model.safetensors"] == (
         int8_store._hash_file(TINY / "model.safetensors")
     )
@@ -339,9 +345,9 @@ def test_files_of_another_version_go_and_at_most_two_stay(cache, monkeypatch):
     def load(cpu: str | None = None, code: str | None = None) -> Path:
         with monkeypatch.context() as m:
             if cpu is not None:
-                m.setattr(quantize_module, "_cpu_model", lambda: cpu)
+                m.setattr(speed, "cpu_model", lambda: cpu)
             if code is not None:
-                m.setattr(int8_store, "code_digest", lambda: code)
+                m.setattr(int8_store, "code_digest", lambda paths: code)
             return Path(load_model(TINY, quantize="int8").quantization.saved_in or "").name
 
     load()

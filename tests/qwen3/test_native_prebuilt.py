@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tts_core.models import native
-from tts_core.models.qwen3_tts.int8 import Int8Linear, int8_matmul_available
+from tts_core.quant.linear import Int8Linear, int8_matmul_available
 
 ISAS = native.int8_isas_here()
 pytestmark = [

@@ -1,8 +1,9 @@
 """Chatterbox Turbo's T3 (GPT-2 medium) on the project's 8-bit CPU path: the projections of every
-GPT-2 block become qwen3_tts/int8.py's `Int8Linear` (int8 weights per output channel, int8
-activations per row, exact int32 sums on the models/native kernel this CPU runs: AVX-512 VNNI,
-AVX-VNNI, AVX2, NEON, else torch._int_mm; all equal bit for bit), with Qwen3-TTS's SmoothQuant
-step where GPT-2 has something linear to fold it into.
+GPT-2 block become the shared toolkit's `Int8Linear` (tts_core/quant: int8 weights per output
+channel, int8 activations per row, exact int32 sums on the models/native kernel this CPU runs:
+AVX-512 VNNI, AVX-VNNI, AVX2, NEON, else torch._int_mm; all equal bit for bit), with the
+toolkit's SmoothQuant scale where GPT-2 has something linear to fold it into. This module is
+the declaration (T3Int8: which layers, how calibration runs); the flow is the toolkit's.
 
 `quantize_turbo(model, quantize)` (ChatterboxTurboModel.from_pretrained's `quantize`, the same
 modes as Qwen3-TTS's load_model: None / "none", "int8", "auto"):
@@ -10,7 +11,7 @@ modes as Qwen3-TTS's load_model: None / "none", "int8", "auto"):
 1. calibrate: T3 teacher-forced on CALIBRATION_TEXT in the checkpoint's built-in voice (its
    speech prompt tokens are the forced tokens), the prefill and CALIBRATION_STEPS steps in
    float32; the inputs of every projection and the speech head's logits are kept;
-2. smooth (alpha 0.5, qwen3_tts/quantize.py's scales): c_attn's input folded into ln_1 (weight
+2. smooth (alpha 0.5, quant/calibration.py's scale): c_attn's input folded into ln_1 (weight
    and bias), c_fc's into ln_2, attn.c_proj's into the value columns of c_attn (attention mixes
    positions, not channels, so a value channel's scale passes through it exactly). mlp.c_proj
    reads gelu(c_fc(x)), which is not linear: no smoothing there;
@@ -22,13 +23,16 @@ modes as Qwen3-TTS's load_model: None / "none", "int8", "auto"):
    head logits against the float32 ones over the same forced run (`logits_snr_db`).
 
 "auto" keeps int8 only on a CPU where it is faster than float32 at one row (T3 decodes each
-request as one row; qwen3_tts/quantize.py's speed check, cached in int8_speed.json under its own
+request as one row; quant/speed.py's speed check, cached in int8_speed.json under its own
 key) and where every layer AND the logits hold MIN_SQNR_DB (30 dB); otherwise T3 stays exactly
 as loaded (the float modules are put back). "int8" quantizes whatever the figures (they are
 still reported). `model.t3_quantization` holds the report (None: float32), the model's
-`format_decision` why, in words. Nothing is saved (Qwen3's int8_store is not used): the work at
-load is the speed check (cached), a float32 and an int8 teacher-forced pass over ~400
-positions + 16 steps and the rounding: 11.7 s in all at the released size, one thread.
+`format_decision` why, in words. The outcome is saved once per checkpoint like Qwen3-TTS's
+(quant/store.py: T3's int8 layers and folded layer norms, or a float decision alone, keyed by
+the T3 file, conds.pt, the tokenizer files and chatterbox_sizes.json): a later start reads it
+(logged "quantize: ... (saved in ... at an earlier load)") instead of the work of the first
+start: the speed check (cached), a float32 and an int8 teacher-forced pass over ~400 positions
++ 16 steps and the rounding, 11.7 s in all at the released size, one thread.
 
 Measured (BENCHMARKS.md, benchmarks/chatterbox_int8_bench.py): logits 38.8-39.5 dB on the tiny
 checkpoints, 31.6-32.7 dB at the released size with random weights, and 2.5x faster per token
@@ -39,41 +43,33 @@ is int8, each row's bits those of its step alone (attention per row over its own
 
 from __future__ import annotations
 
-import json
-import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from .. import native
-from ..qwen3_tts.int8 import Int8Linear, int8_matmul_available, sqnr_db
-from ..qwen3_tts.quantize import (
-    MAX_ROWS,
+from ...quant import quantize as toolkit
+from ...quant.calibration import record_inputs, smoothing_scale, spread
+from ...quant.linear import Int8Linear, sqnr_db
+from ...quant.quantize import (
     MIN_SQNR_DB,
-    MIN_TIMED_BYTES,
-    SPEED_REPEATS,
-    SPEED_RETRIES,
-    TIMED_BYTES,
+    Candidate,
+    Int8Target,
+    Plan,
     QuantizationReport,
-    SpeedCheck,
-    _best_ms_alternated,
-    _best_of,
-    _cpu_model,
-    _last_level_cache_bytes,
-    _read_json,
-    _scales,
-    _speed_cache_path,
-    _spread,
-    _write_json_entry,
-    applied_because,
+    requested_mode,
+    why_not_int8,
 )
-from .gpt2 import Conv1D, GPT2Block
+from ...quant.speed import TimedStack
+from ...quant.store import load_int8
+from .checkpoint import CONDS_FILE, TOKENIZER_FILES
+from .config import SIZES_FILE, ChatterboxSizes, t3_file
+from .gpt2 import GPT2Block
 from .sampling import TurboSampling
 
-log = logging.getLogger(__name__)
+__all__ = ["MIN_SQNR_DB", "T3Int8", "quantize_t3", "quantize_turbo", "t3_weight_format"]
 
-QUANTIZE_MODES = ("none", "int8", "auto")
 CALIBRATION_TEXT = (
     "Calibration: the quick brown fox jumps over the lazy dog, and then it asks, quietly, "
     "whether 42 numbers and a few names still sound right. [chuckle] Okay."
@@ -82,7 +78,11 @@ CALIBRATION_STEPS = 16  # forced draws after the prefill: decode rows in every l
 # and 17 rows of logits for the end-to-end SNR
 PROJECTIONS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 ROWS_KEPT = 64  # per call recorded (the prefill: ~400 positions at the released size)
-SPEED_ROWS = (1,)  # T3 decodes every request as its own row (serving.py)
+NORMS = ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias")  # smoothing folded in
+# The files the int8 T3 is computed from: its weights and sizes, the calibration voice, the
+# tokenizer that reads CALIBRATION_TEXT.
+IDENTITY_FILES = (CONDS_FILE, *TOKENIZER_FILES, "added_tokens.json", "special_tokens_map.json",
+                  "tokenizer_config.json", SIZES_FILE)  # fmt: skip
 
 
 @dataclass
@@ -94,32 +94,40 @@ class T3QuantizationReport(QuantizationReport):
     def to_json(self) -> dict:
         return {**super().to_json(), "logits_snr_db": self.logits_snr_db}
 
+    @classmethod
+    def from_json(cls, entry: dict, saved_in: str | None = None) -> T3QuantizationReport:
+        report = super().from_json(entry, saved_in)
+        snr = entry.get("logits_snr_db")
+        report.logits_snr_db = None if snr is None else float(snr)
+        return report
+
 
 def quantize_turbo(model, quantize: str | None) -> T3QuantizationReport | None:
-    """Apply `quantize` to `model.t3` in place (module doc); sets `model.t3_quantization` and
-    `model.format_decision` and returns the report (None for "none")."""
-    mode = "none" if quantize is None else str(quantize).lower()
-    if mode not in QUANTIZE_MODES:
-        raise ValueError(f"quantize must be one of {QUANTIZE_MODES}, got {quantize!r}")
+    """Apply `quantize` to `model.t3` in place (module doc): the outcome saved at an earlier
+    start, else quantized now and saved; sets `model.t3_quantization` and
+    `model.format_decision` and returns the report (None where nothing was tried)."""
+    mode = requested_mode(quantize)
     model.t3_quantization, model.format_decision = None, ""
-    if mode == "none":
+    why_not = why_not_int8(mode, model.device, " (Chatterbox Turbo runs float32)")
+    if mode == "none" or why_not:
+        model.format_decision = why_not and f"kept float32: {why_not}"
         return None
-    device = torch.device(model.device)
-    if device.type != "cpu":
-        if mode == "int8":
-            raise ValueError("quantize='int8' is the CPU path (Chatterbox Turbo runs float32)")
-        model.format_decision = f"kept float32: no int8 path on {device}"
-        return None
-    if mode == "auto" and native.int8_linear() is None and not int8_matmul_available():
-        model.format_decision = "kept float32: no int8 matmul on this CPU"
-        return None
-    speaker_emb, prompt_tokens = calibration_voice(model)
-    text_ids = model._ids(CALIBRATION_TEXT)
     auto = mode == "auto"
-    report = quantize_t3(model.t3, speaker_emb, prompt_tokens, text_ids,
-                         min_sqnr_db=MIN_SQNR_DB if auto else None, check_speed=auto)  # fmt: skip
+    speaker_emb, prompt_tokens = calibration_voice(model)
+    target = T3Int8(model.t3, speaker_emb, prompt_tokens, model._ids(CALIBRATION_TEXT))
+
+    def load(saved):  # noqa: ANN001, ANN202 - the float T3 is loaded already
+        if saved is not None:
+            saved.install(model.t3)
+        return target
+
+    try:
+        _, report = load_int8(T3Int8, model.folder, torch.float32,
+                              MIN_SQNR_DB if auto else None, auto, load)  # fmt: skip
+    finally:  # voice prefixes computed by the calibration or with the old weights
+        model.t3.forget_prefixes()
     model.t3_quantization = report if report.applied else None
-    model.format_decision = report.decision
+    model.format_decision = report.described
     return report
 
 
@@ -139,7 +147,6 @@ def calibration_voice(model) -> tuple[torch.Tensor, torch.Tensor]:
             torch.randint(0, 6561, (1, 375), generator=g).to(model.device))  # fmt: skip
 
 
-@torch.inference_mode()
 def quantize_t3(
     t3: nn.Module,
     speaker_emb: torch.Tensor,
@@ -149,71 +156,112 @@ def quantize_t3(
     min_sqnr_db: float | None = None,
     check_speed: bool | None = None,
 ) -> T3QuantizationReport:
-    """Make T3's GPT-2 projections int8 in place (module doc); with `min_sqnr_db` only if every
-    layer and the logits hold it (T3 is left exactly as loaded otherwise); `check_speed`
-    (default: with `min_sqnr_db`) first times int8 against float32 and keeps float32 where
-    int8 is not faster."""
+    """Make T3's GPT-2 projections int8 in place (module doc; nothing saved or read); with
+    `min_sqnr_db` only if every layer and the logits hold it (T3 is left exactly as loaded
+    otherwise); `check_speed` (default: with `min_sqnr_db`) first times int8 against float32
+    and keeps float32 where int8 is not faster."""
+    target = T3Int8(t3, speaker_emb, prompt_tokens, text_ids)
     try:
-        return _quantize_t3(t3, speaker_emb, prompt_tokens, text_ids, smooth, min_sqnr_db,
-                            check_speed)  # fmt: skip
+        return toolkit.quantize(target, smooth, min_sqnr_db, check_speed)
     finally:  # voice prefixes computed by the calibration or with the old weights
         t3.forget_prefixes()
 
 
-def _quantize_t3(
-    t3: nn.Module,
-    speaker_emb: torch.Tensor,
-    prompt_tokens: torch.Tensor,
-    text_ids: torch.Tensor,
-    smooth: bool,
-    min_sqnr_db: float | None,
-    check_speed: bool | None,
-) -> T3QuantizationReport:
-    report = T3QuantizationReport("int8")
-    if check_speed is None:
-        check_speed = min_sqnr_db is not None
-    if check_speed:
-        report.speed = speed_check(t3)
-        if report.speed is not None and not report.speed.int8_faster:
-            return _decided(report, f"kept float32: int8 is slower here "
-                                    f"({report.speed.describe()})")  # fmt: skip
-    forced = calibration_tokens(prompt_tokens)
-    inputs, float_logits = calibrate(t3, speaker_emb, prompt_tokens, text_ids, forced)
-    plans = []
-    for index, block in enumerate(t3.tfmr.h):
-        mine = {name: inputs[(index, name)] for name in PROJECTIONS if (index, name) in inputs}
-        scales = smoothing_scales(block, mine) if smooth else {}
-        weights = smoothed_weights(block, scales)
-        modules = {}
-        for name, (weight, bias) in weights.items():
-            modules[name] = Int8Linear(weight, bias)
-            if name in mine:
-                x = mine[name] / scales[name] if name in scales else mine[name]
-                report.layer_sqnr_db[f"tfmr.h.{index}.{name}"] = sqnr_db(
-                    torch.addmm(bias, x, weight.t()), modules[name](x)
-                )
-        plans.append((block, scales, modules))
-    if min_sqnr_db is not None and report.min_sqnr_db < min_sqnr_db:
-        name, worst = report.worst(1)[0]
-        return _decided(report, f"kept float32: layer {name} keeps {worst:.1f} dB SQNR "
-                                f"< {min_sqnr_db:g} dB")  # fmt: skip
-    saved = [_install(block, scales, modules) for block, scales, modules in plans]
-    _, int8_logits = calibrate(t3, speaker_emb, prompt_tokens, text_ids, forced, record=False)
-    report.logits_snr_db = sqnr_db(float_logits, int8_logits)
-    if min_sqnr_db is not None and report.logits_snr_db < min_sqnr_db:
-        for block, original in zip(t3.tfmr.h, saved, strict=True):
-            _restore(block, original)
-        return _decided(report, f"kept float32: the int8 logits keep {report.logits_snr_db:.1f} "
-                                f"dB SNR < {min_sqnr_db:g} dB")  # fmt: skip
-    report.applied = True
-    logits = f", logits {report.logits_snr_db:.1f} dB SNR"
-    return _decided(report, "T3 int8: " + applied_because(report, min_sqnr_db, check_speed, logits))
+class T3Int8(Int8Target):
+    """T3's GPT-2 blocks (module doc), calibrated teacher-forced in one voice."""
 
+    part = "T3 "
+    report_type = T3QuantizationReport
+    float_dtype = torch.float32
+    speed_rows = (1,)  # T3 decodes every request as its own row (serving.py)
 
-def _decided(report: T3QuantizationReport, decision: str) -> T3QuantizationReport:
-    report.decision = decision
-    log.info("quantize: %s", decision)
-    return report
+    def __init__(self, t3: nn.Module, speaker_emb: torch.Tensor, prompt_tokens: torch.Tensor,
+                 text_ids: torch.Tensor) -> None:  # fmt: skip
+        self.root = t3
+        self.device = t3.speech_head.weight.device
+        self.voice = (speaker_emb, prompt_tokens, text_ids)
+        self.float_logits: torch.Tensor | None = None
+
+    # ---------------------------------------------------------------- speed check
+    def timed_stacks(self) -> list[TimedStack]:
+        return [TimedStack(list(self.root.tfmr.h), 1, _timed_floats, _timed_int8s)]
+
+    def speed_key(self) -> dict:
+        block = self.root.tfmr.h[0]
+        return {"model": "chatterbox_turbo_t3", "layers": len(self.root.tfmr.h),
+                "shapes": [tuple(block.get_submodule(n).weight.shape) for n in PROJECTIONS]}  # fmt: skip
+
+    # ---------------------------------------------------------------- quantizing
+    def forced(self) -> torch.Tensor:
+        return calibration_tokens(self.voice[1])
+
+    def calibrate(self) -> dict[tuple[int, str], torch.Tensor]:
+        inputs, self.float_logits = calibrate(self.root, *self.voice, self.forced())
+        return inputs
+
+    def plan(self, inputs: dict[tuple[int, str], torch.Tensor], smooth: bool) -> Plan:
+        candidates, blocks = [], []
+        for index, block in enumerate(self.root.tfmr.h):
+            mine = {name: inputs[(index, name)] for name in PROJECTIONS if (index, name) in inputs}
+            scales = smoothing_scales(block, mine) if smooth else {}
+            for name, (weight, bias) in smoothed_weights(block, scales).items():
+                x = mine.get(name)
+                if x is not None and name in scales:
+                    x = x / scales[name]
+                candidates.append(Candidate(f"tfmr.h.{index}.{name}", weight, bias, x))
+            blocks.append((index, block, scales))
+        return Plan(candidates, blocks)
+
+    def install(self, plan: Plan, modules: dict[str, Int8Linear]):  # noqa: ANN201
+        saved = [
+            (block, _install(block, scales, {n: modules[f"tfmr.h.{i}.{n}"] for n in PROJECTIONS}))
+            for i, block, scales in plan.extra
+        ]
+
+        def restore() -> None:
+            for block, original in saved:
+                _restore(block, original)
+
+        return restore
+
+    def check_output(self, report: T3QuantizationReport, min_sqnr_db: float | None):  # noqa: ANN201
+        """The int8 speech head's logits against the float32 ones over the same forced run."""
+        _, int8_logits = calibrate(self.root, *self.voice, self.forced(), record=False)
+        snr = report.logits_snr_db = sqnr_db(self.float_logits, int8_logits)
+        failed = ""
+        if min_sqnr_db is not None and snr < min_sqnr_db:
+            failed = f"the int8 logits keep {snr:.1f} dB SNR < {min_sqnr_db:g} dB"
+        return f", logits {snr:.1f} dB SNR", failed
+
+    # ---------------------------------------------------------------- the store
+    @classmethod
+    def identity_files(cls, checkpoint: Path) -> tuple[str, ...]:
+        return (t3_file(checkpoint), *IDENTITY_FILES)
+
+    @classmethod
+    def weights_file(cls, checkpoint: Path) -> str:
+        return t3_file(checkpoint)
+
+    @classmethod
+    def code_paths(cls) -> list[Path]:
+        """The package (T3 and its calibration run), the shared layers and checkpoint loader."""
+        package = Path(__file__).resolve().parent
+        return [*sorted(package.glob("*.py")), package.parent / "layers.py",
+                package.parent / "checkpoint.py"]  # fmt: skip
+
+    @classmethod
+    def calibration_key(cls) -> dict:
+        return {"text": CALIBRATION_TEXT, "steps": CALIBRATION_STEPS, "rows_kept": ROWS_KEPT}
+
+    @classmethod
+    def storage_free(cls, checkpoint: Path, dtype: torch.dtype) -> T3Int8:
+        from .t3 import T3Turbo
+
+        return cls(T3Turbo(ChatterboxSizes.of_folder(checkpoint).t3), None, None, None)
+
+    def saved_floats(self) -> dict[str, torch.Tensor]:
+        return {f"tfmr.h.{index}.{name}": block.get_parameter(name)
+                for index, block in enumerate(self.root.tfmr.h) for name in NORMS}  # fmt: skip
 
 
 def calibration_tokens(prompt_tokens: torch.Tensor) -> torch.Tensor:
@@ -234,36 +282,23 @@ def calibrate(
     record: bool = True,
 ) -> tuple[dict[tuple[int, str], torch.Tensor], torch.Tensor]:
     """({(block index, projection): (rows, in) float32 inputs}, (steps, V) logits) of a
-    teacher-forced run (prefill + one step per forced token)."""
-    recorded: dict[tuple[int, str], list[torch.Tensor]] = {}
-    hooks = []
+    teacher-forced run (prefill + one step per forced token). Of each call ROWS_KEPT evenly
+    spaced rows are kept: the prefill's first positions (speaker, voice prompt) as well as its
+    last."""
     t3.forget_prefixes()  # the voice's positions computed (and recorded) by these weights
+    modules = {}
     if record:
-        for index, block in enumerate(t3.tfmr.h):
-            for name in PROJECTIONS:
-                sink = recorded.setdefault((index, name), [])
-                hooks.append(block.get_submodule(name).register_forward_pre_hook(_keeper(sink)))
+        modules = {(index, name): block.get_submodule(name)
+                   for index, block in enumerate(t3.tfmr.h) for name in PROJECTIONS}  # fmt: skip
     logits: list[torch.Tensor] = []
-    try:
+
+    def run() -> None:
         for _ in t3.draws(speaker_emb, prompt_tokens, text_ids, TurboSampling(), None,
                           forced=forced, logits_seen=logits):  # fmt: skip
             pass
-    finally:
-        for hook in hooks:
-            hook.remove()
-    inputs = {key: _spread(torch.cat(rows), MAX_ROWS) for key, rows in recorded.items() if rows}
+
+    inputs = record_inputs(modules, run, keep=lambda x: spread(x, ROWS_KEPT))
     return inputs, torch.cat(logits).float()
-
-
-def _keeper(sink: list[torch.Tensor]):  # noqa: ANN202
-    """A pre-hook keeping ROWS_KEPT evenly spaced input rows of each call: the prefill's
-    first positions (speaker, voice prompt) as well as its last."""
-
-    def hook(_module: nn.Module, args: tuple) -> None:
-        x = args[0].detach().reshape(-1, args[0].shape[-1]).float()
-        sink.append(_spread(x, ROWS_KEPT).clone())
-
-    return hook
 
 
 # ------------------------------------------------------------------------------ smoothing
@@ -273,7 +308,7 @@ def smoothing_scales(block: GPT2Block, inputs: dict[str, torch.Tensor]) -> dict[
     scales = {}
     for name in ("attn.c_attn", "attn.c_proj", "mlp.c_fc"):
         if name in inputs:
-            scales[name] = _scales(inputs[name], (_as_linear(block.get_submodule(name)),))
+            scales[name] = smoothing_scale(inputs[name], [block.get_submodule(name).weight.t()])
     return scales
 
 
@@ -298,13 +333,6 @@ def smoothed_weights(
         weight[2 * hidden :] /= scales["attn.c_proj"][:, None]
         bias[2 * hidden :] /= scales["attn.c_proj"]
     return out
-
-
-def _as_linear(layer: Conv1D) -> nn.Module:
-    """A Conv1D seen as nn.Linear by _scales (which reads `.weight` as (out, in))."""
-    view = nn.Module()
-    view.weight = layer.weight.detach().t()
-    return view
 
 
 def _install(block: GPT2Block, scales: dict[str, torch.Tensor], modules: dict) -> dict:
@@ -335,71 +363,11 @@ def _restore(block: GPT2Block, saved: dict) -> None:
             block.get_submodule(name).bias.copy_(bias)
 
 
-# ------------------------------------------------------------------------------ speed (auto)
-def _block_bytes(block: GPT2Block) -> int:
-    return sum(block.get_submodule(name).weight.numel() for name in PROJECTIONS)
+# ------------------------------------------------------------------------------ speed check
+def _timed_floats(block: GPT2Block) -> list[tuple[nn.Module, int]]:
+    """The float32 Conv1D projections ([in, out] weights: the input width is dim 0)."""
+    return [(block.get_submodule(n), block.get_submodule(n).weight.shape[0]) for n in PROJECTIONS]
 
 
-def speed_check(t3: nn.Module) -> SpeedCheck | None:
-    """int8 against float32 for T3's blocks at one row on this CPU (ms a token): cached, else
-    measured; None for a model too small to time (qwen3_tts/quantize.py's MIN_TIMED_BYTES)."""
-    blocks = list(t3.tfmr.h)
-    if sum(_block_bytes(b) for b in blocks) < MIN_TIMED_BYTES:
-        return None
-    key = _speed_key(t3)
-    path = _speed_cache_path()
-    cached = _read_json(path).get(key) if path is not None else None
-    if cached is not None:
-        try:
-            return SpeedCheck.from_json(cached, f"cached in {path}")
-        except (KeyError, TypeError, ValueError, AttributeError):
-            pass
-    check = measure_speed(t3)
-    for _ in range(SPEED_RETRIES):
-        if check.int8_faster:
-            break
-        check = _best_of(check, measure_speed(t3))
-    if path is not None:
-        _write_json_entry(path, key, check.to_json())
-    return check
-
-
-@torch.inference_mode()
-def measure_speed(t3: nn.Module, repeats: int = SPEED_REPEATS) -> SpeedCheck:
-    """The first blocks' projections (TIMED_BYTES of int8 weights, or all) as float32 Conv1D
-    and as Int8Linear on random rows, best of `repeats` alternated, scaled to every block."""
-    kernel = native.int8_linear()
-    blocks, timed, size = list(t3.tfmr.h), [], 0
-    budget = max(TIMED_BYTES, 2 * _last_level_cache_bytes())
-    for block in blocks:
-        timed.append(block)
-        size += _block_bytes(block)
-        if size >= budget:
-            break
-    floats = [block.get_submodule(name) for block in timed for name in PROJECTIONS]
-    int8s = [Int8Linear(m.weight.detach().t(), m.bias.detach()) for m in floats]
-    scale = len(blocks) / len(timed)
-    int8_ms, float_ms = {}, {}
-    for rows in SPEED_ROWS:
-        xs = {m.weight.shape[0]: torch.randn(rows, m.weight.shape[0]) for m in floats}
-        runs = [lambda xs=xs: [m(xs[m.in_features]) for m in int8s],
-                lambda xs=xs: [m(xs[m.weight.shape[0]]) for m in floats]]  # fmt: skip
-        times = _best_ms_alternated(runs, repeats)
-        int8_ms[rows], float_ms[rows] = round(times[0] * scale, 3), round(times[1] * scale, 3)
-    return SpeedCheck(kernel="torch._int_mm" if kernel is None else f"native {kernel.isa.name}",
-                      float_dtype="float32", int8_ms=int8_ms, float_ms=float_ms)  # fmt: skip
-
-
-def _speed_key(t3: nn.Module) -> str:
-    kernel = native.int8_linear()
-    block = t3.tfmr.h[0]
-    return json.dumps({
-        "model": "chatterbox_turbo_t3",
-        "cpu": _cpu_model(),
-        "kernel": "torch._int_mm" if kernel is None else kernel.isa.name,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "layers": len(t3.tfmr.h),
-        "shapes": [tuple(block.get_submodule(n).weight.shape) for n in PROJECTIONS],
-        "rows": list(SPEED_ROWS),
-    }, sort_keys=True)  # fmt: skip
+def _timed_int8s(block: GPT2Block) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(m.weight.detach().t(), m.bias.detach()) for m, _ in _timed_floats(block)]

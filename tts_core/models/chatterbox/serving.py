@@ -57,11 +57,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...audio.cadence import Cadence
+from ...quant.linear import Int8Linear
 from ...serving import alone
 from ...serving.engine import BatchEngine
 from ...serving.loop import EngineLoop, RequestStream
 from ...serving.request import Request
-from ..qwen3_tts.int8 import Int8Linear
 from .chunking import StreamChunking
 from .config import DEFAULT_MAX_BATCH, S3_VOCAB, STOP_SPEECH
 from .model import TurboChunk

@@ -6,7 +6,7 @@
  *   q[r, k] = round_half_even(x[r, k] / s_x[r])               (a NaN quotient quantizes to 0)
  *   y[r, o] = ((float)(sum_k q[r, k] * W[o, k]) * s_x[r]) * s_w[o]  (+ bias[o])
  * with an exact int32 sum and each float step rounded once, in this order (no FMA: built with
- * -ffp-contract=off), which is the torch path of ../qwen3_tts/int8.py (torch._int_mm) bit for
+ * -ffp-contract=off), which is the torch path of ../../quant/linear.py (torch._int_mm) bit for
  * bit. A row's output therefore never depends on the other rows of its batch.
  *
  * Entry points, one pair per kernel (the prefix names the instruction set):

@@ -1,4 +1,4 @@
-/* The 8-bit linear layer of ../qwen3_tts/int8.py with AVX-512 VNNI (512-bit vpdpbusd): the
+/* The 8-bit linear layer of ../../quant/linear.py with AVX-512 VNNI (512-bit vpdpbusd): the
  * definition, bit for bit equal to the torch path, is in int8_common.h.
  *
  * vpdpbusd multiplies unsigned by signed bytes, so q is stored as q + 128 (1..255) and

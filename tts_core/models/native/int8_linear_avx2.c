@@ -1,4 +1,4 @@
-/* The 8-bit linear layer of ../qwen3_tts/int8.py with AVX2 (256-bit): the definition, bit for
+/* The 8-bit linear layer of ../../quant/linear.py with AVX2 (256-bit): the definition, bit for
  * bit equal to the torch path, is in int8_common.h. For CPUs with neither AVX-512 VNNI nor
  * AVX-VNNI (AMD Zen 1-3, Intel before Ice Lake / Alder Lake).
  *

@@ -1,4 +1,4 @@
-/* The 8-bit linear layer of ../qwen3_tts/int8.py with AVX-VNNI (the VEX-encoded, 256-bit
+/* The 8-bit linear layer of ../../quant/linear.py with AVX-VNNI (the VEX-encoded, 256-bit
  * vpdpbusd of Intel Alder Lake and later, AMD Zen 5): the definition, bit for bit equal to the
  * torch path, is in int8_common.h. Built with target attributes (gcc >= 11, clang >= 12).
  *

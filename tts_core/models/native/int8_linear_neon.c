@@ -1,4 +1,4 @@
-/* The 8-bit linear layer of ../qwen3_tts/int8.py on 64-bit ARM with NEON and the ARMv8.2 dot
+/* The 8-bit linear layer of ../../quant/linear.py on 64-bit ARM with NEON and the ARMv8.2 dot
  * product (sdot: Graviton 2+, Ampere Altra, Apple M, Cortex-A76+, Neoverse): the definition, bit
  * for bit equal to the torch path, is in int8_common.h. Built with target attributes.
  *

@@ -150,7 +150,7 @@ def load_talker(
 
     `drop` is called on the storage-free talker once every key and shape has been checked,
     before any weight is allocated: the modules it takes out are neither allocated nor read
-    (int8_store.py: the float projections a saved int8 model replaces)."""
+    (quant/store.py: the float projections a saved int8 model replaces)."""
     source = _talker_weights(state)
     if drop is None:
         talker = _new_talker(config, device, dtype)

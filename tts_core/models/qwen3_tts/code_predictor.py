@@ -13,9 +13,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ...quant.linear import rowwise
 from ..layers import DecoderStack, Embedding, KVCache, RotaryTable, Span
 from .config import CodePredictorConfig
-from .int8 import rowwise
 
 # logits (B, V) float32 -> chosen ids (B,)
 CodeChooser = Callable[[torch.Tensor], torch.Tensor]

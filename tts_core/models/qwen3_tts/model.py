@@ -53,9 +53,9 @@ from .prompt import (
 from .text_tokenizer import TextTokenizer
 
 if TYPE_CHECKING:
+    from ...quant.store import SavedInt8
     from .codec.speech_tokenizer import SpeechTokenizer
     from .codec.streaming import DecoderState
-    from .int8_store import SavedInt8
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class Qwen3TTSModel:
         dtype: torch.dtype = torch.float32,
         int8: SavedInt8 | None = None,
     ) -> Qwen3TTSModel:
-        """`int8`: a saved int8 model (int8_store.py) whose layers take the place of the float
+        """`int8`: a saved int8 model (quant/store.py) whose layers take the place of the float
         projections, which are then neither allocated nor read; the report is set too."""
         from .checkpoint import check_model_weights
 
@@ -626,9 +626,6 @@ def _resample(wav: np.ndarray, sample_rate: int) -> np.ndarray:
     return resample(wav, int(sample_rate), SAMPLE_RATE).astype(np.float32)  # librosa's, ours
 
 
-QUANTIZE_MODES = ("none", "int8", "auto")
-
-
 def load_model(
     name_or_path: str | Path,
     device: str = "cpu",
@@ -646,29 +643,27 @@ def load_model(
 
     quantize: None/"none" keeps the weights in `dtype`; "int8" makes the talker's and the code
     predictor's layers 8-bit (CPU; see quantize.py); "auto" does so on a CPU where the int8
-    matmul runs faster than the float layers (quantize.speed_check) and every layer keeps
+    matmul runs faster than the float layers (quant/speed.py) and every layer keeps
     >= 30 dB SQNR on a calibration run, else keeps `dtype` (`model.format_decision` says why).
     `model.quantization` holds the report (None when not quantized). The outcome of "int8" and
-    "auto" is saved at the first load and read by the next ones (int8_store.py: no calibration
+    "auto" is saved at the first load and read by the next ones (quant/store.py: no calibration
     then; TTS_CORE_INT8_CACHE=0 turns it off).
     decoder_dtype: the codec decoder's own dtype (None: `dtype`); the encoder stays as loaded
     so reference codes stay exact. warm_chunks: chunk sizes (frames) the decoder runs once on
     dummy codes at load, so a request's first chunk costs what a steady one does.
     """
+    from ...quant.quantize import requested_mode, why_not_int8
     from .serving.cuda_graphs import resolve_cuda_graphs  # serving builds on this module
 
     graphs = resolve_cuda_graphs(cuda_graphs, device)  # a bad value fails before the load
-    mode = "none" if quantize is None else str(quantize).lower()
-    if mode not in QUANTIZE_MODES:
-        raise ValueError(f"quantize must be one of {QUANTIZE_MODES}, got {quantize!r}")
-    if mode == "int8" and torch.device(device).type != "cpu":
-        raise ValueError("quantize='int8' is the CPU path; on a GPU use dtype=torch.bfloat16")
-    if mode == "int8" or (mode == "auto" and _int8_worth_trying(device)):
+    mode = requested_mode(quantize)
+    why_not = why_not_int8(mode, device, "; on a GPU use dtype=torch.bfloat16")
+    if mode != "none" and not why_not:
         model = _load_int8(name_or_path, device, dtype, auto=mode == "auto")
     else:
         model = Qwen3TTSModel.from_pretrained(name_or_path, device=device, dtype=dtype)
-        if mode == "auto":
-            model.format_decision = f"kept {model.weight_format}: no int8 matmul on {device}"
+        if why_not:
+            model.format_decision = f"kept {model.weight_format}: {why_not}"
     codec = model.speech_tokenizer
     if codec is not None:
         if decoder_dtype is not None:
@@ -680,35 +675,23 @@ def load_model(
 
 
 def _load_int8(name_or_path: str | Path, device: str, dtype: torch.dtype, auto: bool):
-    """The checkpoint quantized as quantize_model does (`auto`: with its SQNR bound and speed
-    check), or the outcome int8_store saved at an earlier load: then nothing is calibrated,
-    timed or rounded, and the float projections it replaces are never loaded."""
-    from .int8_store import Int8Store
-    from .quantize import MIN_SQNR_DB, quantize_model
+    """The checkpoint quantized (`auto`: with its SQNR bound and speed check), or the outcome
+    saved at an earlier load (quant/store.py): then nothing is calibrated, timed or rounded,
+    and the float projections it replaces are never loaded."""
+    from ...quant.store import load_int8
+    from . import quantize
 
-    min_sqnr_db = MIN_SQNR_DB if auto else None
     folder = resolve_checkpoint(name_or_path)
-    store = Int8Store.open(folder, dtype, min_sqnr_db=min_sqnr_db, check_speed=auto)
-    saved = None if store is None else store.read(load_config(folder), dtype)
-    if saved is not None:
-        model = Qwen3TTSModel.from_pretrained(folder, device=device, dtype=dtype, int8=saved)
-        report = saved.report
-    else:
-        model = Qwen3TTSModel.from_pretrained(folder, device=device, dtype=dtype)
-        report = quantize_model(model, min_sqnr_db=min_sqnr_db, check_speed=auto)
-        if store is not None:
-            store.write(model, report)
+    target, report = load_int8(
+        quantize.Qwen3Int8, folder, dtype, quantize.MIN_SQNR_DB if auto else None, auto,
+        lambda saved: quantize.Qwen3Int8(
+            Qwen3TTSModel.from_pretrained(folder, device=device, dtype=dtype, int8=saved)
+        ),
+    )  # fmt: skip
+    model = target.model
     model.quantization = report if report.applied else None
-    model.format_decision = report.decision
-    if report.saved_in is not None:
-        model.format_decision += f" (saved in {report.saved_in} at an earlier load)"
+    model.format_decision = report.described
     return model
-
-
-def _int8_worth_trying(device: str) -> bool:
-    from .int8 import int8_matmul_available
-
-    return torch.device(device).type == "cpu" and int8_matmul_available()
 
 
 def _checked_language(language: object) -> str:

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import torch
 
+from ....quant.linear import rowwise
 from ...layers import rows_context
-from ..int8 import rowwise
 from ..model import Qwen3TTSModel
 from .cuda_graphs import GraphedStep, SlotArena, capture_or_none
 from .kv_arena import KVArena, RequestKV, Span

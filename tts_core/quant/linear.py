@@ -5,7 +5,7 @@ y = (round(x / s_x) @ W_q^T) * s_x * s_w, with
   s_x (rows,) = max |x[r, :]| / 127   per row (per token), computed for every call.
 
 The product is an int8 x int8 -> int32 matmul (`torch._int_mm`, oneDNN on x86, or our native
-kernel for this CPU's instruction set, ../native/int8_linear*.c: AVX-512 VNNI, AVX-VNNI, AVX2
+kernel for this CPU's instruction set, models/native/int8_linear*.c: AVX-512 VNNI, AVX-VNNI, AVX2
 or ARM64 NEON dot product), whose integer accumulation is exact: |sum| <= in_features * 255 *
 127 < 2^31 for in_features < 66,000 (the VNNI kernels' unsigned form). So a row's output
 depends on that row alone, bit for bit, whatever the batch and however the kernel splits the
@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .. import native
+from ..models import native
 
 MIN_SCALE = 1e-30  # an all-zero row quantizes to zeros instead of 0/0
 
@@ -30,7 +30,7 @@ MIN_SCALE = 1e-30  # an all-zero row quantizes to zeros instead of 0/0
 class Int8Linear(nn.Module):
     """A bias-optional linear layer over int8 weights; float input and output.
 
-    Where a native kernel runs (../native: AVX-512 VNNI, AVX-VNNI, AVX2 or NEON, the best this
+    Where a native kernel runs (models/native: AVX-512 VNNI, AVX-VNNI, AVX2 or NEON, the best this
     CPU has, or the one TTS_CORE_NATIVE_ISA names) it computes it, over weights packed at
     construction in that kernel's layout (`kernel_isa` says which); elsewhere
     `forward_reference` (torch._int_mm). They are all equal bit for bit.
@@ -49,7 +49,7 @@ class Int8Linear(nn.Module):
     ) -> Int8Linear:
         """The layer over already quantized weights: `q` (out, in) int8 and `scale` (out,)
         float32 as `int8_weight()` and `weight_scale` give them, `bias` float32 or None
-        (int8_store.py: a saved model), packed for this CPU's kernel as at construction."""
+        (store.py: a saved model), packed for this CPU's kernel as at construction."""
         layer = cls.__new__(cls)
         nn.Module.__init__(layer)
         layer._set_weights(q, scale, bias)

@@ -1,22 +1,24 @@
-"""The int8 model, saved once: `load_model(quantize="int8" | "auto")` calibrates and quantizes
-at the first load (quantize.py) and saves the outcome; later loads read it and skip the
+"""An int8 model, saved once, for any model: the first `quantize="int8" | "auto"` load
+calibrates and quantizes (quantize.py) and saves the outcome; later loads read it and skip the
 calibration run, SmoothQuant, the SQNR measurement, the rounding and (`auto`) the speed check.
+`load_int8` is that flow, written once; the model's Int8Target declares what is saved (its
+checkpoint's files, its int8 layers and folded float tensors, its calibration's constants).
 
 Where: `$TTS_CORE_CACHE` (default ~/.cache/tts_core)/int8/, one file per checkpoint, dtype,
-request and key: `<model.safetensors sha256[:12]>-<dtype>-<int8|auto>-<key sha256[:16]>
-.safetensors`. `TTS_CORE_INT8_CACHE=0` turns it off (every load calibrates, nothing is read
-or written).
+request and key: `<weights file sha256[:12]>-<dtype>-<int8|auto>-<key sha256[:16]>
+.safetensors` (the weights file: Qwen3-TTS's model.safetensors, Chatterbox's T3 file).
+`TTS_CORE_INT8_CACHE=0` turns it off (every load calibrates, nothing is read or written).
 
 A file is a standard safetensors file:
-* metadata `report`: quantize_model's QuantizationReport (per-layer SQNR, applied, the speed
-  check, the decision in words), so `model.quantization` and the log say what they said at the
-  first load; `key`: everything the outcome depends on (below), compared in full on reading;
-  `checksum`: sha256 of the data, checked on reading;
-* where int8 was applied, each Int8Linear of the talker as `<module>.weight_q` (out, in) int8,
-  `.weight_scale` (out,) float32 and `.bias` float32, and the RMSNorm weights SmoothQuant folded
-  its scales into (every decoder layer's two), in the model's dtype. A float decision of `auto`
-  (int8 slower here, or a layer below the SQNR bound) is a file with the report alone: it too
-  skips the calibration.
+* metadata `report`: the QuantizationReport (per-layer SQNR, applied, the speed check, the
+  decision in words), so the model's report and the log say what they said at the first load;
+  `key`: everything the outcome depends on (below), compared in full on reading; `checksum`:
+  sha256 of the data, checked on reading;
+* where int8 was applied, each Int8Linear under the target's root module as
+  `<module>.weight_q` (out, in) int8, `.weight_scale` (out,) float32 and `.bias` float32, and
+  the float tensors SmoothQuant folded its scales into (the target's `saved_floats`: norms), in
+  their own dtype. A float decision of `auto` (int8 slower here, or a layer below the SQNR
+  bound) is a file with the report alone: it too skips the calibration.
 * The int8 weights are saved unpacked, (out, in) as `Int8Linear.int8_weight()` gives them, and
   packed at load for the kernel that runs (native.Int8Layout: AVX-512 VNNI 16 x 4, AVX2 8 x 2,
   NEON 16 x 4 padded to 16, ...; the torch._int_mm path reads the unpacked layout as it is).
@@ -24,8 +26,8 @@ A file is a standard safetensors file:
   weights are the same for all: one file serves them all, and packing is one permuted copy per
   layer as it is read (the whole int8 read and pack: ~1 s for the 0.6B's 0.53 GB).
 
-A later load reads the file before the checkpoint: the float projections it replaces are
-taken out of the storage-free talker (checkpoint.load_talker's `drop`), so they are neither
+A model may read the file before its checkpoint (Qwen3-TTS does): the float projections it
+replaces are taken out of the storage-free module first (`SavedInt8.drop`), so they are neither
 allocated nor read, and the peak resident size stays below the float model's.
 
 A missing file is made; a truncated, garbled or corrupt file (checksum), or one whose key or
@@ -52,13 +54,13 @@ from typing import TYPE_CHECKING, BinaryIO
 import torch
 from torch import nn
 
-from .. import native
-from .int8 import Int8Linear
+from ..models import native
+from . import calibration, quantize, speed
+from .linear import Int8Linear
+from .quantize import set_module
 
 if TYPE_CHECKING:
-    from .config import Qwen3TTSConfig
-    from .model import Qwen3TTSModel
-    from .quantize import QuantizationReport
+    from .quantize import Int8Target, QuantizationReport
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +74,6 @@ KEEP_PER_CHECKPOINT = 2  # files kept per checkpoint, dtype and request, the mos
 # another version of our code, format or torch is removed at once (it is never read again)
 UPGRADED = (("format",), ("code",), ("machine", "torch"))  # key parts an upgrade changes
 STALE_TEMP_S = 3600  # a temp file this old was left by a writer that died
-# The files the quantized talker is computed from: the weights, the architecture, and what the
-# calibration run reads (the prompt's tokens, the generation defaults). Not the codec.
-IDENTITY_FILES = ("config.json", "generation_config.json", "model.safetensors", "vocab.json",
-                  "merges.txt", "tokenizer_config.json")  # fmt: skip
 HASH_MEMO_BYTES = 64 << 20  # files at least this large have their hash remembered (below)
 MAX_HEADER_BYTES = 100 << 20
 _DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16",
@@ -103,7 +101,8 @@ def folder() -> Path | None:
 
 
 # ------------------------------------------------------------------------------ the key
-# The checkpoint's identity is the sha256 of each file in IDENTITY_FILES, contents and all.
+# The checkpoint's identity is the sha256 of each of the target's `identity_files`: what the
+# quantized layers are computed from (weights, architecture, what the calibration run reads).
 # Anything cheaper can match a changed checkpoint: a fine-tune saved by the same code has the
 # same config, the same safetensors header and the same file sizes (only the values differ),
 # and a Hub etag or commit is a name in the Hub's cache folder, which a file edited or replaced
@@ -117,10 +116,10 @@ def folder() -> Path | None:
 # is remembered only if nothing changed meanwhile (a file still being written); only files of
 # HASH_MEMO_BYTES or more are remembered, whose hashing outlasts the kernel's timestamp tick
 # (a few ms), so a later write cannot share the remembered ctime.
-def checkpoint_identity(folder: Path, memo: Path | None) -> dict[str, str]:
-    """{file name: sha256} of the checkpoint's IDENTITY_FILES that exist."""
+def checkpoint_identity(folder: Path, names: Iterable[str], memo: Path | None) -> dict[str, str]:
+    """{file name: sha256} of the checkpoint's files `names` that exist."""
     return {name: file_sha256(folder / name, memo)
-            for name in IDENTITY_FILES if (folder / name).is_file()}  # fmt: skip
+            for name in names if (folder / name).is_file()}  # fmt: skip
 
 
 def file_sha256(path: Path, memo: Path | None) -> str:
@@ -129,7 +128,7 @@ def file_sha256(path: Path, memo: Path | None) -> str:
     before = _identity_stat(real)
     if before["size"] < HASH_MEMO_BYTES or memo is None:
         return _hash_file(real)
-    remembered = _read_json(memo).get(str(real))
+    remembered = speed.read_json(memo).get(str(real))
     if (
         isinstance(remembered, dict)
         and isinstance(remembered.get("sha256"), str)
@@ -155,7 +154,7 @@ def _hash_file(path: Path) -> str:
 
 def _remember(memo: Path, real: str, entry: dict) -> None:
     """Add one hash; entries of files that no longer exist are dropped (temp checkpoints)."""
-    data = {path: e for path, e in _read_json(memo).items() if Path(path).exists()}
+    data = {path: e for path, e in speed.read_json(memo).items() if Path(path).exists()}
     data[real] = entry
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
@@ -165,65 +164,62 @@ def _remember(memo: Path, real: str, entry: dict) -> None:
 
 
 @functools.cache
-def code_digest() -> str:
-    """sha256 of the sources the saved contents are computed by: the Qwen3-TTS package (the
-    calibration run is the model's own decode on the serving engine, quantize.py and int8.py
-    round it), the shared layers and checkpoint loader, and the engine. Any change there, a new release included, makes new files instead of
-    reading ones an older calculation made (a format version alone relies on someone
-    remembering to raise it)."""
-    package = Path(__file__).resolve().parent
-    models = package.parent
-    shared = [models / "layers.py", models / "checkpoint.py",
-              *sorted((models.parent / "serving").glob("*.py"))]  # fmt: skip
+def code_digest(paths: tuple[Path, ...]) -> str:
+    """sha256 of the sources the saved contents are computed by: the model's (its target's
+    `code_paths`: the calibration run is its own code) and this toolkit's (which rounds them).
+    Any change there, a new release included, makes new files instead of reading ones an older
+    calculation made (a format version alone relies on someone remembering to raise it)."""
+    root = Path(__file__).resolve().parents[1]  # tts_core
+    toolkit = sorted(Path(__file__).resolve().parent.glob("*.py"))
     digest = hashlib.sha256()
-    for path in [*sorted(package.rglob("*.py")), *shared]:
-        digest.update(str(path.relative_to(models.parent)).encode() + b"\0")
+    for path in [*paths, *toolkit]:
+        digest.update(str(path.relative_to(root)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
 def store_key(
-    identity: dict[str, str], dtype: torch.dtype, min_sqnr_db: float | None, check_speed: bool
+    target: type[Int8Target],
+    identity: dict[str, str],
+    dtype: torch.dtype,
+    min_sqnr_db: float | None,
+    check_speed: bool,
 ) -> dict:
-    """Everything quantize_model(model, min_sqnr_db=..., check_speed=...) depends on.
+    """Everything quantize(target, min_sqnr_db=..., check_speed=...) depends on.
 
-    Besides the checkpoint and the code: the dtype; quantize.py's constants (read now, so a
-    test that changes one gets a file of its own); the CPU model, torch's version and the
-    thread count, because the calibration run is float arithmetic whose last bits depend on
-    them (oneDNN and MKL choose kernels by instruction set and split work by threads): a file
-    made on another machine would be a good model, but not bit for bit the one quantizing here
-    gives. `auto` adds what its speed check depends on (the int8 kernel, the timing constants).
+    Besides the checkpoint and the code: the dtype; the calibration's constants (the target's
+    and the toolkit's, read now, so a test that changes one gets a file of its own); the CPU
+    model, torch's version and the thread count, because the calibration run is float
+    arithmetic whose last bits depend on them (oneDNN and MKL choose kernels by instruction set
+    and split work by threads): a file made on another machine would be a good model, but not
+    bit for bit the one quantizing here gives. `auto` adds what its speed check depends on (the
+    int8 kernel, the timing constants).
     """
-    from . import quantize
-
     key: dict = {
         "format": FORMAT_VERSION,
         "checkpoint": identity,
-        "code": code_digest(),
+        "code": code_digest(tuple(target.code_paths())),
         "dtype": _dtype_name(dtype),
         "request": {"min_sqnr_db": min_sqnr_db, "check_speed": check_speed, "smooth": True},
         "calibration": {
-            "text": quantize.CALIBRATION_TEXT,
-            "frames": quantize.CALIBRATION_FRAMES,
-            "max_rows_kept": quantize.MAX_ROWS_KEPT,
-            "max_rows": quantize.MAX_ROWS,
-            "smooth_alpha": quantize.SMOOTH_ALPHA,
-            "min_sqnr_db": quantize.MIN_SQNR_DB,  # the projection's own bound (step 5)
+            **target.calibration_key(),
+            "max_rows": calibration.MAX_ROWS,
+            "smooth_alpha": calibration.SMOOTH_ALPHA,
+            "min_sqnr_db": quantize.MIN_SQNR_DB,
         },
         "machine": {
-            "cpu": quantize._cpu_model(),
+            "cpu": speed.cpu_model(),
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
         },
     }
     if check_speed:
-        kernel = native.int8_linear()
         key["speed"] = {
-            "kernel": "torch._int_mm" if kernel is None else kernel.isa.name,
-            "rows": list(quantize.SPEED_ROWS),
-            "min_timed_bytes": quantize.MIN_TIMED_BYTES,
-            "timed_bytes": quantize.TIMED_BYTES,
-            "repeats": quantize.SPEED_REPEATS,
+            "kernel": speed.kernel_name(),
+            "rows": list(target.speed_rows),
+            "min_timed_bytes": speed.MIN_TIMED_BYTES,
+            "timed_bytes": speed.TIMED_BYTES,
+            "repeats": speed.SPEED_REPEATS,
         }
     return key
 
@@ -233,98 +229,80 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 # ------------------------------------------------------------------------------ what is saved
-TALKER_STACKS = {"model": ("model",), "code_predictor.model": ("code_predictor", "model")}
+class Layout:
+    """Every tensor a file of a target may hold, {name: (dtype, shape)}; the names it must hold
+    where int8 was applied; each int8 module's tensor names (a file holds all of a module's or
+    none: a layer that is optional may be absent)."""
 
+    def __init__(self) -> None:
+        self.allowed: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
+        self.required: set[str] = set()
+        self.modules: dict[str, set[str]] = {}
 
-@dataclass
-class SavedInt8:
-    """What a file gave: the report, and (applied) the int8 modules and folded norm weights,
-    named as in the talker; `drop` and `install` put them in place of the float layers."""
-
-    report: QuantizationReport
-    modules: dict[str, Int8Linear] = field(default_factory=dict)
-    norms: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    def drop(self, talker: nn.Module) -> None:
-        """On the storage-free talker (checkpoint.load_talker): the float layers the int8 ones
-        replace become empty placeholders, so their weights are never allocated nor read."""
-        for name in self.modules:
-            _put(talker, name, nn.Identity())
-
-    @torch.no_grad()
-    def install(self, talker: nn.Module) -> None:
-        """After the rest is loaded: the int8 layers and the folded norms, as quantize._install
-        left them (qkv and gate/up fused, q/k/v and gate/up gone)."""
-        for name, module in self.modules.items():
-            _put(talker, name, module)
-        for name, value in self.norms.items():
-            talker.get_parameter(name).copy_(value)
-
-
-def _put(talker: nn.Module, name: str, module: nn.Module) -> None:
-    parent_name, _, attr = name.rpartition(".")
-    parent = talker.get_submodule(parent_name)
-    if attr == "qkv_proj" and "q_proj" in parent._modules:
-        parent.qkv_sizes = tuple(getattr(parent, p).out_features
-                                 for p in ("q_proj", "k_proj", "v_proj"))  # fmt: skip
-        del parent.q_proj, parent.k_proj, parent.v_proj
-    elif attr == "gate_up_proj" and "gate_proj" in parent._modules:
-        del parent.gate_proj, parent.up_proj
-    setattr(parent, attr, module)
-
-
-def _layout(talker: nn.Module, dtype: torch.dtype) -> tuple[dict, set[str], dict[str, set[str]]]:
-    """For a (storage-free) float talker: {tensor name: (dtype, shape)} of everything a file may
-    hold, the names it must hold when int8 was applied, and each module's tensor names (a file
-    holds all of a module's or none: the projection is optional, quantize.py step 5)."""
-    allowed: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
-    required: set[str] = set()
-    modules: dict[str, set[str]] = {}
-
-    def linear(name: str, out: int, inp: int, bias: bool, must: bool = True) -> None:
+    def linear(self, name: str, out: int, inp: int, bias: bool, required: bool = True) -> None:
         names = {f"{name}.weight_q": (torch.int8, (out, inp)),
                  f"{name}.weight_scale": (torch.float32, (out,))}  # fmt: skip
         if bias:
             names[f"{name}.bias"] = (torch.float32, (out,))
-        allowed.update(names)
-        modules[name] = set(names)
-        if must:
-            required.update(names)
+        self.allowed.update(names)
+        self.modules[name] = set(names)
+        if required:
+            self.required.update(names)
 
-    for prefix, path in TALKER_STACKS.items():
-        stack = functools.reduce(getattr, path, talker)
-        for index, layer in enumerate(stack.layers):
-            at, attn, mlp = f"{prefix}.layers.{index}", layer.self_attn, layer.mlp
-            q, k, v = attn.q_proj, attn.k_proj, attn.v_proj
-            # fused and smoothed weights have no bias (quantize.fused_weights)
-            linear(f"{at}.self_attn.qkv_proj", q.out_features + k.out_features + v.out_features,
-                   q.in_features, bias=False)  # fmt: skip
-            linear(f"{at}.self_attn.o_proj", attn.o_proj.out_features, attn.o_proj.in_features,
-                   bias=False)  # fmt: skip
-            linear(f"{at}.mlp.gate_up_proj", mlp.gate_proj.out_features + mlp.up_proj.out_features,
-                   mlp.gate_proj.in_features, bias=False)  # fmt: skip
-            linear(f"{at}.mlp.down_proj", mlp.down_proj.out_features, mlp.down_proj.in_features,
-                   bias=False)  # fmt: skip
-            for norm in ("input_layernorm", "post_attention_layernorm"):
-                name = f"{at}.{norm}.weight"
-                allowed[name] = (dtype, tuple(getattr(layer, norm).weight.shape))
-                required.add(name)
-    predictor = talker.code_predictor
-    for index, head in enumerate(predictor.lm_head):
-        linear(f"code_predictor.lm_head.{index}", head.out_features, head.in_features,
-               bias=head.bias is not None)  # fmt: skip
-    projection = predictor.small_to_mtp_projection
-    if isinstance(projection, nn.Linear):
-        linear("code_predictor.small_to_mtp_projection", projection.out_features,
-               projection.in_features, bias=projection.bias is not None, must=False)  # fmt: skip
-    return allowed, required, modules
+    def tensor(self, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+        self.allowed[name] = (dtype, tuple(shape))
+        self.required.add(name)
 
 
-def _saved_tensors(model: Qwen3TTSModel) -> list[tuple[str, torch.dtype, tuple, Callable]]:
-    """(name, dtype, shape, make) of every tensor a file of this quantized model holds; `make`
+def layout_of(target: type[Int8Target], checkpoint: Path, dtype: torch.dtype) -> Layout:
+    """What a file of this checkpoint may and must hold: every layer the target plans to
+    quantize (required unless optional) and its saved_floats, read from the float model built
+    on the meta device."""
+    layout = Layout()
+    with torch.device("meta"):
+        storage_free = target.storage_free(checkpoint, dtype)
+        planned = storage_free.plan({}, smooth=False).candidates
+    for layer in planned:
+        out, inp = layer.weight.shape
+        layout.linear(layer.path or layer.name, out, inp, bias=layer.bias is not None,
+                      required=layer.optional_bound is None)  # fmt: skip
+    for name, value in storage_free.saved_floats().items():
+        layout.tensor(name, value.dtype, tuple(value.shape))
+    return layout
+
+
+@dataclass
+class SavedInt8:
+    """What a file gave: the report, and (applied) the int8 modules and folded float tensors,
+    named as under the target's root; `drop` and `install` put them in place of the float
+    layers (`replace`: the target's)."""
+
+    report: QuantizationReport
+    modules: dict[str, Int8Linear] = field(default_factory=dict)
+    norms: dict[str, torch.Tensor] = field(default_factory=dict)
+    replace: Callable[[nn.Module, str, nn.Module], None] = set_module
+
+    def drop(self, root: nn.Module) -> None:
+        """On a storage-free root: the float layers the int8 ones replace become empty
+        placeholders, so their weights are never allocated nor read."""
+        for name in self.modules:
+            self.replace(root, name, nn.Identity())
+
+    @torch.no_grad()
+    def install(self, root: nn.Module) -> None:
+        """After the rest is loaded: the int8 layers and the folded float tensors, as
+        quantizing left them."""
+        for name, module in self.modules.items():
+            self.replace(root, name, module)
+        for name, value in self.norms.items():
+            root.get_parameter(name).copy_(value)
+
+
+def _saved_tensors(target: Int8Target) -> list[tuple[str, torch.dtype, tuple, Callable]]:
+    """(name, dtype, shape, make) of every tensor a file of this quantized target holds; `make`
     gives the tensor when it is written (unpacking one layer at a time)."""
-    talker, items = model.talker, []
-    for name, module in talker.named_modules():
+    items = []
+    for name, module in target.root.named_modules():
         if isinstance(module, Int8Linear):
             out, inp = module.out_features, module.in_features
             items.append((f"{name}.weight_q", torch.int8, (out, inp), module.int8_weight))
@@ -332,21 +310,19 @@ def _saved_tensors(model: Qwen3TTSModel) -> list[tuple[str, torch.dtype, tuple, 
                           module.weight_scale.detach))  # fmt: skip
             if module.bias is not None:
                 items.append((f"{name}.bias", torch.float32, (out,), module.bias.detach))
-    for prefix, path in TALKER_STACKS.items():
-        stack = functools.reduce(getattr, path, talker)
-        for index, layer in enumerate(stack.layers):
-            for norm in ("input_layernorm", "post_attention_layernorm"):
-                weight = getattr(layer, norm).weight
-                items.append((f"{prefix}.layers.{index}.{norm}.weight", weight.dtype,
-                              tuple(weight.shape), weight.detach))  # fmt: skip
+    for name, value in target.saved_floats().items():
+        items.append((name, value.dtype, tuple(value.shape), value.detach))
     return items
 
 
 # ------------------------------------------------------------------------------ the store
 class Int8Store:
-    """The saved outcome of one quantize_model request on one checkpoint: `read`, `write`."""
+    """The saved outcome of one quantize request on one checkpoint: `read`, `write`."""
 
-    def __init__(self, path: Path, key: dict) -> None:
+    def __init__(
+        self, target: type[Int8Target], checkpoint: Path, dtype: torch.dtype, path: Path, key: dict
+    ) -> None:
+        self.target, self.checkpoint, self.dtype = target, checkpoint, dtype
         self.path = path
         self.key = key
         self.key_text = json.dumps(key, sort_keys=True)
@@ -354,6 +330,7 @@ class Int8Store:
     @classmethod
     def open(
         cls,
+        target: type[Int8Target],
         checkpoint: Path,
         dtype: torch.dtype,
         min_sqnr_db: float | None,
@@ -366,16 +343,17 @@ class Int8Store:
         if where is None:
             return None
         try:
-            identity = checkpoint_identity(Path(checkpoint), where / HASHES_FILE)
+            identity = checkpoint_identity(Path(checkpoint), target.identity_files(checkpoint),
+                                           where / HASHES_FILE)  # fmt: skip
         except OSError as error:
             log.info("int8 not saved: could not hash the checkpoint (%s)", error)
             return None
-        key = store_key(identity, dtype, min_sqnr_db, check_speed)
+        key = store_key(target, identity, dtype, min_sqnr_db, check_speed)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
-        weights = identity.get("model.safetensors", "none")[:12]
+        weights = identity.get(target.weights_file(checkpoint), "none")[:12]
         mode = "int8" if min_sqnr_db is None else "auto"
         name = f"{weights}-{_dtype_name(dtype)}-{mode}-{digest[:16]}.safetensors"
-        return cls(where / name, key)
+        return cls(target, Path(checkpoint), dtype, where / name, key)
 
     @property
     def _family(self) -> str:
@@ -383,12 +361,9 @@ class Int8Store:
         return self.path.name.rsplit("-", 1)[0] + "-"
 
     # ---------------------------------------------------------------- read
-    def read(self, config: Qwen3TTSConfig, dtype: torch.dtype) -> SavedInt8 | None:
+    def read(self) -> SavedInt8 | None:
         """The saved outcome, checked in full (key, tensor names, dtypes and shapes, checksum);
         None where there is none, or it cannot be used (logged: it is made again)."""
-        from .quantize import QuantizationReport
-        from .talker import Talker
-
         try:
             with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
@@ -397,12 +372,11 @@ class Int8Store:
                     raise StoreError(f"not a version {FORMAT_VERSION} file")
                 if metadata.get("key") != self.key_text:
                     raise StoreError("it was saved for another checkpoint, dtype or request")
-                report = QuantizationReport.from_json(json.loads(metadata["report"]),
-                                                      saved_in=str(self.path))  # fmt: skip
-                with torch.device("meta"):
-                    layout = _layout(Talker(config.talker), dtype)
+                report = self.target.report_type.from_json(json.loads(metadata["report"]),
+                                                           saved_in=str(self.path))  # fmt: skip
+                layout = layout_of(self.target, self.checkpoint, self.dtype)
                 _check_names(entries, report.applied, layout)
-                saved = SavedInt8(report)
+                saved = SavedInt8(report, replace=self.target.replace)
                 _read_tensors(f, data_start, entries, metadata.get("checksum", ""), saved)
         except FileNotFoundError:
             return None
@@ -415,10 +389,10 @@ class Int8Store:
         return saved
 
     # ---------------------------------------------------------------- write
-    def write(self, model: Qwen3TTSModel, report: QuantizationReport) -> None:
-        """Save the outcome of quantize_model on `model` (whole file or nothing; a folder that
+    def write(self, target: Int8Target, report: QuantizationReport) -> None:
+        """Save the outcome of quantize on `target` (whole file or nothing; a folder that
         cannot be written is only logged: the next load quantizes again)."""
-        items = _saved_tensors(model) if report.applied else []
+        items = _saved_tensors(target) if report.applied else []
         metadata = {"format": f"tts_core int8 v{FORMAT_VERSION}", "key": self.key_text,
                     "report": json.dumps(report.to_json())}  # fmt: skip
         started = time.perf_counter()
@@ -509,8 +483,8 @@ def _read_header(f: BinaryIO, size: int) -> tuple[dict, list, int]:
     return metadata, entries, 8 + length
 
 
-def _check_names(entries: list, applied: bool, layout: tuple[dict, set, dict]) -> None:
-    allowed, required, modules = layout
+def _check_names(entries: list, applied: bool, layout: Layout) -> None:
+    allowed, required, modules = layout.allowed, layout.required, layout.modules
     names = {e[0]: (e[1], e[2]) for e in entries}
     if not applied:
         if names:
@@ -609,15 +583,30 @@ def _write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
         raise
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def saved_files(where: Path | None = None) -> Iterable[Path]:
     """The saved int8 models (tests, tools)."""
     where = folder() if where is None else where
     return [] if where is None else sorted(where.glob("*.safetensors"))
+
+
+# ------------------------------------------------------------------------------ the flow at load
+def load_int8(
+    target: type[Int8Target],
+    checkpoint: Path,
+    dtype: torch.dtype,
+    min_sqnr_db: float | None,
+    check_speed: bool,
+    load: Callable[[SavedInt8 | None], Int8Target],
+) -> tuple[Int8Target, QuantizationReport]:
+    """A model's int8 load, for any model: the saved outcome of this request if there is one
+    (read before `load`, which installs it: nothing calibrated, timed or rounded), else `load`
+    the float model, quantize it (quantize.quantize) and save the outcome."""
+    store = Int8Store.open(target, checkpoint, dtype, min_sqnr_db, check_speed)
+    saved = None if store is None else store.read()
+    loaded = load(saved)
+    if saved is not None:
+        return loaded, saved.report
+    report = quantize.quantize(loaded, min_sqnr_db=min_sqnr_db, check_speed=check_speed)
+    if store is not None:
+        store.write(loaded, report)
+    return loaded, report
