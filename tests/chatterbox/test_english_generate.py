@@ -8,8 +8,11 @@ op or draw order is orders of magnitude above it)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+import torch
 
 from tts_core.models.chatterbox.english_t3 import EnglishSampling
 
@@ -60,12 +63,16 @@ def test_generate_cloned_voice(name):
     check_fp32(voice.speaker_emb, english_goldens, "clone_speaker_emb")
     check_fp32(voice.prompt_feat[0], english_goldens, "clone_prompt_feat")
     check_fp32(voice.embedding, english_goldens, "clone_embedding")
-    result = model.generate(TEXTS[1], voice, seed=seeds(english_goldens)["clone"])
-    # E of clone_wav_raw covers S3Gen + HiFT on the golden's voice; the S3Gen inputs of ours
-    # (mel, x-vector) are the same torch ops on the same samples, equal here to the bit, so no
-    # further term is added (the speaker embedding only reaches T3, whose draws are exact).
-    assert np.array_equal(voice.prompt_feat[0].numpy(), english_goldens["clone_prompt_feat"])
-    assert np.array_equal(voice.embedding.numpy(), english_goldens["clone_embedding"])
+    # E of clone_wav_raw covers S3Gen + HiFT on the golden's voice floats; ours are the same
+    # torch ops on the same samples but equal to the bit only on the CPU the goldens were made
+    # on (a Zen 5 rounds the mel's last bit otherwise), so the generation takes the golden's
+    # float parts, bounded above, and our exact token parts: the audio bound then holds anywhere
+    golden_floats = {key: torch.from_numpy(english_goldens[f"clone_{key}"]).reshape(value.shape)
+                     for key, value in (("speaker_emb", voice.speaker_emb),
+                                        ("prompt_feat", voice.prompt_feat),
+                                        ("embedding", voice.embedding))}  # fmt: skip
+    result = model.generate(TEXTS[1], dataclasses.replace(voice, **golden_floats),
+                            seed=seeds(english_goldens)["clone"])  # fmt: skip
     _check(result, english_goldens, "clone")
 
 
