@@ -6,7 +6,8 @@ acoustic vector (normalised) and its 1-based frame position, the normalised tran
 clip's length. `build_inputs` lays out the official sequence: BOS, the chat prefix
 (<|start_header_id|>system<|end_header_id|><|eot_id|><|start_header_id|>assistant
 <|end_header_id|>), the transcript's tokens then the target text's (the two tokenized
-separately, as the official `generate()` does), `shift_acoustic` <|eot_id|>; the prompt's
+separately, as the official `generate()` does; `joint_text`: as one string, see `text_tokens`),
+`shift_acoustic` <|eot_id|>; the prompt's
 acoustic vectors and durations (frames since the previous token) are aligned to that sequence
 with the prefix padded in front and the last `transition` (5) prompt tokens cut.
 
@@ -18,7 +19,12 @@ the acoustic vector and two Gray-coded durations, `shift_acoustic` tokens behind
 last input position samples one more token (repetition penalty, temperature, top-k, top-p, as
 the official; num_extra_steps more continue from there). Random numbers are drawn from
 `generator` in the official order (per step: acoustic noise, duration noise, then the token
-draw if any).
+draw if any). `Generation` holds one call's state for the serving engine (serving.py).
+
+GenerateOptions' `joint_text` and `min_trim_frames` are the upstream streaming pull request's
+(HumeAI/tada #16) two generate() fixes, off by default so that the defaults stay the released
+0.1.9 behaviour the goldens pin: the transcript and text tokenized jointly with a space, and
+the leading-silence trim clamped to at least 5 frames (100 ms) when set to 5.
 """
 
 from __future__ import annotations
