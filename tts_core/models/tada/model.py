@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from ...audio.cadence import Cadence
+from ...audio.sinc import resample
 from ...serving.alone import InlineOutbox
-from ..chatterbox.features import resample
 from .alignment import token_alignment
 from .checkpoint import load_aligner, load_decoder, load_encoder, load_lm, resolve_folders
 from .generate import (
