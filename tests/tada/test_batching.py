@@ -122,6 +122,20 @@ def test_alone_the_engine_makes_generates_frames_and_length(tiny_folder, goldens
     assert streamed.shape == audio.shape
 
 
+def test_after_prefill_every_decode_step_is_one_lm_step(tiny_folder, goldens, models):
+    """The runner's prefill runs the transition steps too: each later step decodes a frame."""
+    model, voice = model_of(models, tiny_folder), prompt_of(goldens)
+    seq = model.request(voice, **request_args(0), outbox=InlineOutbox())
+    TadaRunner(model, 1).prefill(seq, 1)
+    run, frames = seq.generation, 0
+    while not run.done:
+        position = run.position
+        with torch.inference_mode():  # as the runner's decode
+            assert run.next_frame() is not None and run.position == position + 1
+        frames += 1
+    assert frames == run.decoded_frames == seq.limit
+
+
 def test_the_scheduler_gives_the_chunks_of_model_stream(tiny_folder, goldens, models):
     model, voice = model_of(models, tiny_folder), prompt_of(goldens)
     scheduler = TadaScheduler(model, max_batch=4)

@@ -333,6 +333,12 @@ class Generation:
             self.masks = self.before = self.after = torch.zeros(1, 1, dtype=torch.long)
         self.position = length
 
+    def run_transition(self) -> None:
+        """The steps after the prefill whose frames are not decoded (the prompt's transition:
+        frame index < decode_from), so that each later step gives a decoded frame."""
+        while not self.done and self.position < self.lm.cfg.shift_acoustic + self.decode_from:
+            self.step()
+
     def next_frame(self) -> Frame | None:
         """Steps until a decoded frame comes out; None when the generation ended first."""
         while not self.done:

@@ -7,12 +7,13 @@ for chunk in scheduler.submit(voice, "Hello", seed=1):    # the chunks of model.
 
 A request is one `generate.Generation` (its own torch.Generator, LM caches of its two rows: text
 and unconditional) and one `streaming.DecoderStream`. Prefill: the prompt part in one call, as
-`generate` does. A decode step of the rows: per row, LM + flow-head steps until its next decoded
-frame (the first step of a request also runs the prompt's transition steps, whose frames are not
-decoded), one frame (token) per row per engine step; the engine hands out a chunk when its
-cadence is due (tokens per chunk), decoded on the row's streaming decoder (KV-cached transformer,
-windowed CNN). The last frame (the text's end: the step count is fixed by the input) ends the
-request with "end_of_text", its chunk carrying the decoder's tail.
+`generate` does, then the steps of the prompt's transition (their frames are not decoded: about
+`transition_steps` + 1 LM and flow-head steps), so a joining request delays the running rows by
+its prefill and those steps. A decode step of the rows: per row one LM step (text and
+unconditional rows) and one flow-head solve, one decoded frame (token) per row; the engine hands
+out a chunk when its cadence is due (tokens per chunk), decoded on the row's streaming decoder
+(KV-cached transformer, windowed CNN). The last frame (the text's end: the input fixes the
+step count) ends the request with "end_of_text", its chunk carrying the decoder's tail.
 
 Rows are stepped one by one with the calls one stream makes: TADA's per-step GEMMs have 1 or 2
 rows (text + unconditional), exactly the row counts this CPU's BLAS rounds by batch shape
@@ -112,8 +113,10 @@ class TadaRunner:
 
     @torch.inference_mode()
     def prefill(self, seq: TadaSequence, positions: int) -> bool:
-        """The whole prompt part in one call, whatever `positions` (as `generate`)."""
+        """The whole prompt part in one call, whatever `positions` (as `generate`), then the
+        transition steps whose frames are not decoded."""
         seq.generation.prefill()
+        seq.generation.run_transition()
         return True
 
     @torch.inference_mode()
