@@ -122,6 +122,21 @@ def test_alone_the_engine_makes_generates_frames_and_length(tiny_folder, goldens
     assert streamed.shape == audio.shape
 
 
+@pytest.mark.parametrize("window", [(20, 15), (40, 30), (4, 1)])
+def test_the_first_chunk_carries_audio(tiny_folder, goldens, models, window):
+    """The first chunk waits for samples past the lookahead and the leading silence (it would
+    be empty at 2 tokens); later chunks keep the cadence; the length is generate()'s."""
+    model, voice = model_of(models, tiny_folder), prompt_of(goldens)
+    args = request_args(0) | {"context": window[0], "lookahead": window[1]}
+    chunks = list(model.stream(voice, **args))
+    assert chunks[0].audio.size > 0
+    assert chunks[0].tokens >= args["first_chunk_tokens"]
+    assert all(c.tokens == args["chunk_tokens"] for c in chunks[1:-1])
+    full = model.generate(voice, args["text"], args["options"], seed=args["seed"])
+    assert sum(c.audio.size for c in chunks) == full.size
+    print(f"window {window}: first chunk after {chunks[0].tokens} tokens")
+
+
 def test_after_prefill_every_decode_step_is_one_lm_step(tiny_folder, goldens, models):
     """The runner's prefill runs the transition steps too: each later step decodes a frame."""
     model, voice = model_of(models, tiny_folder), prompt_of(goldens)
@@ -171,3 +186,5 @@ def test_bad_requests_are_refused_before_they_queue(tiny_folder, goldens, models
         model.request(voice, "Hello.", chunk_tokens=0)
     with pytest.raises(ValueError, match="lookahead"):
         model.request(voice, "Hello.", lookahead=-1)
+    with pytest.raises(ValueError, match="lookahead >= 1"):  # would lose the CNN's last samples
+        model.request(voice, "Hello.", lookahead=0)

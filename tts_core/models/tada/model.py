@@ -41,6 +41,7 @@ from .generate import (
     leading_silence,
 )
 from .serving import TadaChunk, TadaSequence, run_alone
+from .streaming import check_window
 from .text import normalize_text
 from .tokenizer import TadaTokenizer
 
@@ -123,7 +124,7 @@ class TadaModel:
         `first_chunk_tokens` tokens, then every `chunk_tokens`; each chunk's tokens go through
         the KV-cached decoder transformer and the windowed CNN (streaming.StreamingDecoder:
         `context` / `lookahead` frames), so a chunk holds the samples whose lookahead is there
-        (possibly none yet) and the last one the rest. The leading silence (the first token's
+        and the last one the rest; the first chunk waits until it has samples. The leading silence (the first token's
         duration, at least `options.min_trim_frames`) is dropped. The last chunk carries
         stop_reason "end_of_text"; `should_stop` is asked before every step.
 
@@ -141,8 +142,7 @@ class TadaModel:
         """A checked request for the engine (`stream`'s arguments; ValueError on bad input).
         `outbox` None: for a consumer on another thread (TadaScheduler)."""
         cadence = Cadence(first_chunk_tokens, chunk_tokens)  # ValueError below 1
-        if context < 0 or lookahead < 0:
-            raise ValueError("context and lookahead must be >= 0 frames")
+        check_window(context, lookahead)
         generator = torch.Generator()
         if seed is not None:
             generator.manual_seed(seed)

@@ -89,6 +89,29 @@ class TadaSequence(Request):
         self.decoder_state = None
         self.trim: int | None = None  # samples still to drop (set by the first frame)
         self.last_before = 0
+        self.decoder_frames = 0  # frames the decoder has once the pending tokens are pushed
+        self.trim_frames: int | None = None  # leading-silence frames (the first token's)
+
+    def add_frame(self, frame: Frame, batch: int) -> None:
+        super().add_frame(frame, batch)
+        self.decoder_frames += max(frame.before, 1)  # its block: (before - 1) zeros + vector
+        if self.trim_frames is None:
+            self.trim_frames = max(frame.before, self.generation.options.min_trim_frames)
+
+    @property
+    def audible(self) -> bool:
+        """The pending tokens give samples: frames past the CNN's lookahead beyond the leading
+        silence that is dropped."""
+        return self.decoder_frames - self.window[1] > (self.trim_frames or 0)
+
+    @property
+    def chunk_due(self) -> bool:
+        """The cadence's rule, but a first audio chunk waits until it has samples (the
+        lookahead and the leading silence cover the first tokens): an empty first chunk would
+        end the engine's first-chunk priority before any audio."""
+        if self.audio and self.before_first_chunk and not self.at_limit:
+            return self.audible and super().chunk_due
+        return super().chunk_due
 
 
 class TadaRunner:
