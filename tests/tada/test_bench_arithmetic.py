@@ -72,3 +72,35 @@ def test_our_side_runs_on_a_tiny_folder(monkeypatch):
     assert result["positions"] > 0 and result["audio_s"] > 0
     for key in ("lm_step_ms", "flow_head_ms", "decoder_per_audio_s", "first_audio_s", "rtf"):
         assert result[key] > 0, key
+
+
+OFFICIAL = [p for p in bench.OFFICIAL_PYTHONS if p.exists()]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not OFFICIAL, reason="no TADA oracle env (tools/oracle/tada/setup_venv.sh)")
+def test_smoke_build_and_both_sides(tmp_path):
+    """The script as documented, on the --smoke checkpoint: build in the oracle env, then one
+    run of each side; both make the same audio from the same positions (same prompt, text,
+    forced durations), and every figure of the table is there."""
+    import json
+    import os
+    import subprocess
+
+    folder = tmp_path / "tada-smoke"
+    env = dict(os.environ, PYTHONPATH=str(bench.REPO))
+    script = str(BENCH / "tada_bench.py")
+    build = [str(OFFICIAL[0]), script, "build", "--out", str(folder), "--smoke"]
+    done = subprocess.run(build, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = tmp_path / "result.json"
+    compare = [sys.executable, script, "--folder", str(folder), "--repeats", "1",
+               "--threads", "1", "--json", str(out)]  # fmt: skip
+    done = subprocess.run(compare, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    ours, official = result["ours"], result["official"]
+    assert ours["audio_s"] == official["audio_s"] > 0
+    assert ours["positions"] == official["positions"] > 0
+    assert [row[0] for row in bench.table(ours, official)] == [
+        "lm_step_ms", "flow_head_ms", "decoder_per_audio_s", "first_audio_s", "rtf"]  # fmt: skip
