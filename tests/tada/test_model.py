@@ -60,8 +60,10 @@ def test_stream_equals_generate_within_the_window_error(tiny_folder, goldens, mo
     options = GenerateOptions(flow=FlowOptions(noise_temperature=0.5))
     full = model.generate(prompt_of(goldens), TEXT, options, seed=GEN_SEED)
     chunks = list(model.stream(prompt_of(goldens), TEXT, options, seed=GEN_SEED))
-    streamed = np.concatenate(chunks)
-    assert len(chunks) > 3 and streamed.shape == full.shape
+    streamed = np.concatenate([chunk.audio for chunk in chunks])
+    assert sum(chunk.audio.size > 0 for chunk in chunks) > 3 and streamed.shape == full.shape
+    assert chunks[-1].stop_reason == "end_of_text"
+    assert [chunk.stop_reason for chunk in chunks[:-1]] == [None] * (len(chunks) - 1)
     diff = streamed.astype(np.float64) - full
     snr = 10 * np.log10(np.sum(full.astype(np.float64) ** 2) / max(np.sum(diff**2), 1e-30))
     print(f"{len(chunks)} chunks, SNR {snr:.1f} dB")

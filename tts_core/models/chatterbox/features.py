@@ -1,7 +1,8 @@
 """Signal front ends of S3Gen's `embed_ref` (spec chatterbox.md 3, 7, 8): the 24 kHz prompt
-log-mel, torchaudio's sinc resampler (24 -> 16 kHz for CAMPPlus and the S3 tokenizer) and
-torchaudio's Kaldi fbank (CAMPPlus features). Written from their sources with the same op
-order and dtypes, so torchaudio is not needed at run time."""
+log-mel, torchaudio's sinc resampler (24 -> 16 kHz for CAMPPlus and the S3 tokenizer; in
+tts_core/audio/sinc.py, shared with TADA) and torchaudio's Kaldi fbank (CAMPPlus features).
+Written from their sources with the same op order and dtypes, so torchaudio is not needed at
+run time."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from ...audio.analysis import mel_filters
+from ...audio.sinc import resample, sinc_kernel
 
 MEL_FFT, MEL_HOP, MELS, MEL_FMAX = 1920, 480, 80, 8000
+_sinc_kernel = sinc_kernel  # (the resampler moved to tts_core/audio/sinc.py; names kept)
+__all__ = ["kaldi_fbank", "prompt_mel", "resample"]
 
 
 def prompt_mel(wav24k: torch.Tensor) -> torch.Tensor:
@@ -28,39 +32,6 @@ def prompt_mel(wav24k: torch.Tensor) -> torch.Tensor:
     spec = torch.sqrt(spec.pow(2).sum(-1) + 1e-9)
     spec = torch.matmul(basis, spec)
     return torch.log(torch.clamp(spec, min=1e-5) * 1).transpose(1, 2)
-
-
-# ------------------------------------------------------------------ torchaudio sinc resampling
-def _sinc_kernel(orig: int, new: int, width_zeros: int = 6, rolloff: float = 0.99):
-    """torchaudio _get_sinc_resample_kernel (sinc_interp_hann, dtype None): float64 built,
-    float32 returned; orig/new already divided by their gcd."""
-    base = min(orig, new) * rolloff
-    width = math.ceil(width_zeros * orig / base)
-    idx = torch.arange(-width, width + orig, dtype=torch.float64)[None, None] / orig
-    t = torch.arange(0, -new, -1)[:, None, None] / new + idx
-    t *= base
-    t = t.clamp_(-width_zeros, width_zeros)
-    window = torch.cos(t * math.pi / width_zeros / 2) ** 2
-    t *= math.pi
-    kernels = torch.where(t == 0, torch.tensor(1.0).to(t), t.sin() / t)
-    kernels *= window * (base / orig)
-    return kernels.to(dtype=torch.float32), width
-
-
-def resample(wav: torch.Tensor, orig_sr: int, new_sr: int) -> torch.Tensor:
-    """torchaudio.transforms.Resample(orig_sr, new_sr) on (..., S) float32."""
-    if orig_sr == new_sr:
-        return wav
-    gcd = math.gcd(orig_sr, new_sr)
-    orig, new = orig_sr // gcd, new_sr // gcd
-    kernel, width = _sinc_kernel(orig, new)
-    shape = wav.shape
-    flat = wav.reshape(-1, shape[-1])
-    length = flat.shape[1]
-    out = F.conv1d(F.pad(flat, (width, width + orig))[:, None], kernel.to(wav.device), stride=orig)
-    out = out.transpose(1, 2).reshape(flat.shape[0], -1)
-    target = int(torch.ceil(torch.as_tensor(new * length / orig)).long())
-    return out[..., :target].reshape(*shape[:-1], -1)
 
 
 # -------------------------------------------------------------------------------- Kaldi fbank

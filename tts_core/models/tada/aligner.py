@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-from ..chatterbox.features import resample
+from ...audio.sinc import resample
 from ..layers import scaled_dot_product
 from .codec import fold_weight_norm
 

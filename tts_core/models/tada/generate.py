@@ -6,7 +6,8 @@ acoustic vector (normalised) and its 1-based frame position, the normalised tran
 clip's length. `build_inputs` lays out the official sequence: BOS, the chat prefix
 (<|start_header_id|>system<|end_header_id|><|eot_id|><|start_header_id|>assistant
 <|end_header_id|>), the transcript's tokens then the target text's (the two tokenized
-separately, as the official `generate()` does), `shift_acoustic` <|eot_id|>; the prompt's
+separately, as the official `generate()` does; `joint_text`: as one string, see `text_tokens`),
+`shift_acoustic` <|eot_id|>; the prompt's
 acoustic vectors and durations (frames since the previous token) are aligned to that sequence
 with the prefix padded in front and the last `transition` (5) prompt tokens cut.
 
@@ -18,7 +19,12 @@ the acoustic vector and two Gray-coded durations, `shift_acoustic` tokens behind
 last input position samples one more token (repetition penalty, temperature, top-k, top-p, as
 the official; num_extra_steps more continue from there). Random numbers are drawn from
 `generator` in the official order (per step: acoustic noise, duration noise, then the token
-draw if any).
+draw if any). `Generation` holds one call's state for the serving engine (serving.py).
+
+GenerateOptions' `joint_text` and `min_trim_frames` are the upstream streaming pull request's
+(HumeAI/tada #16) two generate() fixes, off by default so that the defaults stay the released
+0.1.9 behaviour the goldens pin: the transcript and text tokenized jointly with a space, and
+the leading-silence trim clamped to at least 5 frames (100 ms) when set to 5.
 """
 
 from __future__ import annotations
@@ -57,6 +63,12 @@ class GenerateOptions:
     text: TextSampling = field(default_factory=TextSampling)
     transition_steps: int = 5  # num_transition_steps
     extra_steps: int = 0  # num_extra_steps
+    # The upstream streaming pull request's two generate() fixes, off by default (the official
+    # 0.1.9 behaviour): the transcript and the text tokenized as one string with a space
+    # (`text_tokens`), and the leading-silence trim at least this many frames (5: 100 ms;
+    # `leading_silence`).
+    joint_text: bool = False
+    min_trim_frames: int = 0
 
 
 DEFAULT_OPTIONS = GenerateOptions()
@@ -94,9 +106,25 @@ class Generated:
 
 
 def build_inputs(tokenizer: TadaTokenizer, lm: TadaLM, prompt: Prompt, text: str,
-                 transition: int) -> Inputs:  # fmt: skip
+                 transition: int, joint_text: bool = False) -> Inputs:  # fmt: skip
     cfg = lm.cfg
-    tokens = tokenizer.encode(prompt.text) + tokenizer.encode(text)
+    return _layout(tokenizer, cfg, prompt, text_tokens(tokenizer, prompt.text, text, joint_text),
+                   transition)  # fmt: skip
+
+
+def text_tokens(tokenizer: TadaTokenizer, prompt_text: str, text: str, joint: bool) -> list[int]:
+    """The transcript's tokens then the target text's. Official (joint False): each tokenized
+    on its own, so no BPE merge crosses the seam and the text's first word starts a fresh
+    pre-token with no leading space (".Hello" -> ".H" + "ello" upstream reports; not how the
+    model saw running text). Joint (the upstream streaming pull request's fix): the two
+    tokenized as one string, one space between them."""
+    if joint:
+        return tokenizer.encode(f"{prompt_text.rstrip()} {text.lstrip()}")
+    return tokenizer.encode(prompt_text) + tokenizer.encode(text)
+
+
+def _layout(tokenizer: TadaTokenizer, cfg, prompt: Prompt, tokens: list[int],
+            transition: int) -> Inputs:  # fmt: skip
     prefix = tokenizer.encode(CHAT_PREFIX)
     ids = [tokenizer.bos_id, *prefix, *tokens] + [tokenizer.eot_id] * cfg.shift_acoustic
     frames = math.ceil(prompt.audio_samples / prompt.sample_rate * FRAME_RATE)
@@ -233,46 +261,112 @@ def generate_steps(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: s
                    generator: torch.Generator | None = None):  # fmt: skip
     """`generate` as a generator: yields a `Frame` per step that produces an acoustic vector,
     returns the `Generated` (StopIteration.value)."""
-    cfg, flow = lm.cfg, options.flow
-    shift, bits, dtype = cfg.shift_acoustic, cfg.num_time_bits, lm.acoustic_proj.weight.dtype
-    inputs = build_inputs(tokenizer, lm, prompt, text, options.transition_steps)
-    inputs.acoustic = inputs.acoustic.to(dtype)
-    prompt_tokens = inputs.acoustic.shape[1]
-    ids = unconditional_ids(tokenizer, inputs.ids, prompt_tokens)
-    if options.extra_steps > 0:  # the official drops the end-of-turn tokens to continue
-        ids = ids[:, :-shift]
-    steps = ids.shape[1] + options.extra_steps
-    guided = flow.acoustic_cfg != 1.0
-    rows = 2 if guided else 1
-    caches = lm.new_caches(rows, steps + 1, dtype, "cpu")
-    length = prefill_length(inputs, shift)
-    outputs, acoustic_out, before_out = [], [], []
-    if length > 0:
-        embeds = prefill_embeds(lm, ids, inputs, length)
-        lm.hidden(embeds.expand(rows, -1, -1).contiguous(), Span(caches, 0))
-        outputs += [ids[:, s + 1 : s + 2] for s in range(length - 1)]
-        frames = length - shift
-        acoustic_out += [inputs.acoustic[:, i : i + 1] for i in range(frames)]
-        before_out += [inputs.before[:, i + 1 : i + 2] for i in range(frames)]
-        acoustic = inputs.acoustic[:, frames - 1 : frames]
-        masks = inputs.masks[:, frames - 1 : frames]
-        before, after = inputs.before[:, frames : frames + 1], inputs.after[:, frames : frames + 1]
-    else:
-        acoustic = torch.zeros(1, 1, cfg.acoustic_dim, dtype=dtype)
-        masks = before = after = torch.zeros(1, 1, dtype=torch.long)
-    structural = (tokenizer.start_header_id, tokenizer.end_header_id, tokenizer.eot_id)
-    last_before = None
-    for step in range(length, steps):
+    run = Generation(lm, tokenizer, prompt, text, options, generator)
+    run.prefill()
+    while not run.done:
+        frame = run.step()
+        if frame is not None:
+            yield frame
+    return run.result()
+
+
+class Generation:
+    """One `generate` call as state and steps (what the serving engine drives row by row):
+    `prefill()` once, then `step()` until `done`, then `result()`. `next_frame()` steps to the
+    next frame that is decoded (index >= decode_from). Every tensor op and random draw is the
+    one the official loop makes, in its order."""
+
+    def __init__(self, lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
+                 options: GenerateOptions = DEFAULT_OPTIONS,
+                 generator: torch.Generator | None = None) -> None:  # fmt: skip
+        cfg = lm.cfg
+        self.lm, self.tokenizer, self.options, self.generator = lm, tokenizer, options, generator
+        self.dtype = lm.acoustic_proj.weight.dtype
+        inputs = build_inputs(tokenizer, lm, prompt, text, options.transition_steps,
+                              options.joint_text)  # fmt: skip
+        inputs.acoustic = inputs.acoustic.to(self.dtype)
+        self.inputs = inputs
+        self.prompt_tokens = inputs.acoustic.shape[1]
+        ids = unconditional_ids(tokenizer, inputs.ids, self.prompt_tokens)
+        if options.extra_steps > 0:  # the official drops the end-of-turn tokens to continue
+            ids = ids[:, : -cfg.shift_acoustic]
+        self.ids = ids
+        self.steps = ids.shape[1] + options.extra_steps
+        self.guided = options.flow.acoustic_cfg != 1.0
+        self.rows = 2 if self.guided else 1
+        self.length = prefill_length(inputs, cfg.shift_acoustic)
+        self.position = 0  # the next step (prefill sets it to `length`)
+        self.caches = None
+        self.outputs, self.acoustic_out, self.before_out = [], [], []
+        self.last_before = None
+        self.decode_from = self.prompt_tokens + options.transition_steps - 1
+        self.structural = (tokenizer.start_header_id, tokenizer.end_header_id, tokenizer.eot_id)
+
+    @property
+    def done(self) -> bool:
+        return self.caches is not None and self.position >= self.steps
+
+    @property
+    def decoded_frames(self) -> int:
+        """Frames `next_frame` hands out in all: steps s >= shift give frame s - shift."""
+        first = max(self.length, self.lm.cfg.shift_acoustic + self.decode_from)
+        return max(self.steps - first, 0)
+
+    def prefill(self) -> None:
+        """The causal prefill of the prompt part (caches of `steps + 1` positions, both rows)."""
+        lm, inputs, shift = self.lm, self.inputs, self.lm.cfg.shift_acoustic
+        self.caches = lm.new_caches(self.rows, self.steps + 1, self.dtype, "cpu")
+        length = self.length
+        if length > 0:
+            embeds = prefill_embeds(lm, self.ids, inputs, length)
+            lm.hidden(embeds.expand(self.rows, -1, -1).contiguous(), Span(self.caches, 0))
+            self.outputs += [self.ids[:, s + 1 : s + 2] for s in range(length - 1)]
+            frames = length - shift
+            self.acoustic_out += [inputs.acoustic[:, i : i + 1] for i in range(frames)]
+            self.before_out += [inputs.before[:, i + 1 : i + 2] for i in range(frames)]
+            self.acoustic = inputs.acoustic[:, frames - 1 : frames]
+            self.masks = inputs.masks[:, frames - 1 : frames]
+            self.before = inputs.before[:, frames : frames + 1]
+            self.after = inputs.after[:, frames : frames + 1]
+        else:
+            self.acoustic = torch.zeros(1, 1, self.lm.cfg.acoustic_dim, dtype=self.dtype)
+            self.masks = self.before = self.after = torch.zeros(1, 1, dtype=torch.long)
+        self.position = length
+
+    def run_transition(self) -> None:
+        """The steps after the prefill whose frames are not decoded (the prompt's transition:
+        frame index < decode_from), so that each later step gives a decoded frame."""
+        while not self.done and self.position < self.lm.cfg.shift_acoustic + self.decode_from:
+            self.step()
+
+    def next_frame(self) -> Frame | None:
+        """Steps until a decoded frame comes out; None when the generation ended first."""
+        while not self.done:
+            frame = self.step()
+            if frame is not None and frame.index >= frame.decode_from:
+                return frame
+        return None
+
+    def step(self) -> Frame | None:
+        """One LM step on the text and unconditional rows, the flow head's solve, the token draw
+        (at the last input position and after); the step's Frame once the acoustic stream has
+        started (step >= shift_acoustic)."""
+        lm, cfg, flow, rows = self.lm, self.lm.cfg, self.options.flow, self.rows
+        tokenizer, ids, inputs, step = self.tokenizer, self.ids, self.inputs, self.position
+        shift, bits = cfg.shift_acoustic, cfg.num_time_bits
         token = ids[:, step : step + 1] if step < ids.shape[1] else ids[:, -1:]
         batch_ids = token
-        if guided:
-            neg = token if token.item() in structural else torch.full_like(token, tokenizer.pad_id)
+        if self.guided:
+            neg = (token if token.item() in self.structural
+                   else torch.full_like(token, tokenizer.pad_id))  # fmt: skip
             batch_ids = torch.cat([token, neg])
-        embeds = lm.embed(batch_ids, acoustic.expand(rows, -1, -1), masks.expand(rows, -1),
-                          before.expand(rows, -1), after.expand(rows, -1))  # fmt: skip
-        hidden = lm.hidden(embeds, Span(caches, step))[:, 0]  # (rows, H)
+        embeds = lm.embed(batch_ids, self.acoustic.expand(rows, -1, -1),
+                          self.masks.expand(rows, -1), self.before.expand(rows, -1),
+                          self.after.expand(rows, -1))  # fmt: skip
+        hidden = lm.hidden(embeds, Span(self.caches, step))[:, 0]  # (rows, H)
         cond = hidden[:1]
-        neg_cond = hidden[1:] if guided else torch.zeros_like(cond)
+        neg_cond = hidden[1:] if self.guided else torch.zeros_like(cond)
+        generator = self.generator
         noise = torch.cat([
             torch.randn(1, cfg.acoustic_dim, generator=generator).to(cond) * flow.noise_temperature,
             torch.randn(1, 2 * bits, generator=generator).to(cond) * flow.noise_temperature,
@@ -284,37 +378,43 @@ def generate_steps(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: s
         predicted_after = gray_code.decode(durations[..., bits:], bits)[None]
         if step >= ids.shape[1] - 1:
             logits = lm.logits(hidden)[:1]  # both rows, as the official batch
-            drawn = sample_token(logits, ids, tokenizer.pad_id, options.text, generator)
-            ids = torch.cat([ids, drawn.long()], dim=1)
-            outputs.append(drawn)
+            drawn = sample_token(logits, ids, tokenizer.pad_id, self.options.text, generator)
+            self.ids = torch.cat([ids, drawn.long()], dim=1)
+            self.outputs.append(drawn)
         else:
-            outputs.append(ids[:, step + 1 : step + 2])
-        if step >= shift:
-            index = step - shift
-            if index < inputs.acoustic.shape[1]:
-                acoustic = inputs.acoustic[:, index : index + 1]
-                masks = inputs.masks[:, index : index + 1]
-            else:
-                acoustic = speech[None, :, : cfg.acoustic_dim]
-                masks = torch.ones(1, 1, dtype=torch.long)
-            acoustic_out.append(acoustic)
-            if index < inputs.before.shape[1] - 1:
-                before = inputs.before[:, index + 1 : index + 2]
-                after = inputs.after[:, index + 1 : index + 2]
-            else:
-                before, after = predicted_before, predicted_after
-            before_out.append(before)
-            last_before = before
-            index = len(acoustic_out) - 1
-            vector = acoustic[0, 0] * cfg.acoustic_std + cfg.acoustic_mean
-            yield Frame(index, prompt_tokens + options.transition_steps - 1, vector, int(before))
-    if last_before is not None:
-        before_out.append(last_before)
-    acoustic_all = torch.cat(acoustic_out, dim=1) * cfg.acoustic_std + cfg.acoustic_mean
-    start = prompt_tokens + options.transition_steps - 1
-    time_before = torch.cat(before_out, dim=1)[:, start:]
-    return Generated(torch.cat(outputs, dim=1), time_before, acoustic_all,
-                     acoustic_all[0, start:], ids)  # fmt: skip
+            self.outputs.append(ids[:, step + 1 : step + 2])
+        self.position = step + 1
+        if step < shift:
+            return None
+        index = step - shift
+        if index < inputs.acoustic.shape[1]:
+            self.acoustic = inputs.acoustic[:, index : index + 1]
+            self.masks = inputs.masks[:, index : index + 1]
+        else:
+            self.acoustic = speech[None, :, : cfg.acoustic_dim]
+            self.masks = torch.ones(1, 1, dtype=torch.long)
+        self.acoustic_out.append(self.acoustic)
+        if index < inputs.before.shape[1] - 1:
+            self.before = inputs.before[:, index + 1 : index + 2]
+            self.after = inputs.after[:, index + 1 : index + 2]
+        else:
+            self.before, self.after = predicted_before, predicted_after
+        self.before_out.append(self.before)
+        self.last_before = self.before
+        index = len(self.acoustic_out) - 1
+        vector = self.acoustic[0, 0] * cfg.acoustic_std + cfg.acoustic_mean
+        return Frame(index, self.decode_from, vector, int(self.before))
+
+    def result(self) -> Generated:
+        cfg = self.lm.cfg
+        before_out = list(self.before_out)
+        if self.last_before is not None:
+            before_out.append(self.last_before)
+        acoustic_all = torch.cat(self.acoustic_out, dim=1) * cfg.acoustic_std + cfg.acoustic_mean
+        start = self.decode_from
+        time_before = torch.cat(before_out, dim=1)[:, start:]
+        return Generated(torch.cat(self.outputs, dim=1), time_before, acoustic_all,
+                         acoustic_all[0, start:], self.ids)  # fmt: skip
 
 
 def expand_for_decoder(encoded: torch.Tensor, time_before: torch.Tensor):
@@ -331,6 +431,12 @@ def expand_for_decoder(encoded: torch.Tensor, time_before: torch.Tensor):
     return expanded, (torch.norm(expanded, dim=-1) != 0).long()
 
 
-def leading_silence(time_before: torch.Tensor) -> int:
-    """Samples the official trims from the start: the first token's duration in frames."""
-    return int(SAMPLE_RATE * int(time_before[0]) / FRAME_RATE)
+def leading_silence(time_before: torch.Tensor, min_frames: int = 0) -> int:
+    """Samples trimmed from the start: the first token's duration in frames (official), at
+    least `min_frames` (the upstream pull request clamps it to 5 frames, 100 ms)."""
+    return trim_samples(int(time_before[0]), min_frames)
+
+
+def trim_samples(first_before: int, min_frames: int = 0) -> int:
+    """Samples of `max(first_before, min_frames)` frames (official: int(24000 x frames / 50))."""
+    return int(SAMPLE_RATE * max(first_before, min_frames) / FRAME_RATE)

@@ -1,9 +1,11 @@
 """TADA end to end on our modules: load the released folders, clone a voice from a clip and its
-transcript, generate speech (the official generate(), not streamed yet).
+transcript, generate speech (the official generate()) or stream it on the engine.
 
     model = TadaModel.from_folders(model_dir, codec_dir)
     voice = model.create_voice(audio, sample_rate, ref_text, seed=11)
     audio = model.generate(voice, "Text to speak.", seed=15)  # float32 (S,) at 24 kHz
+    for chunk in model.stream(voice, "Text to speak.", seed=15):  # TadaChunks (serving.py)
+        play(chunk.audio)
 
 The transcript is required (upstream runs a 1.1B English ASR model without one). Random numbers
 come from a torch.Generator seeded per call, drawn in the official order (create_voice: the
@@ -14,13 +16,17 @@ equals the official one after torch.manual_seed(seed).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from ..chatterbox.features import resample
+from ...audio.cadence import Cadence
+from ...audio.sinc import resample
+from ...serving.alone import InlineOutbox
 from .alignment import token_alignment
 from .checkpoint import load_aligner, load_decoder, load_encoder, load_lm, resolve_folders
 from .generate import (
@@ -28,12 +34,14 @@ from .generate import (
     FRAME_RATE,
     SAMPLE_RATE,
     GenerateOptions,
+    Generation,
     Prompt,
     expand_for_decoder,
-    generate,  # fmt: skip
-    generate_steps,
+    generate,
     leading_silence,
 )
+from .serving import TadaChunk, TadaSequence, run_alone
+from .streaming import check_window
 from .text import normalize_text
 from .tokenizer import TadaTokenizer
 
@@ -104,41 +112,45 @@ class TadaModel:
             generator.manual_seed(seed)
         out = generate(self.lm, self.tokenizer, voice, normalize_text(text), options, generator)
         expanded, masks = expand_for_decoder(out.encoded, out.time_before[0])
-        wav = self.decoder.decode(expanded, masks)[0, 0, leading_silence(out.time_before[0]) :]
+        trim = leading_silence(out.time_before[0], options.min_trim_frames)
+        wav = self.decoder.decode(expanded, masks)[0, 0, trim:]
         return wav.numpy()
 
     def stream(self, voice: Prompt, text: str, options: GenerateOptions = DEFAULT_OPTIONS,
-               seed: int | None = None, context: int = 20, lookahead: int = 15):  # fmt: skip
-        """`generate` as audio chunks (float32 numpy, 24 kHz) while it runs: each step's token
-        block goes through the KV-cached decoder transformer and the windowed CNN
-        (streaming.StreamingDecoder: `context` / `lookahead` frames); the official leading
-        silence (the first token's duration) is dropped from the first samples."""
-        from .streaming import SAMPLES_PER_FRAME, StreamingDecoder
+               seed: int | None = None, context: int = 20, lookahead: int = 15,
+               chunk_tokens: int = 4, first_chunk_tokens: int = 2,
+               should_stop: Callable[[], bool] | None = None) -> Iterator[TadaChunk]:  # fmt: skip
+        """`generate` as TadaChunks (float32 audio at 24 kHz) while it runs: the first after
+        `first_chunk_tokens` tokens, then every `chunk_tokens`; each chunk's tokens go through
+        the KV-cached decoder transformer and the windowed CNN (streaming.StreamingDecoder:
+        `context` / `lookahead` frames), so a chunk holds the samples whose lookahead is there
+        and the last one the rest; the first chunk waits until it has samples. The leading silence (the first token's
+        duration, at least `options.min_trim_frames`) is dropped. The last chunk carries
+        stop_reason "end_of_text"; `should_stop` is asked before every step.
 
+        The serving engine with one row (serving.py) on the thread that iterates: the chunks
+        are those TadaScheduler gives the same request, whatever else it serves."""
+        seq = self.request(voice, text, options, seed, context, lookahead, chunk_tokens,
+                           first_chunk_tokens, should_stop, outbox=InlineOutbox())  # fmt: skip
+        return run_alone(self, seq)
+
+    def request(self, voice: Prompt, text: str, options: GenerateOptions = DEFAULT_OPTIONS,
+                seed: int | None = None, context: int = 20, lookahead: int = 15,
+                chunk_tokens: int = 4, first_chunk_tokens: int = 2,
+                should_stop: Callable[[], bool] | None = None, *, audio: bool = True,
+                outbox: Any = None) -> TadaSequence:  # fmt: skip
+        """A checked request for the engine (`stream`'s arguments; ValueError on bad input).
+        `outbox` None: for a consumer on another thread (TadaScheduler)."""
+        cadence = Cadence(first_chunk_tokens, chunk_tokens)  # ValueError below 1
+        check_window(context, lookahead)
         generator = torch.Generator()
         if seed is not None:
             generator.manual_seed(seed)
-        decoder = StreamingDecoder(self.decoder, context, lookahead)
-        state, trim, last = decoder.start(), None, 0
-        with torch.no_grad():
-            steps = generate_steps(self.lm, self.tokenizer, voice, normalize_text(text), options,
-                                   generator)  # fmt: skip
-            for frame in steps:
-                if frame.index < frame.decode_from:
-                    continue
-                if trim is None:
-                    trim = frame.before * SAMPLES_PER_FRAME
-                decoder.push_token(state, frame.vector, frame.before)
-                last = frame.before
-                chunk, trim = _trimmed(decoder.emit(state), trim)
-                if chunk.numel():
-                    yield chunk.numpy()
-            chunk, trim = _trimmed(decoder.finish(state, last), trim or 0)
-            if chunk.numel():
-                yield chunk.numpy()
+        generation = Generation(self.lm, self.tokenizer, voice, normalize_text(text), options,
+                                generator)  # fmt: skip
+        return TadaSequence(generation, (int(context), int(lookahead)), cadence,
+                            should_stop or _never, audio=audio, outbox=outbox)  # fmt: skip
 
 
-def _trimmed(chunk: torch.Tensor, trim: int) -> tuple[torch.Tensor, int]:
-    """Drop up to `trim` leading samples; return the rest and what is left to drop."""
-    cut = min(trim, chunk.shape[0])
-    return chunk[cut:], trim - cut
+def _never() -> bool:
+    return False

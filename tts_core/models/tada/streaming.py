@@ -46,8 +46,18 @@ class DecoderStream:
     done: bool = False
 
 
+def check_window(left: int, lookahead: int) -> None:
+    """ValueError unless context >= 0 and lookahead >= 1 frame: the CNN's output ends a few
+    samples short of its input's last frame (6 on both tiny decoders: the full decode of T
+    frames gives T x 480 - 6 samples), so every window with no lookahead would lose them."""
+    if left < 0 or lookahead < 1:
+        raise ValueError(f"context must be >= 0 and lookahead >= 1 frames (got {left}, "
+                         f"{lookahead})")  # fmt: skip
+
+
 class StreamingDecoder:
     def __init__(self, decoder: TadaDecoder, left: int = 20, lookahead: int = 15) -> None:
+        check_window(left, lookahead)
         self.decoder, self.left, self.lookahead = decoder, left, lookahead
         self.stack = decoder.local_attention_decoder
 
