@@ -9,8 +9,9 @@
 * alone.py    `run_alone`: a private one-row engine stepped by the caller's `next()`
               (`model.stream`); `InlineOutbox`
 
-Models: Qwen3-TTS (models/qwen3_tts/serving/), VoxCPM2 (models/voxcpm/serving.py) and
-Chatterbox Turbo (models/chatterbox/serving.py).
+Models: Qwen3-TTS (models/qwen3_tts/serving/), VoxCPM2 (models/voxcpm/serving.py), Chatterbox
+Turbo and English (models/chatterbox/serving.py) and TADA (models/tada/serving.py; not yet served
+by the app).
 """
 
 from .alone import InlineOutbox, run_alone
