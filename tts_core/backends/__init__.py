@@ -28,12 +28,13 @@ def load_backend(
     report: Report | None = None,
     cuda_graphs: str = "auto",
 ) -> tuple[Backend, Notice | None]:
-    """(backend, notice). `name` is "espeak", a Hub repo id / local folder of a Qwen3-TTS or
-    VoxCPM2 checkpoint (the backend is chosen from its config.json, not from the name; the
-    file is read once per load: the detection and the model's configs share that read), or
+    """(backend, notice). `name` is "espeak", a Hub repo id / local folder of a checkpoint of a
+    model in MODEL_SPECS (its spec is chosen from its config.json or files, not from the name;
+    config.json is read once per load: the detection and the model's configs share that read), or
     an http(s)://HOST:PORT/v1 server speaking vLLM-Omni's /v1/audio/speech (remote.py). `dtype`,
     `quantize`, `max_batch` (None: its default) and `cuda_graphs` ("auto": on for CUDA, "off";
-    app.py's --cuda-graphs) are Qwen3Backend.load's; VoxCPM2 takes `dtype` and `max_batch`.
+    app.py's --cuda-graphs) go to the backend's load where its spec takes them
+    (`ModelSpec.backend_options`; max_batch to every one).
     `report` hears of the download and loading.
 
     When the neural model cannot be loaded and `allow_fallback` is set, returns the eSpeak
@@ -55,16 +56,13 @@ def load_backend(
 
 
 def backend_classes() -> tuple[type, ...]:
-    """Every backend load_backend may serve, for what they declare (their `knobs`). Importing
-    them loads no model and no torch."""
-    from .chatterbox import ChatterboxBackend
-    from .chatterbox_english import ChatterboxEnglishBackend
+    """Every backend load_backend may serve, for what they declare (their `knobs`): the
+    backends of MODEL_SPECS (models/specs.py), then the offline eSpeak voice. Importing them
+    loads no model and no torch."""
+    from ..models.specs import model_specs
     from .espeak import EspeakBackend
-    from .qwen3 import Qwen3Backend
-    from .voxcpm import VoxCPMBackend
 
-    return (Qwen3Backend, VoxCPMBackend, ChatterboxBackend, ChatterboxEnglishBackend,
-            EspeakBackend)  # fmt: skip
+    return (*(spec.backend_class() for spec in model_specs()), EspeakBackend)
 
 
 def request_knobs(engine: Engine | None = None) -> tuple[Knob, ...]:
@@ -115,16 +113,12 @@ def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | 
             report: Report | None, cuda_graphs: str = "auto") -> Backend:  # fmt: skip
     from ..models.config_json import one_read
     from ..models.download import LOADING, reporting_to
-    from ..models.registry import (
-        CHATTERBOX_ENGLISH,
-        CHATTERBOX_TURBO,
-        REMOTE,
-        VOXCPM2,
-        detect_architecture,
-    )
+    from ..models.registry import REMOTE, detect_architecture
+    from ..models.specs import spec_of
 
     report = report or (lambda *args, **kwargs: None)
-    extra = {} if max_batch is None else {"max_batch": max_batch}
+    options = {"dtype": dtype, "quantize": quantize, "cuda_graphs": cuda_graphs,
+               "max_batch": max_batch}  # fmt: skip
     report(LOADING)
     # one_read: config.json is read and parsed once for the detection and the model's configs
     with reporting_to(report), one_read():  # a Hub download reports its bytes, then LOADING
@@ -133,22 +127,7 @@ def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | 
             from .remote import RemoteBackend
 
             return RemoteBackend.connect(name)
-        if architecture == VOXCPM2:
-            from .voxcpm import VoxCPMBackend
-
-            return VoxCPMBackend.load(name, device, dtype=dtype, **extra)
-        if architecture == CHATTERBOX_TURBO:  # float32: dtype not used; quantize: T3 int8
-            from .chatterbox import ChatterboxBackend
-
-            return ChatterboxBackend.load(name, device, quantize=quantize, **extra)
-        if architecture == CHATTERBOX_ENGLISH:  # the original English model, float32
-            from .chatterbox_english import ChatterboxEnglishBackend
-
-            return ChatterboxEnglishBackend.load(name, device, **extra)
-        from .qwen3 import Qwen3Backend
-
-        return Qwen3Backend.load(name, device, dtype=dtype, quantize=quantize,
-                                 cuda_graphs=cuda_graphs, **extra)  # fmt: skip
+        return spec_of(architecture).load_backend(name, device, options)
 
 
 def _espeak() -> Backend:

@@ -1,5 +1,6 @@
 """Which model a checkpoint holds, from its config.json alone (no weights read), or for a
-Chatterbox release (no config.json) from its T3 file's name.
+release without config.json (Chatterbox) from its files' names: the rules are the specs' in
+MODEL_SPECS (specs.py), the one list of models.
 
 `detect_architecture(name_or_path)` reads config.json of a local folder, or downloads only
 config.json for a Hub repo id (the Qwen3 loader's mechanism: same errors for no network, an
@@ -13,20 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from .config_json import one_read, read_json_object
+from .specs import model_specs, spec_of
 
+# the ids of MODEL_SPECS (specs.py), named for the callers and tests that compare with them
 QWEN3_TTS = "qwen3_tts"  # Qwen3-TTS 12 Hz: config.json "model_type"
 VOXCPM2 = "voxcpm2"  # VoxCPM2: config.json "architecture"
-ARCHITECTURES = (QWEN3_TTS, VOXCPM2)
-REMOTE = "remote"  # not a checkpoint: an http(s)://HOST:PORT/v1 server (backends/remote.py)
 CHATTERBOX_TURBO = "chatterbox_turbo"  # no config.json: t3_turbo_v1 (or Nano's t3_nano_v1)
 CHATTERBOX_ENGLISH = "chatterbox_english"  # no config.json: a folder with t3_cfg.safetensors
+REMOTE = "remote"  # not a checkpoint: an http(s)://HOST:PORT/v1 server (backends/remote.py)
 CONFIG_FILE = "config.json"
-# a Chatterbox release has no config.json: its T3 weights' file name says which model it is
-CHATTERBOX_T3_FILES = {
-    "t3_turbo_v1.safetensors": CHATTERBOX_TURBO,
-    "t3_nano_v1.safetensors": CHATTERBOX_TURBO,  # Nano: Turbo with GPT-2 small (HEAD only)
-    "t3_cfg.safetensors": CHATTERBOX_ENGLISH,
-}
+
+
+def architectures() -> tuple[str, ...]:
+    """Every model id detect_architecture may return for a checkpoint (MODEL_SPECS' order)."""
+    return tuple(spec.architecture for spec in model_specs())
 
 
 class UnknownArchitectureError(ValueError):
@@ -34,18 +35,18 @@ class UnknownArchitectureError(ValueError):
 
 
 def architecture_of(config: dict[str, Any], source: str = CONFIG_FILE) -> str:
-    """QWEN3_TTS or VOXCPM2; UnknownArchitectureError naming what the file says otherwise."""
-    if "architecture" in config:  # VoxCPM's key ("voxcpm" for 1/1.5, "voxcpm2")
-        if config["architecture"] == VOXCPM2:
-            return VOXCPM2
-        found = f"architecture {config['architecture']!r}"
-    elif config.get("model_type") == QWEN3_TTS:
-        return QWEN3_TTS
-    else:
-        found = f"model_type {config.get('model_type')!r} and no 'architecture'"
+    """The id of the model whose spec matches `config`; UnknownArchitectureError naming what
+    the file says otherwise, and what each model's config.json says."""
+    found = next((spec for spec in model_specs() if spec.matches_config(config)), None)
+    if found is not None:
+        return found.architecture
+    keyed = [spec for spec in model_specs() if spec.config is not None]
+    keys = dict.fromkeys(spec.config[0] for spec in keyed)
+    said = " and ".join(f"{key} {config[key]!r}" for key in keys if key in config)
+    expected = " and ".join(f"{spec.title} ({spec.config[0]} {spec.config[1]!r})" for spec in keyed)
     raise UnknownArchitectureError(
-        f"{source} names {found}; this engine runs Qwen3-TTS 12 Hz "
-        f"(model_type {QWEN3_TTS!r}) and VoxCPM2 (architecture {VOXCPM2!r})"
+        f"{source} names {said or 'none of ' + ', '.join(map(repr, keys))}; this engine runs "
+        f"{expected}"
     )
 
 
@@ -55,11 +56,10 @@ def is_remote(name_or_path: str | Path) -> bool:
 
 
 def detect_architecture(name_or_path: str | Path) -> str:
-    """QWEN3_TTS or VOXCPM2 for a local folder or Hub repo id (only config.json is read or
-    downloaded); CHATTERBOX_TURBO or CHATTERBOX_ENGLISH for a folder or repo in a Chatterbox
-    release layout (no config.json: its T3 file names the model, `CHATTERBOX_T3_FILES`; a repo is
-    asked for its file list only when it has no config.json); REMOTE for an http(s) URL
-    (nothing is fetched here)."""
+    """The architecture id of the spec (MODEL_SPECS) matching a local folder or Hub repo id:
+    by its config.json (only that file is read or downloaded), or where there is none by its
+    file names (a Chatterbox release: its T3 file names the model; a repo is asked for its file
+    list only then); REMOTE for an http(s) URL (nothing is fetched here)."""
     if is_remote(name_or_path):
         return REMOTE
     from .checkpoint import check_files, resolve_checkpoint
@@ -68,7 +68,7 @@ def detect_architecture(name_or_path: str | Path) -> str:
     folder = resolve_checkpoint(name_or_path, required=(), patterns=(CONFIG_FILE,))
     if not (folder / CONFIG_FILE).exists():
         names = [path.name for path in folder.iterdir()] if local else _hub_files(name_or_path)
-        found = _chatterbox_layout(names)
+        found = _layout_without_config(names)
         if found is not None:
             return found
     check_files(folder, (CONFIG_FILE,))  # the shared loader's "missing: config.json"
@@ -76,10 +76,11 @@ def detect_architecture(name_or_path: str | Path) -> str:
     return architecture_of(config, f"config.json of {name_or_path}")
 
 
-def _chatterbox_layout(names: list[str]) -> str | None:
-    """The Chatterbox model whose T3 file is among `names` (the release has no config.json)."""
+def _layout_without_config(names: list[str]) -> str | None:
+    """The model whose spec names a file among `names` (releases without config.json)."""
     present = set(names)
-    return next((arch for name, arch in CHATTERBOX_T3_FILES.items() if name in present), None)
+    return next((spec.architecture for spec in model_specs()
+                 if present & set(spec.files)), None)  # fmt: skip
 
 
 def _hub_files(repo_id: str | Path) -> list[str]:
@@ -93,14 +94,6 @@ def _hub_files(repo_id: str | Path) -> list[str]:
         return []
 
 
-QWEN3_ONLY_DEFAULTS = {
-    "compile": False,
-    "cuda_graphs": "auto",
-    "decoder_dtype": None,
-    "warm_chunks": (2, 6),
-}
-
-
 def load_model(
     name_or_path: str | Path,
     device: str = "cpu",
@@ -112,11 +105,11 @@ def load_model(
     warm_chunks: tuple[int, ...] = (2, 6),
 ) -> Any:
     """Hub repo id or local folder -> a ready model, chosen by `detect_architecture` (config.json
-    read once): Qwen3TTSModel (every argument as `qwen3_tts.model.load_model`), VoxCPMModel or a
-    Chatterbox model (device and dtype; dtype None = float32; Turbo takes quantize too: T3 int8,
-    chatterbox/quant.py). The other arguments are Qwen3-TTS options: for VoxCPM2 they must keep
-    their defaults (quantize may be None, "none" or "auto", which keeps the float weights: there
-    is no int8 VoxCPM2), else a ValueError says which."""
+    read once) and built by its spec's loader: Qwen3TTSModel (every argument as
+    `qwen3_tts.model.load_model`), VoxCPMModel or a Chatterbox model (device and dtype; dtype
+    None = float32; Turbo takes quantize too: T3 int8, chatterbox/quant.py). An option a model's
+    loader does not take (`ModelSpec.model_options`) must keep its default (quantize may be
+    None, "none" or "auto", which keeps the float weights), else a ValueError says which."""
     options = {"compile": compile, "cuda_graphs": cuda_graphs, "quantize": quantize,
                "decoder_dtype": decoder_dtype, "warm_chunks": warm_chunks}  # fmt: skip
     with one_read():  # config.json read once for the dispatch and the model's own configs
@@ -127,33 +120,5 @@ def _dispatch(name_or_path: str | Path, device: str, dtype: Any, options: dict[s
     import torch
 
     dtype = torch.float32 if dtype is None else dtype
-    architecture = detect_architecture(name_or_path)
-    if architecture == CHATTERBOX_TURBO:  # float32; quantize: T3 int8 (chatterbox/quant.py)
-        from .chatterbox.model import ChatterboxTurboModel
-
-        return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, dtype=dtype,
-                                                    quantize=options["quantize"])  # fmt: skip
-    if architecture == CHATTERBOX_ENGLISH:  # the original English model: float32 too
-        from .chatterbox.english import ChatterboxEnglishModel
-
-        return ChatterboxEnglishModel.from_pretrained(name_or_path, device=device, dtype=dtype)
-    if architecture == QWEN3_TTS:
-        from .qwen3_tts.model import load_model as load_qwen3
-
-        return load_qwen3(name_or_path, device, dtype, **options)
-    quantize = options.pop("quantize")
-    given = {**options, "warm_chunks": tuple(options["warm_chunks"])}
-    if given["cuda_graphs"] in (None, False, "off"):  # no graphs to turn off: as the default
-        given["cuda_graphs"] = "auto"
-    refused = [f"{name}={value!r}" for name, value in given.items()
-               if value != QWEN3_ONLY_DEFAULTS[name]]  # fmt: skip
-    if quantize is not None and str(quantize).lower() not in ("none", "auto"):
-        refused.append(f"quantize={quantize!r}")
-    if refused:
-        raise ValueError(
-            f"{name_or_path} is a VoxCPM2 checkpoint; {', '.join(refused)} only applies to "
-            "Qwen3-TTS (VoxCPM2 takes device and dtype)"
-        )
-    from .voxcpm.model import VoxCPMModel
-
-    return VoxCPMModel.from_pretrained(name_or_path, device=device, dtype=dtype)
+    spec = spec_of(detect_architecture(name_or_path))
+    return spec.load_model(name_or_path, device, dtype, options)
