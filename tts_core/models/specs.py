@@ -13,7 +13,7 @@ used: importing this list imports no torch (the eSpeak start path stays light).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +34,9 @@ class ModelSpec:
 
     architecture: str  # the id detect_architecture returns ("qwen3_tts")
     title: str  # for messages ("Qwen3-TTS 12 Hz")
-    backend: str  # "module:Class" of its Backend (knobs and capabilities declared there)
-    model: str  # "module:callable" (name_or_path, device=, dtype=, **model_options) -> model
+    backend: str | type  # "module:Class" of its Backend (knobs and capabilities declared there)
+    model: str | Callable[..., Any]  # "module:callable" (name_or_path, device=, dtype=,
+    # **model_options) -> the library's model (a class or callable itself: not imported)
     config: tuple[str, str] | None = None  # config.json[key] == value is this model
     files: tuple[str, ...] = ()  # or, without config.json, any of these files in the folder
     backend_options: tuple[str, ...] = ()  # load_backend's options its Backend.load takes
@@ -82,8 +83,10 @@ def _is_default(key: str, value: Any) -> bool:
     return value == LIBRARY_OPTION_DEFAULTS[key]
 
 
-def _imported(target: str) -> Any:
-    """ "module:Name.attr" -> that object (imported now)."""
+def _imported(target: Any) -> Any:
+    """A "module:Name.attr" string -> that object (imported now); an object itself as it is."""
+    if not isinstance(target, str):
+        return target
     module, _, path = target.partition(":")
     found = importlib.import_module(module)
     for attribute in path.split("."):
