@@ -18,6 +18,7 @@ from tts_core.engine import (
     SynthesisParams,
     SynthesisRequest,
 )
+from tts_core.engine.capabilities import Capabilities
 
 TEXT = "The first sentence is short. The second one is a little longer, with a comma! Third?"
 RATE = 24_000
@@ -222,8 +223,9 @@ class FrameChunks:
     """A stand-in for a neural backend: one exact, continuous signal cut into frame chunks."""
 
     name, model_name, device = "frames", "sine", "cpu"
-    can_clone, needs_reference, independent_phrases = False, False, False
+    can_clone, needs_reference, capabilities = False, False, Capabilities()
     frame_samples, default_concurrency, description = 1920, 1, "test signal"
+    sample_rate = 24_000
 
     def __init__(self, signal: np.ndarray, first: int, steady: int) -> None:
         self.signal, self.sizes = signal, (first, steady)

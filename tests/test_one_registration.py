@@ -2,7 +2,8 @@
 with one knob (`pitch_hz`), declared here and registered by one line, is detected from its
 config.json and served through /v1/audio/speech, the page's Gradio API (gradio_client) and its
 library model's `stream`, its knob listed by /v1/models, accepted on every surface (the tone
-heard is the pitch asked for) and refused out of range with its name.
+heard is the pitch asked for) and refused out of range with its name; its declared
+capabilities (no language) reach /v1/models as declared.
 
 The app is app.py's composition root (`build_app`) served in this process: a subprocess would
 not see the registration made here.
@@ -22,6 +23,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from tts_core.engine.backend import BackendChunk, Voice
+from tts_core.engine.capabilities import Capabilities
 from tts_core.engine.knobs import Knob
 from tts_core.models import specs
 from tts_core.models.specs import ModelSpec
@@ -43,7 +45,8 @@ class SineBackend:
     """The whole model: a tone one frame per character, at the request's `pitch_hz`."""
 
     name, description = "sine", "A sine tone, one 80 ms frame per character."
-    can_clone = needs_reference = independent_phrases = takes_text_pieces = False
+    can_clone = needs_reference = False
+    capabilities = Capabilities(reads_language=False)  # no language; the text whole
     sample_rate, frame_samples, default_concurrency, knobs = RATE, FRAME, 2, (PITCH,)
 
     def __init__(self, model_name: str, device: str) -> None:
@@ -126,11 +129,13 @@ def test_the_checkpoint_is_detected_from_its_spec(registered, checkpoint):
 
     assert detect_architecture(checkpoint) == "sine_test"
     assert "sine_test" in architectures() and SineBackend in backend_classes()
+    assert SINE.knobs == (PITCH,) and SINE.capabilities.reads_language is False
 
 
 def test_v1_lists_the_knob_and_speaks_at_the_pitch_asked(url):
     models = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][-1]
     assert models["info"]["backend"] == "sine"
+    assert models["info"]["reads_language"] is False  # its declaration, not a default
     assert models["info"]["knobs"]["pitch_hz"]["maximum"] == PITCH.high
     body = {"input": TEXT, "voice": VOICE, "response_format": "pcm", "pitch_hz": ASKED}
     reply = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60)

@@ -20,6 +20,7 @@ import pytest
 from tests.test_openai_api import assert_error, make_api, serve
 from tts_core.audio import to_int16
 from tts_core.engine import Engine, InputError, SynthesisParams, SynthesisRequest
+from tts_core.engine.capabilities import Capabilities
 from tts_core.engine.requests import ModelVoice
 from tts_core.server.errors import ApiError
 from tts_core.server.speech_body import SpeechBody, speech_task
@@ -124,7 +125,7 @@ def test_a_designed_voice_must_be_named(voice_design_api):
 
 def test_the_task_rules_without_a_server():
     def task(served: str, **body):  # noqa: ANN003, ANN202
-        backend = SimpleNamespace(task_type=served, speakers=("serena",))
+        backend = SimpleNamespace(capabilities=Capabilities(task_type=served, speakers=("serena",)))
         return speech_task(SpeechBody(input="x", **body), backend)
 
     assert task("Base", voice="saved-voice") is None

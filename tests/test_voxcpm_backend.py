@@ -54,7 +54,7 @@ def test_backend_contract(backend: VoxCPMBackend) -> None:
     model = backend.model
     assert isinstance(backend, Backend)
     assert (backend.name, backend.can_clone, backend.needs_reference) == ("voxcpm", True, False)
-    assert backend.independent_phrases is False
+    assert backend.capabilities.independent_phrases is False
     assert backend.default_concurrency == backend.scheduler.max_batch == 8  # --max-batch's default
     assert backend.sample_rate == model.sample_rate == 48000
     assert backend.frame_samples == model.patch_size * model.vae.decode_hop_length == 90

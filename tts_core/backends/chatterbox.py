@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
 from ..engine.knobs import Knob, sampling_knobs
 from ..models.chatterbox.chunking import StreamChunking
@@ -70,12 +71,10 @@ class ChatterboxBackend:
     name = "chatterbox"
     can_clone = True
     needs_reference = False  # the built-in voice speaks without a clip
-    reads_language = False  # English model: the page hides its language dropdown
     reads_transcript = False  # clones from the clip alone: the page hides the transcript box
-    independent_phrases = False
-    takes_text_pieces = False
     description = DESCRIPTION
     knobs = KNOBS
+    capabilities = Capabilities(reads_language=False)  # English: the page hides the language
 
     def __init__(
         self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH

@@ -22,6 +22,7 @@ import soxr
 
 from ..audio import SAMPLE_RATE
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.capabilities import Capabilities
 from ..engine.handoff import Handoff, run_on_thread
 from .espeak_lib import PARAM_PITCH, PARAM_RANGE, PARAM_RATE, EspeakLibrary, get_library
 from .espeak_text import ESPEAK_VOICES, guess_language, split_phrases
@@ -48,13 +49,14 @@ class EspeakBackend:
     name = "espeak"
     can_clone = False
     needs_reference = False
-    independent_phrases = True  # each phrase is its own eSpeak call: crossfade the joins
-    takes_text_pieces = False  # text in pieces: buffered until done (module doc)
     sample_rate = SAMPLE_RATE
     frame_samples = 1920  # chunk sizes are counted in 80 ms frames, as for the neural model
     description = DESCRIPTION
     default_concurrency = 4  # synthesis is ~100x real time; the library lock serializes it
     knobs = ()  # it reads only the language: pitch and rate come from the reference
+    # each phrase is its own eSpeak call: crossfade the joins; text in pieces: buffered until
+    # done (module doc)
+    capabilities = Capabilities(independent_phrases=True)
 
     def __init__(self) -> None:
         self._lib: EspeakLibrary = get_library()

@@ -16,12 +16,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..audio import SAMPLE_RATE
 from ..engine.backend import CANCEL_POLL_S, BackendChunk, SynthesisParams, TextInlet, Voice
+from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
 from ..engine.knobs import sampling_knobs
 from .device import resolve_device, resolve_dtype
@@ -87,10 +89,10 @@ class Qwen3Backend:
     name = "qwen3"
     can_clone = True
     needs_reference = True
-    independent_phrases = False  # one exact stateful decoder pass: never crossfade
-    takes_text_pieces = True  # stream_fed: speaks while the text arrives
     description = DESCRIPTION
     knobs = KNOBS
+    # stream_fed: speaks while the text arrives; one exact stateful decoder pass: no crossfade
+    capabilities = Capabilities(takes_text_pieces=True)
 
     def __init__(
         self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH
@@ -114,6 +116,8 @@ class Qwen3Backend:
         self.task_type = TASK_TYPES[kind]  # vLLM-Omni's name of what this checkpoint does
         self.can_clone = self.needs_reference = kind == "base"
         self.speakers = tuple(getattr(model, "speakers", ()))
+        self.capabilities = replace(self.capabilities, task_type=self.task_type,
+                                    speakers=self.speakers)  # fmt: skip
 
     @classmethod
     def load(

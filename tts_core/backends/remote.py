@@ -35,6 +35,7 @@ import soundfile as sf
 
 from ..audio import SAMPLE_RATE
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.capabilities import Capabilities
 from ..engine.errors import BackendError, EngineBusy, InputError
 from ..engine.knobs import Knob
 
@@ -82,7 +83,7 @@ class RemoteInfo:
 class RemoteBackend:
     name = "remote"
     can_clone = True
-    independent_phrases = False  # the remote's audio is one stream: never crossfade
+    capabilities = Capabilities()  # the remote's audio is one stream: never crossfade
     device = "remote"
 
     def __init__(self, base_url: str, info: RemoteInfo, client: httpx.Client,

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..audio import SAMPLE_RATE
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
 from .device import resolve_device, resolve_dtype
@@ -53,11 +54,11 @@ class VoxCPMBackend:
     name = "voxcpm"
     can_clone = True
     needs_reference = False  # zero-shot without a clip
-    reads_language = False  # the language follows the text (the page hides its dropdown)
-    independent_phrases = False  # one exact stateful decoder pass: never crossfade
-    takes_text_pieces = False  # text in pieces: buffered until done (module doc)
     description = DESCRIPTION
     knobs = KNOBS
+    # the language follows the text (the page hides its dropdown); text in pieces: buffered
+    # until done (module doc); one exact stateful decoder pass: no crossfade
+    capabilities = Capabilities(reads_language=False)
 
     def __init__(
         self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH

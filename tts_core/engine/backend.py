@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .capabilities import Capabilities
 from .errors import InputError
 from .knobs import SHARED_KNOBS, Knob
 
@@ -106,7 +107,6 @@ class Backend(Protocol):
     device: str
     can_clone: bool
     needs_reference: bool
-    independent_phrases: bool  # True: chunks marked `independent` start a new synthesis
     sample_rate: int  # rate of the float32 mono audio `stream` yields (its native rate)
     frame_samples: int  # audio samples per "frame" at sample_rate, the chunk-size unit
     description: str  # what this backend does with the reference, in plain words
@@ -114,6 +114,9 @@ class Backend(Protocol):
     # the request settings it reads besides the shared ones (knobs.shared_knobs), declared once
     # on the class: the API, the page and the validation are made from them
     knobs: tuple[Knob, ...]
+    # what it can do (text in pieces, crossfades, language, preset voices), declared once on
+    # the class (capabilities.py); the engine reads it, never probes for attributes
+    capabilities: Capabilities
 
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
         """audio: (N,) float32 mono reference at tts_core.audio.SAMPLE_RATE (24 kHz), or None
@@ -135,7 +138,7 @@ class Backend(Protocol):
     # Optional: `reads_transcript = False` for a backend that clones from the clip alone
     # (Chatterbox): the page hides the reference's transcript box (`reads_transcript()`).
     # Optional: text that arrives in pieces (Engine.open_fed). A backend with
-    # `takes_text_pieces = True` also has
+    # `capabilities.takes_text_pieces` also has
     #     stream_fed(text: TextInlet, voice, params, cancel) -> Iterator[BackendChunk]
     # whose audio equals `stream(whole text, ...)`'s; it attaches a TextSink to `text` and may
     # start speaking before the text is complete. Any other backend gets the whole text once

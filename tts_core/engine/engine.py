@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..audio import SAMPLE_RATE, Cadence, ChunkJoiner, ms_to_samples
+from ..audio import Cadence, ChunkJoiner, ms_to_samples
 from .admission import Admission, Ticket
 from .backend import Backend, BackendChunk, Notice, TextInlet, Voice, reads_transcript
 from .errors import BackendError, EngineBusy, InputError
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 # the request and stream types, importable from here as before the split
 __all__ = ["Engine", "EngineConfig", "EngineStream", "FedStream", "StreamEvent",
-           "SynthesisRequest", "takes_text_pieces"]  # fmt: skip
+           "SynthesisRequest"]  # fmt: skip
 
 
 class Engine:
@@ -47,7 +47,8 @@ class Engine:
         # request's stats, details folded away
         self.notice = notice.summary if notice else None
         self.notice_details = notice.details if notice else None
-        self.sample_rate = int(getattr(backend, "sample_rate", SAMPLE_RATE))  # of every event
+        self.sample_rate = int(backend.sample_rate)  # of every event
+        self.capabilities = backend.capabilities  # declared on its class (capabilities.py)
         limit = self.config.max_concurrent or backend.default_concurrency
         self.max_concurrent = max(1, int(limit))
         self.admission = Admission(self.max_concurrent, self.config.max_queue)
@@ -74,15 +75,15 @@ class Engine:
             "weight_format_reason": getattr(b, "weight_format_reason", ""),
             "decode_step": getattr(b, "decode_step", None),  # Qwen3: "CUDA graphs" / "eager"
             "can_clone": b.can_clone,
-            "reads_language": getattr(b, "reads_language", True),  # VoxCPM2: from the text
+            "reads_language": self.capabilities.reads_language,  # VoxCPM2: from the text
             "reads_transcript": reads_transcript(b),  # Chatterbox: clones from the clip alone
             "needs_reference": b.needs_reference,
             # what the checkpoint does (vLLM-Omni's task_type: Qwen3-TTS Base / CustomVoice /
             # VoiceDesign; every other backend clones: Base) and its preset voices (#41)
-            "task_type": getattr(b, "task_type", "Base"),
-            "speakers": list(getattr(b, "speakers", ())),
+            "task_type": self.capabilities.task_type,
+            "speakers": list(self.capabilities.speakers),
             # text sent in pieces (open_fed): spoken as it arrives, or held until it is complete
-            "text_in": "streamed" if takes_text_pieces(b) else "buffered",
+            "text_in": "streamed" if self.capabilities.takes_text_pieces else "buffered",
             "description": b.description,
             "max_concurrent": self.max_concurrent,
             "max_queue": self.admission.queue_size,
@@ -141,8 +142,8 @@ class Engine:
         whole text (cleaned the same way) and the same settings. `request.text` is the first
         piece (may be empty). Admission, validation of everything but the text, and the
         errors are `stream`'s; the text's limit (`max_chars`) is checked as it arrives. A
-        backend with `takes_text_pieces` speaks while the text arrives; any other gets the
-        whole text at `done()`."""
+        backend whose capabilities say `takes_text_pieces` speaks while the text arrives; any
+        other gets the whole text at `done()`."""
         ticket = self.admission.reserve(cancel)
         try:
             inlet = TextInlet(self.config.limits.max_chars)
@@ -194,7 +195,7 @@ class Engine:
         stats.voice_s = time.perf_counter() - t0
         stats.voice = dict(voice.summary)
         # only backends whose phrases are synthesized independently need crossfades
-        phrases = getattr(self.backend, "independent_phrases", False)
+        phrases = self.capabilities.independent_phrases
         rate = self.sample_rate
         overlap = ms_to_samples(self.config.crossfade_ms, rate) if phrases else 0
         joiner = ChunkJoiner(overlap, ms_to_samples(self.config.fade_ms, rate))
@@ -251,7 +252,7 @@ class Engine:
         text = job.text
         if isinstance(text, str):
             return self.backend.stream(text, voice, job.params, cancel)
-        if takes_text_pieces(self.backend):
+        if self.capabilities.takes_text_pieces:
             return self.backend.stream_fed(text, voice, job.params, cancel)  # type: ignore[attr-defined]
         whole = text.wait_whole(cancel)
         return None if whole is None else self.backend.stream(whole, voice, job.params, cancel)
@@ -284,10 +285,10 @@ class Engine:
     def _model_voice(self, spec: ModelVoice) -> Voice:
         """The backend's own voice for `spec` (no clip: nothing to cache); InputError when
         the served model makes none."""
-        make = getattr(self.backend, "model_voice", None)
-        if make is None:
-            raise InputError(f"{self.backend.name} has no preset or designed voices.", "voice")
-        return make(spec)
+        if self.capabilities.task_type == "Base":  # it clones: no `model_voice` of its own
+            raise InputError(f"{self.backend.name} clones voices from a reference clip: it has "
+                             "no preset or designed voices.", "voice")  # fmt: skip
+        return self.backend.model_voice(spec)  # type: ignore[attr-defined]
 
     def _build_voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:
         try:
@@ -299,11 +300,6 @@ class Engine:
             raise BackendError(
                 f"Could not build a voice from the reference ({type(exc).__name__}: {exc})."
             ) from exc
-
-
-def takes_text_pieces(backend: Backend) -> bool:
-    """Does `backend` read text while it arrives (`stream_fed`), or need it whole?"""
-    return bool(getattr(backend, "takes_text_pieces", False))
 
 
 def _larger(a: int | None, b: int | None) -> int | None:

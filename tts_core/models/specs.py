@@ -48,6 +48,17 @@ class ModelSpec:
     def backend_class(self) -> type:
         return _imported(self.backend)
 
+    @property
+    def knobs(self) -> tuple[Any, ...]:
+        """Its request settings: the backend class's declaration (engine/knobs.py)."""
+        return tuple(self.backend_class().knobs)
+
+    @property
+    def capabilities(self) -> Any:
+        """What it can do: the backend class's declaration (engine/capabilities.py; a loaded
+        checkpoint may say more, e.g. Qwen3-TTS's preset voices)."""
+        return self.backend_class().capabilities
+
     def load_backend(self, name: str, device: str, options: Mapping[str, Any]) -> Any:
         """Its backend for checkpoint `name`; `options`: load_backend's (those it takes are
         passed; max_batch always, when set)."""

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.capabilities import Capabilities
 from ..engine.errors import BackendError, EngineBusy, InputError
 
 
 class ReplicaBackend:
     name = "replicas"
     can_clone = True
-    independent_phrases = False
     device = "ray"
 
     def __init__(self, handle: Any, info: dict[str, Any], replicas: int) -> None:  # noqa: ANN401
@@ -36,6 +36,9 @@ class ReplicaBackend:
         self.description = f"{info['description']} ({replicas} replicas on Ray Serve)"
         self.default_concurrency = int(info["max_concurrent"]) * replicas
         self.knobs = _knobs_of(str(info["backend"]))
+        # the served backend's language use; text in pieces reaches a replica whole, and a
+        # replica is asked for clones only (no model_voice here)
+        self.capabilities = Capabilities(reads_language=bool(info["reads_language"]))
         self.served_by: Counter[str] = Counter()  # replica id -> requests it answered
         # (replica id, text) of the last requests, in the order their replicas started them
         self.history: deque[tuple[str, str]] = deque(maxlen=256)

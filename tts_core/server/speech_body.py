@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from ..audio import SAMPLE_RATE
 from ..audio.decode import AudioDecodeError, DataUrlTooLarge, decode_data_url
 from ..engine import InputError, Limits, SynthesisParams, SynthesisRequest
+from ..engine.backend import Backend
 from ..engine.errors import shown
 from ..engine.requests import ModelVoice
 from ..engine.validation import prepare_reference, printable
@@ -137,14 +138,14 @@ async def speech_reference(
     return clip, (None if body.x_vector_only_mode else transcript), names
 
 
-def speech_task(body: SpeechBody, backend: object) -> ModelVoice | None:
+def speech_task(body: SpeechBody, backend: Backend) -> ModelVoice | None:
     """The voice a CustomVoice / VoiceDesign checkpoint makes for `body` (None: a Base
     request: a clip or a saved voice, as before). task_type left out: on a CustomVoice or
     VoiceDesign server, a reference (ref_audio, or a voice that is no preset) means Base,
     anything else CustomVoice (vLLM-Omni's rule: VoiceDesign must be named); on a Base server,
     Base. A task other than the served checkpoint's is a 400 naming both."""
-    served = getattr(backend, "task_type", "Base")
-    presets = {name.lower() for name in getattr(backend, "speakers", ())}
+    served, names = backend.capabilities.task_type, backend.capabilities.speakers  # declared
+    presets = {name.lower() for name in names}
     named = body.voice is not None and body.voice != MODEL_VOICE
     reference = body.ref_audio is not None or (named and body.voice.lower() not in presets)
     asked = body.task_type or ("Base" if reference or served == "Base" else "CustomVoice")
@@ -152,7 +153,6 @@ def speech_task(body: SpeechBody, backend: object) -> ModelVoice | None:
         why = "" if body.task_type else " (task_type left out: " + (
             "a reference clip or saved voice means Base)" if reference else
             "no reference means CustomVoice; VoiceDesign must be named)")  # fmt: skip
-        names = getattr(backend, "speakers", ())
         offer = f" Its preset voices: {', '.join(names)}." if served == "CustomVoice" else ""
         raise ApiError(400, f"task_type '{asked}'{why} does not match the served checkpoint, "
                        f"a {served} model.{offer}", "task_type", "invalid_value")  # fmt: skip

@@ -1,0 +1,29 @@
+"""What a backend can do, declared once on its class as `capabilities` (a backend whose
+checkpoint decides some of it, Qwen3-TTS's CustomVoice / VoiceDesign, replaces those fields on
+the instance): the engine's crossfades and text in pieces, `Engine.info` (so /v1/models and
+the page) read it, never probing the backend for attributes.
+
+The other facts a request needs are declared beside it on the Backend protocol: `sample_rate`,
+`frame_samples`, `needs_reference` / `can_clone` and the knobs; what a backend asks of a
+reference clip is its `reference` (ReferenceNeeds, engine/backend.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TASK_TYPES = ("Base", "CustomVoice", "VoiceDesign")  # vLLM-Omni's names of what a model does
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    reads_language: bool = True  # False: the language follows the text (the page hides it)
+    takes_text_pieces: bool = False  # stream_fed: speaks while the text arrives (else buffered)
+    independent_phrases: bool = False  # chunks marked `independent` start a new synthesis:
+    # the engine crossfades into them (eSpeak's phrases)
+    task_type: str = "Base"  # Base: clones a clip; CustomVoice / VoiceDesign: voices it makes
+    speakers: tuple[str, ...] = ()  # its preset voices (CustomVoice)
+
+    def __post_init__(self) -> None:
+        if self.task_type not in TASK_TYPES:
+            raise ValueError(f"task_type must be one of {TASK_TYPES}, not {self.task_type!r}")
