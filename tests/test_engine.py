@@ -225,7 +225,7 @@ class FrameChunks:
     name, model_name, device = "frames", "sine", "cpu"
     can_clone, needs_reference, capabilities = False, False, Capabilities()
     frame_samples, default_concurrency, description = 1920, 1, "test signal"
-    sample_rate = 24_000
+    sample_rate, weight_format, weight_format_reason, decode_step = 24_000, None, "", None
 
     def __init__(self, signal: np.ndarray, first: int, steady: int) -> None:
         self.signal, self.sizes = signal, (first, steady)

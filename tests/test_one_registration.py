@@ -47,6 +47,7 @@ class SineBackend:
     name, description = "sine", "A sine tone, one 80 ms frame per character."
     can_clone = needs_reference = False
     capabilities = Capabilities(reads_language=False)  # no language; the text whole
+    weight_format, weight_format_reason, decode_step = None, "", None  # no weights
     sample_rate, frame_samples, default_concurrency, knobs = RATE, FRAME, 2, (PITCH,)
 
     def __init__(self, model_name: str, device: str) -> None:

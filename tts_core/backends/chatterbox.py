@@ -75,6 +75,7 @@ class ChatterboxBackend:
     description = DESCRIPTION
     knobs = KNOBS
     capabilities = Capabilities(reads_language=False)  # English: the page hides the language
+    decode_step = None  # no step graphs
 
     def __init__(
         self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH

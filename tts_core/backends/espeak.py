@@ -57,6 +57,7 @@ class EspeakBackend:
     # each phrase is its own eSpeak call: crossfade the joins; text in pieces: buffered until
     # done (module doc)
     capabilities = Capabilities(independent_phrases=True)
+    weight_format, weight_format_reason, decode_step = None, "", None  # no neural weights
 
     def __init__(self) -> None:
         self._lib: EspeakLibrary = get_library()

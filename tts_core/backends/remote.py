@@ -84,6 +84,7 @@ class RemoteBackend:
     name = "remote"
     can_clone = True
     capabilities = Capabilities()  # the remote's audio is one stream: never crossfade
+    weight_format, weight_format_reason, decode_step = None, "", None  # the remote's own
     device = "remote"
 
     def __init__(self, base_url: str, info: RemoteInfo, client: httpx.Client,

@@ -59,6 +59,7 @@ class VoxCPMBackend:
     # the language follows the text (the page hides its dropdown); text in pieces: buffered
     # until done (module doc); one exact stateful decoder pass: no crossfade
     capabilities = Capabilities(reads_language=False)
+    weight_format_reason, decode_step = "", None  # float weights only; no step graphs
 
     def __init__(
         self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH

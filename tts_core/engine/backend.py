@@ -117,6 +117,12 @@ class Backend(Protocol):
     # what it can do (text in pieces, crossfades, language, preset voices), declared once on
     # the class (capabilities.py); the engine reads it, never probes for attributes
     capabilities: Capabilities
+    # what was loaded, for the model line and the stats: "float32", "int8", ... (None: no
+    # neural weights), why that format (quantize "auto"'s decision, "" if none) and how a
+    # decode step runs ("CUDA graphs" / "eager"; None where there are no such steps)
+    weight_format: str | None
+    weight_format_reason: str
+    decode_step: str | None
 
     def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
         """audio: (N,) float32 mono reference at tts_core.audio.SAMPLE_RATE (24 kHz), or None

@@ -71,9 +71,9 @@ class Engine:
             "device": b.device,
             "sample_rate": self.sample_rate,
             "frame_ms": round(1000 * b.frame_samples / self.sample_rate, 3),  # chunk-size unit
-            "weight_format": getattr(b, "weight_format", None),
-            "weight_format_reason": getattr(b, "weight_format_reason", ""),
-            "decode_step": getattr(b, "decode_step", None),  # Qwen3: "CUDA graphs" / "eager"
+            "weight_format": b.weight_format,
+            "weight_format_reason": b.weight_format_reason,
+            "decode_step": b.decode_step,  # Qwen3: "CUDA graphs" / "eager"
             "can_clone": b.can_clone,
             "reads_language": self.capabilities.reads_language,  # VoxCPM2: from the text
             "reads_transcript": reads_transcript(b),  # Chatterbox: clones from the clip alone
@@ -167,7 +167,7 @@ class Engine:
     def _run(self, job: Prepared, cancel: threading.Event, ticket: Ticket) -> Iterator[StreamEvent]:
         b = self.backend
         stats = RequestStats(b.name, b.model_name, b.device, self.sample_rate,
-                             getattr(b, "weight_format", None))  # fmt: skip
+                             b.weight_format)  # fmt: skip
         stats.notices += ([self.notice] if self.notice else []) + job.notices
         try:
             if not ticket.wait_turn(cancel):

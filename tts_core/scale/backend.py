@@ -39,6 +39,9 @@ class ReplicaBackend:
         # the served backend's language use; text in pieces reaches a replica whole, and a
         # replica is asked for clones only (no model_voice here)
         self.capabilities = Capabilities(reads_language=bool(info["reads_language"]))
+        self.weight_format = info["weight_format"]  # the replicas' (each loads the same)
+        self.weight_format_reason = info["weight_format_reason"]
+        self.decode_step = info["decode_step"]
         self.served_by: Counter[str] = Counter()  # replica id -> requests it answered
         # (replica id, text) of the last requests, in the order their replicas started them
         self.history: deque[tuple[str, str]] = deque(maxlen=256)
