@@ -271,3 +271,23 @@ def test_listeners_bench_serves_concurrent_listeners_through_the_real_app(tmp_pa
     for stream in result["streams"]["2"]:
         assert stream["audio_s"] > 0 and stream["first_audio_s"] <= stream["playback_start_s"]
     assert "| 2 | 2 |" in done.stdout
+
+
+def test_decoder_ab_chunk_options_decode_the_same_stream(tmp_path: Path) -> None:
+    """decoder_ab's options are exact streaming: float32 chunks of 6, 12 and 24 frames and
+    torch's own convolutions give the audio of chunk 6 to float32 rounding. The error model:
+    each output sample passes ~20 layers, each rounding at ~6e-8 relative, so the difference
+    is ~1e-7 of the signal (measured 124-131 dB SNR, tiny and real size); 100 dB leaves 20x in
+    amplitude for other summation orders. Every option gets a time per frame."""
+    import argparse
+
+    import decoder_ab
+
+    args = argparse.Namespace(config=TINY, rounds=1, threads=1, no_bf16=True, only=[],
+                              profile=False)  # fmt: skip
+    rows = {row["option"]: row for row in decoder_ab.run(args)["rows"]}
+    assert set(rows) == {"float32 chunk 6", "float32 chunk 12", "float32 chunk 24",
+                         "float32 chunk 6, oneDNN off"}  # fmt: skip
+    assert rows["float32 chunk 6"]["max_abs_diff"] == 0.0
+    for row in rows.values():
+        assert row["snr_db"] > 100 and row["ms_per_frame"] > 0
