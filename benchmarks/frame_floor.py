@@ -26,6 +26,8 @@ the smaller term; the table shows both terms).
   `decode_step` (convolutions, matrix products, attention; element-wise work left out) per frame,
   at the GEMM rate of its dtype.
 * the rest (sampling, embeddings, chunk assembly): no floor (0).
+Ours for the decoder is engine_bench.py's: every chunk of the clip per frame, the short first
+one included (with 26 frames: 2 + 4 x 6), so it sits a little above a steady chunk's cost.
 
 Whether the code predictor's weights stay in cache across its 15 passes (the issue's item 4):
 its time per pass beside one pass's bytes at the measured bandwidth (a pass that is faster than
@@ -130,19 +132,19 @@ def cache_verdict(pass_bytes: float, pass_ms: float, read_gbps: float) -> dict:
 
 
 # ---------------------------------------------------------------- the model and our frame
-def load(folder: Path, fmt: str, decoder_dtype: torch.dtype):  # noqa: ANN201
+def load(folder: Path, fmt: str, decoder_dtype: torch.dtype, chunks: tuple[int, int]):  # noqa: ANN201
     import tts_core
     from tts_core.models.qwen3_tts.model import Qwen3TTSModel
     from tts_core.models.qwen3_tts.quantize import quantize_model
 
     if (folder / "model.safetensors").is_file():
         return tts_core.load_model(folder, quantize="int8" if fmt == "int8" else None,
-                                   decoder_dtype=decoder_dtype)  # fmt: skip
+                                   decoder_dtype=decoder_dtype, warm_chunks=chunks)  # fmt: skip
     model = Qwen3TTSModel.from_config(folder, dtype=torch.float32)
     if fmt == "int8":
         quantize_model(model)
     model.speech_tokenizer.set_decoder_dtype(decoder_dtype)
-    model.speech_tokenizer.decoder.warm_up((2, 6))
+    model.speech_tokenizer.decoder.warm_up(chunks)
     return model
 
 
@@ -246,7 +248,7 @@ def run(args: argparse.Namespace) -> dict:
     decoder_dtype = default_decoder_dtype() if args.decoder_dtype == "auto" else {
         "float32": torch.float32, "bfloat16": torch.bfloat16}[args.decoder_dtype]  # fmt: skip
     rates = machine_rates(args.size_mb, args.repeats)
-    model = load(args.checkpoint, args.format, decoder_dtype)
+    model = load(args.checkpoint, args.format, decoder_dtype, (args.first_chunk, args.chunk))
     floors, predictor = floors_of(args.checkpoint, model, args.format, decoder_dtype, args.chunk,
                                   rates)  # fmt: skip
     ours = time_frame(model, args.frames, args.first_chunk, args.chunk)

@@ -291,3 +291,24 @@ def test_decoder_ab_chunk_options_decode_the_same_stream(tmp_path: Path) -> None
     assert rows["float32 chunk 6"]["max_abs_diff"] == 0.0
     for row in rows.values():
         assert row["snr_db"] > 100 and row["ms_per_frame"] > 0
+
+
+def test_frame_floor_runs_end_to_end_on_the_tiny_checkpoint(tmp_path: Path) -> None:
+    """A smoke run (no figure): the machine's rates, our frame's parts and the floor land in the
+    JSON, and each ratio is ours over the floor of the same row."""
+    out = tmp_path / "floor.json"
+    command = [sys.executable, str(BENCH / "frame_floor.py"), "--checkpoint", str(TINY),
+               "--frames", "6", "--size-mb", "16", "--repeats", "1", "--threads", "1",
+               "--json", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["rates"]["read_gbps"] > 0 and result["rates"]["gemm_gflops"]["float32"] > 0
+    rows = result["rows"]
+    assert set(rows) == {"talker_step", "code_predictor", "decoder", "other", "total"}
+    for part in ("talker_step", "code_predictor", "decoder", "total"):
+        row = rows[part]
+        assert row["ours_ms"] > 0 and row["floor_ms"] > 0
+        assert row["ratio"] == pytest.approx(row["ours_ms"] / row["floor_ms"])
+    assert result["code_predictor_cache"]["pass_bytes"] > 0
+    assert "| total |" in done.stdout
