@@ -97,6 +97,19 @@ def test_create_voice_says_what_to_pass(case):
         model.create_voice(np.zeros(24000, np.float32))  # an array without its rate
 
 
+@pytest.mark.parametrize("case", CASES[:2], ids=IDS[:2])
+def test_the_shared_chunk_sizes_by_name(case):
+    """first_chunk_frames / chunk_frames (engine/knobs.py's shared knobs) cut Qwen3-TTS's and
+    VoxCPM2's streams: a first chunk of 1 frame, later ones of 2. (Chatterbox cuts its stream by
+    S3Gen passes, first_chunk_tokens / chunk_tokens: it refuses these names, listing its own.)"""
+    model = model_of(case)
+    voice = model.create_voice(case.clip)
+    stream = model.stream(TEXT, voice, seed=3, first_chunk_frames=1, chunk_frames=2, **case.cap)
+    chunks = list(stream)
+    assert len(chunks) >= 3
+    assert chunks[0].audio.size * 2 == chunks[1].audio.size  # 1 frame, then 2
+
+
 @pytest.mark.parametrize("case", CASES[2:], ids=IDS[2:])
 def test_chatterbox_knobs_by_name_equal_the_sampling_object(case):
     """temperature= by name gives the bytes TurboSampling/EnglishSampling(temperature=) gives:

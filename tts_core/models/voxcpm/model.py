@@ -51,6 +51,8 @@ CONTEXT_PATCHES = 3  # streaming_prefix_len (4) - 1
 
 # the knobs `generate` and `stream` read by name (backends/voxcpm.py declares their ranges)
 KNOB_NAMES = ("cfg_value", "inference_timesteps")
+# the shared chunk sizes (engine/knobs.py), which `stream` reads as its patch counts
+CHUNK_NAMES = {"first_chunk_frames": "first_chunk_patches", "chunk_frames": "chunk_patches"}
 
 
 @dataclass
@@ -263,9 +265,13 @@ class VoxCPMModel:
         The serving engine with one row (serving.py), stepped on the thread that iterates: the
         chunks are those the served VoxCPMScheduler gives the same request, whatever else it
         serves. Bad input raises now; closing the generator frees the request's caches. seed
-        None: a random one (`.seed` of the returned stream). A knob of another model (e.g.
-        temperature) is a TypeError listing this model's."""
-        refuse_unknown("VoxCPM2", knobs, KNOB_NAMES)
+        None: a random one (`.seed` of the returned stream). The shared knobs
+        first_chunk_frames / chunk_frames are read as the patch counts; a knob of another
+        model (e.g. temperature) is a TypeError listing this model's."""
+        refuse_unknown("VoxCPM2", knobs, (*KNOB_NAMES, *CHUNK_NAMES))
+        # first_chunk_frames / chunk_frames by name: one frame is one patch here
+        chunk_patches = knobs.get("chunk_frames", chunk_patches)
+        first_chunk_patches = knobs.get("first_chunk_frames", first_chunk_patches)
         seed = resolve_seed(seed)
         seq = self.request(text, voice, seed, cfg_value, inference_timesteps, max_len,
                            chunk_patches, first_chunk_patches, should_stop,
