@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -166,7 +165,7 @@ class ChatterboxBackend:
     def stream(
         self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
     ) -> Iterator[BackendChunk]:
-        seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
+        seed = params.seed  # drawn by the engine where the request had none (Engine.prepare)
         values = {**self.sampling_defaults(), **params.values_of(self.knobs)}
         chunking = StreamChunking(first_tokens=values["first_chunk_tokens"],
                                   chunk_tokens=values["chunk_tokens"])  # fmt: skip

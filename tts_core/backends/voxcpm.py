@@ -16,7 +16,6 @@ to wait on). The audio is the whole text's; the first audio comes after done.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -138,7 +137,7 @@ class VoxCPMBackend:
         """Patches decoded `first_chunk_frames` then `chunk_frames` at a time; a Stop frees the
         row at the scheduler's next step (after the patch in progress). `language` and the
         sampling knobs are ignored."""
-        seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
+        seed = params.seed  # drawn by the engine where the request had none (Engine.prepare)
         try:
             chunks = self.scheduler.submit(
                 text,

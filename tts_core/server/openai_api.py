@@ -49,6 +49,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ..audio.decode import base64_length
 from ..engine import Engine, SynthesisParams
 from ..engine.knobs import Knob, backend_knobs, knob_defaults, shared_knobs
+from ..engine.requests import seeded
 from .audio_formats import CONTENT_TYPES
 from .route_utils import MAX_JSON_BYTES, api_errors, read_json, request_values, served_engine
 from .speech_body import (
@@ -85,7 +86,8 @@ def make_openai_router(state: ServerState) -> APIRouter:
         limit = MAX_JSON_BYTES + base64_length(state.config.max_upload_bytes)  # + a ref_audio
         payload = await read_json(request, limit)
         body = parse_speech_body(payload, state.config.max_input_chars)
-        params = SynthesisParams(body.language, **request_values(payload, state.slot))
+        # seeded before the input is cut into requests: its pieces share the one seed
+        params = seeded(SynthesisParams(body.language, **request_values(payload, state.slot)))
         engine = state.engine
         limits = engine.config.limits
         model_voice = speech_task(body, engine.backend)  # 400 for another checkpoint's task
@@ -114,7 +116,8 @@ def make_openai_router(state: ServerState) -> APIRouter:
                             engine.backend.frame_samples, streamed=not whole)  # fmt: skip
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
-                   "X-Sample-Rate": str(engine.sample_rate)}  # fmt: skip
+                   "X-Sample-Rate": str(engine.sample_rate),
+                   "X-Seed": str(params.seed)}  # fmt: skip
         if whole:
             content = await whole_body(produce, cancel, request)
             return Response(content, media_type=media, headers=headers)
