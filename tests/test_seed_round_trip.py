@@ -3,13 +3,17 @@ draws one (models/contract.py `resolve_seed`, the one place), reports it (the li
 `stream(...).seed` / `result.seed`, the `/v1/audio/speech` header X-Seed, the engine's stats
 dict that the page and gradio_client carry: key "seed"), and passing it back gives the same
 audio byte for byte. Same process, same device (CPU) and torch thread count: that is what the
-round trip promises. eSpeak reads no seed, and its audio for one text is not repeatable within
-a process (a known failure below); it still reports the seed the request carried.
+round trip promises. eSpeak reads no seed; it reports the seed the request carried, and its
+audio for one text is the same on every call and in every process.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx  # noqa: I001 - after the test helpers, as tests/test_openai_api.py
@@ -24,7 +28,9 @@ from tts_core.engine import Engine, EngineConfig, SynthesisParams
 from tts_core.engine.requests import SynthesisRequest
 from tts_core.models.contract import resolve_seed
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+HANG_GUARD_S = 300  # only stops a hung child; nothing here is timed
 SHORT_CLIP = FIXTURES / "ref_clip_24k.wav"  # 3 s: VoxCPM2 tiny holds 4096 positions
 LONG_CLIP = FIXTURES / "chatterbox-ref-44k.wav"  # 7 s: Chatterbox Turbo needs > 5 s
 TEXT = "Hello world."
@@ -114,10 +120,28 @@ def test_espeak_reports_the_seed_it_was_given(espeak_backend, tmp_path):
     assert [run.headers["x-seed"] for run in runs] == ["1", "2"]
 
 
-@pytest.mark.xfail(strict=True, reason="eSpeak NG's audio for one text changes from call to call "
-                   "in a process (27059, 27056, 27054, ... samples for 'Hello world.', the same "
-                   "sequence in every process: state carried inside the library, not libc's "
-                   "rand: srand does not change it), so no seed repeats it")  # fmt: skip
 def test_espeak_repeats_a_seed(espeak_backend, tmp_path):
+    """eSpeak reads no seed; its audio is the same anyway: the library's carried waveform state
+    is reset before each synthesis (tts_core/backends/espeak_state.py). Twice here, and once in
+    a fresh process whose history differs (only the warm-up before it)."""
     runs = _espeak_runs(espeak_backend, tmp_path, (1, 1))
     assert runs[0].content == runs[1].content
+    assert _espeak_run_in_a_fresh_process() == hashlib.sha256(runs[0].content).hexdigest()
+
+
+def _espeak_run_in_a_fresh_process() -> str:
+    code = """
+import hashlib, pathlib, tempfile
+from test_seed_round_trip import _espeak_runs
+from tts_core.backends.espeak import EspeakBackend
+backend = EspeakBackend()
+backend.warm_up()
+with tempfile.TemporaryDirectory() as folder:
+    print(hashlib.sha256(_espeak_runs(backend, pathlib.Path(folder), (1,))[0].content).hexdigest())
+"""
+    paths = [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=HANG_GUARD_S)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
