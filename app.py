@@ -17,6 +17,7 @@ from pathlib import Path
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
 DEFAULT_MAX_CONNECTIONS = 1000  # tts_core.server.connections.DEFAULT_MAX_CONNECTIONS
+DEFAULT_MAX_PER_ADDRESS = 64  # tts_core.server.connections.DEFAULT_MAX_PER_ADDRESS
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 
@@ -71,11 +72,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
                    help="open HTTP connections at most (also kept below the open-files limit); "
                    "past it the oldest idle one is closed")  # fmt: skip
+    p.add_argument("--max-connections-per-address", type=int, default=DEFAULT_MAX_PER_ADDRESS,
+                   help="open connections one client address (an IPv6 /64) may hold; past it "
+                   "its own oldest idle one is closed, or the new one refused")  # fmt: skip
     p.add_argument("--header-timeout", type=float, default=10.0,
                    help="seconds a client may take to send a request's head; a connection "
                    "that sends nothing is closed after this")  # fmt: skip
     p.add_argument("--body-timeout", type=float, default=30.0,
                    help="longest pause, in seconds, while a request body is being received")  # fmt: skip
+    p.add_argument("--body-total-timeout", type=float, default=300.0,
+                   help="seconds a whole request body may take to arrive")  # fmt: skip
     p.add_argument("--voices-dir", default=None,
                    help="where registered voices are kept "
                    "(default: $TTS_VOICES_DIR or ~/.local/share/tts_core/voices)")  # fmt: skip
@@ -113,8 +119,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--max-batch must be between 1 and 256")
     if args.shutdown_timeout < 0 or min(args.header_timeout, args.body_timeout) <= 0:
         p.error("--shutdown-timeout must be >= 0, --header-timeout and --body-timeout > 0")
-    if args.max_connections < 1:
-        p.error("--max-connections must be >= 1")
+    if args.max_connections < 1 or args.max_connections_per_address < 1:
+        p.error("--max-connections and --max-connections-per-address must be >= 1")
+    if args.body_total_timeout <= 0:
+        p.error("--body-total-timeout must be > 0")
     if args.replicas is not None and args.replicas < 1:
         p.error("--replicas must be >= 1")
     if args.replicas is None and any(v is not None for v in (args.min_replicas, args.max_replicas)):
@@ -223,7 +231,9 @@ def serve_options(args: argparse.Namespace):  # noqa: ANN201 - ServeOptions, imp
 
     limits = ConnectionLimits(header_timeout_s=args.header_timeout,
                               body_idle_timeout_s=args.body_timeout,
-                              max_connections=args.max_connections)  # fmt: skip
+                              body_timeout_s=args.body_total_timeout,
+                              max_connections=args.max_connections,
+                              max_per_address=args.max_connections_per_address)  # fmt: skip
     return ServeOptions(host=args.host, port=args.port, connections=limits,
                         shutdown_timeout_s=args.shutdown_timeout,
                         max_file_size=args.max_file_bytes)  # fmt: skip
