@@ -106,13 +106,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "browser that saved it (and /v1 behind --api-key); env TTS_PRIVATE_VOICES=1")  # fmt: skip
     p.add_argument("--voices-per-owner", type=int, default=20,
                    help="most voices one browser (or X-Voice-Owner) may keep saved")  # fmt: skip
+    p.add_argument("--voices-per-address", type=int, default=50,
+                   help="most voices one client address (an IPv6 /64) may keep saved")  # fmt: skip
     args = p.parse_args(argv)
     try:
         args.max_file_bytes = parse_file_size(args.max_file_size)
     except ValueError as exc:
         p.error(f"--max-file-size: {exc}")
-    if args.voices_per_owner < 1:
-        p.error("--voices-per-owner must be >= 1")
+    if min(args.voices_per_owner, args.voices_per_address) < 1:
+        p.error("--voices-per-owner and --voices-per-address must be >= 1")
     if args.queue_size < 0 or (args.max_concurrent is not None and args.max_concurrent < 1):
         p.error("--queue-size must be >= 0 and --max-concurrent >= 1")
     if args.max_batch is not None and not 1 <= args.max_batch <= 256:
@@ -158,7 +160,8 @@ def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported l
     slot = EngineSlot(args.model)
     slot.load(partial(build_engine, args), background=not args.wait_for_model)
     voices = open_voice_registry(args.voices_dir, private=args.private_voices,
-                                 max_per_owner=args.voices_per_owner)  # fmt: skip
+                                 max_per_owner=args.voices_per_owner,
+                                 max_per_address=args.voices_per_address)  # fmt: skip
     origins = tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip())
     access = AccessPolicy(bind_host=args.host, allowed_origins=origins, api_key=args.api_key)
     api = ApiConfig(max_upload_bytes=args.max_file_bytes, access=access)
