@@ -173,6 +173,23 @@ def test_the_share_makes_room_from_the_address_itself() -> None:
     assert guard.admit(Fake("c"), "c")  # type: ignore[arg-type]
 
 
+def test_a_trusted_proxy_is_not_bound_by_one_addresss_share() -> None:
+    """Behind a reverse proxy (FORWARDED_ALLOW_IPS set, as the README says) every visitor's
+    connection comes from the proxy's address: it is not held to one client's share."""
+    from tts_core.server.http_server import proxies_share
+
+    limits = proxies_share(ConnectionLimits(max_per_address=1), "10.0.0.0/8, 192.0.2.1")
+    guard = ConnectionGuard(limits, max_connections=100)
+    busy = [object() for _ in range(3)]
+    assert all(guard.admit(p, "10.1.2.3") for p in busy)  # type: ignore[arg-type]
+    assert all(guard.admit(p, "192.0.2.1") for p in busy)  # type: ignore[arg-type]
+    assert guard.admit(object(), "203.0.113.9")  # type: ignore[arg-type]
+    assert not guard.admit(object(), "203.0.113.9")  # type: ignore[arg-type] - its share
+    everyone = ConnectionGuard(proxies_share(ConnectionLimits(max_per_address=1), "*"), 100)
+    assert all(everyone.admit(p, "203.0.113.9") for p in busy)  # type: ignore[arg-type]
+    assert proxies_share(ConnectionLimits(), "") == ConnectionLimits()
+
+
 def test_a_trickled_body_is_closed_at_the_whole_body_deadline(espeak_backend, tmp_path) -> None:
     """A byte every 0.1 s keeps the 1 s pause deadline from firing; the whole body's 2 s
     deadline closes it anyway (before: held as long as the bytes came)."""

@@ -75,6 +75,9 @@ class ConnectionLimits:
     # a whole request body: 20 MB (an upload at --max-file-size 20mb) at 1 Mbit/s takes 160 s
     body_timeout_s: float = 300.0
     max_per_address: int = DEFAULT_MAX_PER_ADDRESS  # connections one client address may hold
+    # peers not bound by that share: a reverse proxy speaks for many clients ("*": every peer;
+    # an address or a network); http_server.serve takes them from FORWARDED_ALLOW_IPS
+    share_exempt: tuple[str, ...] = ()
     send_timeout_s: float = 30.0  # longest a peer may leave our bytes unread (see the docstring)
 
 
@@ -92,6 +95,27 @@ def address_key(host: str | None) -> str:
             return str(address.ipv4_mapped)
         return str(ipaddress.IPv6Network((address, 64), strict=False))
     return str(address)
+
+
+def _networks(entries: tuple[str, ...]) -> Callable[[str], bool]:
+    """address -> whether it is one of `entries` ("*", addresses, networks)."""
+    if "*" in entries:
+        return lambda _address: True
+    networks = []
+    for entry in entries:
+        try:
+            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+        except ValueError:
+            log.warning("connection share: %r is no address or network; ignored", entry)
+
+    def exempt(address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address.split("/")[0])
+        except ValueError:
+            return False
+        return any(ip in network for network in networks)
+
+    return exempt
 
 
 def peer_key(transport: asyncio.BaseTransport) -> str:
@@ -157,6 +181,7 @@ class ConnectionGuard:
         self.limits = limits
         self.max_connections = max_connections
         self.per_address = max(1, min(limits.max_per_address, max_connections))
+        self._exempt = _networks(limits.share_exempt)
         self.open = 0
         self.by_address: dict[str, int] = {}  # address_key -> its open connections
         self.waiting: OrderedDict[GuardedH11Protocol, None] = OrderedDict()  # oldest first
@@ -166,7 +191,7 @@ class ConnectionGuard:
         """Count a new connection from `address` (address_key); False when it must be
         refused. Room is made by closing an idle connection: the address's own when it holds
         its share, else the oldest."""
-        if self.by_address.get(address, 0) >= self.per_address:
+        if self.by_address.get(address, 0) >= self.per_address and not self._exempt(address):
             own = next((p for p in self.waiting if getattr(p, "address", "") == address), None)
             if own is None:
                 self.notes.event("refused: an address at its share of the cap (all busy)")

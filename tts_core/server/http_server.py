@@ -21,7 +21,9 @@ on a FastAPI app of ours and runs it with
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import signal
 import socket
 import threading
@@ -185,12 +187,19 @@ def server_config(app: Any, options: ServeOptions, guard: ConnectionGuard,
                           timeout_graceful_shutdown=int(CLOSE_GRACE_S))  # fmt: skip
 
 
+def proxies_share(limits: ConnectionLimits, forwarded_allow_ips: str) -> ConnectionLimits:
+    """The trusted reverse proxies (uvicorn's FORWARDED_ALLOW_IPS, set for a proxy as the
+    README says) speak for many clients: not bound by one address's share of connections."""
+    proxies = tuple(p.strip() for p in forwarded_allow_ips.split(",") if p.strip())
+    return dataclasses.replace(limits, share_exempt=proxies) if proxies else limits
+
+
 def serve(blocks: gr.Blocks, router: APIRouter, slot: EngineSlot, options: ServeOptions,
           wait_for_writes: Callable[[float], bool] = lambda _timeout: True,
           middleware: tuple[Middleware, ...] = (),
           on_started: Callable[[str], Any] | None = None) -> None:  # fmt: skip
     """Serve until SIGTERM/SIGINT, then drain (see the module docstring) and return."""
-    limits = options.connections
+    limits = proxies_share(options.connections, os.environ.get("FORWARDED_ALLOW_IPS", ""))
     cap = connection_cap(limits.max_connections, raise_open_files_limit())
     guard = ConnectionGuard(limits, cap)
     app = build_asgi_app(blocks, router, options, middleware)
