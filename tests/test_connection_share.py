@@ -239,8 +239,9 @@ def test_the_served_app_bounds_heartbeat_streams_per_address(served) -> None:
                 request = own.build_request("GET", f"{url}/gradio_api/heartbeat/h{i}")
                 streams.append(own.send(request, stream=True))
                 assert streams[-1].status_code == 200
-            refused = own.get(f"{url}/gradio_api/heartbeat/one-more")
-            assert refused.status_code == 429 and refused.headers["retry-after"]
+            request = own.build_request("GET", f"{url}/gradio_api/heartbeat/one-more")
+            streams.append(own.send(request, stream=True))  # before: one more endless stream
+            assert streams[-1].status_code == 429 and streams[-1].headers["retry-after"]
             request = other.build_request("GET", f"{url}/gradio_api/heartbeat/visitor")
             visitor = other.send(request, stream=True)
             assert visitor.status_code == 200
