@@ -118,6 +118,34 @@ def test_an_http_client_that_never_reads_a_stream_is_aborted(espeak_backend, tmp
         sock.close()
 
 
+def test_a_slow_reader_that_keeps_reading_is_not_aborted(espeak_backend, tmp_path) -> None:
+    """A whole WAV written at once to a client reading ~1 MB/s: the write buffer stays above
+    its high-water mark for seconds, far past the 1 s send timeout, but shrinks between two
+    checks, so the client gets every byte (a timeout on the pause alone cut it off)."""
+    limits = ConnectionLimits(send_timeout_s=1.0)
+    with espeak_server(espeak_backend, tmp_path, limits) as (host, guard, _engine):
+        body = json.dumps({"input": SPEECH, "voice": "alloy", "response_format": "wav",
+                           "stream": False}).encode()  # fmt: skip
+        with connect(host, receive_buffer=65536) as sock:
+            sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: %s\r\ncontent-type: "
+                         b"application/json\r\ncontent-length: %d\r\n\r\n%s"
+                         % (host.encode(), len(body), body))  # fmt: skip
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += sock.recv(65536)
+            head, _, audio = received.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            assert length > 4 * 1024 * 1024  # more than the kernel's buffers take at once
+            stop = threading.Event()
+            while len(audio) < length:
+                chunk = sock.recv(65536)
+                assert chunk, f"cut off after {len(audio)} of {length} bytes"
+                audio += chunk
+                stop.wait(0.05)  # pacing the reader: ~1 MB/s
+        assert guard.open <= 1
+
+
 # ---------------------------------------------------------------- M4: a share per address
 def test_an_address_gets_its_share_and_other_visitors_keep_theirs(espeak_backend, tmp_path) -> None:
     """Share 3: three WebSockets (busy) from one address, a fourth from it is refused (503),

@@ -698,15 +698,11 @@ def test_an_utterance_has_a_count_of_pieces(espeak_backend, tmp_path) -> None:
 
 
 def test_a_session_has_a_time_limit(espeak_backend, tmp_path) -> None:
-    """Utterance after utterance, each one real: the session still ends at max_session_s."""
+    """Real text every 0.05 s, within the utterance's own limit: the session still ends at
+    max_session_s."""
     limits = StreamLimits(max_session_s=1.0)
-    with bounded_ws(espeak_backend, tmp_path, limits) as (host, _engine):
-        with open_ws(host) as ws:
-            send(ws, "session.config", voice="alloy", response_format="pcm")
-            while True:
-                send(ws, "input.text", text="Again.")
-                send(ws, "input.done")
-                _audio, messages = receive_utterance(ws)
-                if messages[-1]["type"] == "error":
-                    break
-        assert (messages[-1]["status"], messages[-1]["code"]) == (408, "session_timeout")
+    with bounded_ws(espeak_backend, tmp_path, limits) as (host, engine):
+        piece = {"type": "input.text", "text": "a"}
+        error = held_until_error(host, [CONFIG], piece, every_s=0.05)
+        assert (error["status"], error["code"]) == (408, "session_timeout"), error
+        until(lambda: engine.active_requests == 0, "the slot given back")

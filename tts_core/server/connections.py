@@ -32,9 +32,12 @@ busy, never closed to make room; the route bounds its idle time; the send timeou
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ipaddress
 import logging
 import resource
+import struct
+import termios
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -223,8 +226,12 @@ class ConnectionGuard:
 class SendWatch:
     """Aborts a connection whose peer does not read (see the module docstring): armed while
     the transport's writes are paused, and when the connection is closed with bytes still
-    queued; a drained buffer or the connection's end disarms it. The protocol is given
-    `watched` as its transport: the same transport, whose close() tells the watch."""
+    queued; a drained buffer or the connection's end disarms it. It aborts when a whole
+    `timeout_s` passed with no progress: a slow reader (a 14 MB WAV to a phone) keeps taking
+    bytes, so what waits for it (our write buffer and the kernel's send queue, up to 4 MB that
+    a slow link takes a while to drain) shrinks from one check to the next and it is left
+    alone. The protocol is given `watched` as its transport: the same transport, whose close()
+    tells the watch."""
 
     def __init__(self, transport: asyncio.Transport, timeout_s: float,
                  notes: RateLimitedLog) -> None:  # fmt: skip
@@ -233,6 +240,7 @@ class SendWatch:
         self.transport, self.timeout_s, self.notes = transport, timeout_s, notes
         self._timer: asyncio.TimerHandle | None = None
         self._lost = self._detached = False
+        self._queued = 0  # the write buffer's size at the last check
         self.watched = WatchedTransport(transport, self)
 
     def paused(self) -> None:
@@ -257,8 +265,24 @@ class SendWatch:
 
     def _arm(self, reason: str) -> None:
         if self._timer is None and not (self._lost or self._detached):
+            self._queued = self._unsent()
             loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self.timeout_s, self._abort, reason)
+            self._timer = loop.call_later(self.timeout_s, self._check, reason)
+
+    def _check(self, reason: str) -> None:
+        """A send timeout passed: abort, unless the peer took some of our bytes meanwhile."""
+        self._timer = None
+        queued = self._unsent()
+        if self._lost or not self.transport.get_write_buffer_size():
+            return
+        if queued < self._queued:  # progress: another timeout from here
+            self._arm(reason)
+            return
+        self._abort(reason)
+
+    def _unsent(self) -> int:
+        """Bytes the peer has not taken: our write buffer's and the kernel's send queue."""
+        return self.transport.get_write_buffer_size() + _kernel_send_queue(self.transport)
 
     def _disarm(self) -> None:
         if self._timer is not None:
@@ -270,6 +294,17 @@ class SendWatch:
         if not self._lost:
             self.notes.event(f"aborted: {reason} for {self.timeout_s:g} s")
             self.transport.abort()
+
+
+def _kernel_send_queue(transport: asyncio.BaseTransport) -> int:
+    """The socket's bytes not yet acknowledged by the peer (Linux SIOCOUTQ); 0 where it
+    cannot be read."""
+    sock = transport.get_extra_info("socket")
+    try:
+        answer = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (AttributeError, OSError, ValueError):
+        return 0
+    return struct.unpack("i", answer)[0]
 
 
 class WatchedTransport:
