@@ -31,6 +31,7 @@ from tts_core.server.http_server import STREAMS_PER_ADDRESS
 
 FAIL_AFTER_S = 60
 SPEECH = "This sentence keeps the voice busy for a good while, again and again. " * 40
+UTTERANCE = "This sentence keeps the voice busy for a good while, again and again. " * 13
 OTHER_VISITOR = "127.0.0.2"
 
 
@@ -87,23 +88,28 @@ def espeak_server(espeak_backend, tmp_path, limits: ConnectionLimits) -> Iterato
 
 
 # ---------------------------------------------------------------- M3: peers that do not read
-def test_a_websocket_client_that_never_reads_is_aborted(espeak_backend, tmp_path) -> None:
+def test_a_websocket_client_that_never_reads_is_aborted(espeak_backend, tmp_path, caplog) -> None:
     """A session's audio (MBs of PCM) to a client that reads nothing: past the send timeout
     the server aborts the connection, so it leaves the count and the slot comes back (before:
     ~3.8 MB stayed queued and the socket ESTABLISHED for good, holding its place)."""
     limits = ConnectionLimits(send_timeout_s=1.0)
     with espeak_server(espeak_backend, tmp_path, limits) as (host, guard, engine):
         sock = ws_open(host, receive_buffer=4096)
-        for message in ({"type": "session.config", "voice": "alloy", "response_format": "pcm"},
-                        {"type": "input.text", "text": SPEECH}, {"type": "input.done"}):  # fmt: skip
-            sock.sendall(ws_frame(json.dumps(message)))
+        config = {"type": "session.config", "voice": "alloy", "response_format": "pcm"}
+        sock.sendall(ws_frame(json.dumps(config)))
+        for _ in range(4):  # ~7 MB of PCM, past the kernel's buffers; each under 1000 characters
+            for message in ({"type": "input.text", "text": UTTERANCE}, {"type": "input.done"}):
+                sock.sendall(ws_frame(json.dumps(message)))
         until(lambda: engine.active_requests == 1, "the utterance running")
         until(lambda: guard.open == 0, "the connection aborted and counted out")
         until(lambda: engine.active_requests == 0, "the slot given back")
+        assert "aborted: a peer stopped reading" in caplog.text  # not closed for another reason
         sock.close()
 
 
-def test_an_http_client_that_never_reads_a_stream_is_aborted(espeak_backend, tmp_path) -> None:
+def test_an_http_client_that_never_reads_a_stream_is_aborted(
+    espeak_backend, tmp_path, caplog
+) -> None:
     limits = ConnectionLimits(send_timeout_s=1.0)
     with espeak_server(espeak_backend, tmp_path, limits) as (host, guard, engine):
         body = json.dumps({"input": SPEECH, "voice": "alloy", "response_format": "pcm",
@@ -115,6 +121,7 @@ def test_an_http_client_that_never_reads_a_stream_is_aborted(espeak_backend, tmp
         until(lambda: engine.active_requests == 1, "the request running")
         until(lambda: guard.open == 0, "the connection aborted and counted out")
         until(lambda: engine.active_requests == 0, "the slot given back")
+        assert "aborted: a peer stopped reading" in caplog.text  # not closed for another reason
         sock.close()
 
 

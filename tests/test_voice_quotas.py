@@ -110,3 +110,44 @@ def test_issued_keys_outlive_a_restart_and_cannot_be_forged(tmp_path):
     assert not first.is_issued(key.replace("a-browsers", "b-browsers"))
     assert not first.is_issued("a-browsers-own-key-01")
     assert [v.name for v in first.list() if v.kind == "custom"] == []  # not a voice
+
+
+def test_the_pages_save_counts_against_its_visitors_address(tmp_path):
+    """The page saves in a Gradio event; Gradio keeps the event's request in a context
+    variable, so its self-made keys count against the visitor's address, not a bucket shared
+    with every other visitor: a real event (gradio_client from 127.0.0.1) and one set by hand
+    for another address."""
+    from types import SimpleNamespace
+
+    import gradio as gr
+    from fastapi import FastAPI
+    from gradio.context import LocalContext
+    from gradio_client import Client
+
+    registry = VoiceRegistry(tmp_path, private=True, max_per_owner=2)
+    registry.max_per_address = 2
+
+    def save(name: str, key: str) -> str:
+        try:
+            registry.register(name, str(FEMALE_CLIP), TRANSCRIPT, owner_key=key)
+        except VoiceStoreError as exc:
+            return f"refused {exc.status}"
+        return "saved"
+
+    with gr.Blocks() as blocks:
+        name, key, note = gr.Textbox(), gr.Textbox(), gr.Textbox()
+        gr.Button().click(save, [name, key], note, api_name="save")
+    app = gr.mount_gradio_app(FastAPI(), blocks, path="/")
+    with serve(app) as url:
+        client = Client(url, verbose=False)
+        answers = [client.predict(f"p{i}", f"rotated-page-key-{i:04d}", api_name="/save")
+                   for i in range(3)]  # fmt: skip
+    assert answers == ["saved", "saved", "refused 429"]
+    loopback = registry.owner_keys.issuer_tag("127.0.0.1")
+    assert {v.issuer for v in registry.list() if v.kind == "custom"} == {loopback}
+    token = LocalContext.request.set(SimpleNamespace(client=SimpleNamespace(host="198.51.100.1")))
+    try:
+        assert save("elsewhere", "rotated-page-key-0009") == "saved"
+    finally:
+        LocalContext.request.reset(token)
+    assert registry.get("elsewhere").issuer == registry.owner_keys.issuer_tag("198.51.100.1")

@@ -15,10 +15,12 @@ voice does not exist: `get`, `load` and `delete` raise VoiceNotFound, as for an 
 
 Quotas (issue #37 M5) are keyed on what the server can trust, not on a key a client picks: a
 registration counts against its owner's identity (`max_per_owner`) and against its issuer
-(`max_per_address`): the client address of the request when the caller knows it, else the
-address an issued owner key was issued to (access.OwnerKeys: signed by the server), else one
-shared bucket for every self-made key whose address is unknown. So rotating self-made keys
-from one client fills at most one issuer's share, never the store.
+(`max_per_address`): the client address of the request when the caller knows it (the /v1
+route passes it; the page's save runs in a Gradio event, whose request Gradio keeps in a
+context variable: `event_client_address`), else the address an issued owner key was issued to
+(access.OwnerKeys: signed by the server), else one shared bucket for every self-made key
+whose address is unknown. So rotating self-made keys from one client fills at most one
+address's share, never the store.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ..audio import resample
 from ..engine import InputError, Limits
 from ..engine.validation import clean_reference_text, prepare_reference
 from .access import OWNER_KEY_PREFIX, OwnerKeys
+from .connections import address_key
 from .voice_store import (
     META_FILE,
     NAME_PATTERN,
@@ -236,6 +239,8 @@ class VoiceRegistry:
         audio, _notices = prepare_reference(audio_source, limits, transcript is not None)
         if audio is None:
             raise InputError("A reference clip is needed to register a voice.")
+        if address is None and owner_key:  # the page's save: its Gradio event's client
+            address = event_client_address()
         issuer = self._issuer(owner_key, address)
         with self._lock:  # refuse a taken name, or a full store, before writing anything
             self._check_free(name, replace, viewer)
@@ -397,6 +402,18 @@ def owner_digest(owner_key: str) -> str:
     key's secret part, so a browser's earlier self-made key kept inside an issued one owns
     the same voices; a self-made key whole), so reading the store does not give it away."""
     return hashlib.sha256(owner_identity(owner_key).encode("utf-8")).hexdigest()
+
+
+def event_client_address() -> str | None:
+    """The client address (connections.address_key) of the Gradio event running in this
+    context (Gradio sets `LocalContext.request` around an event's function), else None."""
+    try:
+        from gradio.context import LocalContext
+    except ImportError:  # pragma: no cover - gradio is a dependency of the page
+        return None
+    client = getattr(LocalContext.request.get(None), "client", None)
+    host = getattr(client, "host", None)
+    return address_key(host) if isinstance(host, str) and host else None
 
 
 def owner_identity(owner_key: str) -> str:
