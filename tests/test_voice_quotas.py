@@ -120,7 +120,6 @@ def test_the_pages_save_counts_against_its_visitors_address(tmp_path):
     from types import SimpleNamespace
 
     import gradio as gr
-    from fastapi import FastAPI
     from gradio.context import LocalContext
     from gradio_client import Client
 
@@ -137,11 +136,13 @@ def test_the_pages_save_counts_against_its_visitors_address(tmp_path):
     with gr.Blocks() as blocks:
         name, key, note = gr.Textbox(), gr.Textbox(), gr.Textbox()
         gr.Button().click(save, [name, key], note, api_name="save")
-    app = gr.mount_gradio_app(FastAPI(), blocks, path="/")
-    with serve(app) as url:
-        client = Client(url, verbose=False)
+    blocks.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    try:
+        client = Client(blocks.local_url, verbose=False)
         answers = [client.predict(f"p{i}", f"rotated-page-key-{i:04d}", api_name="/save")
                    for i in range(3)]  # fmt: skip
+    finally:
+        blocks.close()
     assert answers == ["saved", "saved", "refused 429"]
     loopback = registry.owner_keys.issuer_tag("127.0.0.1")
     assert {v.issuer for v in registry.list() if v.kind == "custom"} == {loopback}
