@@ -36,6 +36,7 @@ class ReplicaBackend:
         self.description = f"{info['description']} ({replicas} replicas on Ray Serve)"
         self.default_concurrency = int(info["max_concurrent"]) * replicas
         self.knobs = _knobs_of(str(info["backend"]))
+        self.torch_threads = info.get("torch_threads")  # each replica's (GET /v1/models)
         self.served_by: Counter[str] = Counter()  # replica id -> requests it answered
         # (replica id, text) of the last requests, in the order their replicas started them
         self.history: deque[tuple[str, str]] = deque(maxlen=256)
