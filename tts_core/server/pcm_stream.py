@@ -35,6 +35,7 @@ from .errors import ApiError
 from .route_utils import api_errors, read_json, request_values
 from .state import ServerState
 from .streaming import chain_events, engine_errors, open_streams, run_in_thread
+from .text_split import split_request
 from .voice_routes import load_voice
 
 FRAME_PCM, FRAME_STATS, FRAME_ERROR = 1, 2, 3
@@ -58,11 +59,15 @@ def make_pcm_router(state: ServerState) -> APIRouter:
         synthesis = await page_request(state, payload)
         cancel = threading.Event()
         with engine_errors():
+            # the deployment's one text limit (as /v1 and the Gradio API), in pieces the
+            # engine takes (text_split.py)
+            pieces = split_request(synthesis, state.config.max_input_chars,
+                                   state.engine.config.limits.max_chars)  # fmt: skip
             if synthesis.reference is None:  # nothing to decode, and a clip-less voice costs
                 # nothing to build: validate inline, no thread hop
-                streams = open_streams(state.engine, [synthesis], cancel)
+                streams = open_streams(state.engine, pieces, cancel)
             else:
-                streams = await asyncio.to_thread(open_streams, state.engine, [synthesis], cancel)
+                streams = await asyncio.to_thread(open_streams, state.engine, pieces, cancel)
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
                    "X-Sample-Rate": str(state.engine.sample_rate)}  # fmt: skip
         body = run_in_thread(_producer(streams), cancel)
