@@ -68,6 +68,8 @@ def open_page(browser, url: str):  # noqa: ANN001, ANN201 - a playwright Page
         "() => window.__ttsLowLatency && window.__ttsStats", timeout=BROWSER_HANG_MS
     )
     page.fill("#text textarea", TEXT)
+    # these tests start from the upload entry (the page starts on a recording: issue 36)
+    pick_voice(page, UPLOAD_LABEL)
     return page
 
 

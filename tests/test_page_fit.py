@@ -4,6 +4,8 @@ every surface, a bad clip refused when it is uploaded, and a loading line that s
 
 from __future__ import annotations
 
+import json
+import struct
 from types import SimpleNamespace
 
 import gradio as gr
@@ -124,6 +126,17 @@ def test_the_voice_list_says_which_voices_fit_the_served_model(espeak_backend, t
 LIMIT = 300  # the deployment's (ApiConfig.max_input_chars); the engine takes 80 per synthesis
 
 
+def stats_frames(body: bytes) -> list[dict]:
+    """The STATS frames (kind 2) of the page's PCM route: 8-byte header (kind, size), payload."""
+    found, offset = [], 0
+    while offset + 8 <= len(body):
+        kind, size = struct.unpack_from("<II", body, offset)
+        if kind == 2:
+            found.append(json.loads(body[offset + 8 : offset + 8 + size]))
+        offset += 8 + size
+    return found
+
+
 def test_one_text_limit_on_every_surface(espeak_backend, tmp_path):
     """Issue 36: the page cut 1000 characters silently, gradio_client said 1000, /v1 4096."""
     engine = RecordingEngine(espeak_backend, EngineConfig(limits=Limits(max_chars=80)))
@@ -137,6 +150,10 @@ def test_one_text_limit_on_every_surface(espeak_backend, tmp_path):
         pcm = httpx.post(f"{url}/tts_stream/pcm", json={"text": text, "voice": "alloy"},
                          timeout=60)  # fmt: skip
         assert pcm.status_code == 200 and pcm.headers["x-sample-rate"] == "24000"
+        # its pieces are one run: "done" only at the last one's end (the page's players and
+        # panel said Done after the first piece)
+        done = [stats["done"] for stats in stats_frames(pcm.content)]
+        assert len(engine.runs) >= 2 * 2 and done.count(True) == 1 and done[-1] is True
         runs = len(engine.runs)
         pcm = httpx.post(f"{url}/tts_stream/pcm", json={"text": over, "voice": "alloy"},
                          timeout=60)  # fmt: skip

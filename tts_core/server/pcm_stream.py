@@ -35,7 +35,7 @@ from .errors import ApiError
 from .route_utils import api_errors, read_json, request_values
 from .state import ServerState
 from .streaming import chain_events, engine_errors, open_streams, run_in_thread
-from .text_split import split_request
+from .text_split import done_at_the_end, split_request
 from .voice_routes import load_voice
 
 FRAME_PCM, FRAME_STATS, FRAME_ERROR = 1, 2, 3
@@ -114,7 +114,7 @@ def trusted_reference(value: object, roots: tuple[Path, ...]) -> str | None:
 def _producer(streams: list):  # noqa: ANN202, ANN001
     def produce(emit, cancel: threading.Event) -> None:  # noqa: ANN001
         try:
-            for event in chain_events(streams, cancel):
+            for event in done_at_the_end(chain_events(streams, cancel), len(streams)):
                 if event.audio.size:
                     emit(frame(FRAME_PCM, pcm16_bytes(event.audio)))
                 emit(frame(FRAME_STATS, json.dumps(event.stats).encode()))

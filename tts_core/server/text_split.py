@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 
 from ..engine.backend import TextTooLong
 from ..engine.requests import SynthesisRequest
+from ..engine.streams import StreamEvent
 from ..engine.validation import printable
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;:。！？；])\s+")
@@ -73,3 +75,15 @@ def split_request(request: SynthesisRequest, max_input_chars: int,
     if len(pieces) <= 1:
         return [request]
     return [dataclasses.replace(request, text=piece) for piece in pieces]
+
+
+def done_at_the_end(events: Iterator[StreamEvent], pieces: int) -> Iterator[StreamEvent]:
+    """The chained events of `pieces` requests with `done` set only at the last one's end: the
+    page's players and stats panel say "Done" for the run, not for its first piece."""
+    ends = 0
+    for event in events:
+        if event.stats.get("done"):
+            ends += 1
+            if ends < pieces:
+                event = dataclasses.replace(event, stats={**event.stats, "done": False})
+        yield event

@@ -45,7 +45,7 @@ from ..engine.handoff import run_on_thread
 from ..engine.knobs import parse_knobs
 from ..server.state import ApiConfig
 from ..server.streaming import chain_events, open_streams
-from ..server.text_split import split_request
+from ..server.text_split import done_at_the_end, split_request
 from ..server.voices import Viewer, VoiceDamaged, VoiceNotFound, VoiceRegistry
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,8 @@ class PiecesHandle(StreamHandle):
     def __init__(self, engine: Engine, requests: list[SynthesisRequest]) -> None:
         self.cancel_event = threading.Event()
         streams = open_streams(engine, requests, self.cancel_event)  # may raise InputError
-        self._handoff = run_on_thread(self._pump(chain_events(streams, self.cancel_event)),
-                                      "tts-stream")  # fmt: skip
+        events = done_at_the_end(chain_events(streams, self.cancel_event), len(streams))
+        self._handoff = run_on_thread(self._pump(events), "tts-stream")
 
 
 # The request's fields besides its knobs

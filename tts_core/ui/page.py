@@ -168,7 +168,7 @@ def build_demo(
                         library.owner)  # fmt: skip
         parts["timer"] = gr.Timer(1.0, active=_loading(info))
         wire_voice_library(demo, library, slot, voices, editable=_page_may_write(api),
-                           timer=parts["timer"])  # fmt: skip
+                           model_line=parts["status"])  # fmt: skip
         model_knobs = {knob: knob_controls[knob.name] for knob in parameters.knobs
                        if knob.name not in SHARED_NAMES}  # fmt: skip
         refresh = {"fn": lambda: page_state(slot, parts, model_knobs, voices),

@@ -100,8 +100,8 @@ def build_voice_library(reference_label: str, editable: bool = True, private: bo
 
 def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
                        voices: VoiceRegistry, editable: bool = True,
-                       timer: gr.Timer | None = None) -> None:  # fmt: skip
-    """Events: page load (and `timer`'s ticks while the model loads) -> this browser's list
+                       model_line: gr.HTML | None = None) -> None:  # fmt: skip
+    """Events: page load (and a change of `model_line`: the model loaded) -> this browser's list
     (and key); pick; an uploaded or recorded clip checked at once; save and delete (only
     when `editable`: a server whose API needs a key does not let the page write the store)."""
 
@@ -150,9 +150,9 @@ def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
     # what save and delete did (or why not) shows in the note, not in a toast
     private = {"api_visibility": "private", "show_progress": "hidden"}
     demo.load(refresh, [lib.owner, lib.voice], [lib.owner, lib.voice], queue=False, **private)
-    if timer is not None:  # while the model loads: the list once it is known
-        timer.tick(refresh_when_served, [lib.owner, lib.voice], [lib.owner, lib.voice],
-                   queue=False, **private)  # fmt: skip
+    if model_line is not None:  # the list once the model is known: its line says so first
+        model_line.change(refresh_when_served, [lib.owner, lib.voice], [lib.owner, lib.voice],
+                          queue=False, **private)  # fmt: skip
     # a clip that cannot serve (not audio, silent, too short for the model) is refused at once
     for event in (lib.reference.upload, lib.reference.stop_recording):
         event(check_clip, lib.reference, [lib.reference, lib.note], queue=False, **private)

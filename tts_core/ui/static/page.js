@@ -31,6 +31,11 @@
     if (!line) return;
     line.dataset.state = state;
     line.textContent = text;
+    // a run's start and its error are brought into view (the least scroll that shows them)
+    if (state === "running" || state === "error") {
+      const box = line.getBoundingClientRect();
+      if (box.top < 0 || box.bottom > window.innerHeight) line.scrollIntoView({ block: "nearest" });
+    }
   }
 
   document.addEventListener("input", (event) => {
