@@ -67,7 +67,7 @@ def test_real_recordings_are_usable_reference_clips():
     pitches = {}
     for name in RECORDED:
         audio, rate = sf.read(str(registry.get(name).reference), dtype="float32")
-        assert audio.ndim == 1 and 3.0 <= audio.size / rate <= 10.0  # the page asks for 3-10 s
+        assert audio.ndim == 1 and 5.5 <= audio.size / rate <= 10.0  # every model takes it
         assert 0.1 < np.abs(audio).max() < 1.0  # speech, not clipped
         pitches[name] = _median_f0(audio, rate)
     assert pitches["arctic-slt"] > 160 > 140 > pitches["arctic-awb"]  # female / male as listed

@@ -3,7 +3,9 @@ voice and a tiny checkpoint of each model family; in headless Chromium at 1280x8
 the page's first Generate with its starting voice, and every example it offers, speaks, and what
 the click is doing shows right under the button (on a phone the players sit far below it).
 
-One server per model (started and stopped here), one browser page per viewport. The tiny
+One server per model (started and stopped here), one browser page per viewport; every example
+speaks at 1280x800, and on the phone each fills the page in and the first one speaks (the
+layout is what differs there; a run costs seconds on these checkpoints). The tiny
 checkpoints are random: the path is tested, not the voice. The examples a page should offer are
 the ones whose built-in voice fits the served model, as GET /v1/audio/voices says; the tiny
 VoxCPM2 checkpoint holds under 3 s of reference, so it offers none and starts with no clip.
@@ -112,6 +114,8 @@ def test_the_first_generate_and_every_example_speak(browser, served, width, heig
                 " && document.querySelector('#voice input').value.startsWith(name)",
                 arg=[text, name], timeout=BROWSER_HANG_MS,
             )  # fmt: skip
+            if width < 600 and label != examples[0]:
+                continue  # on the phone: each fills the page in, the first one speaks
             page.locator("#generate").scroll_into_view_if_needed()
             run = generate_and_wait(page)
             assert run["error"] is None and run["samples"] > 0, (label, run)

@@ -304,9 +304,10 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
         slot.report("loading")  # the page polls while the model loads
         page.wait_for_function(
             f"() => document.querySelector('{status}').textContent"
-            ".includes('The model is loading: loading the model into memory')",
+            ".includes('The model is loading: loading the model into memory (step 2 of 3)')",
             timeout=BROWSER_HANG_MS,
         )
+        assert page.locator(f"{status} progress").count() == 0  # no full bar for minutes
         page.locator("#advanced").get_by_text("Advanced").first.click()
         assert not page.get_by_text(
             "Temperature", exact=True
@@ -569,3 +570,22 @@ def test_with_private_voices_a_browser_sees_and_uses_only_its_own(browser, priva
     finally:
         stranger_context.close()
     assert "mine-only" in voices.names()
+
+
+def test_a_clip_that_is_not_audio_is_refused_when_it_is_uploaded(browser, site, tmp_path):
+    """Issue 36: a non-audio upload was taken silently (an empty 0:00 player) until Generate
+    or Save; now it is refused at once, said in the line under the voice picker."""
+    url, engine, _ = site
+    page = open_page(browser, url)
+    junk = tmp_path / "notes.wav"
+    junk.write_bytes(b"these are my notes, not a recording " * 40)
+    page.set_input_files("#reference input[type=file]", str(junk))
+    page.locator("#voice-note").get_by_text("This clip was not taken").wait_for(
+        timeout=BROWSER_HANG_MS
+    )
+    assert "not audio" in page.text_content("#voice-note")
+    page.wait_for_selector("#reference audio", state="detached", timeout=BROWSER_HANG_MS)
+    page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))  # a good one is kept
+    page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)
+    page.wait_for_selector("#voice-note", state="hidden", timeout=BROWSER_HANG_MS)
+    page.close()
