@@ -383,8 +383,12 @@ def _examples(controls: dict[str, Any], voices: VoiceRegistry,
     dataset = gr.Dataset(components=[controls[name] for name in names], samples=rows,
                          sample_labels=labels, label="Examples", elem_id="examples",
                          visible=bool(rows), type="values")  # fmt: skip
-    dataset.click(lambda row: tuple(row), dataset, [controls[name] for name in names],
-                  queue=False, show_progress="hidden", api_visibility="private")  # fmt: skip
+
+    def load_example(row: list) -> tuple:  # the page's own event (private), by index
+        return tuple(row)
+
+    dataset.click(load_example, dataset, [controls[name] for name in names], queue=False,
+                  show_progress="hidden", api_visibility="private")  # fmt: skip
     return dataset
 
 

@@ -105,20 +105,28 @@ def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
     (and key); pick; an uploaded or recorded clip checked at once; save and delete (only
     when `editable`: a server whose API needs a key does not let the page write the store)."""
 
-    def refresh(owner_key: str, current: str | None) -> tuple:
-        """This browser's key and the voices that fit the served model (the picked one kept
-        when it still fits, else the starting voice)."""
+    def refresh(owner_key: str) -> tuple:
+        """On page load: this browser's key and the voices that fit the served model; the
+        value only where the starting voice is no longer the page's (a visitor's pick made
+        meanwhile is kept)."""
         owner_key = usable_key(owner_key)  # made once per browser
         backend = served_backend(slot)
+        update = {"choices": choices(voices, owner_key, backend)}
+        if (start := start_voice(voices, backend)) != lib.voice.value:
+            update["value"] = start
+        return owner_key, gr.update(**update)
+
+    def follow_model(owner_key: str, current: str | None) -> tuple:
+        """Once the model is known: the voices that fit it (the picked one kept when it still
+        fits, else the starting voice)."""
+        backend = served_backend(slot)
+        if backend is None:  # still loading
+            return gr.skip(), gr.skip()
+        owner_key = usable_key(owner_key)
         listed = choices(voices, owner_key, backend)
         keep = current in {name for _, name in listed}
         value = current if keep else start_voice(voices, backend)
         return owner_key, gr.update(choices=listed, value=value)
-
-    def refresh_when_served(owner_key: str, current: str | None) -> tuple:
-        if served_backend(slot) is None:  # loading: the list follows once the model is known
-            return gr.skip(), gr.skip()
-        return refresh(owner_key, current)
 
     def check_clip(clip: str | None) -> tuple:
         problem = clip_problem(slot, clip)
@@ -149,9 +157,9 @@ def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
 
     # what save and delete did (or why not) shows in the note, not in a toast
     private = {"api_visibility": "private", "show_progress": "hidden"}
-    demo.load(refresh, [lib.owner, lib.voice], [lib.owner, lib.voice], queue=False, **private)
+    demo.load(refresh, lib.owner, [lib.owner, lib.voice], queue=False, **private)
     if model_line is not None:  # the list once the model is known: its line says so first
-        model_line.change(refresh_when_served, [lib.owner, lib.voice], [lib.owner, lib.voice],
+        model_line.change(follow_model, [lib.owner, lib.voice], [lib.owner, lib.voice],
                           queue=False, **private)  # fmt: skip
     # a clip that cannot serve (not audio, silent, too short for the model) is refused at once
     for event in (lib.reference.upload, lib.reference.stop_recording):
