@@ -308,6 +308,24 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
             timeout=BROWSER_HANG_MS,
         )
         assert page.locator(f"{status} progress").count() == 0  # no full bar for minutes
+        # and no Gradio progress timer shown over the line while it polls (issue 36: it
+        # flickered in front of the bar): Gradio adds its timer text on every poll, inside a
+        # wrap it keeps hidden ("hide", opacity 0) for a hidden-progress event; a shown one
+        # (no "hide") is recorded
+        page.evaluate("""(selector) => {
+            window.__overlays = [];
+            new MutationObserver((records) => { for (const r of records) for (const n of
+                r.addedNodes) { if (n.nodeType !== 1) continue;
+                  const wrap = n.closest('.wrap');
+                  if (/progress-text|eta-bar/.test(n.className || '') && wrap
+                      && !wrap.classList.contains('hide')) window.__overlays.push(n.className); } })
+              .observe(document.querySelector(selector), {subtree: true, childList: true});
+        }""", status)  # fmt: skip
+        ticks = []
+        page.on("request", lambda r: ticks.append(r.url) if "/run/predict" in r.url else None)
+        while len(ticks) < 3:  # three polls
+            page.wait_for_event("request", timeout=BROWSER_HANG_MS)
+        assert page.evaluate("() => window.__overlays") == []
         page.locator("#advanced").get_by_text("Advanced").first.click()
         assert not page.get_by_text(
             "Temperature", exact=True
