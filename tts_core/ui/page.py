@@ -33,7 +33,7 @@ from . import handlers
 from .formatting import notice_html, status_html
 from .lowlatency import STANDARD, build_lowlatency_player
 from .stats_panel import build_stats_panel
-from .voice_library import build_voice_library, wire_voice_library
+from .voice_library import UPLOAD, UPLOAD_LABEL, build_voice_library, wire_voice_library
 
 CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API endpoints
 FALLBACK_CONCURRENCY = 8  # before the model is known
@@ -335,7 +335,8 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
     # their knobs are inputs of their own (`_api_knob_input`), the other fields the page's
     api_only = gr.Button(visible=False)
     declared = {knob.name: knob for knob in parameters.knobs}
-    api_inputs = [_api_knob_input(declared[name]) if name in declared else control
+    api_inputs = [_api_knob_input(declared[name]) if name in declared
+                  else _api_voice_input() if name == "voice" else control
                   for name, control in zip(parameters.names, inputs, strict=True)]  # fmt: skip
     for fn, audio_label, api_name in (
         (handlers.stream_to_api, "chunk", "synthesize"),
@@ -344,6 +345,13 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
         outs = [gr.Audio(type="numpy", visible=False, label=audio_label),
                 gr.JSON(visible=False, label="stats")]  # fmt: skip
         wire(api_only.click, fn, outs, api_name)
+
+
+def _api_voice_input() -> gr.Dropdown:
+    """The API-only endpoints' `voice`: none unless the caller names one (the page's picker
+    starts on a built-in voice, which would replace a caller's reference clip)."""
+    return gr.Dropdown([(UPLOAD_LABEL, UPLOAD)], value=UPLOAD, label="Voice", visible=False,
+                       allow_custom_value=True)  # fmt: skip
 
 
 def _api_knob_input(knob: Knob) -> gr.Number:
