@@ -313,13 +313,14 @@ class TextInlet:
 
 
 def reads_transcript(backend: object | None) -> bool:
-    """Whether `backend` uses a reference clip's transcript (default True; None: not loaded
-    yet, so the page keeps the box): its declared `reference.transcript`, else its
-    `reads_transcript` attribute."""
+    """Whether `backend` uses a reference clip's transcript (None: not loaded yet, so the page
+    keeps the box): its `reads_transcript` attribute where it has one (Chatterbox's is made
+    from its declaration), else its declared `reference.transcript`, else True."""
+    said = getattr(backend, "reads_transcript", None)
+    if said is not None:
+        return bool(said)
     needs = getattr(backend, "reference", None)
-    if isinstance(needs, ReferenceNeeds):
-        return needs.transcript == "used"
-    return bool(getattr(backend, "reads_transcript", True))
+    return needs.transcript == "used" if isinstance(needs, ReferenceNeeds) else True
 
 
 def reference_needs(backend: object | None) -> ReferenceNeeds:
