@@ -112,7 +112,7 @@ def test_bad_inputs_are_errors_and_the_server_keeps_serving(client, tmp_path, sp
     sf.write(silent, np.zeros(48_000, np.float32), 24_000)
     cases = [
         (args(text=""), "enter some text"),
-        (args(text="x" * 1001), "limit is 1000"),
+        (args(text="x" * 4097), "limit is 4096"),  # the deployment's one limit, as /v1's
         (args(language="klingon"), "Unsupported language"),
         (args(reference=str(not_audio)), "not audio"),
         (args(reference=str(short)), "at least 1 s"),

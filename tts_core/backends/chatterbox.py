@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.backend import BackendChunk, ReferenceNeeds, SynthesisParams, Voice
 from ..engine.errors import InputError
 from ..engine.knobs import Knob, sampling_knobs
 from ..models.chatterbox.chunking import StreamChunking
@@ -57,6 +57,10 @@ KNOBS = (
     WATERMARK_KNOB,
 )  # fmt: skip
 
+# Turbo's shortest reference (exclusive): the official's assert, which
+# models/chatterbox/cloning.MIN_SECONDS makes (not imported here: that module loads torch)
+TURBO_MIN_REFERENCE_S = 5.0
+
 DESCRIPTION = (
     "Chatterbox Turbo voice cloning from the reference clip alone (longer than 5 s; a "
     "transcript is not used). With no clip it speaks in the checkpoint's built-in voice. Audio "
@@ -70,7 +74,18 @@ class ChatterboxBackend:
     can_clone = True
     needs_reference = False  # the built-in voice speaks without a clip
     reads_language = False  # English model: the page hides its language dropdown
-    reads_transcript = False  # clones from the clip alone: the page hides the transcript box
+    # clones from the clip alone (the page hides the transcript box); Turbo refuses a clip of
+    # 5 s or less (the official's assert, models/chatterbox/cloning.py); S3Gen reads its first
+    # 10 s at 24 kHz, the tokenizer 16 kHz
+    reference = ReferenceNeeds(
+        sample_rate=24_000,
+        min_seconds=TURBO_MIN_REFERENCE_S,
+        min_exclusive=True,
+        max_seconds=None,
+        transcript="ignored",
+        best_seconds=(6.0, 10.0),
+    )
+    reads_transcript = reference.transcript == "used"
     independent_phrases = False
     takes_text_pieces = False
     description = DESCRIPTION

@@ -21,7 +21,7 @@ import numpy as np
 import soxr
 
 from ..audio import SAMPLE_RATE
-from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.backend import BackendChunk, ReferenceNeeds, SynthesisParams, Voice
 from ..engine.handoff import Handoff, run_on_thread
 from .espeak_lib import PARAM_PITCH, PARAM_RANGE, PARAM_RATE, EspeakLibrary, get_library
 from .espeak_text import ESPEAK_VOICES, guess_language, split_phrases
@@ -48,6 +48,9 @@ class EspeakBackend:
     name = "espeak"
     can_clone = False
     needs_reference = False
+    # the pitch, its range and the rate are measured from the clip (the transcript, when given,
+    # counts its syllables for the rate)
+    reference = ReferenceNeeds(sample_rate=24_000, transcript="used")
     independent_phrases = True  # each phrase is its own eSpeak call: crossfade the joins
     takes_text_pieces = False  # text in pieces: buffered until done (module doc)
     sample_rate = SAMPLE_RATE

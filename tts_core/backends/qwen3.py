@@ -21,7 +21,14 @@ from typing import Any
 import numpy as np
 
 from ..audio import SAMPLE_RATE
-from ..engine.backend import CANCEL_POLL_S, BackendChunk, SynthesisParams, TextInlet, Voice
+from ..engine.backend import (
+    CANCEL_POLL_S,
+    BackendChunk,
+    ReferenceNeeds,
+    SynthesisParams,
+    TextInlet,
+    Voice,
+)
 from ..engine.errors import InputError
 from ..engine.knobs import sampling_knobs
 from .device import resolve_device, resolve_dtype
@@ -87,6 +94,8 @@ class Qwen3Backend:
     name = "qwen3"
     can_clone = True
     needs_reference = True
+    # the transcript makes the closest clone (ICL); without it the speaker embedding alone
+    reference = ReferenceNeeds(sample_rate=24_000, transcript="used")
     independent_phrases = False  # one exact stateful decoder pass: never crossfade
     takes_text_pieces = True  # stream_fed: speaks while the text arrives
     description = DESCRIPTION

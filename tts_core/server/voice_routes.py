@@ -1,4 +1,6 @@
-"""Voice routes: GET /v1/audio/voices, POST /v1/audio/voices, DELETE /v1/audio/voices/{name},
+"""Voice routes: GET /v1/audio/voices (each voice with its clip's length and whether it fits
+the served model: `fits_model`, null while it loads, and `unfit_reason`; the served model's
+reference needs under `reference`), POST /v1/audio/voices, DELETE /v1/audio/voices/{name},
 POST /v1/audio/voices/owner_key.
 
 Registration is multipart/form-data: `name`, the clip as `file` (or `audio_sample`, OpenAI's
@@ -31,11 +33,13 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import FormData, UploadFile
 
 from ..engine import InputError
+from ..engine.backend import reference_needs
 from ..engine.errors import shown
 from .connections import address_key
 from .errors import ApiError
-from .route_utils import api_errors, read_form
+from .route_utils import api_errors, read_form, served_engine
 from .state import OWNER_HEADER, ServerState
+from .voice_fit import fit_json
 from .voices import (
     MODEL_VOICE,
     NamedVoice,
@@ -59,7 +63,15 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
     async def list_voices(request: Request) -> JSONResponse:
         state.config.access.check(request, api=True)
         voices = await asyncio.to_thread(state.voices.list, state.api_viewer(request))
-        return JSONResponse({"object": "list", "data": [v.as_json() for v in voices]})
+        engine = served_engine(state.slot)  # None while the model loads
+        backend = engine.backend if engine is not None else None
+        needs = reference_needs(backend) if backend is not None else None
+        data = await asyncio.to_thread(lambda: [{**v.as_json(), **fit_json(v, backend)}
+                                                for v in voices])  # fmt: skip
+        body = {"object": "list", "data": data}
+        if needs is not None:  # what the served model asks of a clip (fits_model follows it)
+            body["reference"] = needs.as_json(backend.needs_reference)
+        return JSONResponse(body)
 
     @router.post("/v1/audio/voices")
     @api_errors
