@@ -82,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     option(p, "--host", "127.0.0.1", env="GRADIO_SERVER_NAME", help="address to listen on")
     option(p, "--port", 7860, type=int, env="GRADIO_SERVER_PORT", help="port to listen on")
     option(p, "--max-chars", 1000, type=int,
-           help="longest text of one synthesis (the page and gradio_client); /v1/audio/speech "
-           "takes up to 4096 characters and speaks longer ones in pieces of this size")  # fmt: skip
+           help="longest piece of one synthesis: the page, gradio_client and /v1/audio/speech "
+           "take up to 4096 characters and speak longer text in pieces of this size, cut at "
+           "sentence ends")  # fmt: skip
     option(p, "--max-reference-seconds", 30.0, type=float,
            help="longer reference clips are cut to their first N seconds (with a notice); "
            "with a transcript they are refused, since the words would no longer match")  # fmt: skip
