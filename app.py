@@ -18,6 +18,7 @@ from typing import Any
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-0.6B-Base"
 DEFAULT_MAX_CONNECTIONS = 1000  # tts_core.server.connections.DEFAULT_MAX_CONNECTIONS
+DEFAULT_MAX_PER_ADDRESS = 64  # tts_core.server.connections.DEFAULT_MAX_PER_ADDRESS
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 
@@ -32,16 +33,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.max_file_bytes = parse_file_size(args.max_file_size)
     except ValueError as exc:
         p.error(f"--max-file-size: {exc}")
-    if args.voices_per_owner < 1:
-        p.error("--voices-per-owner must be >= 1")
+    if min(args.voices_per_owner, args.voices_per_address) < 1:
+        p.error("--voices-per-owner and --voices-per-address must be >= 1")
     if args.queue_size < 0 or (args.max_concurrent is not None and args.max_concurrent < 1):
         p.error("--queue-size must be >= 0 and --max-concurrent >= 1")
     if args.max_batch is not None and not 1 <= args.max_batch <= 256:
         p.error("--max-batch must be between 1 and 256")
     if args.shutdown_timeout < 0 or min(args.header_timeout, args.body_timeout) <= 0:
         p.error("--shutdown-timeout must be >= 0, --header-timeout and --body-timeout > 0")
-    if args.max_connections < 1:
-        p.error("--max-connections must be >= 1")
+    if args.max_connections < 1 or args.max_connections_per_address < 1:
+        p.error("--max-connections and --max-connections-per-address must be >= 1")
+    if args.body_total_timeout <= 0:
+        p.error("--body-total-timeout must be > 0")
     if args.replicas is not None and args.replicas < 1:
         p.error("--replicas must be >= 1")
     if args.replicas is None and any(v is not None for v in (args.min_replicas, args.max_replicas)):
@@ -79,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     option(p, "--host", "127.0.0.1", env="GRADIO_SERVER_NAME", help="address to listen on")
     option(p, "--port", 7860, type=int, env="GRADIO_SERVER_PORT", help="port to listen on")
     option(p, "--max-chars", 1000, type=int,
-           help="longest text of one synthesis (the page and gradio_client); /v1/audio/speech "
-           "takes up to 4096 characters and speaks longer ones in pieces of this size")  # fmt: skip
+           help="longest piece of one synthesis: the page, gradio_client and /v1/audio/speech "
+           "take up to 4096 characters and speak longer text in pieces of this size, cut at "
+           "sentence ends")  # fmt: skip
     option(p, "--max-reference-seconds", 30.0, type=float,
            help="longer reference clips are cut to their first N seconds (with a notice); "
            "with a transcript they are refused, since the words would no longer match")  # fmt: skip
@@ -108,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
            help="a voice saved from the page is listed to, and usable by, only the browser "
            "that saved it (and /v1 behind --api-key); for a public server")  # fmt: skip
     option(p, "--voices-per-owner", 20, type=int,
-           help="most voices one browser (or X-Voice-Owner caller) may keep saved")  # fmt: skip
+           help="most voices one browser (or owner key the server issued) may keep saved")  # fmt: skip
+    option(p, "--voices-per-address", 50, type=int,
+           help="most voices one client address (an IPv6 /64) may keep saved")  # fmt: skip
     option(p, "--allowed-origins", "", shown="none",
            help="comma-separated web origins, besides the server's own, whose pages may call "
            "the routes (e.g. https://example.org); '*' allows any")  # fmt: skip
@@ -119,9 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
            help="seconds a client may take to send a request's head (then 408)")  # fmt: skip
     option(p, "--body-timeout", 30.0, type=float,
            help="longest pause, in seconds, while a request body arrives")  # fmt: skip
+    option(p, "--body-total-timeout", 300.0, type=float,
+           help="seconds a whole request body may take to arrive")  # fmt: skip
     option(p, "--max-connections", DEFAULT_MAX_CONNECTIONS, type=int,
            help="open HTTP connections at most (kept 256 below the open-files limit); past it "
            "the oldest one still waiting for a request is closed")  # fmt: skip
+    option(p, "--max-connections-per-address", DEFAULT_MAX_PER_ADDRESS, type=int,
+           help="open connections one client address (an IPv6 /64) may hold; past it its own "
+           "oldest idle one is closed, or the new one refused (503)")  # fmt: skip
     option(p, "--shutdown-timeout", 10.0, type=float,
            help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish before "
            "they are cancelled (new ones get 503 meanwhile)")  # fmt: skip
@@ -198,7 +209,8 @@ def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported l
     slot = EngineSlot(args.model)
     slot.load(partial(build_engine, args), background=not args.wait_for_model)
     voices = open_voice_registry(args.voices_dir, private=args.private_voices,
-                                 max_per_owner=args.voices_per_owner)  # fmt: skip
+                                 max_per_owner=args.voices_per_owner,
+                                 max_per_address=args.voices_per_address)  # fmt: skip
     origins = tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip())
     access = AccessPolicy(bind_host=args.host, allowed_origins=origins, api_key=args.api_key)
     api = ApiConfig(max_upload_bytes=args.max_file_bytes, access=access)
@@ -271,7 +283,9 @@ def serve_options(args: argparse.Namespace):  # noqa: ANN201 - ServeOptions, imp
 
     limits = ConnectionLimits(header_timeout_s=args.header_timeout,
                               body_idle_timeout_s=args.body_timeout,
-                              max_connections=args.max_connections)  # fmt: skip
+                              body_timeout_s=args.body_total_timeout,
+                              max_connections=args.max_connections,
+                              max_per_address=args.max_connections_per_address)  # fmt: skip
     return ServeOptions(host=args.host, port=args.port, connections=limits,
                         shutdown_timeout_s=args.shutdown_timeout,
                         max_file_size=args.max_file_bytes)  # fmt: skip

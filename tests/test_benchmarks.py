@@ -172,3 +172,143 @@ def test_chatterbox_floor_counts_what_a_step_reads_and_a_pass_computes() -> None
     eight = least.floor(10**9, 10**6, 100, 1e11, 10.0, 100.0, streams=8, audio_s=8.0)
     assert eight["t3_s_per_audio_s"] == pytest.approx(25 * (1e9 + 8 * 2e8) / 1e10)
     assert eight["aggregate"] == pytest.approx(8 / (6.5 + 8.0))
+
+
+def test_frame_floor_arithmetic_on_round_numbers() -> None:
+    """frame_floor: a part's floor is its bytes at the read rate plus its FLOPs at the GEMM
+    rate; ratios per part and in total; the cache verdict compares a pass with its bytes read
+    from memory. Round numbers, so every value is exact in binary floating point or within
+    a relative 1e-12 (pytest.approx's default)."""
+    import frame_floor as ff
+
+    # 2e9 B at 10 GB/s = 200 ms; 3e9 FLOP at 100 GFLOP/s = 30 ms
+    part = ff.part_floor(2e9, 3e9, read_gbps=10.0, rate_gflops=100.0)
+    assert part["bytes_ms"] == pytest.approx(200.0) and part["flops_ms"] == pytest.approx(30.0)
+    assert part["floor_ms"] == pytest.approx(230.0)
+
+    floors = {"talker_step": {"floor_ms": 10.0}, "code_predictor": {"floor_ms": 20.0},
+              "decoder": {"floor_ms": 5.0}}  # fmt: skip
+    ours = {"talker_step": 15.0, "code_predictor": 60.0, "decoder": 20.0, "other": 5.0}
+    rows = ff.compare(ours, floors)
+    assert rows["talker_step"]["ratio"] == pytest.approx(1.5)
+    assert rows["code_predictor"]["ratio"] == pytest.approx(3.0)
+    assert rows["decoder"]["ratio"] == pytest.approx(4.0)
+    assert rows["other"] == {"ours_ms": 5.0, "floor_ms": 0.0, "ratio": None}
+    assert rows["total"]["ours_ms"] == pytest.approx(100.0)
+    assert rows["total"]["floor_ms"] == pytest.approx(35.0)
+    assert rows["total"]["ratio"] == pytest.approx(100 / 35)
+    assert "| decoder | 20.0 | 5.0 |" in ff.table(rows, floors)
+
+    # 79 MB a pass at 20 GB/s is 3.95 ms from memory: 2 ms is faster (cache), 5 ms is not
+    cached = ff.cache_verdict(79e6, 2.0, read_gbps=20.0)
+    assert cached["from_memory_ms"] == pytest.approx(3.95)
+    assert cached["effective_gbps"] == pytest.approx(39.5) and cached["faster_than_memory"]
+    assert not ff.cache_verdict(79e6, 5.0, read_gbps=20.0)["faster_than_memory"]
+
+
+def test_frame_floor_counts_the_decoder_flops_of_a_steady_chunk() -> None:
+    """The decoder's FLOPs per frame barely depend on the steady chunk's size: convolutions
+    cost the same per output sample, and the attention's keys are the window's history plus
+    the chunk's t frames, so only that term grows with t (under 1 % apart on the tiny codec:
+    8.56e6 vs 8.54e6 a frame; 2 % allows for it). The prefix must not be counted: it is
+    decoded outside the counter."""
+    import frame_floor as ff
+
+    from tts_core.models.qwen3_tts.codec import SpeechTokenizer
+
+    decoder = SpeechTokenizer.from_folder(TINY / "speech_tokenizer").decoder
+    with torch.inference_mode():
+        two, six = (ff.decoder_flops_per_frame(decoder, chunk) for chunk in (2, 6))
+    assert two > 0 and six > 0
+    assert abs(two - six) / six < 0.02
+
+
+def test_listener_playback_counts_stalls_on_synthetic_arrivals() -> None:
+    """The simulated player: starts at 250 ms buffered, plays at real time, stalls whenever it
+    holds nothing before the stream ended. Times and audio are multiples of 1/8 s (exact in
+    binary), so the sums compare exactly."""
+    from listeners_bench import percentile, playback, summarize
+
+    # audio arrives faster than real time: 0.125 s pieces every 0.0625 s -> never stalls
+    fast = [(0.5 + 0.0625 * i, 0.125) for i in range(8)]
+    heard = playback(fast)
+    assert heard["first_audio_s"] == 0.5 and heard["playback_start_s"] == 0.5625
+    assert heard["stalls"] == 0 and heard["stall_s"] == 0 and heard["audio_s"] == 1.0
+
+    # start at 1.0 s with 0.25 s held; the next piece comes 0.75 s later: 0.5 s stall; then
+    # 0.25 s at 2.0 (holding 0.25 from 1.75: no stall); then at 2.375 (0.125 s late: a stall)
+    slow = [(0.875, 0.125), (1.0, 0.125), (1.75, 0.25), (2.0, 0.25), (2.375, 0.125)]
+    heard = playback(slow)
+    assert heard["playback_start_s"] == 1.0
+    assert heard["stalls"] == 2 and heard["stall_s"] == 0.5 + 0.125
+
+    # running dry exactly as the next piece arrives is no stall
+    assert playback([(0.0, 0.25), (0.25, 0.25)])["stalls"] == 0
+    # a stream shorter than the buffer plays once it has ended: nothing to stall on
+    short = playback([(0.25, 0.125), (3.0, 0.0625)])
+    assert short["playback_start_s"] == 3.0 and short["stalls"] == 0
+    # a 0.5 s buffer starts at 1.75 holding 0.5 s: both later gaps (0.25, 0.375 s) are covered
+    assert playback(slow, buffer_s=0.5)["stalls"] == 0
+
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 95) == pytest.approx(4.8)
+    row = summarize([playback(fast), playback(slow)])
+    assert row["streams"] == 2 and row["stalled_share"] == 0.5 and row["stalls"] == 2
+    assert row["first_audio_p50_ms"] == pytest.approx(1000 * (0.5 + 0.875) / 2)
+
+
+def test_listeners_bench_serves_concurrent_listeners_through_the_real_app(tmp_path: Path) -> None:
+    """A smoke run on the tiny checkpoint (no figure): two listeners at once, every stream's
+    audio accounted, a row per listener count and the load averages written."""
+    out = tmp_path / "listeners.json"
+    command = [sys.executable, str(BENCH / "listeners_bench.py"), "--model", str(TINY),
+               "--listeners", "1", "2", "--rounds", "1", "--json", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert sorted(result["rows"]) == ["1", "2"] and result["load_average_before"]
+    assert [len(result["streams"][n]) for n in ("1", "2")] == [1, 2]
+    for stream in result["streams"]["2"]:
+        assert stream["audio_s"] > 0 and stream["first_audio_s"] <= stream["playback_start_s"]
+    assert "| 2 | 2 |" in done.stdout
+
+
+def test_decoder_ab_chunk_options_decode_the_same_stream(tmp_path: Path) -> None:
+    """decoder_ab's options are exact streaming: float32 chunks of 6, 12 and 24 frames and
+    torch's own convolutions give the audio of chunk 6 to float32 rounding. The error model:
+    each output sample passes ~20 layers, each rounding at ~6e-8 relative, so the difference
+    is ~1e-7 of the signal (measured 124-131 dB SNR, tiny and real size); 100 dB leaves 20x in
+    amplitude for other summation orders. Every option gets a time per frame."""
+    import argparse
+
+    import decoder_ab
+
+    args = argparse.Namespace(config=TINY, rounds=1, threads=1, no_bf16=True, only=[],
+                              profile=False)  # fmt: skip
+    rows = {row["option"]: row for row in decoder_ab.run(args)["rows"]}
+    assert set(rows) == {"float32 chunk 6", "float32 chunk 12", "float32 chunk 24",
+                         "float32 chunk 6, oneDNN off"}  # fmt: skip
+    assert rows["float32 chunk 6"]["max_abs_diff"] == 0.0
+    for row in rows.values():
+        assert row["snr_db"] > 100 and row["ms_per_frame"] > 0
+
+
+def test_frame_floor_runs_end_to_end_on_the_tiny_checkpoint(tmp_path: Path) -> None:
+    """A smoke run (no figure): the machine's rates, our frame's parts and the floor land in the
+    JSON, and each ratio is ours over the floor of the same row."""
+    out = tmp_path / "floor.json"
+    command = [sys.executable, str(BENCH / "frame_floor.py"), "--checkpoint", str(TINY),
+               "--frames", "6", "--size-mb", "16", "--repeats", "1", "--threads", "1",
+               "--json", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["rates"]["read_gbps"] > 0 and result["rates"]["gemm_gflops"]["float32"] > 0
+    rows = result["rows"]
+    assert set(rows) == {"talker_step", "code_predictor", "decoder", "other", "total"}
+    for part in ("talker_step", "code_predictor", "decoder", "total"):
+        row = rows[part]
+        assert row["ours_ms"] > 0 and row["floor_ms"] > 0
+        assert row["ratio"] == pytest.approx(row["ours_ms"] / row["floor_ms"])
+    assert result["code_predictor_cache"]["pass_bytes"] > 0
+    assert "| total |" in done.stdout

@@ -47,6 +47,13 @@ document.addEventListener('pointerdown', (e) => {
 pytestmark = pytest.mark.browser
 
 
+def use_upload(page) -> None:  # noqa: ANN001 - a Playwright Page
+    """Pick "Upload or record a clip" (the page starts on a built-in recording since issue 36)."""
+    page.click("#voice input")
+    page.get_by_role("option", name="Upload or record a clip", exact=True).click()
+    page.wait_for_selector("#reference", state="visible", timeout=BROWSER_HANG_MS)
+
+
 @pytest.fixture(scope="module")
 def browser_context(tmp_path_factory):
     profile = tmp_path_factory.mktemp("chromium-profile")  # fresh --user-data-dir
@@ -93,6 +100,7 @@ def test_page_streams_audio_that_plays_and_stats_update(app_server, browser_cont
     assert page.evaluate("MediaSource.isTypeSupported('audio/mp4; codecs=\"mp4a.40.2\"')"), (
         "this chromium cannot decode AAC, so HLS playback cannot be observed"
     )
+    use_upload(page)
     page.locator("#reference input[type=file]").set_input_files(
         str(ASSETS / "reference_male_en.wav")
     )

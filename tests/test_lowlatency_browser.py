@@ -52,6 +52,13 @@ LAST_RUN = (
 )
 
 
+def use_upload(page) -> None:  # noqa: ANN001 - a Playwright Page
+    """Pick "Upload or record a clip" (the page starts on a built-in recording since issue 36)."""
+    page.click("#voice input")
+    page.get_by_role("option", name="Upload or record a clip", exact=True).click()
+    page.wait_for_selector("#reference", state="visible", timeout=BROWSER_HANG_MS)
+
+
 @pytest.fixture(scope="module")
 def chromium_page(tmp_path_factory):
     profile = tmp_path_factory.mktemp("chromium-profile")
@@ -245,6 +252,7 @@ def test_uploaded_reference_clip_reaches_the_pcm_route(chromium_page, player_app
     url, slot = player_app
     page = chromium_page
     open_page(page, url)
+    use_upload(page)
     page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
     page.wait_for_selector("#reference audio, #reference [data-testid='waveform-controls']",
                            state="attached", timeout=BROWSER_HANG_MS)  # fmt: skip

@@ -55,6 +55,8 @@ def test_v1_formats_follow_the_native_rate(tmp_path):
     with serve(make_api(engine, tmp_path)) as url:
         for fmt in ("wav", "flac", "pcm"):
             body = {"input": "Hello", "voice": "alloy", "response_format": fmt}
+            if fmt == "wav":  # streamed (a WAV not asked to stream comes whole, sized)
+                body["stream_format"] = "audio"
             response = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60)
             assert response.status_code == 200, response.text[:200]
             assert response.headers["x-sample-rate"] == str(RATE)

@@ -68,6 +68,8 @@ def open_page(browser, url: str):  # noqa: ANN001, ANN201 - a playwright Page
         "() => window.__ttsLowLatency && window.__ttsStats", timeout=BROWSER_HANG_MS
     )
     page.fill("#text textarea", TEXT)
+    # these tests start from the upload entry (the page starts on a recording: issue 36)
+    pick_voice(page, UPLOAD_LABEL)
     return page
 
 
@@ -302,9 +304,28 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
         slot.report("loading")  # the page polls while the model loads
         page.wait_for_function(
             f"() => document.querySelector('{status}').textContent"
-            ".includes('The model is loading: loading the model into memory')",
+            ".includes('The model is loading: loading the model into memory (step 2 of 3)')",
             timeout=BROWSER_HANG_MS,
         )
+        assert page.locator(f"{status} progress").count() == 0  # no full bar for minutes
+        # and no Gradio progress timer shown over the line while it polls (issue 36: it
+        # flickered in front of the bar): Gradio adds its timer text on every poll, inside a
+        # wrap it keeps hidden ("hide", opacity 0) for a hidden-progress event; a shown one
+        # (no "hide") is recorded
+        page.evaluate("""(selector) => {
+            window.__overlays = [];
+            new MutationObserver((records) => { for (const r of records) for (const n of
+                r.addedNodes) { if (n.nodeType !== 1) continue;
+                  const wrap = n.closest('.wrap');
+                  if (/progress-text|eta-bar/.test(n.className || '') && wrap
+                      && !wrap.classList.contains('hide')) window.__overlays.push(n.className); } })
+              .observe(document.querySelector(selector), {subtree: true, childList: true});
+        }""", status)  # fmt: skip
+        ticks = []
+        page.on("request", lambda r: ticks.append(r.url) if "/run/predict" in r.url else None)
+        while len(ticks) < 3:  # three polls
+            page.wait_for_event("request", timeout=BROWSER_HANG_MS)
+        assert page.evaluate("() => window.__overlays") == []
         page.locator("#advanced").get_by_text("Advanced").first.click()
         assert not page.get_by_text(
             "Temperature", exact=True
@@ -567,3 +588,22 @@ def test_with_private_voices_a_browser_sees_and_uses_only_its_own(browser, priva
     finally:
         stranger_context.close()
     assert "mine-only" in voices.names()
+
+
+def test_a_clip_that_is_not_audio_is_refused_when_it_is_uploaded(browser, site, tmp_path):
+    """Issue 36: a non-audio upload was taken silently (an empty 0:00 player) until Generate
+    or Save; now it is refused at once, said in the line under the voice picker."""
+    url, engine, _ = site
+    page = open_page(browser, url)
+    junk = tmp_path / "notes.wav"
+    junk.write_bytes(b"these are my notes, not a recording " * 40)
+    page.set_input_files("#reference input[type=file]", str(junk))
+    page.locator("#voice-note").get_by_text("This clip was not taken").wait_for(
+        timeout=BROWSER_HANG_MS
+    )
+    assert "not audio" in page.text_content("#voice-note")
+    page.wait_for_selector("#reference audio", state="detached", timeout=BROWSER_HANG_MS)
+    page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))  # a good one is kept
+    page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)
+    page.wait_for_selector("#voice-note", state="hidden", timeout=BROWSER_HANG_MS)
+    page.close()

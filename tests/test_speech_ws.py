@@ -265,8 +265,20 @@ def qwen3(tmp_path_factory):
                                 max_batch=4)  # fmt: skip
     engine = FedRecordingEngine(backend, EngineConfig(max_queue=8))
     with guarded_server(api_app(engine, tmp_path_factory.mktemp("voices"))) as host:
+        # a 3.1 s clip (the built-in ones are 5.7-8.5 s since issue 36): its ICL prompt lets
+        # the row start while the text still arrives, as these tests observe
+        with SHORT_CLIP.open("rb") as clip:
+            made = httpx.post(f"http://{host}/v1/audio/voices", timeout=FAIL_AFTER_S,
+                              data={"name": SHORT_VOICE, "transcript": SHORT_TRANSCRIPT},
+                              files={"file": ("short.wav", clip, "audio/wav")})  # fmt: skip
+        assert made.status_code == 201, made.text
         yield host, engine, backend.scheduler
     backend.scheduler.close()
+
+
+SHORT_VOICE = "short-slt"
+SHORT_CLIP = Path(__file__).resolve().parents[1] / "assets" / "voices" / "arctic_slt_a0009.wav"
+SHORT_TRANSCRIPT = "He turned sharply, and faced Gregson across the table."
 
 
 @pytest.mark.parametrize("mode", ["word", "char", "random"])
@@ -274,7 +286,7 @@ def qwen3(tmp_path_factory):
 def test_fed_text_gives_the_bytes_of_the_whole_text(qwen3, clone: str, mode: str) -> None:
     host, engine, scheduler = qwen3
     text = ICL_TEXT if clone == "icl" else XVEC_TEXT
-    voice = {"voice": "alloy", "x_vector_only_mode": clone == "xvector"}
+    voice = {"voice": SHORT_VOICE, "x_vector_only_mode": clone == "xvector"}
     knobs = {"seed": 11, "temperature": 0.8, "top_k": 40}
     whole = post_pcm(host, {"input": text, **voice, **knobs})
     pieces = pieces_by(mode, text, random.Random(mode + clone))
@@ -616,3 +628,93 @@ def test_the_readme_client_example_runs(app_server) -> None:
     scope: dict = {}
     exec(code.replace("ws://127.0.0.1:7860", "ws://" + url.removeprefix("http://")), scope)  # noqa: S102
     assert len(scope["audio"]) > 2 * 24000 // 2  # some speech: more than half a second
+
+
+# ---------------------------------------------------------------- time held (issue #37 M2, M4)
+@contextmanager
+def bounded_ws(espeak_backend, tmp_path: Path, limits: StreamLimits) -> Iterator[tuple]:
+    """eSpeak behind the /v1 route with `limits`: (host, engine)."""
+    engine = FedRecordingEngine(espeak_backend, EngineConfig())
+    state = ServerState(slot=_slot(engine), voices=VoiceRegistry(tmp_path), config=ApiConfig())
+    router = APIRouter()
+    add_speech_stream_route(router, state, limits)
+    app = FastAPI()
+    app.include_router(router)
+    with guarded_server(app) as host:
+        yield host, engine
+
+
+def held_until_error(host: str, first: list[dict], repeated: dict, every_s: float) -> dict:
+    """Send `first`, then `repeated` every `every_s` from a second thread until the server
+    answers with its error (which the test waits for: an event) and closes."""
+    stop = threading.Event()
+    with open_ws(host) as ws:
+        for message in first:
+            ws.send(json.dumps(message))
+
+        def repeat() -> None:
+            while not stop.wait(every_s):
+                try:
+                    ws.send(json.dumps(repeated))
+                except ConnectionClosed:
+                    return
+
+        threading.Thread(target=repeat, daemon=True).start()
+        try:
+            error = json.loads(ws.recv(timeout=FAIL_AFTER_S))
+        finally:
+            stop.set()
+    return error
+
+
+@pytest.mark.parametrize(
+    ("first", "repeated"),
+    [([CONFIG, {"type": "input.text", "text": "Holding"}], {"type": "input.text", "text": ""}),
+     ([CONFIG], CONFIG)],
+    ids=["empty-pieces", "config-again"],
+)  # fmt: skip
+def test_messages_that_add_nothing_do_not_hold_a_session_open(
+    espeak_backend, tmp_path, first, repeated
+) -> None:
+    """An empty piece every 0.05 s (the slot held by the utterance's first word) or the same
+    session.config again and again (a connection held): neither renews the 1 s idle timeout,
+    so the session ends with 408 idle_timeout and the slot comes back (before the fix each
+    message renewed it: the socket and the slot were held forever)."""
+    limits = StreamLimits(idle_timeout_s=1.0)
+    with bounded_ws(espeak_backend, tmp_path, limits) as (host, engine):
+        error = held_until_error(host, first, repeated, every_s=0.05)
+        assert (error["status"], error["code"]) == (408, "idle_timeout"), error
+        until(lambda: engine.active_requests == 0, "the slot given back")
+
+
+def test_an_utterance_has_a_time_limit(espeak_backend, tmp_path) -> None:
+    """Real text every 0.05 s keeps the idle timer going, but an utterance holds its slot for
+    at most max_utterance_s from its first piece."""
+    limits = StreamLimits(max_utterance_s=1.0)
+    with bounded_ws(espeak_backend, tmp_path, limits) as (host, engine):
+        piece = {"type": "input.text", "text": "a"}
+        error = held_until_error(host, [CONFIG], piece, every_s=0.05)
+        assert (error["status"], error["code"]) == (408, "utterance_timeout"), error
+        until(lambda: engine.active_requests == 0, "the slot given back")
+
+
+def test_an_utterance_has_a_count_of_pieces(espeak_backend, tmp_path) -> None:
+    """Empty pieces count too: the sixth of at most five is a 413 (close 1009)."""
+    limits = StreamLimits(max_utterance_pieces=5)
+    with bounded_ws(espeak_backend, tmp_path, limits) as (host, engine):
+        pieces = [{"type": "input.text", "text": "Hi"}] + [{"type": "input.text", "text": ""}] * 5
+        error = refused(host, [CONFIG, *pieces], headers=None)
+        assert (error["status"], error["code"], error["close_code"]) == (
+            413, "too_many_pieces", 1009)  # fmt: skip
+        until(lambda: engine.active_requests == 0, "the slot given back")
+
+
+def test_a_session_has_a_time_limit(espeak_backend, tmp_path) -> None:
+    """Real text every 0.05 s, within the utterance's own limit: the session still ends at
+    max_session_s."""
+    limits = StreamLimits(max_session_s=1.0)
+    with bounded_ws(espeak_backend, tmp_path, limits) as (host, engine):
+        piece = {"type": "input.text", "text": "a"}
+        error = held_until_error(host, [CONFIG], piece, every_s=0.05)
+        assert (error["status"], error["code"]) == (408, "session_timeout"), error
+        until(lambda: engine.active_requests == 0, "the slot given back")

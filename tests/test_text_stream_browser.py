@@ -99,6 +99,9 @@ def page(qwen3_site, tmp_path_factory):
         page.wait_for_function("() => window.__ttsLowLatency && window.__ttsStats",
                                timeout=BROWSER_HANG_MS)  # fmt: skip
         page.fill("#text textarea", WORDS)
+        page.click("#voice input")  # the page starts on a built-in recording (issue 36)
+        page.get_by_role("option", name="Upload or record a clip", exact=True).click()
+        page.wait_for_selector("#reference", state="visible", timeout=BROWSER_HANG_MS)
         page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
         page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)
         yield page

@@ -1,8 +1,12 @@
 """tts_core: streaming voice-cloning TTS engine.
 
 Public API (imported lazily, so `import tts_core` stays cheap and free of side effects):
-    load_model(name_or_path, device="cpu", dtype=torch.float32) -> Qwen3TTSModel or
-        VoxCPMModel, chosen by the checkpoint's config.json (tts_core.models.registry)
+    load_model(name_or_path, device="cpu", dtype=torch.float32) -> Qwen3TTSModel,
+        VoxCPMModel, ChatterboxTurboModel or ChatterboxEnglishModel, chosen by the checkpoint's
+        files (tts_core.models.registry); every one takes the same calls (models/contract.py):
+        voice = model.create_voice(audio, sr, ref_text=None)  # or create_voice("clip.wav")
+        stream = model.stream(text, voice, seed=None, <knob>=...)  # stream.seed: the seed used
+        result = model.generate(text, voice, seed=None, <knob>=...)  # result.seed
     Qwen3TTSModel, Voice, AudioChunk, GenerationResult (Qwen3-TTS's)
 """
 

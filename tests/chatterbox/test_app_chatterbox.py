@@ -74,3 +74,21 @@ def test_the_page_shows_turbos_knobs_only(client) -> None:
         assert shown[label], label
     for label in ("Guidance (CFG value)", "Min-p", "Exaggeration", "CFG weight"):
         assert not shown[label], label
+
+
+def test_every_built_in_voice_speaks_through_the_api(client) -> None:
+    """Issue 36: all 13 built-in clips were 2.8-4.0 s and Turbo refuses 5 s or less, so every
+    named voice (gradio_client, /v1) answered "must be longer than 5 s"; now each fits."""
+    import httpx
+
+    url = client.src.rstrip("/")
+    listed = httpx.get(f"{url}/v1/audio/voices", timeout=30).json()
+    assert listed["reference"]["min_seconds"] == 5.0 and listed["reference"]["min_exclusive"]
+    assert all(voice["fits_model"] for voice in listed["data"]), listed["data"]
+    for name in ("arctic-slt", "arctic-awb", "alloy"):
+        path, stats = client.predict(text=TEXT, voice=name, api_name="/synthesize_full",
+                                     **UNMARKED)  # fmt: skip
+        assert sf.info(path).frames > 0 and stats["done"], name
+    speech = httpx.post(f"{url}/v1/audio/speech", timeout=120, json={
+        "model": "tts-1", "input": TEXT, "voice": "nova", "response_format": "pcm"})  # fmt: skip
+    assert speech.status_code == 200 and len(speech.content) > 0, speech.text[:300]

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.backend import BackendChunk, ReferenceNeeds, SynthesisParams, Voice
 from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
 from ..engine.knobs import Knob, sampling_knobs
@@ -59,6 +58,10 @@ KNOBS = (
     WATERMARK_KNOB,
 )  # fmt: skip
 
+# Turbo's shortest reference (exclusive): the official's assert, which
+# models/chatterbox/cloning.MIN_SECONDS makes (not imported here: that module loads torch)
+TURBO_MIN_REFERENCE_S = 5.0
+
 DESCRIPTION = (
     "Chatterbox Turbo voice cloning from the reference clip alone (longer than 5 s; a "
     "transcript is not used). With no clip it speaks in the checkpoint's built-in voice. Audio "
@@ -71,7 +74,18 @@ class ChatterboxBackend:
     name = "chatterbox"
     can_clone = True
     needs_reference = False  # the built-in voice speaks without a clip
-    reads_transcript = False  # clones from the clip alone: the page hides the transcript box
+    # clones from the clip alone (the page hides the transcript box); Turbo refuses a clip of
+    # 5 s or less (the official's assert, models/chatterbox/cloning.py); S3Gen reads its first
+    # 10 s at 24 kHz, the tokenizer 16 kHz
+    reference = ReferenceNeeds(
+        sample_rate=24_000,
+        min_seconds=TURBO_MIN_REFERENCE_S,
+        min_exclusive=True,
+        max_seconds=None,
+        transcript="ignored",
+        best_seconds=(6.0, 10.0),
+    )
+    reads_transcript = reference.transcript == "used"
     description = DESCRIPTION
     knobs = KNOBS
     capabilities = Capabilities(reads_language=False)  # English: the page hides the language
@@ -166,7 +180,7 @@ class ChatterboxBackend:
     def stream(
         self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
     ) -> Iterator[BackendChunk]:
-        seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
+        seed = params.seed  # drawn by the engine where the request had none (Engine.prepare)
         values = {**self.sampling_defaults(), **params.values_of(self.knobs)}
         chunking = StreamChunking(first_tokens=values["first_chunk_tokens"],
                                   chunk_tokens=values["chunk_tokens"])  # fmt: skip

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.backend import ReferenceNeeds
 from ..engine.knobs import Knob, sampling_knobs
 from .chatterbox import KNOBS as TURBO_KNOBS
 from .chatterbox import WATERMARK_KNOB, ChatterboxBackend
@@ -51,6 +52,10 @@ class ChatterboxEnglishBackend(ChatterboxBackend):
     scheduler (EnglishScheduler) and its knobs."""
 
     name = "chatterbox-english"
+    # no shortest clip (the English model's prepare_conditionals asserts none); T3 reads the
+    # first 6 s, S3Gen the first 10 s
+    reference = ReferenceNeeds(sample_rate=24_000, transcript="ignored", best_seconds=(6.0, 10.0))
+    reads_transcript = False
     description = DESCRIPTION
     knobs = KNOBS
 

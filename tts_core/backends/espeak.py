@@ -21,7 +21,7 @@ import numpy as np
 import soxr
 
 from ..audio import SAMPLE_RATE
-from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.backend import BackendChunk, ReferenceNeeds, SynthesisParams, Voice
 from ..engine.capabilities import Capabilities
 from ..engine.handoff import Handoff, run_on_thread
 from .espeak_lib import PARAM_PITCH, PARAM_RANGE, PARAM_RATE, EspeakLibrary, get_library
@@ -49,6 +49,9 @@ class EspeakBackend:
     name = "espeak"
     can_clone = False
     needs_reference = False
+    # the pitch, its range and the rate are measured from the clip (the transcript, when given,
+    # counts its syllables for the rate)
+    reference = ReferenceNeeds(sample_rate=24_000, transcript="used")
     sample_rate = SAMPLE_RATE
     frame_samples = 1920  # chunk sizes are counted in 80 ms frames, as for the neural model
     description = DESCRIPTION

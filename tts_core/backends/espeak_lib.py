@@ -2,7 +2,8 @@
 
 eSpeak NG keeps global state (voice, parameters, one callback) and is not thread-safe, so one
 process-wide lock serializes every call. `synthesize` runs one phrase and hands each short
-buffer to `on_audio` the moment the library produces it (on the calling thread).
+buffer to `on_audio` the moment the library produces it (on the calling thread). Each synthesis
+starts from the waveform generator's fresh state, so one text always gives the same samples.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import threading
 from collections.abc import Callable
 
 import numpy as np
+
+from .espeak_state import WavegenState
 
 AUDIO_OUTPUT_SYNCHRONOUS = 2  # espeak_AUDIO_OUTPUT: synth calls block and use the callback
 POS_CHARACTER = 1
@@ -36,13 +39,15 @@ class EspeakLibrary:
         import espeakng_loader  # deferred: no library loading at import time
 
         self.lock = threading.Lock()
-        self._lib = ctypes.CDLL(espeakng_loader.get_library_path())
+        self.path = espeakng_loader.get_library_path()
+        self._lib = ctypes.CDLL(self.path)
         self._declare()
         data = espeakng_loader.get_data_path().encode()
         rate = self._lib.espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, BUFFER_MS, data, 0)
         if rate <= 0:
             raise EspeakError(f"espeak_Initialize failed ({rate})")
         self.sample_rate = int(rate)  # 22050 for the bundled voices
+        self.wavegen = WavegenState(self._lib, self.path)  # snapshot now: no synthesis has run yet
         self._sink: Callable[[np.ndarray], bool] | None = None
         self._callback = _Callback(self._on_buffer)  # kept referenced: C holds the pointer
         self._lib.espeak_SetSynthCallback(self._callback)
@@ -83,6 +88,7 @@ class EspeakLibrary:
                 raise EspeakError(f"eSpeak NG has no voice '{voice}'")
             for parameter, value in settings.items():
                 self._lib.espeak_SetParameter(parameter, int(value), 0)
+            self.wavegen.restore()  # same text and settings -> same samples (see espeak_state)
             self._sink = on_audio
             try:
                 flags = CHARS_UTF8 | ENDPAUSE

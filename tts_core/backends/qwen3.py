@@ -22,7 +22,14 @@ from typing import Any
 import numpy as np
 
 from ..audio import SAMPLE_RATE
-from ..engine.backend import CANCEL_POLL_S, BackendChunk, SynthesisParams, TextInlet, Voice
+from ..engine.backend import (
+    CANCEL_POLL_S,
+    BackendChunk,
+    ReferenceNeeds,
+    SynthesisParams,
+    TextInlet,
+    Voice,
+)
 from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
 from ..engine.knobs import sampling_knobs
@@ -89,6 +96,8 @@ class Qwen3Backend:
     name = "qwen3"
     can_clone = True
     needs_reference = True
+    # the transcript makes the closest clone (ICL); without it the speaker embedding alone
+    reference = ReferenceNeeds(sample_rate=24_000, transcript="used")
     description = DESCRIPTION
     knobs = KNOBS
     # stream_fed: speaks while the text arrives; one exact stateful decoder pass: no crossfade

@@ -14,7 +14,16 @@ this app's server gives; a server without it is taken for Qwen3-TTS: 24 kHz, 192
 frames). Its errors become ours: 4xx -> InputError naming our field, 503 (busy, or its model
 still loading) -> EngineBusy with the remote's Retry-After, which the engine passes on as it is
 (our routes' 503 `engine_busy` with Retry-After, as our own admission's), anything else or no
-answer -> BackendError saying which server failed and how. A cancelled request closes its connection: the remote stops too.
+answer -> BackendError saying which server failed and how. A cancelled request closes its
+connection: the remote stops too.
+
+A remote is trusted for nothing it says (issue #37 M8, L1): every body is read with a byte
+bound (a model list, an error's message, an SSE line: MAX_*_BYTES; compression is declined), a
+200 must carry audio (`audio/*` or octet-stream; `text/event-stream` for SSE), a request's
+audio stops at `max_audio_s(text)` (BackendError past it), and the remote's numbers are
+checked or clamped: a sample rate and frame outside sane ranges refuse the remote at start,
+its `max_concurrent` becomes at most MAX_CONCURRENT places in our line, its Retry-After at
+most MAX_RETRY_AFTER_S.
 """
 
 from __future__ import annotations
@@ -46,6 +55,17 @@ FIELDS = {"input": "text", "ref_audio": "reference", "ref_text": "reference_text
           "voice": "reference"}  # the remote's names of our engine's fields  # fmt: skip
 STREAM_FORMATS = ("audio", "sse")
 SCALE = 32767.0  # int16 <-> float as tts_core.audio.to_int16: round(x * 32767)
+MAX_LISTING_BYTES = 1 << 20  # GET /models: a few KB for a real server
+MAX_ERROR_BYTES = 64 << 10  # an error's body: its message is cut to this much
+MAX_SSE_LINE_BYTES = 4 << 20  # one `data:` line: base64 of ~65 s of 24 kHz int16 audio
+MAX_CONCURRENT = 64  # places in our line for the remote's, whatever it says
+MAX_RETRY_AFTER_S = 300
+SAMPLE_RATES = (8_000, 192_000)  # the remote's rate must lie in this range (Hz)
+FRAME_MS = (1.0, 10_000.0)  # and its frame (ms)
+# audio per request: speech runs at ~15 characters a second; 1 s a character is far past any
+# voice, and a short text still gets MIN_AUDIO_S
+AUDIO_S_PER_CHAR = 1.0
+MIN_AUDIO_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -62,22 +82,44 @@ class RemoteInfo:
     defaults: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_models(cls, listing: dict[str, Any]) -> RemoteInfo:
-        entries = listing.get("data") or [{}]
+    def from_models(cls, listing: object) -> RemoteInfo:
+        """The listing's model; ValueError naming the field when a number is out of range."""
+        entries = (listing.get("data") if isinstance(listing, dict) else None) or [{}]
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise ValueError("'data' is not a list of models")
         entry = next((e for e in entries if "info" in e), entries[-1])
         info = entry.get("info") or {}
-        rate = int(info.get("sample_rate", SAMPLE_RATE))
+        if not isinstance(info, dict):
+            raise ValueError("'info' is not an object")
+        rate = _number(info, "sample_rate", SAMPLE_RATE, SAMPLE_RATES, whole=True)
         frame = info.get("frame_ms")
+        frame_ms = None if frame is None else _number(info, "frame_ms", 0, FRAME_MS)
+        concurrent = _number(info, "max_concurrent", 8, (1, float("inf")), whole=True)
+        defaults = info.get("sampling_defaults") or {}
         return cls(
             model=str(entry.get("served_model") or entry.get("id") or "remote"),
             backend=str(info.get("backend", "remote")),
-            sample_rate=rate,
-            frame_samples=round(frame * rate / 1000) if frame else QWEN3_FRAME_SAMPLES,
+            sample_rate=int(rate),
+            frame_samples=max(1, round(frame_ms * rate / 1000))
+            if frame_ms
+            else QWEN3_FRAME_SAMPLES,
             needs_reference=bool(info.get("needs_reference", True)),
-            max_concurrent=int(info.get("max_concurrent", 8)),
-            description=str(info.get("description", "")),
-            defaults=dict(info.get("sampling_defaults") or {}),
+            max_concurrent=int(min(concurrent, MAX_CONCURRENT)),
+            description=str(info.get("description", ""))[:1000],
+            defaults=dict(defaults) if isinstance(defaults, dict) else {},
         )
+
+
+def _number(info: dict, name: str, default: float, bounds: tuple[float, float],
+            whole: bool = False) -> float:  # fmt: skip
+    """info[name] (or `default`) as a number within `bounds`; ValueError naming it if not."""
+    value = info.get(name, default)
+    low, high = bounds
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or (whole and value != int(value)) or not low <= value <= high):  # fmt: skip
+        kind = "a whole number" if whole else "a number"
+        raise ValueError(f"'{name}' must be {kind} from {low:g} to {high:g}, not {value!r}")
+    return value
 
 
 class RemoteBackend:
@@ -88,7 +130,8 @@ class RemoteBackend:
     device = "remote"
 
     def __init__(self, base_url: str, info: RemoteInfo, client: httpx.Client,
-                 stream_format: str = "audio") -> None:  # fmt: skip
+                 stream_format: str = "audio",
+                 audio_s_per_char: float = AUDIO_S_PER_CHAR) -> None:  # fmt: skip
         if stream_format not in STREAM_FORMATS:
             raise ValueError(
                 f"stream_format must be one of {STREAM_FORMATS}, not {stream_format!r}"
@@ -97,6 +140,7 @@ class RemoteBackend:
         self.info = info
         self.client = client
         self.stream_format = stream_format
+        self.audio_s_per_char = audio_s_per_char
         self.model_name = f"{info.model} at {base_url}"
         self.sample_rate = info.sample_rate
         self.frame_samples = info.frame_samples
@@ -112,13 +156,22 @@ class RemoteBackend:
         reached or gives no model list."""
         base = base_url.rstrip("/")
         key = api_key or os.environ.get("TTS_REMOTE_API_KEY")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        headers = {"Accept-Encoding": "identity"}  # bodies are read by the byte: no inflating
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
         timeout = httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
         client = httpx.Client(headers=headers, timeout=timeout)
-        with remote_errors(base):
-            response = client.get(f"{base}/models")
+        with remote_errors(base), client.stream("GET", f"{base}/models") as response:
             _raise_for(response, base)
-            info = RemoteInfo.from_models(response.json())
+            listing = _read_bounded(response, MAX_LISTING_BYTES)
+            if listing is None:
+                raise BackendError(f"The remote server {base} sent a model list of more than "
+                                   f"{MAX_LISTING_BYTES} bytes.")  # fmt: skip
+            try:
+                info = RemoteInfo.from_models(json.loads(listing))
+            except ValueError as exc:  # JSON's errors are ValueErrors too
+                raise BackendError(f"The remote server {base} gave an unusable model list: "
+                                   f"{str(exc)[:200]}") from None  # fmt: skip
         fmt = stream_format or os.environ.get("TTS_REMOTE_STREAM_FORMAT", "audio")
         return cls(base, info, client, fmt)
 
@@ -137,15 +190,26 @@ class RemoteBackend:
             self.name, (url, reference_text), {"mode": mode, "transcript": bool(reference_text)}
         )
 
+    def max_audio_s(self, text: str) -> float:
+        """The most audio one request for `text` may bring back (see AUDIO_S_PER_CHAR)."""
+        return max(MIN_AUDIO_S, len(text) * self.audio_s_per_char)
+
     def stream(self, text: str, voice: Voice, params: SynthesisParams,
                cancel: threading.Event) -> Iterator[BackendChunk]:  # fmt: skip
         body = self._body(text, voice, params)
+        limit_s = self.max_audio_s(text)
+        left = int(limit_s * self.sample_rate)  # samples this request may still bring
         with remote_errors(self.base_url):
             with self.client.stream("POST", f"{self.base_url}/audio/speech", json=body) as answer:
                 _raise_for(answer, self.base_url)
-                self._check_rate(answer)
+                self._check_answer(answer)
                 pieces = _sse_pcm(answer) if self.stream_format == "sse" else _raw_pcm(answer)
                 for pcm in pieces:
+                    left -= len(pcm)
+                    if left < 0:
+                        raise BackendError(f"The remote server {self.base_url} sent more than "
+                                           f"{limit_s:g} s of audio for {len(text)} characters; "
+                                           "stopped there.")  # fmt: skip
                     yield BackendChunk(pcm.astype(np.float32) / np.float32(SCALE))
                     if cancel.is_set():
                         return  # leaving the block closes the connection: the remote stops
@@ -163,12 +227,35 @@ class RemoteBackend:
                 body["x_vector_only_mode"] = True
         return body
 
-    def _check_rate(self, answer: httpx.Response) -> None:
+    def _check_answer(self, answer: httpx.Response) -> None:
+        """A 200 carries the audio asked for, at the rate the remote said at start."""
+        media = answer.headers.get("content-type", "").split(";")[0].strip().lower()
+        sse = self.stream_format == "sse"
+        if (media != "text/event-stream") if sse else not _is_audio(media):
+            wanted = "text/event-stream" if sse else "audio"
+            raise BackendError(f"The remote server {self.base_url} answered "
+                               f"{media[:100] or 'no content type'}, not {wanted}.")  # fmt: skip
         said = answer.headers.get("x-sample-rate")
-        if said is not None and int(said) != self.sample_rate:
+        if said is not None and (not said.isdigit() or int(said[:7]) != self.sample_rate):
             raise BackendError(f"The remote server {self.base_url} now answers at {said} Hz, "
                                f"not the {self.sample_rate} Hz it said at start; restart this "
                                "server.")  # fmt: skip
+
+
+def _is_audio(media: str) -> bool:
+    """A raw-PCM answer's content type: audio/*, octet-stream, or none said."""
+    return media in ("", "application/octet-stream") or media.startswith("audio/")
+
+
+def _read_bounded(response: httpx.Response, limit: int) -> bytes | None:
+    """At most `limit` bytes of the body (as sent: compression was declined); None when it
+    has more (the rest is not read: closing the response drops the connection)."""
+    body = bytearray()
+    for data in response.iter_raw():
+        body += data
+        if len(body) > limit:
+            return None
+    return bytes(body)
 
 
 @contextmanager
@@ -189,21 +276,33 @@ def _raise_for(response: httpx.Response, base_url: str) -> None:
     else BackendError. The remote's message is kept (it is written for the user too)."""
     if response.status_code == 200:
         return
-    response.read()
+    body = _read_bounded(response, MAX_ERROR_BYTES)
     try:
-        error = response.json().get("error") or {}
-        message, param = str(error.get("message") or error), error.get("param")
+        if body is None:
+            raise ValueError("cut")
+        error = json.loads(body).get("error") or {}
+        message, param = str(error.get("message") or error)[:1000], error.get("param")
     except (ValueError, AttributeError):
-        message, param = response.text[:300], None
+        text = "(more than 64 KB)" if body is None else body[:300].decode("utf-8", "replace")
+        message, param = text, None
+    if not isinstance(param, str | None):
+        param = None
     status = response.status_code
     if status == 503:
-        retry = response.headers.get("retry-after", "5")
-        raise EngineBusy(
-            f"The remote server is busy: {message}", int(retry) if retry.isdigit() else 5
-        )
+        raise EngineBusy(f"The remote server is busy: {message}",
+                         _retry_after(response.headers.get("retry-after", "")))  # fmt: skip
     if 400 <= status < 500 and status not in (401, 403):
         raise InputError(message, FIELDS.get(param, param))
     raise BackendError(f"The remote server {base_url} answered {status}: {message}")
+
+
+def _retry_after(said: str) -> int:
+    """The remote's Retry-After in whole seconds, 1 to MAX_RETRY_AFTER_S (5 when unsaid or
+    not a number of seconds: an HTTP date is not worth trusting a remote's clock for)."""
+    said = said.strip()
+    if not said.isdigit():
+        return 5
+    return max(1, min(MAX_RETRY_AFTER_S, int(said[:6])))
 
 
 def _raw_pcm(answer: httpx.Response) -> Iterator[np.ndarray]:
@@ -223,19 +322,49 @@ def _raw_pcm(answer: httpx.Response) -> Iterator[np.ndarray]:
 def _sse_pcm(answer: httpx.Response) -> Iterator[np.ndarray]:
     """int16 samples of speech.audio.delta events; speech.audio.error -> BackendError; a
     stream that ends without speech.audio.done was cut off (BackendError)."""
-    for line in answer.iter_lines():
-        if not line.startswith("data:"):
+    for line in _bounded_lines(answer, MAX_SSE_LINE_BYTES):
+        if not line.startswith(b"data:"):
             continue  # event: names, comments, blank separators
-        event = json.loads(line[5:].strip())
+        try:
+            event = json.loads(line[5:].strip())
+        except ValueError:
+            raise BackendError("The remote server sent an event that is not JSON.") from None
+        if not isinstance(event, dict):
+            raise BackendError("The remote server sent an event that is not a JSON object.")
         kind = event.get("type")
         if kind == "speech.audio.delta":
-            yield np.frombuffer(base64.b64decode(event["audio"]), dtype="<i2")
+            yield _delta_pcm(event.get("audio"))
         elif kind == "speech.audio.done":
             return
         elif kind in ("speech.audio.error", "error"):
             error = event.get("error") or {}
             raise BackendError(f"The remote server failed: {error.get('message', error)}")
     raise BackendError("The remote server's event stream ended before speech.audio.done.")
+
+
+def _delta_pcm(audio: object) -> np.ndarray:
+    """A delta event's base64 int16 samples (BackendError when they are not)."""
+    try:
+        data = base64.b64decode(audio, validate=True)  # type: ignore[arg-type]
+        return np.frombuffer(data, dtype="<i2")
+    except (TypeError, ValueError):  # binascii.Error is a ValueError; so is an odd length
+        raise BackendError("The remote server sent an audio event without int16 audio.") from None
+
+
+def _bounded_lines(answer: httpx.Response, limit: int) -> Iterator[bytes]:
+    """The body's lines (ends: LF or CRLF), each at most `limit` bytes (BackendError past it,
+    without reading on)."""
+    rest = b""
+    for data in answer.iter_raw():
+        lines = (rest + data).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            yield line.removesuffix(b"\r")
+        if len(rest) > limit:
+            raise BackendError(f"The remote server sent an event line of more than {limit} "
+                               "bytes.")  # fmt: skip
+    if rest:
+        yield rest
 
 
 def _float_wav(audio: np.ndarray) -> bytes:

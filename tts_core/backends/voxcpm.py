@@ -15,8 +15,8 @@ to wait on). The audio is the whole text's; the first audio comes after done.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import secrets
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..audio import SAMPLE_RATE
-from ..engine.backend import BackendChunk, SynthesisParams, Voice
+from ..engine.backend import BackendChunk, ReferenceNeeds, SynthesisParams, Voice
 from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
 from ..engine.knobs import Knob
@@ -50,10 +50,25 @@ DESCRIPTION = (
 )
 
 
+SPEAKING_ROOM = 0.25  # of the model's positions kept free of the reference: text and speech
+
+
+def reference_needs_of(model: Any) -> ReferenceNeeds:
+    """VoxCPMBackend.reference for a loaded model: its caches hold max_length positions, and a
+    clip with its transcript takes two patches' positions per patch of audio (the reference and
+    the continuation prompt); the longest clip leaves SPEAKING_ROOM of them. The release: 8192
+    positions at 6.25 patches/s (hundreds of seconds); a tiny test checkpoint: ~2.8 s."""
+    patches_per_s = model.vae.sample_rate / (model.patch_size * model.vae.hop_length)
+    longest = (1 - SPEAKING_ROOM) * model.config.max_length / (2 * patches_per_s)
+    return dataclasses.replace(VoxCPMBackend.reference, max_seconds=round(longest, 2))
+
+
 class VoxCPMBackend:
     name = "voxcpm"
     can_clone = True
     needs_reference = False  # zero-shot without a clip
+    # with its transcript the clip is continued (closest clone); the AudioVAE encodes at 16 kHz
+    reference = ReferenceNeeds(sample_rate=16_000, transcript="used")
     description = DESCRIPTION
     knobs = KNOBS
     # the language follows the text (the page hides its dropdown); text in pieces: buffered
@@ -72,6 +87,7 @@ class VoxCPMBackend:
         self.sample_rate = int(model.sample_rate)
         self.frame_samples = int(model.patch_size * model.vae.decode_hop_length)  # per patch
         self.weight_format = str(model.net.dtype).removeprefix("torch.")
+        self.reference = reference_needs_of(model)
         self.scheduler = VoxCPMScheduler(model, max_batch=max_batch)  # thread starts on first use
         self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
 
@@ -140,7 +156,7 @@ class VoxCPMBackend:
         """Patches decoded `first_chunk_frames` then `chunk_frames` at a time; a Stop frees the
         row at the scheduler's next step (after the patch in progress). `language` and the
         sampling knobs are ignored."""
-        seed = params.seed if params.seed is not None else secrets.randbelow(2**31)
+        seed = params.seed  # drawn by the engine where the request had none (Engine.prepare)
         try:
             chunks = self.scheduler.submit(
                 text,

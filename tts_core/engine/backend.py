@@ -80,6 +80,63 @@ class Notice:
     details: str  # the exception, folded away in the page
 
 
+TRANSCRIPT_USES = ("used", "ignored")  # what a backend does with a reference's transcript
+
+
+@dataclass(frozen=True)
+class ReferenceNeeds:
+    """What a backend asks of a reference clip, declared once on its class (`reference`): the
+    page's voice picker, examples and upload label, and `GET /v1/audio/voices`, follow it.
+
+    Any clip rate is accepted (the engine decodes to 24 kHz mono and the model resamples to
+    `sample_rate`); a clip longer than the engine's `Limits.max_reference_s` is cut."""
+
+    sample_rate: int = 24_000  # the rate the model reads the clip at
+    min_seconds: float = 0.0  # shorter clips are refused (`min_exclusive`: this long, too)
+    min_exclusive: bool = False
+    max_seconds: float | None = None  # longest clip the model holds with room to speak (None:
+    # no limit of its own; the engine cuts at Limits.max_reference_s)
+    transcript: str = "used"  # "used" (optional, closer clone) or "ignored"
+    best_seconds: tuple[float, float] = (3.0, 10.0)  # what clips work best, for the label
+
+    def __post_init__(self) -> None:
+        if self.transcript not in TRANSCRIPT_USES or self.min_seconds < 0:
+            raise ValueError(f"transcript must be one of {TRANSCRIPT_USES}; min_seconds >= 0")
+
+    def fits(self, seconds: float) -> bool:
+        """Whether a clip this long can serve the model."""
+        return self.why_not(seconds) is None
+
+    def why_not(self, seconds: float) -> str | None:
+        """Why a clip this long cannot serve the model (None: it can)."""
+        short = seconds <= self.min_seconds if self.min_exclusive else seconds < self.min_seconds
+        if short:
+            than = "longer than" if self.min_exclusive else "at least"
+            return (f"this model needs a clip {than} {self.min_seconds:g} s (this one is "
+                    f"{seconds:.1f} s)")  # fmt: skip
+        if self.max_seconds is not None and seconds > self.max_seconds:
+            return (f"this model holds at most {self.max_seconds:.1f} s of reference (this one "
+                    f"is {seconds:.1f} s)")  # fmt: skip
+        return None
+
+    def length_text(self) -> str:
+        """'3-10 s of speech', 'more than 5 s of speech (6-10 s work best)'."""
+        low, high = self.best_seconds
+        if self.min_seconds <= 0:
+            return f"{low:g}-{high:g} s of speech"
+        than = "more than" if self.min_exclusive else "at least"
+        return f"{than} {self.min_seconds:g} s of speech ({low:g}-{high:g} s work best)"
+
+    def as_json(self, needs_reference: bool) -> dict[str, Any]:
+        return {"required": needs_reference, "min_seconds": self.min_seconds,
+                "min_exclusive": self.min_exclusive, "max_seconds": self.max_seconds,
+                "best_seconds": list(self.best_seconds), "transcript": self.transcript,
+                "sample_rate": self.sample_rate}  # fmt: skip
+
+
+DEFAULT_REFERENCE = ReferenceNeeds()
+
+
 @dataclass
 class Voice:
     """A backend-specific voice, built once per reference clip and cached by the engine."""
@@ -141,8 +198,9 @@ class Backend(Protocol):
         model's own); empty for a backend without knobs."""
         ...
 
-    # Optional: `reads_transcript = False` for a backend that clones from the clip alone
-    # (Chatterbox): the page hides the reference's transcript box (`reads_transcript()`).
+    # Optional: `reference = ReferenceNeeds(...)`: what it asks of a clip (reference_needs()).
+    # (a declared transcript "ignored" (Chatterbox) hides the page's transcript box:
+    # `reads_transcript()`; a backend without the declaration may say `reads_transcript`).
     # Optional: text that arrives in pieces (Engine.open_fed). A backend with
     # `capabilities.takes_text_pieces` also has
     #     stream_fed(text: TextInlet, voice, params, cancel) -> Iterator[BackendChunk]
@@ -264,6 +322,18 @@ class TextInlet:
 
 
 def reads_transcript(backend: object | None) -> bool:
-    """Whether `backend` uses a reference clip's transcript (default True; None: not loaded
-    yet, so the page keeps the box)."""
-    return bool(getattr(backend, "reads_transcript", True))
+    """Whether `backend` uses a reference clip's transcript (None: not loaded yet, so the page
+    keeps the box): its `reads_transcript` attribute where it has one (Chatterbox's is made
+    from its declaration), else its declared `reference.transcript`, else True."""
+    said = getattr(backend, "reads_transcript", None)
+    if said is not None:
+        return bool(said)
+    needs = getattr(backend, "reference", None)
+    return needs.transcript == "used" if isinstance(needs, ReferenceNeeds) else True
+
+
+def reference_needs(backend: object | None) -> ReferenceNeeds:
+    """What `backend` asks of a reference clip (its `reference`; DEFAULT_REFERENCE for one that
+    declares none, or None: not loaded yet)."""
+    needs = getattr(backend, "reference", None)
+    return needs if isinstance(needs, ReferenceNeeds) else DEFAULT_REFERENCE

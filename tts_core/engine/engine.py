@@ -24,7 +24,7 @@ from .admission import Admission, Ticket
 from .backend import Backend, BackendChunk, Notice, TextInlet, Voice, reads_transcript
 from .errors import BackendError, EngineBusy, InputError
 from .knobs import backend_knobs
-from .requests import EngineConfig, ModelVoice, Prepared, SynthesisRequest
+from .requests import EngineConfig, ModelVoice, Prepared, SynthesisRequest, seeded
 from .stats import RequestStats
 from .streams import EngineStream, FedStream, StreamEvent
 from .validation import check_params, clean_reference_text, clean_text, prepare_reference
@@ -105,7 +105,7 @@ class Engine:
 
     def _prepare(self, text: str | TextInlet, request: SynthesisRequest) -> Prepared:
         limits = self.config.limits
-        params = check_params(request.params, limits, backend_knobs(self.backend))
+        params = seeded(check_params(request.params, limits, backend_knobs(self.backend)))
         reference, ref_text, notices = self._reference(request.reference, request.reference_text)
         if request.model_voice is not None:  # built now: a refusal is the request's 400
             if reference is not None:
@@ -169,6 +169,7 @@ class Engine:
         stats = RequestStats(b.name, b.model_name, b.device, self.sample_rate,
                              b.weight_format)  # fmt: skip
         stats.notices += ([self.notice] if self.notice else []) + job.notices
+        stats.seed = job.params.seed
         try:
             if not ticket.wait_turn(cancel):
                 yield self._cancelled(stats)

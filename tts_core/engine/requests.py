@@ -8,8 +8,18 @@ from pathlib import Path
 
 import numpy as np
 
+from ..models.contract import resolve_seed
 from .backend import SynthesisParams, TextInlet
 from .validation import Limits
+
+
+def seeded(params: SynthesisParams) -> SynthesisParams:
+    """`params` with the seed the request runs on: its own, or one drawn now when it has none
+    (models/contract.py `resolve_seed`, the one place "no seed" becomes a number). A request cut
+    into several (/v1's long input) is seeded once, before the cut, so its pieces share it."""
+    if params.seed is not None:
+        return params
+    return SynthesisParams(params.language, **{**params.values, "seed": resolve_seed(None)})
 
 
 @dataclass

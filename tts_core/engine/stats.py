@@ -27,6 +27,7 @@ class RequestStats:
     notices: list[str] = field(default_factory=list)
     voice: dict[str, Any] = field(default_factory=dict)
     wall_s: float | None = None  # set when the request finishes
+    seed: int | None = None  # the seed the request ran on: passed back, the same audio
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -83,6 +84,7 @@ class RequestStats:
             "stop_reason": self.stop_reason,
             "notices": list(self.notices),
             "voice": dict(self.voice),
+            "seed": self.seed,
         }
 
 

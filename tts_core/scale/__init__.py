@@ -22,6 +22,7 @@ def replica_engine(args: argparse.Namespace, address: str | None = None) -> Any:
     """The ingress's Engine over `args.replicas` EngineReplica deployments (Ray started or
     joined here)."""
     import ray
+    import torch
     from ray import serve
 
     from ..engine import Engine, EngineConfig, Limits
@@ -35,9 +36,12 @@ def replica_engine(args: argparse.Namespace, address: str | None = None) -> Any:
     serve.start(proxy_location="Disabled")  # no HTTP of Ray's own: this process is the ingress
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 and args.device != "cpu" else 0
     replica_args = {k: v for k, v in vars(args).items() if _plain(v)}
-    replica_args.update(replicas=None, wait_for_model=True)
+    # a single process's torch threads, so a seed gives the same bytes (replica.py)
+    threads = torch.get_num_threads()
+    replica_args.update(replicas=None, wait_for_model=True, torch_threads=threads)
     per_replica = args.max_concurrent or args.max_batch or 8
-    app = deployment(args.replicas, args.min_replicas, args.max_replicas, gpus, per_replica)
+    app = deployment(args.replicas, args.min_replicas, args.max_replicas, gpus, per_replica,
+                     threads)  # fmt: skip
     handle = serve.run(app.bind(replica_args), name=APP_NAME, route_prefix=None)
     info = handle.info.remote().result()
     backend = ReplicaBackend(handle, info, args.max_replicas or args.replicas)

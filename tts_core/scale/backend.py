@@ -42,6 +42,7 @@ class ReplicaBackend:
         self.weight_format = info["weight_format"]  # the replicas' (each loads the same)
         self.weight_format_reason = info["weight_format_reason"]
         self.decode_step = info["decode_step"]
+        self.torch_threads = info.get("torch_threads")  # each replica's (GET /v1/models)
         self.served_by: Counter[str] = Counter()  # replica id -> requests it answered
         # (replica id, text) of the last requests, in the order their replicas started them
         self.history: deque[tuple[str, str]] = deque(maxlen=256)

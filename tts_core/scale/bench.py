@@ -3,8 +3,9 @@
 Starts the app on a free port, times until GET /v1/models says ready (start-up), warms it
 with one request, then sends `--clients` (8) seeded /v1 requests at once cloning the fixture
 clip, and prints one JSON line: start-up s, audio s, wall s, audio s per wall s, replicas.
-Compare shapes on the same machine in a row (`--replicas 1`, `--replicas 2`, none); set
-OMP_NUM_THREADS alike, since a Ray replica gets 1 thread.
+Compare shapes on the same machine in a row (`--replicas 1`, `--replicas 2`, none); replicas
+start with this process's torch thread count (tts_core/scale/replica.py), so OMP_NUM_THREADS
+sets both shapes alike.
 """
 
 from __future__ import annotations

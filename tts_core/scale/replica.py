@@ -4,7 +4,10 @@ Imported only with `--replicas` (Ray is the optional extra `scale`). A request c
 voice (the clip's float32 samples and transcript), so a voice saved on the ingress reaches
 every replica. The replica's engine does what a single process does (validation, cadence,
 fades), so its chunks, concatenated, are a single process's audio bit for bit; the ingress
-only forwards them (tts_core/scale/backend.py).
+only forwards them (tts_core/scale/backend.py). Bit for bit takes the same torch thread count
+(a float sum's order follows it): Ray starts an actor with OMP_NUM_THREADS=1, so a replica is
+started with the ingress's count instead (`deployment(torch_threads=)`), which /v1/models
+shows as `torch_threads`. Several CPU replicas on one machine then share its cores.
 """
 
 from __future__ import annotations
@@ -24,8 +27,14 @@ class EngineReplica:
     """Builds the engine in the replica's process (app.build_engine: the same flags)."""
 
     def __init__(self, args: dict[str, Any]) -> None:
+        import torch
+
         from app import build_engine  # the composition root's engine, not a copy of it
 
+        args = dict(args)
+        threads = args.pop("torch_threads", None)
+        if threads and torch.get_num_threads() != threads:  # OMP_NUM_THREADS not honoured
+            torch.set_num_threads(threads)
         self.engine = build_engine(argparse.Namespace(**args), lambda *a, **k: None)
         self.replica_id = serve.get_replica_context().replica_id.unique_id
 
@@ -33,7 +42,7 @@ class EngineReplica:
         import torch
 
         return {**self.engine.info(), "replica": self.replica_id,
-                "torch_threads": torch.get_num_threads(),  # Ray gives a replica 1 by default
+                "torch_threads": torch.get_num_threads(),  # the ingress's (see the docstring)
                 "active_requests": self.engine.active_requests,
                 "waiting_requests": self.engine.waiting_requests}  # fmt: skip
 
@@ -55,10 +64,16 @@ class EngineReplica:
 
 
 def deployment(replicas: int, min_replicas: int | None, max_replicas: int | None,
-               gpus: float, max_ongoing: int):  # noqa: ANN201 - a ray.serve Deployment  # fmt: skip
+               gpus: float, max_ongoing: int,
+               torch_threads: int | None = None):  # noqa: ANN201 - a ray.serve Deployment  # fmt: skip
     """EngineReplica with `replicas` copies (or autoscaled between the bounds), each holding
-    `gpus` GPUs (1 per replica on a GPU machine; 0 on CPUs)."""
-    options: dict[str, Any] = {"ray_actor_options": {"num_gpus": gpus},
+    `gpus` GPUs (1 per replica on a GPU machine; 0 on CPUs) and started with `torch_threads`
+    OpenMP threads (None: Ray's default, 1)."""
+    actor: dict[str, Any] = {"num_gpus": gpus}
+    if torch_threads:
+        count = str(torch_threads)
+        actor["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": count, "MKL_NUM_THREADS": count}}
+    options: dict[str, Any] = {"ray_actor_options": actor,
                                "max_ongoing_requests": max_ongoing}  # fmt: skip
     if min_replicas is not None or max_replicas is not None:
         low = min_replicas if min_replicas is not None else 1

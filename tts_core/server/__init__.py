@@ -52,15 +52,20 @@ log = logging.getLogger(__name__)
 
 
 def open_voice_registry(
-    root: str | Path | None = None, private: bool = False, max_per_owner: int = 20
+    root: str | Path | None = None,
+    private: bool = False,
+    max_per_owner: int = 20,
+    max_per_address: int = 50,
 ) -> VoiceRegistry:
     """The registry of `root` (default: $TTS_VOICES_DIR or the user data folder); warns at
     start-up when it cannot take new voices. One per process and root: the page and the API
     share it (its lock is per process). `private`: a saved voice is listed to, and usable by,
     the browser (or X-Voice-Owner) that saved it and the API's key holder only;
-    `max_per_owner`: how many voices one such owner may keep."""
+    `max_per_owner`: how many voices one such owner may keep; `max_per_address`: one client
+    address (voices.py's quotas)."""
     voices = VoiceRegistry(root or default_voices_dir(), private=private,
-                           max_per_owner=max_per_owner)  # fmt: skip
+                           max_per_owner=max_per_owner,
+                           max_per_address=max_per_address)  # fmt: skip
     problem = voices.store_problem()
     if problem:
         log.warning("voice store %s: %s; registering voices will fail", voices.root, problem)

@@ -10,19 +10,29 @@
   as the request's Host) or from `--allowed-origins`. Clients without an Origin (curl, the
   openai SDK, gradio_client) are not browsers and pass.
 - API key: with `--api-key`, /v1 needs `Authorization: Bearer <key>`, as OpenAI clients send it.
+- Owner keys (`OwnerKeys`): the secrets visitors prove their saved voices with are issued and
+  signed by the server, carrying the client address they were issued to, so quotas on them
+  are the server's, not the client's choosing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
+import logging
+import os
+import secrets
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from fastapi import Request
 
 from .errors import ApiError
+
+log = logging.getLogger(__name__)
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -133,3 +143,95 @@ def _same_host(normalized_origin: str, host_header: str) -> bool:
         origin_port is None and port in DEFAULT_PORTS.values()
     )
     return origin_name == name and same_port
+
+
+# ---------------------------------------------------------------- owner keys the server issues
+OWNER_KEY_PREFIX = "vo1."
+SECRET_FILE = ".owner-key-secret"  # in the voice store's folder: keys outlive a restart
+ENV_OWNER_SECRET = "TTS_OWNER_KEY_SECRET"
+_TAG_CHARS, _MAC_CHARS = 16, 32  # hex digits of the issuer tag and of the signature
+MAX_KEPT_IDENTITY = 160  # a browser's earlier key kept inside an issued one (<= 256 in all)
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    identity: str  # the secret part: who owns a voice (its digest is stored)
+    issuer: str  # a tag of the client address it was issued to (a quota's key)
+
+
+class OwnerKeys:
+    """Owner keys signed by a server secret: `vo1.<issuer>.<identity>.<signature>`.
+
+    A visitor proves it owns a voice with a secret key; the server counts voices per key and
+    per client address, so a client that picks its own keys could mint a fresh quota at will.
+    An issued key carries the (tagged) address it was issued to and a signature over both,
+    so the quota behind it is one the server chose. `issue(address, keep=old)` signs a
+    browser's earlier self-made key as the identity, so the voices it saved stay its own.
+    """
+
+    def __init__(self, secret: bytes) -> None:
+        if len(secret) < 16:
+            raise ValueError("the owner-key secret must have at least 16 bytes")
+        self._secret = secret
+
+    @classmethod
+    def for_folder(cls, folder: Path) -> OwnerKeys:
+        """$TTS_OWNER_KEY_SECRET, else the secret kept in `folder` (made once, mode 0600); a
+        folder that cannot keep one gets a secret for this process only (logged)."""
+        if os.environ.get(ENV_OWNER_SECRET):
+            return cls(os.environ[ENV_OWNER_SECRET].encode())
+        path = folder / SECRET_FILE
+        try:
+            return cls(bytes.fromhex(path.read_text().strip()))
+        except (OSError, ValueError):
+            pass
+        secret = secrets.token_bytes(32)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(secret.hex())
+        except FileExistsError:  # another process made it meanwhile: theirs counts
+            return cls(bytes.fromhex(path.read_text().strip()))
+        except OSError as exc:
+            log.warning("owner keys: cannot keep a secret in %s (%s); keys issued now end "
+                        "with this process", folder, exc)  # fmt: skip
+        return cls(secret)
+
+    def issuer_tag(self, address: str | None) -> str:
+        """The quota key of a client address (address_key form), not revealing it."""
+        return self._mac(b"issuer|" + (address or "").encode())[:_TAG_CHARS]
+
+    def issue(self, address: str | None, keep: str | None = None) -> str:
+        """A key for the client at `address`: `keep` itself when this server issued it, else
+        a new key whose identity is `keep` (a browser's own earlier key, so its voices stay
+        its own) or a fresh random one."""
+        if keep and self.parse(keep) is not None:
+            return keep
+        usable = keep and "." not in keep and 16 <= len(keep) <= MAX_KEPT_IDENTITY
+        identity = keep if usable else secrets.token_urlsafe(24)
+        issuer = self.issuer_tag(address)
+        return f"{OWNER_KEY_PREFIX}{issuer}.{identity}.{self._sign(issuer, identity)}"
+
+    def parse(self, key: str | None) -> IssuedKey | None:
+        """The issued key's parts; None for a key this server did not sign."""
+        if not key or not key.startswith(OWNER_KEY_PREFIX):
+            return None
+        issuer, dot, rest = key[len(OWNER_KEY_PREFIX) :].partition(".")
+        identity, dot2, signature = rest.rpartition(".")
+        if not (dot and dot2 and identity and len(issuer) == _TAG_CHARS):
+            return None
+        if not hmac.compare_digest(signature, self._sign(issuer, identity)):
+            return None
+        return IssuedKey(identity, issuer)
+
+    def identity(self, key: str) -> str:
+        """What owns a voice: an issued key's identity, or a self-made key as it is."""
+        issued = self.parse(key)
+        return issued.identity if issued is not None else key
+
+    def _sign(self, issuer: str, identity: str) -> str:
+        return self._mac(f"key|{issuer}|{identity}".encode())[:_MAC_CHARS]
+
+    def _mac(self, message: bytes) -> str:
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()

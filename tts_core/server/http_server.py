@@ -5,11 +5,14 @@ no graceful shutdown (SIGTERM ends the process at once). `serve()` mounts the sa
 on a FastAPI app of ours and runs it with
 
 * connections bounded (`connections.py`: head and body deadlines, keep-alive, a cap below the
-  open-files limit, which is raised to the hard limit first), WebSocket upgrades included
+  open-files limit, which is raised to the hard limit first, a share of it per client address,
+  a send timeout for peers that do not read), WebSocket upgrades included
   (websockets' sans-I/O protocol, messages up to `speech_ws.MAX_MESSAGE_BYTES`, no
   per-message compression: PCM does not compress and the CPU is the model's);
 * an unknown Gradio event answered with 404 (`gradio_guard.py`), the disk cache bounded
   (`disk_guard.py`), the API routes installed before the page;
+* the endless streams bounded per client address (`StreamShare`: Gradio's heartbeat, one per
+  open tab, streams for as long as the tab; a client opening them by the hundred gets 429);
 * on SIGTERM or SIGINT: stop admitting (every new request: 503 + Retry-After), let the
   requests in flight finish for up to `shutdown_timeout_s`, cancel the rest, wait for voice
   writes, then close the server and return (the process exits 0, `atexit` runs). A second
@@ -18,7 +21,9 @@ on a FastAPI app of ours and runs it with
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import signal
 import socket
 import threading
@@ -38,6 +43,7 @@ from .connections import (
     ACCEPT_BACKLOG,
     ConnectionGuard,
     ConnectionLimits,
+    address_key,
     connection_cap,
     guarded_protocol,
     guarded_ws_protocol,
@@ -51,6 +57,43 @@ log = logging.getLogger(__name__)
 
 CLOSE_GRACE_S = 3.0  # after the drain: responses still being written get this long
 DRAIN_POLL_S = 0.1
+ENDLESS_ROUTES = ("/gradio_api/heartbeat/",)  # responses that stream until the client leaves
+STREAMS_PER_ADDRESS = 16  # of them at once per client address: tabs of one household
+
+
+class StreamShare:
+    """ASGI middleware: at most `per_address` open responses on the `prefixes` routes per
+    client address (connections.address_key); past it, 429 with Retry-After."""
+
+    def __init__(self, app: Any, per_address: int = STREAMS_PER_ADDRESS,
+                 prefixes: tuple[str, ...] = ENDLESS_ROUTES) -> None:  # fmt: skip
+        self.app, self.per_address, self.prefixes = app, per_address, prefixes
+        self.open: dict[str, int] = {}
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope.get("path", "").startswith(self.prefixes):
+            await self.app(scope, receive, send)
+            return
+        client = scope.get("client")
+        key = address_key(client[0] if client else None)
+        if self.open.get(key, 0) >= self.per_address:
+            await _too_many_streams(send, self.per_address)
+            return
+        self.open[key] = self.open.get(key, 0) + 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.open[key] -= 1
+            if not self.open[key]:
+                del self.open[key]
+
+
+async def _too_many_streams(send: Any, per_address: int) -> None:
+    body = (f'{{"detail": "At most {per_address} such streams per client at once."}}').encode()
+    await send({"type": "http.response.start", "status": 429,
+                "headers": [(b"content-type", b"application/json"), (b"retry-after", b"15"),
+                            (b"content-length", str(len(body)).encode())]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
 
 
 @dataclass(frozen=True)
@@ -66,7 +109,7 @@ class ServeOptions:
 def build_asgi_app(blocks: gr.Blocks, router: APIRouter, options: ServeOptions,
                    middleware: tuple[Middleware, ...] = ()) -> FastAPI:  # fmt: skip
     """FastAPI app: our routes first, then the page mounted at /, behind the guards."""
-    guards = [Middleware(EventGuard, blocks=blocks), *middleware]
+    guards = [Middleware(StreamShare), Middleware(EventGuard, blocks=blocks), *middleware]
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, middleware=guards)
     app.include_router(router)
     return gr.mount_gradio_app(app, blocks, path="/", server_name=options.host,
@@ -144,12 +187,19 @@ def server_config(app: Any, options: ServeOptions, guard: ConnectionGuard,
                           timeout_graceful_shutdown=int(CLOSE_GRACE_S))  # fmt: skip
 
 
+def proxies_share(limits: ConnectionLimits, forwarded_allow_ips: str) -> ConnectionLimits:
+    """The trusted reverse proxies (uvicorn's FORWARDED_ALLOW_IPS, set for a proxy as the
+    README says) speak for many clients: not bound by one address's share of connections."""
+    proxies = tuple(p.strip() for p in forwarded_allow_ips.split(",") if p.strip())
+    return dataclasses.replace(limits, share_exempt=proxies) if proxies else limits
+
+
 def serve(blocks: gr.Blocks, router: APIRouter, slot: EngineSlot, options: ServeOptions,
           wait_for_writes: Callable[[float], bool] = lambda _timeout: True,
           middleware: tuple[Middleware, ...] = (),
           on_started: Callable[[str], Any] | None = None) -> None:  # fmt: skip
     """Serve until SIGTERM/SIGINT, then drain (see the module docstring) and return."""
-    limits = options.connections
+    limits = proxies_share(options.connections, os.environ.get("FORWARDED_ALLOW_IPS", ""))
     cap = connection_cap(limits.max_connections, raise_open_files_limit())
     guard = ConnectionGuard(limits, cap)
     app = build_asgi_app(blocks, router, options, middleware)

@@ -15,7 +15,8 @@ the served backend declares), each checked against its declaration (400 naming i
 another model than the served one is checked, then ignored. Audio keeps the model's native
 rate (header X-Sample-Rate): `pcm` is raw 16-bit little-endian mono, 24 kHz for Qwen3-TTS as
 OpenAI's, 48 kHz for VoxCPM2. GET /v1/models lists the served model's knobs as JSON Schema
-properties (`info.knobs`).
+properties (`info.knobs`) and the torch threads it runs with (`info.torch_threads`: a seed gives
+the same bytes at the same thread count; --replicas start theirs with this process's).
 
 vLLM-Omni's fields, so that its clients work unchanged: `ref_audio` (the clip itself, a base64
 data URL "data:audio/wav;base64,..."; a URL is never fetched, so no request makes this server
@@ -49,6 +50,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ..audio.decode import base64_length
 from ..engine import Engine, SynthesisParams
 from ..engine.knobs import Knob, backend_knobs, knob_defaults, shared_knobs
+from ..engine.requests import seeded
 from .audio_formats import CONTENT_TYPES
 from .route_utils import MAX_JSON_BYTES, api_errors, read_json, request_values, served_engine
 from .speech_body import (
@@ -85,7 +87,8 @@ def make_openai_router(state: ServerState) -> APIRouter:
         limit = MAX_JSON_BYTES + base64_length(state.config.max_upload_bytes)  # + a ref_audio
         payload = await read_json(request, limit)
         body = parse_speech_body(payload, state.config.max_input_chars)
-        params = SynthesisParams(body.language, **request_values(payload, state.slot))
+        # seeded before the input is cut into requests: its pieces share the one seed
+        params = seeded(SynthesisParams(body.language, **request_values(payload, state.slot)))
         engine = state.engine
         limits = engine.config.limits
         model_voice = speech_task(body, engine.backend)  # 400 for another checkpoint's task
@@ -114,7 +117,8 @@ def make_openai_router(state: ServerState) -> APIRouter:
                             engine.backend.frame_samples, streamed=not whole)  # fmt: skip
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
-                   "X-Sample-Rate": str(engine.sample_rate)}  # fmt: skip
+                   "X-Sample-Rate": str(engine.sample_rate),
+                   "X-Seed": str(params.seed)}  # fmt: skip
         if whole:
             content = await whole_body(produce, cancel, request)
             return Response(content, media_type=media, headers=headers)
@@ -136,6 +140,8 @@ def make_openai_router(state: ServerState) -> APIRouter:
             info["knobs"] = {knob.name: knob.json_schema(defaults.get(knob.name))
                              for knob in (*_shared_knobs(engine),
                                           *backend_knobs(engine.backend))}  # fmt: skip
+        if engine is not None:  # a seed's bytes follow the torch thread count (float sums)
+            info["torch_threads"] = _torch_threads(engine)
         replicas = getattr(engine.backend, "replicas", None) if engine is not None else None
         if replicas is not None:  # --replicas: their states, and the requests each answered
             info["replicas"] = await asyncio.to_thread(replicas)
@@ -145,6 +151,13 @@ def make_openai_router(state: ServerState) -> APIRouter:
     add_voice_routes(router, state)
     add_speech_stream_route(router, state)  # WebSocket /v1/audio/speech/stream (text in pieces)
     return router
+
+
+def _torch_threads(engine: Engine) -> int:
+    """The torch threads the model runs with: its replicas' (--replicas), else this process's."""
+    import torch
+
+    return getattr(engine.backend, "torch_threads", None) or torch.get_num_threads()
 
 
 def _shared_knobs(engine: Engine) -> tuple[Knob, ...]:

@@ -35,6 +35,7 @@ from .errors import ApiError
 from .route_utils import api_errors, read_json, request_values
 from .state import ServerState
 from .streaming import chain_events, engine_errors, open_streams, run_in_thread
+from .text_split import done_at_the_end, split_request
 from .voice_routes import load_voice
 
 FRAME_PCM, FRAME_STATS, FRAME_ERROR = 1, 2, 3
@@ -61,11 +62,15 @@ def make_pcm_router(state: ServerState) -> APIRouter:
         try:
             synthesis = await page_request(state, payload)
             with engine_errors():
+                # the deployment's one text limit (as /v1 and the Gradio API), in pieces the
+                # engine takes (text_split.py)
+                pieces = split_request(synthesis, state.config.max_input_chars,
+                                       engine.config.limits.max_chars)  # fmt: skip
                 if synthesis.reference is None:  # nothing to decode, and a clip-less voice
                     # costs nothing to build: validate inline, no thread hop
-                    streams = open_streams(engine, [synthesis], cancel)
+                    streams = open_streams(engine, pieces, cancel)
                 else:
-                    streams = await asyncio.to_thread(open_streams, engine, [synthesis], cancel)
+                    streams = await asyncio.to_thread(open_streams, engine, pieces, cancel)
         finally:
             engine.admission.drop_hold(cancel)  # the request took it, unless it failed
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
@@ -114,7 +119,7 @@ def trusted_reference(value: object, roots: tuple[Path, ...]) -> str | None:
 def _producer(streams: list):  # noqa: ANN202, ANN001
     def produce(emit, cancel: threading.Event) -> None:  # noqa: ANN001
         try:
-            for event in chain_events(streams, cancel):
+            for event in done_at_the_end(chain_events(streams, cancel), len(streams)):
                 if event.audio.size:
                     emit(frame(FRAME_PCM, pcm16_bytes(event.audio)))
                 emit(frame(FRAME_STATS, json.dumps(event.stats).encode()))

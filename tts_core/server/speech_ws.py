@@ -26,10 +26,13 @@ with the whole text and the same settings; the others buffer until input.done.
 Bounds, as the other routes: the Host / Origin checks and the API key of /v1 at the handshake
 (a browser may open a WebSocket to any site: the Origin check always applies); the engine's
 admission (a place in line per utterance); the engine's text limit per utterance and
-`max_input_chars` (4096) per session; an idle timeout between messages (not while the audio of
-a completed utterance is still being sent); message sizes. Every error is an `error` message
-and a close (codes: 1008 refused or bad message, 1009 too large, 1013 busy, 1011 server error,
-1000 idle).
+`max_input_chars` (4096) per session; message sizes; and time (StreamLimits), as an utterance
+holds an engine slot from its first piece to input.done: an idle timeout renewed only by
+progress (a non-empty piece, input.done, audio sent, the first session.config since) and not
+running while the audio of a completed utterance is still being sent; an empty piece opens no
+utterance and renews nothing; an utterance gets a time limit and a count of pieces; a session
+a time limit. Every error is an `error` message and a close (codes: 1008 refused or bad
+message, 1009 too large, 1013 busy, 1011 server error, 1000 idle or past a time limit).
 
 The client's messages are read as they come, while the session still acts on an earlier one
 (a config's reference clip, a wait for the engine): uvicorn stops reading a socket whose app
@@ -43,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -77,8 +81,16 @@ Access = Literal["api", "page"]
 
 @dataclass(frozen=True)
 class StreamLimits:
-    idle_timeout_s: float = 30.0  # longest wait for the client's next message
+    # longest wait for the client's next step: a message that moves the session on (text, an
+    # input.done, a first config); an empty piece or a config sent again renews nothing
+    idle_timeout_s: float = 30.0
     max_session_chars: int | None = None  # None: ApiConfig.max_input_chars
+    # an utterance holds an engine slot from its first piece to input.done: at most this long
+    # (4096 characters from an LLM at ~20 characters a second take ~200 s)
+    max_utterance_s: float = 300.0
+    # input.text messages per utterance, empty ones included (one a character: 4096)
+    max_utterance_pieces: int = 8192
+    max_session_s: float = 3600.0  # a whole connection, however busy
 
 
 def add_speech_stream_route(
@@ -106,7 +118,9 @@ class _Utterance:
     index: int
     stream: FedStream
     sender: asyncio.Task  # its audio -> the client; result: (bytes sent, final stats)
+    opened_at: float  # time.monotonic() at its first piece
     done: bool = False  # input.done came
+    pieces: int = 0  # input.text messages, empty ones included
 
     @property
     def sending(self) -> bool:
@@ -129,6 +143,8 @@ class SpeechSession:
         self.utterance: _Utterance | None = None
         self.count = 0  # utterances opened
         self.viewer: Viewer | None = None
+        self._started_at = self._progress_at = time.monotonic()  # the idle clock's start
+        self._configured = False  # a session.config came since the last progress
         # the client's messages, read ahead of the session (see the module docstring)
         self._inbox: asyncio.Queue[tuple[dict, int]] = asyncio.Queue()
         self._pending = 0  # their size (a text message: its characters)
@@ -199,11 +215,14 @@ class SpeechSession:
 
     async def _next(self, receiving: asyncio.Task) -> dict | None:
         """The next client message; None when a completed utterance's audio ended first;
-        the sender's error raised here; ApiError 408 after the idle timeout."""
+        the sender's error raised here; ApiError 408 past a deadline (see _deadline)."""
         utterance = self.utterance
         sender = utterance.sender if utterance and not utterance.sender.done() else None
         waits = {receiving, sender} if sender is not None else {receiving}
-        finished, _ = await asyncio.wait(waits, timeout=self.limits.idle_timeout_s,
+        deadline, error = self._deadline()
+        if time.monotonic() >= deadline:  # checked first: a flood of messages ends here too
+            raise error
+        finished, _ = await asyncio.wait(waits, timeout=deadline - time.monotonic(),
                                          return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
         if sender is not None and sender in finished:
             sender.result()  # its error, if any
@@ -214,16 +233,61 @@ class SpeechSession:
             return receiving.result() if receiving in finished else None
         if receiving in finished:
             return receiving.result()
-        if not (utterance and utterance.sending):
-            raise ApiError(408, f"Idle timeout: no message for {self.limits.idle_timeout_s:g} s.",
-                           None, "idle_timeout")  # fmt: skip
+        if time.monotonic() >= deadline:
+            raise error
         return None
+
+    def _deadline(self) -> tuple[float, ApiError]:
+        """The earliest time the session may wait to, with the error it ends in there: the
+        idle timeout from the last progress (not while a completed utterance's audio is being
+        sent), the open utterance's time limit, the session's."""
+        limits, utterance = self.limits, self.utterance
+        bounds = [
+            (
+                self._started_at + limits.max_session_s,
+                ApiError(
+                    408, f"Session time limit: {limits.max_session_s:g} s.", None, "session_timeout"
+                ),
+            )
+        ]
+        if not (utterance and utterance.sending):
+            bounds.append(
+                (
+                    self._progress_at + limits.idle_timeout_s,
+                    ApiError(
+                        408,
+                        f"Idle timeout: nothing new for {limits.idle_timeout_s:g} s.",
+                        None,
+                        "idle_timeout",
+                    ),
+                )
+            )
+        if utterance is not None and not utterance.done:
+            bounds.append(
+                (
+                    utterance.opened_at + limits.max_utterance_s,
+                    ApiError(
+                        408,
+                        f"An utterance may take at most {limits.max_utterance_s:g} s from its "
+                        "first piece to input.done.",
+                        "text",
+                        "utterance_timeout",
+                    ),
+                )
+            )
+        return min(bounds, key=lambda bound: bound[0])
+
+    def _progressed(self) -> None:
+        """The session moved on (text, input.done, audio sent): the idle clock restarts."""
+        self._progress_at = time.monotonic()
+        self._configured = False
 
     async def _finish_utterance(self) -> None:
         """The completed utterance's audio is all sent: audio.done and session.done."""
         utterance, self.utterance = self.utterance, None
         assert utterance is not None and utterance.done
         total, stats = await utterance.sender
+        self._progressed()
         await self.ws.send_json({"type": "audio.done", "utterance_index": utterance.index,
                                  "sentence_index": 0, "total_bytes": total, "error": False})  # fmt: skip
         await self.ws.send_json({"type": "session.done", "utterance_index": utterance.index,
@@ -254,6 +318,9 @@ class SpeechSession:
                 raise ApiError(400, "session.config during an utterance: send input.done first.",
                                "type", "invalid_message")  # fmt: skip
             self.config = await self._configure(message)
+            if not self._configured:  # the first since the last progress; a re-sent one: none
+                self._progressed()
+                self._configured = True
         elif kind == "session.close":
             if self.utterance is not None and self.utterance.done:
                 await self._finish_utterance()  # its audio first
@@ -270,6 +337,7 @@ class SpeechSession:
                                      "total_sentences": 0})  # fmt: skip
             self.count += 1
         else:
+            self._progressed()
             self.utterance.done = True
             await self._engine_call(self.utterance.stream.done)
             if self.utterance.sender.done():  # it ended before its text did
@@ -299,6 +367,16 @@ class SpeechSession:
     async def _text(self, text: object) -> None:
         if not isinstance(text, str):
             raise ApiError(400, "input.text needs a string 'text'.", "text", "invalid_value")
+        utterance = self.utterance
+        if utterance is not None and not utterance.done:
+            utterance.pieces += 1
+            if utterance.pieces > self.limits.max_utterance_pieces:
+                raise ApiError(413, f"An utterance may have at most "
+                               f"{self.limits.max_utterance_pieces} input.text messages.",
+                               "text", "too_many_pieces")  # fmt: skip
+        if not text:  # nothing to speak: no slot taken, no engine call, and no progress
+            return
+        self._progressed()
         self.chars += len(text)
         if self.chars > self.max_chars:
             raise ApiError(413, f"More than {self.max_chars} characters of text in this "
@@ -307,6 +385,7 @@ class SpeechSession:
             await self._finish_utterance()  # utterances in order
         if self.utterance is None:
             self.utterance = await self._open()
+            self.utterance.pieces = 1
         await self._engine_call(self.utterance.stream.feed, text)
 
     async def _open(self) -> _Utterance:
@@ -315,7 +394,7 @@ class SpeechSession:
         stream = await self._engine_call(self.state.engine.open_fed, request)
         index, self.count = self.count, self.count + 1
         sender = asyncio.ensure_future(self._send_audio(index, stream, response_format))
-        return _Utterance(index, stream, sender)
+        return _Utterance(index, stream, sender, time.monotonic())
 
     async def _engine_call(self, fn: Any, *args: Any) -> Any:
         """`fn(*args)` on a worker thread (a piece may wait for the model's loop thread), its

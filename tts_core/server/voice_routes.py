@@ -1,4 +1,7 @@
-"""Voice routes: GET /v1/audio/voices, POST /v1/audio/voices, DELETE /v1/audio/voices/{name}.
+"""Voice routes: GET /v1/audio/voices (each voice with its clip's length and whether it fits
+the served model: `fits_model`, null while it loads, and `unfit_reason`; the served model's
+reference needs under `reference`), POST /v1/audio/voices, DELETE /v1/audio/voices/{name},
+POST /v1/audio/voices/owner_key.
 
 Registration is multipart/form-data: `name`, the clip as `file` (or `audio_sample`, OpenAI's
 field name), optional `transcript` (or `reference_text`), optional `replace=true`. The body is
@@ -10,6 +13,13 @@ the operator and sees, replaces and deletes every voice; without one a caller is
 (ServerState.api_viewer): it lists and uses the built-in voices and those registered with its
 X-Voice-Owner header, must send that header to register, and replaces or deletes only its own
 (anyone else's answer as unknown).
+
+Quotas (issue #37 M5): without an API key every registration counts against the client
+address it came from (`--voices-per-address`, an IPv6 /64 as one), and a visitor registers
+only with an owner key this server issued: `POST /v1/audio/voices/owner_key` answers
+`{"owner_key": ...}` (send the key you hold as X-Voice-Owner to have it kept inside the new
+one, so the voices it saved stay yours). A self-chosen X-Voice-Owner still lists, uses and
+deletes what it saved, but registers nothing (403 `owner_key_not_issued`).
 """
 
 from __future__ import annotations
@@ -23,10 +33,13 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import FormData, UploadFile
 
 from ..engine import InputError
+from ..engine.backend import reference_needs
 from ..engine.errors import shown
+from .connections import address_key
 from .errors import ApiError
-from .route_utils import api_errors, read_form
+from .route_utils import api_errors, read_form, served_engine
 from .state import OWNER_HEADER, ServerState
+from .voice_fit import fit_json
 from .voices import (
     MODEL_VOICE,
     NamedVoice,
@@ -40,6 +53,8 @@ from .voices import (
 FILE_FIELDS = ("file", "audio_sample")
 TRANSCRIPT_FIELDS = ("transcript", "reference_text")
 FORM_OVERHEAD = 64 * 1024  # multipart boundaries, part headers and the text fields
+OWNER_KEY_ROUTE = "/v1/audio/voices/owner_key"
+ISSUE_HINT = f"get one with POST {OWNER_KEY_ROUTE}."
 
 
 def add_voice_routes(router: APIRouter, state: ServerState) -> None:
@@ -48,7 +63,15 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
     async def list_voices(request: Request) -> JSONResponse:
         state.config.access.check(request, api=True)
         voices = await asyncio.to_thread(state.voices.list, state.api_viewer(request))
-        return JSONResponse({"object": "list", "data": [v.as_json() for v in voices]})
+        engine = served_engine(state.slot)  # None while the model loads
+        backend = engine.backend if engine is not None else None
+        needs = reference_needs(backend) if backend is not None else None
+        data = await asyncio.to_thread(lambda: [{**v.as_json(), **fit_json(v, backend)}
+                                                for v in voices])  # fmt: skip
+        body = {"object": "list", "data": data}
+        if needs is not None:  # what the served model asks of a clip (fits_model follows it)
+            body["reference"] = needs.as_json(backend.needs_reference)
+        return JSONResponse(body)
 
     @router.post("/v1/audio/voices")
     @api_errors
@@ -57,16 +80,31 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
         viewer = state.api_viewer(request)
         if not viewer.operator and viewer.owner_key is None:
             raise ApiError(400, f"This server keeps voices private: send '{OWNER_HEADER}: "
-                           "<a secret of yours>' to register one (and to use it).",
+                           f"<your key>' to register one (and to use it); {ISSUE_HINT}",
                            OWNER_HEADER, "owner_required")  # fmt: skip
+        if not viewer.operator and not state.voices.is_issued(viewer.owner_key):
+            raise ApiError(403, f"This {OWNER_HEADER} was not issued by this server; "
+                           f"{ISSUE_HINT}", OWNER_HEADER, "owner_key_not_issued")  # fmt: skip
+        # the client's address is its quota, unless the caller holds the API key (the operator)
+        address = None if state.config.access.api_key else _client_address(request)
         limit = state.config.max_upload_bytes
         form = await read_form(request, limit + FORM_OVERHEAD, lambda: _too_large(limit))
         try:
             name, clip, transcript, replace = await _registration(form, limit)
-            voice = await _register(state, name, clip, transcript, replace, viewer)
+            voice = await _register(state, name, clip, transcript, replace, viewer, address)
         finally:
             await form.close()
         return JSONResponse(voice.as_json(), status_code=201)
+
+    @router.post(OWNER_KEY_ROUTE)
+    @api_errors
+    async def issue_owner_key(request: Request) -> JSONResponse:
+        """A key for this client's voices (the one it sends as X-Voice-Owner kept inside)."""
+        state.config.access.check(request, api=True)
+        held = request.headers.get(OWNER_HEADER) or None
+        key = await asyncio.to_thread(state.voices.issue_owner_key,
+                                      _client_address(request), held)  # fmt: skip
+        return JSONResponse({"object": "owner_key", "owner_key": key, "header": OWNER_HEADER})
 
     @router.delete("/v1/audio/voices/{name}")
     @api_errors
@@ -85,6 +123,10 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
         except VoiceStoreError as exc:
             raise _store_error(exc) from None
         return JSONResponse({"id": name, "object": "voice", "deleted": True})
+
+
+def _client_address(request: Request) -> str:
+    return address_key(request.client.host if request.client else None)
 
 
 async def load_voice(state: ServerState, name: str,
@@ -134,11 +176,11 @@ def _text_field(form: FormData, keys: tuple[str, ...]) -> str | None:
 
 
 async def _register(state: ServerState, name: str, clip: bytes, transcript, replace,  # noqa: ANN001, ANN202
-                    viewer: Viewer):  # fmt: skip
+                    viewer: Viewer, address: str | None):  # fmt: skip
     limits = state.engine.config.limits
     try:
         register = partial(state.voices.register, limits=limits, replace=replace,
-                           owner_key=viewer.owner_key, viewer=viewer)  # fmt: skip
+                           owner_key=viewer.owner_key, viewer=viewer, address=address)  # fmt: skip
         return await asyncio.to_thread(register, name, clip, transcript)
     except InputError as exc:
         param = "transcript" if exc.param == "reference_text" else "file"

@@ -64,10 +64,16 @@ def store_errors() -> Iterator[None]:
 
 
 def stage(
-    root: Path, name: str, audio: np.ndarray, transcript: str | None, owner: str | None = None
+    root: Path,
+    name: str,
+    audio: np.ndarray,
+    transcript: str | None,
+    owner: str | None = None,
+    issuer: str | None = None,
 ) -> Path:
     """A new hidden folder under `root` holding the voice; nothing is left of it on failure.
-    `owner`: a digest of who may delete it from the page (None: only the API may)."""
+    `owner`: a digest of who may delete it from the page (None: only the API may); `issuer`:
+    the quota it counts against (voices.VoiceRegistry._issuer)."""
     root.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{STAGING}{name}~", dir=root))
     try:
@@ -76,6 +82,8 @@ def stage(
         meta = {"name": name, "transcript": transcript, "created_at": int(time.time())}
         if owner is not None:
             meta["owner"] = owner
+        if issuer is not None:
+            meta["issuer"] = issuer
         _write_synced(staging / REFERENCE_FILE, wav.getvalue())
         _write_synced(staging / META_FILE, json.dumps(meta, ensure_ascii=False, indent=1).encode())
     except BaseException:

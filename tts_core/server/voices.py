@@ -12,6 +12,15 @@ Who sees a saved voice: everyone, or with `private=True` (`--private-voices`) on
 visitor whose owner key saved it (a `Viewer`) and the operator (`OPERATOR`: the /v1 API behind
 its key, and in-process callers); built-in voices are everyone's. To anyone else a private
 voice does not exist: `get`, `load` and `delete` raise VoiceNotFound, as for an unknown name.
+
+Quotas (issue #37 M5) are keyed on what the server can trust, not on a key a client picks: a
+registration counts against its owner's identity (`max_per_owner`) and against its issuer
+(`max_per_address`): the client address of the request when the caller knows it (the /v1
+route passes it; the page's save runs in a Gradio event, whose request Gradio keeps in a
+context variable: `event_client_address`), else the address an issued owner key was issued to
+(access.OwnerKeys: signed by the server), else one shared bucket for every self-made key
+whose address is unknown. So rotating self-made keys from one client fills at most one
+address's share, never the store.
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ import soundfile as sf
 from ..audio import resample
 from ..engine import InputError, Limits
 from ..engine.validation import clean_reference_text, prepare_reference
+from .access import OWNER_KEY_PREFIX, OwnerKeys
+from .connections import address_key
 from .voice_store import (
     META_FILE,
     NAME_PATTERN,
@@ -64,6 +75,7 @@ log = logging.getLogger(__name__)
 
 BUILTIN_FOLDER = Path(__file__).resolve().parents[2] / "assets" / "voices"
 UNREADABLE_CLIP = "reference.wav is not readable audio"
+UNVERIFIED_ISSUER = "unverified"  # self-made keys whose client address is unknown: one share
 
 
 @dataclass
@@ -77,6 +89,7 @@ class NamedVoice:
     status: str = "ok"  # "ok" or "damaged": a custom folder whose files cannot be used
     problem: str | None = None  # what is wrong with a damaged one, without paths
     owner: str | None = None  # digest of the page visitor who saved it (never listed)
+    issuer: str | None = None  # the quota it counts against (OwnerKeys.issuer_tag; not listed)
 
     def owned_by(self, owner_key: str | None) -> bool:
         """True for the visitor whose key saved it (see `owner_digest`)."""
@@ -88,6 +101,7 @@ class NamedVoice:
         data = asdict(self)
         data.pop("reference")
         data.pop("owner")
+        data.pop("issuer")
         if data["problem"] is None:
             data.pop("problem")
         return {"id": self.name, "object": "voice", **data}
@@ -127,10 +141,13 @@ class VoiceRegistry:
         max_voices: int = 500,
         private: bool = False,
         max_per_owner: int = 20,
+        max_per_address: int = 50,
     ) -> None:
         self.root = Path(root)
         self.max_voices = max_voices  # registered ones: a bound on what visitors can store
         self.max_per_owner = max_per_owner  # saved under one owner key: one visitor's share
+        self.max_per_address = max_per_address  # saved by one issuer (module docstring)
+        self._owner_keys: OwnerKeys | None = None  # made on first use (its secret's file)
         self.private = private
         self._builtin = _load_builtins(builtin_folder)
         self._lock = threading.Lock()
@@ -138,6 +155,18 @@ class VoiceRegistry:
         self._writing_now = 0
         self._warned: set[tuple[str, str | None]] = set()
         recover(self.root)
+
+    @property
+    def owner_keys(self) -> OwnerKeys:
+        if self._owner_keys is None:
+            self._owner_keys = OwnerKeys.for_folder(self.root)
+        return self._owner_keys
+
+    def issue_owner_key(self, address: str | None, keep: str | None = None) -> str:
+        """An owner key for the client at `address` (connections.address_key of its IP);
+        `keep`: the key it holds, returned when this server issued it, else kept inside the
+        new one so that the voices it saved stay its own (OwnerKeys.issue)."""
+        return self.owner_keys.issue(address, keep)
 
     def visible(self, voice: NamedVoice, viewer: Viewer) -> bool:
         """Whether `viewer` may see (list, use) `voice`."""
@@ -190,14 +219,16 @@ class VoiceRegistry:
         replace: bool = False,
         owner_key: str | None = None,
         viewer: Viewer = OPERATOR,
+        address: str | None = None,
     ) -> NamedVoice:
         """Check the clip like a synthesis reference (InputError), then store it under `name`.
 
         `owner_key`: the page visitor's secret; only that key may delete it from the page
         (`delete(name, owner_key=...)`), the API may delete any custom voice. `viewer`: who
-        registers; `replace` replaces only a voice it may see. Raises FileExistsError when the
-        name is taken (and not replaced), and VoiceStoreError when the disk is full or the
-        store is not writable.
+        registers; `replace` replaces only a voice it may see. `address`: the client's
+        (connections.address_key), when the caller knows it: its quota (module docstring).
+        Raises FileExistsError when the name is taken (and not replaced), and VoiceStoreError
+        when the disk is full or the store is not writable, 429 past a quota.
         """
         check_name(name)
         if name in self._builtin:
@@ -208,12 +239,15 @@ class VoiceRegistry:
         audio, _notices = prepare_reference(audio_source, limits, transcript is not None)
         if audio is None:
             raise InputError("A reference clip is needed to register a voice.")
+        if address is None and owner_key:  # the page's save: its Gradio event's client
+            address = event_client_address()
+        issuer = self._issuer(owner_key, address)
         with self._lock:  # refuse a taken name, or a full store, before writing anything
             self._check_free(name, replace, viewer)
-            self._check_room(name, owner_key)
+            self._check_room(name, owner_key, issuer)
         with self._writing(), store_errors():
             owner = owner_digest(owner_key) if owner_key else None
-            staging = stage(self.root, name, audio, transcript, owner)
+            staging = stage(self.root, name, audio, transcript, owner, issuer)
             try:
                 with self._lock:
                     self._check_free(name, replace, viewer)
@@ -295,10 +329,28 @@ class VoiceRegistry:
             raise FileExistsError(f"A voice named '{name}' already exists.")
         self._refuse_outside(target, "replaced")
 
-    def _check_room(self, name: str, owner_key: str | None) -> None:
+    def _issuer(self, owner_key: str | None, address: str | None) -> str | None:
+        """The quota a registration counts against (module docstring); None: the operator's
+        own (in-process, or /v1 behind its key), bounded by the store only."""
+        if address is not None:
+            return self.owner_keys.issuer_tag(address)
+        if not owner_key:
+            return None
+        shaped = owner_key.startswith(OWNER_KEY_PREFIX)  # only then is the secret read
+        issued = self.owner_keys.parse(owner_key) if shaped else None
+        return issued.issuer if issued is not None else UNVERIFIED_ISSUER
+
+    def is_issued(self, owner_key: str | None) -> bool:
+        """Whether this server issued `owner_key` (its secret is read only for a key shaped
+        as an issued one)."""
+        if not owner_key or not owner_key.startswith(OWNER_KEY_PREFIX):
+            return False
+        return self.owner_keys.parse(owner_key) is not None
+
+    def _check_room(self, name: str, owner_key: str | None, issuer: str | None = None) -> None:
         """Full when `max_voices` voices are stored (damaged ones too: they are listed until
-        deleted), or `owner_key` already keeps `max_per_owner`; a stray file or a folder
-        holding no voice takes no place."""
+        deleted), or `owner_key` already keeps `max_per_owner`, or `issuer` already has
+        `max_per_address`; a stray file or a folder holding no voice takes no place."""
         if _is_voice_folder(self.root / name):
             return  # a replacement takes no new place
         entries = list(self.root.iterdir()) if self.root.is_dir() else []
@@ -309,6 +361,14 @@ class VoiceRegistry:
         if owner_key and self._owned_count(folders, owner_key) >= self.max_per_owner:
             raise VoiceStoreError(f"This browser already keeps {self.max_per_owner} voices, the "
                                   "most one visitor may save; delete one first.", 429)  # fmt: skip
+        if issuer and self._issued_count(folders, issuer) >= self.max_per_address:
+            raise VoiceStoreError(f"This address already keeps {self.max_per_address} voices, "
+                                  "the most one client may save; delete one first.", 429)  # fmt: skip
+
+    @staticmethod
+    def _issued_count(folders: list[Path], issuer: str) -> int:
+        voices = (_read_custom(folder) for folder in folders)
+        return sum(1 for voice in voices if voice is not None and voice.issuer == issuer)
 
     @staticmethod
     def _owned_count(folders: list[Path], owner_key: str) -> int:
@@ -338,9 +398,34 @@ class VoiceRegistry:
 
 
 def owner_digest(owner_key: str) -> str:
-    """What meta.json keeps of a visitor's secret key: its SHA-256, so reading the store does
-    not give the key away."""
-    return hashlib.sha256(owner_key.encode("utf-8")).hexdigest()
+    """What meta.json keeps of a visitor's secret key: the SHA-256 of its identity (an issued
+    key's secret part, so a browser's earlier self-made key kept inside an issued one owns
+    the same voices; a self-made key whole), so reading the store does not give it away."""
+    return hashlib.sha256(owner_identity(owner_key).encode("utf-8")).hexdigest()
+
+
+def event_client_address() -> str | None:
+    """The client address (connections.address_key) of the Gradio event running in this
+    context (Gradio sets `LocalContext.request` around an event's function), else None."""
+    try:
+        from gradio.context import LocalContext
+    except ImportError:  # pragma: no cover - gradio is a dependency of the page
+        return None
+    client = getattr(LocalContext.request.get(None), "client", None)
+    host = getattr(client, "host", None)
+    return address_key(host) if isinstance(host, str) and host else None
+
+
+def owner_identity(owner_key: str) -> str:
+    """The identity inside a key shaped as an issued one (`vo1.<issuer>.<identity>.<sig>`),
+    else the key. The signature is not checked here: owning a voice takes knowing its
+    identity, the secret itself; the signature matters for quotas (VoiceRegistry._issuer)."""
+    if owner_key.startswith(OWNER_KEY_PREFIX):
+        _issuer, _, rest = owner_key[len(OWNER_KEY_PREFIX) :].partition(".")
+        identity, dot, _signature = rest.rpartition(".")
+        if dot and identity:
+            return identity
+    return owner_key
 
 
 # /v1's name for the served model's own voice, spoken without a clip (the page's "no clip"):
@@ -394,7 +479,9 @@ def _read_custom(folder: Path) -> NamedVoice | None:
         if not isinstance(meta, dict):
             meta, problem = {}, "meta.json is not a JSON object"
     problem = problem or _clip_problem(reference)
-    transcript, created_at, owner = (meta.get(k) for k in ("transcript", "created_at", "owner"))
+    transcript, created_at, owner, issuer = (
+        meta.get(k) for k in ("transcript", "created_at", "owner", "issuer")
+    )
     return NamedVoice(
         name=folder.name,
         reference=reference,
@@ -404,6 +491,7 @@ def _read_custom(folder: Path) -> NamedVoice | None:
         status="damaged" if problem else "ok",
         problem=problem,
         owner=owner if isinstance(owner, str) else None,
+        issuer=issuer if isinstance(issuer, str) else None,
     )
 
 

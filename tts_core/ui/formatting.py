@@ -19,15 +19,30 @@ def status_html(info: dict[str, Any]) -> str:
     if status["status"] == "falling_back":
         return f'<p class="model-line loading">{escape_text(status["message"])}.</p>'
     if "backend" not in info:  # still loading
-        fraction = status.get("progress")
-        bar = "" if fraction is None else f'<progress max="1" value="{fraction:.3f}"></progress>'
         return (f'<p class="model-line loading">The model is loading: '
-                f"{escape_text(status['message'])} {bar}</p>")  # fmt: skip
+                f"{escape_text(status['message'])}{_load_step(status)}</p>")  # fmt: skip
     details = [info["model"], info["device"], info.get("weight_format")]
     details = " · ".join(escape_text(str(d)) for d in details if d)
     return (f'<p class="model-line">Voice model: <b>{escape_text(info["backend"])}</b> '
             f'<span class="details">{details}</span></p>'
             f'<p class="description">{escape_text(info["description"])}</p>')  # fmt: skip
+
+
+# the phases a load goes through, in order (engine/loading.py), for "step k of n"
+LOAD_STEPS = ("downloading", "loading", "warming")
+
+
+def _load_step(status: dict[str, Any]) -> str:
+    """' (step 2 of 3) ' and, while downloading with a known size, a bar of the bytes: a bar
+    only where it measures something (a full bar during the load's other steps said nothing)."""
+    phase = status["status"]
+    if phase not in LOAD_STEPS:
+        return ""
+    step = f' <span class="phase">(step {LOAD_STEPS.index(phase) + 1} of {len(LOAD_STEPS)})</span>'
+    fraction = status.get("progress")
+    if phase != "downloading" or fraction is None:
+        return step
+    return f'{step} <progress max="1" value="{fraction:.3f}"></progress>'
 
 
 def notice_html(info: dict[str, Any]) -> str:

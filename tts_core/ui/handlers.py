@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,7 +41,11 @@ from ..engine import (
     SynthesisParams,
     SynthesisRequest,
 )
+from ..engine.handoff import run_on_thread
 from ..engine.knobs import parse_knobs
+from ..server.state import ApiConfig
+from ..server.streaming import chain_events, open_streams
+from ..server.text_split import done_at_the_end, split_request
 from ..server.voices import Viewer, VoiceDamaged, VoiceNotFound, VoiceRegistry
 
 log = logging.getLogger(__name__)
@@ -50,6 +55,20 @@ log = logging.getLogger(__name__)
 # single-chunk stream has a second yield, without which it may not play).
 PUBLISH_NUDGE_S = 0.15
 _NUDGE = np.zeros(1, dtype=np.int16)
+
+
+MAX_INPUT_CHARS = ApiConfig.max_input_chars  # the deployment's text limit, unless given
+
+
+class PiecesHandle(StreamHandle):
+    """A StreamHandle on several requests in a row (a long text's pieces): each validated and
+    in line now (as /v1's open_streams), their events one stream."""
+
+    def __init__(self, engine: Engine, requests: list[SynthesisRequest]) -> None:
+        self.cancel_event = threading.Event()
+        streams = open_streams(engine, requests, self.cancel_event)  # may raise InputError
+        events = done_at_the_end(chain_events(streams, self.cancel_event), len(streams))
+        self._handoff = run_on_thread(self._pump(events), "tts-stream")
 
 
 # The request's fields besides its knobs
@@ -70,8 +89,9 @@ class ApiParameters:
     controls for them are looked up by these names, and the handlers' signature carries them,
     so gradio_client callers pass any of them by name)."""
 
-    def __init__(self, knobs: Sequence[Knob]) -> None:
+    def __init__(self, knobs: Sequence[Knob], max_input_chars: int = MAX_INPUT_CHARS) -> None:
         self.knobs = tuple(knobs)
+        self.max_input_chars = max_input_chars  # the deployment's text limit (ApiConfig's)
         knob_names = [knob.name for knob in self.knobs]
         first = [name for name in FIRST_RELEASE_ORDER if name in FIELDS or name in knob_names]
         self.names = (*first, *(name for name in knob_names if name not in first))
@@ -82,10 +102,17 @@ class ApiParameters:
         self.signature = inspect.Signature(parameters, return_annotation=Any)
 
     @classmethod
-    def for_engine(cls, engine: Engine | None = None) -> ApiParameters:
+    def for_engine(cls, engine: Engine | None = None,
+                   max_input_chars: int = MAX_INPUT_CHARS) -> ApiParameters:  # fmt: skip
         """The parameters of every known backend's knobs, and of `engine`'s backend's
         (tts_core.backends.request_knobs)."""
-        return cls(request_knobs(engine))
+        return cls(request_knobs(engine), max_input_chars)
+
+    def open(self, engine: Engine, request: SynthesisRequest) -> StreamHandle:
+        """A handle on `request`, its text checked against the deployment's limit and cut into
+        pieces the engine takes (spoken one after the other, as /v1 does)."""
+        limit = engine.config.limits.max_chars
+        return PiecesHandle(engine, split_request(request, self.max_input_chars, limit))
 
     def request(self, inputs: tuple, named: dict[str, Any], voices: VoiceRegistry | None = None,
                 viewer: Viewer = ANYONE) -> SynthesisRequest:  # fmt: skip
@@ -151,7 +178,7 @@ def stream_to_page(
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
         request = make_request(*inputs, voices=voices, api=api, viewer=viewer, **named)
-        handle = StreamHandle(engine, request)
+        handle = api.open(engine, request)
     pieces: list[np.ndarray] = []
     last_chunk_at: float | None = None  # set while a chunk waits to be flushed by a nudge
     stats: dict[str, Any] = {}
@@ -207,7 +234,7 @@ def stream_to_api(
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
         request = make_request(*inputs, voices=voices, api=api, viewer=viewer, **named)
-        handle = StreamHandle(engine, request)
+        handle = api.open(engine, request)
     try:
         for event in _events_with_timeouts(handle):
             if event is None:
@@ -237,7 +264,7 @@ def synthesize_full(
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
         request = make_request(*inputs, voices=voices, api=api, viewer=viewer, **named)
-        handle = StreamHandle(engine, request)
+        handle = api.open(engine, request)
     pieces, stats = [], {}
     try:
         for event in _events_with_timeouts(handle):

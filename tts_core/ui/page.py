@@ -22,34 +22,35 @@ import gradio as gr
 from starlette.middleware import Middleware
 
 from ..engine import LANGUAGES, SHARED_KNOBS, Engine, EngineSlot, Knob
-from ..engine.backend import reads_transcript
+from ..engine.backend import reads_transcript, reference_needs
 from ..engine.knobs import knob_defaults
 from ..server import ApiConfig, VoiceRegistry, as_slot, make_router, open_voice_registry
 from ..server.disk_guard import CachePolicy, DiskGuard
 from ..server.gradio_guard import EventGuard
 from ..server.route_utils import served_engine
+from ..server.voice_fit import fits
+from ..server.voices import VoiceNotFound
 from . import handlers
 from .formatting import notice_html, status_html
 from .lowlatency import STANDARD, build_lowlatency_player
 from .stats_panel import build_stats_panel
-from .voice_library import UPLOAD, build_voice_library, wire_voice_library
+from .voice_library import UPLOAD, UPLOAD_LABEL, build_voice_library, wire_voice_library
 
 CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API endpoints
 FALLBACK_CONCURRENCY = 8  # before the model is known
 SHARED_NAMES = frozenset(knob.name for knob in SHARED_KNOBS)  # shown whatever the model
-EXAMPLES = [  # (label, text, language, clip in `assets`, its transcript): real recordings
+RUN_STATUS = ('<p class="run-status" data-state="idle" role="status" aria-live="polite">'
+              "</p>")  # page.js / stats_panel.js: Generating…, Done, Error: …  # fmt: skip
+EXAMPLES = [  # (label, text, language, built-in voice): real recordings (assets/voices)
     ("English, female (recorded)",
      "Hello! This voice is streamed to your browser while it is being synthesized.",
-     "english", "voices/arctic_slt_a0009.wav",
-     "He turned sharply, and faced Gregson across the table."),
+     "english", "arctic-slt"),
     ("English, Scottish male (recorded)",
      "Good morning. The weather today is sunny, with a light breeze from the west.",
-     "english", "voices/arctic_awb_a0007.wav",
-     "And you always want to see it in the superlative degree."),
+     "english", "arctic-awb"),
     ("French, female voice", "Bonjour tout le monde. Ceci est une démonstration de synthèse vocale.",
-     "french", "voices/arctic_slt_a0009.wav", ""),
-    ("German, male voice", "Guten Tag! Wie geht es Ihnen heute?", "german",
-     "voices/arctic_awb_a0007.wav", ""),
+     "french", "arctic-slt"),
+    ("German, male voice", "Guten Tag! Wie geht es Ihnen heute?", "german", "arctic-awb"),
 ]  # fmt: skip
 
 
@@ -119,7 +120,9 @@ def build_demo(
     if concurrency is None:
         concurrency = engine.max_concurrent if engine is not None else FALLBACK_CONCURRENCY
     info = slot.info()
-    parameters = handlers.ApiParameters.for_engine(engine)
+    max_input_chars = (api or ApiConfig()).max_input_chars  # the deployment's text limit
+    parameters = handlers.ApiParameters.for_engine(engine, max_input_chars)
+    backend = engine.backend if engine is not None else None
     with VoicePage(slot, voices, api) as demo:
         gr.Markdown("# Streaming voice demo\nType some text and pick or upload a voice: you "
                     "hear it while it is being generated.")  # fmt: skip
@@ -134,11 +137,20 @@ def build_demo(
                 # the text and Generate first: in view without scrolling on a desktop or a
                 # phone screen; the voice and the knobs below them
                 controls = {"text": _text_box(info, parts)}
+                # the count against the deployment's one text limit, said before the cut
+                gr.HTML(
+                    count_html(max_input_chars),
+                    elem_id="text-count",
+                    js_on_load=_static("page.js"),
+                    css_template=_static("page.css"),
+                )
                 with gr.Row():  # side by side on a phone too (a small min_width)
                     generate = gr.Button("Generate", variant="primary", elem_id="generate",
                                          min_width=80)  # fmt: skip
                     stop = gr.Button("Stop", variant="stop", elem_id="stop", min_width=80)
-                library = _voice_inputs(info, parts, controls, voices,
+                # what Generate is doing, next to it (on a phone the player is far below)
+                gr.HTML(RUN_STATUS, elem_id="run-status")
+                library = _voice_inputs(info, parts, controls, voices, backend,
                                         editable=_page_may_write(api))  # fmt: skip
                 # a model that clones from the clip alone (Chatterbox) does not read its words
                 library.transcript.visible = reads_transcript(engine and engine.backend)
@@ -159,15 +171,16 @@ def build_demo(
                                    standard_outputs, queue=False, api_visibility="private")  # fmt: skip
                 outputs.append(build_stats_panel())
         if assets is not None:
-            _examples(controls, assets)
+            parts["examples"] = _examples(controls, voices, backend)
         inputs = [controls[name] for name in parameters.names]
         _wire_synthesis(slot, voices, parameters, inputs, outputs, player, stop, concurrency,
                         library.owner)  # fmt: skip
-        wire_voice_library(demo, library, slot, voices, editable=_page_may_write(api))
         parts["timer"] = gr.Timer(1.0, active=_loading(info))
+        wire_voice_library(demo, library, slot, voices, editable=_page_may_write(api),
+                           model_line=parts["status"])  # fmt: skip
         model_knobs = {knob: knob_controls[knob.name] for knob in parameters.knobs
                        if knob.name not in SHARED_NAMES}  # fmt: skip
-        refresh = {"fn": lambda: page_state(slot, parts, model_knobs),
+        refresh = {"fn": lambda: page_state(slot, parts, model_knobs, voices),
                    "outputs": {*parts.values(), *model_knobs.values()}, "queue": False,
                    "show_progress": "hidden", "api_visibility": "private"}  # fmt: skip
         demo.load(**refresh)
@@ -194,24 +207,27 @@ def _page_may_write(api: ApiConfig | None) -> bool:
     return not (api and api.access.api_key)
 
 
-def page_state(slot: EngineSlot, parts: dict[str, Any], model_knobs: dict[Knob, Any]) -> dict:
+def page_state(slot: EngineSlot, parts: dict[str, Any], model_knobs: dict[Knob, Any],
+               voices: VoiceRegistry | None = None) -> dict:  # fmt: skip
     """What depends on the model, from the slot: {component: update}. `model_knobs`: the
-    page's control of each backend knob (the shared ones always show)."""
+    page's control of each backend knob (the shared ones always show); `voices`: for the
+    examples that fit the served model."""
     info = slot.info()
-    model = model_dependent(info)
+    engine = served_engine(slot)
+    backend = engine.backend if engine is not None else None
+    model = model_dependent(info, backend)
     updates = {
         parts["status"]: status_html(info),
         parts["notice"]: gr.update(value=notice_html(info), visible=bool(info.get("notice"))),
-        parts["text"]: gr.update(label=model["text"], max_length=info.get("max_chars")),
         parts["reference"]: gr.update(label=model["reference"]),
         # a model whose language follows the text (VoxCPM2) has no use for the dropdown
         parts["language"]: gr.update(visible=info.get("reads_language", True)),
         parts["frames"]: model["frames"],
         parts["timer"]: gr.Timer(active=_loading(info)),  # polls until loading ended
     }
-    engine = served_engine(slot)
-    backend = engine.backend if engine is not None else None
     updates[parts["transcript"]] = gr.update(visible=reads_transcript(backend))
+    if "examples" in parts and voices is not None and backend is not None:
+        updates[parts["examples"]] = examples_update(voices, backend)
     served = knob_defaults(engine.backend) if engine is not None else {}
     for knob, control in model_knobs.items():
         update: dict[str, Any] = {"visible": knob.name in served}
@@ -227,39 +243,40 @@ def _loading(info: dict[str, Any]) -> bool:
     return info["status"]["status"] not in ("ready", "failed")
 
 
-def model_dependent(info: dict[str, Any]) -> dict[str, Any]:
-    """Labels for slot.info() (loading: generic ones)."""
+def model_dependent(info: dict[str, Any], backend: object | None = None) -> dict[str, Any]:
+    """Labels for slot.info() and the served backend (loading: generic ones); the reference's
+    from the backend's declared needs (engine/backend.py ReferenceNeeds)."""
     needed = {True: " (required)", False: " (optional for this model)"}.get(
         info.get("needs_reference"),
         "",  # None while loading
     )
     frame_ms = info.get("frame_ms", 80)
     return {
-        "text": f"Text (up to {info['max_chars']} characters)" if "max_chars" in info else "Text",
-        "reference": f"Reference clip: 3-10 s of speech{needed}",
+        "reference": f"Reference clip: {reference_needs(backend).length_text()}{needed}",
         "frames": f"**Every model:** the seed, and the chunk sizes in frames (1 frame = "
         f"{frame_ms:g} ms of audio)",
     }
 
 
 def _text_box(info: dict[str, Any], parts: dict[str, Any]) -> gr.Textbox:
+    # no max_length: Gradio's cuts a paste silently; the count under the box says the limit
     parts["text"] = gr.Textbox(
-        label=model_dependent(info)["text"], lines=3, max_length=info.get("max_chars"),
-        elem_id="text",
+        label="Text", lines=3, elem_id="text",
         value="Hello! This is a streaming voice demo. The audio plays while it is being generated.",
     )  # fmt: skip
     return parts["text"]
 
 
 def _voice_inputs(info: dict[str, Any], parts: dict[str, Any], controls: dict[str, Any],
-                  voices: VoiceRegistry, editable: bool) -> Any:  # fmt: skip
+                  voices: VoiceRegistry, backend: object | None, editable: bool) -> Any:  # fmt: skip
     """Language and the voice library; adds their controls (by API name) to `controls`."""
     choices = [("Auto-detect", "auto")] + [(name.capitalize(), name) for name in LANGUAGES]
     controls["language"] = gr.Dropdown(choices, value="auto", label="Language",
                                        allow_custom_value=True, elem_id="language",
                                        visible=info.get("reads_language", True))  # fmt: skip
     parts["language"] = controls["language"]
-    library = build_voice_library(model_dependent(info)["reference"], editable, voices.private)
+    library = build_voice_library(model_dependent(info, backend)["reference"], editable,
+                                  voices.private, voices, backend)  # fmt: skip
     parts["reference"] = library.reference
     controls.update(reference=library.reference, reference_text=library.transcript,
                     voice=library.voice)  # fmt: skip
@@ -340,7 +357,8 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
     # their knobs are inputs of their own (`_api_knob_input`), the other fields the page's
     api_only = gr.Button(visible=False)
     declared = {knob.name: knob for knob in parameters.knobs}
-    api_inputs = [_api_knob_input(declared[name]) if name in declared else control
+    api_inputs = [_api_knob_input(declared[name]) if name in declared
+                  else _api_voice_input() if name == "voice" else control
                   for name, control in zip(parameters.names, inputs, strict=True)]  # fmt: skip
     for fn, audio_label, api_name in (
         (handlers.stream_to_api, "chunk", "synthesize"),
@@ -351,6 +369,13 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
         wire(api_only.click, fn, outs, api_name)
 
 
+def _api_voice_input() -> gr.Dropdown:
+    """The API-only endpoints' `voice`: none unless the caller names one (the page's picker
+    starts on a built-in voice, which would replace a caller's reference clip)."""
+    return gr.Dropdown([(UPLOAD_LABEL, UPLOAD)], value=UPLOAD, label="Voice", visible=False,
+                       allow_custom_value=True)  # fmt: skip
+
+
 def _api_knob_input(knob: Knob) -> gr.Number:
     """A knob's parameter of the API-only endpoints: no value, so a caller who leaves it out
     gets the served backend's default (a slider's value is whatever the page showed when it
@@ -359,17 +384,53 @@ def _api_knob_input(knob: Knob) -> gr.Number:
     return gr.Number(None, label=knob.label or knob.name, visible=False)
 
 
-def _examples(controls: dict[str, Any], assets: Path) -> None:
+def example_rows(voices: VoiceRegistry, backend: object | None) -> tuple[list, list[str]]:
+    """(rows [text, language, voice], labels) of the EXAMPLES whose built-in voice exists and
+    fits `backend` (None: not loaded yet, all do)."""
     rows, labels = [], []
-    for label, text, language, clip, transcript in EXAMPLES:
-        if (assets / clip).is_file():
-            rows.append([text, language, str(assets / clip), transcript, UPLOAD])
+    for label, text, language, name in EXAMPLES:
+        try:
+            voice = voices.get(name)
+        except VoiceNotFound:
+            continue
+        if voice.kind == "builtin" and fits(voice, backend):
+            rows.append([text, language, name])
             labels.append(label)
-    if rows:
-        names = ("text", "language", "reference", "reference_text", "voice")
-        gr.Examples(rows, inputs=[controls[name] for name in names], label="Examples",
-                    example_labels=labels, cache_examples=False, api_visibility="private")  # fmt: skip
+    return rows, labels
+
+
+def examples_update(voices: VoiceRegistry, backend: object | None) -> gr.Dataset:
+    rows, labels = example_rows(voices, backend)
+    return gr.Dataset(samples=rows, sample_labels=labels, visible=bool(rows))
+
+
+def _examples(controls: dict[str, Any], voices: VoiceRegistry,
+              backend: object | None) -> gr.Dataset:  # fmt: skip
+    """The examples: a text, its language and a built-in voice each (only those that fit the
+    served model; page_state follows the model once it has loaded). A click fills them in."""
+    rows, labels = example_rows(voices, backend)
+    names = ("text", "language", "voice")
+    dataset = gr.Dataset(components=[controls[name] for name in names], samples=rows,
+                         sample_labels=labels, label="Examples", elem_id="examples",
+                         visible=bool(rows), type="values")  # fmt: skip
+
+    def load_example(row: list) -> tuple:  # the page's own event (private), by index
+        return tuple(row)
+
+    dataset.click(load_example, dataset, [controls[name] for name in names], queue=False,
+                  show_progress="hidden", api_visibility="private")  # fmt: skip
+    return dataset
+
+
+def count_html(max_chars: int) -> str:
+    """The text count line (page.js fills in the count as the visitor types)."""
+    return (f'<p class="text-count" data-max="{max_chars}">Up to {max_chars} characters'
+            "</p>")  # fmt: skip
 
 
 def _css(name: str) -> str:
+    return _static(name)
+
+
+def _static(name: str) -> str:
     return (Path(__file__).resolve().parent / "static" / name).read_text()

@@ -27,13 +27,18 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ..audio import SAMPLE_RATE
-from ..engine import BackendError, Engine, EngineBusy, EngineSlot, InputError
+from ..engine import BackendError, Engine, EngineBusy, EngineSlot, InputError, Limits
+from ..engine.backend import reference_needs
+from ..engine.validation import prepare_reference
+from ..server.route_utils import served_engine
 from ..server.state import OWNER_KEY_CHARS
-from ..server.voices import Viewer, VoiceNotFound, VoiceRegistry, VoiceStoreError
+from ..server.voice_fit import fits, starting_voice
+from ..server.voices import NamedVoice, Viewer, VoiceNotFound, VoiceRegistry, VoiceStoreError
 
 log = logging.getLogger(__name__)
 
 UPLOAD = ""  # the dropdown's "Upload or record a clip" entry (no named voice)
+UPLOAD_LABEL = "Upload or record a clip"
 OWNER_STORAGE_KEY = "tts-core-voice-owner"
 _warming = threading.Semaphore(1)  # (a burst of saves warms the first; the rest warm on use)
 # BrowserState encrypts what it keeps with this "secret", which the page receives anyway: a
@@ -56,19 +61,23 @@ class VoiceLibrary:
     note: gr.Markdown  # what the last save or delete did (until the visitor picks a voice)
 
 
-def build_voice_library(reference_label: str, editable: bool = True,
-                        private: bool = False) -> VoiceLibrary:  # fmt: skip
-    """The voice inputs: a dropdown of voices (filled per browser on page load), and for
-    "Upload or record a clip" the clip, its transcript and (when `editable`) a row to save
-    them as a voice. Saved voices are listed to every visitor of the server, or with
+def build_voice_library(reference_label: str, editable: bool = True, private: bool = False,
+                        voices: VoiceRegistry | None = None,
+                        backend: object | None = None) -> VoiceLibrary:  # fmt: skip
+    """The voice inputs: a dropdown of voices (filled per browser on page load: the ones that
+    fit the served model), starting on a built-in recording that fits it (`starting_voice`),
+    and for "Upload or record a clip" the clip, its transcript and (when `editable`) a row to
+    save them as a voice. Saved voices are listed to every visitor of the server, or with
     `private` to the browser that saved them only."""
     shared = ("Only this browser will see the voices it saves." if private else
               "Saved voices are listed to everyone using this server.")  # fmt: skip
     owner = gr.BrowserState("", storage_key=OWNER_STORAGE_KEY, secret=OWNER_SECRET)
+    start = start_voice(voices, backend) if voices is not None else UPLOAD
+    listed = choices(voices, None, backend) if voices is not None else [(UPLOAD_LABEL, UPLOAD)]
     # allow_custom_value: an API caller may name a voice registered after the page was built
-    voice = gr.Dropdown([("Upload or record a clip", UPLOAD)], value=UPLOAD, label="Voice",
-                        allow_custom_value=True, elem_id="voice")  # fmt: skip
-    with gr.Column(elem_id="upload-box") as upload_box:
+    voice = gr.Dropdown(listed, value=start, label="Voice", allow_custom_value=True,
+                        elem_id="voice")  # fmt: skip
+    with gr.Column(elem_id="upload-box", visible=start == UPLOAD) as upload_box:
         reference = gr.Audio(None, sources=["upload", "microphone"], type="filepath",
                              label=reference_label, elem_id="reference")  # fmt: skip
         transcript = gr.Textbox("", label="Transcript of the clip (optional)", lines=1,
@@ -79,7 +88,9 @@ def build_voice_library(reference_label: str, editable: bool = True,
                               max_length=64, elem_id="voice-name")  # fmt: skip
             save = gr.Button("Save this voice", size="md", scale=2, elem_id="save-voice")
     with gr.Row(equal_height=True):
-        about = gr.Markdown(visible=False, elem_id="voice-about")
+        picked = voices.get(start) if voices is not None and start else None
+        about = gr.Markdown(about_text(picked) if picked else "", visible=picked is not None,
+                            elem_id="voice-about")  # fmt: skip
         delete = gr.Button("Delete voice", variant="stop", size="sm", visible=False, scale=0,
                            min_width=120, elem_id="delete-voice")  # fmt: skip
     note = gr.Markdown(visible=False, elem_id="voice-note")
@@ -88,13 +99,40 @@ def build_voice_library(reference_label: str, editable: bool = True,
 
 
 def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
-                       voices: VoiceRegistry, editable: bool = True) -> None:  # fmt: skip
-    """Events: page load -> this browser's list (and key); pick; save and delete (only when
-    `editable`: a server whose API needs a key does not let the page write the store)."""
+                       voices: VoiceRegistry, editable: bool = True,
+                       model_line: gr.HTML | None = None) -> None:  # fmt: skip
+    """Events: page load (and a change of `model_line`: the model loaded) -> this browser's list
+    (and key); pick; an uploaded or recorded clip checked at once; save and delete (only
+    when `editable`: a server whose API needs a key does not let the page write the store)."""
 
     def refresh(owner_key: str) -> tuple:
+        """On page load: this browser's key and the voices that fit the served model; the
+        value only where the starting voice is no longer the page's (a visitor's pick made
+        meanwhile is kept)."""
         owner_key = usable_key(owner_key)  # made once per browser
-        return owner_key, gr.update(choices=choices(voices, owner_key))
+        backend = served_backend(slot)
+        update = {"choices": choices(voices, owner_key, backend)}
+        if (start := start_voice(voices, backend)) != lib.voice.value:
+            update["value"] = start
+        return owner_key, gr.update(**update)
+
+    def follow_model(owner_key: str, current: str | None) -> tuple:
+        """Once the model is known: the voices that fit it (the picked one kept when it still
+        fits, else the starting voice)."""
+        backend = served_backend(slot)
+        if backend is None:  # still loading
+            return gr.skip(), gr.skip()
+        owner_key = usable_key(owner_key)
+        listed = choices(voices, owner_key, backend)
+        keep = current in {name for _, name in listed}
+        value = current if keep else start_voice(voices, backend)
+        return owner_key, gr.update(choices=listed, value=value)
+
+    def check_clip(clip: str | None) -> tuple:
+        problem = clip_problem(slot, clip)
+        if problem is None:
+            return gr.skip(), gr.update(visible=False)
+        return None, show_note(f"This clip was not taken: {problem}")
 
     def pick(name: str, owner_key: str) -> tuple:
         return show_picked(voices, name, owner_key, may_delete=editable)
@@ -120,6 +158,12 @@ def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
     # what save and delete did (or why not) shows in the note, not in a toast
     private = {"api_visibility": "private", "show_progress": "hidden"}
     demo.load(refresh, lib.owner, [lib.owner, lib.voice], queue=False, **private)
+    if model_line is not None:  # the list once the model is known: its line says so first
+        model_line.change(follow_model, [lib.owner, lib.voice], [lib.owner, lib.voice],
+                          queue=False, **private)  # fmt: skip
+    # a clip that cannot serve (not audio, silent, too short for the model) is refused at once
+    for event in (lib.reference.upload, lib.reference.stop_recording):
+        event(check_clip, lib.reference, [lib.reference, lib.note], queue=False, **private)
     lib.voice.change(pick, [lib.voice, lib.owner], [lib.upload_box, lib.about, lib.delete],
                      queue=False, **private)  # fmt: skip
     if not editable:
@@ -140,13 +184,15 @@ def usable_key(owner_key: object) -> str:
     return secrets.token_urlsafe(24)
 
 
-def choices(voices: VoiceRegistry, owner_key: str | None) -> list[tuple[str, str]]:
+def choices(voices: VoiceRegistry, owner_key: str | None,
+            backend: object | None = None) -> list[tuple[str, str]]:  # fmt: skip
     """(label, name) for the dropdown: upload first, then built-in and saved voices (with
-    private voices: the ones `owner_key` saved); damaged ones are left out (they cannot
+    private voices: the ones `owner_key` saved); damaged ones and those whose clip does not
+    fit `backend` (voice_fit.py; None: not loaded yet, all fit) are left out (they cannot
     speak)."""
-    listed = [("Upload or record a clip", UPLOAD)]
+    listed = [(UPLOAD_LABEL, UPLOAD)]
     for voice in voices.list(Viewer(owner_key=owner_key or None)):
-        if voice.status != "ok":
+        if voice.status != "ok" or not fits(voice, backend):
             continue
         if voice.kind == "builtin":
             label = f"{voice.name} (built-in)"
@@ -170,15 +216,49 @@ def show_picked(voices: VoiceRegistry, name: str, owner_key: str | None,
         missing = f"There is no voice named '{plain(name)}'."
         return hidden, gr.update(value=missing, visible=True), hidden
     owned = voice.owned_by(owner_key)
+    return (hidden, gr.update(value=about_text(voice, owned, voices.private), visible=True),
+            gr.update(visible=owned and may_delete))  # fmt: skip
+
+
+def about_text(voice: NamedVoice, owned: bool = False, private: bool = False) -> str:
+    """What the picked voice is: its description (or whose it is) and its clip's words."""
     if owned:
-        whose = "Saved from this browser" + (": no one else sees it." if voices.private else ".")
+        whose = "Saved from this browser" + (": no one else sees it." if private else ".")
     else:
         whose = "Saved from another browser or through the API: you can use it, not delete it."
     lines = [voice.description or whose]
     if voice.transcript:  # anyone's words: shown as text, never as Markdown or HTML
         lines.append(f"Its clip says: “{plain(voice.transcript)}”")
-    return (hidden, gr.update(value="  \n".join(lines), visible=True),
-            gr.update(visible=owned and may_delete))  # fmt: skip
+    return "  \n".join(lines)
+
+
+def served_backend(slot: EngineSlot) -> object | None:
+    """The served backend; None while the model loads (or after it failed)."""
+    engine = served_engine(slot)
+    return engine.backend if engine is not None else None
+
+
+def start_voice(voices: VoiceRegistry, backend: object | None) -> str:
+    """The voice the page starts on: a built-in recording that fits the served model (a
+    first Generate that works), else the upload entry."""
+    return starting_voice(voices.list(Viewer()), backend) or UPLOAD
+
+
+def clip_problem(slot: EngineSlot, clip: str | None) -> str | None:
+    """Why an uploaded or recorded clip cannot serve (not audio, empty, silent, too short, or
+    not what the served model asks: engine/backend.py ReferenceNeeds); None: it can, or there
+    is no clip."""
+    if not clip:
+        return None
+    engine = served_engine(slot)
+    limits = engine.config.limits if engine is not None else Limits()
+    try:
+        audio, _ = prepare_reference(clip, limits)
+    except InputError as exc:
+        return str(exc).removeprefix("Reference clip: ")
+    if audio is None or engine is None:
+        return None
+    return reference_needs(engine.backend).why_not(audio.size / SAMPLE_RATE)
 
 
 def show_note(text: str) -> dict:

@@ -16,14 +16,15 @@ tokenizer and CAMPPlus are Turbo's modules; the English release's files are `t3_
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from ...audio.analysis import mel_filters
+from ..contract import SeededStream, resolve_seed
 from .checkpoint import CheckpointError, check_unused, load_part
 from .chunking import WHOLE_UTTERANCE, StreamChunking
 from .config import (
@@ -47,7 +48,13 @@ from .english_t3 import (
 )
 from .flow import TOKEN_MEL_RATIO, Flow
 from .hift import HiFTGenerator
-from .model import S3GenSpeech, TurboChunk, apply_watermark
+from .model import (
+    S3GenSpeech,
+    apply_watermark,
+    chatterbox_clip,
+    knobs_by_name,
+    sized_load,
+)
 from .streaming import S3GenStream, StreamNoise
 from .tokenizer import punc_norm
 from .voice import ChatterboxVoice
@@ -130,6 +137,7 @@ class EnglishResult:
     draws: torch.Tensor  # (M,) every T3 draw (STOP included when drawn)
     stop_reason: str = "eos"  # or "max_tokens"
     sample_rate: int = SAMPLE_RATE
+    seed: int | None = None  # the seed used: passed back, the same audio (models/contract.py)
 
 
 def spoken_tokens(draws: torch.Tensor) -> torch.Tensor:
@@ -172,7 +180,7 @@ class ChatterboxEnglishModel(S3GenSpeech):
         if dtype not in (None, torch.float32):
             raise ValueError(f"Chatterbox English runs in float32 only (got dtype={dtype})")
         folder = resolve_folder(name_or_path)
-        return cls(folder, EnglishSizes.of_folder(folder), device)
+        return sized_load(folder, lambda: cls(folder, EnglishSizes.of_folder(folder), device))
 
     def _front_end(self):
         if self._frontend is None:
@@ -204,12 +212,14 @@ class ChatterboxEnglishModel(S3GenSpeech):
         module.window.copy_(torch.hann_window(N_FFT))
         return module.eval()
 
-    def create_voice(self, audio: np.ndarray, sr: int) -> ChatterboxVoice:
-        """A voice from a reference clip: tts.py's prepare_conditionals (no loudness step, no
-        length check; T3 prompt: S3 tokens of the first 6 s, <= 150). No random draws."""
+    def create_voice(self, audio: np.ndarray | str | Path, sr: int | None = None,
+                     ref_text: str | None = None) -> ChatterboxVoice:  # fmt: skip
+        """A voice from a reference clip (samples at `sr`, or a path to an audio file):
+        tts.py's prepare_conditionals (no loudness step, no length check; T3 prompt: S3 tokens
+        of the first 6 s, <= 150). No random draws. `ref_text` is accepted and not used."""
         from .cloning import make_voice
 
-        audio = np.asarray(audio, dtype=np.float32)
+        audio, sr = chatterbox_clip(audio, sr, ref_text)
         if audio.size == 0:
             raise ValueError("the reference clip is empty")
         ve, tokenizer, campplus = self._front_end()
@@ -240,19 +250,22 @@ class ChatterboxEnglishModel(S3GenSpeech):
         self,
         text: str,
         voice: ChatterboxVoice | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         exaggeration: float = 0.5,
         sampling: EnglishSampling | None = None,
         watermark: bool = False,
         max_new_tokens: int = MAX_NEW_TOKENS,
         stream_noise: bool = False,
+        **knobs: Any,
     ) -> EnglishResult:
         """Whole clip for `text`, the official's output for torch.manual_seed(seed).
         `stream_noise`: S3Gen and HiFT take `stream`'s pre-drawn noise instead (the same
-        tokens): the whole-utterance clip that `stream` approximates chunk by chunk."""
-        voice = self._voice(voice)
-        sampling = sampling or EnglishSampling()
-        generator = torch.Generator().manual_seed(int(seed))
+        tokens): the whole-utterance clip that `stream` approximates chunk by chunk. seed None:
+        a random one (`result.seed`); `knobs`: EnglishSampling's fields by name."""
+        sampling, _ = knobs_by_name("Chatterbox English", sampling or EnglishSampling(), knobs,
+                                    streamed=False)  # fmt: skip
+        voice, seed = self._voice(voice), resolve_seed(seed)
+        generator = torch.Generator().manual_seed(seed)
         cond, ids = self._t3_inputs(text, voice, exaggeration)
         out = self.t3.generate(cond, ids, sampling, generator, max_new_tokens)
         tokens = spoken_tokens(out.draws)
@@ -267,18 +280,19 @@ class ChatterboxEnglishModel(S3GenSpeech):
             audio = self.vocode(mel, generator)[0].cpu().numpy()
         if watermark and audio.size:
             audio = apply_watermark(audio)
-        return EnglishResult(audio, tokens, out.draws, out.stop_reason)
+        return EnglishResult(audio, tokens, out.draws, out.stop_reason, seed=seed)
 
     def stream(
         self,
         text: str,
         voice: ChatterboxVoice | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         exaggeration: float = 0.5,
         sampling: EnglishSampling | None = None,
         max_new_tokens: int = MAX_NEW_TOKENS,
         chunking: StreamChunking | None = None,
-    ) -> Iterator[TurboChunk]:
+        **knobs: Any,
+    ) -> SeededStream:
         """Audio chunks while T3 draws (unwatermarked), as Turbo's `stream` (streaming.py):
         T3's tokens are generate's; S3Gen re-runs over prompt + tokens so far with noise
         pre-drawn by position and its regular CFM, so the clip approximates the whole pass
@@ -286,14 +300,19 @@ class ChatterboxEnglishModel(S3GenSpeech):
         yielded, last; no silence tokens are appended (the English generate appends none).
         The served path: the one engine (serving.py's ChatterboxRunner, this model's request
         english_serving.py's EnglishSequence) with this request as its only row, stepped on the
-        caller's thread; the request is checked here (ValueError), before the first chunk."""
+        caller's thread; the request is checked here (ValueError), before the first chunk.
+        seed None: a random one (`.seed` of the returned stream); `knobs` by name:
+        EnglishSampling's fields and first_chunk_tokens / chunk_tokens."""
         from ...serving.alone import InlineOutbox
         from .english_serving import EnglishSequence
         from .serving import run_alone
 
+        sampling, chunking = knobs_by_name("Chatterbox English", sampling or EnglishSampling(),
+                                           knobs, chunking)  # fmt: skip
+        seed = resolve_seed(seed)
         seq = EnglishSequence(self, text, voice, seed, exaggeration, sampling, max_new_tokens,
                               chunking, outbox=InlineOutbox())  # fmt: skip
-        return run_alone(self, seq)
+        return SeededStream(run_alone(self, seq), seed)
 
     @staticmethod
     def _stream_noise(seed: int, voice: ChatterboxVoice, max_new_tokens: int) -> StreamNoise:

@@ -10,13 +10,16 @@ random draw comes from one CPU `torch.Generator` seeded with S, in the official 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
+from ..checkpoint import CheckpointError
+from ..contract import SeededStream, reference_audio, refuse_unknown, resolve_seed
 from .checkpoint import (
     CONDS_FILE,
     S3GEN_FILE,
@@ -27,7 +30,7 @@ from .checkpoint import (
 )
 from .chunking import WHOLE_UTTERANCE, StreamChunking
 from .cloning import make_voice
-from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, ChatterboxSizes, t3_file
+from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, SIZES_FILE, ChatterboxSizes, t3_file
 from .flow import TOKEN_MEL_RATIO, Flow
 from .hift import HiFTGenerator, trim_fade
 from .sampling import TurboSampling
@@ -52,6 +55,56 @@ class TurboResult:
     tokens: torch.Tensor  # (N,) T3 tokens as drawn (EOS dropped)
     stop_reason: str = "eos"  # or "max_tokens"
     sample_rate: int = SAMPLE_RATE
+    seed: int | None = None  # the seed used: passed back, the same audio (models/contract.py)
+
+
+CHUNK_KNOBS = {"first_chunk_tokens": "first_tokens", "chunk_tokens": "chunk_tokens"}
+Sampling = TypeVar("Sampling")
+
+
+def knobs_by_name(model: str, sampling: Sampling, knobs: dict[str, Any],
+                  chunking: StreamChunking | None = None, streamed: bool = True,
+                  ) -> tuple[Sampling, StreamChunking | None]:  # fmt: skip
+    """`sampling` (a TurboSampling / EnglishSampling) and `chunking` with the knobs given by
+    name (`temperature=0.7`, `first_chunk_tokens=8`, ...) set on them: each checked against its
+    declaration in engine/knobs.py where it has one (a ValueError naming it); a name the model
+    does not read is a TypeError listing those it does."""
+    from ...engine.knobs import SAMPLING_KNOBS
+
+    own = [field.name for field in fields(sampling)]
+    chunk_names = list(CHUNK_KNOBS) if streamed else []
+    refuse_unknown(model, knobs, [*own, *chunk_names])
+    checked = {name: SAMPLING_KNOBS[name].parse(value) if name in SAMPLING_KNOBS else value
+               for name, value in knobs.items()}  # fmt: skip
+    sampling = replace(sampling, **{n: v for n, v in checked.items() if n in own})
+    cuts = {CHUNK_KNOBS[n]: int(v) for n, v in checked.items() if n in CHUNK_KNOBS}
+    if cuts:
+        chunking = replace(chunking or StreamChunking(), **cuts)
+    return sampling, chunking
+
+
+def sized_load(folder: Path, build: Callable[[], Any]) -> Any:
+    """`build()`, whose weights mismatch the release's sizes, says so and names the file of
+    other sizes (chatterbox_sizes.json) where the folder has none."""
+    try:
+        return build()
+    except CheckpointError as exc:
+        if (Path(folder) / SIZES_FILE).is_file():
+            raise
+        raise CheckpointError(
+            f"{exc}\n{folder} has no {SIZES_FILE}, so the released model's sizes were assumed; "
+            f"a checkpoint of other sizes loads with its {SIZES_FILE} beside the weights (the "
+            f"sizes of each part: tools/oracle writes one for the tiny checkpoints)"
+        ) from exc
+
+
+def chatterbox_clip(audio: Any, sr: int | None, ref_text: str | None) -> tuple[np.ndarray, int]:
+    """create_voice's clip as float32 samples and rate. Both Chatterbox models clone from the
+    clip alone (their backends declare reads_transcript False): a transcript is accepted and
+    not used, as the served models ignore it."""
+    del ref_text  # not used: Chatterbox clones from the audio alone
+    clip, rate = reference_audio(audio, sr)
+    return np.asarray(clip, dtype=np.float32), rate
 
 
 class S3GenSpeech:
@@ -119,7 +172,7 @@ class ChatterboxTurboModel(S3GenSpeech):
         if dtype not in (None, torch.float32):
             raise ValueError(f"Chatterbox Turbo runs in float32 only (got dtype={dtype})")
         folder = resolve_folder(name_or_path)
-        model = cls(folder, ChatterboxSizes.of_folder(folder), device)
+        model = sized_load(folder, lambda: cls(folder, ChatterboxSizes.of_folder(folder), device))
         from .quant import quantize_turbo
 
         quantize_turbo(model, quantize)
@@ -141,12 +194,14 @@ class ChatterboxTurboModel(S3GenSpeech):
             )
         return self._frontend
 
-    def create_voice(self, audio: np.ndarray, sr: int) -> ChatterboxVoice:
-        """A voice from a reference clip (mono or (S, C) float array at `sr`; > 5 s): the
-        official `prepare_conditionals` (Turbo, norm_loudness on). No random draws."""
+    def create_voice(self, audio: np.ndarray | str | Path, sr: int | None = None,
+                     ref_text: str | None = None) -> ChatterboxVoice:  # fmt: skip
+        """A voice from a reference clip (mono or (S, C) float array at `sr`, or a path to an
+        audio file; > 5 s): the official `prepare_conditionals` (Turbo, norm_loudness on). No
+        random draws. `ref_text` is accepted and not used (cloned from the clip alone)."""
+        clip, rate = chatterbox_clip(audio, sr, ref_text)
         ve, tokenizer, campplus = self._front_end()
-        return make_voice(np.asarray(audio, dtype=np.float32), int(sr), ve, tokenizer, campplus,
-                          self.device)  # fmt: skip
+        return make_voice(clip, rate, ve, tokenizer, campplus, self.device)
 
     def _voice(self, voice: ChatterboxVoice | None) -> ChatterboxVoice:
         if voice is not None:
@@ -160,20 +215,24 @@ class ChatterboxTurboModel(S3GenSpeech):
         self,
         text: str,
         voice: ChatterboxVoice | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         watermark: bool = False,
         sampling: TurboSampling | None = None,
         max_new_tokens: int = MAX_NEW_TOKENS,
         stream_noise: bool = False,
+        **knobs: Any,
     ) -> TurboResult:
         """Whole clip for `text` in `voice` (None: the checkpoint's conds.pt voice), exact: the
         official's output for the seed. `stream_noise`: S3Gen and HiFT take `stream`'s
         pre-drawn noise instead (the same tokens), giving the whole-utterance clip that
-        `stream(text, voice, seed, ...)` approximates chunk by chunk."""
-        voice = self._voice(voice)
-        generator = torch.Generator().manual_seed(int(seed))  # CPU: the official's stream
+        `stream(text, voice, seed, ...)` approximates chunk by chunk. seed None: a random one
+        (`result.seed`); `knobs`: TurboSampling's fields by name (temperature=, top_k=, ...)."""
+        sampling, _ = knobs_by_name("Chatterbox Turbo", sampling or TurboSampling(), knobs,
+                                    streamed=False)  # fmt: skip
+        voice, seed = self._voice(voice), resolve_seed(seed)
+        generator = torch.Generator().manual_seed(seed)  # CPU: the official's stream
         out = self.t3.generate(voice.speaker_emb, voice.t3_prompt_tokens, self._ids(text),
-                               sampling or TurboSampling(), generator, max_new_tokens)  # fmt: skip
+                               sampling, generator, max_new_tokens)  # fmt: skip
         speech = torch.cat([out.tokens[out.tokens < S3_VOCAB], self._silence()])[None]  # (1, T)
         if stream_noise:
             noise = self._stream_noise(seed, voice, max_new_tokens)
@@ -184,17 +243,18 @@ class ChatterboxTurboModel(S3GenSpeech):
         audio = audio[0].cpu().numpy()
         if watermark:
             audio = apply_watermark(audio)
-        return TurboResult(audio, out.tokens, out.stop_reason)
+        return TurboResult(audio, out.tokens, out.stop_reason, seed=seed)
 
     def stream(
         self,
         text: str,
         voice: ChatterboxVoice | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         sampling: TurboSampling | None = None,
         max_new_tokens: int = MAX_NEW_TOKENS,
         chunking: StreamChunking | None = None,
-    ) -> Iterator[TurboChunk]:
+        **knobs: Any,
+    ) -> SeededStream:
         """`text` in `voice` as audio chunks made while T3 draws (unwatermarked). T3's tokens
         are generate's (same draws, same order); S3Gen re-runs after the first
         `chunking.first_tokens` speech tokens and at `chunking.next_pass` after (ramping up to
@@ -202,13 +262,18 @@ class ChatterboxTurboModel(S3GenSpeech):
         out the audio that became stable (streaming.py), and the final chunk (always yielded,
         last) holds the rest. A pass with nothing stable yet yields nothing. The served path: the
         one engine (serving.py's ChatterboxRunner) with this request as its only row, stepped on the
-        caller's thread; the request is checked here (ValueError), before the first chunk."""
+        caller's thread; the request is checked here (ValueError), before the first chunk.
+        seed None: a random one (`.seed` of the returned stream); `knobs` by name: TurboSampling's
+        fields and first_chunk_tokens / chunk_tokens (`chunking`'s)."""
         from ...serving.alone import InlineOutbox
         from .serving import make_request, run_alone  # (serving.py imports this module)
 
+        sampling, chunking = knobs_by_name("Chatterbox Turbo", sampling or TurboSampling(),
+                                           knobs, chunking)  # fmt: skip
+        seed = resolve_seed(seed)
         seq = make_request(self, text, voice, seed, sampling, max_new_tokens, chunking,
                            outbox=InlineOutbox())  # fmt: skip
-        return run_alone(self, seq)
+        return SeededStream(run_alone(self, seq), seed)
 
     def _ids(self, text: str) -> torch.Tensor:
         return torch.tensor([self.tokenizer.encode(text)], dtype=torch.long, device=self.device)

@@ -30,6 +30,7 @@ import torch
 from ...audio.analysis import resample
 from ...audio.cadence import Cadence
 from ..checkpoint import load_safetensors
+from ..contract import SeededStream, reference_audio, resolve_seed
 from ..layers import compile_stack
 from .checkpoint import (
     build_talker,
@@ -100,6 +101,7 @@ class GenerationResult:
     codes: torch.Tensor  # (N, G) int64
     stop_reason: str
     sample_rate: int = SAMPLE_RATE
+    seed: int | None = None  # the seed used: passed back, the same audio (models/contract.py)
 
 
 class Qwen3TTSModel:
@@ -238,14 +240,19 @@ class Qwen3TTSModel:
 
     @torch.inference_mode()
     def create_voice(
-        self, audio: np.ndarray, sample_rate: int, ref_text: str | None = None
+        self,
+        audio: np.ndarray | str | Path,
+        sample_rate: int | None = None,
+        ref_text: str | None = None,
     ) -> Voice:
-        """ICL voice when ref_text is given (reference codes + transcript), else x-vector only."""
+        """ICL voice when ref_text is given (reference codes + transcript), else x-vector only.
+        `audio`: samples at `sample_rate`, or a path to an audio file."""
         if self.model_type != "base":
             raise ValueError(
                 f"create_voice clones a reference clip, which a Base checkpoint does; this "
                 f"checkpoint is {self.model_type!r}: use {_VOICE_MAKER[self.model_type]}"
             )
+        audio, sample_rate = reference_audio(audio, sample_rate)
         wav = _mono_float32(audio)
         if sample_rate <= 0:
             raise ValueError(f"sample_rate must be positive, got {sample_rate}")
@@ -306,10 +313,12 @@ class Qwen3TTSModel:
         keyword arguments as `stream`."""
         chunk_frames = kwargs.pop("chunk_frames", 25)
         kwargs.setdefault("first_chunk_frames", chunk_frames)
-        chunks = list(self.stream(text, voice, language, chunk_frames=chunk_frames, **kwargs))
+        stream = self.stream(text, voice, language, chunk_frames=chunk_frames, **kwargs)
+        chunks = list(stream)
         audio = np.concatenate([chunk.audio for chunk in chunks])
         codes = torch.cat([chunk.codes for chunk in chunks])
-        return GenerationResult(audio=audio, codes=codes, stop_reason=chunks[-1].stop_reason)
+        return GenerationResult(audio=audio, codes=codes, stop_reason=chunks[-1].stop_reason,
+                                seed=stream.seed)  # fmt: skip
 
     def stream(
         self,
@@ -327,8 +336,9 @@ class Qwen3TTSModel:
         should_stop: Callable[[], bool] | None = None,
         non_streaming_mode: bool | None = None,
         **sampling: Any,
-    ) -> Iterator[AudioChunk]:
-        """Generator of AudioChunks; validates everything before the first `next()`.
+    ) -> SeededStream:
+        """Iterator of AudioChunks (`.seed`: the seed used); validates everything before the
+        first `next()`.
 
         The serving engine with one row (serving/engine.py `run_alone`), stepped on the thread
         that iterates: no thread is started, and the chunks are those the served Scheduler
@@ -338,7 +348,7 @@ class Qwen3TTSModel:
         Sampling kwargs use the official names (temperature, top_k, top_p, repetition_penalty,
         do_sample, subtalker_*, max_new_tokens; defaults from generation_config.json).
         greedy: argmax in talker and sub-talker, no repetition penalty. seed: per-request
-        torch.Generator. stop_ids: extra c0 ids that end the utterance like EOS.
+        torch.Generator (None: a random one, returned as `.seed`). stop_ids: extra c0 ids that end the utterance like EOS.
         repetition_window: penalize only the last N frames' c0. length_cap: stop at
         `length_cap_frames(text tokens)` frames (reason "length_cap"). should_stop: asked
         before every frame; when it answers True the stream ends there without a final chunk
@@ -352,6 +362,7 @@ class Qwen3TTSModel:
 
         cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
         started = time.perf_counter()
+        seed = resolve_seed(seed)
         prompt, settings = self.plan(
             text,
             voice,
@@ -368,7 +379,7 @@ class Qwen3TTSModel:
         seq = Sequence(self.talker, prompt, settings, voice, cadence, should_stop or _never,
                        outbox=InlineOutbox())  # fmt: skip
         seq.chunk_started = started  # the first chunk's compute includes this setup
-        return run_alone(self, seq)
+        return SeededStream(run_alone(self, seq), seed)
 
     def frames(self, prompt: Prompt, settings: DecodeSettings) -> Iterator[torch.Tensor]:
         """The (G,) int64 code frames of a planned request (`plan`), without audio: the same

@@ -200,9 +200,8 @@ def suppressed_ids(vocab_size: int, eos_id: int, device: torch.device | str) -> 
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
-    generator = torch.Generator(device=device)
-    if seed is None:
-        generator.seed()
-    else:
-        generator.manual_seed(int(seed))
-    return generator
+    """A generator seeded with `seed`; None: a random one, drawn where every model draws it
+    (models/contract.py; `model.stream` draws it first, to return it)."""
+    from ..contract import resolve_seed
+
+    return torch.Generator(device=device).manual_seed(resolve_seed(seed))

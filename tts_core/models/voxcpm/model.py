@@ -22,7 +22,7 @@ request, whatever else it serves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ import torch
 
 from ...audio.cadence import Cadence
 from ...serving.alone import InlineOutbox
+from ..contract import SeededStream, reference_audio, refuse_unknown, resolve_seed
 from .audiovae import AudioVAE
 from .checkpoint import load_model_state, resolve_folder
 from .config import VoxCPM2Config
@@ -48,12 +49,19 @@ LENGTH_EXTRA = 10
 CONTEXT_PATCHES = 3  # streaming_prefix_len (4) - 1
 
 
+# the knobs `generate` and `stream` read by name (backends/voxcpm.py declares their ranges)
+KNOB_NAMES = ("cfg_value", "inference_timesteps")
+# the shared chunk sizes (engine/knobs.py), which `stream` reads as its patch counts
+CHUNK_NAMES = {"first_chunk_frames": "first_chunk_patches", "chunk_frames": "chunk_patches"}
+
+
 @dataclass
 class GenerationResult:
     audio: np.ndarray  # float32 (N,) at sample_rate
     sample_rate: int
     patches: int
     stop_reason: str  # "stop_head" or "length_cap"
+    seed: int | None = None  # the seed used: passed back, the same audio (models/contract.py)
 
 
 @dataclass
@@ -128,11 +136,18 @@ class VoxCPMModel:
         return latents.reshape(latents.shape[1], -1, self.patch_size).permute(1, 2, 0)
 
     def create_voice(
-        self, audio: np.ndarray | torch.Tensor, sample_rate: int, ref_text: str | None = None
+        self,
+        audio: np.ndarray | torch.Tensor | str | Path,
+        sample_rate: int | None = None,
+        ref_text: str | None = None,
     ) -> Voice:
-        """A voice from a clip at any rate ((N,) or (N, channels)). With `ref_text` (its
+        """A voice from a clip at any rate ((N,) or (N, channels)), or a path to an audio file. With `ref_text` (its
         transcript) the clip is also the continuation prompt and the decoder is warmed on the
         context patches once here (spec section 13)."""
+        if not isinstance(audio, torch.Tensor):
+            audio, sample_rate = reference_audio(audio, sample_rate)
+        elif sample_rate is None:
+            raise TypeError("create_voice(audio, sample_rate): pass the clip's sample rate")
         clip = resample(to_mono(audio), int(sample_rate), self.vae.sample_rate)
         ref = self._encode_clip(clip, left=False)
         if ref_text is None:
@@ -200,13 +215,17 @@ class VoxCPMModel:
         self,
         text: str,
         voice: Voice | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         cfg_value: float = 2.0,
         inference_timesteps: int = 10,
         max_len: int = 4096,
+        **knobs: Any,
     ) -> GenerationResult:
         """The whole utterance: the patches of `stream`'s engine (one row, this thread), then
-        decoded in one VAE pass after the context patches."""
+        decoded in one VAE pass after the context patches. seed None: a random one
+        (`result.seed`)."""
+        refuse_unknown("VoxCPM2", knobs, KNOB_NAMES)
+        seed = resolve_seed(seed)
         seq = self.request(text, voice, seed, cfg_value, inference_timesteps, max_len,
                            audio=False, outbox=InlineOutbox())  # fmt: skip
         chunks = list(run_alone(self, seq))
@@ -221,20 +240,22 @@ class VoxCPMModel:
             sample_rate=self.sample_rate,
             patches=generated.shape[0],
             stop_reason=chunks[-1].stop_reason,
+            seed=seed,
         )
 
     def stream(
         self,
         text: str,
         voice: Voice | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         cfg_value: float = 2.0,
         inference_timesteps: int = 10,
         max_len: int = 4096,
         chunk_patches: int = 1,
         first_chunk_patches: int | None = None,
         should_stop: Callable[[], bool] | None = None,
-    ) -> Iterator[AudioChunk]:
+        **knobs: Any,
+    ) -> SeededStream:
         """The same audio as `generate`, decoded every `chunk_patches` patches (the first chunk
         after `first_chunk_patches`, default the same) with a per-stream decoder state (the
         voice's warm state cloned, or a fresh one). `should_stop` is asked before every patch:
@@ -243,11 +264,19 @@ class VoxCPMModel:
 
         The serving engine with one row (serving.py), stepped on the thread that iterates: the
         chunks are those the served VoxCPMScheduler gives the same request, whatever else it
-        serves. Bad input raises now; closing the generator frees the request's caches."""
+        serves. Bad input raises now; closing the generator frees the request's caches. seed
+        None: a random one (`.seed` of the returned stream). The shared knobs
+        first_chunk_frames / chunk_frames are read as the patch counts; a knob of another
+        model (e.g. temperature) is a TypeError listing this model's."""
+        refuse_unknown("VoxCPM2", knobs, (*KNOB_NAMES, *CHUNK_NAMES))
+        # first_chunk_frames / chunk_frames by name: one frame is one patch here
+        chunk_patches = knobs.get("chunk_frames", chunk_patches)
+        first_chunk_patches = knobs.get("first_chunk_frames", first_chunk_patches)
+        seed = resolve_seed(seed)
         seq = self.request(text, voice, seed, cfg_value, inference_timesteps, max_len,
                            chunk_patches, first_chunk_patches, should_stop,
                            outbox=InlineOutbox())  # fmt: skip
-        return run_alone(self, seq)
+        return SeededStream(run_alone(self, seq), seed)
 
     def request(
         self,

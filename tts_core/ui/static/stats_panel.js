@@ -28,6 +28,8 @@
   function state(name, text) {
     element.dataset.state = name;
     set("state", text);
+    // the same words next to Generate (page.js): on a phone this panel is far below it
+    if (window.__ttsRunStatus) window.__ttsRunStatus.set(name, text);
   }
 
   function update(stats) {
@@ -151,7 +153,10 @@
   function textStream(progress) { if (run) { run.text = { ...progress }; renderText(run.text); } }
   function heard(msAfterClick) { if (run) { run.heardMs = msAfterClick; render(); } }
   function underruns(n, silentMs) { if (run) { run.underruns = n; run.silentMs = silentMs; render(); } }
-  function failed(message) { if (run) state("error", `Error: ${message}`); }
+  function failed(message) {
+    if (run) state("error", `Error: ${message}`);
+    else if (window.__ttsRunStatus) window.__ttsRunStatus.set("error", `Error: ${message}`);
+  }
   function stopped() { if (run && element.dataset.state === "running") state("stopped", "Stopped"); }
 
   element.dataset.state = "idle";

@@ -1,0 +1,170 @@
+"""The codec decoder's steady chunk under exact-streaming options, timed A/B interleaved in one
+process (issue 38, item 2): on a busy machine the load then affects every option alike, so
+read the ratios, not the times.
+
+    .venv/bin/python benchmarks/decoder_ab.py [--config assets/checkpoints/Qwen3-TTS-12Hz-0.6B-Base] \
+        [--rounds 4] [--threads 2] [--profile] [--json out.json]
+
+The decoder is real size with random weights (speech_tokenizer/config.json; speed does not
+depend on the values). Every option decodes the same random codes after the same 8-frame
+prefix, each on its own stateful stream (decode_step, every frame exactly once); a round gives
+each option its next chunk in turn, and each option's time per frame is the median over rounds.
+Options: float32 and bfloat16 (the app's choice where the CPU has native bf16), steady chunks of
+6 (the app's) / 12 / 24 frames, and oneDNN off (torch's own convolutions). The audio of each
+option is compared with float32 chunk 6 over the frames both decoded: chunk sizes must agree
+to float32 rounding (the stream is exact), bf16 is reported as its SNR.
+`--profile` prints the aten operators of one float32 steady chunk by own CPU time, and again
+by input shape (which convolutions take torch's slow path instead of oneDNN's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from tts_core.models.qwen3_tts.checkpoint import random_speech_tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+PREFIX = 8
+
+
+@dataclass
+class Option:
+    name: str
+    decoder: object
+    chunk: int
+    context: object = contextlib.nullcontext
+    state: object = None
+    done: int = 0  # frames decoded after the prefix
+    per_frame_s: list[float] = field(default_factory=list)
+    audio: list[torch.Tensor] = field(default_factory=list)
+
+
+def options(decoder, dtype_bf16: bool) -> list[Option]:  # noqa: ANN001
+    made = [Option("float32 chunk 6", decoder, 6), Option("float32 chunk 12", decoder, 12),
+            Option("float32 chunk 24", decoder, 24),
+            Option("float32 chunk 6, oneDNN off", decoder, 6,
+                   lambda: torch.backends.mkldnn.flags(enabled=False))]  # fmt: skip
+    if dtype_bf16:
+        bf16 = copy.deepcopy(decoder).set_dtype(torch.bfloat16)
+        made += [Option("bfloat16 chunk 6", bf16, 6), Option("bfloat16 chunk 12", bf16, 12)]
+    return made
+
+
+def step(option: Option, codes: torch.Tensor) -> None:
+    """The option's next chunk: timed, its audio kept."""
+    start = PREFIX + option.done
+    chunk = codes[..., start : start + option.chunk]
+    with option.context():
+        began = time.perf_counter()
+        wav = option.decoder.decode_step(chunk, option.state)
+        option.per_frame_s.append((time.perf_counter() - began) / option.chunk)
+    option.audio.append(wav.float())
+    option.done += option.chunk
+
+
+def snr_db(reference: torch.Tensor, other: torch.Tensor) -> float:
+    noise = (reference.double() - other.double()).pow(2).sum()
+    return (
+        float("inf")
+        if noise == 0
+        else float(10 * torch.log10(reference.double().pow(2).sum() / noise))
+    )
+
+
+def run(args: argparse.Namespace) -> dict:
+    torch.set_num_threads(args.threads)
+    codec = random_speech_tokenizer(args.config / "speech_tokenizer", "cpu", torch.float32)
+    decoder = codec.decoder
+    cfg = decoder.config
+    made = [
+        o
+        for o in options(decoder, not args.no_bf16)
+        if o.name == "float32 chunk 6" or not args.only or any(w in o.name for w in args.only)
+    ]
+    longest = max(o.chunk for o in made)
+    generator = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, cfg.codebook_size,
+                          (1, cfg.num_quantizers, PREFIX + (args.rounds + 1) * longest),
+                          generator=generator)  # fmt: skip
+    with torch.inference_mode():
+        for option in made:  # the prefix, and one chunk each to build the kernels
+            option.state = option.decoder.init_state(1)
+            with option.context():
+                option.audio.append(option.decoder.decode_step(codes[..., :PREFIX], option.state))
+            step(option, codes)
+            option.per_frame_s.clear()
+        for _ in range(args.rounds):
+            for option in made:
+                step(option, codes)
+        profiled = _profile(decoder, codes) if args.profile else None
+    base = made[0]
+    reference = torch.cat(base.audio, dim=-1)
+    rows = []
+    for option in made:
+        audio = torch.cat(option.audio, dim=-1)
+        common = min(audio.shape[-1], reference.shape[-1])
+        ms = 1000 * statistics.median(option.per_frame_s)
+        rows.append({"option": option.name, "ms_per_frame": ms,
+                     "ratio_to_first": ms / (1000 * statistics.median(base.per_frame_s)),
+                     "max_abs_diff": float((audio[..., :common] - reference[..., :common]).abs().max()),
+                     "snr_db": snr_db(reference[..., :common], audio[..., :common])})  # fmt: skip
+    return {"config": str(args.config), "threads": args.threads, "rounds": args.rounds,
+            "rows": rows, "profile": profiled}  # fmt: skip
+
+
+def _profile(decoder, codes: torch.Tensor) -> str:  # noqa: ANN001
+    state = decoder.init_state(1)
+    decoder.decode_step(codes[..., :PREFIX], state)
+    decoder.decode_step(codes[..., PREFIX : PREFIX + 6], state)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        decoder.decode_step(codes[..., PREFIX + 6 : PREFIX + 12], state)
+    by_op = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15,
+                                      max_name_column_width=40)  # fmt: skip
+    by_shape = prof.key_averages(group_by_input_shape=True).table(
+        sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=30,
+        max_shapes_column_width=70)  # fmt: skip
+    return by_op + "\n" + by_shape
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", type=Path,
+                    default=REPO / "assets" / "checkpoints" / "Qwen3-TTS-12Hz-0.6B-Base")  # fmt: skip
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument(
+        "--only",
+        nargs="*",
+        default=[],
+        help="options whose names contain one of these (float32 chunk 6 always)",
+    )
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    result = run(args)
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(f"decoder A/B, {args.threads} threads, {args.rounds} interleaved rounds; load {load}")
+    print("| option | ms a frame (median) | ratio to float32 chunk 6 | max abs diff | SNR dB |")
+    print("|---|--:|--:|--:|--:|")
+    for row in result["rows"]:
+        print(f"| {row['option']} | {row['ms_per_frame']:.1f} | {row['ratio_to_first']:.2f} | "
+              f"{row['max_abs_diff']:.2e} | {row['snr_db']:.1f} |")  # fmt: skip
+    if result["profile"]:
+        print(result["profile"])
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
