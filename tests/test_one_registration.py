@@ -22,7 +22,7 @@ from conftest import free_port
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from tts_core.engine.backend import BackendChunk, Voice
+from tts_core.engine.backend import BackendChunk, ReferenceNeeds, Voice
 from tts_core.engine.capabilities import Capabilities
 from tts_core.engine.knobs import Knob
 from tts_core.models import specs
@@ -48,6 +48,7 @@ class SineBackend:
     can_clone = needs_reference = False
     capabilities = Capabilities(reads_language=False)  # no language; the text whole
     weight_format, weight_format_reason, decode_step = None, "", None  # no weights
+    reference = ReferenceNeeds(transcript="ignored")  # no clip needed; one given is not read
     sample_rate, frame_samples, default_concurrency, knobs = RATE, FRAME, 2, (PITCH,)
 
     def __init__(self, model_name: str, device: str) -> None:
@@ -131,12 +132,14 @@ def test_the_checkpoint_is_detected_from_its_spec(registered, checkpoint):
     assert detect_architecture(checkpoint) == "sine_test"
     assert "sine_test" in architectures() and SineBackend in backend_classes()
     assert SINE.knobs == (PITCH,) and SINE.capabilities.reads_language is False
+    assert SINE.reference.transcript == "ignored"
 
 
 def test_v1_lists_the_knob_and_speaks_at_the_pitch_asked(url):
     models = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][-1]
     assert models["info"]["backend"] == "sine"
     assert models["info"]["reads_language"] is False  # its declaration, not a default
+    assert models["info"]["reads_transcript"] is False  # its ReferenceNeeds' "ignored"
     assert models["info"]["knobs"]["pitch_hz"]["maximum"] == PITCH.high
     body = {"input": TEXT, "voice": VOICE, "response_format": "pcm", "pitch_hz": ASKED}
     reply = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60)

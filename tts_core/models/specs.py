@@ -59,6 +59,12 @@ class ModelSpec:
         checkpoint may say more, e.g. Qwen3-TTS's preset voices)."""
         return self.backend_class().capabilities
 
+    @property
+    def reference(self) -> Any:
+        """What it asks of a reference clip: the backend class's declaration (ReferenceNeeds,
+        engine/backend.py; VoxCPM2's loaded model narrows it on the instance)."""
+        return self.backend_class().reference
+
     def load_backend(self, name: str, device: str, options: Mapping[str, Any]) -> Any:
         """Its backend for checkpoint `name`; `options`: load_backend's (those it takes are
         passed; max_batch always, when set)."""
