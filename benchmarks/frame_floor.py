@@ -77,7 +77,7 @@ def gemm_gflops(dtype: torch.dtype, size: int = GEMM_SIZE, repeats: int = 5) -> 
 def int8_gops(size: int = GEMM_SIZE, rows: int = INT8_ROWS, repeats: int = 5) -> float | None:
     """Best rate of our 8-bit layer (Int8Linear: the native kernel where this CPU runs one) on
     (rows x size) @ (size x size)^T, GOP/s; None without an int8 path."""
-    from tts_core.models.qwen3_tts.int8 import Int8Linear, int8_matmul_available
+    from tts_core.quant.linear import Int8Linear, int8_matmul_available
 
     if not int8_matmul_available():
         return None

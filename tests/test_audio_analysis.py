@@ -381,7 +381,12 @@ def test_voice_parameters_match_librosa(signals, monkeypatch) -> None:
         # lands within that of a rounding boundary
         for field in ("pitch", "pitch_range", "rate_wpm"):
             assert abs(getattr(got, field) - getattr(want, field)) <= 1, f"{label}: {field}"
-        for field, tolerance in (("ref_f0_hz", 1e-4), ("ref_spread_semitones", 1e-3),
+        # ref_f0_hz is a median of per-frame F0s: a frame whose voicing sits within rounding of
+        # YIN's threshold may flip between the two analyses and move the median by a neighbour's
+        # spacing (0.5 cents on the 6 s `ash` clip); 1.2e-3 (2 cents) is an eighth of a step of
+        # eSpeak's pitch parameter (~15 cents), so what the voice takes is the same (asserted
+        # above on the integer parameters)
+        for field, tolerance in (("ref_f0_hz", 1.2e-3), ("ref_spread_semitones", 1e-3),
                                  ("ref_syllables_per_s", 1e-9)):  # fmt: skip
             a, b = getattr(got, field), getattr(want, field)
             assert (a is None) == (b is None), f"{label}: {field} {a} vs {b}"

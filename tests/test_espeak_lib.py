@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("espeakng_loader")
 
-from tts_core.backends.espeak_lib import PARAM_PITCH, get_library  # noqa: E402
+from tts_core.backends.espeak_lib import PARAM_PITCH, PARAM_RANGE, PARAM_RATE, get_library  # noqa: E402
 from tts_core.backends.espeak_state import WAVEGEN_STATICS, elf_symbols  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +51,16 @@ def test_same_text_same_samples_in_a_process(voice):
     speak(BREATHY if voice == PLAIN else PLAIN, "Something else in between, a little longer.")
     again = [speak(voice) for _ in range(3)]  # the old code gave 3 different lengths here
     assert all(a.tobytes() == first.tobytes() for a in again)
+
+
+def test_settings_of_an_earlier_call_do_not_carry_over():
+    """eSpeak keeps a parameter once set: a call that leaves rate and range out must get the
+    defaults, not the last caller's (a full run's earlier tests set them and the fresh-process
+    comparison below failed)."""
+    first = speak(PLAIN)
+    get_library().synthesize("Fast and flat.", PLAIN, {PARAM_RATE: 400, PARAM_RANGE: 5},
+                             lambda a: True)  # fmt: skip
+    assert speak(PLAIN).tobytes() == first.tobytes()
 
 
 def test_a_fresh_process_gives_the_same_samples():

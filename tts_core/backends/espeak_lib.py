@@ -21,6 +21,7 @@ POS_CHARACTER = 1
 CHARS_UTF8 = 1
 ENDPAUSE = 0x1000  # add the normal sentence-end pause
 PARAM_RATE, PARAM_VOLUME, PARAM_PITCH, PARAM_RANGE = 1, 2, 3, 4
+SETTABLE = (PARAM_RATE, PARAM_VOLUME, PARAM_PITCH, PARAM_RANGE)  # reset to defaults when not given
 BUFFER_MS = 40  # length of each callback buffer: the streaming granularity
 
 _Callback = ctypes.CFUNCTYPE(
@@ -48,6 +49,10 @@ class EspeakLibrary:
             raise EspeakError(f"espeak_Initialize failed ({rate})")
         self.sample_rate = int(rate)  # 22050 for the bundled voices
         self.wavegen = WavegenState(self._lib, self.path)  # snapshot now: no synthesis has run yet
+        # eSpeak keeps a parameter set once; a synthesis sets every one, the ones it is not
+        # given to these defaults, so its samples depend on its own settings, not on the last
+        self.defaults = {parameter: int(self._lib.espeak_GetParameter(parameter, 0))
+                         for parameter in SETTABLE}  # fmt: skip
         self._sink: Callable[[np.ndarray], bool] | None = None
         self._callback = _Callback(self._on_buffer)  # kept referenced: C holds the pointer
         self._lib.espeak_SetSynthCallback(self._callback)
@@ -62,6 +67,8 @@ class EspeakLibrary:
         lib.espeak_SetSynthCallback.argtypes = [_Callback]
         lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
         lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.espeak_GetParameter.argtypes = [ctypes.c_int, ctypes.c_int]
+        lib.espeak_GetParameter.restype = ctypes.c_int
         lib.espeak_Synth.argtypes = [
             ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
             ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
@@ -86,7 +93,7 @@ class EspeakLibrary:
         with self.lock:
             if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:
                 raise EspeakError(f"eSpeak NG has no voice '{voice}'")
-            for parameter, value in settings.items():
+            for parameter, value in {**self.defaults, **settings}.items():
                 self._lib.espeak_SetParameter(parameter, int(value), 0)
             self.wavegen.restore()  # same text and settings -> same samples (see espeak_state)
             self._sink = on_audio
