@@ -17,6 +17,7 @@ import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from conftest import page_controls_shown
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
@@ -25,6 +26,10 @@ CHECKPOINT = FIXTURES / "tada-tiny-a"
 REFERENCE = FIXTURES / "ref_clip_24k.wav"  # 3 s at 24 kHz
 TRANSCRIPT = "a short reference clip"
 RATE = 24_000
+# The tiny random flow head can predict a Gray-coded duration outside [0, 2^bits) for some seeds
+# (the official decode does the same, and its embedding lookup fails alike): seeds 1-4 and 6 of
+# 0-11 speak "Hello there." with this clip at 2, 4 and 10 flow steps; every request sets one.
+SEED = 3
 TADA_KNOBS = ("flow_steps", "acoustic_cfg", "noise_temperature", "temperature", "top_p",
               "repetition_penalty")  # fmt: skip
 
@@ -48,7 +53,7 @@ def wav_audio(body: bytes) -> tuple[np.ndarray, int]:
 
 
 def speech(server: str, **body) -> httpx.Response:
-    body = {"input": "Hello there.", "response_format": "wav", "seed": 3, **body}
+    body = {"input": "Hello there.", "response_format": "wav", "seed": SEED, **body}
     return httpx.post(f"{server}/v1/audio/speech", json=body, timeout=300)
 
 
@@ -95,16 +100,45 @@ def test_v1_speaks_with_a_registered_voice_and_its_transcript(server):
 def test_gradio_api_clones_with_reference_and_its_text(server):
     client = Client(server, verbose=False)
     path, stats = client.predict(text="Hello there.", reference=handle_file(str(REFERENCE)),
-                                 reference_text=TRANSCRIPT, flow_steps=4,
+                                 reference_text=TRANSCRIPT, flow_steps=4, seed=SEED,
                                  api_name="/synthesize_full")  # fmt: skip
     assert stats["done"] and stats["backend"] == "tada" and stats["sample_rate"] == RATE
     assert sf.info(path).samplerate == RATE and stats["voice"]["transcript"]
     with pytest.raises(AppError, match="transcript"):
         client.predict(text="Hello there.", reference=handle_file(str(REFERENCE)),
-                       reference_text="", api_name="/synthesize_full")  # fmt: skip
+                       reference_text="", seed=SEED, api_name="/synthesize_full")  # fmt: skip
 
 
 def test_gradio_api_takes_tadas_knobs_by_name(server):
     api = Client(server, verbose=False).view_api(print_info=False, return_format="dict")
     names = {p["parameter_name"] for p in api["named_endpoints"]["/synthesize_full"]["parameters"]}
     assert {"reference", "reference_text", *TADA_KNOBS} <= names
+
+
+def test_the_knobs_reach_the_model_and_are_checked_by_name(server):
+    asked = dict(ref_audio=data_url(REFERENCE), ref_text=TRANSCRIPT)
+    default = speech(server, **asked)
+    fewer = speech(server, **asked, flow_steps=2)
+    assert default.status_code == fewer.status_code == 200
+    assert fewer.content != default.content  # the flow head ran 2 steps, not 10
+    refused = speech(server, **asked, acoustic_cfg=11.0)  # above its declared 10
+    assert refused.status_code == 400 and "acoustic_cfg" in refused.text
+
+
+def test_a_saved_voice_without_a_transcript_does_not_fit(server):
+    with REFERENCE.open("rb") as f:
+        made = httpx.post(f"{server}/v1/audio/voices", data={"name": "tada-no-words"},
+                          files={"file": ("ref.wav", f, "audio/wav")}, timeout=60)  # fmt: skip
+    assert made.status_code == 201, made.text[:300]
+    listed = httpx.get(f"{server}/v1/audio/voices", timeout=30).json()
+    assert listed["reference"]["transcript"] == "required"
+    voice = next(v for v in listed["data"] if v["id"] == "tada-no-words")
+    assert voice["fits_model"] is False and "transcript" in voice["unfit_reason"]
+    reply = speech(server, voice="tada-no-words")
+    assert reply.status_code == 400 and "transcript" in reply.text
+
+
+def test_the_page_shows_tadas_knobs_and_the_transcript_box(server):
+    shown = page_controls_shown(server)
+    assert shown["Flow steps"] and shown["Acoustic guidance (CFG)"] and shown["Noise temperature"]
+    assert not shown["Guidance (CFG value)"] and not shown["Exaggeration"]  # others' knobs

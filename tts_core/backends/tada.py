@@ -92,9 +92,9 @@ class TadaBackend:
     name = "tada"
     can_clone = True
     needs_reference = True  # cloning is prompt continuation: no voice without a clip
-    # the transcript is required (create_voice refuses a clip without it, naming the field);
-    # ReferenceNeeds says "used": the page shows the transcript box
-    reference = ReferenceNeeds(sample_rate=TADA_RATE, transcript="used")
+    # the transcript is required: create_voice refuses a clip without it, naming the field;
+    # a saved voice without one does not fit (server/voice_fit.py)
+    reference = ReferenceNeeds(sample_rate=TADA_RATE, transcript="required")
     description = DESCRIPTION
     knobs = KNOBS
     # English (tada-1b): the language follows the text; text in pieces is buffered until done;
