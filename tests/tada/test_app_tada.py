@@ -142,3 +142,19 @@ def test_the_page_shows_tadas_knobs_and_the_transcript_box(server):
     shown = page_controls_shown(server)
     assert shown["Flow steps"] and shown["Acoustic guidance (CFG)"] and shown["Noise temperature"]
     assert not shown["Guidance (CFG value)"] and not shown["Exaggeration"]  # others' knobs
+
+
+def test_the_spec_detects_the_root_and_the_model_folder():
+    from tts_core import load_model
+    from tts_core.backends.tada import HUB_CODEC, checkpoint_folders
+    from tts_core.models.registry import detect_architecture
+    from tts_core.models.tada.model import TadaModel
+
+    model_dir, codec_dir = CHECKPOINT / "model", CHECKPOINT / "codec"
+    assert detect_architecture(CHECKPOINT) == detect_architecture(model_dir) == "tada"
+    assert checkpoint_folders(CHECKPOINT) == (str(model_dir), str(codec_dir))
+    assert checkpoint_folders(model_dir) == (str(model_dir), str(codec_dir))  # codec beside it
+    assert checkpoint_folders("HumeAI/tada-1b") == ("HumeAI/tada-1b", HUB_CODEC)
+    assert isinstance(load_model(CHECKPOINT), TadaModel)
+    with pytest.raises(ValueError, match="CPU only"):
+        load_model(CHECKPOINT, device="cuda")
