@@ -188,8 +188,9 @@ def test_gradio_client_passes_the_knob_by_name(breathy, tmp_path):
 
 # ------------------------------------------------------------------------ declarations
 # the knobs declared since the first release, after its names (positional callers keep working)
+# (TADA's three last)
 LATER_KNOBS = ("first_chunk_tokens", "chunk_tokens", "watermark", "exaggeration", "cfg_weight",
-               "min_p")  # fmt: skip
+               "min_p", "flow_steps", "acoustic_cfg", "noise_temperature")  # fmt: skip
 
 
 def test_the_real_backends_declarations_extend_the_first_releases_api():

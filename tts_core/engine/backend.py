@@ -80,7 +80,8 @@ class Notice:
     details: str  # the exception, folded away in the page
 
 
-TRANSCRIPT_USES = ("used", "ignored")  # what a backend does with a reference's transcript
+# what a backend does with a reference's transcript ("required": a clip without one is refused)
+TRANSCRIPT_USES = ("used", "ignored", "required")
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class ReferenceNeeds:
     min_exclusive: bool = False
     max_seconds: float | None = None  # longest clip the model holds with room to speak (None:
     # no limit of its own; the engine cuts at Limits.max_reference_s)
-    transcript: str = "used"  # "used" (optional, closer clone) or "ignored"
+    transcript: str = "used"  # "used" (optional, closer clone), "ignored" or "required" (TADA)
     best_seconds: tuple[float, float] = (3.0, 10.0)  # what clips work best, for the label
 
     def __post_init__(self) -> None:
@@ -329,7 +330,7 @@ def reads_transcript(backend: object | None) -> bool:
     if said is not None:
         return bool(said)
     needs = getattr(backend, "reference", None)
-    return needs.transcript == "used" if isinstance(needs, ReferenceNeeds) else True
+    return needs.transcript != "ignored" if isinstance(needs, ReferenceNeeds) else True
 
 
 def reference_needs(backend: object | None) -> ReferenceNeeds:

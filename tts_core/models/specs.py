@@ -137,6 +137,12 @@ MODEL_SPECS: tuple[ModelSpec, ...] = (
         "tts_core.models.chatterbox.english:ChatterboxEnglishModel.from_pretrained",
         files=("t3_cfg.safetensors",),
     ),
+    # a TADA model folder (its codec beside it as `codec`, else the Hub's), or a root without
+    # config.json holding model/ and codec/ (tools/oracle/tada's layout): backends/tada.py
+    ModelSpec(
+        "tada", "TADA", f"{BACKENDS}.tada:TadaBackend", f"{BACKENDS}.tada:load_model",
+        config=("diffusion_head_type", "vibevoice"), files=("codec",), backend_options=("dtype",),
+    ),
 )  # fmt: skip
 
 

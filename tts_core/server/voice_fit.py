@@ -40,6 +40,8 @@ def why_unfit(voice: NamedVoice, needs: ReferenceNeeds) -> str | None:
     seconds = clip_seconds(voice.reference)
     if seconds is None:
         return "its clip cannot be read"
+    if needs.transcript == "required" and not voice.transcript:
+        return "this model needs the clip's transcript (this voice has none)"
     return needs.why_not(seconds)
 
 
