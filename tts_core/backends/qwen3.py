@@ -123,6 +123,10 @@ class Qwen3Backend:
         self.task_type = TASK_TYPES[kind]  # vLLM-Omni's name of what this checkpoint does
         self.can_clone = self.needs_reference = kind == "base"
         self.speakers = tuple(getattr(model, "speakers", ()))
+        # False on a 0.6B CustomVoice: its instructions are refused (the official drops them)
+        self.instruct_supported = kind != "base" and bool(
+            getattr(model, "instruct_supported", True)
+        )
 
     @classmethod
     def load(

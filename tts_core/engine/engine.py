@@ -81,6 +81,7 @@ class Engine:
             # VoiceDesign; every other backend clones: Base) and its preset voices (#41)
             "task_type": getattr(b, "task_type", "Base"),
             "speakers": list(getattr(b, "speakers", ())),
+            "instruct_supported": bool(getattr(b, "instruct_supported", False)),  # its instructions
             # text sent in pieces (open_fed): spoken as it arrives, or held until it is complete
             "text_in": "streamed" if takes_text_pieces(b) else "buffered",
             "description": b.description,
