@@ -1,6 +1,7 @@
 """The page's Gradio API and its PCM route on the Qwen3-TTS CustomVoice and VoiceDesign
 checkpoints (#41): gradio_client passes `speaker` / `instructions` by name, and the audio is the
-engine's for the same ModelVoice and seed (one engine, one seed: the same samples). On a
+engine's for the same ModelVoice and seed (one engine, one seed: the same samples, within one
+int16 step). On a
 cloning model the two values are refused, not dropped; a plain-HTTP caller of the first
 releases (the values before `speaker`, `instructions`) keeps working. The instruction box of a
 checkpoint that refuses instructions (a 0.6B CustomVoice) is disabled with the reason.
@@ -46,6 +47,13 @@ def engine_audio(engine: Engine, spec: ModelVoice) -> np.ndarray:
     return audio
 
 
+def assert_same_run(a: np.ndarray, b: np.ndarray) -> None:
+    """Two runs of one request on one engine: the same codes, the codec's float32 sums maybe
+    not in the same order (test_family_page_browser.SAME_RUN_LSB: at most one int16 step)."""
+    assert a.size == b.size
+    assert int(np.abs(a.astype(int) - b).max(initial=0)) <= 1
+
+
 def pcm_samples(body: bytes) -> np.ndarray:
     """The PCM frames' samples of a /tts_stream/pcm answer (pcm_stream.py: 8-byte headers)."""
     samples, offset = [], 0
@@ -86,7 +94,7 @@ def test_gradio_client_speaks_a_model_voice(fixture, named, spec, tmp_path):
         assert stats["done"]
         heard, rate = sf.read(wav, dtype="int16")
         assert rate == engine.sample_rate and heard.size > 0
-        np.testing.assert_array_equal(heard, as_int16(engine_audio(engine, spec)))
+        assert_same_run(heard, as_int16(engine_audio(engine, spec)))
         if fixture == "qwen3-tiny-cv":  # no preset named: the checkpoint's own list says which
             with pytest.raises(AppError, match="serena"):
                 client.predict(text=TEXT, api_name="/synthesize_full")
@@ -94,7 +102,7 @@ def test_gradio_client_speaks_a_model_voice(fixture, named, spec, tmp_path):
             body = {"text": TEXT, "seed": SEED, **named}
             pcm = httpx.post(f"{url.rstrip('/')}/tts_stream/pcm", json=body, timeout=300)
             assert pcm.status_code == 200, pcm.text
-            assert pcm_samples(pcm.content).tobytes() == heard.tobytes()
+            assert_same_run(pcm_samples(pcm.content), heard)
     finally:
         demo.close()
 

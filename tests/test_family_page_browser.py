@@ -3,7 +3,8 @@ Chromium: on qwen3-tiny-cv the preset picker lists the checkpoint's own presets 
 /v1/models, never a table of ours) and Generate speaks one with an instruction; on
 qwen3-tiny-vd Generate speaks from a description and "Save this voice" stores the result and
 its text in the voice store. The low-latency player's audio is the /v1 route's for the same
-preset, instruction, text and seed, sample for sample (one engine, one seed: same samples).
+preset, instruction, text and seed (one engine, one seed: the same samples, give or take one
+int16 step: SAME_RUN_LSB).
 The tiny checkpoints are random: the path is tested, not the voice.
 """
 
@@ -13,6 +14,7 @@ import base64
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from conftest import BROWSER_HANG_MS, chromium_context, start_app, stop_app
 
@@ -22,6 +24,16 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TEXT = "Hello from the family page."
 SEED = 3
 WAV_HEADER = 44  # the page's WAV (lowlatency_player.js): a plain 44-byte PCM16 header
+# Two runs of one request in one server: the same codes (a code of its own changes whole
+# frames, thousands of steps), the codec's float32 sums maybe not in the same order (seen once
+# on this loaded box: one sample 0 vs 1); int16 rounding turns a gap of a few float32 ulps
+# into at most one step
+SAME_RUN_LSB = 1
+
+
+def same_audio(a: bytes, b: bytes) -> bool:
+    x, y = np.frombuffer(a, "<i2"), np.frombuffer(b, "<i2")
+    return x.size == y.size and int(np.abs(x.astype(int) - y).max(initial=0)) <= SAME_RUN_LSB
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +108,7 @@ def test_the_picker_lists_the_presets_and_speaks_one_with_an_instruction(browser
     assert info["task_type"] == "CustomVoice" and info["instruct_supported"]
     page = open_page(browser, custom_voice)
     assert not page.locator("#voice").is_visible()  # no clone voice library on this model
+    assert not page.locator("#examples").is_visible()  # nor its clip voices' examples
     page.click("#speaker input")
     offered = [o.strip("✓ ") for o in page.get_by_role("option").all_text_contents()]
     assert offered == info["speakers"]  # the checkpoint's own presets, in its order
@@ -105,9 +118,9 @@ def test_the_picker_lists_the_presets_and_speaks_one_with_an_instruction(browser
     page.fill("#instructions textarea", instruction)
     heard = generate(page)
     assert len(heard) > 0
-    assert heard == v1_pcm(custom_voice, voice="dylan", instructions=instruction)
+    assert same_audio(heard, v1_pcm(custom_voice, voice="dylan", instructions=instruction))
     # the instruction made a difference the route can tell: not the plain preset's samples
-    assert heard != v1_pcm(custom_voice, voice="dylan")
+    assert not same_audio(heard, v1_pcm(custom_voice, voice="dylan"))
 
 
 def test_a_description_speaks_and_its_result_saves_as_a_clone_voice(browser, voice_design):
@@ -120,7 +133,8 @@ def test_a_description_speaks_and_its_result_saves_as_a_clone_voice(browser, voi
     description = page.input_value("#instructions textarea")
     assert description.startswith("A warm, deep male voice")
     heard = generate(page)
-    assert heard == v1_pcm(voice_design, task_type="VoiceDesign", instructions=description)
+    assert same_audio(heard, v1_pcm(voice_design, task_type="VoiceDesign",
+                                    instructions=description))  # fmt: skip
     page.fill("#design-name input, #design-name textarea", "designed-narrator")
     page.click("#save-design")
     page.locator("#design-result").get_by_text("Saved the voice 'designed-narrator'").wait_for()

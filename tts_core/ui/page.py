@@ -441,8 +441,11 @@ def _api_knob_input(knob: Knob) -> gr.Number:
 
 def example_rows(voices: VoiceRegistry, backend: object | None) -> tuple[list, list[str]]:
     """(rows [text, language, voice], labels) of the EXAMPLES whose built-in voice exists and
-    fits `backend` (None: not loaded yet, all do)."""
+    fits `backend` (None: not loaded yet, all do); none on a checkpoint that makes its own
+    voices (its instruction box has examples of its own)."""
     rows, labels = [], []
+    if getattr(backend, "task_type", "Base") != "Base":
+        return rows, labels
     for label, text, language, name in EXAMPLES:
         try:
             voice = voices.get(name)
