@@ -3,7 +3,7 @@ takes the remote's task_type and presets from its GET /v1/models and sends each 
 task_type, `voice` preset and `instructions` (it sent `task_type: "Base"` always, which such a
 server refuses). The remote is this app's own /v1 on the tiny checkpoints (real HTTP); its
 audio comes back exactly (int16 <-> float, remote.py), so the front's samples are the remote
-engine's for the same ModelVoice and seed.
+engine's for the same ModelVoice and seed (within one int16 step).
 """
 
 from __future__ import annotations
@@ -61,12 +61,16 @@ def test_the_front_speaks_the_remotes_own_voices(remote):
     if backend.task_type == "CustomVoice":
         spec = ModelVoice(backend.speakers[1], "Speak with a smile.")
         # the instruction reached the remote: without it, other samples
-        assert spoken(front, ModelVoice(spec.speaker)).tobytes() != spoken(front, spec).tobytes()
+        plain, told = spoken(front, ModelVoice(spec.speaker)), spoken(front, spec)
+        assert plain.size != told.size or int(np.abs(plain.astype(int) - told).max()) > 1
     else:
         spec = ModelVoice(None, "A low, slow voice.")
     heard = spoken(front, spec)
     assert heard.size > 0
-    np.testing.assert_array_equal(heard, spoken(engine, spec))
+    # two runs of one request on the remote's engine: the same codes, float32 sums maybe not in
+    # one order (tests/test_family_page_browser.py SAME_RUN_LSB): within one int16 step
+    alone = spoken(engine, spec)
+    assert heard.size == alone.size and int(np.abs(heard.astype(int) - alone).max()) <= 1
 
 
 def test_the_remotes_refusal_names_the_preset(remote):

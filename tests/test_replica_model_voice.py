@@ -2,7 +2,7 @@
 ModelVoice (a preset and its instruction) to the replica, whose engine builds and speaks it.
 No Ray cluster: the deployment handle is faked by a synchronous call into a real EngineReplica
 (its engine on the tiny CustomVoice checkpoint), so what crosses the handle is exactly what the
-ingress sends. Seeded sampling: the ingress's audio is the single process's, bit for bit.
+ingress sends. Seeded sampling: the ingress's audio is the single process's (within one int16 step).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tts_core.audio import to_int16
 from tts_core.engine import Engine, InputError, SynthesisParams, SynthesisRequest
 from tts_core.engine.requests import EngineConfig, ModelVoice
 
@@ -91,7 +92,10 @@ def test_the_ingress_forwards_the_preset_and_its_instruction(custom_voice_engine
     assert handle.calls[-1][-1] == spec  # the replica got the preset, not a clip
     assert handle.calls[-1][1] is None
     assert through.size > 0
-    np.testing.assert_array_equal(through, alone)  # same engine, same seed: the same samples
+    # same engine, same seed: the same codes; two runs' float32 sums maybe not in one order
+    # (tests/test_family_page_browser.py SAME_RUN_LSB): within one int16 step
+    a, b = to_int16(through).astype(int), to_int16(alone).astype(int)
+    assert a.size == b.size and int(np.abs(a - b).max()) <= 1
 
 
 def test_a_preset_the_checkpoint_lacks_is_the_replicas_input_error(custom_voice_engine) -> None:
