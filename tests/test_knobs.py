@@ -195,7 +195,7 @@ LATER_KNOBS = ("first_chunk_tokens", "chunk_tokens", "watermark", "exaggeration"
 
 def test_the_real_backends_declarations_extend_the_first_releases_api():
     names = handlers.ApiParameters.for_engine().names
-    assert names == (*handlers.FIRST_RELEASE_ORDER, *LATER_KNOBS)
+    assert names == (*handlers.FIRST_RELEASE_ORDER, *LATER_KNOBS, "speaker", "instructions")
 
 
 def test_a_knob_declared_twice_differently_is_refused():

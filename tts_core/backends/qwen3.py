@@ -127,6 +127,10 @@ class Qwen3Backend:
         self.speakers = tuple(getattr(model, "speakers", ()))
         self.capabilities = replace(self.capabilities, task_type=self.task_type,
                                     speakers=self.speakers)  # fmt: skip
+        # False on a 0.6B CustomVoice: its instructions are refused (the official drops them)
+        self.instruct_supported = kind != "base" and bool(
+            getattr(model, "instruct_supported", True)
+        )
 
     @classmethod
     def load(

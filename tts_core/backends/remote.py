@@ -4,7 +4,9 @@
 another instance of this app included. A voice is its clip and transcript, sent with each
 request as `ref_audio` (a base64 data URL of a 32-bit float WAV: the remote decodes exactly
 the samples our engine holds) and `ref_text`, or `x_vector_only_mode: true` without one;
-`task_type: "Base"`, the language and every set knob by name (seed, chunk sizes, the served
+`task_type: "Base"` (a CustomVoice / VoiceDesign remote, as its GET /v1/models says: its
+task_type with the request's `voice` preset and `instructions`), the language and every set knob
+by name (seed, chunk sizes, the served
 model's sampling values) go along. The answer streams as raw 16-bit PCM (`stream_format:
 "audio"`, the default) or as SSE events (`"sse"`, env TTS_REMOTE_STREAM_FORMAT); its samples
 become ours exactly (v / 32767 comes back to v through tts_core.audio.to_int16).
@@ -47,6 +49,7 @@ from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.capabilities import Capabilities
 from ..engine.errors import BackendError, EngineBusy, InputError
 from ..engine.knobs import Knob
+from ..engine.requests import ModelVoice
 
 QWEN3_FRAME_SAMPLES = 1920  # 12.5 Hz codec frames at 24 kHz: a server that does not say
 CONNECT_TIMEOUT_S = 10.0
@@ -59,6 +62,8 @@ MAX_LISTING_BYTES = 1 << 20  # GET /models: a few KB for a real server
 MAX_ERROR_BYTES = 64 << 10  # an error's body: its message is cut to this much
 MAX_SSE_LINE_BYTES = 4 << 20  # one `data:` line: base64 of ~65 s of 24 kHz int16 audio
 MAX_CONCURRENT = 64  # places in our line for the remote's, whatever it says
+TASK_TYPES = ("Base", "CustomVoice", "VoiceDesign")  # vLLM-Omni's (server/speech_body.py)
+MAX_SPEAKERS = 1000  # a remote's preset list (the released CustomVoice has 9)
 MAX_RETRY_AFTER_S = 300
 SAMPLE_RATES = (8_000, 192_000)  # the remote's rate must lie in this range (Hz)
 FRAME_MS = (1.0, 10_000.0)  # and its frame (ms)
@@ -80,6 +85,10 @@ class RemoteInfo:
     max_concurrent: int = 8
     description: str = ""
     defaults: dict[str, Any] = field(default_factory=dict)
+    # what the remote's checkpoint does (vLLM-Omni's task_type; #41) and its preset voices
+    task_type: str = "Base"
+    speakers: tuple[str, ...] = ()
+    instruct_supported: bool = False
 
     @classmethod
     def from_models(cls, listing: object) -> RemoteInfo:
@@ -107,7 +116,25 @@ class RemoteInfo:
             max_concurrent=int(min(concurrent, MAX_CONCURRENT)),
             description=str(info.get("description", ""))[:1000],
             defaults=dict(defaults) if isinstance(defaults, dict) else {},
+            **_model_voices(info),
         )
+
+
+def _model_voices(info: dict) -> dict[str, Any]:
+    """task_type, speakers and instruct_supported from the remote's info (a server that does
+    not say them: Base, none), checked like its numbers (ValueError naming the field)."""
+    task = info.get("task_type", "Base")
+    if task not in TASK_TYPES:
+        raise ValueError(f"'task_type' must be one of {', '.join(TASK_TYPES)}, not {task!r}"[:300])
+    speakers = info.get("speakers") or []
+    if (
+        not isinstance(speakers, list)
+        or not all(isinstance(name, str) and 0 < len(name) <= 100 for name in speakers)
+        or len(speakers) > MAX_SPEAKERS
+    ):
+        raise ValueError(f"'speakers' must be a list of at most {MAX_SPEAKERS} names")
+    return {"task_type": task, "speakers": tuple(speakers),
+            "instruct_supported": info.get("instruct_supported") is True}  # fmt: skip
 
 
 def _number(info: dict, name: str, default: float, bounds: tuple[float, float],
@@ -148,6 +175,11 @@ class RemoteBackend:
         self.default_concurrency = info.max_concurrent  # the remote's own line decides beyond
         self.description = f"Served by {base_url}. {info.description}".strip()
         self.knobs: tuple[Knob, ...] = _known_knobs(info.backend)
+        # a CustomVoice / VoiceDesign remote speaks with voices it makes (`model_voice`)
+        self.task_type = info.task_type
+        self.speakers = info.speakers
+        self.instruct_supported = info.instruct_supported
+        self.can_clone = info.task_type == "Base"
 
     @classmethod
     def connect(cls, base_url: str, api_key: str | None = None,
@@ -190,6 +222,14 @@ class RemoteBackend:
             self.name, (url, reference_text), {"mode": mode, "transcript": bool(reference_text)}
         )
 
+    def model_voice(self, spec: ModelVoice) -> Voice:
+        """A preset (`spec.speaker`) and its instruction, or a description (VoiceDesign), sent
+        with each request as `voice` / `instructions` under the remote's task_type; the remote
+        checks them (its 400 is our InputError)."""
+        if self.task_type == "Base":
+            raise InputError("This checkpoint clones voices: give a reference clip.", "voice")
+        return Voice(self.name, spec, {"speaker": spec.speaker, "instruct": bool(spec.instruct)})
+
     def max_audio_s(self, text: str) -> float:
         """The most audio one request for `text` may bring back (see AUDIO_S_PER_CHAR)."""
         return max(MIN_AUDIO_S, len(text) * self.audio_s_per_char)
@@ -218,7 +258,13 @@ class RemoteBackend:
         body = {"model": self.info.model, "input": text, "response_format": "pcm",
                 "stream": True, "stream_format": self.stream_format, "task_type": "Base",
                 "language": params.language, **params.values}  # fmt: skip
-        if voice.data is not None:
+        if isinstance(voice.data, ModelVoice):  # the remote's own voice (#41)
+            body["task_type"] = self.task_type
+            if voice.data.speaker:
+                body["voice"] = voice.data.speaker
+            if voice.data.instruct:
+                body["instructions"] = voice.data.instruct
+        elif voice.data is not None:
             url, transcript = voice.data
             body["ref_audio"] = url
             if transcript:

@@ -82,6 +82,7 @@ class Engine:
             # VoiceDesign; every other backend clones: Base) and its preset voices (#41)
             "task_type": self.capabilities.task_type,
             "speakers": list(self.capabilities.speakers),
+            "instruct_supported": bool(getattr(b, "instruct_supported", False)),  # its instructions
             # text sent in pieces (open_fed): spoken as it arrives, or held until it is complete
             "text_in": "streamed" if self.capabilities.takes_text_pieces else "buffered",
             "description": b.description,

@@ -19,6 +19,7 @@ import numpy as np
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
 from ..engine.capabilities import Capabilities
 from ..engine.errors import BackendError, EngineBusy, InputError
+from ..engine.requests import ModelVoice
 
 
 class ReplicaBackend:
@@ -43,6 +44,13 @@ class ReplicaBackend:
         self.weight_format_reason = info["weight_format_reason"]
         self.decode_step = info["decode_step"]
         self.torch_threads = info.get("torch_threads")  # each replica's (GET /v1/models)
+        # what the replicas' checkpoint does (#41): a CustomVoice / VoiceDesign model speaks
+        # with voices it makes itself; the replica's engine builds (and checks) them
+        self.task_type = str(info.get("task_type", "Base"))
+        self.speakers = tuple(info.get("speakers", ()))
+        self.instruct_supported = bool(info.get("instruct_supported", False))
+        if self.task_type != "Base":
+            self.can_clone = False
         self.served_by: Counter[str] = Counter()  # replica id -> requests it answered
         # (replica id, text) of the last requests, in the order their replicas started them
         self.history: deque[tuple[str, str]] = deque(maxlen=256)
@@ -68,11 +76,20 @@ class ReplicaBackend:
         """The clip travels with each request: every replica can speak with it."""
         return Voice(self.name, (audio, reference_text), {"transcript": bool(reference_text)})
 
+    def model_voice(self, spec: ModelVoice) -> Voice:
+        """The preset / description travels with each request; the replica's engine builds
+        the voice (its refusals come back as the replica's own InputError)."""
+        return Voice(self.name, spec, {"speaker": spec.speaker, "instruct": bool(spec.instruct)})
+
     def stream(self, text: str, voice: Voice, params: SynthesisParams,
                cancel: threading.Event) -> Iterator[BackendChunk]:  # fmt: skip
-        clip, transcript = voice.data
+        if isinstance(voice.data, ModelVoice):
+            clip, transcript, model_voice = None, None, voice.data
+        else:
+            (clip, transcript), model_voice = voice.data, None
         call = self.handle.options(stream=True).stream
-        pieces = call.remote(text, clip, transcript, params.language, dict(params.values))
+        pieces = call.remote(text, clip, transcript, params.language, dict(params.values),
+                             model_voice)  # fmt: skip
         try:
             replica = next(pieces)
             with self._lock:

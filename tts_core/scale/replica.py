@@ -21,6 +21,7 @@ import numpy as np
 from ray import serve
 
 from ..engine import SynthesisParams, SynthesisRequest
+from ..engine.requests import ModelVoice
 
 
 class EngineReplica:
@@ -47,12 +48,15 @@ class EngineReplica:
                 "waiting_requests": self.engine.waiting_requests}  # fmt: skip
 
     def stream(self, text: str, clip: np.ndarray | None, transcript: str | None,
-               language: str, values: dict[str, Any]) -> Iterator[Any]:  # fmt: skip
+               language: str, values: dict[str, Any],
+               model_voice: ModelVoice | None = None) -> Iterator[Any]:  # fmt: skip
         """The replica's id first, then each chunk's (N,) float32 audio. Closing the stream
-        (the caller cancelled, or went away) cancels the engine's request."""
+        (the caller cancelled, or went away) cancels the engine's request. `model_voice`: a
+        preset / designed voice (Qwen3-TTS CustomVoice / VoiceDesign) in place of a clip."""
         cancel = threading.Event()
         reference = None if clip is None else (24_000, clip)
-        request = SynthesisRequest(text, reference, transcript, SynthesisParams(language, **values))
+        params = SynthesisParams(language, **values)
+        request = SynthesisRequest(text, reference, transcript, params, model_voice)
         events = self.engine.stream(request, cancel)
         try:
             yield self.replica_id

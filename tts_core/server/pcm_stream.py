@@ -3,7 +3,9 @@
 Request JSON: text, language, reference (the path Gradio gave the uploaded clip, or
 {"path": ...}; only files under Gradio's upload folder or the app's assets are accepted),
 reference_text, voice (a registered/built-in voice name instead of a clip), owner_key (the
-browser's key: which private voices it may use), and the knobs by
+browser's key: which private voices it may use), speaker and instructions (a Qwen3-TTS
+CustomVoice checkpoint's preset and how to speak; VoiceDesign: instructions describe the
+voice; `model_voice_of`), and the knobs by
 name, as /v1/audio/speech takes them (route_utils.request_values: a bad value is a 400 naming
 it; the page sends the values of all its knob controls, and each backend reads its own).
 
@@ -30,6 +32,7 @@ from fastapi.responses import StreamingResponse
 
 from ..audio import SAMPLE_RATE
 from ..engine import BackendError, EngineBusy, InputError, SynthesisParams, SynthesisRequest
+from ..engine.requests import ModelVoice
 from .audio_formats import pcm16_bytes
 from .errors import ApiError
 from .route_utils import api_errors, read_json, request_values
@@ -82,9 +85,16 @@ def make_pcm_router(state: ServerState) -> APIRouter:
 
 
 async def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
-    """The page's JSON -> a SynthesisRequest (knob values checked now, the rest by the engine)."""
+    """The page's JSON -> a SynthesisRequest (knob values checked now, the rest by the engine).
+    On a checkpoint that makes its own voices (Qwen3-TTS CustomVoice / VoiceDesign) the voice
+    is `speaker` and `instructions` (ModelVoice); the clip fields are not read."""
     language = str(payload.get("language") or "auto")
     params = SynthesisParams(language, **request_values(payload, state.slot))
+    with engine_errors():
+        spec = model_voice_of(getattr(state.engine.backend, "task_type", "Base"),
+                              payload.get("speaker"), payload.get("instructions"))  # fmt: skip
+    if spec is not None:
+        return SynthesisRequest(payload.get("text", ""), params=params, model_voice=spec)
     reference_text = payload.get("reference_text") or None
     voice_name = payload.get("voice")
     if voice_name:
@@ -94,6 +104,21 @@ async def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
                                 params)  # fmt: skip
     reference = trusted_reference(payload.get("reference"), state.upload_roots)
     return SynthesisRequest(payload.get("text", ""), reference, reference_text, params)
+
+
+def model_voice_of(task_type: str, speaker: object, instructions: object) -> ModelVoice | None:
+    """The page's `speaker` / `instructions` as the served checkpoint reads them: None on a Base
+    (cloning) model, where a value in them is an InputError; else a ModelVoice (the engine checks it: a preset the
+    checkpoint lacks, instructions a 0.6B refuses, a VoiceDesign without a description)."""
+    if task_type == "Base":
+        if speaker or instructions:  # not dropped silently: this model would not read them
+            raise InputError("This checkpoint clones voices from a clip: speaker and "
+                             "instructions are for a Qwen3-TTS CustomVoice or VoiceDesign "
+                             "checkpoint.", "speaker" if speaker else "instructions")  # fmt: skip
+        return None
+    speaker = str(speaker).strip() if speaker and task_type == "CustomVoice" else None
+    instruct = str(instructions).strip() if instructions else None
+    return ModelVoice(speaker=speaker or None, instruct=instruct or None)
 
 
 def trusted_reference(value: object, roots: tuple[Path, ...]) -> str | None:

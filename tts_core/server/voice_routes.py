@@ -1,6 +1,7 @@
 """Voice routes: GET /v1/audio/voices (each voice with its clip's length and whether it fits
 the served model: `fits_model`, null while it loads, and `unfit_reason`; the served model's
-reference needs under `reference`), POST /v1/audio/voices, DELETE /v1/audio/voices/{name},
+reference needs under `reference`; on a Qwen3-TTS CustomVoice checkpoint its presets first,
+`kind` "preset", and on it or a VoiceDesign one no clip fits), POST /v1/audio/voices, DELETE /v1/audio/voices/{name},
 POST /v1/audio/voices/owner_key.
 
 Registration is multipart/form-data: `name`, the clip as `file` (or `audio_sample`, OpenAI's
@@ -68,6 +69,11 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
         needs = reference_needs(backend) if backend is not None else None
         data = await asyncio.to_thread(lambda: [{**v.as_json(), **fit_json(v, backend)}
                                                 for v in voices])  # fmt: skip
+        task = getattr(backend, "task_type", "Base")
+        if task != "Base":  # the checkpoint speaks its own voices, never a clip (#41)
+            why = f"this {task} checkpoint makes its own voices; it does not clone a clip"
+            data = [{**voice, "fits_model": False, "unfit_reason": why} for voice in data]
+            data = [*preset_voices(backend), *data]
         body = {"object": "list", "data": data}
         if needs is not None:  # what the served model asks of a clip (fits_model follows it)
             body["reference"] = needs.as_json(backend.needs_reference)
@@ -123,6 +129,17 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
         except VoiceStoreError as exc:
             raise _store_error(exc) from None
         return JSONResponse({"id": name, "object": "voice", "deleted": True})
+
+
+def preset_voices(backend: object) -> list[dict]:
+    """A CustomVoice checkpoint's presets as listed voices (`kind` "preset": its own speaker
+    embeddings, no clip; `voice` names one on /v1/audio/speech), in the checkpoint's order."""
+    instruct = ("takes `instructions`" if getattr(backend, "instruct_supported", False)
+                else "refuses `instructions` (the official model ignores them)")  # fmt: skip
+    return [{"id": name, "object": "voice", "kind": "preset", "transcript": None,
+             "description": f"A preset voice of the served CustomVoice checkpoint; it {instruct}.",
+             "status": "ok", "reference_seconds": None, "fits_model": True}
+            for name in getattr(backend, "speakers", ())]  # fmt: skip
 
 
 def _client_address(request: Request) -> str:

@@ -43,6 +43,7 @@ from ..engine import (
 )
 from ..engine.handoff import run_on_thread
 from ..engine.knobs import parse_knobs
+from ..server.pcm_stream import model_voice_of
 from ..server.state import ApiConfig
 from ..server.streaming import chain_events, open_streams
 from ..server.text_split import done_at_the_end, split_request
@@ -71,17 +72,24 @@ class PiecesHandle(StreamHandle):
         self._handoff = run_on_thread(self._pump(events), "tts-stream")
 
 
+# A Qwen3-TTS CustomVoice checkpoint's preset and its instruction (VoiceDesign: the voice's
+# description; #41)
+MODEL_VOICE_FIELDS = ("speaker", "instructions")
 # The request's fields besides its knobs
-FIELDS = ("text", "language", "reference", "reference_text", "voice")
+FIELDS = ("text", "language", "reference", "reference_text", "voice", *MODEL_VOICE_FIELDS)
 ANYONE = Viewer()  # a caller without an owner key (gradio_client, plain HTTP)
 OWNER_KEY = "owner_key"  # the page's own event: its browser's key, after the API's values
 # gradio_client and plain HTTP callers may pass every value by position: this was the order of
 # the first release, kept so that their calls keep working. Knobs declared since come after
-# `voice`, in the order request_knobs gives. Nothing else depends on this order: the page's
+# `voice` (SECOND_RELEASE_ORDER, then in the order request_knobs gives). Nothing else depends on this order: the page's
 # inputs and the handlers' signature are both made from ApiParameters.names.
 FIRST_RELEASE_ORDER = ("text", "language", "reference", "reference_text", "temperature", "top_k",
                        "top_p", "repetition_penalty", "seed", "first_chunk_frames",
                        "chunk_frames", "cfg_value", "inference_timesteps", "voice")  # fmt: skip
+# ... then the knobs the known backends had declared when `speaker` and `instructions` came
+# (#41), and those two; any knob declared since comes after them
+SECOND_RELEASE_ORDER = ("first_chunk_tokens", "chunk_tokens", "watermark", "exaggeration",
+                        "cfg_weight", "min_p", *MODEL_VOICE_FIELDS)  # fmt: skip
 
 
 class ApiParameters:
@@ -93,7 +101,8 @@ class ApiParameters:
         self.knobs = tuple(knobs)
         self.max_input_chars = max_input_chars  # the deployment's text limit (ApiConfig's)
         knob_names = [knob.name for knob in self.knobs]
-        first = [name for name in FIRST_RELEASE_ORDER if name in FIELDS or name in knob_names]
+        released = (*FIRST_RELEASE_ORDER, *SECOND_RELEASE_ORDER)
+        first = [name for name in released if name in FIELDS or name in knob_names]
         self.names = (*first, *(name for name in knob_names if name not in first))
         # `text` is required; any other value left out is None (a knob's default)
         kind, empty = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty
@@ -115,10 +124,11 @@ class ApiParameters:
         return PiecesHandle(engine, split_request(request, self.max_input_chars, limit))
 
     def request(self, inputs: tuple, named: dict[str, Any], voices: VoiceRegistry | None = None,
-                viewer: Viewer = ANYONE) -> SynthesisRequest:  # fmt: skip
+                viewer: Viewer = ANYONE, task_type: str = "Base") -> SynthesisRequest:  # fmt: skip
         """The API's values (positional in `names` order, or by name) -> an engine request;
         InputError for a bad knob value, or for values that are not this API's. A named voice
-        is one `viewer` may use (VoiceNotFound otherwise)."""
+        is one `viewer` may use (VoiceNotFound otherwise). `task_type`: the served
+        checkpoint's; other than Base, the voice is `speaker` / `instructions` (no clip)."""
         try:
             values = self.signature.bind(*inputs, **named).arguments
         except TypeError as exc:
@@ -126,6 +136,9 @@ class ApiParameters:
         knobs = parse_knobs(values, self.knobs)  # InputError naming the knob
         params = SynthesisParams(values.get("language") or "auto", **knobs)
         text, voice = values["text"], values.get("voice")
+        spec = model_voice_of(task_type, values.get("speaker"), values.get("instructions"))
+        if spec is not None:
+            return SynthesisRequest(text, params=params, model_voice=spec)
         if voice:
             if voices is None:
                 raise InputError("Named voices are not available here; upload a clip instead.")
@@ -140,13 +153,20 @@ def make_request(
     voices: VoiceRegistry | None = None,
     api: ApiParameters | None = None,
     viewer: Viewer = ANYONE,
+    task_type: str = "Base",
     **named: Any,
 ) -> SynthesisRequest:
     """The API's values (`api`'s parameters, default: those of every known backend's knobs)
     -> a SynthesisRequest.
     `voice` names a built-in or saved voice (from `voices`, one `viewer` may use) used instead
-    of the reference clip and its transcript."""
-    return (api or ApiParameters.for_engine()).request(inputs, named, voices, viewer)
+    of the reference clip and its transcript; `task_type`: the served checkpoint's (other than
+    Base: `speaker` / `instructions` make the voice)."""
+    return (api or ApiParameters.for_engine()).request(inputs, named, voices, viewer, task_type)
+
+
+def task_type_of(engine: Engine) -> str:
+    """What the served checkpoint does (vLLM-Omni's task_type; every cloning model: Base)."""
+    return getattr(engine.backend, "task_type", "Base")
 
 
 @contextmanager
@@ -177,7 +197,8 @@ def stream_to_page(
     skip = gr.skip()
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
-        request = make_request(*inputs, voices=voices, api=api, viewer=viewer, **named)
+        request = make_request(*inputs, voices=voices, api=api, viewer=viewer,
+                               task_type=task_type_of(engine), **named)  # fmt: skip
         handle = api.open(engine, request)
     pieces: list[np.ndarray] = []
     last_chunk_at: float | None = None  # set while a chunk waits to be flushed by a nudge
@@ -233,7 +254,8 @@ def stream_to_api(
     """/synthesize: one (chunk WAV, stats) per chunk; the last one's stats have done=true."""
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
-        request = make_request(*inputs, voices=voices, api=api, viewer=viewer, **named)
+        request = make_request(*inputs, voices=voices, api=api, viewer=viewer,
+                               task_type=task_type_of(engine), **named)  # fmt: skip
         handle = api.open(engine, request)
     try:
         for event in _events_with_timeouts(handle):
@@ -263,7 +285,8 @@ def synthesize_full(
     skip = gr.skip()
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
-        request = make_request(*inputs, voices=voices, api=api, viewer=viewer, **named)
+        request = make_request(*inputs, voices=voices, api=api, viewer=viewer,
+                               task_type=task_type_of(engine), **named)  # fmt: skip
         handle = api.open(engine, request)
     pieces, stats = [], {}
     try:

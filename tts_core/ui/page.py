@@ -34,8 +34,19 @@ from . import handlers
 from .formatting import notice_html, status_html
 from .lowlatency import STANDARD, build_lowlatency_player
 from .stats_panel import build_stats_panel
-from .voice_library import UPLOAD, UPLOAD_LABEL, build_voice_library, wire_voice_library
+from .voice_library import (
+    UPLOAD,
+    UPLOAD_LABEL,
+    ModelVoiceInputs,
+    build_model_voice,
+    build_voice_library,
+    model_voice_state,
+    wire_model_voice,
+    wire_voice_library,
+)
 
+API_ENDPOINTS = ("synthesize", "synthesize_full")
+LATE_FIELDS = handlers.MODEL_VOICE_FIELDS  # the values a caller of the first releases sends none of
 CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API endpoints
 FALLBACK_CONCURRENCY = 8  # before the model is known
 SHARED_NAMES = frozenset(knob.name for knob in SHARED_KNOBS)  # shown whatever the model
@@ -81,8 +92,16 @@ class VoicePage(gr.Blocks):
     def validate_inputs(self, block_fn: Any, inputs: list[Any]) -> None:
         """Too few values for an event (a plain-HTTP caller of /gradio_api/call/NAME): an error
         that says what the endpoint takes, in place of Gradio's, which lists the components'
-        Python reprs and logs a traceback (issue 36)."""
-        if len(inputs) < len(block_fn.inputs):
+        Python reprs and logs a traceback (issue 36). A call of an API endpoint that leaves out
+        only the last-added values (LATE_FIELDS) gets their defaults: it was whole before."""
+        missing = len(block_fn.inputs) - len(inputs)
+        if (
+            block_fn.api_name in API_ENDPOINTS
+            and missing == len(LATE_FIELDS)
+            and _before_late(block_fn)
+        ):
+            inputs.extend([None] * missing)  # a caller from before `speaker`, `instructions`
+        elif missing > 0:
             raise gr.Error(too_few_values(block_fn, len(inputs)), print_exception=False)
         super().validate_inputs(block_fn, inputs)
 
@@ -152,6 +171,11 @@ def build_demo(
                 gr.HTML(RUN_STATUS, elem_id="run-status")
                 library = _voice_inputs(info, parts, controls, voices, backend,
                                         editable=_page_may_write(api))  # fmt: skip
+                # a checkpoint that makes its own voices (CustomVoice / VoiceDesign): a
+                # preset picker and an instruction box, or a description box, in its place
+                model_voice = build_model_voice(info)
+                controls.update(speaker=model_voice.speaker,
+                                instructions=model_voice.instructions)  # fmt: skip
                 # a model that clones from the clip alone (Chatterbox) does not read its words
                 library.transcript.visible = reads_transcript(engine and engine.backend)
                 parts["transcript"] = library.transcript
@@ -178,14 +202,27 @@ def build_demo(
         parts["timer"] = gr.Timer(1.0, active=_loading(info))
         wire_voice_library(demo, library, slot, voices, editable=_page_may_write(api),
                            model_line=parts["status"])  # fmt: skip
+        wire_model_voice(model_voice, slot, voices, controls["text"], library.owner, outputs[1],
+                         editable=_page_may_write(api))  # fmt: skip
         model_knobs = {knob: knob_controls[knob.name] for knob in parameters.knobs
                        if knob.name not in SHARED_NAMES}  # fmt: skip
-        refresh = {"fn": lambda: page_state(slot, parts, model_knobs, voices),
-                   "outputs": {*parts.values(), *model_knobs.values()}, "queue": False,
+        model_voice_parts = model_voice_state(model_voice, info, set_values=False)
+        refresh = {"fn": lambda: page_state(slot, parts, model_knobs, voices, model_voice),
+                   "outputs": {*parts.values(), *model_knobs.values(), *model_voice_parts},
+                   "queue": False,
                    "show_progress": "hidden", "api_visibility": "private"}  # fmt: skip
         demo.load(**refresh)
         parts["timer"].tick(**refresh)
     return demo
+
+
+def _before_late(block_fn: Any) -> bool:
+    """The endpoint's last values are LATE_FIELDS (no knob declared after them)."""
+    try:
+        names = list(inspect.signature(block_fn.fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return tuple(names[-len(LATE_FIELDS) :]) == LATE_FIELDS
 
 
 def too_few_values(block_fn: Any, got: int) -> str:
@@ -208,10 +245,12 @@ def _page_may_write(api: ApiConfig | None) -> bool:
 
 
 def page_state(slot: EngineSlot, parts: dict[str, Any], model_knobs: dict[Knob, Any],
-               voices: VoiceRegistry | None = None) -> dict:  # fmt: skip
+               voices: VoiceRegistry | None = None,
+               model_voice: ModelVoiceInputs | None = None) -> dict:  # fmt: skip
     """What depends on the model, from the slot: {component: update}. `model_knobs`: the
     page's control of each backend knob (the shared ones always show); `voices`: for the
-    examples that fit the served model."""
+    examples that fit the served model; `model_voice`: the preset / instruction inputs (shown
+    on a CustomVoice or VoiceDesign checkpoint, in place of the clone voice's)."""
     info = slot.info()
     engine = served_engine(slot)
     backend = engine.backend if engine is not None else None
@@ -226,6 +265,9 @@ def page_state(slot: EngineSlot, parts: dict[str, Any], model_knobs: dict[Knob, 
         parts["timer"]: gr.Timer(active=_loading(info)),  # polls until loading ended
     }
     updates[parts["transcript"]] = gr.update(visible=reads_transcript(backend))
+    updates[parts["clone_voice"]] = gr.update(visible=_clones(info))
+    if model_voice is not None:
+        updates.update(model_voice_state(model_voice, info, set_values=not _loading(info)))
     if "examples" in parts and voices is not None and backend is not None:
         updates[parts["examples"]] = examples_update(voices, backend)
     served = knob_defaults(engine.backend) if engine is not None else {}
@@ -237,6 +279,11 @@ def page_state(slot: EngineSlot, parts: dict[str, Any], model_knobs: dict[Knob, 
             update.update(_control_values(knob, default))
         updates[control] = gr.update(**update)
     return updates
+
+
+def _clones(info: dict[str, Any]) -> bool:
+    """The served checkpoint speaks from a clip (or it is still loading): the voice library."""
+    return info.get("task_type", "Base") == "Base"
 
 
 def _loading(info: dict[str, Any]) -> bool:
@@ -275,8 +322,9 @@ def _voice_inputs(info: dict[str, Any], parts: dict[str, Any], controls: dict[st
                                        allow_custom_value=True, elem_id="language",
                                        visible=info.get("reads_language", True))  # fmt: skip
     parts["language"] = controls["language"]
-    library = build_voice_library(model_dependent(info, backend)["reference"], editable,
-                                  voices.private, voices, backend)  # fmt: skip
+    with gr.Column(elem_id="clone-voice", visible=_clones(info)) as parts["clone_voice"]:
+        library = build_voice_library(model_dependent(info, backend)["reference"], editable,
+                                      voices.private, voices, backend)  # fmt: skip
     parts["reference"] = library.reference
     controls.update(reference=library.reference, reference_text=library.transcript,
                     voice=library.voice)  # fmt: skip
@@ -358,7 +406,8 @@ def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
     api_only = gr.Button(visible=False)
     declared = {knob.name: knob for knob in parameters.knobs}
     api_inputs = [_api_knob_input(declared[name]) if name in declared
-                  else _api_voice_input() if name == "voice" else control
+                  else _api_voice_input() if name == "voice"
+                  else _api_text_input(name) if name in handlers.MODEL_VOICE_FIELDS else control
                   for name, control in zip(parameters.names, inputs, strict=True)]  # fmt: skip
     for fn, audio_label, api_name in (
         (handlers.stream_to_api, "chunk", "synthesize"),
@@ -376,6 +425,12 @@ def _api_voice_input() -> gr.Dropdown:
                        allow_custom_value=True)  # fmt: skip
 
 
+def _api_text_input(name: str) -> gr.Textbox:
+    """The API-only endpoints' `speaker` / `instructions`: none unless the caller gives one
+    (the page's picker starts on the checkpoint's first preset)."""
+    return gr.Textbox(None, label=name, visible=False)
+
+
 def _api_knob_input(knob: Knob) -> gr.Number:
     """A knob's parameter of the API-only endpoints: no value, so a caller who leaves it out
     gets the served backend's default (a slider's value is whatever the page showed when it
@@ -386,8 +441,11 @@ def _api_knob_input(knob: Knob) -> gr.Number:
 
 def example_rows(voices: VoiceRegistry, backend: object | None) -> tuple[list, list[str]]:
     """(rows [text, language, voice], labels) of the EXAMPLES whose built-in voice exists and
-    fits `backend` (None: not loaded yet, all do)."""
+    fits `backend` (None: not loaded yet, all do); none on a checkpoint that makes its own
+    voices (its instruction box has examples of its own)."""
     rows, labels = [], []
+    if getattr(backend, "task_type", "Base") != "Base":
+        return rows, labels
     for label, text, language, name in EXAMPLES:
         try:
             voice = voices.get(name)

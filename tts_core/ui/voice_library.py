@@ -274,7 +274,8 @@ def plain(text: str) -> str:
 _MARKUP = set("\\`*_[]<>!&~|")  # inline Markdown and HTML (the text never starts a line)
 
 
-def save_voice(slot: EngineSlot, voices: VoiceRegistry, name: str, clip: str | None,
+def save_voice(slot: EngineSlot, voices: VoiceRegistry, name: str,
+               clip: str | bytes | tuple | None,
                transcript: str | None, owner_key: str) -> str:  # fmt: skip
     """Register the clip under `name` (owned by `owner_key`) and warm it up in the background;
     returns the name."""
@@ -284,7 +285,8 @@ def save_voice(slot: EngineSlot, voices: VoiceRegistry, name: str, clip: str | N
         engine = slot.engine
         saved = voices.register(name, clip, transcript or None, limits=engine.config.limits,
                                 owner_key=owner_key)  # fmt: skip
-    if _warming.acquire(blocking=False):  # one warm-up at a time, outside admission: skip
+    cloning = getattr(engine.backend, "task_type", "Base") == "Base"  # else: nothing to warm
+    if cloning and _warming.acquire(blocking=False):  # one at a time, outside admission: skip
         threading.Thread(target=_warm, args=(engine, voices, saved.name), daemon=True).start()
     return saved.name
 
@@ -330,3 +332,161 @@ def voice_errors() -> Iterator[None]:
     except Exception:  # noqa: BLE001 - never a stack trace or a path in the page
         log.exception("voice store error")
         raise gr.Error("The voice store failed; see the server log.") from None
+
+
+# --- The checkpoint's own voices (Qwen3-TTS CustomVoice / VoiceDesign, #41) -----------------
+
+# Examples for the instruction box (CustomVoice: how to speak) and the description box
+# (VoiceDesign: the voice itself); a click fills the box in
+INSTRUCTION_EXAMPLES = ("Speak in a cheerful, excited tone.",
+                        "Whisper, slowly and calmly, as if telling a secret.",
+                        "Sound tired and a little sad.")  # fmt: skip
+DESCRIPTION_EXAMPLES = (
+    "A warm, deep male voice, middle-aged, speaking slowly and calmly.",
+    "A bright young female voice, energetic and cheerful, speaking quickly.",
+    "An elderly man with a gravelly voice, telling a story by the fire.",
+)
+NO_INSTRUCTIONS = ("This checkpoint does not follow instructions (the 0.6B CustomVoice: the "
+                   "official model ignores them, so they are refused here).")  # fmt: skip
+DESIGN_NOTE = ("**Save this voice** stores the last result's audio and the text it speaks as a "
+               "clone voice in this server's voice store (listed by /v1/audio/voices): a Base "
+               "model served elsewhere from the same store clones it; this model cannot.")  # fmt: skip
+# the save's input: the low-latency player's last WAV (its download link, a blob: URL), read
+# as a data: URL in the browser; empty when it has none (the standard player's clip is used)
+READ_LAST_WAV = """async (name, text, clip, owner, full) => {
+  const link = document.querySelector('#lowlatency-player [data-ll="download"]');
+  let data = "";
+  if (link && !link.hidden && link.href) {
+    const blob = await (await fetch(link.href)).blob();
+    data = await new Promise((done) => {
+      const reader = new FileReader();
+      reader.onload = () => done(reader.result);
+      reader.readAsDataURL(blob);
+    });
+  }
+  return [name, text, data, owner, full];
+}"""
+
+
+@dataclass
+class ModelVoiceInputs:
+    """The voice inputs of a checkpoint that makes its own voices (shown in place of the
+    library on CustomVoice / VoiceDesign; hidden on a cloning model)."""
+
+    box: gr.Column
+    speaker: gr.Dropdown  # CustomVoice: the checkpoint's presets (engine info "speakers")
+    instructions: gr.Textbox  # CustomVoice: how to speak; VoiceDesign: the voice's description
+    examples: gr.Dataset
+    design_box: gr.Column  # VoiceDesign only: save the result as a clone voice
+    name: gr.Textbox
+    save: gr.Button
+    clip: gr.Textbox  # hidden: the low-latency player's last WAV as a data: URL (READ_LAST_WAV)
+    note: gr.Markdown
+
+
+def build_model_voice(info: dict) -> ModelVoiceInputs:
+    """The speaker picker, the instruction / description box with examples, and (VoiceDesign)
+    the save row, made as `model_voice_spec` says for `info` (slot.info(); page_state follows
+    the model once it has loaded: `model_voice_state`)."""
+    spec = model_voice_spec(info)
+    with gr.Column(elem_id="model-voice", visible=spec["box"]) as box:
+        speaker = gr.Dropdown(spec["speakers"], value=spec["speaker"], label="Preset voice",
+                              elem_id="speaker", visible=spec["custom"],
+                              allow_custom_value=True)  # fmt: skip
+        instructions = gr.Textbox("", lines=2, elem_id="instructions", **spec["instructions"])
+        examples = gr.Dataset(components=[instructions], samples=spec["samples"] or [[""]],
+                              label="Examples", elem_id="instruction-examples", type="values",
+                              visible=bool(spec["samples"]))  # fmt: skip
+        with gr.Column(visible=spec["design"], elem_id="design-save") as design_box:
+            gr.Markdown(DESIGN_NOTE, elem_id="design-note")
+            with gr.Row(equal_height=True):
+                name = gr.Textbox(placeholder="Name it, e.g. calm-narrator", show_label=False,
+                                  scale=3, max_length=64, elem_id="design-name")  # fmt: skip
+                save = gr.Button("Save this voice", size="md", scale=2, elem_id="save-design")
+            clip = gr.Textbox("", visible=False)
+            note = gr.Markdown(visible=False, elem_id="design-result")
+    return ModelVoiceInputs(box, speaker, instructions, examples, design_box, name, save, clip,
+                            note)  # fmt: skip
+
+
+def model_voice_spec(info: dict) -> dict:
+    """What the page shows for the served checkpoint (info's task_type, speakers and
+    instruct_supported; while loading, or a cloning model: nothing)."""
+    task = info.get("task_type", "Base")
+    custom, design = task == "CustomVoice", task == "VoiceDesign"
+    speakers = list(info.get("speakers") or ()) if custom else []
+    allowed = bool(info.get("instruct_supported", True))
+    instructions: dict = {"label": "Instructions", "visible": custom or design,
+                          "interactive": True, "info": None, "placeholder": None}  # fmt: skip
+    if custom:
+        instructions.update(label="Instructions (optional): how to speak", interactive=allowed,
+                            info=None if allowed else NO_INSTRUCTIONS,
+                            placeholder="e.g. " + INSTRUCTION_EXAMPLES[0])  # fmt: skip
+    elif design:
+        instructions.update(label="Describe the voice",
+                            placeholder="e.g. " + DESCRIPTION_EXAMPLES[0])  # fmt: skip
+    samples = ([[x] for x in INSTRUCTION_EXAMPLES] if custom and allowed
+               else [[x] for x in DESCRIPTION_EXAMPLES] if design else [])  # fmt: skip
+    return {"box": custom or design, "custom": custom, "design": design, "speakers": speakers,
+            "speaker": speakers[0] if speakers else None, "instructions": instructions,
+            "samples": samples}  # fmt: skip
+
+
+def model_voice_state(inputs: ModelVoiceInputs, info: dict, set_values: bool) -> dict:
+    """{component: update} for the served checkpoint (`model_voice_spec`). `set_values`: also
+    the picker's first preset (not over a visitor's pick while the page polls)."""
+    spec = model_voice_spec(info)
+    speaker: dict = {"choices": spec["speakers"], "visible": spec["custom"]}
+    if set_values:
+        speaker["value"] = spec["speaker"]
+    return {
+        inputs.box: gr.update(visible=spec["box"]),
+        inputs.speaker: gr.update(**speaker),
+        inputs.instructions: gr.update(**spec["instructions"]),
+        inputs.examples: gr.Dataset(
+            samples=spec["samples"] or [[""]], visible=bool(spec["samples"])
+        ),  # fmt: skip
+        inputs.design_box: gr.update(visible=spec["design"]),
+    }
+
+
+def wire_model_voice(inputs: ModelVoiceInputs, slot: EngineSlot, voices: VoiceRegistry,
+                     text: gr.Textbox, owner: gr.BrowserState, full_clip: gr.Audio,
+                     editable: bool) -> None:  # fmt: skip
+    """An example click fills the box; Save this voice (VoiceDesign) stores the last result
+    and its text as a clone voice (the page's own, private events)."""
+    private = {"api_visibility": "private", "show_progress": "hidden"}
+    inputs.examples.click(lambda row: row[0], inputs.examples, inputs.instructions,
+                          queue=False, **private)  # fmt: skip
+    inputs.save.visible = editable
+    if not editable:
+        return
+
+    def save(name: str, spoken: str, data_url: str, owner_key: str, full: object) -> tuple:
+        owner_key = usable_key(owner_key)
+        clip = designed_clip(data_url, full)
+        if clip is None:
+            return owner_key, show_note("Not saved: generate a voice first, then save it.")
+        try:
+            saved = save_voice(slot, voices, (name or "").strip(), clip, spoken, owner_key)
+        except gr.Error as exc:
+            return owner_key, show_note(f"Not saved: {exc.message}")
+        return owner_key, show_note(
+            f"Saved the voice '{saved}' (the last result and its text) in this server's voice "
+            "store: a Base model served from the same store clones it."
+        )
+
+    inputs.save.click(save, [inputs.name, text, inputs.clip, owner, full_clip],
+                      [owner, inputs.note], js=READ_LAST_WAV, **private)  # fmt: skip
+
+
+def designed_clip(data_url: str | None, full: object) -> bytes | tuple | None:
+    """The clip to save: the low-latency player's WAV (a data: URL), else the standard
+    player's full clip ((rate, samples)); None when there is neither."""
+    if isinstance(data_url, str) and data_url.startswith("data:") and "," in data_url:
+        import base64
+
+        return base64.b64decode(data_url.split(",", 1)[1])
+    if isinstance(full, tuple) and len(full) == 2 and full[1] is not None:
+        return full
+    return None
