@@ -131,11 +131,11 @@ def test_a_checkpoint_that_refuses_instructions_disables_the_box_and_says_why():
 
 def test_a_first_release_plain_http_call_still_works(app_server):
     """The values up to `min_p` (the README's list before #41), by position: the endpoint
-    fills in `speaker` and `instructions` (None)."""
+    fills in those added since (`speaker`, `instructions`, TADA's knobs) with None."""
     url, _ = app_server
     names = handlers.ApiParameters.for_engine().names
-    assert names[-2:] == handlers.MODEL_VOICE_FIELDS
-    data = ["Hello over HTTP.", "english", None, "", *[None] * (len(names) - 6)]
+    before = names.index(handlers.MODEL_VOICE_FIELDS[0])  # 20: the list before #41
+    data = ["Hello over HTTP.", "english", None, "", *[None] * (before - 4)]
     data[names.index("seed")] = 1234
     response = httpx.post(f"{url}/gradio_api/call/synthesize_full", json={"data": data},
                           timeout=60)  # fmt: skip

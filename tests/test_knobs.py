@@ -190,12 +190,14 @@ def test_gradio_client_passes_the_knob_by_name(breathy, tmp_path):
 # the knobs declared since the first release, after its names (positional callers keep working)
 # (TADA's three last)
 LATER_KNOBS = ("first_chunk_tokens", "chunk_tokens", "watermark", "exaggeration", "cfg_weight",
-               "min_p", "flow_steps", "acoustic_cfg", "noise_temperature")  # fmt: skip
+               "min_p")  # fmt: skip
+SINCE_PRESETS = ("flow_steps", "acoustic_cfg", "noise_temperature")  # TADA's, after speaker
 
 
 def test_the_real_backends_declarations_extend_the_first_releases_api():
     names = handlers.ApiParameters.for_engine().names
-    assert names == (*handlers.FIRST_RELEASE_ORDER, *LATER_KNOBS, "speaker", "instructions")
+    assert names == (*handlers.FIRST_RELEASE_ORDER, *LATER_KNOBS, "speaker", "instructions",
+                     *SINCE_PRESETS)  # fmt: skip
 
 
 def test_a_knob_declared_twice_differently_is_refused():

@@ -46,7 +46,7 @@ from .voice_library import (
 )
 
 API_ENDPOINTS = ("synthesize", "synthesize_full")
-LATE_FIELDS = handlers.MODEL_VOICE_FIELDS  # the values a caller of the first releases sends none of
+FIRST_RELEASE = len(handlers.FIRST_RELEASE_ORDER)  # values every positional caller has sent
 CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API endpoints
 FALLBACK_CONCURRENCY = 8  # before the model is known
 SHARED_NAMES = frozenset(knob.name for knob in SHARED_KNOBS)  # shown whatever the model
@@ -92,15 +92,12 @@ class VoicePage(gr.Blocks):
     def validate_inputs(self, block_fn: Any, inputs: list[Any]) -> None:
         """Too few values for an event (a plain-HTTP caller of /gradio_api/call/NAME): an error
         that says what the endpoint takes, in place of Gradio's, which lists the components'
-        Python reprs and logs a traceback (issue 36). A call of an API endpoint that leaves out
-        only the last-added values (LATE_FIELDS) gets their defaults: it was whole before."""
+        Python reprs and logs a traceback (issue 36). New parameters are only ever appended, so
+        a caller of an earlier release sends a prefix of today's order: an API call with at
+        least the first release's values gets the defaults of those it leaves out at the end."""
         missing = len(block_fn.inputs) - len(inputs)
-        if (
-            block_fn.api_name in API_ENDPOINTS
-            and missing == len(LATE_FIELDS)
-            and _before_late(block_fn)
-        ):
-            inputs.extend([None] * missing)  # a caller from before `speaker`, `instructions`
+        if missing > 0 and block_fn.api_name in API_ENDPOINTS and len(inputs) >= FIRST_RELEASE:
+            inputs.extend([None] * missing)  # e.g. a caller from before `speaker` or TADA's knobs
         elif missing > 0:
             raise gr.Error(too_few_values(block_fn, len(inputs)), print_exception=False)
         super().validate_inputs(block_fn, inputs)
@@ -214,15 +211,6 @@ def build_demo(
         demo.load(**refresh)
         parts["timer"].tick(**refresh)
     return demo
-
-
-def _before_late(block_fn: Any) -> bool:
-    """The endpoint's last values are LATE_FIELDS (no knob declared after them)."""
-    try:
-        names = list(inspect.signature(block_fn.fn).parameters)
-    except (TypeError, ValueError):
-        return False
-    return tuple(names[-len(LATE_FIELDS) :]) == LATE_FIELDS
 
 
 def too_few_values(block_fn: Any, got: int) -> str:
