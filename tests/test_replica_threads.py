@@ -43,7 +43,9 @@ def test_replica_engine_deploys_with_this_processes_thread_count(monkeypatch) ->
         return SimpleNamespace(bind=lambda replica_args: bound.append(replica_args))
 
     info = {"model": "m", "sample_rate": 24000, "frame_ms": 80.0, "needs_reference": False,
-            "description": "", "max_concurrent": 1, "backend": "espeak", "torch_threads": 3}  # fmt: skip
+            "description": "", "max_concurrent": 1, "backend": "espeak", "torch_threads": 3,
+            "reads_language": True, "weight_format": "float32", "weight_format_reason": "",
+            "decode_step": None}  # fmt: skip
     handle = SimpleNamespace(
         info=SimpleNamespace(remote=lambda: SimpleNamespace(result=lambda: info))
     )

@@ -37,7 +37,7 @@ import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -179,6 +179,8 @@ class RemoteBackend:
         self.task_type = info.task_type
         self.speakers = info.speakers
         self.instruct_supported = info.instruct_supported
+        self.capabilities = replace(self.capabilities, task_type=info.task_type,
+                                    speakers=info.speakers)  # fmt: skip
         self.can_clone = info.task_type == "Base"
 
     @classmethod

@@ -37,9 +37,6 @@ class ReplicaBackend:
         self.description = f"{info['description']} ({replicas} replicas on Ray Serve)"
         self.default_concurrency = int(info["max_concurrent"]) * replicas
         self.knobs = _knobs_of(str(info["backend"]))
-        # the served backend's language use; text in pieces reaches a replica whole, and a
-        # replica is asked for clones only (no model_voice here)
-        self.capabilities = Capabilities(reads_language=bool(info["reads_language"]))
         self.weight_format = info["weight_format"]  # the replicas' (each loads the same)
         self.weight_format_reason = info["weight_format_reason"]
         self.decode_step = info["decode_step"]
@@ -49,6 +46,11 @@ class ReplicaBackend:
         self.task_type = str(info.get("task_type", "Base"))
         self.speakers = tuple(info.get("speakers", ()))
         self.instruct_supported = bool(info.get("instruct_supported", False))
+        # the served backend's language use and checkpoint type; text in pieces reaches a
+        # replica whole
+        self.capabilities = Capabilities(reads_language=bool(info["reads_language"]),
+                                         task_type=self.task_type,
+                                         speakers=self.speakers)  # fmt: skip
         if self.task_type != "Base":
             self.can_clone = False
         self.served_by: Counter[str] = Counter()  # replica id -> requests it answered
