@@ -1,9 +1,9 @@
 """The served driver of the engine: one thread steps every active request of a model together.
 
-`EngineLoop` is a BatchEngine stepped on its own loop thread while there is work; a model's
-scheduler (Qwen3's `Scheduler`, VoxCPM2's `VoxCPMScheduler`) subclasses it with a `submit` that
-checks a request, builds it and `enqueue`s it, and each request's chunks reach its consumer
-through its RequestStream.
+`EngineLoop` is a BatchEngine stepped on its own loop thread while there is work, for any model:
+made with the model's runner (its `StepModel`) and its `make_request` (the caller's arguments ->
+a checked request), `submit` builds a request on the loop thread and queues it; each request's
+chunks reach its consumer through its RequestStream.
 
 Every computation of the served model runs on this one thread: the steps, and, through `call`,
 each request's prompt and each voice. A CPU build of torch parallelizes its ops with OpenMP,
@@ -35,15 +35,26 @@ class EngineLoop(BatchEngine):
         runner: StepModel,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
         thread_name: str = "tts-scheduler",
+        make_request: Callable[..., Request] | None = None,
     ) -> None:
-        """The loop thread starts on first use, so a loop never used holds no thread."""
+        """make_request: what `submit` calls (on the loop thread) with its arguments to build a
+        checked request. The loop thread starts on first use, so a loop never used holds no
+        thread."""
         super().__init__(runner, prefill_chunk)
+        self._make_request = make_request
         self._calls: deque[tuple[Future, Callable[[], Any]]] = deque()
         self._thread: threading.Thread | None = None
         self._thread_name = thread_name
         self._closed = False
 
     # ------------------------------------------------------------------ consumer side
+    def submit(self, *args: Any, **kwargs: Any) -> RequestStream:
+        """Build the request from these arguments on the loop thread (its errors raised here:
+        nothing is queued) and queue it; its chunks come through the returned stream."""
+        if self._make_request is None:
+            raise TypeError("this loop was made without make_request: use enqueue")
+        return self.enqueue(self.call(self._make_request, *args, **kwargs))
+
     def enqueue(self, seq: Request) -> RequestStream:
         """Queue a checked request; its chunks come through the returned stream."""
         with self._cond:
