@@ -45,6 +45,11 @@ class NeuralBackend:
     needs_reference: ClassVar[bool]  # False: with no clip the model speaks a voice of its own
     default_max_batch: ClassVar[int] = 8  # streams stepped together (--max-batch)
     chunk_frames: ClassVar[str]  # the field of the model's chunks that counts its frames
+    # what was loaded (each backend's, from its model): the audio rate of its chunks, samples
+    # per frame (the chunk-size unit) and its weights' format ("float32")
+    sample_rate: int
+    frame_samples: int
+    weight_format: str
     can_clone = True
     # the language follows the text (the page hides its dropdown); text in pieces is buffered
     # until done (the prompt takes the whole text); one stateful decoder pass: no crossfade
@@ -57,7 +62,6 @@ class NeuralBackend:
         self.model = model
         self.model_name = model_name
         self.device = device
-        self.sample_rate = int(model.sample_rate)
         self.scheduler = self.served_loop(model, max_batch or self.default_max_batch)
         self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
 
@@ -87,9 +91,10 @@ class NeuralBackend:
         device = cls.resolve_device(device)
         dtype = resolve_dtype(dtype, device)
         model = cls.load_model(name_or_path, device, getattr(torch, dtype))
+        backend = cls(model, str(name_or_path), device, max_batch=max_batch)
         log.info("loaded %s %s on %s (%s, %d Hz)", cls.title, name_or_path, device, dtype,
-                 model.sample_rate)  # fmt: skip
-        return cls(model, str(name_or_path), device, max_batch=max_batch)
+                 backend.sample_rate)  # fmt: skip
+        return backend
 
     @classmethod
     def resolve_device(cls, device: str) -> str:

@@ -68,6 +68,7 @@ class VoxCPMBackend(NeuralBackend):
         self, model: Any, model_name: str, device: str, max_batch: int | None = None
     ) -> None:
         super().__init__(model, model_name, device, max_batch)
+        self.sample_rate = int(model.sample_rate)  # the release: 48 kHz
         self.frame_samples = int(model.patch_size * model.vae.decode_hop_length)  # per patch
         self.weight_format = str(model.net.dtype).removeprefix("torch.")  # the AudioVAE: fp32
         self.reference = reference_needs_of(model)
