@@ -1,18 +1,9 @@
-"""What every backend of a neural model served on one engine loop does the same way, written
-once: VoxCPM2's and TADA's backends are a declaration over `NeuralBackend` and one method (how
-the engine's request becomes the model's).
-
-* load: the device and dtype resolved (device.py), the library's model loaded, logged;
-* the served loop: `EngineLoop(model.runner(max_batch), make_request=model.request)`, one loop
-  thread stepping every stream together (continuous batching on tts_core/serving), on which the
-  voices are computed too (`call`: the model computes on one thread, serving/loop.py);
-* create_voice: no clip (the model's own voice, or a refusal naming what is missing), a clip
-  checked (mono, float, finite), the transcript a model requires asked for by name, the model's
-  voice made on the loop thread, its ValueErrors as InputErrors naming the reference;
-* stream: the request submitted (its ValueErrors as InputErrors: checked before it queues), its
-  chunks as BackendChunks from one stateful decoder pass per stream (never independent: no
-  crossfade), the row freed as soon as the stream ends or is cancelled.
-"""
+"""The generic part of the backends of neural models served on one engine loop (VoxCPM2, TADA),
+written once. A model's backend declares what it is and how the engine's settings become its
+model's request (`submit`); `NeuralBackend` loads the model, serves it on
+`EngineLoop(model.runner(n), make_request=model.request)` (one thread steps every stream and
+makes the voices: serving/loop.py), checks clips, and streams chunks (one stateful decoder pass
+per stream: never independent), freeing a row as soon as its stream ends or is cancelled."""
 
 from __future__ import annotations
 
@@ -45,11 +36,9 @@ class NeuralBackend:
     needs_reference: ClassVar[bool]  # False: with no clip the model speaks a voice of its own
     default_max_batch: ClassVar[int] = 8  # streams stepped together (--max-batch)
     chunk_frames: ClassVar[str]  # the field of the model's chunks that counts its frames
-    # what was loaded (each backend's, from its model): the audio rate of its chunks, samples
-    # per frame (the chunk-size unit) and its weights' format ("float32")
-    sample_rate: int
-    frame_samples: int
-    weight_format: str
+    sample_rate: int  # what was loaded (each backend's, from its model)
+    frame_samples: int  # per frame, the chunk-size unit
+    weight_format: str  # "float32"
     can_clone = True
     # the language follows the text (the page hides its dropdown); text in pieces is buffered
     # until done (the prompt takes the whole text); one stateful decoder pass: no crossfade

@@ -187,14 +187,6 @@ class VoxCPMModel:
             cap=cap,
         )
 
-    def _plan(
-        self, text: str, voice: Voice | None, inference_timesteps: int, max_len: int
-    ) -> Prompt:
-        """Check a request and build its prompt (ValueError on bad input, before any work)."""
-        if max_len < 1 or inference_timesteps < 1:
-            raise ValueError("max_len and inference_timesteps must be >= 1")
-        return self._prompt(text, voice, max_len)
-
     def generate(
         self,
         text: str,
@@ -282,7 +274,9 @@ class VoxCPMModel:
         thread (the served EngineLoop); audio False: patches only (`generate`)."""
         first = chunk_patches if first_chunk_patches is None else first_chunk_patches
         cadence = Cadence(first, chunk_patches)  # ValueError below 1
-        prompt = self._plan(text, voice, inference_timesteps, max_len)
+        if max_len < 1 or inference_timesteps < 1:
+            raise ValueError("max_len and inference_timesteps must be >= 1")
+        prompt = self._prompt(text, voice, max_len)
         sampling = (int(seed), float(cfg_value), int(inference_timesteps))
         return VoxSequence(prompt, voice, sampling, cadence, should_stop or _never, audio=audio,
                            outbox=outbox)  # fmt: skip
