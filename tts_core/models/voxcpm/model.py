@@ -206,7 +206,7 @@ class VoxCPMModel:
                            audio=False, outbox=InlineOutbox())  # fmt: skip
         chunks = list(self._alone(seq))
         generated = torch.stack([patch for chunk in chunks for patch in chunk.patches])
-        context = self._context(voice)
+        context = None if voice is None else voice.context_patches  # (ctx, P, D) or None
         latents = generated if context is None else torch.cat([context, generated])
         audio = self.vae.decode(self._latents(latents))[0]
         skip = 0 if context is None else context.shape[0] * self.patch_size
@@ -326,10 +326,6 @@ class VoxCPMModel:
             audio = self.vae.decode_step(self._latents(torch.stack(patches)), state)[0]
             audio = audio.float().cpu().numpy()
         return AudioChunk(audio, self.sample_rate, len(patches), stop_reason, batch_size)
-
-    @staticmethod
-    def _context(voice: Voice | None) -> torch.Tensor | None:
-        return None if voice is None or voice.context_patches is None else voice.context_patches
 
 
 def _never() -> bool:
