@@ -32,6 +32,7 @@ from ..engine.errors import InputError
 from ..engine.knobs import Knob, sampling_knobs
 from ..models.chatterbox.chunking import StreamChunking
 from ..models.chatterbox.config import DEFAULT_MAX_BATCH
+from .neural import reference_clip
 
 log = logging.getLogger(__name__)
 SAMPLES_PER_TOKEN = 960  # 40 ms at 24 kHz
@@ -208,17 +209,6 @@ class ChatterboxBackend:
                     return
         finally:
             chunks.close()  # frees the row and its caches now, not at garbage collection
-
-
-def reference_clip(audio: np.ndarray) -> np.ndarray:
-    """The reference as mono float32 samples, or an InputError naming what is wrong."""
-    clip = np.asarray(audio)
-    if clip.ndim != 1 or clip.size == 0 or not np.issubdtype(clip.dtype, np.floating):
-        raise InputError(f"Reference clip: expected mono float samples, got shape "
-                         f"{clip.shape} ({clip.dtype}).", "reference")  # fmt: skip
-    if not np.all(np.isfinite(clip)):
-        raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
-    return clip.astype(np.float32)
 
 
 def preload_watermark() -> None:
