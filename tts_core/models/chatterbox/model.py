@@ -327,13 +327,13 @@ class ChatterboxTurboModel(S3GenSpeech):
         """`text` in `voice` as audio chunks made while T3 draws (unwatermarked). T3's tokens
         are generate's (same draws, same order); S3Gen re-runs after the first
         `chunking.first_tokens` speech tokens and at `chunking.next_pass` after (ramping up to
-        every `chunking.chunk_tokens`), handing
-        out the audio that became stable (streaming.py), and the final chunk (always yielded,
-        last) holds the rest. A pass with nothing stable yet yields nothing. The served path: the
-        one engine (serving.py's ChatterboxRunner) with this request as its only row, stepped on the
-        caller's thread (`run_alone`); the request is checked here (ValueError), before the first
-        chunk. seed None: a random one (`.seed` of the returned stream); `knobs` by name:
-        TurboSampling's fields and first_chunk_tokens / chunk_tokens (`chunking`'s)."""
+        every `chunking.chunk_tokens`), handing out the audio that became stable (streaming.py),
+        and the final chunk (always yielded, last) holds the rest. A pass with nothing stable
+        yet yields nothing. The served path: the one engine (serving.py's ChatterboxRunner) with
+        this request as its only row, stepped on the caller's thread (`run_alone`); the request
+        is checked here (ValueError), before the first chunk. seed None: a random one (`.seed`
+        of the returned stream); `knobs` by name: TurboSampling's fields and first_chunk_tokens
+        / chunk_tokens (`chunking`'s)."""
         sampling, chunking = knobs_by_name("Chatterbox Turbo", sampling or TurboSampling(),
                                            knobs, chunking)  # fmt: skip
         seed = resolve_seed(seed)
