@@ -409,28 +409,17 @@ class Qwen3TTSModel:
         voice: Voice,
         language: str | None = "auto",
         *,
-        greedy: bool = False,
-        seed: int | None = None,
-        stop_ids: tuple[int, ...] = (),
-        repetition_window: int | None = None,
         length_cap: bool = True,
         non_streaming_mode: bool | None = None,
-        **sampling: Any,
+        **settings: Any,
     ) -> tuple[Prompt, DecodeSettings]:
         """Validate a request and build its prompt and decode settings (what `request` starts
-        from); raises ValueError / TypeError on bad input."""
+        from); raises ValueError / TypeError on bad input. `settings`: greedy, seed, stop_ids,
+        repetition_window and the sampling kwargs, as `stream` takes them."""
         with torch.inference_mode():
             prompt = self._prompt(text, voice, language, non_streaming_mode)
-        settings = resolve_settings(
-            self.generation_defaults,
-            sampling,
-            greedy=greedy,
-            seed=seed,
-            stop_ids=stop_ids,
-            repetition_window=repetition_window,
-            length_cap=length_cap_frames(prompt.text_tokens) if length_cap else None,
-        )
-        return prompt, settings
+        cap = length_cap_frames(prompt.text_tokens) if length_cap else None
+        return prompt, resolve_settings(self.generation_defaults, cap, **settings)
 
     def fed_prefill_tokens(self, voice: Voice) -> int:
         """Target-text tokens the prompt's prefill holds (text fed in pieces, issue #27): one in
@@ -451,19 +440,15 @@ class Qwen3TTSModel:
         chunk_frames: int = 6,
         should_stop: Callable[[], bool] | None = None,
         cache_positions: int | None = None,
-        greedy: bool = False,
-        seed: int | None = None,
-        stop_ids: tuple[int, ...] = (),
-        repetition_window: int | None = None,
         length_cap: bool = True,
         non_streaming_mode: bool = False,
-        **sampling: Any,
+        **settings: Any,
     ) -> FedSequence:
         """`request` for text fed in pieces (serving/fed.py): the prompt from the role ids and
         the `fed_prefill_tokens` first target ids, its trailing vectors those that follow them
         (tts_eos comes with done); no length cap until done (then from the whole text, when
-        `length_cap`). Fed text is always in the streaming-text layout: non_streaming_mode=True
-        (the whole text first) is a ValueError."""
+        `length_cap`); `settings`: `plan`'s. Fed text is always in the streaming-text layout:
+        non_streaming_mode=True (the whole text first) is a ValueError."""
         if non_streaming_mode:
             raise ValueError("text fed in pieces needs non_streaming_mode=False")
         cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
@@ -472,17 +457,9 @@ class Qwen3TTSModel:
         with torch.inference_mode():
             prompt = self._build(voice, [*role_ids, *target_ids, *tail], language, False)
         prompt.trailing = prompt.trailing[:-1]  # tts_eos: at done
-        settings = resolve_settings(
-            self.generation_defaults,
-            sampling,
-            greedy=greedy,
-            seed=seed,
-            stop_ids=stop_ids,
-            repetition_window=repetition_window,
-            length_cap=None,
-        )
+        decoding = resolve_settings(self.generation_defaults, None, **settings)  # cap: at done
         self._codec()  # no codec: fail now, not at the first chunk
-        seq = FedSequence(self.talker, prompt, settings, voice, cadence, should_stop or _never,
+        seq = FedSequence(self.talker, prompt, decoding, voice, cadence, should_stop or _never,
                           text_tokens=len(target_ids), length_cap=length_cap)  # fmt: skip
         return seq.fit(cache_positions)
 

@@ -162,14 +162,9 @@ class Qwen3Runner:
                 c0s.append(c0)
         if not going:
             return
-        rows = len(going)
-        c0 = torch.cat(c0s) if rows > 1 else c0s[0]
+        c0 = torch.cat(c0s) if len(going) > 1 else c0s[0]
         codes = self.predict(going, c0, _row_chooser(going))
-        for row, seq in enumerate(going):
-            frame = torch.cat([c0[row : row + 1], codes[row]])  # (G,)
-            out.emit(seq, frame, rows)
-            if seq.status is Status.DECODING:  # not ended at its limit
-                seq.awaiting_step = frame
+        _emit_frames(out, list(enumerate(going)), c0, codes)
 
     def _decode_graphed(self, seqs: list[Sequence], out: BatchEngine) -> None:
         """The same step as `decode` by one replay of the captured static step (CUDA): talker
@@ -183,12 +178,7 @@ class Qwen3Runner:
                 out.emit(seq, None, 0, "eos")
             else:
                 going.append((row, seq))
-        c0 = torch.tensor(c0s, device=codes.device)
-        for row, seq in going:
-            frame = torch.cat([c0[row : row + 1], codes[row]])  # (G,)
-            out.emit(seq, frame, len(going))
-            if seq.status is Status.DECODING:
-                seq.awaiting_step = frame
+        _emit_frames(out, going, torch.tensor(c0s, device=codes.device), codes)
 
     def _step_input(self, seq: Sequence) -> torch.Tensor:
         """The talker's input for `seq`'s last frame (index frames - 1)."""
@@ -211,6 +201,18 @@ class Qwen3Runner:
         if not seq.audio:
             return frames
         return self.model.decode_chunk(seq.decoder_state, frames, compute_s, stop_reason, batch)
+
+
+def _emit_frames(
+    out: BatchEngine, going: list[tuple[int, Sequence]], c0: torch.Tensor, codes: torch.Tensor
+) -> None:
+    """Each going row's frame (its c0 and codes at its `row`) to the engine; a row still
+    decoding (not ended at its limit) has its talker step pending on that frame."""
+    for row, seq in going:
+        frame = torch.cat([c0[row : row + 1], codes[row]])  # (G,)
+        out.emit(seq, frame, len(going))
+        if seq.status is Status.DECODING:
+            seq.awaiting_step = frame
 
 
 def _row_chooser(seqs: list[Sequence]) -> Callable[[torch.Tensor], torch.Tensor]:
