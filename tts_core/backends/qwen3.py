@@ -6,9 +6,10 @@ from one exact, stateful decoder pass, so they are never marked independent: the
 concatenates them without crossfades.
 
 Text may arrive in pieces (`stream_fed`, issue #27): the request is a row that waits for its
-next text token (qwen3_tts/serving/fed.py FedRequest), so speech starts after the first words (x-vector mode:
-the first stable token; ICL mode: once the prompt's share of the text, T2 - len(ref_text)
-tokens, is in, or at done) and the audio is bit-identical to the whole text's.
+next text token (qwen3_tts/serving/fed.py FedRequest), so speech starts after the first words
+(x-vector mode: the first stable token; ICL mode: once the prompt's share of the text,
+T2 - len(ref_text) tokens, is in, or at done) and the audio is bit-identical to the whole
+text's.
 """
 
 from __future__ import annotations

@@ -105,8 +105,9 @@ class FedRequest:
             raise ValueError("text fed in pieces needs non_streaming_mode=False")
         self._loop, self._model = loop, loop.runner.model
         self._voice, self._language = voice, language
-        self._kwargs = {**kwargs, "non_streaming_mode": False, "should_stop": should_stop,
-                        "first_chunk_frames": first_chunk_frames, "chunk_frames": chunk_frames}  # fmt: skip
+        cadence = {"first_chunk_frames": first_chunk_frames, "chunk_frames": chunk_frames}
+        layout = {"should_stop": should_stop, "non_streaming_mode": False}
+        self._kwargs = {**kwargs, **cadence, **layout}
         self._feed = TextFeed(self._model.text_tokenizer)
         self._need = loop.call(self._model.fed_prefill_tokens, voice)
         self._seq: FedSequence | None = None
@@ -181,8 +182,9 @@ class FedRequest:
     def _open(self) -> None:
         loop, committed = self._loop, self._feed.committed
         used = max(self._need, 1 if self._voice.ref_codes is None else 0)
+        arena = loop.runner.capacity
         seq = loop.call(self._model.fed_request, self._feed.role, committed[:used], self._voice,
-                        self._language, cache_positions=loop.runner.capacity, **self._kwargs)  # fmt: skip
+                        self._language, cache_positions=arena, **self._kwargs)  # fmt: skip
         seq.push(committed[used:])
         self._seq = seq
         self._stream = loop.enqueue(seq)
