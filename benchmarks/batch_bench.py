@@ -36,8 +36,9 @@ import torch
 from common import FRAME_S, LANGUAGE, REF_CLIP, REF_TEXT, TEXT
 
 import tts_core
+from tts_core.backends.qwen3 import served_loop
 from tts_core.engine.model_thread import run_on_passing_thread
-from tts_core.models.qwen3_tts.serving import Scheduler
+from tts_core.serving import EngineLoop
 
 TEXTS = [
     TEXT,
@@ -72,7 +73,7 @@ def request(i: int, args: argparse.Namespace, voices: tuple) -> tuple[str, objec
 class Timed:
     """One submitted stream, consumed on its own thread; chunk arrival times recorded."""
 
-    def __init__(self, scheduler: Scheduler, req: tuple) -> None:
+    def __init__(self, scheduler: EngineLoop, req: tuple) -> None:
         text, voice, kwargs = req
         self.submitted = time.perf_counter()
         self.stream = scheduler.submit(text, voice, **kwargs)
@@ -111,11 +112,11 @@ class Timed:
         return torch.cat(self.codes)
 
 
-def run_alone(scheduler: Scheduler, args, voices, count: int) -> list[Timed]:  # noqa: ANN001
+def run_alone(scheduler: EngineLoop, args, voices, count: int) -> list[Timed]:  # noqa: ANN001
     return [Timed(scheduler, request(i, args, voices)).join() for i in range(count)]
 
 
-def run_batch(scheduler: Scheduler, args, voices, count: int) -> tuple[list[Timed], float]:  # noqa: ANN001
+def run_batch(scheduler: EngineLoop, args, voices, count: int) -> tuple[list[Timed], float]:  # noqa: ANN001
     started = time.perf_counter()
     streams = [Timed(scheduler, request(i, args, voices)) for i in range(count)]
     for stream in streams:
@@ -141,7 +142,7 @@ def batch_result(alone: list[Timed], batch: list[Timed], wall_s: float) -> dict:
     }
 
 
-def run_join(scheduler: Scheduler, args, voices) -> dict:  # noqa: ANN001
+def run_join(scheduler: EngineLoop, args, voices) -> dict:  # noqa: ANN001
     """batch - 1 long streams run; once each has 2 chunks out, request 0 joins."""
     long = {**vars(args), "frames": args.frames * 2}
     running = [Timed(scheduler, request(i, argparse.Namespace(**long), voices))
@@ -240,7 +241,7 @@ def main() -> None:
         parser.error("--batch and --sweep counts must be >= 1")
     torch.set_num_threads(args.threads)
     model, voices, load_s = run_on_passing_thread(lambda: load(args))
-    scheduler = Scheduler(model, max_batch=max(counts))
+    scheduler = served_loop(model, max_batch=max(counts))
     Timed(scheduler, request(args.batch - 1, args, voices)).join()  # warm-up
     alone = run_alone(scheduler, args, voices, max(counts))
     sweep = [batch_result(alone, *run_batch(scheduler, args, voices, n)) for n in counts]

@@ -23,9 +23,9 @@ import torch
 from common import LANGUAGE, REF_CLIP, TEXT
 
 import tts_core
+from tts_core.backends.qwen3 import served_loop
 from tts_core.engine.model_thread import run_on_passing_thread
-from tts_core.models.qwen3_tts.serving import Scheduler
-from tts_core.models.qwen3_tts.serving import engine as engine_module
+from tts_core.models.qwen3_tts.serving import runner as runner_module
 
 
 def timed(owner: object, name: str, sink: dict, label: str, undo: list) -> None:
@@ -44,7 +44,7 @@ def timed(owner: object, name: str, sink: dict, label: str, undo: list) -> None:
 
 
 def profile(model, voice, rows: int, frames: int) -> tuple[dict, int]:  # noqa: ANN001
-    scheduler = Scheduler(model, max_batch=rows)
+    scheduler = served_loop(model, max_batch=rows)
     spent: dict[str, float] = defaultdict(float)
     steps = {"n": 0}
     undo: list = []
@@ -52,7 +52,7 @@ def profile(model, voice, rows: int, frames: int) -> tuple[dict, int]:  # noqa: 
     timed(scheduler.runner, "talker_step", spent, "talker step", undo)
     timed(scheduler.runner, "prefill", spent, "prefill", undo)
     timed(model, "decode_chunk", spent, "codec decoder (per row)", undo)
-    timed(engine_module, "draw_rows", spent, "code-predictor draws", undo)
+    timed(runner_module, "draw_rows", spent, "code-predictor draws", undo)
     step = scheduler._decode_step
 
     def counted(seqs):  # noqa: ANN001, ANN202

@@ -5,7 +5,7 @@
 
 Runs the public API exactly as the app does (`load_model`, `create_voice`, `stream`) and times
 its parts by wrapping four methods (no engine code is changed): `talker.forward` (the prefill),
-`ModelRunner.talker_step` (the talker steps: `stream` runs the serving engine with one row),
+`Qwen3Runner.talker_step` (the talker steps: `stream` runs the serving engine with one row),
 `code_predictor.predict` (the 15 passes of one frame) and `decoder.decode_step` (the first call
 warms the decoder on the reference codes; later ones decode the streamed chunks). The EOS row of
 `codec_head` is zeroed (as the random checkpoints already are) so exactly `--frames` frames are
@@ -25,7 +25,7 @@ import torch
 from common import FRAME_S, LANGUAGE, REF_CLIP, REF_TEXT, TEXT, Calls, mean_ms, wrap
 
 import tts_core
-from tts_core.models.qwen3_tts.serving.model_runner import ModelRunner
+from tts_core.models.qwen3_tts.serving.runner import Qwen3Runner
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> dict:
     voice_s = time.perf_counter() - start
 
     talker = wrap(model.talker, "forward", lambda a, k: a[0].shape[1])
-    steps = wrap(ModelRunner, "talker_step", lambda a, k: len(a[1]))  # (runner, seqs, embeds)
+    steps = wrap(Qwen3Runner, "talker_step", lambda a, k: len(a[1]))  # (runner, seqs, embeds)
     predictor = wrap(model.talker.code_predictor, "predict")
     decoder = wrap(model.speech_tokenizer.decoder, "decode_step", lambda a, k: a[0].shape[-1])
     greedy = not args.sampled

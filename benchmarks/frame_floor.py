@@ -166,14 +166,14 @@ def decoder_flops_per_frame(decoder, chunk: int, prefix: int = 8) -> float:  # n
 
 
 def time_frame(model, frames: int, first: int, chunk: int) -> dict:  # noqa: ANN001
-    from tts_core.models.qwen3_tts.serving.model_runner import ModelRunner
+    from tts_core.models.qwen3_tts.serving.runner import Qwen3Runner
 
-    original_step = ModelRunner.talker_step
+    original_step = Qwen3Runner.talker_step
     suppress_eos(model)
     ref, rate = sf.read(REF_CLIP, dtype="float32")
     voice = model.create_voice(ref, rate, ref_text=REF_TEXT)
     talker = wrap(model.talker, "forward", lambda a, k: a[0].shape[1])
-    steps = wrap(ModelRunner, "talker_step", lambda a, k: len(a[1]))
+    steps = wrap(Qwen3Runner, "talker_step", lambda a, k: len(a[1]))
     predictor = wrap(model.talker.code_predictor, "predict")
     decoder = wrap(model.speech_tokenizer.decoder, "decode_step", lambda a, k: a[0].shape[-1])
     stream_once(model, voice, min(2, frames), True, first, chunk)  # warm-up
@@ -183,7 +183,7 @@ def time_frame(model, frames: int, first: int, chunk: int) -> dict:  # noqa: ANN
     parts = split(talker, steps, predictor, decoder)
     loop_ms = 1000 * clip["whole_s"] - parts["prefill_ms"] - parts["decoder_reference_warmup_ms"]
     other = (loop_ms - 1000 * clip["setup_s"] - parts.pop("parts_sum_ms")) / frames
-    ModelRunner.talker_step = original_step  # wrap replaced the class's method
+    Qwen3Runner.talker_step = original_step  # wrap replaced the class's method
     return {"talker_step": parts["talker_step_ms"], "code_predictor": parts["code_predictor_ms"],
             "decoder": parts["decoder_ms_per_frame"], "other": max(other, 0.0)}  # fmt: skip
 

@@ -23,11 +23,12 @@ import numpy as np
 import pytest
 import torch
 
+from tts_core.backends.qwen3 import served_loop
 from tts_core.models.qwen3_tts.model import load_model
-from tts_core.models.qwen3_tts.serving import Scheduler
 from tts_core.models.qwen3_tts.serving.kv_arena import Span, SpanAllocator
-from tts_core.models.qwen3_tts.serving.model_runner import ModelRunner
+from tts_core.models.qwen3_tts.serving.runner import Qwen3Runner
 from tts_core.models.qwen3_tts.serving.sequence import Sequence
+from tts_core.serving import EngineLoop
 
 from .conftest import (
     check_audio,
@@ -95,7 +96,7 @@ def name(request: pytest.FixtureRequest) -> str:
 @pytest.mark.parametrize("weights", WEIGHTS)
 def test_scheduler_alone_gives_the_chunks_of_model_stream(name, weights):
     model = served_model(name, weights)
-    scheduler = Scheduler(model, max_batch=4, prefill_chunk=10_000)
+    scheduler = served_loop(model, max_batch=4, prefill_chunk=10_000)
     try:
         for i in (0, 1, 2):  # x-vector greedy, ICL sampled, x-vector sampled
             text, voice, kwargs = request(i, name)
@@ -113,7 +114,7 @@ def test_scheduler_alone_gives_the_chunks_of_model_stream(name, weights):
 def test_eight_requests_in_a_batch_give_what_they_give_alone(name, weights):
     """Chunked prefill (5 positions a step) and staggered joins: rows enter while others run."""
     model = served_model(name, weights)
-    scheduler = Scheduler(model, max_batch=8, prefill_chunk=5)
+    scheduler = served_loop(model, max_batch=8, prefill_chunk=5)
     try:
         alone = [collect(submit(scheduler, i, name)) for i in range(8)]
         results: dict[int, tuple] = {}
@@ -149,7 +150,7 @@ def test_each_row_of_a_batched_step_is_the_row_alone(name, weights):
     no golden of its own: its stack is the talker's size on tiny-a and smaller on tiny-b, so the
     talker's logits E stands in) and the same codes."""
     model = served_model(name, weights)
-    runner = ModelRunner(model, max_batch=4, capacity=1024)
+    runner = Qwen3Runner(model, max_batch=4, capacity=1024)
     hidden = model.talker.cfg.stack.hidden_size
     filler = torch.randn(1, 1, hidden, generator=torch.Generator().manual_seed(1))
     seqs = []
@@ -199,7 +200,7 @@ def test_each_row_of_a_batched_step_is_the_row_alone(name, weights):
 def test_a_cancelled_row_leaves_at_once_and_the_others_are_unchanged():
     name = "qwen3-tiny-a"
     model = served_model(name)
-    scheduler = Scheduler(model, max_batch=4)
+    scheduler = served_loop(model, max_batch=4)
     try:
         alone = [collect(submit(scheduler, i, name)) for i in (1, 2)]
         stop_after = {"asked": 0}
@@ -228,7 +229,7 @@ def test_a_cancelled_row_leaves_at_once_and_the_others_are_unchanged():
 def test_a_failing_request_ends_alone():
     name = "qwen3-tiny-a"
     model = served_model(name)
-    scheduler = Scheduler(model, max_batch=4)
+    scheduler = served_loop(model, max_batch=4)
     try:
         expected = collect(submit(scheduler, 2, name))
 
@@ -251,12 +252,12 @@ def test_a_full_cache_makes_a_request_wait_its_turn():
     name = "qwen3-tiny-b"
     model = served_model(name)
     text, voice, kwargs = request(1, name)
-    probe = Scheduler(model, max_batch=1)
+    probe = served_loop(model, max_batch=1)
     need = probe.submit(text, voice, **kwargs)
     seq_positions = need._seq.positions_needed()
     collect(need)
     probe.close()
-    scheduler = Scheduler(model, max_batch=4, cache_positions=seq_positions + 10)
+    scheduler = served_loop(model, max_batch=4, cache_positions=seq_positions + 10)
     try:
         first = scheduler.submit(text, voice, **kwargs)
         second = scheduler.submit(text, voice, **kwargs)
@@ -272,13 +273,13 @@ def test_the_cache_caps_a_request_and_refuses_a_prompt_it_cannot_hold():
     model = served_model(name)
     text, voice, kwargs = request(1, name)  # ICL: a prompt of a few dozen positions
     prompt_len = model.plan(text, voice, **kwargs)[0].prefill.shape[1]
-    scheduler = Scheduler(model, max_batch=2, cache_positions=prompt_len + 3)
+    scheduler = served_loop(model, max_batch=2, cache_positions=prompt_len + 3)
     try:
         codes, _, chunks = collect(scheduler.submit(text, voice, **{**kwargs, "greedy": True}))
         assert chunks[-1].stop_reason == "length_cap" and codes.shape[0] == 3  # 3 positions left
     finally:
         scheduler.close()
-    too_small = Scheduler(model, max_batch=1, cache_positions=prompt_len)  # no room for a frame
+    too_small = served_loop(model, max_batch=1, cache_positions=prompt_len)  # no room for a frame
     with pytest.raises(ValueError, match="cache holds"):
         too_small.submit(text, voice, **kwargs)
 
@@ -286,7 +287,7 @@ def test_the_cache_caps_a_request_and_refuses_a_prompt_it_cannot_hold():
 def test_bad_requests_are_refused_before_they_queue():
     model = served_model("qwen3-tiny-a")
     _, voice, _ = request(0, "qwen3-tiny-a")
-    scheduler = Scheduler(model, max_batch=2)
+    scheduler = served_loop(model, max_batch=2)
     try:
         with pytest.raises(ValueError):
             scheduler.submit("   ", voice)
@@ -316,13 +317,13 @@ def test_span_allocator_first_fit_merge_and_double_free():
         spans.free(Span(10, 5))
 
 
-def submit(scheduler: Scheduler, i: int, name: str, **extra):  # noqa: ANN003, ANN201
+def submit(scheduler: EngineLoop, i: int, name: str, **extra):  # noqa: ANN003, ANN201
     """Request i (see `request`) through `scheduler`."""
     text, voice, kwargs = request(i, name)
     return scheduler.submit(text, voice, **kwargs, **extra)
 
 
-def _arena_free(scheduler: Scheduler) -> bool:
+def _arena_free(scheduler: EngineLoop) -> bool:
     return scheduler.runner.arena.allocator.free_positions == scheduler.runner.capacity
 
 
@@ -374,7 +375,7 @@ def test_the_served_model_computes_on_the_scheduler_thread_only():
 
 
 def test_scheduler_call_returns_raises_and_refuses_after_close():
-    scheduler = Scheduler(served_model("qwen3-tiny-a"), max_batch=1)
+    scheduler = served_loop(served_model("qwen3-tiny-a"), max_batch=1)
     assert scheduler._thread is None  # a scheduler never used holds no thread
     assert scheduler.call(lambda a, b=0: (threading.get_ident(), a + b), 1, b=2)[1] == 3
     with pytest.raises(ZeroDivisionError):
@@ -392,7 +393,7 @@ def test_a_joiner_steps_alone_until_its_first_chunk_and_changes_no_codes():
     equal the same request alone (rows are batch-invariant)."""
     name = "qwen3-tiny-a"
     model = served_model(name)
-    scheduler = Scheduler(model, max_batch=3)
+    scheduler = served_loop(model, max_batch=3)
     steps: list[tuple[list[Sequence], list[Sequence]]] = []  # (stepped, decoding then)
     original = scheduler._decode_step
 
@@ -426,9 +427,9 @@ def test_a_joiner_steps_alone_until_its_first_chunk_and_changes_no_codes():
 
 def test_joiners_never_hold_the_running_rows_back_more_than_the_cap():
     """However many fresh rows there are, a full step comes after at most the cap."""
-    from tts_core.models.qwen3_tts.serving import scheduler as module
+    from tts_core.serving import engine as module
 
-    scheduler = Scheduler(served_model("qwen3-tiny-a"), max_batch=4)
+    scheduler = served_loop(served_model("qwen3-tiny-a"), max_batch=4)
     row = {"input_ready": True}  # what every Request has (serving/request.py)
     running = type("Row", (), {**row, "before_first_chunk": False, "frames": 10})()
     fresh = [type("Row", (), {**row, "before_first_chunk": True, "frames": 0})() for _ in range(3)]

@@ -11,7 +11,7 @@ the CPU it is proven here, on the tiny checkpoint:
   (AOTAutograd functionalizes the slot-cache writes as a CUDA graph needs them, then runs the
   captured ATen graph); inductor's C++ code generation would add minutes on 2 cores and says
   nothing more about the capture. Its outputs and slot caches equal the eager step's bit for bit.
-* Served through the engine with the static step (a Scheduler over a model with `cuda_graphs`
+* Served through the engine with the static step (a served loop over a model with `cuda_graphs`
   forced on: on a CPU the very step CUDA graphs would capture runs eagerly, with the buckets'
   padding, the pre-drawn random numbers and the engine's bookkeeping), greedy and seeded
   requests give the codes of `model.stream` alone (the row path): the draws are consumed in
@@ -30,10 +30,10 @@ from functools import cache
 import pytest
 import torch
 
+from tts_core.backends.qwen3 import served_loop
 from tts_core.models.layers import Rows, StaticRows
 from tts_core.models.qwen3_tts.model import load_model
 from tts_core.models.qwen3_tts.sampling import SamplingParams, suppressed_ids
-from tts_core.models.qwen3_tts.serving import Scheduler
 from tts_core.models.qwen3_tts.serving import cuda_graphs as graphs_module
 from tts_core.models.qwen3_tts.serving.cuda_graphs import SlotArena, resolve_cuda_graphs
 from tts_core.models.qwen3_tts.serving.static_step import (
@@ -154,7 +154,7 @@ def _voice():
 
 
 def test_served_with_the_static_step_gives_the_codes_of_model_stream(monkeypatch) -> None:
-    """Three requests at once (greedy and seeded sampling) through the Scheduler with the
+    """Three requests at once (greedy and seeded sampling) through the served loop with the
     static step (bucket 4 for 3 rows: one padded), each equal to model.stream alone."""
     model = copy.copy(_model())
     model.cuda_graphs = True  # on a CPU: the static step, called eagerly (cuda_graphs.py)
@@ -166,7 +166,7 @@ def test_served_with_the_static_step_gives_the_codes_of_model_stream(monkeypatch
     requests = [("Hello there, how are you today?", {"greedy": True}),
                 ("The quick brown fox.", {"seed": 7}),
                 ("One two three four five six seven.", {"seed": 11, "repetition_window": 4})]  # fmt: skip
-    scheduler = Scheduler(model, max_batch=4, cache_positions=4 * 256, prefill_chunk=10_000)
+    scheduler = served_loop(model, max_batch=4, cache_positions=4 * 256, prefill_chunk=10_000)
     try:
         assert isinstance(scheduler.runner.arena, SlotArena) and scheduler.runner.graphs
         streams = [scheduler.submit(text, voice, max_new_tokens=24, **kw) for text, kw in requests]

@@ -21,10 +21,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tts_core
+from tts_core.backends.qwen3 import served_loop
 from tts_core.models.checkpoint import CheckpointError
 from tts_core.models.qwen3_tts.config import ConfigError, parse_config
 from tts_core.models.qwen3_tts.prompt import codec_control_ids
-from tts_core.models.qwen3_tts.serving import Scheduler
+from tts_core.models.qwen3_tts.serving.fed import FedRequest
 
 from .conftest import check_audio, fixture_path, load_ref_clip, served_weights, weight_formats
 
@@ -248,7 +249,7 @@ def test_rows_give_the_same_bits_alone_and_batched(name, weights):
     m = model(name, weights)
     rows = _rows(name, weights)
     alone = [_collect(m.stream(text, voice, **kw)) for text, voice, kw in rows]
-    scheduler = Scheduler(m, max_batch=4, prefill_chunk=5)
+    scheduler = served_loop(m, max_batch=4, prefill_chunk=5)
     try:
         streams = [scheduler.submit(text, voice, **kw) for text, voice, kw in rows]
         batched = [_collect(stream) for stream in streams]
@@ -278,7 +279,7 @@ def test_fed_text_gives_the_whole_texts_chunks_in_streaming_text_mode(name):
     voice = m.preset_voice("dylan", "Slowly.") if name == CV else m.design_voice("A calm voice.")
     text = "Fed a word at a time, as a language model would send it."
     kwargs = {"max_new_tokens": 24, "seed": 3}
-    scheduler = Scheduler(m, max_batch=2, prefill_chunk=7)
+    scheduler = served_loop(m, max_batch=2, prefill_chunk=7)
     try:
         whole = _collect(scheduler.submit(text, voice, non_streaming_mode=False, **kwargs))
         words = text.split(" ")
@@ -286,6 +287,6 @@ def test_fed_text_gives_the_whole_texts_chunks_in_streaming_text_mode(name):
         fed = _feed_and_collect(scheduler, voice, text, pieces, kwargs, pause=True)
         assert torch.equal(fed[0], whole[0]) and np.array_equal(fed[1], whole[1])
         with pytest.raises(ValueError, match="non_streaming_mode=False"):
-            scheduler.open_fed(voice, non_streaming_mode=True)
+            FedRequest(scheduler, voice, non_streaming_mode=True)
     finally:
         scheduler.close()

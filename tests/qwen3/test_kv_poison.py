@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
+from tts_core.backends.qwen3 import served_loop
 from tts_core.models.layers import DecoderStack, KVCache
-from tts_core.models.qwen3_tts.serving import Scheduler
 from tts_core.models.qwen3_tts.serving.kv_arena import KVArena
 
 from .conftest import check_audio, golden_voice, load_goldens, shared_model
@@ -83,7 +83,7 @@ def test_batching_arena_is_read_only_where_written() -> None:
     requests = [request(i, name) for i in range(4)]
     clean = [_stream(model, text, voice, **kwargs) for text, voice, kwargs in requests]
     with nan_caches() as poisoned:
-        scheduler = Scheduler(model, max_batch=4, prefill_chunk=5)
+        scheduler = served_loop(model, max_batch=4, prefill_chunk=5)
         try:
             handles = [scheduler.submit(text, voice, **kwargs) for text, voice, kwargs in requests]
             dirty = [collect(handle) for handle in handles]

@@ -1,5 +1,5 @@
 """stream(): chunk cadence, equality with generate(), freeing state when closed, and the one
-engine: the served Scheduler's chunks, bit for bit, on the calling thread."""
+engine: the served loop's chunks, bit for bit, on the calling thread."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import tts_core
+from tts_core.backends.qwen3 import served_loop
 from tts_core.models.layers import DecoderStack
-from tts_core.models.qwen3_tts.serving import Scheduler
 
 from .conftest import check_audio, fixture_path, fp32_pair_bound, golden_voice, load_goldens
 
@@ -171,7 +171,7 @@ def test_icl_voice_decodes_its_reference_once(monkeypatch) -> None:
 @pytest.mark.parametrize("sampling", [{"seed": 11}, {"greedy": True}], ids=["seeded", "greedy"])
 def test_stream_gives_the_served_schedulers_chunks_on_the_calling_thread(name, mode, sampling):
     """One engine: `model.stream` is the serving engine with one row, stepped on the caller's
-    thread. Its chunks equal those of the served Scheduler (its own thread, the shared KV
+    thread. Its chunks equal those of the served loop (its own thread, the shared KV
     arena) for the same request and seed, field by field, codes and audio bit for bit (float32
     layers: one row alone runs the same calls either way); and every model call of
     `model.stream` runs on the calling thread, with no thread started."""
@@ -190,7 +190,7 @@ def test_stream_gives_the_served_schedulers_chunks_on_the_calling_thread(name, m
     finally:
         for hook in hooks:
             hook.remove()
-    scheduler = Scheduler(model, max_batch=2)  # the prompts fit its first prefill chunk
+    scheduler = served_loop(model, max_batch=2)  # the prompts fit its first prefill chunk
     try:
         served = list(scheduler.submit(TEXT, voice, **kwargs))
     finally:

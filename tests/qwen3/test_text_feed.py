@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from tts_core.models.qwen3_tts.prompt import target_text_ids
+from tts_core.models.qwen3_tts.serving.fed import FedRequest
 from tts_core.models.qwen3_tts.text_feed import TextFeed
 from tts_core.models.qwen3_tts.text_tokenizer import TextTokenizer
 
@@ -134,7 +135,7 @@ LONG = (
 def _feed_and_collect(scheduler, voice, text, pieces, kwargs, pause: bool):  # noqa: ANN001
     from .test_batching import collect
 
-    fed = scheduler.open_fed(voice, **kwargs)
+    fed = FedRequest(scheduler, voice, **kwargs)
     out: dict = {}
     consumer = threading.Thread(target=lambda: out.setdefault("r", collect(fed.stream)))
     consumer.start()
@@ -162,7 +163,7 @@ def _wait_idle(scheduler) -> None:  # noqa: ANN001
 @pytest.mark.parametrize("mode", ["word", "char", "random"])
 @pytest.mark.parametrize("clone", ["xvec", "icl"])
 def test_fed_text_gives_the_whole_texts_chunks(mode: str, clone: str) -> None:
-    from tts_core.models.qwen3_tts.serving import Scheduler
+    from tts_core.backends.qwen3 import served_loop
 
     from .test_batching import collect, served_model, voices
 
@@ -170,7 +171,7 @@ def test_fed_text_gives_the_whole_texts_chunks(mode: str, clone: str) -> None:
     icl, xvec = voices("qwen3-tiny-a")
     voice = icl if clone == "icl" else xvec
     rng = random.Random(mode + clone)
-    scheduler = Scheduler(model, max_batch=4, prefill_chunk=7)
+    scheduler = served_loop(model, max_batch=4, prefill_chunk=7)
     try:
         texts = [LONG, LONG + " Again!"] if clone == "icl" else FED_TEXTS
         for i, text in enumerate(texts):
@@ -190,20 +191,20 @@ def test_fed_text_gives_the_whole_texts_chunks(mode: str, clone: str) -> None:
 def test_a_waiting_row_leaves_the_others_unchanged() -> None:
     """Rows stepping while a fed row waits for text give what they give alone, bit for bit;
     the fed row, paused mid-text while they run, still gives its whole text's chunks."""
-    from tts_core.models.qwen3_tts.serving import Scheduler
+    from tts_core.backends.qwen3 import served_loop
 
     from .test_batching import collect, request, served_model, voices
 
     model = served_model("qwen3-tiny-a")
     _, xvec = voices("qwen3-tiny-a")
-    scheduler = Scheduler(model, max_batch=4, prefill_chunk=7)
+    scheduler = served_loop(model, max_batch=4, prefill_chunk=7)
     try:
         alone = [collect(scheduler.submit(*request(i, "qwen3-tiny-a")[:2],
                                           **request(i, "qwen3-tiny-a")[2])) for i in (1, 2)]  # fmt: skip
         text = FED_TEXTS[0]
         kwargs = {"max_new_tokens": 48, "seed": 3}
         whole = collect(scheduler.submit(text, xvec, **kwargs))
-        fed = scheduler.open_fed(xvec, **kwargs)
+        fed = FedRequest(scheduler, xvec, **kwargs)
         fed.feed("Hello there, how ")
         stream = fed.stream
         first = next(stream)  # the fed row is running, then waits for its text

@@ -1,18 +1,20 @@
 """Adapter: our Qwen3-TTS model (tts_core.load_model) -> the engine's Backend interface.
 
-Every request goes through the model's batch scheduler (continuous batching: up to
+Every request goes through the model's served loop (`served_loop`: continuous batching, up to
 `max_batch` streams step together; see models/qwen3_tts/serving). Chunks of one stream come
 from one exact, stateful decoder pass, so they are never marked independent: the engine
 concatenates them without crossfades.
 
 Text may arrive in pieces (`stream_fed`, issue #27): the request is a row that waits for its
-next text token (Scheduler.open_fed), so speech starts after the first words (x-vector mode:
-the first stable token; ICL mode: once the prompt's share of the text, T2 - len(ref_text)
-tokens, is in, or at done) and the audio is bit-identical to the whole text's.
+next text token (qwen3_tts/serving/fed.py FedRequest), so speech starts after the first words
+(x-vector mode: the first stable token; ICL mode: once the prompt's share of the text,
+T2 - len(ref_text) tokens, is in, or at done) and the audio is bit-identical to the whole
+text's.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Iterator
@@ -83,6 +85,27 @@ def _native_bf16_cpu() -> str | None:
     return None
 
 
+def served_loop(
+    model: Any,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    cache_positions: int | None = None,
+    prefill_chunk: int | None = None,
+) -> Any:
+    """The model's requests stepped together on one loop thread (tts_core/serving/loop.py: its
+    thread starts on first use): its runner (`max_batch` rows over a KV arena of
+    `cache_positions`, default max_batch * 1024) and its checked requests, held to that arena."""
+    from ..serving import DEFAULT_PREFILL_CHUNK, EngineLoop
+
+    runner = model.runner(max_batch, cache_positions)
+    request = functools.partial(model.request, cache_positions=runner.capacity)
+    return EngineLoop(
+        runner,
+        prefill_chunk or DEFAULT_PREFILL_CHUNK,
+        thread_name="tts-scheduler",
+        make_request=request,
+    )
+
+
 def decode_step_of(scheduler: Any) -> str:
     """How the served decode step runs: "CUDA graphs" when its runner captured them, else
     "eager" (a CPU, cuda_graphs "off", or a capture that failed: logged by cuda_graphs.py)."""
@@ -106,8 +129,6 @@ class Qwen3Backend:
     def __init__(
         self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH
     ) -> None:
-        from ..models.qwen3_tts.serving import Scheduler
-
         self.model = model
         self.model_name = model_name
         self.device = device
@@ -116,7 +137,7 @@ class Qwen3Backend:
         codec = getattr(model, "speech_tokenizer", None)
         self.frame_samples = int(getattr(codec, "samples_per_frame", 1920))
         self.sample_rate = int(getattr(codec, "sample_rate", SAMPLE_RATE))
-        self.scheduler = Scheduler(model, max_batch=max_batch)  # its thread starts on first use
+        self.scheduler = served_loop(model, max_batch)  # its thread starts on first use
         self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
         self.decode_step = decode_step_of(self.scheduler)  # "CUDA graphs" or "eager" (info)
         # the checkpoint's type (#41): a CustomVoice / VoiceDesign model speaks with voices
@@ -227,7 +248,9 @@ class Qwen3Backend:
         self, text: TextInlet, voice: Voice, params: SynthesisParams, cancel: threading.Event
     ) -> Iterator[BackendChunk]:
         """`stream` for text that arrives in pieces: the same chunks as the whole text's."""
-        fed = self.scheduler.open_fed(voice.data, **self._request(params, cancel))
+        from ..models.qwen3_tts.serving.fed import FedRequest
+
+        fed = FedRequest(self.scheduler, voice.data, **self._request(params, cancel))
         text.attach(fed)  # the text so far now, later pieces as they are pushed
         # a cancel, or a piece the model refused (failure: e.g. a prompt over the cache), ends
         # the request even while its row waits for text

@@ -62,15 +62,16 @@ class DecodeSettings:
 
 def resolve_settings(
     defaults: GenerationDefaults,
-    sampling: dict[str, Any],
+    length_cap: int | None = None,
     *,
     greedy: bool = False,
     seed: int | None = None,
     stop_ids: tuple[int, ...] = (),
     repetition_window: int | None = None,
-    length_cap: int | None = None,
+    **sampling: Any,
 ) -> DecodeSettings:
-    """User kwargs (names of the official generate_voice_clone) over generation_config.json.
+    """User kwargs (names of the official generate_voice_clone) over generation_config.json;
+    TypeError on an unknown name.
 
     `greedy` = argmax in talker and sub-talker and no repetition penalty.
     """

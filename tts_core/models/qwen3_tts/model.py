@@ -11,8 +11,9 @@ CustomVoice `model.preset_voice(name, instruct=None)` (names: `model.speakers`),
 `non_streaming_mode` (generate / stream / plan) picks the official text layout; None = the
 official default of the checkpoint's type (Base False, the other two True).
 
-`stream` runs the serving engine (serving/engine.py) with one row, stepped on the caller's
-thread: the same step, and the same numbers, as the served Scheduler.
+`stream` runs the one decode engine with one row, stepped on the caller's thread
+(tts_core.serving.run_alone): the same step, and the same numbers, as a served EngineLoop over
+`model.runner(max_batch)` with `model.request` building its requests.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,8 @@ import torch
 
 from ...audio.analysis import resample
 from ...audio.cadence import Cadence
+from ...engine.model_thread import run_on_passing_thread
+from ...serving.alone import InlineOutbox, run_alone
 from ..checkpoint import load_safetensors
 from ..contract import SeededStream, reference_audio, resolve_seed
 from ..layers import compile_stack
@@ -41,6 +43,7 @@ from .checkpoint import (
     random_speech_tokenizer,
     resolve_checkpoint,
 )
+from .chunk import SAMPLE_RATE, AudioChunk, GenerationResult
 from .config import GenerationDefaults, Qwen3TTSConfig, load_config, load_generation_defaults
 from .decode_settings import DecodeSettings, length_cap_frames, resolve_settings
 from .prompt import (
@@ -51,57 +54,20 @@ from .prompt import (
     ref_text_ids,
     target_text_ids,
 )
+from .serving.fed import FedSequence
+from .serving.runner import DEFAULT_POSITIONS_PER_ROW, Qwen3Runner
+from .serving.sequence import Sequence
 from .text_tokenizer import TextTokenizer
+from .voice import Voice
 
 if TYPE_CHECKING:
     from ...quant.store import SavedInt8
     from .codec.speech_tokenizer import SpeechTokenizer
     from .codec.streaming import DecoderState
 
+__all__ = ["SAMPLE_RATE", "AudioChunk", "GenerationResult", "Qwen3TTSModel", "Voice", "load_model"]
+
 log = logging.getLogger(__name__)
-
-SAMPLE_RATE = 24000
-
-
-@dataclass
-class Voice:
-    speaker_embedding: torch.Tensor | None  # (H,) x-vector; None: a preset / designed voice
-    ref_codes: torch.Tensor | None = None  # (R, G) int64; None = x-vector only
-    ref_text: str | None = None
-    # ICL: the codec decoder state after the reference frames, computed once per voice and
-    # cloned by every stream, so a request does not decode the reference again.
-    warm_decoder: tuple[int, DecoderState] | None = field(default=None, repr=False, compare=False)
-    speaker: str | None = None  # CustomVoice: the preset's name (a talker_config.spk_id key)
-    instruct: str | None = None  # CustomVoice / VoiceDesign: the instruction (None: none)
-    model_type: str = "base"  # the tts_model_type this voice is made for
-
-    @property
-    def mode(self) -> str:
-        if self.model_type == "custom_voice":
-            return "preset"
-        if self.model_type == "voice_design":
-            return "design"
-        return "icl" if self.ref_codes is not None else "xvector"
-
-
-@dataclass
-class AudioChunk:
-    audio: np.ndarray  # float32 (frames * 1920,) at 24 kHz
-    frames: int
-    compute_s: float
-    final: bool
-    stop_reason: str | None
-    codes: torch.Tensor  # (frames, G) int64
-    batch_size: int = 1  # rows decoded together when this chunk's frames were made
-
-
-@dataclass
-class GenerationResult:
-    audio: np.ndarray  # float32 (N * 1920,), reference removed
-    codes: torch.Tensor  # (N, G) int64
-    stop_reason: str
-    sample_rate: int = SAMPLE_RATE
-    seed: int | None = None  # the seed used: passed back, the same audio (models/contract.py)
 
 
 class Qwen3TTSModel:
@@ -340,8 +306,8 @@ class Qwen3TTSModel:
         """Iterator of AudioChunks (`.seed`: the seed used); validates everything before the
         first `next()`.
 
-        The serving engine with one row (serving/engine.py `run_alone`), stepped on the thread
-        that iterates: no thread is started, and the chunks are those the served Scheduler
+        The decode engine with one row (tts_core.serving.run_alone), stepped on the thread
+        that iterates: no thread is started, and the chunks are those a served EngineLoop
         gives the same request. Its talker cache (prompt + frame limit positions) is made at
         the first `next()`.
 
@@ -357,16 +323,16 @@ class Qwen3TTSModel:
         whole text in the prompt; False: one text token per frame); None: the official
         default of the checkpoint's type (Base False, CustomVoice / VoiceDesign True).
         """
-        from .serving.engine import InlineOutbox, run_alone  # serving builds on this module
-        from .serving.sequence import Sequence
-
-        cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
         started = time.perf_counter()
         seed = resolve_seed(seed)
-        prompt, settings = self.plan(
+        seq = self.request(
             text,
             voice,
             language,
+            first_chunk_frames=first_chunk_frames,
+            chunk_frames=chunk_frames,
+            should_stop=should_stop,
+            outbox=InlineOutbox(),
             greedy=greedy,
             seed=seed,
             stop_ids=stop_ids,
@@ -375,19 +341,67 @@ class Qwen3TTSModel:
             non_streaming_mode=non_streaming_mode,
             **sampling,
         )
-        self._codec()  # no codec: fail now, not at the first chunk
-        seq = Sequence(self.talker, prompt, settings, voice, cadence, should_stop or _never,
-                       outbox=InlineOutbox())  # fmt: skip
         seq.chunk_started = started  # the first chunk's compute includes this setup
-        return SeededStream(run_alone(self, seq), seed)
+        return SeededStream(self._stepped_alone(seq), seed)
 
     def frames(self, prompt: Prompt, settings: DecodeSettings) -> Iterator[torch.Tensor]:
         """The (G,) int64 code frames of a planned request (`plan`), without audio: the same
         engine as `stream`, on the calling thread, and no codec needed (calibration, accuracy
         runs). Closing the generator frees the request's caches at once."""
-        from .serving.engine import frames_alone
+        seq = Sequence(self.talker, prompt, settings, None, Cadence(1, 1), _never, audio=False,
+                       outbox=InlineOutbox())  # fmt: skip
+        chunks = self._stepped_alone(seq)
 
-        return frames_alone(self, prompt, settings)
+        def frames() -> Iterator[torch.Tensor]:
+            try:
+                for chunk in chunks:
+                    yield from chunk
+            finally:
+                chunks.close()
+
+        return frames()
+
+    def _stepped_alone(self, seq: Sequence) -> Iterator[Any]:
+        """What `seq` hands out, stepped on the thread that iterates by a private one-row
+        engine (`Qwen3Runner.alone`) made at the first `next()`; its size is checked against
+        the talker now. `seq` must have been made with an InlineOutbox."""
+        steps = run_alone(lambda: Qwen3Runner.alone(self, seq), seq)
+        self.talker.ensure_rope(seq.positions_needed())  # ValueError now: longer than the talker
+        return steps
+
+    # ------------------------------------------------------------------ serving
+    def runner(self, max_batch: int = 8, cache_positions: int | None = None) -> Qwen3Runner:
+        """The StepModel of a served EngineLoop (serving/runner.py): `max_batch` rows over one
+        talker KV arena of `cache_positions` (default max_batch * 1024), where a request
+        reserves its prompt + frame limit when admitted. Built on a thread that ends: its RoPE
+        table is a parallel op (tts_core/engine/model_thread.py)."""
+        capacity = cache_positions or max_batch * DEFAULT_POSITIONS_PER_ROW
+        return run_on_passing_thread(lambda: Qwen3Runner(self, max_batch, capacity))
+
+    def request(
+        self,
+        text: str,
+        voice: Voice,
+        language: str | None = "auto",
+        *,
+        first_chunk_frames: int = 2,
+        chunk_frames: int = 6,
+        should_stop: Callable[[], bool] | None = None,
+        cache_positions: int | None = None,
+        outbox: Any = None,
+        **kwargs: Any,
+    ) -> Sequence:
+        """A checked request for the engine (ValueError / TypeError now, as `stream`; `kwargs`:
+        `plan`'s), whose chunks are AudioChunks: a served EngineLoop's `make_request`, run on
+        its thread. cache_positions: the served runner's arena (`runner.capacity`): a prompt
+        it cannot hold with one frame is refused, the frame limit capped to it. outbox: where
+        the chunks go (None: a Handoff to a consumer on another thread)."""
+        cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
+        prompt, settings = self.plan(text, voice, language, **kwargs)
+        self._codec()  # no codec: fail now, not at the first chunk
+        seq = Sequence(self.talker, prompt, settings, voice, cadence, should_stop or _never,
+                       outbox=outbox)  # fmt: skip
+        return seq.fit(cache_positions)
 
     def plan(
         self,
@@ -395,28 +409,17 @@ class Qwen3TTSModel:
         voice: Voice,
         language: str | None = "auto",
         *,
-        greedy: bool = False,
-        seed: int | None = None,
-        stop_ids: tuple[int, ...] = (),
-        repetition_window: int | None = None,
         length_cap: bool = True,
         non_streaming_mode: bool | None = None,
-        **sampling: Any,
+        **settings: Any,
     ) -> tuple[Prompt, DecodeSettings]:
-        """Validate a request and build its prompt and decode settings (what `stream` and the
-        batch scheduler both start from); raises ValueError / TypeError on bad input."""
+        """Validate a request and build its prompt and decode settings (what `request` starts
+        from); raises ValueError / TypeError on bad input. `settings`: greedy, seed, stop_ids,
+        repetition_window and the sampling kwargs, as `stream` takes them."""
         with torch.inference_mode():
             prompt = self._prompt(text, voice, language, non_streaming_mode)
-        settings = resolve_settings(
-            self.generation_defaults,
-            sampling,
-            greedy=greedy,
-            seed=seed,
-            stop_ids=stop_ids,
-            repetition_window=repetition_window,
-            length_cap=length_cap_frames(prompt.text_tokens) if length_cap else None,
-        )
-        return prompt, settings
+        cap = length_cap_frames(prompt.text_tokens) if length_cap else None
+        return prompt, resolve_settings(self.generation_defaults, cap, **settings)
 
     def fed_prefill_tokens(self, voice: Voice) -> int:
         """Target-text tokens the prompt's prefill holds (text fed in pieces, issue #27): one in
@@ -426,43 +429,39 @@ class Qwen3TTSModel:
         ref_ids = self._ref_ids(voice)
         return 1 if ref_ids is None else voice.ref_codes.shape[0] + 1 - len(ref_ids)
 
-    def plan_fed(
+    def fed_request(
         self,
         role_ids: list[int],
         target_ids: list[int],
         voice: Voice,
         language: str | None = "auto",
         *,
-        greedy: bool = False,
-        seed: int | None = None,
-        stop_ids: tuple[int, ...] = (),
-        repetition_window: int | None = None,
+        first_chunk_frames: int = 2,
+        chunk_frames: int = 6,
+        should_stop: Callable[[], bool] | None = None,
+        cache_positions: int | None = None,
         length_cap: bool = True,
         non_streaming_mode: bool = False,
-        **sampling: Any,
-    ) -> tuple[Prompt, DecodeSettings, bool]:
-        """`plan` for text fed in pieces (serving/fed.py): the prompt from the role ids and the
-        `fed_prefill_tokens` first target ids, its trailing vectors those that follow them
-        (tts_eos comes with done); settings without the length cap (applied at done, from the
-        whole text), which is returned as asked. Fed text is always in the streaming-text
-        layout: non_streaming_mode=True (the whole text first) is a ValueError."""
+        **settings: Any,
+    ) -> FedSequence:
+        """`request` for text fed in pieces (serving/fed.py): the prompt from the role ids and
+        the `fed_prefill_tokens` first target ids, its trailing vectors those that follow them
+        (tts_eos comes with done); no length cap until done (then from the whole text, when
+        `length_cap`); `settings`: `plan`'s. Fed text is always in the streaming-text layout:
+        non_streaming_mode=True (the whole text first) is a ValueError."""
         if non_streaming_mode:
             raise ValueError("text fed in pieces needs non_streaming_mode=False")
+        cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
         language = _checked_language(language)
         tail = self.text_tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n")
         with torch.inference_mode():
             prompt = self._build(voice, [*role_ids, *target_ids, *tail], language, False)
         prompt.trailing = prompt.trailing[:-1]  # tts_eos: at done
-        settings = resolve_settings(
-            self.generation_defaults,
-            sampling,
-            greedy=greedy,
-            seed=seed,
-            stop_ids=stop_ids,
-            repetition_window=repetition_window,
-            length_cap=None,
-        )
-        return prompt, settings, length_cap
+        decoding = resolve_settings(self.generation_defaults, None, **settings)  # cap: at done
+        self._codec()  # no codec: fail now, not at the first chunk
+        seq = FedSequence(self.talker, prompt, decoding, voice, cadence, should_stop or _never,
+                          text_tokens=len(target_ids), length_cap=length_cap)  # fmt: skip
+        return seq.fit(cache_positions)
 
     def new_decoder_state(self, voice: Voice) -> DecoderState:
         """A fresh codec-decoder state for one stream; for ICL, a clone of the voice's warm
@@ -649,7 +648,7 @@ def load_model(
 ) -> Qwen3TTSModel:
     """Hub repo id or local folder -> ready Qwen3TTSModel (`compile`: see Qwen3TTSModel.compile;
     `cuda_graphs`: "auto" (or None) = on for CUDA, where the
-    served engine (serving.Scheduler) captures its decode step per batch bucket at start,
+    served runner (`model.runner`) captures its decode step per batch bucket at start,
     serving/cuda_graphs.py; `model.stream` decodes eagerly; "off" / False: eager).
 
     quantize: None/"none" keeps the weights in `dtype`; "int8" makes the talker's and the code
@@ -664,7 +663,7 @@ def load_model(
     dummy codes at load, so a request's first chunk costs what a steady one does.
     """
     from ...quant.quantize import requested_mode, why_not_int8
-    from .serving.cuda_graphs import resolve_cuda_graphs  # serving builds on this module
+    from .serving.cuda_graphs import resolve_cuda_graphs
 
     graphs = resolve_cuda_graphs(cuda_graphs, device)  # a bad value fails before the load
     mode = requested_mode(quantize)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,10 +38,11 @@ from ...quant.quantize import MIN_SQNR_DB, Candidate, Int8Target, Plan, Quantiza
 from ...quant.speed import TimedStack
 from ..layers import DecoderLayer, DecoderStack
 
-if TYPE_CHECKING:
-    from .model import Qwen3TTSModel
-
 __all__ = ["MIN_SQNR_DB", "Qwen3Int8", "calibrate", "quantize_model"]
+
+# A Qwen3TTSModel, reached through its public members only: model.py's load_model quantizes
+# through this module, which does not import it back.
+Qwen3TTSModel = Any
 
 CALIBRATION_TEXT = (
     "Calibration: the quick brown fox jumps over the lazy dog, and then it asks, quietly, "

@@ -9,10 +9,10 @@ the inputs the whole text would have given. `done` appends tts_eos and applies t
 of the whole text's token count; the KV span is reserved for `max_new_tokens` frames, since
 the text's length is not known at admission.
 
-`FedRequest` (Scheduler.open_fed) is the consumer's handle: `feed(piece)`, `done()`, `stream`.
-It queues the row once the prefill's text is committed: x-vector mode one target token, ICL
-mode T2 - len(ref_text) tokens (T2 = reference frames + 1); a text done before that is
-submitted whole, exactly as a one-shot request.
+`FedRequest` (over the model's served EngineLoop) is the consumer's handle: `feed(piece)`,
+`done()`, `stream`. It queues the row once the prefill's text is committed: x-vector mode one
+target token, ICL mode T2 - len(ref_text) tokens (T2 = reference frames + 1); a text done
+before that is submitted whole, exactly as a one-shot request.
 """
 
 from __future__ import annotations
@@ -30,9 +30,7 @@ from ..text_feed import TextFeed
 from .sequence import Sequence
 
 if TYPE_CHECKING:
-    from ....serving.loop import RequestStream
-    from ..model import Voice
-    from .scheduler import Scheduler
+    from ..voice import Voice
 
 
 class FedSequence(Sequence):
@@ -88,29 +86,32 @@ class FedRequest:
 
     def __init__(
         self,
-        scheduler: Scheduler,
+        loop: Any,
         voice: Voice,
-        language: str | None,
-        first_chunk_frames: int,
-        chunk_frames: int,
-        should_stop: Callable[[], bool] | None,
-        kwargs: dict[str, Any],
+        language: str | None = "auto",
+        *,
+        first_chunk_frames: int = 2,
+        chunk_frames: int = 6,
+        should_stop: Callable[[], bool] | None = None,
+        **kwargs: Any,
     ) -> None:
-        model = scheduler.model
-        self._scheduler = scheduler
-        self._voice, self._language = voice, language
-        self._cadence = (first_chunk_frames, chunk_frames)
+        """loop: the EngineLoop (tts_core/serving/loop.py) serving the model with its runner
+        (`model.runner`, runner.py); `kwargs`: those of `model.stream`. The chunks equal those
+        of `loop.submit(whole text, voice, language, ...)` with the same arguments."""
         Cadence(first_chunk_frames, chunk_frames)  # ValueError now
-        self._should_stop = should_stop
         # text that arrives after the first frame has the streaming-text layout only (also
         # for the whole-text fallback in `done`, whatever the checkpoint type's default)
         if kwargs.get("non_streaming_mode"):
             raise ValueError("text fed in pieces needs non_streaming_mode=False")
-        self._kwargs = {**kwargs, "non_streaming_mode": False}
-        self._feed = TextFeed(model.text_tokenizer)
-        self._need = scheduler.call(model.fed_prefill_tokens, voice)
+        self._loop, self._model = loop, loop.runner.model
+        self._voice, self._language = voice, language
+        cadence = {"first_chunk_frames": first_chunk_frames, "chunk_frames": chunk_frames}
+        layout = {"should_stop": should_stop, "non_streaming_mode": False}
+        self._kwargs = {**kwargs, **cadence, **layout}
+        self._feed = TextFeed(self._model.text_tokenizer)
+        self._need = loop.call(self._model.fed_prefill_tokens, voice)
         self._seq: FedSequence | None = None
-        self._stream: RequestStream | None = None
+        self._stream: Any = None  # the loop's RequestStream
         self._ready = threading.Event()  # the stream exists
         self._lock = threading.Lock()
 
@@ -124,7 +125,7 @@ class FedRequest:
             ids = self._feed.feed(piece)
             if self._seq is not None:
                 self._seq.push(ids)
-                self._scheduler.wake()
+                self._loop.wake()
             elif len(self._feed.committed) >= max(self._need, 1):
                 self._open()
 
@@ -134,23 +135,20 @@ class FedRequest:
             rest = self._feed.finish()
             if self._seq is not None:
                 self._seq.push(rest, done=True)
-                self._scheduler.wake()
+                self._loop.wake()
                 return
-            first, chunks = self._cadence
-            self._stream = self._scheduler.submit(
-                self._feed.text, self._voice, self._language, first_chunk_frames=first,
-                chunk_frames=chunks, should_stop=self._should_stop, **self._kwargs,
-            )  # fmt: skip
+            self._stream = self._loop.submit(self._feed.text, self._voice, self._language,
+                                             **self._kwargs)  # fmt: skip
             self._ready.set()
 
     @property
-    def stream(self) -> RequestStream:
+    def stream(self) -> Any:
         """The chunks (blocks until the request is queued: enough text, or done)."""
         self._ready.wait()
         assert self._stream is not None
         return self._stream
 
-    def wait_stream(self, timeout: float | None) -> RequestStream | None:
+    def wait_stream(self, timeout: float | None) -> Any:
         return self._stream if self._ready.wait(timeout) else None
 
     def chunks(self, stop: Callable[[], bool], poll_s: float) -> Iterator[Any]:
@@ -182,29 +180,12 @@ class FedRequest:
             self._stream.close()
 
     def _open(self) -> None:
-        scheduler, model = self._scheduler, self._scheduler.model
-        committed = self._feed.committed
+        loop, committed = self._loop, self._feed.committed
         used = max(self._need, 1 if self._voice.ref_codes is None else 0)
-        prompt, settings, length_cap = scheduler.call(
-            model.plan_fed, self._feed.role, committed[:used], self._voice, self._language,
-            **self._kwargs,
-        )  # fmt: skip
-        model._codec()
-        first, chunks = self._cadence
-        seq = FedSequence(model.talker, prompt, settings, self._voice, Cadence(first, chunks),
-                          self._should_stop or _never, text_tokens=used,
-                          length_cap=length_cap)  # fmt: skip
-        if seq.prompt_len + 1 > scheduler.runner.capacity:
-            raise ValueError(
-                f"the prompt takes {seq.prompt_len} positions; the cache holds "
-                f"{scheduler.runner.capacity}: use a shorter reference clip"
-            )
-        seq.cap_to(scheduler.runner.capacity)
+        arena = loop.runner.capacity
+        seq = loop.call(self._model.fed_request, self._feed.role, committed[:used], self._voice,
+                        self._language, cache_positions=arena, **self._kwargs)  # fmt: skip
         seq.push(committed[used:])
         self._seq = seq
-        self._stream = scheduler.enqueue(seq)
+        self._stream = loop.enqueue(seq)
         self._ready.set()
-
-
-def _never() -> bool:
-    return False

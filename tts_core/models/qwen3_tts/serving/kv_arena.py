@@ -1,6 +1,6 @@
 """The talker's KV caches: the served arena shared by every row, or one request's own cache.
 
-KVArena (the Scheduler's): one preallocated (1, kv, capacity, D) cache per layer for all rows.
+KVArena (the served runner's): one preallocated (1, kv, capacity, D) cache per layer for all rows.
 Each admitted sequence gets one contiguous span of positions, sized at admission for its prompt
 plus its frame limit. Its caches are views of that span (`KVCache.over`), so a row's attention
 reads exactly its own filled keys (no copy, no padding) and nothing is allocated per request.

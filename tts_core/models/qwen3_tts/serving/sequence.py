@@ -64,10 +64,19 @@ class Sequence(Request):
     def positions_needed(self) -> int:
         return self.prompt_len + max(self.limit, 1)
 
-    def cap_to(self, capacity: int) -> None:
-        """Shorten the frame limit so prompt + frames fit `capacity` positions."""
+    def fit(self, capacity: int | None) -> Sequence:
+        """This request held to a cache of `capacity` positions (None: one made for it): its
+        frame limit shortened so prompt + frames fit; ValueError when not even one frame does."""
+        if capacity is None:
+            return self
+        if self.prompt_len + 1 > capacity:
+            raise ValueError(
+                f"the prompt takes {self.prompt_len} positions; the cache holds {capacity}: "
+                "use a shorter reference clip or text"
+            )
         if self.positions_needed() > capacity:
             self.limit, self.limit_reason = capacity - self.prompt_len, "length_cap"
+        return self
 
     def admit(self, span: Span, caches: list, decoder_state: object) -> None:
         device = self.stop_ids.device
