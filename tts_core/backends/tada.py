@@ -99,7 +99,7 @@ class TadaBackend:
     knobs = KNOBS
     # English (tada-1b): the language follows the text; text in pieces is buffered until done;
     # one exact stateful decoder pass: no crossfade
-    capabilities = Capabilities(reads_language=False)
+    capabilities = Capabilities(reads_language=False, waits_on_loop=True)
     weight_format_reason, decode_step = "", None
 
     def __init__(self, model: Any, model_name: str, max_batch: int | None = None) -> None:

@@ -73,7 +73,7 @@ class VoxCPMBackend:
     knobs = KNOBS
     # the language follows the text (the page hides its dropdown); text in pieces: buffered
     # until done (module doc); one exact stateful decoder pass: no crossfade
-    capabilities = Capabilities(reads_language=False)
+    capabilities = Capabilities(reads_language=False, waits_on_loop=True)
     weight_format_reason, decode_step = "", None  # float weights only; no step graphs
 
     def __init__(

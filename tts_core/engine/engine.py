@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from ..audio import Cadence, ChunkJoiner, ms_to_samples
 from .admission import Admission, Ticket
 from .backend import Backend, BackendChunk, Notice, TextInlet, Voice, reads_transcript
 from .errors import BackendError, EngineBusy, InputError
+from .handoff import call_off_the_loop, off_the_loop
 from .knobs import backend_knobs
 from .requests import EngineConfig, ModelVoice, Prepared, SynthesisRequest, seeded
 from .stats import RequestStats
@@ -251,13 +252,25 @@ class Engine:
         """The backend's audio for the job's text: the whole text, or text that arrives in
         pieces (read as it comes by a backend that takes pieces, else held until done; None
         when cancelled meanwhile)."""
-        text = job.text
+        text, b = job.text, self.backend
         if isinstance(text, str):
-            return self.backend.stream(text, voice, job.params, cancel)
-        if self.capabilities.takes_text_pieces:
-            return self.backend.stream_fed(text, voice, job.params, cancel)  # type: ignore[attr-defined]
+            return self._awaitable(lambda: b.stream(text, voice, job.params, cancel), cancel)
+        if self.capabilities.takes_text_pieces:  # (its wait for text blocks: a thread)
+            return off_the_loop(lambda: b.stream_fed(text, voice, job.params, cancel),  # type: ignore[attr-defined]
+                                cancel, "tts-backend")  # fmt: skip
         whole = text.wait_whole(cancel)
-        return None if whole is None else self.backend.stream(whole, voice, job.params, cancel)
+        if whole is None:
+            return None
+        return self._awaitable(lambda: b.stream(whole, voice, job.params, cancel), cancel)
+
+    def _awaitable(
+        self, make_pieces: Callable[[], Iterator[BackendChunk]], cancel: threading.Event
+    ) -> Iterator[BackendChunk]:
+        """The backend's stream, advanced where a request on the event loop only awaits: here
+        when it waits on its EngineLoop alone (`waits_on_loop`), else on a thread of its own."""
+        if self.capabilities.waits_on_loop:
+            return make_pieces()
+        return off_the_loop(make_pieces, cancel, "tts-backend")
 
     def prepare_voice(
         self, reference: str | Path | tuple[int, np.ndarray], reference_text: str | None
@@ -290,11 +303,11 @@ class Engine:
         if self.capabilities.task_type == "Base":  # it clones: no `model_voice` of its own
             raise InputError(f"{self.backend.name} clones voices from a reference clip: it has "
                              "no preset or designed voices.", "voice")  # fmt: skip
-        return self.backend.model_voice(spec)  # type: ignore[attr-defined]
+        return self._call(self.backend.model_voice, spec)  # type: ignore[attr-defined]
 
     def _build_voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:
         try:
-            return self.backend.create_voice(reference, reference_text)
+            return self._call(self.backend.create_voice, reference, reference_text)
         except (InputError, BackendError, EngineBusy):
             raise
         except Exception as exc:
@@ -302,6 +315,10 @@ class Engine:
             raise BackendError(
                 f"Could not build a voice from the reference ({type(exc).__name__}: {exc})."
             ) from exc
+
+    def _call(self, fn: Callable[..., Any], /, *args: Any) -> Any:
+        """A backend's `fn(*args)`, as `_awaitable` advances its stream."""
+        return fn(*args) if self.capabilities.waits_on_loop else call_off_the_loop(fn, *args)
 
 
 def _larger(a: int | None, b: int | None) -> int | None:
