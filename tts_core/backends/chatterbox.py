@@ -88,7 +88,9 @@ class ChatterboxBackend:
     reads_transcript = reference.transcript == "used"
     description = DESCRIPTION
     knobs = KNOBS
-    capabilities = Capabilities(reads_language=False, waits_on_loop=True)  # English: the page hides the language
+    capabilities = Capabilities(
+        reads_language=False, waits_on_loop=True
+    )  # English: the page hides the language
     decode_step = None  # no step graphs
 
     def __init__(

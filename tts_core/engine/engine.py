@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from ..audio import Cadence, ChunkJoiner, ms_to_samples
 from .admission import Admission, Ticket
 from .backend import Backend, BackendChunk, Notice, TextInlet, Voice, reads_transcript
 from .errors import BackendError, EngineBusy, InputError
-from .handoff import call_off_the_loop, off_the_loop
+from .handoff import off_the_loop
 from .knobs import backend_knobs
 from .requests import EngineConfig, ModelVoice, Prepared, SynthesisRequest, seeded
 from .stats import RequestStats
@@ -177,7 +177,10 @@ class Engine:
                 yield self._cancelled(stats)
                 return
             stats.queue_wait_s = stats.elapsed()
-            yield from self._produce(job, cancel, stats)
+            if self.capabilities.waits_on_loop:  # on the caller's thread: its waits awaited
+                yield from self._produce(job, cancel, stats)
+            else:  # a backend that computes or blocks: off an event loop (one thread)
+                yield from off_the_loop(lambda: self._produce(job, cancel, stats), "tts-backend")
         finally:
             ticket.release()
 
@@ -252,25 +255,16 @@ class Engine:
         """The backend's audio for the job's text: the whole text, or text that arrives in
         pieces (read as it comes by a backend that takes pieces, else held until done; None
         when cancelled meanwhile)."""
-        text, b = job.text, self.backend
+        text = job.text
         if isinstance(text, str):
-            return self._awaitable(lambda: b.stream(text, voice, job.params, cancel), cancel)
-        if self.capabilities.takes_text_pieces:  # (its wait for text blocks: a thread)
-            return off_the_loop(lambda: b.stream_fed(text, voice, job.params, cancel),  # type: ignore[attr-defined]
-                                cancel, "tts-backend")  # fmt: skip
+            return self.backend.stream(text, voice, job.params, cancel)
+        if self.capabilities.takes_text_pieces:  # (its wait for text blocks: off the loop)
+            return off_the_loop(
+                lambda: self.backend.stream_fed(text, voice, job.params, cancel),  # type: ignore[attr-defined]
+                "tts-backend",
+            )
         whole = text.wait_whole(cancel)
-        if whole is None:
-            return None
-        return self._awaitable(lambda: b.stream(whole, voice, job.params, cancel), cancel)
-
-    def _awaitable(
-        self, make_pieces: Callable[[], Iterator[BackendChunk]], cancel: threading.Event
-    ) -> Iterator[BackendChunk]:
-        """The backend's stream, advanced where a request on the event loop only awaits: here
-        when it waits on its EngineLoop alone (`waits_on_loop`), else on a thread of its own."""
-        if self.capabilities.waits_on_loop:
-            return make_pieces()
-        return off_the_loop(make_pieces, cancel, "tts-backend")
+        return None if whole is None else self.backend.stream(whole, voice, job.params, cancel)
 
     def prepare_voice(
         self, reference: str | Path | tuple[int, np.ndarray], reference_text: str | None
@@ -303,11 +297,11 @@ class Engine:
         if self.capabilities.task_type == "Base":  # it clones: no `model_voice` of its own
             raise InputError(f"{self.backend.name} clones voices from a reference clip: it has "
                              "no preset or designed voices.", "voice")  # fmt: skip
-        return self._call(self.backend.model_voice, spec)  # type: ignore[attr-defined]
+        return self.backend.model_voice(spec)  # type: ignore[attr-defined]
 
     def _build_voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:
         try:
-            return self._call(self.backend.create_voice, reference, reference_text)
+            return self.backend.create_voice(reference, reference_text)
         except (InputError, BackendError, EngineBusy):
             raise
         except Exception as exc:
@@ -315,10 +309,6 @@ class Engine:
             raise BackendError(
                 f"Could not build a voice from the reference ({type(exc).__name__}: {exc})."
             ) from exc
-
-    def _call(self, fn: Callable[..., Any], /, *args: Any) -> Any:
-        """A backend's `fn(*args)`, as `_awaitable` advances its stream."""
-        return fn(*args) if self.capabilities.waits_on_loop else call_off_the_loop(fn, *args)
 
 
 def _larger(a: int | None, b: int | None) -> int | None:

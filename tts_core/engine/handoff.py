@@ -107,13 +107,10 @@ def run_on_thread(
     return handoff
 
 
-def off_the_loop(
-    make_items: Callable[[], Iterator[Any]], cancel: threading.Event, name: str
-) -> Iterator[Any]:
+def off_the_loop(make_items: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
     """The items of `make_items()`. Under run_awaiting (awaiting.py), for code that may block
-    the event loop, advanced on a thread of its own (one per call) and each awaited; that
-    thread stops after the item in hand once `cancel` is set or this is closed. Elsewhere,
-    advanced here."""
+    the event loop, advanced on a thread of its own (one per call) and each awaited; once this
+    is closed that thread stops after the item in hand. Elsewhere, advanced here."""
     if awaiting_loop() is None:
         yield from make_items()
         return
@@ -124,7 +121,7 @@ def off_the_loop(
         try:
             for item in items:
                 put(item)
-                if stop.is_set() or cancel.is_set():
+                if stop.is_set():
                     return
         finally:
             close = getattr(items, "close", None)
@@ -135,10 +132,3 @@ def off_the_loop(
         yield from run_on_thread(produce, name)
     finally:
         stop.set()
-
-
-def call_off_the_loop(fn: Callable[..., Any], /, *args: Any) -> Any:
-    """`fn(*args)`: on a thread of its own, awaited, under run_awaiting; else here."""
-    if awaiting_loop() is None:
-        return fn(*args)
-    return run_on_thread(lambda put: put(fn(*args)), "tts-blocking-call").get()

@@ -1,0 +1,163 @@
+"""One hop per request (issue 39): a streaming POST /v1/audio/speech touches two threads, the
+server's event loop and the thread the model computes on; no worker thread per request, and no
+generator advanced on two threads.
+
+Recorded, not inferred: every place that runs part of the request notes the thread it ran
+on (its `threading.current_thread()`: an ident is reused once its thread ended) each time it
+runs: the response body's messages (an ASGI wrapper), the engine's pipeline (each step of
+`Engine._produce`), the backend's stream (each step) and voice, the turn in line, the saved
+voice's clip read, and the model's own work (each engine step and the model's voice; eSpeak's
+synthesis calls). Before this change (measured with this test) the same request ran on five
+threads: the event loop, asyncio's pool (the saved voice's clip), a "tts-first-event" thread
+(the turn in line, the voice, the first event), a "tts-http-stream" thread (the rest: the
+engine's and the backend's generators advanced on both) and the model's thread
+("tts-scheduler"; eSpeak: an "espeak-synth" thread per request, plus the first-event thread).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from test_openai_api import make_api, serve
+
+from tts_core.engine import Engine
+from tts_core.engine.admission import Admission
+from tts_core.server.voices import VoiceRegistry
+from tts_core.serving.engine import BatchEngine
+
+QWEN3 = Path(__file__).resolve().parent / "fixtures" / "qwen3-tiny-a"
+TEXT = "Two threads: the event loop and the model's."
+
+
+class ThreadLog:
+    """Where each part of a request ran: place -> the threads it ran on."""
+
+    def __init__(self) -> None:
+        self.places: dict[str, set[threading.Thread]] = defaultdict(set)
+
+    def note(self, place: str) -> None:
+        self.places[place].add(threading.current_thread())
+
+    def call(self, place: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            self.note(place)
+            return fn(*args, **kwargs)
+
+        return noted
+
+    def generator(self, place: str, fn: Callable[..., Iterator[Any]]) -> Callable[..., Any]:
+        """`fn`'s generator, noted at each step (its start, every item, its close)."""
+
+        def noted(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            self.note(place)
+            items = fn(*args, **kwargs)
+            try:
+                while True:
+                    self.note(place)
+                    try:
+                        item = next(items)
+                    except StopIteration:
+                        return
+                    yield item
+            finally:
+                self.note(place)
+                items.close()
+
+        return noted
+
+    def threads(self) -> set[threading.Thread]:
+        return set().union(*self.places.values())
+
+    def report(self) -> str:
+        return f"{len(self.threads())} threads; " + "; ".join(
+            f"{place}: {sorted(thread.name for thread in threads)}"
+            for place, threads in sorted(self.places.items())
+        )
+
+
+class NotedBody:
+    """ASGI wrapper: notes the thread that sends each response body message."""
+
+    def __init__(self, app: Any, log: ThreadLog) -> None:
+        self.app, self.log = app, log
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        async def noted_send(message: dict) -> None:
+            if message["type"] == "http.response.body":
+                self.log.note("response body")
+            await send(message)
+
+        await self.app(scope, receive, noted_send)
+
+
+def note_request(monkeypatch: pytest.MonkeyPatch, log: ThreadLog, backend: Any) -> None:
+    """Every place of a request that runs in the server, whatever the backend."""
+    monkeypatch.setattr(Engine, "_produce", log.generator("engine pipeline", Engine._produce))
+    monkeypatch.setattr(Admission, "_wait", log.call("turn in line", Admission._wait))
+    monkeypatch.setattr(VoiceRegistry, "load", log.call("saved voice read", VoiceRegistry.load))
+    monkeypatch.setattr(backend, "stream", log.generator("backend stream", backend.stream))
+    monkeypatch.setattr(backend, "create_voice", log.call("backend voice", backend.create_voice))
+
+
+def stream_speech(url: str, **body: Any) -> bytes:
+    """A streaming /v1 request's bytes, read as they come."""
+    body = {"input": TEXT, "response_format": "pcm", "stream": True, "seed": 5, **body}
+    data = b""
+    with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=300) as response:
+        assert response.status_code == 200, response.read()[:300]
+        for part in response.iter_bytes():
+            data += part
+    return data
+
+
+def test_a_qwen3_v1_stream_runs_on_the_event_loop_and_the_model_thread(monkeypatch, tmp_path):
+    from tts_core.backends.qwen3 import Qwen3Backend
+
+    backend = Qwen3Backend.load(str(QWEN3), "cpu", quantize="none", max_batch=2)
+    log = ThreadLog()
+    note_request(monkeypatch, log, backend)
+    monkeypatch.setattr(BatchEngine, "step", log.call("model step", BatchEngine.step))
+    model = backend.model
+    monkeypatch.setattr(model, "create_voice", log.call("model voice", model.create_voice))
+    try:
+        with serve(NotedBody(make_api(Engine(backend), tmp_path), log)) as url:
+            data = stream_speech(url, voice="alloy")
+    finally:
+        backend.scheduler.close()
+    assert len(data) > 0
+    loop = log.places["response body"]
+    model_thread = log.places["model step"]
+    assert len(loop) == 1 and len(model_thread) == 1, log.report()
+    assert log.places["model voice"] == model_thread, log.report()  # the clip's voice, too
+    for place in ("engine pipeline", "backend stream", "backend voice", "turn in line",
+                  "saved voice read"):  # fmt: skip
+        assert log.places[place] == loop, log.report()
+    assert log.threads() == loop | model_thread, log.report()
+
+
+def test_an_espeak_v1_stream_runs_on_the_event_loop_and_one_synthesis_thread(
+    monkeypatch, tmp_path, espeak_backend
+):
+    """eSpeak computes in its stream (the C library): the request's pipeline runs on one thread
+    of its own, which every synthesis call and every step of the pipeline use."""
+    log = ThreadLog()
+    note_request(monkeypatch, log, espeak_backend)
+    library = espeak_backend._lib
+    monkeypatch.setattr(library, "synthesize", log.call("synthesis", library.synthesize))
+    with serve(NotedBody(make_api(Engine(espeak_backend), tmp_path), log)) as url:
+        data = stream_speech(url, voice="alloy", input=TEXT + " " + TEXT)  # two phrases at least
+    assert len(data) > 0
+    loop = log.places["response body"]
+    synthesis = log.places["synthesis"]
+    assert len(loop) == 1 and len(synthesis) == 1 and loop != synthesis, log.report()
+    for place in ("engine pipeline", "backend stream", "backend voice"):
+        assert log.places[place] == synthesis, log.report()
+    for place in ("turn in line", "saved voice read"):
+        assert log.places[place] == loop, log.report()
+    assert log.threads() == loop | synthesis, log.report()
