@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 async def events_of(
-    events: Iterator[StreamEvent], cancel: threading.Event
+    events: Iterator[StreamEvent], cancel: threading.Event | None = None
 ) -> AsyncIterator[StreamEvent]:
     """`events` (chain_events's) on the event loop; closing this early (or an error) closes
     them and sets `cancel`."""
@@ -34,7 +34,7 @@ async def events_of(
                 yield event
         ended = True
     finally:
-        if not ended:  # closed early, or an error: stop the synthesis
+        if not ended and cancel is not None:  # closed early, or an error: stop the synthesis
             cancel.set()
 
 
