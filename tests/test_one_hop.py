@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from test_openai_api import make_api, serve
 
-from tts_core.engine import Engine
+from tts_core.engine import BackendChunk, Engine, EngineConfig, SynthesisRequest
 from tts_core.engine.admission import Admission
+from tts_core.engine.capabilities import Capabilities
 from tts_core.server.voices import VoiceRegistry
 from tts_core.serving.engine import BatchEngine
 
@@ -161,3 +163,35 @@ def test_an_espeak_v1_stream_runs_on_the_event_loop_and_one_synthesis_thread(
     for place in ("turn in line", "saved voice read"):
         assert log.places[place] == loop, log.report()
     assert log.threads() == loop | synthesis, log.report()
+
+
+class ModelChunks:
+    """eSpeak's attributes, but a model's stream: chunks of its own sizes (as Chatterbox's
+    token chunks), not eSpeak's independent phrases; the last carries the stop reason."""
+
+    SIZES = (3000, 500, 700, 900)  # samples; the default first event asks for 2 x 1920
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.capabilities = Capabilities()  # one stream: no phrases, no crossfades
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def stream(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
+        last = len(self.SIZES) - 1
+        for i, size in enumerate(self.SIZES):
+            audio = np.full(size, 0.1 * (i + 1), np.float32)
+            yield BackendChunk(audio, stop_reason="end" if i == last else None)
+
+
+def test_a_models_chunks_are_the_events_not_chunked_again(espeak_backend):
+    """Re-chunking happens once, where a model needs it: eSpeak's phrase buffers are gathered
+    to the request's cadence; a model's chunks (made at its own cadence) are the events as
+    they come, the last with the end. (Before: gathered again to first_chunk_frames, so the
+    3000 + 500 + 700 samples went out as one event.) Fades off: sizes compare exactly."""
+    engine = Engine(ModelChunks(espeak_backend), EngineConfig(fade_ms=0.0, crossfade_ms=0.0))
+    events = list(engine.stream(SynthesisRequest("Any text.")))
+    assert [event.audio.size for event in events] == list(ModelChunks.SIZES)
+    assert [event.final for event in events] == [False, False, False, True]
+    assert [event.index for event in events] == [0, 1, 2, 3]
