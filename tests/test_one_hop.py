@@ -33,7 +33,7 @@ from tts_core.engine.capabilities import Capabilities
 from tts_core.server.voices import VoiceRegistry
 from tts_core.serving.engine import BatchEngine
 
-QWEN3 = Path(__file__).resolve().parent / "fixtures" / "qwen3-tiny-a"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TEXT = "Two threads: the event loop and the model's."
 
 
@@ -118,10 +118,23 @@ def stream_speech(url: str, **body: Any) -> bytes:
     return data
 
 
-def test_a_qwen3_v1_stream_runs_on_the_event_loop_and_the_model_thread(monkeypatch, tmp_path):
+def load_qwen3() -> Any:
     from tts_core.backends.qwen3 import Qwen3Backend
 
-    backend = Qwen3Backend.load(str(QWEN3), "cpu", quantize="none", max_batch=2)
+    return Qwen3Backend.load(str(FIXTURES / "qwen3-tiny-a"), "cpu", quantize="none", max_batch=2)
+
+
+def load_chatterbox() -> Any:
+    from tts_core.backends import load_backend
+
+    tiny = FIXTURES / "chatterbox-turbo-tiny-a"
+    return load_backend(str(tiny), "cpu", allow_fallback=False, quantize="none")[0]
+
+
+@pytest.mark.parametrize("load", [load_qwen3, load_chatterbox], ids=["qwen3", "chatterbox"])
+def test_a_v1_stream_runs_on_the_event_loop_and_the_model_thread(monkeypatch, tmp_path, load):
+    """A model on its engine loop (Chatterbox: its watermark too, on the model thread)."""
+    backend = load()
     log = ThreadLog()
     note_request(monkeypatch, log, backend)
     monkeypatch.setattr(BatchEngine, "step", log.call("model step", BatchEngine.step))
