@@ -47,6 +47,7 @@ import asyncio
 import json
 import logging
 import time
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -421,19 +422,20 @@ class SpeechSession:
         encoder = make_encoder(response_format, frames.append, rate, streamed=True)
         total, stats = 0, {}
         try:
-            async for event in events_of(stream):  # (the finally stops it on an early end)
-                stats = event.stats
-                encoder.feed(event.audio)
-                if total == 0 and any(frames):
-                    await self.ws.send_json({"type": "audio.start", "utterance_index": index,
-                                             "sentence_index": 0, "sentence_text": "",
-                                             "format": response_format, "sample_rate": rate,
-                                             "channels": 1})  # fmt: skip
-                for data in frames:
-                    if data:
-                        total += len(data)
-                        await self.ws.send_bytes(data)
-                frames.clear()
+            async with aclosing(events_of(stream)) as events:  # the finally stops it early
+                async for event in events:
+                    stats = event.stats
+                    encoder.feed(event.audio)
+                    if total == 0 and any(frames):
+                        await self.ws.send_json({"type": "audio.start", "utterance_index": index,
+                                                 "sentence_index": 0, "sentence_text": "",
+                                                 "format": response_format, "sample_rate": rate,
+                                                 "channels": 1})  # fmt: skip
+                    for data in frames:
+                        if data:
+                            total += len(data)
+                            await self.ws.send_bytes(data)
+                    frames.clear()
         except InputError as exc:
             raise ApiError(400, str(exc), exc.param, "invalid_value") from None
         except BackendError as exc:
