@@ -131,6 +131,7 @@ def load_chatterbox() -> Any:
     return load_backend(str(tiny), "cpu", allow_fallback=False, quantize="none")[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("load", [load_qwen3, load_chatterbox], ids=["qwen3", "chatterbox"])
 def test_a_v1_stream_runs_on_the_event_loop_and_the_model_thread(monkeypatch, tmp_path, load):
     """A model on its engine loop (Chatterbox: its watermark too, on the model thread)."""
