@@ -11,7 +11,9 @@ synthesis calls). Before this change (measured with this test) the same request 
 threads: the event loop, asyncio's pool (the saved voice's clip), a "tts-first-event" thread
 (the turn in line, the voice, the first event), a "tts-http-stream" thread (the rest: the
 engine's and the backend's generators advanced on both) and the model's thread
-("tts-scheduler"; eSpeak: an "espeak-synth" thread per request, plus the first-event thread).
+("tts-scheduler"; Chatterbox's "tts-chatterbox"; eSpeak: an "espeak-synth" thread per request
+instead); a WebSocket utterance on eSpeak ran on four ("tts-ws-stream", "espeak-synth", the
+pool, the loop). Now two each.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import httpx
 import numpy as np
 import pytest
 from test_openai_api import make_api, serve
+from test_speech_ws import speak
 
 from tts_core.engine import BackendChunk, Engine, EngineConfig, SynthesisRequest
 from tts_core.engine.admission import Admission
@@ -84,14 +87,14 @@ class ThreadLog:
 
 
 class NotedBody:
-    """ASGI wrapper: notes the thread that sends each response body message."""
+    """ASGI wrapper: notes the thread that sends each response body (or WebSocket) message."""
 
     def __init__(self, app: Any, log: ThreadLog) -> None:
         self.app, self.log = app, log
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         async def noted_send(message: dict) -> None:
-            if message["type"] == "http.response.body":
+            if message["type"] in ("http.response.body", "websocket.send"):
                 self.log.note("response body")
             await send(message)
 
@@ -169,6 +172,29 @@ def test_an_espeak_v1_stream_runs_on_the_event_loop_and_one_synthesis_thread(
     with serve(NotedBody(make_api(Engine(espeak_backend), tmp_path), log)) as url:
         data = stream_speech(url, voice="alloy", input=TEXT + " " + TEXT)  # two phrases at least
     assert len(data) > 0
+    loop = log.places["response body"]
+    synthesis = log.places["synthesis"]
+    assert len(loop) == 1 and len(synthesis) == 1 and loop != synthesis, log.report()
+    for place in ("engine pipeline", "backend stream", "backend voice"):
+        assert log.places[place] == synthesis, log.report()
+    for place in ("turn in line", "saved voice read"):
+        assert log.places[place] == loop, log.report()
+    assert log.threads() == loop | synthesis, log.report()
+
+
+def test_an_espeak_websocket_utterance_runs_on_the_event_loop_and_one_synthesis_thread(
+    monkeypatch, tmp_path, espeak_backend
+):
+    """WebSocket /v1/audio/speech/stream, text in pieces (buffered by eSpeak until done): the
+    session, its pieces and its turn on the event loop; the synthesis on one thread."""
+    log = ThreadLog()
+    note_request(monkeypatch, log, espeak_backend)
+    library = espeak_backend._lib
+    monkeypatch.setattr(library, "synthesize", log.call("synthesis", library.synthesize))
+    with serve(NotedBody(make_api(Engine(espeak_backend), tmp_path), log)) as url:
+        config = {"voice": "alloy", "response_format": "pcm"}
+        audio, messages = speak(url.removeprefix("http://"), config, ["Two threads, ", TEXT])
+    assert len(audio) > 0 and messages[-1]["type"] == "session.done", messages
     loop = log.places["response body"]
     synthesis = log.places["synthesis"]
     assert len(loop) == 1 and len(synthesis) == 1 and loop != synthesis, log.report()
