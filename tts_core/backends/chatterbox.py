@@ -91,7 +91,8 @@ class ChatterboxBackend:
     reads_transcript = reference.transcript == "used"
     description = DESCRIPTION
     knobs = KNOBS
-    capabilities = Capabilities(reads_language=False)  # English: the page hides the language
+    # English: the page hides the language
+    capabilities = Capabilities(reads_language=False, waits_on_loop=True)
     decode_step = None  # no step graphs
 
     def __init__(

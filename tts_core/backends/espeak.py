@@ -1,9 +1,10 @@
 """Offline voice: eSpeak NG, in-process, streamed buffer by buffer and resampled to 24 kHz.
 
-A worker thread synthesizes the text phrase by phrase (each phrase is an independent eSpeak
-call, so the engine crossfades their joins); every short buffer the library emits goes through
-a queue to the consumer at once, so the first audio is out while later phrases are still being
-synthesized. Cancelling makes the library callback return "abort".
+The stream synthesizes the text phrase by phrase on the thread that advances it (each phrase is
+an independent eSpeak call, so the engine crossfades their joins; the engine gives a request of
+the event loop a thread of its own for it): a phrase's buffers go out once it is synthesized
+(~100x real time), so the first audio is out before later phrases are. Cancelling makes the
+library callback return "abort".
 
 Text sent in pieces (Engine.open_fed, the WebSocket /v1/audio/speech/stream) is buffered: the
 engine holds it until the sender says done, then speaks the whole text as one request (so the
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,6 @@ import soxr
 from ..audio import SAMPLE_RATE
 from ..engine.backend import BackendChunk, ReferenceNeeds, SynthesisParams, Voice
 from ..engine.capabilities import Capabilities
-from ..engine.handoff import Handoff, run_on_thread
 from .espeak_lib import PARAM_PITCH, PARAM_RANGE, PARAM_RATE, EspeakLibrary, get_library
 from .espeak_text import ESPEAK_VOICES, guess_language, split_phrases
 from .espeak_voice import (
@@ -126,26 +125,25 @@ class EspeakBackend:
             PARAM_RANGE: voice.data.pitch_range,
             PARAM_RATE: voice.data.rate_wpm,
         }
-        stop = threading.Event()
-        speak = partial(self._speak_phrases, split_phrases(text), name, settings, stop, cancel)
-        buffers = run_on_thread(speak, "espeak-synth")
-        try:
-            yield from self._resampled(buffers)
-        finally:
-            stop.set()  # consumer gone or done: the callback aborts the current phrase
+        yield from self._resampled(self._buffers(split_phrases(text), name, settings, cancel))
 
-    def _speak_phrases(self, phrases, voice_name, settings, stop, cancel, put) -> None:  # noqa: ANN001
-        def on_audio(samples: np.ndarray) -> bool:
-            put(samples)
-            return not (stop.is_set() or cancel.is_set())
+    def _buffers(self, phrases, voice_name, settings, cancel) -> Iterator[Any]:  # noqa: ANN001
+        """Each phrase's buffers once it is synthesized, then _PHRASE_END."""
+        buffers: list[np.ndarray] = []
+
+        def keep(samples: np.ndarray) -> bool:  # the library's callback: False aborts
+            buffers.append(samples)
+            return not cancel.is_set()
 
         for phrase in phrases:
-            if stop.is_set() or cancel.is_set():
-                break
-            self._lib.synthesize(phrase, voice_name, settings, on_audio)
-            put(_PHRASE_END)
+            if cancel.is_set():
+                return
+            self._lib.synthesize(phrase, voice_name, settings, keep)
+            yield from buffers
+            buffers.clear()
+            yield _PHRASE_END
 
-    def _resampled(self, buffers: Handoff) -> Iterator[BackendChunk]:
+    def _resampled(self, buffers: Iterator[Any]) -> Iterator[BackendChunk]:
         """eSpeak's 22.05 kHz buffers -> 24 kHz pieces; a fresh resampler per phrase."""
         resampler, new_phrase, first = None, True, True
         for item in buffers:

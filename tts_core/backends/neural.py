@@ -42,7 +42,7 @@ class NeuralBackend:
     can_clone = True
     # the language follows the text (the page hides its dropdown); text in pieces is buffered
     # until done (the prompt takes the whole text); one stateful decoder pass: no crossfade
-    capabilities = Capabilities(reads_language=False)
+    capabilities = Capabilities(reads_language=False, waits_on_loop=True)
     weight_format_reason, decode_step = "", None  # float weights only; no step graphs
 
     def __init__(

@@ -124,7 +124,7 @@ class Qwen3Backend:
     description = DESCRIPTION
     knobs = KNOBS
     # stream_fed: speaks while the text arrives; one exact stateful decoder pass: no crossfade
-    capabilities = Capabilities(takes_text_pieces=True)
+    capabilities = Capabilities(takes_text_pieces=True, waits_on_loop=True)
 
     def __init__(
         self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH

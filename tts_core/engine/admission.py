@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+from .awaiting import Condition
 from .errors import EngineBusy
 
 POLL_S = 0.1  # how often a waiter looks at its cancel event
@@ -20,7 +21,7 @@ class Admission:
     def __init__(self, slots: int, queue_size: int) -> None:
         self.slots = max(1, int(slots))
         self.queue_size = max(0, int(queue_size))
-        self._cond = threading.Condition()
+        self._cond = Condition()  # a request on the event loop awaits its turn (awaiting.py)
         self._running = 0
         self._waiting: deque[Ticket] = deque()
         self._held: set[Ticket] = set()  # waiting or running

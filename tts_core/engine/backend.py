@@ -10,6 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .awaiting import Condition
 from .capabilities import Capabilities
 from .errors import InputError
 from .knobs import SHARED_KNOBS, Knob
@@ -239,7 +240,7 @@ class TextInlet:
 
     def __init__(self, max_chars: int) -> None:
         self._max_chars = max_chars
-        self._cond = threading.Condition()
+        self._cond = Condition()  # wait_whole on the event loop is awaited (awaiting.py)
         self._text = ""  # cleaned text so far (a held-back space not included)
         self._space = False  # whitespace seen after the last visible character
         self._sent = 0  # characters of _text handed to the sink

@@ -23,6 +23,12 @@ class Capabilities:
     # the engine crossfades into them (eSpeak's phrases)
     task_type: str = "Base"  # Base: clones a clip; CustomVoice / VoiceDesign: voices it makes
     speakers: tuple[str, ...] = ()  # its preset voices (CustomVoice)
+    # True: its `stream` and `create_voice` compute nothing on the caller's thread; they only
+    # wait on its EngineLoop (`call`, `submit`'s stream), so a request on the event loop runs
+    # them there, each wait awaited (awaiting.py). False: they may compute or block (eSpeak, a
+    # remote server, a test's gated backend): on the event loop the engine gives the request
+    # one thread of its own for its voice and stream
+    waits_on_loop: bool = False
 
     def __post_init__(self) -> None:
         if self.task_type not in TASK_TYPES:

@@ -23,6 +23,7 @@ from ..audio import Cadence, ChunkJoiner, ms_to_samples
 from .admission import Admission, Ticket
 from .backend import Backend, BackendChunk, Notice, TextInlet, Voice, reads_transcript
 from .errors import BackendError, EngineBusy, InputError
+from .handoff import off_the_loop
 from .knobs import backend_knobs
 from .requests import EngineConfig, ModelVoice, Prepared, SynthesisRequest, seeded
 from .stats import RequestStats
@@ -176,7 +177,10 @@ class Engine:
                 yield self._cancelled(stats)
                 return
             stats.queue_wait_s = stats.elapsed()
-            yield from self._produce(job, cancel, stats)
+            if self.capabilities.waits_on_loop:  # on the caller's thread: its waits awaited
+                yield from self._produce(job, cancel, stats)
+            else:  # a backend that computes or blocks: off an event loop (one thread)
+                yield from off_the_loop(lambda: self._produce(job, cancel, stats), "tts-backend")
         finally:
             ticket.release()
 
@@ -201,7 +205,6 @@ class Engine:
         rate = self.sample_rate
         overlap = ms_to_samples(self.config.crossfade_ms, rate) if phrases else 0
         joiner = ChunkJoiner(overlap, ms_to_samples(self.config.fade_ms, rate))
-        frame = self.backend.frame_samples
         cadence = Cadence(job.params.first_chunk_frames, job.params.chunk_frames)
         pending: list[np.ndarray] = []
         stop_reason, index, started, batch = "end", 0, time.perf_counter(), None
@@ -214,8 +217,7 @@ class Engine:
                 stop_reason = piece.stop_reason or stop_reason
                 batch = _larger(batch, piece.batch_size)
                 pending.append(joiner.push(piece.audio, piece.independent))
-                # count the joiner's short held-back tail: it is audio of this chunk, not the next
-                if cadence.due((sum(p.size for p in pending) + joiner.held) / frame, index):
+                if self._chunk_due(pending, joiner.held, piece, cadence, index):
                     audio = np.concatenate(pending)
                     pending = []
                     stats.add_chunk(audio.size, time.perf_counter() - started, batch)
@@ -245,6 +247,20 @@ class Engine:
         stats.finish(stop_reason)
         yield StreamEvent(audio, index, True, stats.as_dict())
 
+    def _chunk_due(
+        self, pending: list[np.ndarray], held: int, piece: BackendChunk, cadence: Cadence,
+        index: int,
+    ) -> bool:  # fmt: skip
+        """Whether the audio pending makes the next event. The one re-chunking is eSpeak's
+        (independent phrases): its short library buffers are gathered to the request's cadence
+        (counting the joiner's held-back tail: audio of this chunk, not the next). Any other
+        backend's model already chunks at the request's cadence: each chunk goes out as it
+        comes, and its last (with a stop reason) with the end."""
+        size = sum(p.size for p in pending)
+        if not self.capabilities.independent_phrases:
+            return size > 0 and piece.stop_reason is None
+        return cadence.due((size + held) / self.backend.frame_samples, index)
+
     def _pieces(
         self, job: Prepared, voice: Voice, cancel: threading.Event
     ) -> Iterator[BackendChunk] | None:
@@ -254,8 +270,11 @@ class Engine:
         text = job.text
         if isinstance(text, str):
             return self.backend.stream(text, voice, job.params, cancel)
-        if self.capabilities.takes_text_pieces:
-            return self.backend.stream_fed(text, voice, job.params, cancel)  # type: ignore[attr-defined]
+        if self.capabilities.takes_text_pieces:  # (its wait for text blocks: off the loop)
+            return off_the_loop(
+                lambda: self.backend.stream_fed(text, voice, job.params, cancel),  # type: ignore[attr-defined]
+                "tts-backend",
+            )
         whole = text.wait_whole(cancel)
         return None if whole is None else self.backend.stream(whole, voice, job.params, cancel)
 

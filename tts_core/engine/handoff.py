@@ -1,17 +1,20 @@
 """The one bridge from a producer thread to its consumer: items in order, then the end or the
 producer's error, raised on the consumer's side.
 
-Used by the page's stream handle (waits with a timeout), the HTTP bodies (an asyncio consumer,
-woken through `call_soon_threadsafe`, no polling) and the batch scheduler's per-request outbox.
+Used by the page's stream handle (waits with a timeout) and as each request's outbox of the
+engine loop. A consumer under `run_awaiting` (awaiting.py: an HTTP or WebSocket request on the
+event loop) awaits an item instead of blocking: the producer's `put` wakes it through
+`call_soon_threadsafe`, no polling.
 """
 
 from __future__ import annotations
 
-import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from .awaiting import await_here, awaiting_loop, waker, woken_within
 
 _END = object()
 
@@ -28,7 +31,7 @@ class Handoff:
     def __init__(self) -> None:
         self._items: queue.SimpleQueue = queue.SimpleQueue()
         self._finished = False  # consumer side: the end (or error) was taken
-        self._wake: Callable[[], None] | None = None  # set by an asyncio consumer
+        self._wake: Callable[[], None] | None = None  # set by a consumer on the event loop
 
     # ------------------------------------------------------------------ producer side
     def put(self, item: Any) -> None:
@@ -47,7 +50,10 @@ class Handoff:
         """The next item; raises queue.Empty when none came within `timeout`."""
         if self._finished:
             raise StopIteration
-        item = self._items.get(timeout=timeout)
+        if awaiting_loop() is None:
+            item = self._items.get(timeout=timeout)
+        else:
+            item = self._await_item(timeout)
         if item is _END or isinstance(item, _Failure):
             self._finished = True
             if item is _END:
@@ -66,28 +72,21 @@ class Handoff:
             except StopIteration:
                 return
 
-    async def drain(self) -> AsyncIterator[Any]:
-        """The items on the running event loop, each as soon as it is put."""
-        loop = asyncio.get_running_loop()
-        ready = asyncio.Event()
-
-        def wake() -> None:
-            try:
-                loop.call_soon_threadsafe(ready.set)
-            except RuntimeError:  # the loop closed (server shutdown): no one is listening
-                pass
-
-        self._wake = wake
-        while True:
-            ready.clear()  # before looking: a put after this look sets it again
-            try:
-                item = self.get(timeout=0)
-            except queue.Empty:
-                await ready.wait()
-                continue
-            except StopIteration:
-                return
-            yield item
+    def _await_item(self, timeout: float | None) -> Any:
+        """The next item, awaited on the event loop (queue.Empty after `timeout`)."""
+        try:
+            return self._items.get_nowait()
+        except queue.Empty:
+            pass
+        woken, self._wake = waker(awaiting_loop())
+        try:  # looked at again: a put before the wake was set did not call it
+            return self._items.get_nowait()
+        except queue.Empty:
+            if not await_here(woken_within(woken, timeout)):
+                raise
+        finally:
+            self._wake = None
+        return self._items.get_nowait()
 
 
 def run_on_thread(
@@ -106,3 +105,30 @@ def run_on_thread(
 
     threading.Thread(target=work, name=name, daemon=True).start()
     return handoff
+
+
+def off_the_loop(make_items: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
+    """The items of `make_items()`. Under run_awaiting (awaiting.py), for code that may block
+    the event loop, advanced on a thread of its own (one per call) and each awaited; once this
+    is closed that thread stops after the item in hand. Elsewhere, advanced here."""
+    if awaiting_loop() is None:
+        yield from make_items()
+        return
+    stop = threading.Event()
+
+    def produce(put: Callable[[Any], None]) -> None:
+        items = make_items()
+        try:
+            for item in items:
+                put(item)
+                if stop.is_set():
+                    return
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    try:
+        yield from run_on_thread(produce, name)
+    finally:
+        stop.set()

@@ -62,8 +62,8 @@ Sink = Callable[[bytes], None]
 class Encoder:
     """feed(chunk) and finish() hand encoded bytes to `sink` as soon as they exist.
 
-    Used from one worker thread per response; `sink` must be thread-safe (ffmpeg's output is
-    handed over from a reader thread).
+    Fed on the event loop (speech_output.speech_bytes); `sink` must be thread-safe (ffmpeg's
+    output is handed over from its reader thread).
     """
 
     def __init__(self, sink: Sink) -> None:

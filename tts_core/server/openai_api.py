@@ -49,6 +49,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ..audio.decode import base64_length
 from ..engine import Engine, SynthesisParams
+from ..engine.awaiting import run_awaiting
 from ..engine.knobs import Knob, backend_knobs, knob_defaults, shared_knobs
 from ..engine.requests import seeded
 from .audio_formats import CONTENT_TYPES
@@ -64,10 +65,10 @@ from .speech_body import (
     speech_reference,
     speech_task,
 )
-from .speech_output import DISCONNECT_POLL_S, make_producer, whole_body
+from .speech_output import DISCONNECT_POLL_S, speech_bytes, whole_body
 from .speech_ws import add_speech_stream_route
 from .state import ServerState
-from .streaming import chain_events, engine_errors, on_own_thread, open_streams, run_in_thread
+from .streaming import chain_events, engine_errors, open_streams
 from .voice_routes import add_voice_routes
 
 # the request side (speech_body.py) and the response side (speech_output.py), importable from
@@ -102,27 +103,27 @@ def make_openai_router(state: ServerState) -> APIRouter:
                 clip, transcript, names = await speech_reference(state, body, viewer, limits)
             requests = build_requests(body.input, params, clip, transcript, limits.max_chars,
                                       model_voice)  # fmt: skip
-            with engine_errors(names):
-                streams = await asyncio.to_thread(open_streams, engine, requests, cancel)
+            with engine_errors(names):  # on the event loop, the voice awaited (awaiting.py)
+                streams = await run_awaiting(open_streams, engine, requests, cancel)
         finally:
             engine.admission.drop_hold(cancel)  # its first request took it, unless it failed
         with engine_errors(names):
             # the first event before any byte: a request the model itself refuses (e.g. a
             # prompt longer than its cache) is then a 400, not a response cut off midway
             events = chain_events(streams, cancel)
-            first = await on_own_thread(next, events, None)  # may wait in line: see there
+            first = await run_awaiting(next, events, None)  # its turn in line awaited too
         sse = body.stream_format == "sse"
         whole = body.sent_whole()
-        produce = make_producer(first, events, body.response_format, sse, engine.sample_rate,
-                            engine.backend.frame_samples, streamed=not whole)  # fmt: skip
+        content = speech_bytes(first, events, body.response_format, sse, engine.sample_rate,
+                               engine.backend.frame_samples, cancel, streamed=not whole)  # fmt: skip
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
                    "X-Sample-Rate": str(engine.sample_rate),
                    "X-Seed": str(params.seed)}  # fmt: skip
         if whole:
-            content = await whole_body(produce, cancel, request)
-            return Response(content, media_type=media, headers=headers)
-        return StreamingResponse(run_in_thread(produce, cancel), media_type=media, headers=headers)
+            data = await whole_body(content, cancel, request)
+            return Response(data, media_type=media, headers=headers)
+        return StreamingResponse(content, media_type=media, headers=headers)
 
     @router.get("/v1/models")
     @api_errors

@@ -20,11 +20,12 @@ without its clip for VoxCPM2, ...): those errors are a 400 with the OpenAI error
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import struct
 import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
 from pathlib import Path
 
 from fastapi import APIRouter, Request
@@ -32,12 +33,14 @@ from fastapi.responses import StreamingResponse
 
 from ..audio import SAMPLE_RATE
 from ..engine import BackendError, EngineBusy, InputError, SynthesisParams, SynthesisRequest
+from ..engine.awaiting import run_awaiting
 from ..engine.requests import ModelVoice
+from ..engine.streams import StreamEvent
 from .audio_formats import pcm16_bytes
 from .errors import ApiError
 from .route_utils import api_errors, read_json, request_values
 from .state import ServerState
-from .streaming import chain_events, engine_errors, open_streams, run_in_thread
+from .streaming import chain_events, engine_errors, events_of, open_streams
 from .text_split import done_at_the_end, split_request
 from .voice_routes import load_voice
 
@@ -69,16 +72,13 @@ def make_pcm_router(state: ServerState) -> APIRouter:
                 # engine takes (text_split.py)
                 pieces = split_request(synthesis, state.config.max_input_chars,
                                        engine.config.limits.max_chars)  # fmt: skip
-                if synthesis.reference is None:  # nothing to decode, and a clip-less voice
-                    # costs nothing to build: validate inline, no thread hop
-                    streams = open_streams(engine, pieces, cancel)
-                else:
-                    streams = await asyncio.to_thread(open_streams, engine, pieces, cancel)
+                # on the event loop, a voice made on the model thread awaited (awaiting.py)
+                streams = await run_awaiting(open_streams, engine, pieces, cancel)
         finally:
             engine.admission.drop_hold(cancel)  # the request took it, unless it failed
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
                    "X-Sample-Rate": str(state.engine.sample_rate)}  # fmt: skip
-        body = run_in_thread(_producer(streams), cancel)
+        body = _frames(chain_events(streams, cancel), len(streams), cancel)
         return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
     return router
@@ -141,18 +141,19 @@ def trusted_reference(value: object, roots: tuple[Path, ...]) -> str | None:
     return str(path)
 
 
-def _producer(streams: list):  # noqa: ANN202, ANN001
-    def produce(emit, cancel: threading.Event) -> None:  # noqa: ANN001
-        try:
-            for event in done_at_the_end(chain_events(streams, cancel), len(streams)):
+async def _frames(events: Iterator[StreamEvent], pieces: int,
+                  cancel: threading.Event) -> AsyncIterator[bytes]:  # fmt: skip
+    """The chained events of the request's `pieces` as the route's frames, on the event loop;
+    an error after the response started is an ERROR frame."""
+    try:
+        async with aclosing(events_of(done_at_the_end(events, pieces), cancel)) as awaited:
+            async for event in awaited:
                 if event.audio.size:
-                    emit(frame(FRAME_PCM, pcm16_bytes(event.audio)))
-                emit(frame(FRAME_STATS, json.dumps(event.stats).encode()))
-        except (InputError, BackendError, EngineBusy) as exc:  # EngineBusy: a busy remote
-            emit(frame(FRAME_ERROR, json.dumps({"message": str(exc)}).encode()))
-        except Exception as exc:  # noqa: BLE001 - the page gets a short message, the log all
-            log.exception("page stream failed")
-            message = f"Internal error ({type(exc).__name__}); see the server log."
-            emit(frame(FRAME_ERROR, json.dumps({"message": message}).encode()))
-
-    return produce
+                    yield frame(FRAME_PCM, pcm16_bytes(event.audio))
+                yield frame(FRAME_STATS, json.dumps(event.stats).encode())
+    except (InputError, BackendError, EngineBusy) as exc:  # EngineBusy: a busy remote
+        yield frame(FRAME_ERROR, json.dumps({"message": str(exc)}).encode())
+    except Exception as exc:  # noqa: BLE001 - the page gets a short message, the log all
+        log.exception("page stream failed")
+        message = f"Internal error ({type(exc).__name__}); see the server log."
+        yield frame(FRAME_ERROR, json.dumps({"message": message}).encode())

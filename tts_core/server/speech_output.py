@@ -1,70 +1,106 @@
 """POST /v1/audio/speech's response: the engine's events -> the encoder -> bytes, streamed or
 whole (a client gone meanwhile cancels), or vLLM-Omni's SSE events (speech.audio.delta, then
-speech.audio.done with OpenAI's usage, or speech.audio.error)."""
+speech.audio.done with OpenAI's usage, or speech.audio.error); all on the event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import itertools
 import json
 import logging
 import threading
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from fastapi import Request
 
 from .audio_formats import make_encoder
+from .streaming import events_of
 
 log = logging.getLogger("tts_core.server.openai_api")  # the route's log, as before the split
 DISCONNECT_POLL_S = 0.5  # how often a whole response's client is checked while it is made
+_END = object()
 
 
-async def whole_body(produce, cancel: threading.Event, request: Request) -> bytes:  # noqa: ANN001
-    """Run `produce` on a worker thread into one buffer; a client that goes away meanwhile
-    cancels the synthesis (as a streamed one does)."""
+async def whole_body(body: AsyncIterator[bytes], cancel: threading.Event,
+                     request: Request) -> bytes:  # fmt: skip
+    """`body` gathered into one buffer; a client that goes away meanwhile cancels the
+    synthesis (as a streamed one does)."""
     pieces: list[bytes] = []
-    work = asyncio.ensure_future(asyncio.to_thread(produce, pieces.append, cancel))
-    while not work.done():
-        await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
-        if not work.done() and await request.is_disconnected():
-            cancel.set()
-    await work
+
+    async def gather() -> None:
+        async for data in body:
+            pieces.append(data)
+
+    work = asyncio.ensure_future(gather())
+    try:
+        while not work.done():
+            await asyncio.wait({work}, timeout=DISCONNECT_POLL_S)
+            if not work.done() and await request.is_disconnected():
+                cancel.set()
+        await work
+    finally:
+        if not work.done():  # this route was cancelled: stop the body too
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
     return b"".join(pieces)
 
 
-def make_producer(first, events, response_format: str, sse: bool, rate: int,  # noqa: ANN202, ANN001
-                  frame_samples: int, streamed: bool = True):  # fmt: skip
-    """The worker-thread body: `first` (already taken, or None) then the rest of the engine's
-    `events` generator -> encoder -> emitted bytes (or SSE events); closes `events` at the end,
-    which gives the engine's slot back at once."""
+async def speech_bytes(first, events, response_format: str, sse: bool, rate: int,  # noqa: ANN001
+                       frame_samples: int, cancel: threading.Event,
+                       streamed: bool = True) -> AsyncIterator[bytes]:  # fmt: skip
+    """`first` (already taken, or None) then the rest of the engine's `events` -> encoder ->
+    bytes (or SSE events), each as soon as it exists: the engine's events are awaited on the
+    event loop (streaming.events_of), and an ffmpeg encoder's output, which its reader thread
+    hands over, too. Closing this early sets `cancel` and closes `events` (the engine's slot
+    back at once)."""
+    loop = asyncio.get_running_loop()
+    out: asyncio.Queue = asyncio.Queue()
 
-    def produce(emit, cancel: threading.Event) -> None:  # noqa: ANN001
-        sink = (lambda data: emit(_sse("speech.audio.delta", audio=_b64(data),
-                                       response_format=response_format))) if sse else emit  # fmt: skip
+    def put(data: object) -> None:  # from the loop, or from an ffmpeg encoder's reader
+        loop.call_soon_threadsafe(out.put_nowait, data)
+
+    async def encode() -> None:
+        sink = (lambda data: put(_sse("speech.audio.delta", audio=_b64(data),
+                                      response_format=response_format))) if sse else put  # fmt: skip
         encoder = make_encoder(response_format, sink, rate, streamed=streamed)
         stats: dict = {}
         samples = 0
         try:
-            for event in itertools.chain([first] if first is not None else [], events):
-                encoder.feed(event.audio)
-                stats, samples = event.stats, samples + event.audio.size
+            if first is not None:
+                encoder.feed(first.audio)
+                stats, samples = first.stats, first.audio.size
+            async with aclosing(events_of(events, cancel)) as awaited:
+                async for event in awaited:
+                    encoder.feed(event.audio)
+                    stats, samples = event.stats, samples + event.audio.size
             if cancel.is_set():
                 return
             encoder.finish()
             if sse:
-                emit(_sse("speech.audio.done", usage=_usage(samples, frame_samples), stats=stats))
+                put(_sse("speech.audio.done", usage=_usage(samples, frame_samples), stats=stats))
         except Exception as exc:
             if not sse:
                 raise
             log.exception("speech stream failed")
             error = {"message": str(exc), "type": "server_error", "param": None, "code": 500}
-            emit(_sse("speech.audio.error", error=error))
+            put(_sse("speech.audio.error", error=error))
         finally:
-            events.close()
             encoder.close()
+            put(_END)
 
-    return produce
+    work = asyncio.ensure_future(encode())
+    try:
+        while (data := await out.get()) is not _END:
+            yield data
+        await work  # its error, after its last bytes
+    finally:
+        cancel.set()  # normal end: a no-op; early end: stops the synthesis
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+        events.close()  # when `encode` never started: the engine's slot back now
 
 
 def _sse(kind: str, **fields: Any) -> bytes:

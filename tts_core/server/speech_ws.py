@@ -47,6 +47,7 @@ import asyncio
 import json
 import logging
 import time
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -54,14 +55,15 @@ from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from ..engine import BackendError, EngineBusy, InputError, SynthesisParams, SynthesisRequest
+from ..engine.awaiting import run_awaiting
 from ..engine.backend import TextTooLong
-from ..engine.handoff import run_on_thread
 from ..engine.streams import FedStream, StreamEvent
 from .audio_formats import make_encoder
 from .errors import ApiError
 from .route_utils import busy_error, request_values
 from .speech_body import parse_speech_body, reference, speech_reference, speech_task
 from .state import ServerState
+from .streaming import events_of
 from .voices import Viewer
 
 log = logging.getLogger(__name__)
@@ -339,7 +341,7 @@ class SpeechSession:
         else:
             self._progressed()
             self.utterance.done = True
-            await self._engine_call(self.utterance.stream.done)
+            await self._engine_call(self.utterance.stream.done, text_in=True)
             if self.utterance.sender.done():  # it ended before its text did
                 await self._finish_utterance()
         return True
@@ -386,7 +388,7 @@ class SpeechSession:
         if self.utterance is None:
             self.utterance = await self._open()
             self.utterance.pieces = 1
-        await self._engine_call(self.utterance.stream.feed, text)
+        await self._engine_call(self.utterance.stream.feed, text, text_in=True)
 
     async def _open(self) -> _Utterance:
         assert self.config is not None
@@ -396,11 +398,15 @@ class SpeechSession:
         sender = asyncio.ensure_future(self._send_audio(index, stream, response_format))
         return _Utterance(index, stream, sender, time.monotonic())
 
-    async def _engine_call(self, fn: Any, *args: Any) -> Any:
-        """`fn(*args)` on a worker thread (a piece may wait for the model's loop thread), its
-        engine errors as ApiErrors."""
+    async def _engine_call(self, fn: Any, *args: Any, text_in: bool = False) -> Any:
+        """`fn(*args)` on the event loop, its waits awaited (awaiting.py), its engine errors as
+        ApiErrors. A piece of text (`text_in`) for a backend that reads it as it arrives goes
+        to the model's request under its locks (a piece may wait for the model's thread): on
+        a worker thread, as no greenlet may switch out holding a lock."""
         try:
-            return await asyncio.to_thread(fn, *args)
+            if text_in and self.state.engine.capabilities.takes_text_pieces:
+                return await asyncio.to_thread(fn, *args)
+            return await run_awaiting(fn, *args)
         except InputError as exc:
             status = 413 if isinstance(exc, TextTooLong) else 400
             raise ApiError(status, str(exc), exc.param, "invalid_value") from None
@@ -415,21 +421,21 @@ class SpeechSession:
         frames: list[bytes] = []
         encoder = make_encoder(response_format, frames.append, rate, streamed=True)
         total, stats = 0, {}
-        handoff = run_on_thread(lambda put: _pump(stream, put), "tts-ws-stream")
         try:
-            async for event in handoff.drain():
-                stats = event.stats
-                encoder.feed(event.audio)
-                if total == 0 and any(frames):
-                    await self.ws.send_json({"type": "audio.start", "utterance_index": index,
-                                             "sentence_index": 0, "sentence_text": "",
-                                             "format": response_format, "sample_rate": rate,
-                                             "channels": 1})  # fmt: skip
-                for data in frames:
-                    if data:
-                        total += len(data)
-                        await self.ws.send_bytes(data)
-                frames.clear()
+            async with aclosing(events_of(stream)) as events:  # the finally stops it early
+                async for event in events:
+                    stats = event.stats
+                    encoder.feed(event.audio)
+                    if total == 0 and any(frames):
+                        await self.ws.send_json({"type": "audio.start", "utterance_index": index,
+                                                 "sentence_index": 0, "sentence_text": "",
+                                                 "format": response_format, "sample_rate": rate,
+                                                 "channels": 1})  # fmt: skip
+                    for data in frames:
+                        if data:
+                            total += len(data)
+                            await self.ws.send_bytes(data)
+                    frames.clear()
         except InputError as exc:
             raise ApiError(400, str(exc), exc.param, "invalid_value") from None
         except BackendError as exc:
@@ -468,15 +474,6 @@ class SpeechSession:
             await self.ws.close(_CLOSE_CODES.get(error.status, 1011))
         except Exception:  # noqa: BLE001 - the client went away meanwhile
             log.debug("could not send the error to a closed WebSocket", exc_info=True)
-
-
-def _pump(stream: FedStream, put: Any) -> None:
-    """The worker thread: every event of `stream`, then its close (the slot back at once)."""
-    try:
-        for event in stream:
-            put(event)
-    finally:
-        stream.close()
 
 
 __all__ = [

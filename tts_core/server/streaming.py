@@ -1,53 +1,41 @@
-"""Bridge from the (blocking) engine to an async HTTP response body.
+"""The engine's events on the event loop, for the HTTP and WebSocket routes.
 
-A worker thread runs the synthesis and hands each piece of output to the event loop through
-the engine's Handoff, so bytes go out the moment they exist (no polling). When the response
-ends early (the client disconnected: Starlette cancels the body iterator) the cancel event is
-set, which stops the engine and its backend within one backend buffer.
+A route runs the engine's blocking calls and iterates its events under `run_awaiting`
+(engine/awaiting.py): on the event loop's own thread, each wait for the model thread awaited.
+So a request touches the event loop and the model thread, and no worker thread of its own.
+When the response ends early (the client disconnected: Starlette cancels the body iterator) the
+cancel event is set, which stops the engine and its backend within one backend buffer.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import aclosing, contextmanager
 
 from ..engine import Engine, EngineBusy, InputError, StreamEvent, SynthesisRequest
-from ..engine.handoff import run_on_thread
+from ..engine.awaiting import iterate_awaiting
 from .errors import ApiError
 from .route_utils import busy_error
 
 log = logging.getLogger(__name__)
 
-Emit = Callable[[object], None]
 
-
-async def run_in_thread(
-    produce: Callable[[Emit, threading.Event], None], cancel: threading.Event
-) -> AsyncIterator[object]:
-    """Yield what `produce(emit, cancel)` emits on its worker thread, as it is emitted.
-
-    Raises the worker's exception after its last item. Closing or cancelling this iterator
-    sets `cancel` (and returns without waiting for the worker, which stops on its own).
-    """
-    handoff = run_on_thread(lambda put: produce(put, cancel), "tts-http-stream")
+async def events_of(
+    events: Iterator[StreamEvent], cancel: threading.Event | None = None
+) -> AsyncIterator[StreamEvent]:
+    """`events` (chain_events's) on the event loop; closing this early (or an error) closes
+    them and sets `cancel`."""
+    ended = False
     try:
-        async for item in handoff.drain():
-            yield item
+        async with aclosing(iterate_awaiting(events)) as awaited:
+            async for event in awaited:
+                yield event
+        ended = True
     finally:
-        cancel.set()  # normal end: no-op for the finished worker; early end: stop synthesis
-
-
-async def on_own_thread(fn: Callable[..., object], *args: object) -> object:
-    """`await fn(*args)` run on a thread of its own. For calls that may wait for a place in the
-    engine's line: on asyncio's shared pool (cpu + 4 threads) such waits can take every thread
-    while the request at the head of the line, whose call is queued behind them, never runs."""
-    handoff = run_on_thread(lambda put: put(fn(*args)), "tts-first-event")
-    async with aclosing(handoff.drain()) as results:
-        async for result in results:
-            return result
-    raise RuntimeError("on_own_thread: the worker ended without a result")  # not reached
+        if not ended and cancel is not None:  # closed early, or an error: stop the synthesis
+            cancel.set()
 
 
 def open_streams(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
+from ..engine.awaiting import wait_future
 from .engine import DEFAULT_PREFILL_CHUNK, BatchEngine, StepModel
 from .request import Request
 
@@ -72,7 +73,8 @@ class EngineLoop(BatchEngine):
 
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """`fn(*args, **kwargs)` run on the loop thread between two steps (see the module
-        doc: the served model computes on one thread); its result, or its exception, here."""
+        doc: the served model computes on one thread); its result, or its exception, here
+        (awaited, not blocking, for a caller on the event loop: engine/awaiting.py)."""
         if threading.current_thread() is self._thread:
             return fn(*args, **kwargs)
         future: Future = Future()
@@ -82,7 +84,7 @@ class EngineLoop(BatchEngine):
             self._calls.append((future, lambda: fn(*args, **kwargs)))
             self._start()
             self._cond.notify_all()
-        return future.result()
+        return wait_future(future)
 
     def close(self) -> None:
         """Stop the thread; requests still queued or running end without a final chunk."""

@@ -39,7 +39,8 @@ class Request:
     ) -> None:
         """cadence: when a chunk is due; limit: frames at most, then the
         request ends with `limit_reason`; audio False: the outbox gets lists of frames, not
-        decoded chunks; outbox None: a Handoff to a consumer on another thread."""
+        decoded chunks; outbox None: a Handoff to a consumer on another thread (or on the
+        event loop, which awaits each chunk: engine/awaiting.py)."""
         self.cadence = cadence
         self.should_stop = should_stop
         self.audio = audio
