@@ -3,7 +3,8 @@
 Streamed: T3 draws tokens and S3Gen + HiFT turn them into audio while it runs (`model.stream`:
 the flow re-run over the prompt's tail and the newest tokens, ramping up to every `chunk_tokens`
 tokens, the stable frames vocoded with a carried source; models/chatterbox/streaming.py). The
-tokens are the official's for the seed; the audio approximates the whole-utterance pass (measured SNR in BENCHMARKS.md).
+tokens are the official's for the seed; the audio approximates the whole-utterance pass
+(measured SNR in BENCHMARKS.md).
 Streamed chunks carry the Perth watermark (knob `watermark`, on by default, with resemble-perth
 installed): each chunk is marked with 0.25 s of context and a 40 ms tail crossfaded into the
 next pass (audio/perth_watermark.py StreamWatermarker: no clicks at the joins, measured in
@@ -13,7 +14,7 @@ on the one decode engine, up to `max_batch` streams stepped together on one loop
 bit-identical to the same request's `model.stream`), which makes the voices too.
 Cloning takes the reference clip alone (no transcript); with no clip the checkpoint's built-in
 voice (conds.pt) speaks. The English model's backend (chatterbox_english.py) is this class with
-its own model and knobs (`load_model`, `sampling`, `request_args`).
+its own model and knobs (`load_model`, `sampling_type`, `request_args`).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class ChatterboxBackend(NeuralBackend):
         self.weight_format = t3_weight_format(model)  # "int8": T3's blocks (quantize)
         self.weight_format_reason = getattr(model, "format_decision", "")
         # the knobs without a declared default: the model's generate()'s (its sampling's)
-        self.knob_defaults = dataclasses.asdict(self.sampling())
+        self.knob_defaults = dataclasses.asdict(self.sampling_type()())
         preload_watermark()
 
     @staticmethod
@@ -111,15 +112,18 @@ class ChatterboxBackend(NeuralBackend):
         return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, quantize=quantize)
 
     @staticmethod
-    def sampling(**values: Any) -> Any:
-        """The model's sampling settings (a dataclass whose defaults are its generate()'s)."""
+    def sampling_type() -> type:
+        """The model's sampling settings: a dataclass of knobs, its defaults generate()'s."""
         from ..models.chatterbox.sampling import TurboSampling
 
-        return TurboSampling(**values)
+        return TurboSampling
 
     def request_args(self, values: dict[str, Any]) -> dict[str, Any]:
-        """model.request's arguments of the knob values (besides seed, chunking)."""
-        return {"sampling": self.sampling(**{name: values[name] for name in SAMPLING_KNOBS})}
+        """model.request's arguments of the knob values besides seed and chunking: the
+        sampling settings of their knobs."""
+        sampling = self.sampling_type()
+        fields = dataclasses.fields(sampling)
+        return {"sampling": sampling(**{field.name: values[field.name] for field in fields})}
 
     def voice_without_clip(self, reference_text: str | None) -> Voice:
         """The checkpoint's built-in voice (conds.pt; a transcript is not used)."""

@@ -68,12 +68,10 @@ class ChatterboxEnglishBackend(ChatterboxBackend):
         return ChatterboxEnglishModel.from_pretrained(name_or_path, device=device)
 
     @staticmethod
-    def sampling(**values: Any) -> Any:
+    def sampling_type() -> type:
         from ..models.chatterbox.english_t3 import EnglishSampling
 
-        return EnglishSampling(**values)
+        return EnglishSampling  # with the guidance weight (cfg_weight)
 
     def request_args(self, values: dict[str, Any]) -> dict[str, Any]:
-        names = (*SAMPLING_KNOBS, "cfg_weight")  # EnglishSampling carries the guidance weight
-        return {"exaggeration": values["exaggeration"],
-                "sampling": self.sampling(**{name: values[name] for name in names})}  # fmt: skip
+        return {**super().request_args(values), "exaggeration": values["exaggeration"]}
