@@ -1,8 +1,8 @@
-"""`NeuralBackend` (backends/neural.py), the part of VoxCPM2's and TADA's backends written once,
+"""`NeuralBackend` (backends/neural.py), the part of the neural backends written once,
 on a fake model that offers what a model offers the engine (`runner(max_batch)`, `request(...)`,
 `create_voice`): its voices made on the loop thread and refused by name, its requests' knobs
 with their defaults, its chunks as BackendChunks, a refused request as an InputError, and a
-cancelled stream's row freed. No torch, no checkpoint: the fast tier."""
+cancelled stream's row freed. No checkpoint (torch only for `load`'s dtype): the fast tier."""
 
 from __future__ import annotations
 
@@ -159,3 +159,40 @@ def test_a_cancelled_stream_ends_after_its_chunk_and_frees_its_row(backend):
     backend.scheduler.call(lambda: None)
     backend.scheduler.call(lambda: None)
     assert backend.scheduler.active == 0 and backend.scheduler.waiting == 0
+
+
+def test_a_stream_cancelled_before_it_starts_queues_nothing(backend, monkeypatch):
+    voice, cancel = backend.create_voice(CLIP, "the words"), threading.Event()
+    submitted = []
+    monkeypatch.setattr(backend.scheduler, "submit", lambda *a, **k: submitted.append(a))
+    cancel.set()
+    assert list(backend.stream("abcd", voice, SynthesisParams(), cancel)) == []
+    assert submitted == []
+
+
+def test_a_model_that_ignores_transcripts_says_so_in_the_voice():
+    """Chatterbox's declaration (transcript "ignored"): cloned from the clip alone."""
+    ignoring = ReferenceNeeds(transcript="ignored")
+    backend = type("Ignoring", (TickBackend,), {"reference": ignoring})(TickModel(), "", "cpu")
+    try:
+        summary = backend.create_voice(CLIP, "the words").summary
+    finally:
+        backend.close()
+    assert summary == {"mode": "reference", "transcript": False, "transcript_ignored": True}
+
+
+def test_load_passes_the_models_own_options_to_its_loader(caplog):
+    """A spec's backend_options (e.g. Chatterbox Turbo's quantize) reach `load_model`; the
+    log names the weight format the backend reports."""
+    asked = []
+
+    def load_model(name_or_path, device, dtype, quantize="auto"):  # noqa: ANN001, ANN202
+        asked.append((name_or_path, device, quantize))
+        return TickModel()
+
+    loading = type("Loading", (TickBackend,), {"load_model": staticmethod(load_model)})
+    caplog.set_level("INFO", logger="tts_core.backends.neural")
+    backend = loading.load("tick-folder", "cpu", quantize="int8")
+    backend.close()
+    assert asked == [("tick-folder", "cpu", "int8")] and backend.model_name == "tick-folder"
+    assert "loaded Tick tick-folder on cpu (float32, 24000 Hz)" in caplog.text

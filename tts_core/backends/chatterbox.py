@@ -3,24 +3,23 @@
 Streamed: T3 draws tokens and S3Gen + HiFT turn them into audio while it runs (`model.stream`:
 the flow re-run over the prompt's tail and the newest tokens, ramping up to every `chunk_tokens`
 tokens, the stable frames vocoded with a carried source; models/chatterbox/streaming.py). The
-tokens are the official's for the seed; the audio approximates the whole-utterance pass (measured SNR in BENCHMARKS.md).
+tokens are the official's for the seed; the audio approximates the whole-utterance pass
+(measured SNR in BENCHMARKS.md).
 Streamed chunks carry the Perth watermark (knob `watermark`, on by default, with resemble-perth
 installed): each chunk is marked with 0.25 s of context and a 40 ms tail crossfaded into the
 next pass (audio/perth_watermark.py StreamWatermarker: no clicks at the joins, measured in
 BENCHMARKS.md); `model.generate(watermark=True)` gives the official's whole-clip watermark.
-Every request goes through the model's served loop (`EngineLoop(model.runner(max_batch),
-make_request=model.request)`: continuous batching on the one decode engine,
-models/chatterbox/serving.py: up to `max_batch` streams step together on one loop thread, each
+Every request goes through the backend's served loop (backends/neural.py: continuous batching
+on the one decode engine, up to `max_batch` streams stepped together on one loop thread, each
 bit-identical to the same request's `model.stream`), which makes the voices too.
 Cloning takes the reference clip alone (no transcript); with no clip the checkpoint's built-in
 voice (conds.pt) speaks. The English model's backend (chatterbox_english.py) is this class with
-its own model and knobs (`_load_model`, `_request_args`).
+its own model and knobs (`load_model`, `sampling_type`, `request_args`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -28,15 +27,13 @@ from typing import Any
 import numpy as np
 
 from ..engine.backend import BackendChunk, ReferenceNeeds, SynthesisParams, Voice
-from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
 from ..engine.knobs import Knob, sampling_knobs
 from ..models.chatterbox.chunking import StreamChunking
 from ..models.chatterbox.config import DEFAULT_MAX_BATCH
-from ..serving.loop import EngineLoop
-from .neural import reference_clip
+from ..serving import RequestStream
+from .neural import NeuralBackend
 
-log = logging.getLogger(__name__)
 SAMPLES_PER_TOKEN = 960  # 40 ms at 24 kHz
 DEFAULT_CHUNKING = StreamChunking()
 SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "repetition_penalty")
@@ -73,9 +70,8 @@ DESCRIPTION = (
 )
 
 
-class ChatterboxBackend:
-    name = "chatterbox"
-    can_clone = True
+class ChatterboxBackend(NeuralBackend):
+    name, title = "chatterbox", "Chatterbox Turbo"
     needs_reference = False  # the built-in voice speaks without a clip
     # clones from the clip alone (the page hides the transcript box); Turbo refuses a clip of
     # 5 s or less (the official's assert, models/chatterbox/cloning.py); S3Gen reads its first
@@ -88,126 +84,81 @@ class ChatterboxBackend:
         transcript="ignored",
         best_seconds=(6.0, 10.0),
     )
-    reads_transcript = reference.transcript == "used"
+    reads_transcript = False
     description = DESCRIPTION
     knobs = KNOBS
-    # English: the page hides the language
-    capabilities = Capabilities(reads_language=False, waits_on_loop=True)
-    decode_step = None  # no step graphs
+    default_max_batch = DEFAULT_MAX_BATCH
+    frame_samples = SAMPLES_PER_TOKEN  # a chunk's frames: its tokens' worth of audio
 
     def __init__(
-        self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH
+        self, model: Any, model_name: str, device: str, max_batch: int | None = None
     ) -> None:
         from ..models.chatterbox.quant import t3_weight_format
 
-        self.model = model
-        self.model_name = model_name
-        self.device = device
+        super().__init__(model, model_name, device, max_batch)
         self.sample_rate = int(model.sample_rate)
-        self.frame_samples = SAMPLES_PER_TOKEN
         self.weight_format = t3_weight_format(model)  # "int8": T3's blocks (quantize)
         self.weight_format_reason = getattr(model, "format_decision", "")
-        # the served loop: its thread (tts-chatterbox, tts-chatterbox-english) starts on first use
-        self.scheduler = EngineLoop(model.runner(max_batch), make_request=model.request,
-                                    thread_name=f"tts-{self.name}")  # fmt: skip
-        self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
+        # the knobs without a declared default: the model's generate()'s (its sampling's)
+        self.knob_defaults = dataclasses.asdict(self.sampling_type()())
         preload_watermark()
 
-    @classmethod
-    def load(
-        cls,
-        name_or_path: str,
-        device: str = "auto",
-        max_batch: int = DEFAULT_MAX_BATCH,
-        quantize: str = "auto",
-        **_: Any,
-    ) -> ChatterboxBackend:
-        """Local folder in the released layout; float32 (dtype does not apply); quantize: T3 on
-        the 8-bit CPU path ("auto": where faster and >= 30 dB, models/chatterbox/quant.py);
-        max_batch: streams decoded together."""
-        from .device import resolve_device
-
-        device = resolve_device(device)
-        model = cls._load_model(name_or_path, device, quantize)
-        log.info("loaded %s %s on %s", cls.name, name_or_path, device)
-        return cls(model, str(name_or_path), device, max_batch=max_batch)
-
     @staticmethod
-    def _load_model(name_or_path: str, device: str, quantize: str) -> Any:
+    def load_model(name_or_path: str, device: str, dtype: Any, quantize: str = "auto") -> Any:
+        """A local folder in the released layout, float32 (dtype does not apply); quantize: T3
+        on the 8-bit CPU path ("auto": where faster and >= 30 dB, models/chatterbox/quant.py)."""
         from ..models.chatterbox.model import ChatterboxTurboModel
 
         return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, quantize=quantize)
 
     @staticmethod
-    def _sampling() -> type:
-        """The model's sampling settings (a dataclass whose defaults are its generate()'s)."""
+    def sampling_type() -> type:
+        """The model's sampling settings: a dataclass of knobs, its defaults generate()'s."""
         from ..models.chatterbox.sampling import TurboSampling
 
         return TurboSampling
 
-    def _request_args(self, values: dict[str, Any]) -> dict[str, Any]:
-        """The request's model.stream arguments of the knob values (besides seed, chunking)."""
-        return {"sampling": self._sampling()(**{name: values[name] for name in SAMPLING_KNOBS})}
+    def request_args(self, values: dict[str, Any]) -> dict[str, Any]:
+        """model.request's arguments of the knob values besides seed and chunking: the
+        sampling settings of their knobs."""
+        sampling = self.sampling_type()
+        fields = dataclasses.fields(sampling)
+        return {"sampling": sampling(**{field.name: values[field.name] for field in fields})}
 
-    def close(self) -> None:
-        """Stop the scheduler's thread; streams still running end without a final chunk."""
-        self.scheduler.close()
+    def voice_without_clip(self, reference_text: str | None) -> Voice:
+        """The checkpoint's built-in voice (conds.pt; a transcript is not used)."""
+        if self.model.builtin_voice is None:
+            raise InputError("This checkpoint has no built-in voice: add a reference clip.",
+                             "reference")  # fmt: skip
+        return Voice(self.name, None, {"mode": "built-in"})
 
-    def sampling_defaults(self) -> dict[str, Any]:
-        """Each knob's default: the sampling values of the model's generate() (`_sampling`'s
-        dataclass defaults), the declared ones of the rest."""
-        sampling = dataclasses.asdict(self._sampling()())
-        return {knob.name: sampling.get(knob.name, knob.default) for knob in self.knobs}
-
-    def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
-        """audio: 24 kHz mono float32 reference (Turbo: > 5 s), or None for the built-in voice."""
-        # A transcript (the built-in voices carry theirs) is not used: both models clone from
-        # the clip alone; the summary says so.
-        if audio is None:
-            if self.model.builtin_voice is None:
-                raise InputError("This checkpoint has no built-in voice: add a reference clip.",
-                                 "reference")  # fmt: skip
-            return Voice(self.name, None, {"mode": "built-in"})
-        clip = reference_clip(audio)
-        try:
-            # on the scheduler's thread, as every computation of the model (serving/loop.py)
-            voice = self.scheduler.call(self.model.create_voice, clip, 24000)
-        except ValueError as exc:  # e.g. shorter than 5 s
-            raise InputError(f"Reference clip: {exc}", "reference") from exc
-        return Voice(self.name, voice, {"mode": "reference", "transcript": False,
-                                        "transcript_ignored": bool(reference_text)})  # fmt: skip
-
-    def stream(
-        self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
-    ) -> Iterator[BackendChunk]:
-        seed = params.seed  # drawn by the engine where the request had none (Engine.prepare)
-        values = {**self.sampling_defaults(), **params.values_of(self.knobs)}
+    def submit(
+        self, text: str, voice: Any, params: SynthesisParams, cancel: threading.Event
+    ) -> RequestStream:
+        """model.request's arguments (model.stream's): the knobs as the model's sampling and
+        S3Gen's chunking (the shared chunk sizes only group the audio into events)."""
+        values = self.knob_values(params)
         chunking = StreamChunking(first_tokens=values["first_chunk_tokens"],
                                   chunk_tokens=values["chunk_tokens"])  # fmt: skip
-        if cancel.is_set():
-            return
-        try:  # model.stream's arguments (model.request, which submit calls, takes the same)
-            chunks = self.scheduler.submit(text, voice.data, seed=seed, chunking=chunking,
-                                           should_stop=cancel.is_set,
-                                           **self._request_args(values))  # fmt: skip
-        except ValueError as exc:  # the request's checks (e.g. text too long for T3)
-            raise InputError(str(exc)) from exc
+        return self.scheduler.submit(text, voice, seed=params.seed, chunking=chunking,
+                                     should_stop=cancel.is_set,
+                                     **self.request_args(values))  # fmt: skip
+
+    def backend_chunks(
+        self, chunks: RequestStream, params: SynthesisParams
+    ) -> Iterator[BackendChunk]:
+        """Each chunk with its Perth watermark (knob `watermark`), marked on the model thread:
+        beside the loop's steps, its torch threads and the steps' would share the cores
+        (measured: +0.45 s per 1 s chunk, 2 cores)."""
         from ..audio.perth_watermark import stream_marker
 
-        mark = stream_marker(values["watermark"], self.sample_rate)  # Perth, per chunk
-        try:
-            for chunk in chunks:
-                # on the model thread: beside the scheduler's steps, its torch threads and the
-                # steps' would share the cores (measured: +0.45 s per 1 s chunk, 2 cores)
-                audio = self.scheduler.call(mark, chunk.audio.astype(np.float32, copy=False),
-                                            chunk.final)  # fmt: skip
-                yield BackendChunk(audio, frames=audio.size // SAMPLES_PER_TOKEN,
-                                   stop_reason=chunk.stop_reason,
-                                   batch_size=chunk.batch_size)  # fmt: skip
-                if cancel.is_set():
-                    return
-        finally:
-            chunks.close()  # frees the row and its caches now, not at garbage collection
+        mark = stream_marker(self.knob_values(params)["watermark"], self.sample_rate)
+        for chunk in chunks:
+            audio = self.scheduler.call(mark, chunk.audio.astype(np.float32, copy=False),
+                                        chunk.final)  # fmt: skip
+            yield BackendChunk(audio, frames=audio.size // SAMPLES_PER_TOKEN,
+                               stop_reason=chunk.stop_reason,
+                               batch_size=chunk.batch_size)  # fmt: skip
 
 
 def preload_watermark() -> None:

@@ -52,29 +52,26 @@ class ChatterboxEnglishBackend(ChatterboxBackend):
     """Turbo's backend (voices, streams through the served loop) with the English model and
     its knobs."""
 
-    name = "chatterbox-english"
+    name, title = "chatterbox-english", "Chatterbox"
     # no shortest clip (the English model's prepare_conditionals asserts none); T3 reads the
     # first 6 s, S3Gen the first 10 s
     reference = ReferenceNeeds(sample_rate=24_000, transcript="ignored", best_seconds=(6.0, 10.0))
-    reads_transcript = False
     description = DESCRIPTION
     knobs = KNOBS
 
     @staticmethod
-    def _load_model(name_or_path: str, device: str, quantize: str) -> Any:
-        """A folder in the English release layout, float32 (`quantize` does not apply: no
-        8-bit path for this model)."""
+    def load_model(name_or_path: str, device: str, dtype: Any) -> Any:
+        """A folder in the English release layout, float32 (dtype does not apply; no 8-bit
+        path for this model: its spec passes no quantize)."""
         from ..models.chatterbox.english import ChatterboxEnglishModel
 
         return ChatterboxEnglishModel.from_pretrained(name_or_path, device=device)
 
     @staticmethod
-    def _sampling() -> type:
+    def sampling_type() -> type:
         from ..models.chatterbox.english_t3 import EnglishSampling
 
-        return EnglishSampling
+        return EnglishSampling  # with the guidance weight (cfg_weight)
 
-    def _request_args(self, values: dict[str, Any]) -> dict[str, Any]:
-        names = (*SAMPLING_KNOBS, "cfg_weight")  # EnglishSampling carries the guidance weight
-        sampling = self._sampling()(**{name: values[name] for name in names})
-        return {"exaggeration": values["exaggeration"], "sampling": sampling}
+    def request_args(self, values: dict[str, Any]) -> dict[str, Any]:
+        return {**super().request_args(values), "exaggeration": values["exaggeration"]}

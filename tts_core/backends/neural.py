@@ -1,5 +1,5 @@
-"""The generic part of the backends of neural models served on one engine loop (VoxCPM2, TADA),
-written once. A model's backend declares what it is and how the engine's settings become its
+"""The generic part of the backends of neural models served on one engine loop (VoxCPM2, TADA,
+Chatterbox), written once. A model's backend declares what it is and how the engine's settings become its
 model's request (`submit`); `NeuralBackend` loads the model, serves it on
 `EngineLoop(model.runner(n), make_request=model.request)` (one thread steps every stream and
 makes the voices: serving/loop.py), checks clips, and streams chunks (one stateful decoder pass
@@ -72,17 +72,19 @@ class NeuralBackend:
         device: str = "auto",
         dtype: str = "auto",
         max_batch: int | None = None,
+        **options: Any,
     ) -> NeuralBackend:
         """A Hub repo id or local folder; dtype "auto": as device.resolve_dtype; max_batch:
-        streams decoded together (None: `default_max_batch`)."""
+        streams decoded together (None: `default_max_batch`); `options`: the model's own
+        (its spec's backend_options, e.g. Chatterbox Turbo's quantize) to `load_model`."""
         import torch
 
         device = cls.resolve_device(device)
-        dtype = resolve_dtype(dtype, device)
-        model = cls.load_model(name_or_path, device, getattr(torch, dtype))
+        dtype = getattr(torch, resolve_dtype(dtype, device))
+        model = cls.load_model(name_or_path, device, dtype, **options)
         backend = cls(model, str(name_or_path), device, max_batch=max_batch)
-        log.info("loaded %s %s on %s (%s, %d Hz)", cls.title, name_or_path, device, dtype,
-                 backend.sample_rate)  # fmt: skip
+        log.info("loaded %s %s on %s (%s, %d Hz)", cls.title, name_or_path, device,
+                 backend.weight_format, backend.sample_rate)  # fmt: skip
         return backend
 
     @classmethod
@@ -90,7 +92,7 @@ class NeuralBackend:
         return resolve_device(device)
 
     @staticmethod
-    def load_model(name_or_path: str, device: str, dtype: Any) -> Any:
+    def load_model(name_or_path: str, device: str, dtype: Any, **options: Any) -> Any:
         """The library's model of the checkpoint (each backend's loader)."""
         raise NotImplementedError
 
@@ -109,6 +111,9 @@ class NeuralBackend:
                                         reference_text)  # fmt: skip
         except ValueError as exc:  # the model's own checks on the clip
             raise InputError(f"Reference clip: {exc}", "reference") from exc
+        if self.reference.transcript == "ignored":  # cloned from the clip alone
+            return Voice(self.name, voice, {"mode": "reference", "transcript": False,
+                                            "transcript_ignored": bool(reference_text)})  # fmt: skip
         mode = "continuation" if reference_text else "reference"
         return Voice(self.name, voice, {"mode": mode, "transcript": bool(reference_text)})
 
@@ -144,21 +149,32 @@ class NeuralBackend:
         self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
     ) -> Iterator[BackendChunk]:
         """Frames decoded `first_chunk_frames` then `chunk_frames` at a time; a Stop frees the
-        row at the loop's next step (after the frame in progress)."""
+        row at the loop's next step (after the frame in progress). Cancelled before it is
+        queued: nothing is queued."""
+        if cancel.is_set():
+            return
         try:
             chunks = self.submit(text, voice.data, params, cancel)
         except ValueError as exc:  # the model's checks of this request (e.g. prompt too long)
             raise InputError(str(exc)) from exc
         try:
-            for chunk in chunks:
-                yield BackendChunk(chunk.audio, independent=False,
-                                   frames=getattr(chunk, self.chunk_frames),
-                                   stop_reason=chunk.stop_reason,
-                                   batch_size=chunk.batch_size)  # fmt: skip
+            for chunk in self.backend_chunks(chunks, params):
+                yield chunk
                 if cancel.is_set():
                     return
         finally:
             chunks.close()  # frees the row and its caches now, not at garbage collection
+
+    def backend_chunks(
+        self, chunks: RequestStream, params: SynthesisParams
+    ) -> Iterator[BackendChunk]:
+        """The model's chunks as the engine's: one stateful decoder pass (never independent),
+        `chunk_frames` frames each."""
+        for chunk in chunks:
+            yield BackendChunk(chunk.audio, independent=False,
+                               frames=getattr(chunk, self.chunk_frames),
+                               stop_reason=chunk.stop_reason,
+                               batch_size=chunk.batch_size)  # fmt: skip
 
 
 def reference_clip(audio: np.ndarray) -> np.ndarray:
