@@ -46,8 +46,8 @@ WATERMARK_KNOB = Knob(
 # sampling_defaults), then the streaming chunk sizes; declared once here for page, API, checks.
 KNOBS = (
     *sampling_knobs(*SAMPLING_KNOBS),
-    # S3Gen's chunking (StreamChunking); the shared first_chunk_frames / chunk_frames only group
-    # the audio into events. One token = 40 ms of audio; each pass re-runs the flow.
+    # S3Gen's chunking (StreamChunking): a chunk is a pass, so the shared first_chunk_frames /
+    # chunk_frames are not read here (the engine regroups only eSpeak's phrases). One token = 40 ms of audio; each pass re-runs the flow.
     Knob("first_chunk_tokens", int, 1, 200, default=DEFAULT_CHUNKING.first_tokens,
          label="First S3Gen chunk (tokens)", step=1, ui_range=(4, 100),
          help="Speech tokens before the first audio is made: fewer start sooner, but the "
@@ -136,7 +136,7 @@ class ChatterboxBackend(NeuralBackend):
         self, text: str, voice: Any, params: SynthesisParams, cancel: threading.Event
     ) -> RequestStream:
         """model.request's arguments (model.stream's): the knobs as the model's sampling and
-        S3Gen's chunking (the shared chunk sizes only group the audio into events)."""
+        S3Gen's chunking (a chunk is a pass: the shared chunk sizes are not read)."""
         values = self.knob_values(params)
         chunking = StreamChunking(first_tokens=values["first_chunk_tokens"],
                                   chunk_tokens=values["chunk_tokens"])  # fmt: skip
