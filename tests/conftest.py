@@ -430,3 +430,63 @@ def launch_app(tmp_path_factory):
 def app_server(launch_app):
     """The real app (`python app.py --model espeak`): (url, log path)."""
     return launch_app("--model", "espeak", "--max-file-size", "2mb")
+
+
+# ---------------------------------------------------------------------------- the fast tier
+# `make test-fast` (`pytest -m fast`): the inner loop's tier, under 2 minutes on 2 idle cores.
+# A test is in it when its file is listed here, it is not marked slow, and its id does not start
+# with an entry of NOT_FAST (the few long tests of a listed file). With `-m fast` alone, the
+# files not listed are not even imported (their collection would cost ~12 s of the budget).
+FAST_FILES = (
+    # serving, engine, admission, validation: fakes and the eSpeak engine
+    "test_serving_engine.py", "test_serving_loop.py", "test_serving_alone.py",
+    "test_serving_submit.py", "test_engine.py", "test_admission.py", "test_validation.py",
+    "test_cancel_and_sampling_guards.py", "test_joiner.py", "test_model_thread.py",
+    "test_knobs.py", "test_layers_batch_invariance.py",
+    # the server's and the page's checks of what they are sent
+    "test_hardening_inputs.py", "test_server_hardening.py", "test_page_handlers.py",
+    "test_page_fit.py", "test_voice_registry.py", "test_voice_quotas.py", "test_disk_guard.py",
+    "test_voice_store_crash.py", "test_reference_limits.py", "test_openai_api.py",
+    # audio utilities, the container's rules, the docs' paths and options
+    "test_audio_formats.py", "test_audio_analysis.py", "test_native_rate.py",
+    "test_builtin_voices.py", "test_espeak_lib.py", "test_container.py", "test_docs_paths.py",
+    "test_readme_options.py", "test_one_registration.py",
+)  # fmt: skip
+NOT_FAST = (
+    "test_audio_analysis.py::test_yin_matches_librosa",  # ~17 s idle each (librosa's own)
+    "test_audio_analysis.py::test_voice_encoder_front_end_matches_librosa",
+    "test_audio_analysis.py::test_voice_parameters_match_librosa",
+    "test_cancel_and_sampling_guards.py::test_model_stops_within_one_frame_of_should_stop",
+    "test_container.py::test_the_kernels_prebuilt",  # compiles every kernel
+    "test_server_hardening.py::test_pcm_route_is_admitted_through_the_engines_line",
+    "test_one_registration.py::test_v1_lists_the_knob",
+    "test_layers_batch_invariance.py::test_attention_rows_apart_gives_each_row_what_it_gets_alone[8]",
+    "test_layers_batch_invariance.py::test_stack_rows_apart_gives_each_row_what_it_gets_alone[8]",
+)  # fmt: skip
+TESTS = Path(__file__).resolve().parent
+
+
+def in_fast_tier(path: Path) -> bool:
+    return path.parent == TESTS and path.name in FAST_FILES
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:  # noqa: ANN001
+    """With `-m fast`, a test file outside the tier is not imported."""
+    fast_only = config.getoption("markexpr", "") == "fast"
+    is_test_file = collection_path.suffix == ".py" and collection_path.name.startswith("test_")
+    if fast_only and is_test_file and not in_fast_tier(collection_path):
+        return True
+    return None
+
+
+def is_fast(item: pytest.Item) -> bool:
+    node = f"{item.path.name}::{item.name}"
+    listed = in_fast_tier(item.path) and not any(node.startswith(e) for e in NOT_FAST)
+    return listed and item.get_closest_marker("slow") is None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marks
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
+    for item in items:
+        if is_fast(item):
+            item.add_marker(pytest.mark.fast)
