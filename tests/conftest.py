@@ -447,27 +447,40 @@ FAST_FILES = (
     "test_hardening_inputs.py", "test_server_hardening.py", "test_page_handlers.py",
     "test_page_fit.py", "test_voice_registry.py", "test_voice_quotas.py", "test_disk_guard.py",
     "test_voice_store_crash.py", "test_reference_limits.py", "test_openai_api.py",
-    # audio utilities, the container's rules, the docs' paths and options
-    "test_audio_formats.py", "test_audio_analysis.py", "test_native_rate.py",
+    # audio utilities (not test_audio_analysis.py: librosa's numba compile, ~12 s of CPU a
+    # process), the container's rules, the docs' paths and options
+    "test_audio_formats.py", "test_native_rate.py",
     "test_builtin_voices.py", "test_espeak_lib.py", "test_container.py", "test_docs_paths.py",
-    "test_readme_options.py", "test_one_registration.py",
+    "test_readme_options.py", "test_one_registration.py", "test_fast_tier.py",
+    # the tiny checkpoints' quick parity tests and the 8-bit layer
+    "qwen3/test_end_to_end_parity.py", "qwen3/test_talker.py", "qwen3/test_prompt.py",
+    "qwen3/test_sampling.py", "qwen3/test_codec_decoder.py", "qwen3/test_int8.py",
+    "chatterbox/test_components.py", "chatterbox/test_generate.py",
+    "voxcpm2/test_model_parity.py", "voxcpm2/test_vae_parity.py",
 )  # fmt: skip
 NOT_FAST = (
-    "test_audio_analysis.py::test_yin_matches_librosa",  # ~17 s idle each (librosa's own)
-    "test_audio_analysis.py::test_voice_encoder_front_end_matches_librosa",
-    "test_audio_analysis.py::test_voice_parameters_match_librosa",
     "test_cancel_and_sampling_guards.py::test_model_stops_within_one_frame_of_should_stop",
     "test_container.py::test_the_kernels_prebuilt",  # compiles every kernel
     "test_server_hardening.py::test_pcm_route_is_admitted_through_the_engines_line",
     "test_one_registration.py::test_v1_lists_the_knob",
     "test_layers_batch_invariance.py::test_attention_rows_apart_gives_each_row_what_it_gets_alone[8]",
     "test_layers_batch_invariance.py::test_stack_rows_apart_gives_each_row_what_it_gets_alone[8]",
+    "qwen3/test_codec_decoder.py::test_released_geometry",  # builds the released-size decoder
+    "qwen3/test_int8.py::test_accuracy_on_the_tiny_checkpoints",  # whole-model int8 runs
+    "qwen3/test_int8.py::test_quantized_model_speaks",
+    "qwen3/test_int8.py::test_load_model_switch",
+    "qwen3/test_int8.py::test_auto_keeps_the_float_model",
 )  # fmt: skip
 TESTS = Path(__file__).resolve().parent
 
 
+def tier_name(path: Path) -> str:
+    """A test file's name in FAST_FILES: its path under tests/ ("qwen3/test_int8.py")."""
+    return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else str(path)
+
+
 def in_fast_tier(path: Path) -> bool:
-    return path.parent == TESTS and path.name in FAST_FILES
+    return tier_name(path) in FAST_FILES
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:  # noqa: ANN001
@@ -480,7 +493,7 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:  # noqa
 
 
 def is_fast(item: pytest.Item) -> bool:
-    node = f"{item.path.name}::{item.name}"
+    node = f"{tier_name(item.path)}::{item.name}"
     listed = in_fast_tier(item.path) and not any(node.startswith(e) for e in NOT_FAST)
     return listed and item.get_closest_marker("slow") is None
 
