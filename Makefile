@@ -1,6 +1,7 @@
-# Two commands for a fresh Linux machine with Python 3.11:
+# Commands for a fresh Linux machine with Python 3.11:
 #   make run    start the app on http://127.0.0.1:7860 (offline eSpeak voice if no model loads)
 #   make test   lint + the whole test suite (installs Debian's chromium for the browser test)
+#   make test-fast   the inner loop's tier (`pytest -m fast`): under 2 minutes on 2 idle cores
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,13 +12,18 @@ ARGS ?=
 # (a worker that crashes ends the run with an error: replaced, xdist was seen to hang at the end)
 TEST_WORKERS ?= 2
 
-.PHONY: run test install lint browser cross clean-venv
+.PHONY: run test test-fast install lint browser cross clean-venv
 
 run: $(STAMP)
 	$(PY) app.py $(ARGS)
 
 test: $(STAMP) $(SCALE_STAMP) browser cross lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 0
+
+# the tests marked fast (tests/conftest.py's FAST_FILES): serving, engine, validation, audio,
+# the server's checks; no browser, no model checkpoint larger than a fixture
+test-fast: $(STAMP)
+	$(PY) -m pytest -m fast -n $(TEST_WORKERS) --dist loadfile --max-worker-restart 0
 
 install: $(STAMP)
 

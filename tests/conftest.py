@@ -430,3 +430,76 @@ def launch_app(tmp_path_factory):
 def app_server(launch_app):
     """The real app (`python app.py --model espeak`): (url, log path)."""
     return launch_app("--model", "espeak", "--max-file-size", "2mb")
+
+
+# ---------------------------------------------------------------------------- the fast tier
+# `make test-fast` (`pytest -m fast`): the inner loop's tier, under 2 minutes on 2 idle cores.
+# A test is in it when its file is listed here, it is not marked slow, and its id does not start
+# with an entry of NOT_FAST (the few long tests of a listed file). With `-m fast` alone, the
+# files not listed are not even imported (their collection would cost ~12 s of the budget).
+FAST_FILES = (
+    # serving, engine, admission, validation: fakes and the eSpeak engine
+    "test_serving_engine.py", "test_serving_loop.py", "test_serving_alone.py",
+    "test_serving_submit.py", "test_engine.py", "test_admission.py", "test_validation.py",
+    "test_cancel_and_sampling_guards.py", "test_joiner.py", "test_model_thread.py",
+    "test_knobs.py", "test_layers_batch_invariance.py",
+    # the server's and the page's checks of what they are sent
+    "test_hardening_inputs.py", "test_server_hardening.py", "test_page_handlers.py",
+    "test_page_fit.py", "test_voice_registry.py", "test_voice_quotas.py", "test_disk_guard.py",
+    "test_voice_store_crash.py", "test_reference_limits.py", "test_openai_api.py",
+    # audio utilities (not test_audio_analysis.py: librosa's numba compile, ~12 s of CPU a
+    # process), the container's rules, the docs' paths and options
+    "test_audio_formats.py", "test_native_rate.py",
+    "test_builtin_voices.py", "test_espeak_lib.py", "test_container.py", "test_docs_paths.py",
+    "test_readme_options.py", "test_one_registration.py", "test_fast_tier.py",
+    # the tiny checkpoints' quick parity tests and the 8-bit layer
+    "qwen3/test_end_to_end_parity.py", "qwen3/test_talker.py", "qwen3/test_prompt.py",
+    "qwen3/test_sampling.py", "qwen3/test_codec_decoder.py", "qwen3/test_int8.py",
+    "chatterbox/test_components.py", "chatterbox/test_generate.py",
+    "voxcpm2/test_model_parity.py", "voxcpm2/test_vae_parity.py",
+)  # fmt: skip
+NOT_FAST = (
+    "test_cancel_and_sampling_guards.py::test_model_stops_within_one_frame_of_should_stop",
+    "test_container.py::test_the_kernels_prebuilt",  # compiles every kernel
+    "test_server_hardening.py::test_pcm_route_is_admitted_through_the_engines_line",
+    "test_one_registration.py::test_v1_lists_the_knob",
+    "test_layers_batch_invariance.py::test_attention_rows_apart_gives_each_row_what_it_gets_alone[8]",
+    "test_layers_batch_invariance.py::test_stack_rows_apart_gives_each_row_what_it_gets_alone[8]",
+    "qwen3/test_codec_decoder.py::test_released_geometry",  # builds the released-size decoder
+    "qwen3/test_int8.py::test_accuracy_on_the_tiny_checkpoints",  # whole-model int8 runs
+    "qwen3/test_int8.py::test_quantized_model_speaks",
+    "qwen3/test_int8.py::test_load_model_switch",
+    "qwen3/test_int8.py::test_auto_keeps_the_float_model",
+)  # fmt: skip
+TESTS = Path(__file__).resolve().parent
+
+
+def tier_name(path: Path) -> str:
+    """A test file's name in FAST_FILES: its path under tests/ ("qwen3/test_int8.py")."""
+    return path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else str(path)
+
+
+def in_fast_tier(path: Path) -> bool:
+    return tier_name(path) in FAST_FILES
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:  # noqa: ANN001
+    """With `-m fast`, a test file outside the tier is not imported."""
+    fast_only = config.getoption("markexpr", "") == "fast"
+    is_test_file = collection_path.suffix == ".py" and collection_path.name.startswith("test_")
+    if fast_only and is_test_file and not in_fast_tier(collection_path):
+        return True
+    return None
+
+
+def is_fast(item: pytest.Item) -> bool:
+    node = f"{tier_name(item.path)}::{item.name}"
+    listed = in_fast_tier(item.path) and not any(node.startswith(e) for e in NOT_FAST)
+    return listed and item.get_closest_marker("slow") is None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marks
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
+    for item in items:
+        if is_fast(item):
+            item.add_marker(pytest.mark.fast)

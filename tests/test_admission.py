@@ -3,6 +3,7 @@ first served; a cancelled or abandoned request gives its place back at once."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from tts_core.engine import Engine, EngineBusy, EngineConfig, SynthesisRequest
-from tts_core.engine.admission import Admission
+from tts_core.engine.admission import Admission, Ticket
 
 TEXT = "Hello there, this is a short test of the engine."
 
@@ -47,11 +48,28 @@ def test_first_come_first_served():
     threads = [threading.Thread(target=run, args=(i,)) for i in (3, 1, 0, 2)]  # start shuffled
     for thread in threads:
         thread.start()
-    time.sleep(0.2)
+    wait_until(lambda: all(map(waiting_for_its_turn, threads)))  # all in line, then the turn
     first.release()
     for thread in threads:
         thread.join(5)
     assert order == [0, 1, 2, 3]
+
+
+def wait_until(condition, hang_s: float = 30.0) -> None:  # noqa: ANN001 - a callable
+    deadline = time.monotonic() + hang_s
+    while not condition():
+        assert time.monotonic() < deadline, "hang"
+        time.sleep(0.001)
+
+
+def waiting_for_its_turn(thread: threading.Thread) -> bool:
+    """`thread` is blocked in Ticket.wait_turn (its place in the line)."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code is Ticket.wait_turn.__code__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def test_cancel_while_waiting_leaves_the_line():

@@ -171,9 +171,12 @@ def test_concurrency_limit_queues_requests(espeak_backend):
         assert time.monotonic() < deadline and thread.is_alive(), "the second request vanished"
         time.sleep(0.005)
     assert parked and not results, "the second request ran beside the first"
+    # watched parked for 50 ms (a wait long enough to show in the stats, rounded to 0.1 ms)
     parked_at = time.perf_counter()
-    time.sleep(0.05)  # a wait long enough to show in the stats (rounded to 0.1 ms)
-    assert (engine.active_requests, engine.waiting_requests) == (1, 1) and not results
+    while time.perf_counter() - parked_at < 0.05:
+        assert _waiting_for_its_turn(thread) and not results
+        assert (engine.active_requests, engine.waiting_requests) == (1, 1)
+        time.sleep(0.005)
     released_at = time.perf_counter()
     list(first)
     thread.join(timeout=HANG_S)

@@ -17,7 +17,6 @@ import os
 import shutil
 import statistics
 import struct
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -236,7 +235,9 @@ def test_standard_player_stays_available_behind_the_toggle(chromium_page, player
     page.wait_for_function("() => window.__playing !== null", timeout=BROWSER_HANG_MS)
     heard_ms = page.evaluate("() => window.__playing - window.__press")
     print(f"\nstandard gr.Audio (HLS) player: click -> 'playing' {heard_ms:.0f} ms")
-    time.sleep(0.3)
+    # once the click's synthesis has ended: a second one from the same click would have been
+    # sent with it and run beside it (two slots), not after it
+    wait_until(lambda: engine.runs[runs_before]["ended"] is not None, HANG_S)
     assert page.evaluate(LAST_RUN) == last_low_latency_run  # the low-latency player kept still
     assert len(engine.runs) == runs_before + 1  # exactly one synthesis per click
     page.get_by_label("Low latency (Web Audio)").check()

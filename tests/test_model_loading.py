@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import pytest
@@ -36,16 +35,17 @@ def test_slot_answers_loading_until_the_engine_is_set(espeak_backend):
 
 
 def test_background_load_hands_over_the_engine_or_its_failure(espeak_backend):
-    gate = threading.Event()
+    loading, gate = threading.Event(), threading.Event()
 
     def build(report):  # noqa: ANN001, ANN202
         report(LOADING)
+        loading.set()
         gate.wait(10)
         return Engine(espeak_backend)
 
     slot = EngineSlot("espeak")
     thread = slot.load(build)
-    time.sleep(0.05)
+    assert loading.wait(10)  # the load is under way and held at the gate
     assert not slot.ready and slot.progress.phase == LOADING
     gate.set()
     thread.join(10)

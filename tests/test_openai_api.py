@@ -454,14 +454,18 @@ def test_requests_waiting_in_line_do_not_hold_the_shared_pool(espeak_backend, tm
             threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(3)]
             for thread in threads:
                 thread.start()
-            wait_until(lambda: engine.waiting_requests == 3, 10)
-            time.sleep(0.3)  # each has reached its wait for a turn
-            names = {threading._active[ident].name for ident, frame in sys._current_frames().items()
-                     if ident in threading._active and _in_admission_wait(frame)}  # fmt: skip
-            assert names == set(), names  # no thread blocked in the line (was: one each)
+            wait_until(lambda: engine.waiting_requests == 3, 10)  # each in line
+            names = _threads_in_admission_wait()
+            assert names == [], names  # no thread blocked in the line (was: one each)
         for thread in threads:
             thread.join(timeout=60)
         assert results == {0: 200, 1: 200, 2: 200}
+
+
+def _threads_in_admission_wait() -> list[str]:
+    """The names of the threads waiting for a turn in the engine's line now."""
+    return [threading._active[ident].name for ident, frame in sys._current_frames().items()
+            if ident in threading._active and _in_admission_wait(frame)]  # fmt: skip
 
 
 def _in_admission_wait(frame) -> bool:  # noqa: ANN001 - a frame object
