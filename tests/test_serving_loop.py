@@ -126,12 +126,6 @@ def test_a_row_waiting_for_input_keeps_its_place_and_the_loop_sleeps(loop, runne
     assert list(stream) == alone(text_in)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RequestStream.__del__ sets the request's cancel flag without waking the loop: a "
-    "row waiting for input whose consumer disconnects keeps its row while the loop sleeps "
-    "(until some other request wakes it); RequestStream.close notifies, __del__ does not",
-)
 def test_a_consumer_that_disconnects_while_its_row_waits_for_input_frees_the_row(loop, runner):
     text_in = FakeRequest(1, wanted=8)
     text_in.ready.clear()

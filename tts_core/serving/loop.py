@@ -164,4 +164,8 @@ class RequestStream:
                 self._wake.notify_all()
 
     def __del__(self) -> None:
+        """A consumer gone without close: stop the request and wake the loop (it may be
+        asleep with every row waiting for input, this one included)."""
         self._seq.cancelled.set()
+        with self._wake:
+            self._wake.notify_all()
