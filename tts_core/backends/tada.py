@@ -103,7 +103,7 @@ class TadaBackend:
     weight_format_reason, decode_step = "", None
 
     def __init__(self, model: Any, model_name: str, max_batch: int | None = None) -> None:
-        from ..models.tada.serving import DEFAULT_MAX_BATCH, TadaScheduler
+        from ..serving import EngineLoop
 
         self.model = model
         self.model_name = model_name
@@ -111,7 +111,9 @@ class TadaBackend:
         self.sample_rate = TADA_RATE
         self.frame_samples = TADA_RATE // TADA_FRAME_RATE  # one codec frame; a token: 1 or more
         self.weight_format = str(next(model.lm.parameters()).dtype).removeprefix("torch.")
-        self.scheduler = TadaScheduler(model, max_batch=max_batch or DEFAULT_MAX_BATCH)
+        self.scheduler = EngineLoop(
+            model.runner(max_batch), make_request=model.request, thread_name="tts-tada"
+        )
         self.default_concurrency = self.scheduler.max_batch
 
     def close(self) -> None:
