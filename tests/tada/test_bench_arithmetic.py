@@ -82,7 +82,8 @@ OFFICIAL = [p for p in bench.OFFICIAL_PYTHONS if p.exists()]
 def test_smoke_build_and_both_sides(tmp_path):
     """The script as documented, on the --smoke checkpoint: build in the oracle env, then one
     run of each side; both make the same audio from the same positions (same prompt, text,
-    forced durations), and every figure of the table is there."""
+    forced durations), and every figure of the table is there, with the load averages and
+    each side's peak memory."""
     import json
     import os
     import subprocess
@@ -102,5 +103,7 @@ def test_smoke_build_and_both_sides(tmp_path):
     ours, official = result["ours"], result["official"]
     assert ours["audio_s"] == official["audio_s"] > 0
     assert ours["positions"] == official["positions"] > 0
+    assert len(result["load_average"]) == 3  # before ours, between the sides, after both
+    assert ours["peak_rss_gb"] > 0 and official["peak_rss_gb"] > 0
     assert [row[0] for row in bench.table(ours, official)] == [
         "lm_step_ms", "flow_head_ms", "decoder_per_audio_s", "first_audio_s", "rtf"]  # fmt: skip
