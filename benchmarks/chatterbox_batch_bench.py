@@ -79,14 +79,13 @@ def real_size_model():
 
 
 def run(model, streams: int, mode: str, max_new_tokens: int, t3_together: bool = True) -> dict:
-    from tts_core.models.chatterbox.serving import TurboRunner, make_request
     from tts_core.serving import BatchEngine, InlineOutbox
 
-    runner = TurboRunner(model, max(streams, 1), mode)
+    runner = model.runner(max(streams, 1), mode)
     runner.t3_batched = runner.t3_batched and t3_together
     engine = BatchEngine(runner, isolate_failures=False)
-    seqs = [make_request(model, TEXTS[i % len(TEXTS)], seed=i + 1, max_new_tokens=max_new_tokens,
-                         outbox=InlineOutbox()) for i in range(streams)]  # fmt: skip
+    seqs = [model.request(TEXTS[i % len(TEXTS)], seed=i + 1, max_new_tokens=max_new_tokens,
+                          outbox=InlineOutbox()) for i in range(streams)]  # fmt: skip
     before = load_average()
     start = time.perf_counter()
     for seq in seqs:
@@ -129,7 +128,7 @@ def t3_step(model, rows: int, repeat: int = 5) -> dict:
     states = [TurboRow() for _ in range(rows)]
     forced = torch.zeros(4 * repeat + 2, dtype=torch.long)
     for i, row in enumerate(states):
-        draws = t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model._ids(TEXTS[i % 4]),
+        draws = t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model.text_ids(TEXTS[i % 4]),
                          TurboSampling(), None, forced=forced, row=row)  # fmt: skip
         next(draws)
     token = forced[:1].view(1, 1)

@@ -113,7 +113,7 @@ def tiny_rows() -> list[dict]:
         for seed in (1, 3):
             tokens = float_model.generate(TEXT, seed=seed).tokens
             forced = torch.cat([tokens, torch.tensor([STOP_SPEECH])])  # + STOP: its logits too
-            cond = (voice.speaker_emb, voice.t3_prompt_tokens, float_model._ids(TEXT))
+            cond = (voice.speaker_emb, voice.t3_prompt_tokens, float_model.text_ids(TEXT))
             logits = (forced_logits(float_model.t3, cond, forced),
                       forced_logits(int8_model.t3, cond, forced))  # fmt: skip
             row = dict(model=folder.name, seed=seed, kernel=_kernel(int8_model.t3),

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/listeners_bench.py --model /tmp/qwen3-0.6B-random \
         [--listeners 1 2 3 4] [--rounds 2] [--buffer-ms 250] [--app-arg=...] [--json out.json]
+        [--app-dir /tmp/before] [--text "..."]
 
 Starts the real app as served_bench.py does (its defaults otherwise), warms the voice with one
 request, then for each number of listeners N starts N streams at once (`--rounds` times, one
@@ -85,9 +86,11 @@ def summarize(streams: list[dict]) -> dict:
 
 
 # ---------------------------------------------------------------- the requests
-def one_stream(url: str, seed: int, sample_rate: int) -> tuple[list[tuple[float, float]], float]:
+def one_stream(
+    url: str, seed: int, sample_rate: int, text: str = TEXT
+) -> tuple[list[tuple[float, float]], float]:
     """(arrivals as playback() takes them, seconds from the request to the last byte)."""
-    body = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "pcm",
+    body = {"model": "tts-1", "input": text, "voice": "alloy", "response_format": "pcm",
             "seed": seed}  # fmt: skip
     arrivals, started = [], time.perf_counter()
     with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=900) as response:
@@ -108,7 +111,9 @@ def with_rtf(arrivals: list[tuple[float, float]], ended_s: float, buffer_s: floa
     return heard
 
 
-def concurrent(url: str, listeners: int, seed: int, sample_rate: int, buffer_s: float) -> list:
+def concurrent(
+    url: str, listeners: int, seed: int, sample_rate: int, buffer_s: float, text: str = TEXT
+) -> list:
     """`listeners` streams started together (a barrier), each with its own seed."""
     results: list[dict | BaseException] = [None] * listeners  # type: ignore[list-item]
     barrier = threading.Barrier(listeners)
@@ -116,7 +121,7 @@ def concurrent(url: str, listeners: int, seed: int, sample_rate: int, buffer_s: 
     def listen(index: int) -> None:
         try:
             barrier.wait()
-            results[index] = with_rtf(*one_stream(url, seed + index, sample_rate), buffer_s)
+            results[index] = with_rtf(*one_stream(url, seed + index, sample_rate, text), buffer_s)
         except BaseException as error:  # noqa: BLE001 - reported in the main thread
             results[index] = error
 
@@ -153,6 +158,8 @@ def main() -> None:
     ap.add_argument("--app-arg", action="append", default=[], help="passed on to app.py")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the app")
     ap.add_argument("--json", type=Path, default=None, help="default: results/listeners-*.json")
+    ap.add_argument("--app-dir", default=None, help="the tree whose app.py runs (default: this)")
+    ap.add_argument("--text", default=TEXT, help="what every stream says")
     args = ap.parse_args()
     buffer_s = args.buffer_ms / 1000
     port, log_path = free_port(), Path(f"/tmp/listeners_bench_{os.getpid()}.log")
@@ -162,17 +169,17 @@ def main() -> None:
     try:
         info = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][-1]["info"]
         rate = info["sample_rate"]
-        one_stream(url, 0, rate)  # the voice's prompt is built once, before any timing
+        one_stream(url, 0, rate, args.text)  # the voice's prompt is built once, before any timing
         rows, streams = {}, {}
         for n in args.listeners:
             streams[n] = [s for r in range(args.rounds)
-                          for s in concurrent(url, n, 1000 * n + 10 * r, rate, buffer_s)]  # fmt: skip
+                          for s in concurrent(url, n, 1000 * n + 10 * r, rate, buffer_s, args.text)]  # fmt: skip
             rows[n] = summarize(streams[n])
     finally:
         app.terminate()
         app.wait(timeout=60)
     load_after = load_average()
-    result = {"model": args.model, "env": args.env, "app_args": args.app_arg,
+    result = {"model": args.model, "app_dir": args.app_dir, "text": args.text, "env": args.env, "app_args": args.app_arg,
               "weight_format": info.get("weight_format"), "buffer_ms": args.buffer_ms,
               "rounds": args.rounds, "load_average_before": load_before,
               "load_average_after": load_after, "rows": rows, "streams": streams}  # fmt: skip

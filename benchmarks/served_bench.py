@@ -43,10 +43,13 @@ def load_average() -> str:
 
 
 def start_app(args: argparse.Namespace, port: int, log_path: Path) -> subprocess.Popen:
-    env = {**os.environ, **dict(item.split("=", 1) for item in args.env)}
-    command = [sys.executable, str(REPO / "app.py"), "--model", args.model, "--port", str(port),
+    """The app of `args.app_dir` (default: this checkout; another tree, e.g. a `git archive` of
+    an earlier commit, is timed by the same script with its own code on PYTHONPATH)."""
+    tree = Path(getattr(args, "app_dir", None) or REPO).resolve()
+    env = {**os.environ, "PYTHONPATH": str(tree), **dict(item.split("=", 1) for item in args.env)}
+    command = [sys.executable, str(tree / "app.py"), "--model", args.model, "--port", str(port),
                "--wait-for-model", "--no-fallback", *args.app_arg]  # fmt: skip
-    app = subprocess.Popen(command, cwd=REPO, env=env, stdout=log_path.open("w"),
+    app = subprocess.Popen(command, cwd=tree, env=env, stdout=log_path.open("w"),
                            stderr=subprocess.STDOUT)  # fmt: skip
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:

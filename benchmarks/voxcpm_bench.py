@@ -22,7 +22,7 @@ streaming VAE decode of one patch). Time to first audio = from the `stream` call
 chunk with audio (prompt building, prefill, one DiT solve, one VAE decode).
 
 Continuous batching (`--streams 1 4`): per mode, N requests (seeds 0..N-1, `max_len` =
-`--patches`) through one VoxCPMScheduler (models/voxcpm/serving.py): each alone, one after the
+`--patches`) through one served EngineLoop (models/voxcpm/runner.py): each alone, one after the
 other, then N at once; audio seconds per wall second of each, time to first audio, and whether
 every stream of the batch is byte-identical to itself alone. The model loads and computes on
 threads that end (or on the scheduler's own thread): one OpenMP team at a time (a second live
@@ -233,12 +233,12 @@ def run_streams(scheduler, voice, requests: list[dict]) -> tuple[float, list[dic
 
 def batching(model, voice, patches: int, counts: list[int]) -> list[dict]:
     """Alone one after the other, then each count of streams at once (see the module doc)."""
-    from tts_core.models.voxcpm.serving import VoxCPMScheduler
+    from tts_core.serving import EngineLoop
 
     most = max(counts)
     requests = [{"seed": SEED + k, "cfg_value": CFG, "inference_timesteps": TIMESTEPS,
                  "max_len": patches, "chunk_patches": 1} for k in range(most)]  # fmt: skip
-    scheduler = VoxCPMScheduler(model, max_batch=most)
+    scheduler = EngineLoop(model.runner(most), make_request=model.request, thread_name="tts-voxcpm")
     try:
         run_streams(scheduler, voice, [{**r, "max_len": 2} for r in requests])  # warm-up
         alone = [run_streams(scheduler, voice, [r]) for r in requests]

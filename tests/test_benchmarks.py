@@ -7,6 +7,7 @@ The official side needs .oracle-venv and real-size checkpoints; it is run by han
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -259,13 +260,23 @@ def test_listener_playback_counts_stalls_on_synthetic_arrivals() -> None:
 
 def test_listeners_bench_serves_concurrent_listeners_through_the_real_app(tmp_path: Path) -> None:
     """A smoke run on the tiny checkpoint (no figure): two listeners at once, every stream's
-    audio accounted, a row per listener count and the load averages written."""
+    audio accounted, a row per listener count and the load averages written. The app runs
+    from another tree (`--app-dir`: a copy of this checkout's code, as a before/after run
+    times an earlier commit's), with its own text."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    shutil.copy(ROOT / "app.py", tree / "app.py")
+    shutil.copytree(ROOT / "assets", tree / "assets")
+    shutil.copytree(ROOT / "tts_core", tree / "tts_core",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     out = tmp_path / "listeners.json"
     command = [sys.executable, str(BENCH / "listeners_bench.py"), "--model", str(TINY),
-               "--listeners", "1", "2", "--rounds", "1", "--json", str(out)]  # fmt: skip
+               "--listeners", "1", "2", "--rounds", "1", "--json", str(out),
+               "--app-dir", str(tree), "--text", "Two listeners at once."]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
+    assert result["app_dir"] == str(tree) and result["text"] == "Two listeners at once."
     assert sorted(result["rows"]) == ["1", "2"] and result["load_average_before"]
     assert [len(result["streams"][n]) for n in ("1", "2")] == [1, 2]
     for stream in result["streams"]["2"]:

@@ -12,7 +12,7 @@ import torch
 
 from tts_core.engine.model_thread import run_on_passing_thread
 from tts_core.models.voxcpm.model import VoxCPMModel
-from tts_core.models.voxcpm.serving import VoxCPMScheduler
+from tts_core.serving import EngineLoop
 
 TINY = Path(__file__).resolve().parent / "fixtures" / "voxcpm2-tiny"
 
@@ -22,8 +22,12 @@ def model() -> VoxCPMModel:
     return VoxCPMModel.from_folder(TINY, device="cpu", dtype=torch.float32)
 
 
+def served_loop(model: VoxCPMModel) -> EngineLoop:
+    return EngineLoop(model.runner(1), make_request=model.request, thread_name="tts-voxcpm")
+
+
 def test_calls_run_on_the_loop_thread_and_raise_there(model):
-    loop = VoxCPMScheduler(model, max_batch=1)
+    loop = served_loop(model)
     assert loop._thread is None  # a loop never used holds no thread
     try:
         idents = {loop.call(threading.get_ident) for _ in range(3)}
@@ -36,7 +40,7 @@ def test_calls_run_on_the_loop_thread_and_raise_there(model):
 
 
 def test_a_call_from_the_loop_thread_runs_inline_instead_of_deadlocking(model):
-    loop = VoxCPMScheduler(model, max_batch=1)
+    loop = served_loop(model)
     result: list[int] = []
     caller = threading.Thread(target=lambda: result.append(loop.call(lambda: loop.call(lambda: 5))))
     caller.start()
@@ -48,7 +52,7 @@ def test_a_call_from_the_loop_thread_runs_inline_instead_of_deadlocking(model):
 
 
 def test_a_closed_loop_ends_its_thread_and_refuses_work(model):
-    loop = VoxCPMScheduler(model, max_batch=1)
+    loop = served_loop(model)
     loop.call(lambda: None)
     thread = loop._thread
     loop.close()

@@ -30,12 +30,7 @@ from tts_core.models.chatterbox.gpt2 import gelu_new
 from tts_core.models.chatterbox.model import ChatterboxTurboModel
 from tts_core.models.chatterbox.padded_s3gen import padded_s3gen_exact
 from tts_core.models.chatterbox.sampling import TurboSampling
-from tts_core.models.chatterbox.serving import (
-    TurboRunner,
-    make_request,
-    run_alone,
-    t3_rows_invariant,
-)
+from tts_core.models.chatterbox.serving import ChatterboxRunner, t3_rows_invariant
 from tts_core.models.chatterbox.t3 import T3Turbo, TurboRow
 from tts_core.serving import BatchEngine, InlineOutbox
 
@@ -96,12 +91,12 @@ def _run_batch(folder, indices, joins, mode="auto", max_batch=4, stop_after=None
     """The requests REQUESTS[i] for i in `indices`, each added before engine step joins[k];
     stop_after {k: n}: request k is stopped after its n-th chunk. Returns (seqs, runner)."""
     model = _model(folder, quantize)
-    runner = TurboRunner(model, max_batch, mode)
+    runner = ChatterboxRunner(model, max_batch, mode)
     engine = BatchEngine(runner, isolate_failures=False)
     seqs = []
     for index in indices:
         text, seed, chunking, max_new = REQUESTS[index]
-        seqs.append(make_request(model, text, seed=seed, chunking=chunking,
+        seqs.append(model.request(text, seed=seed, chunking=chunking,
                                  max_new_tokens=max_new, outbox=InlineOutbox()))  # fmt: skip
     step = 0
     while step <= max(joins) or engine.has_requests():
@@ -125,9 +120,9 @@ def _records(seq) -> tuple:
 def test_alone_is_model_stream(tiny_folder, cloned) -> None:
     model = shared_model(tiny_folder)
     text, seed, chunking, _ = REQUESTS[0]
-    seq = make_request(model, text, _voice(tiny_folder, cloned), seed=seed, chunking=chunking,
+    seq = model.request(text, _voice(tiny_folder, cloned), seed=seed, chunking=chunking,
                        outbox=InlineOutbox())  # fmt: skip
-    got = tuple(_chunk_record(c) for c in run_alone(model, seq))
+    got = tuple(_chunk_record(c) for c in model.run_alone(seq))
     assert got == _reference(tiny_folder, 0, cloned)
     tokens = [t for record in got for t in record[1]]
     assert tokens == model.generate(text, _voice(tiny_folder, cloned), seed=seed).tokens.tolist()
@@ -161,9 +156,9 @@ def test_a_pass_and_the_limit_on_the_same_draw() -> None:
                               (4, StreamChunking(5, 1))):  # fmt: skip
         reference = tuple(_chunk_record(c) for c in model.stream(
             "Hello there.", seed=2, chunking=chunking, max_new_tokens=max_new))  # fmt: skip
-        seq = make_request(model, "Hello there.", seed=2, chunking=chunking,
+        seq = model.request("Hello there.", seed=2, chunking=chunking,
                            max_new_tokens=max_new, outbox=InlineOutbox())  # fmt: skip
-        assert tuple(_chunk_record(c) for c in run_alone(model, seq)) == reference
+        assert tuple(_chunk_record(c) for c in model.run_alone(seq)) == reference
         assert reference[-1][4] == "max_tokens"
 
 
@@ -197,7 +192,7 @@ def test_int8_t3_a_row_stopped_mid_batch_leaves_the_others_alone() -> None:
 
 
 def test_the_float_t3_keeps_stepping_each_row_alone() -> None:
-    assert not TurboRunner(shared_model(TINY_A), 4).t3_batched
+    assert not ChatterboxRunner(shared_model(TINY_A), 4).t3_batched
 
 
 def _shared_generator(runner, seq, positions):
@@ -217,7 +212,7 @@ def _float_head_feed(t3, rows):
 
 
 def test_the_int8_batch_test_sees_a_shared_generator(monkeypatch) -> None:
-    monkeypatch.setattr(TurboRunner, "prefill", _shared_generator)
+    monkeypatch.setattr(ChatterboxRunner, "prefill", _shared_generator)
     seqs, _ = _run_batch(TINY_A, [0, 1, 2], [0, 0, 1], quantize="int8")
     assert all(_records(seq) != _reference(TINY_A, i, quantize="int8")
                for i, seq in enumerate(seqs))  # fmt: skip
@@ -228,10 +223,10 @@ def _forced_logits(t3, texts, forced: list[torch.Tensor], joins: list[int], feed
     joins[k], stepped in lockstep with every pending row fed by ONE `feed(rows)` call: each
     row's logits per draw."""
     model = _model(TINY_A, "int8")
-    voice = model._voice(None)
+    voice = model.resolve_voice(None)
     rows = [TurboRow() for _ in forced]
     logits: list[list] = [[] for _ in forced]
-    draws = [t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model._ids(texts[k]),
+    draws = [t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model.text_ids(texts[k]),
                       TurboSampling(), None, forced=tokens, logits_seen=logits[k], row=rows[k])
              for k, tokens in enumerate(forced)]  # fmt: skip
     live: list[int] = []
@@ -295,10 +290,10 @@ def test_padded_s3gen_keeps_tokens_and_chunks_within_the_snr(tiny_folder) -> Non
 def test_request_checks() -> None:
     model = shared_model(TINY_A)
     with pytest.raises(ValueError, match="too long"):
-        make_request(model, "word " * 3000)
+        model.request("word " * 3000)
     with pytest.raises(ValueError, match="s3gen_batching"):
-        TurboRunner(model, 2, "sometimes")
-    assert make_request(model, "Hi.", sampling=TurboSampling(top_k=1)).sampling.top_k == 1
+        ChatterboxRunner(model, 2, "sometimes")
+    assert model.request("Hi.", sampling=TurboSampling(top_k=1)).sampling.top_k == 1
 
 
 # ---------------------------------------------------------------- the server path, batched

@@ -1,5 +1,5 @@
 """Chatterbox's original English model on the one decode engine (models/chatterbox/serving.py's
-ChatterboxRunner with english_serving.py's EnglishSequence) on the tiny English checkpoint a: a
+ChatterboxRunner with english.py's EnglishSequence) on the tiny English checkpoint a: a
 request's chunks (audio, tokens, draws, final, stop reason) are `model.stream`'s bit for bit
 alone (a private one-row engine: `model.stream` is that engine) and in a batch of 4 with requests
 joining at different steps, each with its own voice (built-in or cloned), exaggeration and
@@ -23,9 +23,9 @@ from test_openai_api import make_api, serve
 
 from tts_core.audio import to_int16
 from tts_core.models.chatterbox.chunking import StreamChunking
-from tts_core.models.chatterbox.english_serving import EnglishSequence
+from tts_core.models.chatterbox.english import EnglishSequence
 from tts_core.models.chatterbox.english_t3 import EnglishSampling
-from tts_core.models.chatterbox.serving import ChatterboxRunner, run_alone
+from tts_core.models.chatterbox.serving import ChatterboxRunner
 from tts_core.serving import BatchEngine, InlineOutbox
 
 from .conftest import FIXTURES, REF_CLIP, ref_clip
@@ -92,7 +92,7 @@ def _run_batch(joins: list[int], stop_after: dict[int, int] | None = None):
 def test_model_stream_is_the_engine_alone_and_its_tokens_are_generates() -> None:
     model = english_model(TINY_A)
     for index in (0, 1):
-        got = tuple(_chunk_record(c) for c in run_alone(model, _request(index)))
+        got = tuple(_chunk_record(c) for c in model.run_alone(_request(index)))
         assert got == _reference(index)
         text, seed, _, _, exaggeration, cfg, cloned = REQUESTS[index]
         whole = model.generate(text, _cloned() if cloned else None, seed=seed,

@@ -48,7 +48,7 @@ def _layers(model: ChatterboxTurboModel) -> list[tuple[str, Int8Linear, torch.Te
     """(name, int8 layer, its input rows, (weight, bias) in float) of every projection, built as
     quantize_t3 builds them from the calibration run of the float model."""
     spk, prompt = quant.calibration_voice(model)
-    text = model._ids(quant.CALIBRATION_TEXT)
+    text = model.text_ids(quant.CALIBRATION_TEXT)
     inputs, _ = quant.calibrate(model.t3, spk, prompt, text, quant.calibration_tokens(prompt))
     out = []
     for index, block in enumerate(model.t3.tfmr.h):
@@ -74,7 +74,7 @@ def _forced_logits(model: ChatterboxTurboModel, forced: torch.Tensor) -> torch.T
     voice = model.builtin_voice
     seen: list[torch.Tensor] = []
     with torch.inference_mode():
-        for _ in model.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model._ids(TEXT),
+        for _ in model.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model.text_ids(TEXT),
                                 TurboSampling(), None, forced=forced, logits_seen=seen):  # fmt: skip
             pass
     return torch.cat(seen).double()

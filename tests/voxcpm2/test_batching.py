@@ -1,4 +1,4 @@
-"""Continuous batching of VoxCPM2 (models/voxcpm/serving.py): a request's audio does not depend on
+"""Continuous batching of VoxCPM2 (models/voxcpm/runner.py): a request's audio does not depend on
 who else is served.
 
 On both tiny checkpoints, at 1 and at 2 threads (the kernels' batch dependence changes with the
@@ -21,8 +21,10 @@ import pytest
 import torch
 from qwen3.conftest import check_audio, load_goldens
 
-from tts_core.models.voxcpm import minicpm, serving
-from tts_core.models.voxcpm.serving import VoxCPMScheduler, VoxRunner
+from tts_core.models.voxcpm import minicpm
+from tts_core.models.voxcpm import runner as vox_runner
+from tts_core.models.voxcpm.runner import VoxRunner
+from tts_core.serving import EngineLoop
 from tts_core.serving.rows import rows_invariant
 
 from .conftest import FIXTURES, MODEL_CHECKPOINTS, shared_model
@@ -50,6 +52,11 @@ def threads(request: pytest.FixtureRequest):
     torch.set_num_threads(request.param)
     yield request.param
     torch.set_num_threads(previous)
+
+
+def served_loop(model, max_batch: int) -> EngineLoop:  # noqa: ANN001
+    """The loop the backend serves VoxCPM2 with (backends/voxcpm.py)."""
+    return EngineLoop(model.runner(max_batch), make_request=model.request, thread_name="tts-voxcpm")
 
 
 @cache
@@ -89,7 +96,7 @@ def alone(name: str, i: int, threads: int) -> tuple[np.ndarray, list]:
     return collect(shared_model(FIXTURES / name).stream(text, voice, **kwargs))
 
 
-def submit(scheduler: VoxCPMScheduler, i: int, name: str, **extra):  # noqa: ANN003, ANN201
+def submit(scheduler: EngineLoop, i: int, name: str, **extra):  # noqa: ANN003, ANN201
     text, voice, kwargs = request(i, name)
     return scheduler.submit(text, voice, **kwargs, **extra)
 
@@ -123,7 +130,7 @@ def test_four_concurrent_streams_give_what_they_give_alone(name, threads, dit_ca
     (stop head and length cap), equal themselves alone, byte for byte."""
     model = shared_model(FIXTURES / name)
     expected = [alone(name, i, threads) for i in range(4)]
-    scheduler = VoxCPMScheduler(model, max_batch=4)
+    scheduler = served_loop(model, max_batch=4)
     joiners: list = []
 
     def join_after_first_chunk() -> bool:
@@ -186,9 +193,9 @@ def test_the_batched_locdit_pass_is_each_request_alone(name, threads):
 
 def test_a_cpu_that_rounds_rows_by_batch_gets_the_locdit_per_request(name, monkeypatch, dit_calls):
     """Where rows_invariant answers no, no pass is batched and the streams are still exact."""
-    monkeypatch.setattr(serving, "rows_invariant", lambda *args: False)
+    monkeypatch.setattr(vox_runner, "rows_invariant", lambda *args: False)
     model = shared_model(FIXTURES / name)
-    scheduler = VoxCPMScheduler(model, max_batch=3)
+    scheduler = served_loop(model, max_batch=3)
     try:
         streams = [submit(scheduler, i, name) for i in range(3)]
         got = [collect(stream) for stream in streams]
@@ -201,7 +208,7 @@ def test_a_cpu_that_rounds_rows_by_batch_gets_the_locdit_per_request(name, monke
 
 
 def test_the_scheduler_alone_gives_the_chunks_of_model_stream(name):
-    scheduler = VoxCPMScheduler(shared_model(FIXTURES / name), max_batch=2)
+    scheduler = served_loop(shared_model(FIXTURES / name), max_batch=2)
     try:
         for i in (0, 1, 2):
             assert same(collect(submit(scheduler, i, name)), alone(name, i, 1))
@@ -215,7 +222,7 @@ def test_stopped_closed_and_failing_rows_leave_and_the_others_are_unchanged(name
     after its first chunk, one fails in its should_stop; two others run on unchanged. Every
     row's state is dropped when it leaves."""
     model = shared_model(FIXTURES / name)
-    scheduler = VoxCPMScheduler(model, max_batch=5)
+    scheduler = served_loop(model, max_batch=5)
     asked = {"n": 0}
 
     def stop_after_three() -> bool:
@@ -249,7 +256,7 @@ def test_stopped_closed_and_failing_rows_leave_and_the_others_are_unchanged(name
 
 
 def test_bad_requests_are_refused_before_they_queue(name):
-    scheduler = VoxCPMScheduler(shared_model(FIXTURES / name), max_batch=2)
+    scheduler = served_loop(shared_model(FIXTURES / name), max_batch=2)
     try:
         for bad in ({"max_len": 0}, {"inference_timesteps": 0}, {"chunk_patches": 0}):
             with pytest.raises(ValueError):

@@ -8,12 +8,13 @@ Streamed chunks carry the Perth watermark (knob `watermark`, on by default, with
 installed): each chunk is marked with 0.25 s of context and a 40 ms tail crossfaded into the
 next pass (audio/perth_watermark.py StreamWatermarker: no clicks at the joins, measured in
 BENCHMARKS.md); `model.generate(watermark=True)` gives the official's whole-clip watermark.
-Every request goes through the model's TurboScheduler (continuous batching on the
-one decode engine, models/chatterbox/serving.py: up to `max_batch` streams step together on one
-loop thread, each bit-identical to the same request's `model.stream`), which makes the voices too.
+Every request goes through the model's served loop (`EngineLoop(model.runner(max_batch),
+make_request=model.request)`: continuous batching on the one decode engine,
+models/chatterbox/serving.py: up to `max_batch` streams step together on one loop thread, each
+bit-identical to the same request's `model.stream`), which makes the voices too.
 Cloning takes the reference clip alone (no transcript); with no clip the checkpoint's built-in
 voice (conds.pt) speaks. The English model's backend (chatterbox_english.py) is this class with
-its own model, scheduler and knobs (`_scheduler`, `_request_args`).
+its own model and knobs (`_load_model`, `_request_args`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from ..engine.errors import InputError
 from ..engine.knobs import Knob, sampling_knobs
 from ..models.chatterbox.chunking import StreamChunking
 from ..models.chatterbox.config import DEFAULT_MAX_BATCH
+from ..serving.loop import EngineLoop
+from .neural import reference_clip
 
 log = logging.getLogger(__name__)
 SAMPLES_PER_TOKEN = 960  # 40 ms at 24 kHz
@@ -103,7 +106,9 @@ class ChatterboxBackend:
         self.frame_samples = SAMPLES_PER_TOKEN
         self.weight_format = t3_weight_format(model)  # "int8": T3's blocks (quantize)
         self.weight_format_reason = getattr(model, "format_decision", "")
-        self.scheduler = self._scheduler(model, max_batch)  # thread starts on first use
+        # the served loop: its thread (tts-chatterbox, tts-chatterbox-english) starts on first use
+        self.scheduler = EngineLoop(model.runner(max_batch), make_request=model.request,
+                                    thread_name=f"tts-{self.name}")  # fmt: skip
         self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
         preload_watermark()
 
@@ -131,12 +136,6 @@ class ChatterboxBackend:
         from ..models.chatterbox.model import ChatterboxTurboModel
 
         return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, quantize=quantize)
-
-    @staticmethod
-    def _scheduler(model: Any, max_batch: int) -> Any:
-        from ..models.chatterbox.serving import TurboScheduler
-
-        return TurboScheduler(model, max_batch=max_batch)
 
     @staticmethod
     def _sampling() -> type:
@@ -186,7 +185,7 @@ class ChatterboxBackend:
                                   chunk_tokens=values["chunk_tokens"])  # fmt: skip
         if cancel.is_set():
             return
-        try:  # model.stream's arguments (the scheduler's submit takes the same)
+        try:  # model.stream's arguments (model.request, which submit calls, takes the same)
             chunks = self.scheduler.submit(text, voice.data, seed=seed, chunking=chunking,
                                            should_stop=cancel.is_set,
                                            **self._request_args(values))  # fmt: skip
@@ -208,17 +207,6 @@ class ChatterboxBackend:
                     return
         finally:
             chunks.close()  # frees the row and its caches now, not at garbage collection
-
-
-def reference_clip(audio: np.ndarray) -> np.ndarray:
-    """The reference as mono float32 samples, or an InputError naming what is wrong."""
-    clip = np.asarray(audio)
-    if clip.ndim != 1 or clip.size == 0 or not np.issubdtype(clip.dtype, np.floating):
-        raise InputError(f"Reference clip: expected mono float samples, got shape "
-                         f"{clip.shape} ({clip.dtype}).", "reference")  # fmt: skip
-    if not np.all(np.isfinite(clip)):
-        raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
-    return clip.astype(np.float32)
 
 
 def preload_watermark() -> None:

@@ -4,10 +4,11 @@ engine's Backend interface.
 Streamed as Turbo streams (models/chatterbox/streaming.py): T3 draws the official's tokens for
 the seed, S3Gen (the regular 10-step CFM with guidance) re-runs over prompt + tokens so far and
 hands out the stable audio, HiFT carried across chunks; the clip approximates the whole pass and
-carries the Perth watermark per chunk as Turbo's (knob `watermark`). Every request goes through the model's EnglishScheduler (continuous batching
-on the one decode engine, models/chatterbox/english_serving.py: up to `max_batch` streams step
-together on one loop thread, each bit-identical to the same request's `model.stream`), which
-makes the voices too; the rest is Turbo's backend (chatterbox.py), whose subclass this is.
+carries the Perth watermark per chunk as Turbo's (knob `watermark`). Every request goes through
+the model's served loop (continuous batching on the one decode engine, the model's requests
+`EnglishSequence`: up to `max_batch` streams step together on one loop thread, each
+bit-identical to the same request's `model.stream`), which makes the voices too; the rest is
+Turbo's backend (chatterbox.py), whose subclass this is.
 Cloning takes the reference clip alone (no transcript, no length limit: the English
 prepare_conditionals has none); with no clip the checkpoint's built-in voice (conds.pt) speaks.
 The knobs are the English generate()'s: exaggeration and cfg_weight besides the sampling values.
@@ -48,8 +49,8 @@ DESCRIPTION = (
 
 
 class ChatterboxEnglishBackend(ChatterboxBackend):
-    """Turbo's backend (voices, streams through the scheduler) with the English model, its
-    scheduler (EnglishScheduler) and its knobs."""
+    """Turbo's backend (voices, streams through the served loop) with the English model and
+    its knobs."""
 
     name = "chatterbox-english"
     # no shortest clip (the English model's prepare_conditionals asserts none); T3 reads the
@@ -66,12 +67,6 @@ class ChatterboxEnglishBackend(ChatterboxBackend):
         from ..models.chatterbox.english import ChatterboxEnglishModel
 
         return ChatterboxEnglishModel.from_pretrained(name_or_path, device=device)
-
-    @staticmethod
-    def _scheduler(model: Any, max_batch: int) -> Any:
-        from ..models.chatterbox.english_serving import EnglishScheduler
-
-        return EnglishScheduler(model, max_batch=max_batch)
 
     @staticmethod
     def _sampling() -> type:

@@ -1,7 +1,7 @@
 """Chatterbox's original English model (`ChatterboxTTS`, tts.py) in our own PyTorch:
 `ChatterboxEnglishModel.from_pretrained(folder)`, `create_voice(audio, sr)`,
 `generate(text, voice, seed=S, exaggeration=..., sampling=EnglishSampling(cfg_weight=...))`,
-`stream(...)` (the one decode engine with one row: english_serving.py), equal to the official
+`stream(...)` (the one decode engine with one row: `EnglishSequence`), equal to the official
 chatterbox-tts 0.1.7 on float32 CPU (tests/chatterbox/test_english_*.py).
 
 generate = punc_norm + EnTokenizer ([SPACE] for spaces, start 255 / stop 0 around) -> T3 (Llama
@@ -16,6 +16,7 @@ tokenizer and CAMPPlus are Turbo's modules; the English release's files are `t3_
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 
 from ...audio.analysis import mel_filters
+from ...serving import InlineOutbox
 from ..contract import SeededStream, resolve_seed
 from .checkpoint import CheckpointError, check_unused, load_part
 from .chunking import WHOLE_UTTERANCE, StreamChunking
@@ -46,7 +48,7 @@ from .english_t3 import (
     LlamaSizes,
     T3English,
 )
-from .flow import TOKEN_MEL_RATIO, Flow
+from .flow import Flow
 from .hift import HiFTGenerator
 from .model import (
     S3GenSpeech,
@@ -55,6 +57,7 @@ from .model import (
     knobs_by_name,
     sized_load,
 )
+from .serving import ChatterboxSequence
 from .streaming import S3GenStream, StreamNoise
 from .tokenizer import punc_norm
 from .voice import ChatterboxVoice
@@ -151,8 +154,63 @@ def spoken_tokens(draws: torch.Tensor) -> torch.Tensor:
     return kept[kept < S3_VOCAB]
 
 
+class EnglishSequence(ChatterboxSequence):
+    """One English request (`model.request`): text ids, exaggeration and sampling (with
+    cfg_weight) besides the shared state (serving.py). T3 is the Llama with classifier-free
+    guidance, whose cond and uncond rows (2 rows a request; 1 with cfg_weight 0) take one
+    `T3English.draws` call per step, the request's own, with its own generator drawing in the
+    official order; at most max_new_tokens draws, STOP ends it at any draw; drop_invalid_tokens'
+    rule (S3Gen starts over after the first start id); no silence appended for the final pass,
+    and none at all when no speech token was drawn. S3Gen is the 10-step CFM with CFG, per row
+    (padded_s3gen.py solves the meanflow CFM only). So a request's chunks are `model.stream`'s
+    bit for bit alone and in any batch (tests/chatterbox/test_english_batching.py)."""
+
+    def __init__(
+        self,
+        model: ChatterboxEnglishModel,
+        text: str,
+        voice: ChatterboxVoice | None = None,
+        seed: int = 0,
+        exaggeration: float = 0.5,
+        sampling: EnglishSampling | None = None,
+        max_new_tokens: int = MAX_NEW_TOKENS,
+        chunking: StreamChunking | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        *,
+        outbox: Any = None,
+    ) -> None:
+        super().__init__(model, voice, seed, chunking, max_new_tokens, int(max_new_tokens),
+                         should_stop, outbox)  # fmt: skip
+        self.text_ids = model.text_ids(text)  # (1, Lt); ValueError past T3's text positions
+        self.exaggeration, self.sampling = float(exaggeration), sampling or EnglishSampling()
+        self.restarted = False  # a start id was drawn: S3Gen started over
+        # T3's prompt: cond, text, start + bos (T3English.prompt), then one position a draw
+        positions = COND_POSITIONS + self.text_ids.shape[1] + 2 + self.limit
+        if positions > model.t3.rope.cos.shape[0]:
+            raise ValueError(f"text too long: {positions} T3 positions > the model's "
+                             f"{model.t3.rope.cos.shape[0]}")  # fmt: skip
+
+    def open_draws(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        voice, t3 = self.voice, self.model.t3
+        cond = t3.conditioning(voice.speaker_emb, voice.t3_prompt_tokens, self.exaggeration)
+        return t3.draws(cond, self.text_ids, self.sampling, generator, self.max_new_tokens)
+
+    def take(self, token: int) -> None:
+        if token == START_SPEECH and not self.restarted:
+            # drop_invalid_tokens keeps what follows the first start id: S3Gen starts over
+            # (audio already handed out stays: a random-weights edge case)
+            self.speech, self.restarted, self.due = [], True, self.chunking.first_tokens
+            self.start_s3gen()
+        else:
+            super().take(token)
+
+    def final_tokens(self) -> torch.Tensor | None:
+        return self.speech_tokens() if self.speech else None
+
+
 class ChatterboxEnglishModel(S3GenSpeech):
     sample_rate = SAMPLE_RATE
+    request_type = EnglishSequence
 
     def __init__(self, folder: Path, sizes: EnglishSizes, device: str = "cpu") -> None:
         parts = sizes.parts
@@ -227,13 +285,6 @@ class ChatterboxEnglishModel(S3GenSpeech):
                           t3_prompt_seconds=ENC_COND_SECONDS,
                           t3_prompt_tokens=ENC_COND_TOKENS)  # fmt: skip
 
-    def _voice(self, voice: ChatterboxVoice | None) -> ChatterboxVoice:
-        if voice is not None:
-            return voice.to(self.device)
-        if self.builtin_voice is None:
-            raise ValueError(f"{self.folder} has no {CONDS_FILE}: pass a voice (create_voice)")
-        return self.builtin_voice
-
     def text_ids(self, text: str) -> torch.Tensor:
         """(1, Lt): start 255, the tokenizer's ids, stop 0; ValueError past the 2050 positions."""
         ids = [START_TEXT, *self.tokenizer.encode(text), STOP_TEXT]
@@ -264,7 +315,7 @@ class ChatterboxEnglishModel(S3GenSpeech):
         a random one (`result.seed`); `knobs`: EnglishSampling's fields by name."""
         sampling, _ = knobs_by_name("Chatterbox English", sampling or EnglishSampling(), knobs,
                                     streamed=False)  # fmt: skip
-        voice, seed = self._voice(voice), resolve_seed(seed)
+        voice, seed = self.resolve_voice(voice), resolve_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         cond, ids = self._t3_inputs(text, voice, exaggeration)
         out = self.t3.generate(cond, ids, sampling, generator, max_new_tokens)
@@ -272,7 +323,7 @@ class ChatterboxEnglishModel(S3GenSpeech):
         if len(tokens) == 0:  # nothing to speak (the official would fail in S3Gen)
             audio = np.zeros(0, dtype=np.float32)
         elif stream_noise:
-            noise = self._stream_noise(seed, voice, max_new_tokens)
+            noise = StreamNoise.for_voice(seed, voice, max_new_tokens)  # no silence appended
             s3gen = S3GenStream(self.flow, self.hift, voice, noise, WHOLE_UTTERANCE)
             audio = s3gen.push(tokens[None], final=True).cpu().numpy()
         else:
@@ -298,24 +349,14 @@ class ChatterboxEnglishModel(S3GenSpeech):
         pre-drawn by position and its regular CFM, so the clip approximates the whole pass
         (not bit-equal: the official draws its noise after T3 ends). The final chunk is always
         yielded, last; no silence tokens are appended (the English generate appends none).
-        The served path: the one engine (serving.py's ChatterboxRunner, this model's request
-        english_serving.py's EnglishSequence) with this request as its only row, stepped on the
-        caller's thread; the request is checked here (ValueError), before the first chunk.
+        The served path: the one engine (serving.py's ChatterboxRunner, this model's request an
+        EnglishSequence) with this request as its only row, stepped on the caller's thread
+        (`run_alone`); the request is checked here (ValueError), before the first chunk.
         seed None: a random one (`.seed` of the returned stream); `knobs` by name:
         EnglishSampling's fields and first_chunk_tokens / chunk_tokens."""
-        from ...serving.alone import InlineOutbox
-        from .english_serving import EnglishSequence
-        from .serving import run_alone
-
         sampling, chunking = knobs_by_name("Chatterbox English", sampling or EnglishSampling(),
                                            knobs, chunking)  # fmt: skip
         seed = resolve_seed(seed)
-        seq = EnglishSequence(self, text, voice, seed, exaggeration, sampling, max_new_tokens,
-                              chunking, outbox=InlineOutbox())  # fmt: skip
-        return SeededStream(run_alone(self, seq), seed)
-
-    @staticmethod
-    def _stream_noise(seed: int, voice: ChatterboxVoice, max_new_tokens: int) -> StreamNoise:
-        """Over the longest utterance: max_new_tokens speech tokens (no silence appended)."""
-        prompt_frames = TOKEN_MEL_RATIO * voice.prompt_token.shape[1]
-        return StreamNoise(seed, max_new_tokens, prompt_frames)
+        seq = self.request(text, voice, seed, exaggeration, sampling, max_new_tokens, chunking,
+                           outbox=InlineOutbox())  # fmt: skip
+        return SeededStream(self.run_alone(seq), seed)

@@ -10,7 +10,7 @@ random draw comes from one CPU `torch.Generator` seeded with S, in the official 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
+from ...serving import BatchEngine, InlineOutbox, alone
 from ..checkpoint import CheckpointError
 from ..contract import SeededStream, reference_audio, refuse_unknown, resolve_seed
 from .checkpoint import (
@@ -30,23 +31,26 @@ from .checkpoint import (
 )
 from .chunking import WHOLE_UTTERANCE, StreamChunking
 from .cloning import make_voice
-from .config import S3_VOCAB, SAMPLE_RATE, SILENCE_TOKEN, SIZES_FILE, ChatterboxSizes, t3_file
-from .flow import TOKEN_MEL_RATIO, Flow
+from .config import (
+    DEFAULT_MAX_BATCH,
+    S3_VOCAB,
+    SAMPLE_RATE,
+    SILENCE_TOKEN,
+    SIZES_FILE,
+    STOP_SPEECH,
+    ChatterboxSizes,
+    t3_file,
+)
+from .flow import Flow
 from .hift import HiFTGenerator, trim_fade
 from .sampling import TurboSampling
+from .serving import ChatterboxChunk, ChatterboxRunner, ChatterboxSequence
 from .streaming import S3GenStream, StreamNoise
-from .t3 import MAX_NEW_TOKENS, T3Turbo
+from .t3 import MAX_NEW_TOKENS, T3Turbo, TurboRow
 from .tokenizer import TurboTokenizer
 from .voice import ChatterboxVoice
 
-
-@dataclass
-class TurboChunk:
-    audio: np.ndarray  # (S,) float32 at 24 kHz, unwatermarked
-    tokens: torch.Tensor  # (k,) T3 tokens drawn since the previous chunk (STOP dropped)
-    t3_draws: int  # T3 draws made so far (STOP included)
-    final: bool = False
-    stop_reason: str | None = None  # on the final chunk: "eos" or "max_tokens"
+SILENCE_TOKENS = 3  # S3Gen's input: T3's speech tokens, then 3 silence tokens (Turbo)
 
 
 @dataclass
@@ -108,15 +112,39 @@ def chatterbox_clip(audio: Any, sr: int | None, ref_text: str | None) -> tuple[n
 
 
 class S3GenSpeech:
-    """What both Chatterbox models do with S3 tokens (`self.flow`, `self.hift`, `self.device`):
-    tokens to mel, mel to waveform."""
+    """What both Chatterbox models share (`self.flow`, `self.hift`, `self.device`, their voice):
+    S3 tokens to mel, mel to waveform; the engine's runner and request (serving.py), and a
+    request stepped alone on the caller's thread (`stream`'s path)."""
 
     device: torch.device | str
     flow: Flow
     hift: HiFTGenerator
+    folder: Path
+    builtin_voice: ChatterboxVoice | None
+    request_type: type[ChatterboxSequence]  # the model's request (TurboSequence, EnglishSequence)
 
-    def _tensor(self, ids: list[int]) -> torch.Tensor:
-        return torch.tensor([ids], dtype=torch.long, device=self.device).view(1, -1)  # (1, n)
+    def resolve_voice(self, voice: ChatterboxVoice | None) -> ChatterboxVoice:
+        """`voice` on this model's device; None: the checkpoint's built-in voice (conds.pt)."""
+        if voice is not None:
+            return voice.to(self.device)
+        if self.builtin_voice is None:
+            raise ValueError(f"{self.folder} has no {CONDS_FILE}: pass a voice (create_voice)")
+        return self.builtin_voice
+
+    def runner(self, max_batch: int = DEFAULT_MAX_BATCH, s3gen_batching: str = "auto"):
+        """The engine's StepModel for this model's requests; served as
+        `EngineLoop(model.runner(n), make_request=model.request)`."""
+        return ChatterboxRunner(self, max_batch, s3gen_batching)
+
+    def request(self, *args: Any, **kwargs: Any) -> ChatterboxSequence:
+        """A checked request (ValueError when it cannot run) of `stream`'s arguments (no knobs
+        by name, seed an int) plus `should_stop` and `outbox` (serving/request.py's)."""
+        return self.request_type(self, *args, **kwargs)
+
+    def run_alone(self, request: ChatterboxSequence) -> Iterator[ChatterboxChunk]:
+        """`request` (made with outbox=InlineOutbox()) stepped by a private one-row engine on the
+        thread that iterates: `stream`'s chunks."""
+        return alone.run_alone(lambda: BatchEngine(self.runner(1), isolate_failures=False), request)
 
     @torch.inference_mode()
     def tokens_to_mel(
@@ -136,8 +164,56 @@ class S3GenSpeech:
         return wav
 
 
+class TurboSequence(ChatterboxSequence):
+    """One Turbo request (`model.request`): text ids and sampling besides the shared state
+    (serving.py); up to max_new_tokens + 1 draws, STOP ends it from the second draw on, 3
+    silence tokens appended for the final pass."""
+
+    def __init__(
+        self,
+        model: ChatterboxTurboModel,
+        text: str,
+        voice: ChatterboxVoice | None = None,
+        seed: int = 0,
+        sampling: TurboSampling | None = None,
+        max_new_tokens: int = MAX_NEW_TOKENS,
+        chunking: StreamChunking | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        *,
+        outbox: Any = None,
+    ) -> None:
+        super().__init__(model, voice, seed, chunking, max_new_tokens, int(max_new_tokens) + 1,
+                         should_stop, outbox)  # fmt: skip
+        self.noise_tokens = self.limit + SILENCE_TOKENS
+        self.text_ids = model.text_ids(text)
+        self.sampling = sampling or TurboSampling()
+        positions = 2 + self.voice.t3_prompt_tokens.shape[1] + self.text_ids.shape[1] + self.limit
+        if positions > model.t3.tfmr.wpe.weight.shape[0]:
+            raise ValueError(f"text too long: {positions} T3 positions > the model's "
+                             f"{model.t3.tfmr.wpe.weight.shape[0]}")  # fmt: skip
+
+    def open_draws(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
+        voice, self.t3_row = self.voice, TurboRow()
+        return self.model.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, self.text_ids,
+                                   self.sampling, generator, self.max_new_tokens,
+                                   row=self.t3_row)  # fmt: skip
+
+    def stops(self, token: int) -> bool:
+        # the official checks STOP inside its step loop only: a first-draw STOP is fed back
+        return token == STOP_SPEECH and self.frames > 0
+
+    def final_tokens(self) -> torch.Tensor:
+        return torch.cat([self.speech_tokens(), silence(self.model.device)[None]], dim=1)
+
+
+def silence(device: torch.device | str) -> torch.Tensor:
+    """The silence tokens S3Gen appends after T3's tokens: (3,)."""
+    return torch.full((SILENCE_TOKENS,), SILENCE_TOKEN, dtype=torch.long, device=device)
+
+
 class ChatterboxTurboModel(S3GenSpeech):
     sample_rate = SAMPLE_RATE
+    request_type = TurboSequence
 
     def __init__(self, folder: Path, sizes: ChatterboxSizes, device: str = "cpu") -> None:
         s3gen = folder / S3GEN_FILE
@@ -203,13 +279,6 @@ class ChatterboxTurboModel(S3GenSpeech):
         ve, tokenizer, campplus = self._front_end()
         return make_voice(clip, rate, ve, tokenizer, campplus, self.device)
 
-    def _voice(self, voice: ChatterboxVoice | None) -> ChatterboxVoice:
-        if voice is not None:
-            return voice.to(self.device)
-        if self.builtin_voice is None:
-            raise ValueError(f"{self.folder} has no {CONDS_FILE}: pass a voice (create_voice)")
-        return self.builtin_voice
-
     @torch.inference_mode()
     def generate(
         self,
@@ -229,13 +298,13 @@ class ChatterboxTurboModel(S3GenSpeech):
         (`result.seed`); `knobs`: TurboSampling's fields by name (temperature=, top_k=, ...)."""
         sampling, _ = knobs_by_name("Chatterbox Turbo", sampling or TurboSampling(), knobs,
                                     streamed=False)  # fmt: skip
-        voice, seed = self._voice(voice), resolve_seed(seed)
+        voice, seed = self.resolve_voice(voice), resolve_seed(seed)
         generator = torch.Generator().manual_seed(seed)  # CPU: the official's stream
-        out = self.t3.generate(voice.speaker_emb, voice.t3_prompt_tokens, self._ids(text),
+        out = self.t3.generate(voice.speaker_emb, voice.t3_prompt_tokens, self.text_ids(text),
                                sampling, generator, max_new_tokens)  # fmt: skip
-        speech = torch.cat([out.tokens[out.tokens < S3_VOCAB], self._silence()])[None]  # (1, T)
-        if stream_noise:
-            noise = self._stream_noise(seed, voice, max_new_tokens)
+        speech = torch.cat([out.tokens[out.tokens < S3_VOCAB], silence(self.device)])[None]
+        if stream_noise:  # noise over the longest input: max_new_tokens + 1 draws, the silence
+            noise = StreamNoise.for_voice(seed, voice, max_new_tokens + 1 + SILENCE_TOKENS)
             s3gen = S3GenStream(self.flow, self.hift, voice, noise, WHOLE_UTTERANCE)
             audio = s3gen.push(speech, final=True)[None]
         else:
@@ -258,34 +327,23 @@ class ChatterboxTurboModel(S3GenSpeech):
         """`text` in `voice` as audio chunks made while T3 draws (unwatermarked). T3's tokens
         are generate's (same draws, same order); S3Gen re-runs after the first
         `chunking.first_tokens` speech tokens and at `chunking.next_pass` after (ramping up to
-        every `chunking.chunk_tokens`), handing
-        out the audio that became stable (streaming.py), and the final chunk (always yielded,
-        last) holds the rest. A pass with nothing stable yet yields nothing. The served path: the
-        one engine (serving.py's ChatterboxRunner) with this request as its only row, stepped on the
-        caller's thread; the request is checked here (ValueError), before the first chunk.
-        seed None: a random one (`.seed` of the returned stream); `knobs` by name: TurboSampling's
-        fields and first_chunk_tokens / chunk_tokens (`chunking`'s)."""
-        from ...serving.alone import InlineOutbox
-        from .serving import make_request, run_alone  # (serving.py imports this module)
-
+        every `chunking.chunk_tokens`), handing out the audio that became stable (streaming.py),
+        and the final chunk (always yielded, last) holds the rest. A pass with nothing stable
+        yet yields nothing. The served path: the one engine (serving.py's ChatterboxRunner) with
+        this request as its only row, stepped on the caller's thread (`run_alone`); the request
+        is checked here (ValueError), before the first chunk. seed None: a random one (`.seed`
+        of the returned stream); `knobs` by name: TurboSampling's fields and first_chunk_tokens
+        / chunk_tokens (`chunking`'s)."""
         sampling, chunking = knobs_by_name("Chatterbox Turbo", sampling or TurboSampling(),
                                            knobs, chunking)  # fmt: skip
         seed = resolve_seed(seed)
-        seq = make_request(self, text, voice, seed, sampling, max_new_tokens, chunking,
+        seq = self.request(text, voice, seed, sampling, max_new_tokens, chunking,
                            outbox=InlineOutbox())  # fmt: skip
-        return SeededStream(run_alone(self, seq), seed)
+        return SeededStream(self.run_alone(seq), seed)
 
-    def _ids(self, text: str) -> torch.Tensor:
+    def text_ids(self, text: str) -> torch.Tensor:
+        """T3's text input: (1, Lt) token ids."""
         return torch.tensor([self.tokenizer.encode(text)], dtype=torch.long, device=self.device)
-
-    def _silence(self) -> torch.Tensor:
-        """The 3 silence tokens S3Gen appends after T3's tokens: (3,)."""
-        return torch.full((3,), SILENCE_TOKEN, dtype=torch.long, device=self.device)
-
-    def _stream_noise(self, seed: int, voice: ChatterboxVoice, max_new_tokens: int) -> StreamNoise:
-        """Over the longest utterance: max_new_tokens + 1 draws, then 3 silence tokens."""
-        prompt_frames = TOKEN_MEL_RATIO * voice.prompt_token.shape[1]
-        return StreamNoise(seed, max_new_tokens + 1 + 3, prompt_frames)
 
 
 def apply_watermark(audio: np.ndarray) -> np.ndarray:

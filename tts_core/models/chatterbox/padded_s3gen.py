@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -29,9 +29,6 @@ from .hift import (
     ResBlock,
 )
 from .streaming import FlowChunker, FlowWindow, HiftStream, S3GenStream
-
-if TYPE_CHECKING:
-    from .model import ChatterboxTurboModel
 
 
 def make_pad_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
@@ -251,11 +248,12 @@ _exact_lock = threading.Lock()
 
 
 @torch.inference_mode()
-def padded_s3gen_exact(model: ChatterboxTurboModel, rows: int) -> bool:
-    """Does the padded S3Gen pass give each of `rows` ragged rows the bits of its pass alone,
-    here (this kernel library, torch's thread count)? Probed once per (rows, threads, device) on
-    the built-in-like random voice inputs: one padded CFM solve and one padded HiFT decode of
-    rows 8 frames apart, against each row's call alone. A kernel that blocks by shape shows on
+def padded_s3gen_exact(model: Any, rows: int) -> bool:
+    """Does the padded S3Gen pass of `model` (a Chatterbox Turbo: its flow, hift, device) give
+    each of `rows` ragged rows the bits of its pass alone, here (this kernel library, torch's
+    thread count)? Probed once per (rows, threads, device) on the built-in-like random voice
+    inputs: one padded CFM solve and one padded HiFT decode of rows 8 frames apart, against
+    each row's call alone. A kernel that blocks by shape shows on
     the first probe; bits equal on it are no proof for every length, as rows.py says of GEMMs."""
     key = (rows, torch.get_num_threads(), str(model.device), id(model))
     with _exact_lock:
@@ -264,7 +262,7 @@ def padded_s3gen_exact(model: ChatterboxTurboModel, rows: int) -> bool:
         return _exact[key]
 
 
-def _probe(model: ChatterboxTurboModel, rows: int) -> bool:
+def _probe(model: Any, rows: int) -> bool:
     flow, hift, device = model.flow, model.hift, model.device
     generator = torch.Generator().manual_seed(rows)
     cfm_rows, mels, sources = [], [], []

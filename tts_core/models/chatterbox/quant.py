@@ -114,7 +114,7 @@ def quantize_turbo(model, quantize: str | None) -> T3QuantizationReport | None:
         return None
     auto = mode == "auto"
     speaker_emb, prompt_tokens = calibration_voice(model)
-    target = T3Int8(model.t3, speaker_emb, prompt_tokens, model._ids(CALIBRATION_TEXT))
+    target = T3Int8(model.t3, speaker_emb, prompt_tokens, model.text_ids(CALIBRATION_TEXT))
 
     def load(saved):  # noqa: ANN001, ANN202 - the float T3 is loaded already
         if saved is not None:

@@ -1,11 +1,12 @@
 """Both Chatterbox models on the one decode engine (tts_core/serving): the request both share
-(`ChatterboxSequence`; Turbo's `TurboSequence` here, the English model's `EnglishSequence` in
-english_serving.py), their decode step (`ChatterboxRunner`) and their served scheduler
-(`ChatterboxScheduler`; `TurboScheduler`); the S3Gen work of several Turbo streams in one padded
-pass is padded_s3gen.py.
+(`ChatterboxSequence`; each model's subclass beside it: Turbo's `TurboSequence` in model.py, the
+English model's `EnglishSequence` in english.py), their decode step (`ChatterboxRunner`, which
+`model.runner(max_batch)` makes) and the chunk it hands out (`ChatterboxChunk`, either model's
+`stream` chunk); the S3Gen work of several Turbo streams in one padded pass is padded_s3gen.py.
+This module reaches a model only through the instance it is given (its public members).
 
-scheduler = TurboScheduler(model, max_batch=8)
-for chunk in scheduler.submit("Hello", voice, seed=1):    # the chunks of model.stream
+loop = EngineLoop(model.runner(8), make_request=model.request, thread_name="tts-chatterbox")
+for chunk in loop.submit("Hello", voice, seed=1):    # the chunks of model.stream
     play(chunk.audio)
 
 An engine frame is one T3 draw. A step of the rows (`ChatterboxRunner.decode`):
@@ -44,7 +45,7 @@ An engine frame is one T3 draw. A step of the rows (`ChatterboxRunner.decode`):
 
 The chunks: a row hands out a chunk when a non-final S3Gen pass made audio (as `model.stream`
 yields), and its final chunk when its model's STOP rule ends it (`ChatterboxSequence.stops`), at
-its draw limit, or when nothing is left to draw; `ServedChunk.tokens` are the draws since the
+its draw limit, or when nothing is left to draw; `ChatterboxChunk.tokens` are the draws since the
 previous chunk (STOP dropped from the final one), exactly `model.stream`'s chunks.
 """
 
@@ -54,39 +55,39 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from ...audio.cadence import Cadence
 from ...quant.linear import Int8Linear
-from ...serving import alone
 from ...serving.engine import BatchEngine
-from ...serving.loop import EngineLoop, RequestStream
 from ...serving.request import Request
 from .chunking import StreamChunking
-from .config import DEFAULT_MAX_BATCH, S3_VOCAB, STOP_SPEECH
-from .model import TurboChunk
+from .config import S3_VOCAB, STOP_SPEECH
 from .padded_s3gen import padded_s3gen_exact, padded_s3gen_push
 from .quant import PROJECTIONS
-from .sampling import TurboSampling
 from .streaming import S3GenStream, StreamNoise
-from .t3 import MAX_NEW_TOKENS, T3Turbo, TurboRow
+from .t3 import T3Turbo, TurboRow
 
 if TYPE_CHECKING:
-    from .english import ChatterboxEnglishModel
-    from .model import ChatterboxTurboModel
     from .voice import ChatterboxVoice
 
-    ChatterboxModel = ChatterboxTurboModel | ChatterboxEnglishModel  # (never run)
-
+# ChatterboxTurboModel or ChatterboxEnglishModel, used through its public members (t3, flow,
+# hift, device, resolve_voice): this module imports neither
+ChatterboxModel = Any
 S3GEN_MODES = ("auto", "padded", "per_row")
 
 
 @dataclass
-class ServedChunk(TurboChunk):
-    """A TurboChunk (either model's `stream` chunk) with the most rows stepped together while
-    its draws were made."""
+class ChatterboxChunk:
+    """A chunk of either model's `stream` (and of its served request)."""
 
-    batch_size: int = 1
+    audio: np.ndarray  # (S,) float32 at 24 kHz, unwatermarked
+    tokens: torch.Tensor  # (k,) T3 tokens drawn since the previous chunk (STOP dropped)
+    t3_draws: int  # T3 draws made so far (STOP included)
+    final: bool = False
+    stop_reason: str | None = None  # on the final chunk: "eos" or "max_tokens"
+    batch_size: int = 1  # the most rows stepped together while its draws were made
 
 
 class ChatterboxSequence(Request):
@@ -99,19 +100,21 @@ class ChatterboxSequence(Request):
         model: ChatterboxModel,
         voice: ChatterboxVoice | None,
         seed: int,
-        chunking: StreamChunking,
+        chunking: StreamChunking | None,
         max_new_tokens: int,
         limit: int,
-        should_stop: Callable[[], bool],
+        should_stop: Callable[[], bool] | None,
         outbox: Any,
     ) -> None:
         # limit: T3 draws at most; chunk_due is this model's own rule (below), so the cadence
         # is unused
-        super().__init__(Cadence(1, 1), should_stop, limit, "max_tokens", outbox=outbox)
+        super().__init__(Cadence(1, 1), should_stop or (lambda: False), limit, "max_tokens",
+                         outbox=outbox)  # fmt: skip
         self.model = model
-        self.voice = model._voice(voice)
-        self.seed, self.chunking = int(seed), chunking
+        self.voice = model.resolve_voice(voice)
+        self.seed, self.chunking = int(seed), chunking or StreamChunking()
         self.max_new_tokens = int(max_new_tokens)
+        self.noise_tokens = limit  # the longest S3Gen input (StreamNoise's length)
         self.draws: Iterator[torch.Tensor] | None = None  # T3's generator (made at prefill)
         self.t3_row: TurboRow | None = None  # its decode state where a batched step feeds it
         self.first: torch.Tensor | None = None  # the prefill's draw (None: nothing drawn)
@@ -119,7 +122,7 @@ class ChatterboxSequence(Request):
         self.noise: StreamNoise | None = None
         self.s3gen: S3GenStream | None = None
         self.speech: list[int] = []  # S3Gen's input: the drawn ids < 6561
-        self.due = chunking.first_tokens
+        self.due = self.chunking.first_tokens
         self.ready: torch.Tensor | None = None  # audio of this step's non-final pass (if any)
         self.final_audio: torch.Tensor | None = None  # the final pass's audio
 
@@ -152,7 +155,8 @@ class ChatterboxSequence(Request):
         self.s3gen = S3GenStream(model.flow, model.hift, self.voice, self.noise, self.chunking)
 
     def speech_tokens(self) -> torch.Tensor:
-        return self.model._tensor(self.speech)  # (1, n)
+        """S3Gen's input so far: (1, n)."""
+        return torch.tensor(self.speech, dtype=torch.long, device=self.model.device)[None]
 
     def next_draw(self) -> int | None:
         """The next T3 draw: the prefill's first, then the generator's (None: nothing left)."""
@@ -161,64 +165,6 @@ class ChatterboxSequence(Request):
         else:
             token = next(self.draws, None)
         return None if token is None else int(token)
-
-
-class TurboSequence(ChatterboxSequence):
-    """One Turbo request: text ids and sampling besides the shared state; up to
-    max_new_tokens + 1 draws, STOP ends it from the second draw on, 3 silence tokens appended
-    for the final pass."""
-
-    def __init__(
-        self,
-        model: ChatterboxTurboModel,
-        text: str,
-        voice: ChatterboxVoice | None,
-        seed: int,
-        sampling: TurboSampling,
-        max_new_tokens: int,
-        chunking: StreamChunking,
-        should_stop: Callable[[], bool],
-        *,
-        outbox: Any = None,
-    ) -> None:
-        super().__init__(model, voice, seed, chunking, max_new_tokens, int(max_new_tokens) + 1,
-                         should_stop, outbox)  # fmt: skip
-        self.text_ids = model._ids(text)
-        self.sampling = sampling
-        positions = 2 + self.voice.t3_prompt_tokens.shape[1] + self.text_ids.shape[1] + self.limit
-        if positions > model.t3.tfmr.wpe.weight.shape[0]:
-            raise ValueError(f"text too long: {positions} T3 positions > the model's "
-                             f"{model.t3.tfmr.wpe.weight.shape[0]}")  # fmt: skip
-
-    def open_draws(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
-        voice, self.t3_row = self.voice, TurboRow()
-        return self.model.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, self.text_ids,
-                                   self.sampling, generator, self.max_new_tokens,
-                                   row=self.t3_row)  # fmt: skip
-
-    def stops(self, token: int) -> bool:
-        # the official checks STOP inside its step loop only: a first-draw STOP is fed back
-        return token == STOP_SPEECH and self.frames > 0
-
-    def final_tokens(self) -> torch.Tensor:
-        return torch.cat([self.speech_tokens(), self.model._silence()[None]], dim=1)
-
-
-def make_request(
-    model: ChatterboxTurboModel,
-    text: str,
-    voice: ChatterboxVoice | None = None,
-    seed: int = 0,
-    sampling: TurboSampling | None = None,
-    max_new_tokens: int = MAX_NEW_TOKENS,
-    chunking: StreamChunking | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    outbox: Any = None,
-) -> TurboSequence:
-    """A checked request with `model.stream`'s arguments (ValueError when it cannot run)."""
-    return TurboSequence(model, text, voice, seed, sampling or TurboSampling(), max_new_tokens,
-                         chunking or StreamChunking(), should_stop or (lambda: False),
-                         outbox=outbox)  # fmt: skip
 
 
 class ChatterboxRunner:
@@ -241,7 +187,7 @@ class ChatterboxRunner:
         self.most_rows = 0  # most rows decoded in one step (stats)
 
     def admit(self, seq: ChatterboxSequence) -> bool:
-        seq.noise = self.model._stream_noise(seq.seed, seq.voice, seq.max_new_tokens)
+        seq.noise = StreamNoise.for_voice(seq.seed, seq.voice, seq.noise_tokens)
         seq.start_s3gen()
         return True  # T3's caches are made at prefill (prompt + the draw limit)
 
@@ -330,7 +276,7 @@ class ChatterboxRunner:
         compute_s: float,
         stop_reason: str | None,
         batch: int,
-    ) -> ServedChunk:
+    ) -> ChatterboxChunk:
         """The chunk of `frames` (the draws since the previous chunk): this step's pass audio,
         or on the final chunk the final pass (after this step's non-final chunk, if it made
         audio: put first, as `model.stream` yields both)."""
@@ -347,62 +293,13 @@ class ChatterboxRunner:
 
     def _chunk(self, audio: torch.Tensor, frames: list[int], draws: int, batch: int):
         tokens = torch.tensor(frames, dtype=torch.long, device=self.model.device)
-        return ServedChunk(audio.cpu().numpy(), tokens, draws, batch_size=batch)
+        return ChatterboxChunk(audio.cpu().numpy(), tokens, draws, batch_size=batch)
 
     def release(self, seq: ChatterboxSequence) -> None:
         if seq.draws is not None:
             seq.draws.close()  # frees T3's caches
         seq.draws = seq.first = seq.s3gen = seq.noise = seq.ready = None
         seq.final_audio = None
-
-
-TurboRunner = ChatterboxRunner  # the name Turbo's tests and benchmarks use
-
-
-def run_alone(model: ChatterboxModel, seq: ChatterboxSequence) -> Iterator[ServedChunk]:
-    """`seq` (made with an InlineOutbox) stepped by a private one-row engine on the thread that
-    iterates: the engine's path for one request, equal to `model.stream`."""
-
-    def engine() -> BatchEngine:
-        return BatchEngine(ChatterboxRunner(model, 1), isolate_failures=False)
-
-    return alone.run_alone(engine, seq)
-
-
-class ChatterboxScheduler(EngineLoop):
-    """Continuous batching, served: every stream of one Chatterbox model stepped together on one
-    loop thread (`call`: requests and voices are made there too); `make` builds a request from
-    `model.stream`'s arguments."""
-
-    def __init__(
-        self,
-        model: ChatterboxModel,
-        make: Callable[..., ChatterboxSequence],
-        max_batch: int = DEFAULT_MAX_BATCH,
-        s3gen_batching: str = "auto",
-        thread_name: str = "tts-chatterbox",
-    ) -> None:
-        super().__init__(ChatterboxRunner(model, max_batch, s3gen_batching),
-                         thread_name=thread_name)  # fmt: skip
-        self.model, self.make = model, make
-
-    def submit(self, text: str, voice: ChatterboxVoice | None, **kwargs: Any) -> RequestStream:
-        """Check now (ValueError) and queue the request; the stream yields ServedChunks.
-        `kwargs`: model.stream's (seed, sampling, max_new_tokens, chunking, ...) and
-        should_stop."""
-        return self.enqueue(self.call(self.make, self.model, text, voice, **kwargs))
-
-
-class TurboScheduler(ChatterboxScheduler):
-    """Every Turbo stream of the app (TurboSequence requests)."""
-
-    def __init__(
-        self,
-        model: ChatterboxTurboModel,
-        max_batch: int = DEFAULT_MAX_BATCH,
-        s3gen_batching: str = "auto",
-    ) -> None:
-        super().__init__(model, make_request, max_batch, s3gen_batching, "tts-chatterbox")
 
 
 def t3_int8(model: ChatterboxModel) -> bool:
@@ -416,7 +313,7 @@ def t3_int8(model: ChatterboxModel) -> bool:
     )
 
 
-def t3_rows_invariant(model: ChatterboxTurboModel, requests: int) -> bool:
+def t3_rows_invariant(model: ChatterboxModel, requests: int) -> bool:
     """Would one batched GPT-2 decode step give every row its own bits? Checked for T3's
     projections (float `addmm` or Int8Linear, 1 row per request) at this batch size (rows.py's
     method)."""

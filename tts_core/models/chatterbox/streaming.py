@@ -50,6 +50,11 @@ class StreamNoise:
         self.phases = initial_phases(1, self._generator)  # (1, 9, 1)
         self._source: list[torch.Tensor] = []  # (1, 9, SOURCE_BLOCK) each
 
+    @classmethod
+    def for_voice(cls, seed: int, voice: ChatterboxVoice, max_tokens: int) -> StreamNoise:
+        """The noise of a stream of at most `max_tokens` tokens after `voice`'s S3Gen prompt."""
+        return cls(seed, max_tokens, TOKEN_MEL_RATIO * voice.prompt_token.shape[1])
+
     def source(self, start: int, end: int) -> torch.Tensor:
         """Standard normal source noise for output samples [start, end): (1, 9, end - start)."""
         while len(self._source) * SOURCE_BLOCK < end:

@@ -15,14 +15,15 @@ the same clip as reference and prompt. Noise: one `randn((1, D, P))` per patch f
 `torch.manual_seed(seed)`. Not reproduced on purpose: retry_badcase (off in the contract),
 the denoiser and text normalization (`normalize=True`).
 
-`generate` and `stream` run the serving engine (tts_core/serving, VoxCPM2's step in serving.py)
-with one row on the caller's thread: the patches the served VoxCPMScheduler gives the same
-request, whatever else it serves.
+`generate` and `stream` run the serving engine (tts_core/serving, VoxCPM2's step in runner.py)
+with one row on the caller's thread (`serving.run_alone`): the patches the served loop
+(`EngineLoop(model.runner(n), make_request=model.request)`) gives the same request, whatever
+else it serves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,14 @@ import numpy as np
 import torch
 
 from ...audio.cadence import Cadence
-from ...serving.alone import InlineOutbox
+from ...serving.alone import InlineOutbox, run_alone
+from ...serving.engine import BatchEngine
 from ..contract import SeededStream, reference_audio, refuse_unknown, resolve_seed
 from .audiovae import AudioVAE
 from .checkpoint import load_model_state, resolve_folder
 from .config import VoxCPM2Config
 from .network import DecodeState, VoxCPM2Network
-from .serving import VoxSequence, run_alone
+from .runner import AudioChunk, PatchChunk, Prompt, VoxRunner, VoxSequence
 from .tokenizer import VoxCPMTokenizer, normalize_target_text
 from .vae_checkpoint import load_audiovae_state
 from .vae_streaming import VAEDecoderState
@@ -62,24 +64,6 @@ class GenerationResult:
     patches: int
     stop_reason: str  # "stop_head" or "length_cap"
     seed: int | None = None  # the seed used: passed back, the same audio (models/contract.py)
-
-
-@dataclass
-class AudioChunk:
-    audio: np.ndarray  # float32 at sample_rate
-    sample_rate: int
-    patches: int  # generated patches in this chunk
-    stop_reason: str | None = None  # on the last chunk: "stop_head" or "length_cap"
-    batch_size: int = 1  # rows stepped together when this chunk's patches were made
-
-
-@dataclass
-class _Prompt:
-    tokens: torch.Tensor  # (1, T) int64
-    patches: torch.Tensor  # (1, T, P, D)
-    text_mask: torch.Tensor  # (1, T) 0/1 in the model dtype
-    audio_mask: torch.Tensor
-    cap: int
 
 
 class VoxCPMModel:
@@ -164,7 +148,7 @@ class VoxCPMModel:
         """(n, P, D) patches -> (1, D, n P) VAE latents."""
         return patches.reshape(-1, patches.shape[-1]).T[None].to(self.vae.dtype)
 
-    def _prompt(self, text: str, voice: Voice | None, max_len: int) -> _Prompt:
+    def _prompt(self, text: str, voice: Voice | None, max_len: int) -> Prompt:
         target = normalize_target_text(text)
         cap = min(int(len(self.tokenizer.encode(target)) * LENGTH_RATIO + LENGTH_EXTRA), max_len)
         prefix = voice.ref_text if voice is not None and voice.ref_text is not None else ""
@@ -195,21 +179,13 @@ class VoxCPMModel:
             )
         cap = min(cap, room)
         audio_mask = torch.tensor(is_audio, dtype=dtype, device=dev)[None]
-        return _Prompt(
+        return Prompt(
             tokens=torch.tensor(tokens, dtype=torch.int64, device=dev)[None],
             patches=torch.cat(patches)[None],
             text_mask=1 - audio_mask,
             audio_mask=audio_mask,
             cap=cap,
         )
-
-    def _plan(
-        self, text: str, voice: Voice | None, inference_timesteps: int, max_len: int
-    ) -> _Prompt:
-        """Check a request and build its prompt (ValueError on bad input, before any work)."""
-        if max_len < 1 or inference_timesteps < 1:
-            raise ValueError("max_len and inference_timesteps must be >= 1")
-        return self._prompt(text, voice, max_len)
 
     def generate(
         self,
@@ -228,9 +204,9 @@ class VoxCPMModel:
         seed = resolve_seed(seed)
         seq = self.request(text, voice, seed, cfg_value, inference_timesteps, max_len,
                            audio=False, outbox=InlineOutbox())  # fmt: skip
-        chunks = list(run_alone(self, seq))
+        chunks = list(self._alone(seq))
         generated = torch.stack([patch for chunk in chunks for patch in chunk.patches])
-        context = self._context(voice)
+        context = None if voice is None else voice.context_patches  # (ctx, P, D) or None
         latents = generated if context is None else torch.cat([context, generated])
         audio = self.vae.decode(self._latents(latents))[0]
         skip = 0 if context is None else context.shape[0] * self.patch_size
@@ -262,10 +238,10 @@ class VoxCPMModel:
         True ends the stream there, without decoding the patches not yet handed out. The last
         chunk of a stream that was not stopped carries `stop_reason`.
 
-        The serving engine with one row (serving.py), stepped on the thread that iterates: the
-        chunks are those the served VoxCPMScheduler gives the same request, whatever else it
-        serves. Bad input raises now; closing the generator frees the request's caches. seed
-        None: a random one (`.seed` of the returned stream). The shared knobs
+        The serving engine with one row (runner.py), stepped on the thread that iterates: the
+        chunks are those the served loop gives the same request, whatever else it serves. Bad
+        input raises now; closing the generator frees the request's caches. seed None: a
+        random one (`.seed` of the returned stream). The shared knobs
         first_chunk_frames / chunk_frames are read as the patch counts; a knob of another
         model (e.g. temperature) is a TypeError listing this model's."""
         refuse_unknown("VoxCPM2", knobs, (*KNOB_NAMES, *CHUNK_NAMES))
@@ -276,7 +252,7 @@ class VoxCPMModel:
         seq = self.request(text, voice, seed, cfg_value, inference_timesteps, max_len,
                            chunk_patches, first_chunk_patches, should_stop,
                            outbox=InlineOutbox())  # fmt: skip
-        return SeededStream(run_alone(self, seq), seed)
+        return SeededStream(self._alone(seq), seed)
 
     def request(
         self,
@@ -295,16 +271,33 @@ class VoxCPMModel:
     ) -> VoxSequence:
         """A checked request for the engine (`stream`'s arguments; ValueError on bad input):
         its prompt, sampling and chunk cadence. `outbox` None: for a consumer on another
-        thread (VoxCPMScheduler); audio False: patches only (`generate`)."""
+        thread (the served EngineLoop); audio False: patches only (`generate`)."""
         first = chunk_patches if first_chunk_patches is None else first_chunk_patches
         cadence = Cadence(first, chunk_patches)  # ValueError below 1
-        prompt = self._plan(text, voice, inference_timesteps, max_len)
+        if max_len < 1 or inference_timesteps < 1:
+            raise ValueError("max_len and inference_timesteps must be >= 1")
+        prompt = self._prompt(text, voice, max_len)
         sampling = (int(seed), float(cfg_value), int(inference_timesteps))
         return VoxSequence(prompt, voice, sampling, cadence, should_stop or _never, audio=audio,
                            outbox=outbox)  # fmt: skip
 
+    def runner(self, max_batch: int) -> VoxRunner:
+        """The engine's StepModel for this model, `max_batch` rows at most (the served loop:
+        `EngineLoop(model.runner(n), make_request=model.request)`)."""
+        return VoxRunner(self, max_batch)
+
+    def _alone(self, seq: VoxSequence) -> Iterator[AudioChunk | PatchChunk]:
+        """`seq` (made with an InlineOutbox) stepped by a private one-row engine on the thread
+        that iterates; its whole prompt prefilled in one step."""
+
+        def engine() -> BatchEngine:
+            return BatchEngine(self.runner(1), prefill_chunk=seq.prompt_len,
+                               isolate_failures=False)  # fmt: skip
+
+        return run_alone(engine, seq)
+
     @torch.inference_mode()
-    def prefill(self, prompt: _Prompt) -> tuple[DecodeState, torch.Tensor]:
+    def prefill(self, prompt: Prompt) -> tuple[DecodeState, torch.Tensor]:
         """A request's LM state after its prompt (caches of prompt + length cap positions) and
         its first CFM condition: the prompt's last patch (zeros unless it ends with audio)."""
         positions = prompt.tokens.shape[1] + prompt.cap  # the last step writes at P + cap - 1
@@ -333,10 +326,6 @@ class VoxCPMModel:
             audio = self.vae.decode_step(self._latents(torch.stack(patches)), state)[0]
             audio = audio.float().cpu().numpy()
         return AudioChunk(audio, self.sample_rate, len(patches), stop_reason, batch_size)
-
-    @staticmethod
-    def _context(voice: Voice | None) -> torch.Tensor | None:
-        return None if voice is None or voice.context_patches is None else voice.context_patches
 
 
 def _never() -> bool:

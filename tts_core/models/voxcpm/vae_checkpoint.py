@@ -10,15 +10,12 @@ the official `.to(torch.float32)` of the VAE); `decoder.sr_bin_boundaries` stays
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file
+from torch import nn
 
 from ..state_check import mismatches, shapes_of
-
-if TYPE_CHECKING:
-    from .audiovae import AudioVAE
 
 SAFETENSORS_NAME = "audiovae.safetensors"
 PTH_NAME = "audiovae.pth"
@@ -56,7 +53,7 @@ def read_audiovae_state(path: Path) -> dict[str, torch.Tensor]:
     return data
 
 
-def check_state(vae: AudioVAE, state: dict[str, torch.Tensor], source: str) -> None:
+def check_state(vae: nn.Module, state: dict[str, torch.Tensor], source: str) -> None:
     """Raise CheckpointError unless `state` has exactly the model's keys and shapes."""
     expected = vae.state_dict()
     problems = mismatches(shapes_of(expected), shapes_of(state))
@@ -72,8 +69,9 @@ def check_state(vae: AudioVAE, state: dict[str, torch.Tensor], source: str) -> N
 
 
 @torch.no_grad()
-def load_audiovae_state(vae: AudioVAE, folder: str | Path) -> Path:
-    """Fill `vae` from the folder's AudioVAE file (strict); returns the file used."""
+def load_audiovae_state(vae: nn.Module, folder: str | Path) -> Path:
+    """Fill `vae` (an AudioVAE: audiovae.py imports this module, so the type is not named)
+    from the folder's AudioVAE file (strict); returns the file used."""
     path = find_audiovae_file(folder)
     state = read_audiovae_state(path)
     check_state(vae, state, str(path))

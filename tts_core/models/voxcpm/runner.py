@@ -1,9 +1,9 @@
-"""VoxCPM2 on the one decode engine (tts_core/serving): its request, its decode step and its
-served scheduler.
+"""VoxCPM2 on the one decode engine (tts_core/serving): its request and its decode step.
 
-scheduler = VoxCPMScheduler(model, max_batch=8)
-for chunk in scheduler.submit("Hello", voice, seed=1):    # the chunks of model.stream
-    play(chunk.audio)
+The served loop (the backend's) and `model.stream` (one row on the caller's thread) step the
+same runner: `EngineLoop(model.runner(n), make_request=model.request, ...)`,
+`serving.run_alone`. The runner reaches the model only through the instance it is given (its
+public methods); this module does not import model.py (model.py imports it).
 
 A step of the rows (`VoxRunner.decode`, spec voxcpm2.md section 9 for each row): the LM step
 each row's last patch left pending, then per row its noise (its own generator), mu and the CFM
@@ -26,24 +26,39 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
 import torch
 
 from ...audio.cadence import Cadence
-from ...serving import alone
 from ...serving.engine import BatchEngine
-from ...serving.loop import EngineLoop, RequestStream
 from ...serving.request import Request, Status
 from ...serving.rows import rows_invariant
-
-if TYPE_CHECKING:
-    from .model import AudioChunk, VoxCPMModel, _Prompt
-    from .network import DecodeState
-    from .voice import Voice
+from .network import DecodeState
+from .voice import Voice
 
 MIN_LEN = 2  # the official min_len: the stop head counts from the 4th patch
-DEFAULT_MAX_BATCH = 8
+
+
+@dataclass
+class Prompt:
+    """A request's prompt (model.request builds it): [ref audio] text [prompt audio]."""
+
+    tokens: torch.Tensor  # (1, T) int64
+    patches: torch.Tensor  # (1, T, P, D)
+    text_mask: torch.Tensor  # (1, T) 0/1 in the model dtype
+    audio_mask: torch.Tensor
+    cap: int  # patches at most (the length cap)
+
+
+@dataclass
+class AudioChunk:
+    audio: np.ndarray  # float32 at sample_rate
+    sample_rate: int
+    patches: int  # generated patches in this chunk
+    stop_reason: str | None = None  # on the last chunk: "stop_head" or "length_cap"
+    batch_size: int = 1  # rows stepped together when this chunk's patches were made
 
 
 @dataclass
@@ -61,7 +76,7 @@ class VoxSequence(Request):
 
     def __init__(
         self,
-        prompt: _Prompt,
+        prompt: Prompt,
         voice: Voice | None,
         sampling: tuple[int, float, int],
         cadence: Cadence,
@@ -95,7 +110,9 @@ class VoxSequence(Request):
 class VoxRunner:
     """The engine's StepModel for VoxCPM2 (tts_core/serving/engine.py)."""
 
-    def __init__(self, model: VoxCPMModel, max_batch: int) -> None:
+    def __init__(self, model: Any, max_batch: int) -> None:
+        """model: the VoxCPMModel whose steps these are (its public methods: prefill,
+        new_decoder_state, decode_chunk; its net, config and patch_size)."""
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         self.model = model
@@ -182,30 +199,3 @@ class VoxRunner:
 
     def release(self, seq: VoxSequence) -> None:
         seq.state = seq.prev = seq.awaiting = seq.decoder_state = None
-
-
-def run_alone(model: VoxCPMModel, seq: VoxSequence):  # noqa: ANN201 - Iterator of chunks
-    """`model.stream` / `model.generate`: `seq` stepped by a private one-row engine on the
-    thread that iterates (`seq` made with an InlineOutbox)."""
-
-    def engine() -> BatchEngine:
-        return BatchEngine(VoxRunner(model, 1), prefill_chunk=seq.prompt_len,
-                           isolate_failures=False)  # fmt: skip
-
-    return alone.run_alone(engine, seq)
-
-
-class VoxCPMScheduler(EngineLoop):
-    """Continuous batching, served: every VoxCPM2 stream of the app stepped together on one
-    loop thread (`call`: the model's voices and prompts run there too)."""
-
-    def __init__(self, model: VoxCPMModel, max_batch: int = DEFAULT_MAX_BATCH) -> None:
-        super().__init__(VoxRunner(model, max_batch), thread_name="tts-voxcpm")
-        self.model = model
-
-    def submit(self, text: str, voice: Voice | None, **kwargs: Any) -> RequestStream:
-        """Check now (ValueError, as `model.stream`) and queue the request; the returned
-        stream yields its AudioChunks (with `batch_size`). `kwargs`: those of `model.stream`
-        (seed, cfg_value, inference_timesteps, max_len, chunk_patches, first_chunk_patches,
-        should_stop)."""
-        return self.enqueue(self.call(self.model.request, text, voice, **kwargs))
