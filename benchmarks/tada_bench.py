@@ -141,7 +141,9 @@ def build(out: Path, smoke: bool) -> None:
     build_tiny._randomize(model)
     if model.config.tie_word_embeddings:
         model.tie_weights()
-    model.save_pretrained(out / "model", safe_serialization=True)
+    # one model.safetensors as the release (our loader reads no shards): the float32 LM is 5.9 GB,
+    # over save_pretrained's default 5 GB shard size
+    model.save_pretrained(out / "model", safe_serialization=True, max_shard_size="50GB")
     del model
     patch.redirect(out / "codec", out / "model")
     decoder = Decoder(DecoderConfig(**decoder_kwargs)).eval()
