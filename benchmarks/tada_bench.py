@@ -1,9 +1,11 @@
 """TADA at the released size (1B, random weights), ours beside the official hume-tada 0.1.9, in one
 run: per part (the LM step, the flow head, the decoder per second of audio), first audio and RTF.
 
-    .tada-venv/bin/python benchmarks/tada_bench.py build --out /tmp/tada-1b-random   # ~5 GB
+    .tada-venv/bin/python benchmarks/tada_bench.py build --out /tmp/tada-1b-random   # ~7 GB
     .venv/bin/python benchmarks/tada_bench.py --folder /tmp/tada-1b-random \\
         [--threads 2] [--repeats 3] [--json benchmarks/results/tada_real_size.json]
+    # prints the load average before and after each side, the table (LM step, flow head,
+    # decoder per audio second, first audio, RTF; official / ours) and each side's peak memory
     # a smoke run of every code path on a small model of the same layout (no figures):
     .tada-venv/bin/python benchmarks/tada_bench.py build --out /tmp/tada-smoke --smoke
     .venv/bin/python benchmarks/tada_bench.py --folder /tmp/tada-smoke --repeats 1
@@ -33,8 +35,9 @@ best of --repeats generations, perf_counter):
   its first audio is its whole generate();
 * RTF: wall time / audio seconds of generate() (both) and of model.stream (ours).
 
-Random weights make random speech; the figures are for compute only. `uptime` is stored with
-every run (the machine is shared: only idle runs count).
+Random weights make random speech; the figures are for compute only. The load average is
+printed and stored before and after each side, and each side's peak memory (the machine may
+be shared: only runs that start and end near load 0 count).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -137,7 +141,9 @@ def build(out: Path, smoke: bool) -> None:
     build_tiny._randomize(model)
     if model.config.tie_word_embeddings:
         model.tie_weights()
-    model.save_pretrained(out / "model", safe_serialization=True)
+    # one model.safetensors as the release (our loader reads no shards): the float32 LM is 5.9 GB,
+    # over save_pretrained's default 5 GB shard size
+    model.save_pretrained(out / "model", safe_serialization=True, max_shard_size="50GB")
     del model
     patch.redirect(out / "codec", out / "model")
     decoder = Decoder(DecoderConfig(**decoder_kwargs)).eval()
@@ -145,7 +151,7 @@ def build(out: Path, smoke: bool) -> None:
     build_tiny._damp_residuals(decoder)
     decoder.save_pretrained(out / "codec" / "decoder", safe_serialization=True)
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    print(f"{out}: {total / 1e9:.2f} GB")
+    print(f"{out}: {total / 1e9:.2f} GB on disk; peak memory {peak_rss_gb():.1f} GB")
 
 
 # --- the shared work --------------------------------------------------------------------------
@@ -302,8 +308,14 @@ def our_run(folder: Path, repeats: int) -> dict:
 # --- driver -----------------------------------------------------------------------------------
 
 
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (an idle machine: all near 0)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory (Linux ru_maxrss: KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def official_python(given: str | None) -> Path:
@@ -344,19 +356,29 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.mode == "part":
         run = our_run if args.side == "ours" else official_run
-        print(json.dumps(run(args.folder, args.repeats)))
+        print(json.dumps(run(args.folder, args.repeats) | {"peak_rss_gb": peak_rss_gb()}))
         return
-    before = uptime()
-    ours = run_side(Path(sys.executable), "ours", args)
-    official = run_side(official_python(args.official_python), "official", args)
+    sides, loads = {}, [load_average()]
+    for side, python in (("ours", Path(sys.executable)),
+                         ("official", official_python(args.official_python))):  # fmt: skip
+        print(f"load average {loads[-1]} (1, 5, 15 min); running {side}", flush=True)
+        sides[side] = run_side(python, side, args)
+        loads.append(load_average())
+    print(f"load average {loads[-1]} after both")
+    ours, official = sides["ours"], sides["official"]
     result = dict(folder=str(args.folder), threads=args.threads, repeats=args.repeats,
-                  uptime=[before, uptime()], ours=ours, official=official)  # fmt: skip
+                  load_average=loads, ours=ours, official=official)  # fmt: skip
     print(f"{'figure':24} {'ours':>10} {'official':>10} {'official/ours':>14}")
     for key, mine, theirs, ratio in table(ours, official):
         print(f"{key:24} {mine:10.4g} {theirs:10.4g} {ratio:14.3g}")
-    print(json.dumps(result, indent=1))
+    for key in ("stream_decoder_per_audio_s", "stream_rtf", "audio_s", "load_s", "peak_rss_gb"):
+        print(f"{key:24} {ours[key]:10.4g} {official.get(key, float('nan')):10.4g}")
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"written to {args.json}")
+    else:
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""TADA on the one engine (models/tada/serving.py): a request's chunks do not depend on who else
+"""TADA on the one engine (models/tada/runner.py): a request's chunks do not depend on who else
 is served.
 
 On both tiny checkpoints, four requests with other texts, seeds, guidance (CFG on: two LM rows;
@@ -6,7 +6,7 @@ off: one), extra steps, chunk cadences and decoder windows give, in a batch of 4
 them joining at any of several steps, exactly the bytes and chunking they give alone
 (`model.stream`, the one-row engine): bit-equality is the claim, and the random tiny weights
 amplify any last-bit difference token after token. The engine is stepped by the test (no
-thread), so the join step is exact; the served TadaScheduler (its own thread) gives one request
+thread), so the join step is exact; the served EngineLoop (its own thread) gives one request
 the chunks of model.stream too. Alone, the engine's frames are generate()'s (acoustic vectors
 and durations equal) and its audio has generate()'s length."""
 
@@ -19,10 +19,11 @@ import torch
 from tts_core.models.tada.flow_head import FlowOptions
 from tts_core.models.tada.generate import GenerateOptions, generate
 from tts_core.models.tada.model import TadaModel
-from tts_core.models.tada.serving import TadaRunner, TadaScheduler
+from tts_core.models.tada.runner import TadaRunner
 from tts_core.models.tada.text import normalize_text
 from tts_core.serving.alone import InlineOutbox
 from tts_core.serving.engine import BatchEngine
+from tts_core.serving.loop import EngineLoop
 
 from .test_generate import TEXT, prompt_of
 
@@ -153,7 +154,7 @@ def test_after_prefill_every_decode_step_is_one_lm_step(tiny_folder, goldens, mo
 
 def test_the_scheduler_gives_the_chunks_of_model_stream(tiny_folder, goldens, models):
     model, voice = model_of(models, tiny_folder), prompt_of(goldens)
-    scheduler = TadaScheduler(model, max_batch=4)
+    scheduler = EngineLoop(model.runner(4), make_request=model.request)
     try:
         streams = [scheduler.submit(voice, **request_args(i)) for i in (0, 2)]
         got = [list(stream) for stream in streams]

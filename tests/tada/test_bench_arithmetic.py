@@ -75,6 +75,18 @@ def test_our_side_runs_on_a_tiny_folder(monkeypatch):
 
 
 OFFICIAL = [p for p in bench.OFFICIAL_PYTHONS if p.exists()]
+# `python -c SMALL_SHARDS script args...`: the script run with save_pretrained's default
+# max_shard_size 100 MB (transformers' own default: 5 GB)
+SMALL_SHARDS = """
+import runpy, sys
+from transformers import PreTrainedModel
+save = PreTrainedModel.save_pretrained
+def small_shards(self, *args, max_shard_size="100MB", **kwargs):
+    return save(self, *args, max_shard_size=max_shard_size, **kwargs)
+PreTrainedModel.save_pretrained = small_shards
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 @pytest.mark.slow
@@ -82,7 +94,12 @@ OFFICIAL = [p for p in bench.OFFICIAL_PYTHONS if p.exists()]
 def test_smoke_build_and_both_sides(tmp_path):
     """The script as documented, on the --smoke checkpoint: build in the oracle env, then one
     run of each side; both make the same audio from the same positions (same prompt, text,
-    forced durations), and every figure of the table is there."""
+    forced durations), and every figure of the table is there, with the load averages and
+    each side's peak memory.
+
+    The build runs with save_pretrained's default shard size cut from 5 GB to 100 MB: the smoke
+    LM (151 MB) then stands where the real float32 LM (5.9 GB) stands against the default, and
+    the checkpoint must still be the one model.safetensors our loader reads."""
     import json
     import os
     import subprocess
@@ -90,9 +107,12 @@ def test_smoke_build_and_both_sides(tmp_path):
     folder = tmp_path / "tada-smoke"
     env = dict(os.environ, PYTHONPATH=str(bench.REPO))
     script = str(BENCH / "tada_bench.py")
-    build = [str(OFFICIAL[0]), script, "build", "--out", str(folder), "--smoke"]
+    build = [str(OFFICIAL[0]), "-c", SMALL_SHARDS, script, "build", "--out", str(folder),
+             "--smoke"]  # fmt: skip
     done = subprocess.run(build, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
+    assert sorted(p.name for p in (folder / "model").glob("*.safetensors*")) == [
+        "model.safetensors"]  # fmt: skip
     out = tmp_path / "result.json"
     compare = [sys.executable, script, "--folder", str(folder), "--repeats", "1",
                "--threads", "1", "--json", str(out)]  # fmt: skip
@@ -102,5 +122,7 @@ def test_smoke_build_and_both_sides(tmp_path):
     ours, official = result["ours"], result["official"]
     assert ours["audio_s"] == official["audio_s"] > 0
     assert ours["positions"] == official["positions"] > 0
+    assert len(result["load_average"]) == 3  # before ours, between the sides, after both
+    assert ours["peak_rss_gb"] > 0 and official["peak_rss_gb"] > 0
     assert [row[0] for row in bench.table(ours, official)] == [
         "lm_step_ms", "flow_head_ms", "decoder_per_audio_s", "first_audio_s", "rtf"]  # fmt: skip

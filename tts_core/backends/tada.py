@@ -2,10 +2,11 @@
 
 Every request goes through the backend's served loop (backends/neural.py: the one batch engine,
 up to `max_batch` streams stepped together on one loop thread, each bit-identical to the same
-request alone; models/tada/serving.py), which computes the voices too. Audio is 24 kHz from the KV-cached
-decoder transformer and the windowed CNN (20 frames of context, 15 of lookahead), one stateful
-pass per stream, so chunks are never marked independent. A "frame" of the chunk-size settings is
-one TADA token (its audio length varies with the token's duration: 20 ms per codec frame).
+request alone; models/tada/runner.py), which computes the voices too. Audio is 24 kHz from the
+KV-cached decoder transformer and the windowed CNN (20 frames of context, 15 of lookahead), one
+stateful pass per stream, so chunks are never marked independent. A "frame" of the chunk-size
+settings is one TADA token (its audio length varies with the token's duration: 20 ms per codec
+frame).
 
 Cloning is prompt continuation of the reference clip aligned to its transcript: the transcript
 is REQUIRED (upstream runs a 1.1B English ASR model without one; we refuse, naming
@@ -28,7 +29,7 @@ from typing import Any
 
 from ..engine.backend import ReferenceNeeds, SynthesisParams
 from ..engine.knobs import Knob, sampling_knobs
-from ..serving import EngineLoop, RequestStream
+from ..serving import RequestStream
 from .neural import NeuralBackend
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class TadaBackend(NeuralBackend):
     description = DESCRIPTION
     knobs = KNOBS
     knob_defaults = TEXT_SAMPLING  # the text knobs' defaults: the official InferenceOptions'
-    default_max_batch = 4  # models/tada/serving.py's DEFAULT_MAX_BATCH
+    default_max_batch = 4  # models/tada/runner.py's DEFAULT_MAX_BATCH
     chunk_frames = "tokens"
     sample_rate = TADA_RATE
     frame_samples = TADA_RATE // TADA_FRAME_RATE  # one codec frame; a token: 1 or more
@@ -102,11 +103,6 @@ class TadaBackend(NeuralBackend):
     ) -> None:
         super().__init__(model, model_name, device, max_batch)
         self.weight_format = str(next(model.lm.parameters()).dtype).removeprefix("torch.")
-
-    def served_loop(self, model: Any, max_batch: int) -> EngineLoop:
-        from ..models.tada.serving import TadaScheduler
-
-        return TadaScheduler(model, max_batch=max_batch)
 
     @classmethod
     def resolve_device(cls, device: str) -> str:

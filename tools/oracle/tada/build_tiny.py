@@ -23,9 +23,10 @@ matters (`_randomize`): Linear/conv weights N(0, 1/fan_in) (weight-norm: v drawn
 or 0.05 N (biases), the zero inits (flow head adaLN and output, acoustic mask embedding) random
 as well. Two parts are then scaled down:
 * the flow head's rows that predict the Gray-coded duration bits, by TIME_ROW_SCALE: the
-  official decoder of those bits turns an output below -2 or from 3 up into a bit outside {0, 1}
-  (a negative or too large duration: an embedding index error), which a trained head never
-  produces and a random one would;
+  official decoder of those bits turns an output below -2 or from 2 up into a bit outside {0, 1}
+  (often a negative or too large duration: an embedding index error), which a trained head
+  does not produce and a random one would; damped, the bits stay near the starting noise,
+  which at the official noise temperature 0.9 still leaves [-2, 2) in most seeds (README);
 * each CNN residual branch, by RESIDUAL_SCALE (`_damp_residuals`): unscaled, the random stacks
   grow the signal 2x per block and float32 rounding with it (measured on the decoder: 1e-3
   absolute error before tanh against a float64 rerun; scaled: 4e-6).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Rebuilds tests/fixtures/tada-tiny-{a,b}/, their goldens (tada-tiny-<v>.golden.npz) and
-# tada-release-shapes.json with the
+# Rebuilds tests/fixtures/tada-tiny-{a,b}/, their goldens (tada-tiny-<v>.golden.npz), the seed
+# sweep (tada-tiny-seed-sweep.json) and tada-release-shapes.json with the
 # official hume-tada==0.1.9 in its own venv (.tada-venv), single-threaded; then remakes the
 # goldens with two threads into a scratch folder and checks them against the one-thread ones
 # (integers equal, floats within 5 E; see compare_goldens.py).
@@ -14,6 +14,7 @@ py="${ORACLE_TADA_VENV:-$repo/.tada-venv}/bin/python"
 export PYTHONPATH="$here/stubs:$here"
 "$py" -W ignore "$here/build_tiny.py" --out "$out"
 "$py" -W ignore "$here/make_goldens.py" --fixtures "$out" --threads 1
+"$py" -W ignore "$here/seed_sweep.py" --fixtures "$out"
 "$py" -W ignore "$here/dump_release_shapes.py" --out "$out/tada-release-shapes.json"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT

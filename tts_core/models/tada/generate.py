@@ -232,6 +232,26 @@ def sample_token(logits: torch.Tensor, ids: torch.Tensor, pad_id: int, options: 
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
 
 
+class DurationOutOfRange(IndexError):
+    """A step's predicted duration outside the checkpoint's duration classes: a Gray-code bit
+    of the flow head's output left [-2, 2) (gray_code.decode). The official 0.1.9
+    fails at the same step of the same seeds with the duration embedding's bare IndexError
+    (tools/oracle/tada/seed_sweep.py); random weights do this (the tiny test checkpoints at
+    the default noise temperature), a trained head is fitted to bits of -1 and +1."""
+
+
+def check_durations(before: torch.Tensor, after: torch.Tensor, classes: int) -> None:
+    """The durations a step embeds ((1, 1) each) lie in [0, classes), or DurationOutOfRange."""
+    for frames in (int(before), int(after)):
+        if not 0 <= frames < classes:
+            raise DurationOutOfRange(
+                f"TADA's flow head predicted a token duration of {frames} frames, outside the "
+                f"checkpoint's {classes} duration classes (a Gray-code bit left [-2, 2)); the "
+                "official hume-tada fails here too (IndexError in the duration embedding). "
+                "Random weights do this: try another seed or a lower noise_temperature."
+            )
+
+
 @dataclass(frozen=True)
 class Frame:
     """One step's acoustic output: the `index`-th acoustic vector of the sequence (prompt part
@@ -360,6 +380,7 @@ class Generation:
             neg = (token if token.item() in self.structural
                    else torch.full_like(token, tokenizer.pad_id))  # fmt: skip
             batch_ids = torch.cat([token, neg])
+        check_durations(self.before, self.after, cfg.num_time_classes)
         embeds = lm.embed(batch_ids, self.acoustic.expand(rows, -1, -1),
                           self.masks.expand(rows, -1), self.before.expand(rows, -1),
                           self.after.expand(rows, -1))  # fmt: skip

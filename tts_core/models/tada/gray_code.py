@@ -17,8 +17,8 @@ def encode(frames: torch.Tensor, bits: int) -> torch.Tensor:
 
 def decode(values: torch.Tensor, bits: int) -> torch.Tensor:
     """(..., bits) float -> (...,) int64: each value to round((v + 1) / 2) (half to even, as
-    torch.round; a value below -2 or from 3 up gives a "bit" outside {0, 1}, and so a duration
-    outside [0, 2^bits), exactly as the official), then Gray to binary."""
+    torch.round; a value below -2 or from 2 up gives a "bit" outside {0, 1}, and then often a
+    duration outside [0, 2^bits), exactly as the official), then Gray to binary."""
     raw = ((values + 1.0) / 2.0).round().long()
     gray = torch.zeros(values.shape[:-1], dtype=torch.long, device=values.device)
     for i in range(bits):

@@ -4,7 +4,10 @@ transcript, generate speech (the official generate()) or stream it on the engine
     model = TadaModel.from_folders(model_dir, codec_dir)
     voice = model.create_voice(audio, sample_rate, ref_text, seed=11)
     audio = model.generate(voice, "Text to speak.", seed=15)  # float32 (S,) at 24 kHz
-    for chunk in model.stream(voice, "Text to speak.", seed=15):  # TadaChunks (serving.py)
+    for chunk in model.stream(voice, "Text to speak.", seed=15):  # TadaChunks (runner.py)
+        play(chunk.audio)
+    served = EngineLoop(model.runner(4), make_request=model.request)  # tts_core.serving
+    for chunk in served.submit(voice, "Text to speak.", seed=15):  # the same chunks
         play(chunk.audio)
 
 The transcript is required (upstream runs a 1.1B English ASR model without one). Random numbers
@@ -26,7 +29,7 @@ import torch
 
 from ...audio.cadence import Cadence
 from ...audio.sinc import resample
-from ...serving.alone import InlineOutbox
+from ...serving import BatchEngine, InlineOutbox, run_alone
 from .alignment import token_alignment
 from .checkpoint import load_aligner, load_decoder, load_encoder, load_lm, resolve_folders
 from .generate import (
@@ -40,7 +43,7 @@ from .generate import (
     generate,
     leading_silence,
 )
-from .serving import TadaChunk, TadaSequence, run_alone
+from .runner import DEFAULT_MAX_BATCH, TadaChunk, TadaRunner, TadaSequence
 from .streaming import check_window
 from .text import normalize_text
 from .tokenizer import TadaTokenizer
@@ -128,11 +131,17 @@ class TadaModel:
         duration, at least `options.min_trim_frames`) is dropped. The last chunk carries
         stop_reason "end_of_text"; `should_stop` is asked before every step.
 
-        The serving engine with one row (serving.py) on the thread that iterates: the chunks
-        are those TadaScheduler gives the same request, whatever else it serves."""
+        The engine with one row (`self.runner(1)`) on the thread that iterates: the chunks
+        are those a served loop of `self.runner(n)` gives the same request, whatever else it
+        serves."""
         seq = self.request(voice, text, options, seed, context, lookahead, chunk_tokens,
                            first_chunk_tokens, should_stop, outbox=InlineOutbox())  # fmt: skip
-        return run_alone(self, seq)
+        return run_alone(lambda: BatchEngine(self.runner(1), isolate_failures=False), seq)
+
+    def runner(self, max_batch: int | None = None) -> TadaRunner:
+        """The engine's StepModel over this model: up to `max_batch` rows stepped together
+        (None: DEFAULT_MAX_BATCH)."""
+        return TadaRunner(self, DEFAULT_MAX_BATCH if max_batch is None else max_batch)
 
     def request(self, voice: Prompt, text: str, options: GenerateOptions = DEFAULT_OPTIONS,
                 seed: int | None = None, context: int = 20, lookahead: int = 15,
@@ -140,7 +149,7 @@ class TadaModel:
                 should_stop: Callable[[], bool] | None = None, *, audio: bool = True,
                 outbox: Any = None) -> TadaSequence:  # fmt: skip
         """A checked request for the engine (`stream`'s arguments; ValueError on bad input).
-        `outbox` None: for a consumer on another thread (TadaScheduler)."""
+        `outbox` None: for a consumer on another thread (a served EngineLoop)."""
         cadence = Cadence(first_chunk_tokens, chunk_tokens)  # ValueError below 1
         check_window(context, lookahead)
         generator = torch.Generator()

@@ -1,9 +1,6 @@
-"""TADA on the one decode engine (tts_core/serving): its request, its decode step and its
-served scheduler.
-
-scheduler = TadaScheduler(model, max_batch=4)
-for chunk in scheduler.submit(voice, "Hello", seed=1):    # the chunks of model.stream
-    play(chunk.audio)
+"""TADA on the one decode engine (tts_core/serving): its request, its chunks and its runner
+(the engine's StepModel). The model offers them (`TadaModel.runner`, `TadaModel.request`); the
+served loop is the generic `EngineLoop(model.runner(n), make_request=model.request)`.
 
 A request is one `generate.Generation` (its own torch.Generator, LM caches of its two rows: text
 and unconditional) and one `streaming.DecoderStream`. Prefill: the prompt part in one call, as
@@ -26,21 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from ...audio.cadence import Cadence
-from ...serving import alone
 from ...serving.engine import BatchEngine
-from ...serving.loop import EngineLoop, RequestStream
 from ...serving.request import Request
 from .generate import SAMPLE_RATE, Frame, Generation, trim_samples
 from .streaming import StreamingDecoder
-
-if TYPE_CHECKING:
-    from .model import TadaModel
 
 DEFAULT_MAX_BATCH = 4
 END = "end_of_text"
@@ -115,9 +107,10 @@ class TadaSequence(Request):
 
 
 class TadaRunner:
-    """The engine's StepModel for TADA (tts_core/serving/engine.py)."""
+    """The engine's StepModel for TADA (tts_core/serving/engine.py). `model`: the TadaModel
+    whose `decoder` the rows' streaming decoders wrap (their LM is in each request)."""
 
-    def __init__(self, model: TadaModel, max_batch: int) -> None:
+    def __init__(self, model: Any, max_batch: int) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be >= 1")
         self.model = model
@@ -182,27 +175,3 @@ class TadaRunner:
     def release(self, seq: TadaSequence) -> None:
         seq.generation.caches = None
         seq.decoder_state = None
-
-
-def run_alone(model: TadaModel, seq: TadaSequence):  # noqa: ANN201 - Iterator of chunks
-    """`model.stream`: `seq` stepped by a private one-row engine on the thread that iterates
-    (`seq` made with an InlineOutbox)."""
-
-    def engine() -> BatchEngine:
-        return BatchEngine(TadaRunner(model, 1), isolate_failures=False)
-
-    return alone.run_alone(engine, seq)
-
-
-class TadaScheduler(EngineLoop):
-    """Continuous batching, served: every TADA stream stepped together on one loop thread
-    (`call`: the model's voices and requests are made there too)."""
-
-    def __init__(self, model: TadaModel, max_batch: int = DEFAULT_MAX_BATCH) -> None:
-        super().__init__(TadaRunner(model, max_batch), thread_name="tts-tada")
-        self.model = model
-
-    def submit(self, voice: Any, text: str, **kwargs: Any) -> RequestStream:
-        """Check now (ValueError, as `model.stream`) and queue the request; the returned stream
-        yields its TadaChunks. `kwargs`: those of `model.request`."""
-        return self.enqueue(self.call(self.model.request, voice, text, **kwargs))
