@@ -13,7 +13,7 @@ and a random voice (375 T3 prompt tokens, a 150-token / 300-frame S3Gen prompt);
 random T3 weights rarely draw STOP, so each stream makes max_new_tokens + 1 draws. All streams
 join at step 0 of one BatchEngine stepped on this thread (the served loop without its thread).
 --quantize int8: T3 on the 8-bit path, whose rows the runner steps in one GPT-2 call
-(serving.py; --t3-per-row: one call per row, as before); --t3-step: one T3 decode step's ms per
+(runner.py; --t3-per-row: one call per row, as before); --t3-step: one T3 decode step's ms per
 row, the rows fed together and one by one.
 """
 
@@ -215,7 +215,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from tts_core.models.chatterbox.model import ChatterboxTurboModel
     from tts_core.models.chatterbox.padded_s3gen import padded_s3gen_exact
-    from tts_core.models.chatterbox.serving import t3_rows_invariant
+    from tts_core.models.chatterbox.runner import t3_rows_invariant
 
     model = real_size_model() if args.real_size else ChatterboxTurboModel.from_pretrained(TINY)
     if args.quantize != "none":

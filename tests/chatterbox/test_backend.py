@@ -81,7 +81,7 @@ def test_engine_stream_equals_generate(backend: ChatterboxBackend, cloned: bool)
 
 def test_knobs_reach_the_model(backend: ChatterboxBackend, monkeypatch) -> None:
     seen = []
-    submit = backend.scheduler.submit  # takes model.stream's arguments (chatterbox/serving.py)
+    submit = backend.scheduler.submit  # takes model.stream's arguments (chatterbox/runner.py)
 
     def spy(*args, **kwargs):
         seen.append((kwargs["sampling"], kwargs["chunking"]))

@@ -1,4 +1,4 @@
-"""Chatterbox Turbo on the one decode engine (models/chatterbox/serving.py) on the tiny
+"""Chatterbox Turbo on the one decode engine (models/chatterbox/runner.py) on the tiny
 checkpoints: a request's chunks (audio, tokens, draws, final, stop reason) are `model.stream`'s
 bit for bit alone (a private one-row engine) and in a batch with other requests joining at any
 step, with S3Gen per row (`s3gen_batching="auto"` on this CPU, where the padded pass is not
@@ -29,8 +29,8 @@ from tts_core.models.chatterbox.chunking import StreamChunking
 from tts_core.models.chatterbox.gpt2 import gelu_new
 from tts_core.models.chatterbox.model import ChatterboxTurboModel
 from tts_core.models.chatterbox.padded_s3gen import padded_s3gen_exact
+from tts_core.models.chatterbox.runner import ChatterboxRunner, t3_rows_invariant
 from tts_core.models.chatterbox.sampling import TurboSampling
-from tts_core.models.chatterbox.serving import ChatterboxRunner, t3_rows_invariant
 from tts_core.models.chatterbox.t3 import T3Turbo, TurboRow
 from tts_core.serving import BatchEngine, InlineOutbox
 

@@ -1,4 +1,4 @@
-"""Chatterbox's original English model on the one decode engine (models/chatterbox/serving.py's
+"""Chatterbox's original English model on the one decode engine (models/chatterbox/runner.py's
 ChatterboxRunner with english.py's EnglishSequence) on the tiny English checkpoint a: a
 request's chunks (audio, tokens, draws, final, stop reason) are `model.stream`'s bit for bit
 alone (a private one-row engine: `model.stream` is that engine) and in a batch of 4 with requests
@@ -25,7 +25,7 @@ from tts_core.audio import to_int16
 from tts_core.models.chatterbox.chunking import StreamChunking
 from tts_core.models.chatterbox.english import EnglishSequence
 from tts_core.models.chatterbox.english_t3 import EnglishSampling
-from tts_core.models.chatterbox.serving import ChatterboxRunner
+from tts_core.models.chatterbox.runner import ChatterboxRunner
 from tts_core.serving import BatchEngine, InlineOutbox
 
 from .conftest import FIXTURES, REF_CLIP, ref_clip

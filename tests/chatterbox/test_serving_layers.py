@@ -1,5 +1,5 @@
 """The Chatterbox package's layers (issue 39, serving above models): the engine's runner and the
-request both models subclass (models/chatterbox/serving.py) sit below the models and reach one
+request both models subclass (models/chatterbox/runner.py) sit below the models and reach one
 only through the instance they are given, so they load without either model's module (no
 import circle); each backend serves its model through the generic EngineLoop made from the
 model's `runner` and `request`, whose chunks are the model's `stream`."""
@@ -27,14 +27,14 @@ MODEL_MODULES = ("tts_core.models.chatterbox.model", "tts_core.models.chatterbox
 
 
 def test_the_runner_module_loads_without_either_model() -> None:
-    code = ("import sys, tts_core.models.chatterbox.serving\n"
+    code = ("import sys, tts_core.models.chatterbox.runner\n"
             "print(' '.join(sorted(sys.modules)))")  # fmt: skip
     # a fresh interpreter (this one has imported the models) on this checkout's tts_core
     root = str(Path(tts_core.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env=env).stdout.split()  # fmt: skip
-    assert "tts_core.models.chatterbox.serving" in out
+    assert "tts_core.models.chatterbox.runner" in out
     assert not set(MODEL_MODULES) & set(out)
 
 

@@ -9,9 +9,11 @@
 * alone.py    `run_alone`: a private one-row engine stepped by the caller's `next()`
               (`model.stream`); `InlineOutbox`
 
-Models: Qwen3-TTS (models/qwen3_tts/serving/), VoxCPM2 (models/voxcpm/serving.py), Chatterbox
-Turbo and English (models/chatterbox/serving.py) and TADA (models/tada/serving.py; not yet served
-by the app).
+Models plug in from above (this package imports none of them): each offers `runner(max_batch)`
+(its StepModel) and `request(...)`, served by `EngineLoop(model.runner(n),
+make_request=model.request)` and stepped alone by `run_alone` for `model.stream`: Qwen3-TTS
+(models/qwen3_tts/serving/runner.py), VoxCPM2, Chatterbox Turbo and English, TADA (their
+runner.py).
 """
 
 from .alone import InlineOutbox, run_alone

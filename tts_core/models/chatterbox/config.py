@@ -28,7 +28,7 @@ MELS = 80
 PROMPT_TOKENS = 375  # Turbo speech_cond_prompt_len
 SPEAKER_EMBED = 256
 LOOKAHEAD = 3  # the flow encoder's pre_lookahead_len: tokens of right context
-DEFAULT_MAX_BATCH = 8  # streams one scheduler steps together (serving.py)
+DEFAULT_MAX_BATCH = 8  # streams one scheduler steps together (runner.py)
 
 
 class SizesError(ValueError):

@@ -57,7 +57,7 @@ from .model import (
     knobs_by_name,
     sized_load,
 )
-from .serving import ChatterboxSequence
+from .runner import ChatterboxSequence
 from .streaming import S3GenStream, StreamNoise
 from .tokenizer import punc_norm
 from .voice import ChatterboxVoice
@@ -156,7 +156,7 @@ def spoken_tokens(draws: torch.Tensor) -> torch.Tensor:
 
 class EnglishSequence(ChatterboxSequence):
     """One English request (`model.request`): text ids, exaggeration and sampling (with
-    cfg_weight) besides the shared state (serving.py). T3 is the Llama with classifier-free
+    cfg_weight) besides the shared state (runner.py). T3 is the Llama with classifier-free
     guidance, whose cond and uncond rows (2 rows a request; 1 with cfg_weight 0) take one
     `T3English.draws` call per step, the request's own, with its own generator drawing in the
     official order; at most max_new_tokens draws, STOP ends it at any draw; drop_invalid_tokens'
@@ -349,7 +349,7 @@ class ChatterboxEnglishModel(S3GenSpeech):
         pre-drawn by position and its regular CFM, so the clip approximates the whole pass
         (not bit-equal: the official draws its noise after T3 ends). The final chunk is always
         yielded, last; no silence tokens are appended (the English generate appends none).
-        The served path: the one engine (serving.py's ChatterboxRunner, this model's request an
+        The served path: the one engine (runner.py's ChatterboxRunner, this model's request an
         EnglishSequence) with this request as its only row, stepped on the caller's thread
         (`run_alone`); the request is checked here (ValueError), before the first chunk.
         seed None: a random one (`.seed` of the returned stream); `knobs` by name:

@@ -43,8 +43,8 @@ from .config import (
 )
 from .flow import Flow
 from .hift import HiFTGenerator, trim_fade
+from .runner import ChatterboxChunk, ChatterboxRunner, ChatterboxSequence
 from .sampling import TurboSampling
-from .serving import ChatterboxChunk, ChatterboxRunner, ChatterboxSequence
 from .streaming import S3GenStream, StreamNoise
 from .t3 import MAX_NEW_TOKENS, T3Turbo, TurboRow
 from .tokenizer import TurboTokenizer
@@ -113,7 +113,7 @@ def chatterbox_clip(audio: Any, sr: int | None, ref_text: str | None) -> tuple[n
 
 class S3GenSpeech:
     """What both Chatterbox models share (`self.flow`, `self.hift`, `self.device`, their voice):
-    S3 tokens to mel, mel to waveform; the engine's runner and request (serving.py), and a
+    S3 tokens to mel, mel to waveform; the engine's runner and request (runner.py), and a
     request stepped alone on the caller's thread (`stream`'s path)."""
 
     device: torch.device | str
@@ -166,7 +166,7 @@ class S3GenSpeech:
 
 class TurboSequence(ChatterboxSequence):
     """One Turbo request (`model.request`): text ids and sampling besides the shared state
-    (serving.py); up to max_new_tokens + 1 draws, STOP ends it from the second draw on, 3
+    (runner.py); up to max_new_tokens + 1 draws, STOP ends it from the second draw on, 3
     silence tokens appended for the final pass."""
 
     def __init__(
@@ -329,7 +329,7 @@ class ChatterboxTurboModel(S3GenSpeech):
         `chunking.first_tokens` speech tokens and at `chunking.next_pass` after (ramping up to
         every `chunking.chunk_tokens`), handing out the audio that became stable (streaming.py),
         and the final chunk (always yielded, last) holds the rest. A pass with nothing stable
-        yet yields nothing. The served path: the one engine (serving.py's ChatterboxRunner) with
+        yet yields nothing. The served path: the one engine (runner.py's ChatterboxRunner) with
         this request as its only row, stepped on the caller's thread (`run_alone`); the request
         is checked here (ValueError), before the first chunk. seed None: a random one (`.seed`
         of the returned stream); `knobs` by name: TurboSampling's fields and first_chunk_tokens

@@ -4,7 +4,7 @@ the longest and ONE HiFT decoder call, each row trimmed to its own length; with 
 padded-batch leaks that port fixed kept out (tests/chatterbox/test_batch_leaks.py): lengths per
 row (`row_lengths`, never a (1, 1) broadcast), the estimator's attention masked, every HiFT conv
 re-zeroed past a row's end. `padded_s3gen_exact` probes whether it is bit-identical to the rows
-alone here; serving.py runs it only then (see its docstring for what was measured)."""
+alone here; runner.py runs it only then (see its docstring for what was measured)."""
 
 from __future__ import annotations
 

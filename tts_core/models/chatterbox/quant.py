@@ -37,7 +37,7 @@ start: the speed check (cached), a float32 and an int8 teacher-forced pass over 
 Measured (BENCHMARKS.md, benchmarks/chatterbox_int8_bench.py): logits 38.8-39.5 dB on the tiny
 checkpoints, 31.6-32.7 dB at the released size with random weights, and 2.5x faster per token
 at one thread (100 -> 40 ms). Int8Linear rows are independent of their batch, as T3's float
-1-row addmm is not (serving.py): so the served engine runs one T3 step for every row where T3
+1-row addmm is not (runner.py): so the served engine runs one T3 step for every row where T3
 is int8, each row's bits those of its step alone (attention per row over its own cache).
 """
 
@@ -173,7 +173,7 @@ class T3Int8(Int8Target):
     part = "T3 "
     report_type = T3QuantizationReport
     float_dtype = torch.float32
-    speed_rows = (1,)  # T3 decodes every request as its own row (serving.py)
+    speed_rows = (1,)  # T3 decodes every request as its own row (runner.py)
 
     def __init__(self, t3: nn.Module, speaker_emb: torch.Tensor, prompt_tokens: torch.Tensor,
                  text_ids: torch.Tensor) -> None:  # fmt: skip

@@ -197,7 +197,7 @@ class T3Turbo(nn.Module):
     def feed(self, rows: list[TurboRow]) -> None:
         """One GPT-2 step of each row's pending token, the rows in one call (their own caches
         and positions): each row's next hidden state. Several rows only where every projection
-        is row-invariant (int8: serving.py); one row is the single-stream step."""
+        is row-invariant (int8: runner.py); one row is the single-stream step."""
         embeds = self.speech_emb(torch.cat([row.pending for row in rows]))  # (B, 1, H)
         if len(rows) == 1:
             hidden = self.tfmr(embeds, rows[0].caches, rows[0].position)  # (1, 1, H)
