@@ -109,6 +109,8 @@ class CodecDecoder(nn.Module):
         current = self.dtype
         if dtype == current:
             return self
+        if getattr(self, "weight_format", None) == "int8":
+            raise ValueError("an int8 decoder stays float32: quantize a decoder of that dtype")
         if torch.finfo(dtype).eps > torch.finfo(current).eps:
             self.refresh_derived()
             self.to(dtype)

@@ -1,0 +1,96 @@
+"""The codec decoder in 8 bits on VNNI (quant.Int8Conv1d / Int8Linear), and `auto`'s choice of
+the decoder's format.
+
+`quantize_decoder` puts int8 layers in place of the float ones that carry the decoder's FLOPs:
+the dense convs of the upsampling stack down to MIN_CONV_CHANNELS output channels (kernel 7 and
+1), the transposed convs (their matmul) and the ConvNeXt blocks' linear layers. What stays
+float: the quantizer, the pre-conv and the transformer (a few MFLOP a frame at 12.5 Hz), the
+depthwise convs, the last two stages' narrow convs, every elementwise step (SnakeBeta, adds).
+Every int8 layer scales its activations per row (per output step's input window for a conv,
+per time step for a matmul), so a streamed chunk computes what the whole-utterance pass does.
+
+Measured on a 2-core AMD EPYC (Zen 5), 1 thread, CPU time of one steady chunk of a real-size
+random decoder (benchmarks/decoder_ab.py): int8 ~0.55x float32, bfloat16 ~0.48x; audio SNR
+against float32 ~43 dB (bfloat16 ~45 dB). So `auto` (`choose_decoder_format`) keeps bfloat16
+where the CPU has it natively, takes int8 where the VNNI kernel runs and the checkpoint's own
+audio holds MIN_AUDIO_SNR_DB, and float32 elsewhere. It is decided by the CPU's flags and the
+weights, never by timing: a seeded request's bytes must not depend on how busy the machine was
+at load.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from ....quant.conv import Int8Conv1d
+from ....quant.linear import Int8Linear, sqnr_db
+from ....quant.quantize import MIN_SQNR_DB
+from ...native import int8_linear
+from .decoder import CodecDecoder
+from .layers import CausalConv1d, CausalTransConv1d, ConvNeXtBlock
+
+# Narrower convs stay float: at 96 channels (11520 steps a 6-frame chunk) the int8 conv's
+# im2col copy and row quantization cost what the float conv does (~8 ms each, 1 thread)
+MIN_CONV_CHANNELS = 192
+MIN_AUDIO_SNR_DB = MIN_SQNR_DB  # the gate `auto` uses for the 8-bit layers, on the audio
+GATE_FRAMES = 16  # codes decoded for the gate: 1.3 s of audio, past every conv's history
+VNNI_KERNELS = ("avx512vnni", "avxvnni")  # where int8 was measured faster than float32
+
+
+def quantize_decoder(
+    decoder: CodecDecoder, min_conv_channels: int = MIN_CONV_CHANNELS
+) -> CodecDecoder:
+    """Quantize `decoder` (float32) in place; returns it. Its dtype stays float32 (activations,
+    states, the layers left float); convs with fewer than `min_conv_channels` outputs stay float
+    (tests pass 1: the tiny checkpoints' convs are all narrow)."""
+    if decoder.dtype != torch.float32:
+        raise ValueError(f"quantize a float32 decoder, not {decoder.dtype}")
+    for module in [*decoder.upsample.modules(), *decoder.decoder.modules()]:
+        if isinstance(module, CausalTransConv1d):
+            module.quantize()
+        elif isinstance(module, CausalConv1d) and _dense(module.conv, min_conv_channels):
+            module.conv = Int8Conv1d(module.conv)
+        elif isinstance(module, ConvNeXtBlock):
+            module.pwconv1 = Int8Linear.from_linear(module.pwconv1)
+            module.pwconv2 = Int8Linear.from_linear(module.pwconv2)
+    decoder.weight_format = "int8"
+    return decoder
+
+
+def _dense(conv: nn.Conv1d, min_channels: int) -> bool:
+    return conv.groups == 1 and conv.out_channels >= min_channels
+
+
+@torch.inference_mode()
+def audio_snr_db(
+    decoder: CodecDecoder, quantized: CodecDecoder, frames: int = GATE_FRAMES
+) -> float:
+    """SNR (dB) of `quantized`'s waveform against `decoder`'s over the same seeded random codes."""
+    cfg = decoder.config
+    generator = torch.Generator().manual_seed(0)
+    codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, frames),
+                          generator=generator)  # fmt: skip
+    return sqnr_db(decoder(codes), quantized(codes))
+
+
+def choose_decoder_format(
+    decoder: CodecDecoder, native_bf16: str | None
+) -> tuple[CodecDecoder, str]:
+    """`auto`'s decoder for a float32 CPU model: (the decoder to use, the choice in words).
+
+    native_bf16: the CPU's native bf16 instruction set (e.g. "AVX512_BF16") or None. The float32
+    `decoder` is returned as it is, converted to bfloat16, or replaced by an int8 copy."""
+    if native_bf16 is not None:
+        return decoder.set_dtype(torch.bfloat16), f"bfloat16 (native on this CPU: {native_bf16})"
+    kernel = int8_linear()
+    isa = None if kernel is None else kernel.isa.name
+    if isa not in VNNI_KERNELS:
+        return decoder, f"float32 (no native bfloat16, no VNNI int8 kernel on this CPU: {isa})"
+    quantized = quantize_decoder(copy.deepcopy(decoder))
+    snr = audio_snr_db(decoder, quantized)
+    if snr < MIN_AUDIO_SNR_DB:
+        return decoder, f"float32 (int8 audio SNR {snr:.1f} dB < {MIN_AUDIO_SNR_DB:g} dB)"
+    return quantized, f"int8 on {isa} (audio SNR {snr:.1f} dB against float32; no native bf16)"
