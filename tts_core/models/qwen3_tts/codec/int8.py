@@ -77,20 +77,26 @@ def audio_snr_db(
 
 
 def choose_decoder_format(
-    decoder: CodecDecoder, native_bf16: str | None
+    decoder: CodecDecoder, native_bf16: str | None, int8: bool = True
 ) -> tuple[CodecDecoder, str]:
     """`auto`'s decoder for a float32 CPU model: (the decoder to use, the choice in words).
 
-    native_bf16: the CPU's native bf16 instruction set (e.g. "AVX512_BF16") or None. The float32
-    `decoder` is returned as it is, converted to bfloat16, or replaced by an int8 copy."""
+    native_bf16: the CPU's native bf16 instruction set (e.g. "AVX512_BF16") or None; int8: False
+    where the model's weights were asked to stay float (quantize "none"). The float32 `decoder`
+    comes back as it is, converted to bfloat16 in place, or quantized in place (a float copy is
+    kept only while the gate decodes, and comes back instead where int8 fails it)."""
+    made = getattr(decoder, "weight_format", None) or str(decoder.dtype).removeprefix("torch.")
+    if made != "float32":  # quantized before, or a dtype the caller set: kept
+        return decoder, f"{made} (as set)"
     if native_bf16 is not None:
         return decoder.set_dtype(torch.bfloat16), f"bfloat16 (native on this CPU: {native_bf16})"
     kernel = int8_linear()
     isa = None if kernel is None else kernel.isa.name
-    if isa not in VNNI_KERNELS:
-        return decoder, f"float32 (no native bfloat16, no VNNI int8 kernel on this CPU: {isa})"
-    quantized = quantize_decoder(copy.deepcopy(decoder))
-    snr = audio_snr_db(decoder, quantized)
+    if not int8 or isa not in VNNI_KERNELS:
+        why = "int8 not asked for" if not int8 else f"no VNNI int8 kernel here ({isa})"
+        return decoder, f"float32 (no native bfloat16; {why})"
+    reference = copy.deepcopy(decoder)
+    snr = audio_snr_db(reference, quantize_decoder(decoder))
     if snr < MIN_AUDIO_SNR_DB:
-        return decoder, f"float32 (int8 audio SNR {snr:.1f} dB < {MIN_AUDIO_SNR_DB:g} dB)"
-    return quantized, f"int8 on {isa} (audio SNR {snr:.1f} dB against float32; no native bf16)"
+        return reference, f"float32 (int8 audio SNR {snr:.1f} dB < {MIN_AUDIO_SNR_DB:g} dB)"
+    return decoder, f"int8 on {isa} (audio SNR {snr:.1f} dB against float32; no native bf16)"

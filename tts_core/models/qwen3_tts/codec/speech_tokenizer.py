@@ -18,6 +18,7 @@ from ...state_check import mismatches, shapes_of
 from .config import SpeechTokenizerConfig, load_speech_tokenizer_config
 from .decoder import CodecDecoder
 from .encoder import MimiEncoder
+from .int8 import choose_decoder_format as int8_format
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -94,6 +95,17 @@ class SpeechTokenizer(nn.Module):
         for the precision notes)."""
         self.decoder.set_dtype(dtype)
         return self
+
+    def choose_decoder_format(self, native_bf16: str | None, int8: bool = True) -> str:
+        """`auto`'s decoder format on a float32 CPU model (int8.choose_decoder_format: bfloat16
+        with native bf16, int8 on VNNI where its audio holds the gate, else float32), its CPU
+        kernels built for the streaming chunks; returns the choice in words. Call it before any
+        voice caches a decoder state."""
+        before = (self.decoder.dtype, getattr(self.decoder, "weight_format", None))
+        self.decoder, choice = int8_format(self.decoder, native_bf16, int8)
+        if (self.decoder.dtype, getattr(self.decoder, "weight_format", None)) != before:
+            self.decoder.warm_up()
+        return choice
 
     @torch.inference_mode()
     def encode(self, audio: np.ndarray, sample_rate: int) -> torch.LongTensor:
