@@ -81,6 +81,19 @@ def test_int8_conv_rows_do_not_depend_on_the_batch_or_the_length() -> None:
         assert torch.equal(both[..., 10:30], quantized(x[..., 10 : 30 + 18]))
 
 
+def test_int8_conv_in_blocks_of_steps_is_the_same(monkeypatch) -> None:
+    """A long input is copied to rows a block of steps at a time (bounded memory): the same
+    outputs bit for bit, each row being computed alone."""
+    import tts_core.quant.conv as conv_module
+
+    quantized = Int8Conv1d(_conv(32, 16, 9, seed=2))
+    x = torch.randn(2, 32, 200)
+    with torch.no_grad():
+        whole = quantized(x)
+        monkeypatch.setattr(conv_module, "IM2COL_BYTES", 7 * 32 * 4 * 2 * 5)  # 5 steps a block
+        assert torch.equal(quantized(x), whole)
+
+
 def test_int8_conv_refuses_what_it_does_not_compute() -> None:
     with pytest.raises(ValueError, match="groups 1"):
         Int8Conv1d(nn.Conv1d(8, 8, 7, groups=8))

@@ -19,10 +19,12 @@ from torch import nn
 
 from .linear import Int8Linear
 
+IM2COL_BYTES = 4 << 20  # the float im2col rows copied at a time (1-16 MB: the same speed)
+
 
 class Int8Conv1d(nn.Module):
     """nn.Conv1d's forward (stride 1, padding 0, groups 1) over int8 weights: x (B, C_in, T)
-    -> (B, C_out, T - (k - 1) d), float32 in and out."""
+    -> (B, C_out, T - (k - 1) d), float32 in and out (a time-major view)."""
 
     def __init__(self, conv: nn.Conv1d) -> None:
         super().__init__()
@@ -35,16 +37,27 @@ class Int8Conv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, channels, steps = x.shape
-        span = (self.kernel_size - 1) * self.dilation
-        out_steps = steps - span
+        out_steps = steps - (self.kernel_size - 1) * self.dilation
         time_major = x.transpose(1, 2).contiguous()  # (B, T, C_in)
         windows = time_major.as_strided(
             (batch, out_steps, self.kernel_size, channels),
             (steps * channels, channels, self.dilation * channels, 1),
         )  # (B, T_out, k, C_in), a view: row t starts at step t, taps d steps apart
-        rows = windows.reshape(batch * out_steps, self.kernel_size * channels)
-        out = self.linear(rows).view(batch, out_steps, self.out_channels)
+        # the rows are copied (im2col) a block of steps at a time: a long input (a voice's
+        # reference frames) would otherwise need k x its own size at once
+        block = max(1, IM2COL_BYTES // (batch * self.kernel_size * channels * 4))
+        if out_steps <= block:
+            return self._rows(windows).transpose(1, 2)
+        out = x.new_empty(batch, out_steps, self.out_channels)
+        for start in range(0, out_steps, block):
+            out[:, start : start + block] = self._rows(windows[:, start : start + block])
         return out.transpose(1, 2)  # (B, C_out, T_out), time-major in memory
+
+    def _rows(self, windows: torch.Tensor) -> torch.Tensor:
+        """(B, t, k, C_in) windows -> (B, t, C_out)."""
+        batch, steps = windows.shape[:2]
+        rows = windows.reshape(batch * steps, self.kernel_size * self.in_channels)
+        return self.linear(rows).view(batch, steps, self.out_channels)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
