@@ -165,7 +165,7 @@ def test_auto_takes_int8_on_vnni_without_native_bf16() -> None:
     decoder, choice = choose_decoder_format(
         copy.deepcopy(_well_conditioned_decoder()), None, int8=False
     )
-    assert getattr(decoder, "weight_format", None) is None and choice.startswith("float32")
+    assert decoder.weight_format is None and choice.startswith("float32")
 
 
 def test_auto_keeps_bfloat16_where_the_cpu_has_it() -> None:
@@ -204,4 +204,32 @@ def test_the_backend_gives_the_decoder_int8_unless_quantize_is_none(
     choice = qwen3._choose_decoder_dtype(SimpleNamespace(speech_tokenizer=codec), "cpu",
                                          "float32", quantize)  # fmt: skip
     assert choice.startswith(want), choice
-    assert getattr(codec.decoder, "weight_format", "float32") == want
+    assert (codec.decoder.weight_format or "float32") == want
+
+
+REAL_SIZE = Path(__file__).resolve().parents[2] / "assets/checkpoints/Qwen3-TTS-12Hz-0.6B-Base"
+
+
+@pytest.mark.skipif(not VNNI, reason="the real-size int8 decoder is built where auto takes it")
+def test_real_size_int8_stream_is_its_full_pass_on_two_threads() -> None:
+    """The real-size geometry on 2 threads, where float GEMMs and oneDNN convs round by the
+    number of steps they are given: any float layer ahead of an int8 one then gives a step's
+    window another input, and the int8 rounding turns an ulp into a quantum that grows through
+    the stack (measured 1.4e-3 between chunk 6 and chunk 12 with the quantizer's projection, the
+    transformer and the pre-conv left float). Every layer ahead of the int8 convs is int8 (per
+    row, exact) or per element, so the stream equals the full pass; bound: the float32 stream's
+    (~1e-7 x the peak from the float layers after the last int8 one, measured 0)."""
+    from tts_core.models.qwen3_tts.checkpoint import random_speech_tokenizer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        codec = random_speech_tokenizer(REAL_SIZE / "speech_tokenizer", "cpu", torch.float32)
+        decoder = quantize_decoder(codec.decoder)
+        codes = _codes(12, decoder.config.codebook_size, seed=8)
+        full = decoder(codes)[:, 0]
+        for schedule in ([6], [1, 5]):
+            error = _max_diff(_stream(decoder, codes, schedule), full)
+            assert error <= 4e-7 * float(full.abs().max()), (schedule, error)
+    finally:
+        torch.set_num_threads(threads)

@@ -29,6 +29,8 @@ from .transformer import PreTransformer
 
 
 class CodecDecoder(nn.Module):
+    weight_format: str | None = None  # "int8" once codec/int8.py quantized it
+
     def __init__(self, cfg: CodecDecoderConfig) -> None:
         super().__init__()
         self.config = cfg
@@ -89,11 +91,11 @@ class CodecDecoder(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.pre_conv.conv.weight.dtype
+        return self.decoder[-2].alpha.dtype  # a SnakeBeta's: stays float when convs are int8
 
     @property
     def device(self) -> torch.device:
-        return self.pre_conv.conv.weight.device
+        return self.decoder[-2].alpha.device
 
     def set_dtype(self, dtype: torch.dtype) -> CodecDecoder:
         """Convert every parameter and buffer of the decoder (quantizer codebooks, convs,
@@ -109,7 +111,7 @@ class CodecDecoder(nn.Module):
         current = self.dtype
         if dtype == current:
             return self
-        if getattr(self, "weight_format", None) == "int8":
+        if self.weight_format == "int8":
             raise ValueError("an int8 decoder stays float32: quantize a decoder of that dtype")
         if torch.finfo(dtype).eps > torch.finfo(current).eps:
             self.refresh_derived()
@@ -162,9 +164,12 @@ class CodecDecoder(nn.Module):
     @torch.inference_mode()
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """Full pass: codes (B, n_q, T) -> waveform (B, 1, T * samples_per_frame), float32
-        (float64 for a float64 decoder)."""
+        (float64 for a float64 decoder). An int8 decoder runs it as one step on a fresh state:
+        the stateless attention rounds unlike the windowed one, and an int8 layer would turn
+        that ulp into a quantum, so its full pass is the stream's own path (exact, any chunks)."""
         self._check_codes(codes)
-        return self._run(codes, None)
+        state = self.init_state(codes.shape[0]) if self.weight_format == "int8" else None
+        return self._run(codes, state)
 
     def init_state(
         self,

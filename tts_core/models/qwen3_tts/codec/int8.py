@@ -3,11 +3,16 @@ the decoder's format.
 
 `quantize_decoder` puts int8 layers in place of the float ones that carry the decoder's FLOPs:
 the dense convs of the upsampling stack down to MIN_CONV_CHANNELS output channels (kernel 7 and
-1), the transposed convs (their matmul) and the ConvNeXt blocks' linear layers. What stays
-float: the quantizer, the pre-conv and the transformer (a few MFLOP a frame at 12.5 Hz), the
-depthwise convs, the last two stages' narrow convs, every elementwise step (SnakeBeta, adds).
-Every int8 layer scales its activations per row (per output step's input window for a conv,
-per time step for a matmul), so a streamed chunk computes what the whole-utterance pass does.
+1), the transposed convs (their matmul), the ConvNeXt blocks' linear layers; and of every layer
+with a sum over features ahead of them (the quantizer's projections, the pre-conv, the
+transformer's linears), though those cost little: on 2 threads a float GEMM or oneDNN conv
+rounds by how many steps it is given, and an int8 layer behind it would turn that ulp into a
+quantum that grows through the stack (1.4e-3 between chunk sizes, measured). What stays float:
+attention, norms, depthwise convs, the last stage's narrow convs, elementwise steps (SnakeBeta,
+GELU, adds), each computed per step or per element. Every int8 layer scales its activations per
+row (a conv: per output step's input window; a matmul: per time step), so the stream computes
+what one pass over all frames does, bit for bit (the int8 full pass is that one step: see
+CodecDecoder.forward).
 
 Measured on a 2-core AMD EPYC (Zen 5), 1 thread, CPU time of one steady chunk of a real-size
 random decoder (benchmarks/decoder_ab.py): int8 ~0.55x float32, bfloat16 ~0.48x; audio SNR
@@ -48,7 +53,13 @@ def quantize_decoder(
     (tests pass 1: the tiny checkpoints' convs are all narrow)."""
     if decoder.dtype != torch.float32:
         raise ValueError(f"quantize a float32 decoder, not {decoder.dtype}")
-    for module in [*decoder.upsample.modules(), *decoder.decoder.modules()]:
+    for group in (decoder.quantizer.rvq_first, decoder.quantizer.rvq_rest):
+        group.output_proj = Int8Conv1d(group.output_proj)
+    for parent in list(decoder.pre_transformer.modules()):
+        for name, child in parent.named_children():
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, Int8Linear.from_linear(child))
+    for module in [decoder.pre_conv, *decoder.upsample.modules(), *decoder.decoder.modules()]:
         if isinstance(module, CausalTransConv1d):
             module.quantize()
         elif isinstance(module, CausalConv1d) and _dense(module.conv, min_conv_channels):
@@ -85,7 +96,7 @@ def choose_decoder_format(
     where the model's weights were asked to stay float (quantize "none"). The float32 `decoder`
     comes back as it is, converted to bfloat16 in place, or quantized in place (a float copy is
     kept only while the gate decodes, and comes back instead where int8 fails it)."""
-    made = getattr(decoder, "weight_format", None) or str(decoder.dtype).removeprefix("torch.")
+    made = decoder.weight_format or str(decoder.dtype).removeprefix("torch.")
     if made != "float32":  # quantized before, or a dtype the caller set: kept
         return decoder, f"{made} (as set)"
     if native_bf16 is not None:

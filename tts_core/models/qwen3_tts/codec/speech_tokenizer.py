@@ -101,9 +101,9 @@ class SpeechTokenizer(nn.Module):
         with native bf16, int8 on VNNI where its audio holds the gate, else float32), its CPU
         kernels built for the streaming chunks; returns the choice in words. Call it before any
         voice caches a decoder state."""
-        before = (self.decoder.dtype, getattr(self.decoder, "weight_format", None))
+        before = (self.decoder.dtype, self.decoder.weight_format)
         self.decoder, choice = int8_format(self.decoder, native_bf16, int8)
-        if (self.decoder.dtype, getattr(self.decoder, "weight_format", None)) != before:
+        if (self.decoder.dtype, self.decoder.weight_format) != before:
             self.decoder.warm_up()
         return choice
 
@@ -122,8 +122,7 @@ class SpeechTokenizer(nn.Module):
         """Codes (T, 16) -> float32 waveform (T * samples_per_frame,) on the CPU, in [-1, 1]."""
         if codes.dim() != 2 or codes.shape[1] != self.num_quantizers:
             raise ValueError(f"expected codes (T, {self.num_quantizers}), got {tuple(codes.shape)}")
-        device = self.decoder.pre_conv.conv.weight.device
-        wav = self.decoder(codes.to(device).transpose(0, 1)[None])  # (1, 1, T * spf)
+        wav = self.decoder(codes.to(self.decoder.device).transpose(0, 1)[None])  # (1, 1, T * spf)
         return wav[0, 0].float().cpu()
 
 
