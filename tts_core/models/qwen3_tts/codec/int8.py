@@ -8,19 +8,20 @@ with a sum over features ahead of them (the quantizer's projections, the pre-con
 transformer's linears), though those cost little: on 2 threads a float GEMM or oneDNN conv
 rounds by how many steps it is given, and an int8 layer behind it would turn that ulp into a
 quantum that grows through the stack (1.4e-3 between chunk sizes, measured). What stays float:
-attention, norms, depthwise convs, the last stage's narrow convs, elementwise steps (SnakeBeta,
-GELU, adds), each computed per step or per element. Every int8 layer scales its activations per
+the transformer's attention and norms (in float64: CodecDecoder._transformer_dtype), depthwise
+convs, the last stage's narrow convs, elementwise steps (SnakeBeta, GELU, adds). Every int8 layer scales its activations per
 row (a conv: per output step's input window; a matmul: per time step), so the stream computes
 what one pass over all frames does, bit for bit (the int8 full pass is that one step: see
 CodecDecoder.forward).
 
-Measured on a 2-core AMD EPYC (Zen 5), 1 thread, CPU time of one steady chunk of a real-size
-random decoder (benchmarks/decoder_ab.py): int8 ~0.55x float32, bfloat16 ~0.48x; audio SNR
-against float32 ~43 dB (bfloat16 ~45 dB). So `auto` (`choose_decoder_format`) keeps bfloat16
-where the CPU has it natively, takes int8 where the VNNI kernel runs and the checkpoint's own
-audio holds MIN_AUDIO_SNR_DB, and float32 elsewhere. It is decided by the CPU's flags and the
-weights, never by timing: a seeded request's bytes must not depend on how busy the machine was
-at load.
+Measured on a 2-core AMD EPYC (Zen 5), a steady 6-frame chunk of a real-size random decoder
+(benchmarks/decoder_ab.py --int8, interleaved, 1 thread): float32 46.8 ms a frame, int8 23.2
+(0.50x), bfloat16 22.7 (0.48x); audio SNR against float32: int8 44.5 dB, bfloat16 45.2 dB. So
+`auto` (`choose_decoder_format`) keeps bfloat16 where the CPU has it natively (as fast, more
+accurate), takes int8 where the VNNI kernel runs and the checkpoint's own audio holds
+MIN_AUDIO_SNR_DB (the tiny test checkpoints, which amplify rounding ~700x: ~20 dB, refused),
+and float32 elsewhere. It is decided by the CPU's flags and the weights, never by timing: a
+seeded request's bytes must not depend on how busy the machine was at load.
 """
 
 from __future__ import annotations
