@@ -3,16 +3,20 @@ process (issue 38, item 2): on a busy machine the load then affects every option
 read the ratios, not the times.
 
     .venv/bin/python benchmarks/decoder_ab.py [--config assets/checkpoints/Qwen3-TTS-12Hz-0.6B-Base] \
-        [--rounds 4] [--threads 2] [--profile] [--json out.json]
+        [--rounds 4] [--threads 2] [--int8] [--profile] [--json out.json]
 
 The decoder is real size with random weights (speech_tokenizer/config.json; speed does not
 depend on the values). Every option decodes the same random codes after the same 8-frame
 prefix, each on its own stateful stream (decode_step, every frame exactly once); a round gives
 each option its next chunk in turn, and each option's time per frame is the median over rounds.
-Options: float32 and bfloat16 (the app's choice where the CPU has native bf16), steady chunks of
-6 (the app's) / 12 / 24 frames, and oneDNN off (torch's own convolutions). The audio of each
-option is compared with float32 chunk 6 over the frames both decoded: chunk sizes must agree
-to float32 rounding (the stream is exact), bf16 is reported as its SNR.
+Options: float32, int8 (`--int8`; codec/int8.py: auto's choice with VNNI and no native bf16)
+and bfloat16 (the app's choice where the CPU has native bf16), steady chunks of 6 (the app's) /
+12 / 24 frames, and oneDNN off (torch's own convolutions). The audio of each option is compared
+with float32 chunk 6 over the frames both decoded (int8 and bf16: their SNR), and with its own
+format's chunk 6: chunk sizes of one format must agree (the stream is exact in every format).
+Times are wall clock and the process's CPU time (at 1 thread the CPU time hardly depends on
+what else the machine runs: compare int8 with float32 there to emulate a CPU without native
+bf16).
 `--profile` prints the aten operators of one float32 steady chunk by own CPU time, and again
 by input shape (which convolutions take torch's slow path instead of oneDNN's).
 """
@@ -32,6 +36,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from tts_core.models.qwen3_tts.checkpoint import random_speech_tokenizer
+from tts_core.models.qwen3_tts.codec.int8 import quantize_decoder
 
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = 8
@@ -46,14 +51,18 @@ class Option:
     state: object = None
     done: int = 0  # frames decoded after the prefix
     per_frame_s: list[float] = field(default_factory=list)
+    cpu_per_frame_s: list[float] = field(default_factory=list)  # the process's CPU time
     audio: list[torch.Tensor] = field(default_factory=list)
 
 
-def options(decoder, dtype_bf16: bool) -> list[Option]:  # noqa: ANN001
+def options(decoder, dtype_bf16: bool, int8: bool = False) -> list[Option]:  # noqa: ANN001
     made = [Option("float32 chunk 6", decoder, 6), Option("float32 chunk 12", decoder, 12),
             Option("float32 chunk 24", decoder, 24),
             Option("float32 chunk 6, oneDNN off", decoder, 6,
                    lambda: torch.backends.mkldnn.flags(enabled=False))]  # fmt: skip
+    if int8:
+        quantized = quantize_decoder(copy.deepcopy(decoder))
+        made += [Option("int8 chunk 6", quantized, 6), Option("int8 chunk 12", quantized, 12)]
     if dtype_bf16:
         bf16 = copy.deepcopy(decoder).set_dtype(torch.bfloat16)
         made += [Option("bfloat16 chunk 6", bf16, 6), Option("bfloat16 chunk 12", bf16, 12)]
@@ -65,11 +74,23 @@ def step(option: Option, codes: torch.Tensor) -> None:
     start = PREFIX + option.done
     chunk = codes[..., start : start + option.chunk]
     with option.context():
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         wav = option.decoder.decode_step(chunk, option.state)
         option.per_frame_s.append((time.perf_counter() - began) / option.chunk)
+        option.cpu_per_frame_s.append((time.process_time() - began_cpu) / option.chunk)
     option.audio.append(wav.float())
     option.done += option.chunk
+
+
+def _common(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The samples both decoded (options of longer chunks decode more)."""
+    common = min(a.shape[-1], b.shape[-1])
+    return a[..., :common], b[..., :common]
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = _common(a, b)
+    return float((a - b).abs().max())
 
 
 def snr_db(reference: torch.Tensor, other: torch.Tensor) -> float:
@@ -88,7 +109,7 @@ def run(args: argparse.Namespace) -> dict:
     cfg = decoder.config
     made = [
         o
-        for o in options(decoder, not args.no_bf16)
+        for o in options(decoder, not args.no_bf16, getattr(args, "int8", False))
         if o.name == "float32 chunk 6" or not args.only or any(w in o.name for w in args.only)
     ]
     longest = max(o.chunk for o in made)
@@ -103,21 +124,26 @@ def run(args: argparse.Namespace) -> dict:
                 option.audio.append(option.decoder.decode_step(codes[..., :PREFIX], option.state))
             step(option, codes)
             option.per_frame_s.clear()
+            option.cpu_per_frame_s.clear()
         for _ in range(args.rounds):
             for option in made:
                 step(option, codes)
         profiled = _profile(decoder, codes) if args.profile else None
     base = made[0]
-    reference = torch.cat(base.audio, dim=-1)
+    audio = {option.name: torch.cat(option.audio, dim=-1) for option in made}
     rows = []
     for option in made:
-        audio = torch.cat(option.audio, dim=-1)
-        common = min(audio.shape[-1], reference.shape[-1])
+        # the first option of the same format (its chunk 6): chunk sizes of one format must agree
+        same = next(o for o in made if o.name.split()[0] == option.name.split()[0])
         ms = 1000 * statistics.median(option.per_frame_s)
+        cpu_ms = 1000 * statistics.median(option.cpu_per_frame_s)
         rows.append({"option": option.name, "ms_per_frame": ms,
                      "ratio_to_first": ms / (1000 * statistics.median(base.per_frame_s)),
-                     "max_abs_diff": float((audio[..., :common] - reference[..., :common]).abs().max()),
-                     "snr_db": snr_db(reference[..., :common], audio[..., :common])})  # fmt: skip
+                     "cpu_ms_per_frame": cpu_ms,
+                     "cpu_ratio_to_first": cpu_ms / (1000 * statistics.median(base.cpu_per_frame_s)),
+                     "max_abs_diff": _max_diff(audio[base.name], audio[option.name]),
+                     "same_format_diff": _max_diff(audio[same.name], audio[option.name]),
+                     "snr_db": snr_db(*_common(audio[base.name], audio[option.name]))})  # fmt: skip
     return {"config": str(args.config), "threads": args.threads, "rounds": args.rounds,
             "rows": rows, "profile": profiled}  # fmt: skip
 
@@ -143,6 +169,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument("--int8", action="store_true", help="add the int8 decoder (codec/int8.py)")
     ap.add_argument(
         "--only",
         nargs="*",
@@ -155,11 +182,16 @@ def main() -> None:
     result = run(args)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     print(f"decoder A/B, {args.threads} threads, {args.rounds} interleaved rounds; load {load}")
-    print("| option | ms a frame (median) | ratio to float32 chunk 6 | max abs diff | SNR dB |")
-    print("|---|--:|--:|--:|--:|")
+    print(
+        "| option | ms a frame (median) | ratio to float32 chunk 6 | CPU ms a frame | CPU ratio "
+        "| max abs diff | SNR dB |"
+    )
+    print("|---|--:|--:|--:|--:|--:|--:|")
     for row in result["rows"]:
         print(f"| {row['option']} | {row['ms_per_frame']:.1f} | {row['ratio_to_first']:.2f} | "
-              f"{row['max_abs_diff']:.2e} | {row['snr_db']:.1f} |")  # fmt: skip
+              f"{row['cpu_ms_per_frame']:.1f} | {row['cpu_ratio_to_first']:.2f} | "
+              f"{row['max_abs_diff']:.2e} | {row['snr_db']:.1f} | "
+              f"{row['same_format_diff']:.2e} |")  # fmt: skip
     if result["profile"]:
         print(result["profile"])
     if args.json:

@@ -50,25 +50,20 @@ TASK_TYPES = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "Vo
 KNOBS = sampling_knobs("temperature", "top_k", "top_p", "repetition_penalty")
 
 
-def _choose_decoder_dtype(model: Any, device: str, dtype: str) -> str:
-    """On a float32 CPU model, run the codec decoder in bfloat16 where the CPU has native bf16
-    arithmetic (AVX512_BF16 or AMX): there it is 1.7-2x faster at ~45 dB SNR against float64;
-    AVX-512 without it is ~1.6x slower, AVX2 ~40x (benchmarks/decoder_dtype.py, BENCHMARKS.md).
-    Decided by the CPU's flags, never by timing: a seeded request's bytes must not depend on
-    how busy the machine was at load (a timed choice flipped on a loaded 2-core box).
+def _choose_decoder_dtype(model: Any, device: str, dtype: str, quantize: str = "auto") -> str:
+    """On a float32 CPU model, the codec decoder's format (codec/int8.py choose_decoder_format):
+    bfloat16 where the CPU has native bf16 arithmetic (AVX512_BF16 or AMX): there it is 1.7-2x
+    faster at ~45 dB SNR against float64; AVX-512 without it is ~1.6x slower, AVX2 ~40x
+    (benchmarks/decoder_dtype.py, BENCHMARKS.md); without it, int8 on a VNNI CPU where its audio
+    keeps >= 30 dB SNR against float32 (unless `quantize` is "none"), else float32.
+    Decided by the CPU's flags and the weights, never by timing: a seeded request's bytes must not
+    depend on how busy the machine was at load (a timed choice flipped on a loaded 2-core box).
     Returns the choice, in words, for the log."""
-    import torch
-
     codec = model.speech_tokenizer
     if codec is None or device != "cpu" or dtype != "float32":
         return "as the weights"
-    native = _native_bf16_cpu()
-    if native is None:
-        return "float32 (no native bfloat16 on this CPU)"
-    if codec.decoder_dtype != torch.bfloat16:
-        codec.set_decoder_dtype(torch.bfloat16)  # no voice has cached a decoder state yet
-        codec.decoder.warm_up()
-    return f"bfloat16 (native on this CPU: {native})"
+    # no voice has cached a decoder state yet
+    return codec.choose_decoder_format(_native_bf16_cpu(), int8=str(quantize).lower() != "none")
 
 
 def _native_bf16_cpu() -> str | None:
@@ -181,7 +176,7 @@ class Qwen3Backend:
             quantize=quantize,
             cuda_graphs=cuda_graphs,
         )
-        decoder_choice = _choose_decoder_dtype(model, device, dtype)
+        decoder_choice = _choose_decoder_dtype(model, device, dtype, quantize)
         report = model.quantization
         if report is not None:
             log.info("quantized to int8: min layer SQNR %.1f dB (worst: %s)",

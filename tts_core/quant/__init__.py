@@ -2,6 +2,7 @@
 
 - linear.py: Int8Linear (int8 weights per output channel, int8 activations per row, exact int32
   sums on the native kernel this CPU runs, models/native, or torch._int_mm) and sqnr_db;
+- conv.py: Int8Conv1d, a 1-D conv (stride 1) as Int8Linear over im2col rows, scale per window;
 - calibration.py: recording the inputs of a model's projections, SmoothQuant's scale;
 - speed.py: `auto`'s load-time speed check, int8 against float on this CPU, cached;
 - quantize.py: the flow (decide -> calibrate -> quantize -> check SQNR -> install) and

@@ -29,6 +29,8 @@ from .transformer import PreTransformer
 
 
 class CodecDecoder(nn.Module):
+    weight_format: str | None = None  # "int8" once codec/int8.py quantized it
+
     def __init__(self, cfg: CodecDecoderConfig) -> None:
         super().__init__()
         self.config = cfg
@@ -89,11 +91,11 @@ class CodecDecoder(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.pre_conv.conv.weight.dtype
+        return self.decoder[-2].alpha.dtype  # a SnakeBeta's: stays float when convs are int8
 
     @property
     def device(self) -> torch.device:
-        return self.pre_conv.conv.weight.device
+        return self.decoder[-2].alpha.device
 
     def set_dtype(self, dtype: torch.dtype) -> CodecDecoder:
         """Convert every parameter and buffer of the decoder (quantizer codebooks, convs,
@@ -109,6 +111,8 @@ class CodecDecoder(nn.Module):
         current = self.dtype
         if dtype == current:
             return self
+        if self.weight_format == "int8":
+            raise ValueError("an int8 decoder stays float32: quantize a decoder of that dtype")
         if torch.finfo(dtype).eps > torch.finfo(current).eps:
             self.refresh_derived()
             self.to(dtype)
@@ -143,9 +147,14 @@ class CodecDecoder(nn.Module):
         codes = codes.to(device=self.device, dtype=torch.long)
         hidden = self.quantizer(codes)  # (B, codebook_dim, T)
         hidden = self.pre_conv(hidden, None if convs is None else convs[self.pre_conv.slot])
-        hidden = self.pre_transformer(
-            hidden.transpose(1, 2), None if state is None else state.attention
-        ).transpose(1, 2)  # (B, latent, T)
+        hidden = (
+            self.pre_transformer(
+                hidden.transpose(1, 2).to(self._transformer_dtype),
+                None if state is None else state.attention,
+            )
+            .transpose(1, 2)
+            .to(hidden.dtype)
+        )  # (B, latent, T)
         for transposed, convnext in self.upsample:
             hidden = transposed(hidden, None if convs is None else convs[transposed.slot])
             hidden = convnext(hidden, convs)
@@ -157,12 +166,25 @@ class CodecDecoder(nn.Module):
         wav = wav.clamp(min=-1.0, max=1.0)  # (B, 1, T * samples_per_frame)
         return wav.to(torch.promote_types(wav.dtype, torch.float32))  # bf16/fp16 -> float32
 
+    @property
+    def _transformer_dtype(self) -> torch.dtype:
+        """float64 around an int8 decoder's transformer (its linears stay int8: their inputs
+        round to float32, their outputs are float32 values): a key is rotated by its slot in
+        the window, which depends on the chunking, and attention sums over however many keys a
+        step holds; in float32 that ulp would flip an int8 rounding behind it and grow through
+        the stack (1.4e-3 between chunk 6 and 12 over 164 frames on 2 threads, measured); in
+        float64 it is ~1e-16 and rounds away. A few MFLOP a frame."""
+        return torch.float64 if self.weight_format == "int8" else self.dtype
+
     @torch.inference_mode()
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """Full pass: codes (B, n_q, T) -> waveform (B, 1, T * samples_per_frame), float32
-        (float64 for a float64 decoder)."""
+        (float64 for a float64 decoder). An int8 decoder runs it as one step on a fresh state:
+        the stateless attention rounds unlike the windowed one, and an int8 layer would turn
+        that ulp into a quantum, so its full pass is the stream's own path (exact, any chunks)."""
         self._check_codes(codes)
-        return self._run(codes, None)
+        state = self.init_state(codes.shape[0]) if self.weight_format == "int8" else None
+        return self._run(codes, state)
 
     def init_state(
         self,

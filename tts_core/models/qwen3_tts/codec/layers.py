@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ....quant.linear import Int8Linear
 from ...streaming_state import ConvHistory
 
 
@@ -89,7 +90,7 @@ class CausalTransConv1d(nn.Module):
         1536 -> 768, k=16 layer), this takes ~3-8 ms. x (B, C_in, T) -> (B, C_out, new * s)."""
         batch, _, steps = x.shape
         blocks, stride = self.history_size + 1, self.stride
-        products = x.transpose(1, 2) @ self._weight_matrix()  # (B, T, m * C_out * s)
+        products = self._products(x.transpose(1, 2))  # (B, T, m * C_out * s)
         products = products.view(batch, steps, blocks, -1, stride)  # (B, T, m, C_out, s)
         start = steps - new_frames
         out = products[:, start:, 0]  # (B, new, C_out, s)
@@ -103,6 +104,17 @@ class CausalTransConv1d(nn.Module):
             # C_out, s) the inner run is s samples and the same add took ~25x longer
             out = out + self.conv.bias[:, None]
         return out
+
+    def _products(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, C_in) -> (B, T, m * C_out * s): through the int8 layer once quantized."""
+        int8 = getattr(self, "int8", None)
+        return x @ self._weight_matrix() if int8 is None else int8(x)
+
+    def quantize(self) -> None:
+        """The matmul of _overlap_add over int8 weights (quant.Int8Linear: per output column
+        of the weight matrix, activations per input step), in place of the float one."""
+        self.int8 = Int8Linear(self._weight_matrix().t())
+        self.__dict__.pop("_matrix", None)  # the float copy is no longer read
 
     def _weight_matrix(self) -> torch.Tensor:
         """(C_in, m * C_out * s) weight laid out for _overlap_add, cached per weight version."""

@@ -18,6 +18,7 @@ from ...state_check import mismatches, shapes_of
 from .config import SpeechTokenizerConfig, load_speech_tokenizer_config
 from .decoder import CodecDecoder
 from .encoder import MimiEncoder
+from .int8 import choose_decoder_format as int8_format
 
 WEIGHTS_FILE = "model.safetensors"
 
@@ -95,6 +96,17 @@ class SpeechTokenizer(nn.Module):
         self.decoder.set_dtype(dtype)
         return self
 
+    def choose_decoder_format(self, native_bf16: str | None, int8: bool = True) -> str:
+        """`auto`'s decoder format on a float32 CPU model (int8.choose_decoder_format: bfloat16
+        with native bf16, int8 on VNNI where its audio holds the gate, else float32), its CPU
+        kernels built for the streaming chunks; returns the choice in words. Call it before any
+        voice caches a decoder state."""
+        before = (self.decoder.dtype, self.decoder.weight_format)
+        self.decoder, choice = int8_format(self.decoder, native_bf16, int8)
+        if (self.decoder.dtype, self.decoder.weight_format) != before:
+            self.decoder.warm_up()
+        return choice
+
     @torch.inference_mode()
     def encode(self, audio: np.ndarray, sample_rate: int) -> torch.LongTensor:
         """Mono float audio at `sample_rate` -> codes (R, 16) int64 on the CPU."""
@@ -110,8 +122,7 @@ class SpeechTokenizer(nn.Module):
         """Codes (T, 16) -> float32 waveform (T * samples_per_frame,) on the CPU, in [-1, 1]."""
         if codes.dim() != 2 or codes.shape[1] != self.num_quantizers:
             raise ValueError(f"expected codes (T, {self.num_quantizers}), got {tuple(codes.shape)}")
-        device = self.decoder.pre_conv.conv.weight.device
-        wav = self.decoder(codes.to(device).transpose(0, 1)[None])  # (1, 1, T * spf)
+        wav = self.decoder(codes.to(self.decoder.device).transpose(0, 1)[None])  # (1, 1, T * spf)
         return wav[0, 0].float().cpu()
 
 

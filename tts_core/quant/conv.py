@@ -1,0 +1,64 @@
+"""8-bit 1-D convolution (stride 1, no padding, groups 1) as an Int8Linear over im2col rows.
+
+Output step t of a kernel-k conv with dilation d reads the window x[t], x[t + d], ...,
+x[t + (k-1) d]; laid out time-major, that window is one row of k * C_in values (tap-major), so
+
+    y[:, :, t] = Int8Linear(W laid out (C_out, k * C_in))(window_t)
+
+with the int8 weights per output channel and the activation scale per window (per row: the
+peak of the k * C_in inputs that output step reads). Every output step is thus a function of its
+own window alone, as the float conv's is: a causal decoder streamed chunk by chunk sees the
+same windows as the whole-utterance pass, and the exact int32 sums give the same outputs for
+the same windows (no per-tensor scale that would depend on the chunk or on the batch).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .linear import Int8Linear
+
+IM2COL_BYTES = 4 << 20  # the float im2col rows copied at a time (1-16 MB: the same speed)
+
+
+class Int8Conv1d(nn.Module):
+    """nn.Conv1d's forward (stride 1, padding 0, groups 1) over int8 weights: x (B, C_in, T)
+    -> (B, C_out, T - (k - 1) d), float32 in and out (a time-major view)."""
+
+    def __init__(self, conv: nn.Conv1d) -> None:
+        super().__init__()
+        if conv.stride != (1,) or conv.padding != (0,) or conv.groups != 1:
+            raise ValueError(f"Int8Conv1d takes stride 1, no padding, groups 1: {conv}")
+        self.kernel_size, self.dilation = conv.kernel_size[0], conv.dilation[0]
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        taps_last = conv.weight.detach().permute(0, 2, 1)  # (C_out, k, C_in): rows tap-major
+        self.linear = Int8Linear(taps_last.reshape(self.out_channels, -1), conv.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, channels, steps = x.shape
+        out_steps = steps - (self.kernel_size - 1) * self.dilation
+        time_major = x.transpose(1, 2).contiguous()  # (B, T, C_in)
+        windows = time_major.as_strided(
+            (batch, out_steps, self.kernel_size, channels),
+            (steps * channels, channels, self.dilation * channels, 1),
+        )  # (B, T_out, k, C_in), a view: row t starts at step t, taps d steps apart
+        # the rows are copied (im2col) a block of steps at a time: a long input (a voice's
+        # reference frames) would otherwise need k x its own size at once
+        block = max(1, IM2COL_BYTES // (batch * self.kernel_size * channels * 4))
+        if out_steps <= block:
+            return self._rows(windows).transpose(1, 2)
+        out = x.new_empty(batch, out_steps, self.out_channels)
+        for start in range(0, out_steps, block):
+            out[:, start : start + block] = self._rows(windows[:, start : start + block])
+        return out.transpose(1, 2)  # (B, C_out, T_out), time-major in memory
+
+    def _rows(self, windows: torch.Tensor) -> torch.Tensor:
+        """(B, t, k, C_in) windows -> (B, t, C_out)."""
+        batch, steps = windows.shape[:2]
+        rows = windows.reshape(batch * steps, self.kernel_size * self.in_channels)
+        return self.linear(rows).view(batch, steps, self.out_channels)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"dilation={self.dilation}, {self.linear.extra_repr()}")  # fmt: skip
