@@ -61,97 +61,256 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Every option's environment variable sets its default; the option wins.",
     )
     model = "Qwen3-TTS, VoxCPM2 or Chatterbox (Turbo, English)"
-    option(p, "--model", DEFAULT_MODEL, env="TTS_MODEL",
-           help=f"{model}: a Hugging Face Hub id (Qwen/Qwen3-TTS-12Hz-0.6B-Base or -1.7B-Base, "
-           "openbmb/VoxCPM2, ResembleAI/chatterbox-turbo, ResembleAI/chatterbox) or a local "
-           "folder in the released layout; 'espeak' for the offline voice; or "
-           "http(s)://HOST:PORT/v1, a server speaking vLLM-Omni's /v1/audio/speech (this "
-           "app included). A model that cannot load falls back to 'espeak', with a notice")  # fmt: skip
-    option(p, "--device", "auto", choices=["auto", "cpu", "cuda"],
-           help="auto picks CUDA when available")  # fmt: skip
-    option(p, "--dtype", "auto", choices=["auto", "float32", "bfloat16"],
-           help="weights and activations: auto = bfloat16 on a GPU with native bf16 (compute "
-           "capability 8.0+), else float32")  # fmt: skip
-    option(p, "--quantize", "auto", choices=["auto", "none", "int8"],
-           help="8-bit CPU layers (Qwen3-TTS's talker and code predictor, Chatterbox Turbo's "
-           "T3): auto = int8 where it is faster than float on this CPU (timed, cached) and every "
-           "layer keeps >= 30 dB SQNR; /v1/models says which and why. See docs/engine.md")  # fmt: skip
-    option(p, "--cuda-graphs", "auto", choices=["auto", "off"],
-           help="Qwen3-TTS on CUDA: capture the decode step as CUDA graphs per batch size at "
-           "load (eager, logged, if capture fails); no effect on a CPU")  # fmt: skip
+    option(
+        p,
+        "--model",
+        DEFAULT_MODEL,
+        env="TTS_MODEL",
+        help=f"{model}: a Hugging Face Hub id (Qwen/Qwen3-TTS-12Hz-0.6B-Base or -1.7B-Base, "
+        "openbmb/VoxCPM2, ResembleAI/chatterbox-turbo, ResembleAI/chatterbox) or a local "
+        "folder in the released layout; 'espeak' for the offline voice; or "
+        "http(s)://HOST:PORT/v1, a server speaking vLLM-Omni's /v1/audio/speech (this "
+        "app included). A model that cannot load falls back to 'espeak', with a notice",
+    )
+    option(
+        p,
+        "--device",
+        "auto",
+        choices=["auto", "cpu", "cuda"],
+        help="auto picks CUDA when available",
+    )
+    option(
+        p,
+        "--dtype",
+        "auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="weights and activations: auto = bfloat16 on a GPU with native bf16 (compute "
+        "capability 8.0+), else float32",
+    )
+    option(
+        p,
+        "--quantize",
+        "auto",
+        choices=["auto", "none", "int8"],
+        help="8-bit CPU layers (Qwen3-TTS's talker and code predictor, Chatterbox Turbo's "
+        "T3): auto = int8 where it is faster than float on this CPU (timed, cached) and every "
+        "layer keeps >= 30 dB SQNR; /v1/models says which and why. See docs/engine.md",
+    )
+    option(
+        p,
+        "--cuda-graphs",
+        "auto",
+        choices=["auto", "off"],
+        help="Qwen3-TTS on CUDA: capture the decode step as CUDA graphs per batch size at "
+        "load (eager, logged, if capture fails); no effect on a CPU",
+    )
     option(p, "--host", "127.0.0.1", env="GRADIO_SERVER_NAME", help="address to listen on")
     option(p, "--port", 7860, type=int, env="GRADIO_SERVER_PORT", help="port to listen on")
-    option(p, "--max-chars", 1000, type=int,
-           help="longest piece of one synthesis: the page, gradio_client and /v1/audio/speech "
-           "take up to 4096 characters and speak longer text in pieces of this size, cut at "
-           "sentence ends")  # fmt: skip
-    option(p, "--max-reference-seconds", 30.0, type=float,
-           help="longer reference clips are cut to their first N seconds (with a notice); "
-           "with a transcript they are refused, since the words would no longer match")  # fmt: skip
-    option(p, "--max-file-size", "20mb",
-           help="largest upload, for the page and POST /v1/audio/voices")  # fmt: skip
-    option(p, "--max-batch", None, type=int, shown="8",
-           help="neural model: streams decoded together in one batch (continuous batching); "
-           "its KV cache is reserved for them at load")  # fmt: skip
-    option(p, "--max-concurrent", None, type=int, shown="4 for espeak, else --max-batch",
-           help="syntheses at once, shared by the page, gradio_client and the HTTP routes")  # fmt: skip
-    option(p, "--queue-size", 32, type=int,
-           help="requests that may wait for a slot; beyond that: 503 + Retry-After (HTTP) or "
-           "'busy, retry' (page)")  # fmt: skip
-    option(p, "--crossfade-ms", 20.0, type=float,
-           help="Hann crossfade where independently synthesized phrases meet (0 disables)")  # fmt: skip
-    option(p, "--wait-for-model", False, action="store_true",
-           help="load the model before serving; by default the page is up at once and the "
-           "model loads in the background (requests meanwhile: 'the model is loading', 503)")  # fmt: skip
-    option(p, "--no-fallback", False, action="store_true",
-           help="no eSpeak fallback when the model cannot load: with --wait-for-model the app "
-           "exits, else requests get the load error")  # fmt: skip
-    option(p, "--voices-dir", None, shown="~/.local/share/tts_core/voices",
-           help="where voices saved from the page or POST /v1/audio/voices are kept")  # fmt: skip
-    option(p, "--private-voices", False, action="store_true",
-           help="a voice saved from the page is listed to, and usable by, only the browser "
-           "that saved it (and /v1 behind --api-key); for a public server")  # fmt: skip
-    option(p, "--voices-per-owner", 20, type=int,
-           help="most voices one browser (or owner key the server issued) may keep saved")  # fmt: skip
-    option(p, "--voices-per-address", 50, type=int,
-           help="most voices one client address (an IPv6 /64) may keep saved")  # fmt: skip
-    option(p, "--allowed-origins", "", shown="none",
-           help="comma-separated web origins, besides the server's own, whose pages may call "
-           "the routes (e.g. https://example.org); '*' allows any")  # fmt: skip
-    option(p, "--api-key", None, shown="none",
-           help="require 'Authorization: Bearer KEY' on /v1; the page then cannot save or "
-           "delete voices")  # fmt: skip
-    option(p, "--header-timeout", 10.0, type=float,
-           help="seconds a client may take to send a request's head (then 408)")  # fmt: skip
-    option(p, "--body-timeout", 30.0, type=float,
-           help="longest pause, in seconds, while a request body arrives")  # fmt: skip
-    option(p, "--body-total-timeout", 300.0, type=float,
-           help="seconds a whole request body may take to arrive")  # fmt: skip
-    option(p, "--max-connections", DEFAULT_MAX_CONNECTIONS, type=int,
-           help="open HTTP connections at most (kept 256 below the open-files limit); past it "
-           "the oldest one still waiting for a request is closed")  # fmt: skip
-    option(p, "--max-connections-per-address", DEFAULT_MAX_PER_ADDRESS, type=int,
-           help="open connections one client address (an IPv6 /64) may hold; past it its own "
-           "oldest idle one is closed, or the new one refused (503)")  # fmt: skip
-    option(p, "--shutdown-timeout", 10.0, type=float,
-           help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish before "
-           "they are cancelled (new ones get 503 meanwhile)")  # fmt: skip
-    option(p, "--replicas", None, type=int, shown="none (one process)",
-           help="run the engine as N Ray Serve replicas (one GPU each where there are GPUs) "
-           "behind this page and API; needs the extra: .venv/bin/pip install -e '.[scale]'. "
-           "See docs/scaling.md")  # fmt: skip
-    option(p, "--ray-address", None, env="RAY_ADDRESS", shown="a local Ray cluster",
-           help="with --replicas: join this Ray cluster (auto, or HOST:6379 of "
-           "`ray start --head`)")  # fmt: skip
-    option(p, "--min-replicas", None, type=int, shown="--replicas",
-           help="with --replicas: autoscale on ongoing requests, at least this many")  # fmt: skip
-    option(p, "--max-replicas", None, type=int, shown="--replicas",
-           help="with --replicas: autoscale on ongoing requests, at most this many")  # fmt: skip
+    option(
+        p,
+        "--max-chars",
+        1000,
+        type=int,
+        help="longest piece of one synthesis: the page, gradio_client and /v1/audio/speech "
+        "take up to 4096 characters and speak longer text in pieces of this size, cut at "
+        "sentence ends",
+    )
+    option(
+        p,
+        "--max-reference-seconds",
+        30.0,
+        type=float,
+        help="longer reference clips are cut to their first N seconds (with a notice); "
+        "with a transcript they are refused, since the words would no longer match",
+    )
+    option(
+        p, "--max-file-size", "20mb", help="largest upload, for the page and POST /v1/audio/voices"
+    )
+    option(
+        p,
+        "--max-batch",
+        None,
+        type=int,
+        shown="8",
+        help="neural model: streams decoded together in one batch (continuous batching); "
+        "its KV cache is reserved for them at load",
+    )
+    option(
+        p,
+        "--max-concurrent",
+        None,
+        type=int,
+        shown="4 for espeak, else --max-batch",
+        help="syntheses at once, shared by the page, gradio_client and the HTTP routes",
+    )
+    option(
+        p,
+        "--queue-size",
+        32,
+        type=int,
+        help="requests that may wait for a slot; beyond that: 503 + Retry-After (HTTP) or "
+        "'busy, retry' (page)",
+    )
+    option(
+        p,
+        "--crossfade-ms",
+        20.0,
+        type=float,
+        help="Hann crossfade where independently synthesized phrases meet (0 disables)",
+    )
+    option(
+        p,
+        "--wait-for-model",
+        False,
+        action="store_true",
+        help="load the model before serving; by default the page is up at once and the "
+        "model loads in the background (requests meanwhile: 'the model is loading', 503)",
+    )
+    option(
+        p,
+        "--no-fallback",
+        False,
+        action="store_true",
+        help="no eSpeak fallback when the model cannot load: with --wait-for-model the app "
+        "exits, else requests get the load error",
+    )
+    option(
+        p,
+        "--voices-dir",
+        None,
+        shown="~/.local/share/tts_core/voices",
+        help="where voices saved from the page or POST /v1/audio/voices are kept",
+    )
+    option(
+        p,
+        "--private-voices",
+        False,
+        action="store_true",
+        help="a voice saved from the page is listed to, and usable by, only the browser "
+        "that saved it (and /v1 behind --api-key); for a public server",
+    )
+    option(
+        p,
+        "--voices-per-owner",
+        20,
+        type=int,
+        help="most voices one browser (or owner key the server issued) may keep saved",
+    )
+    option(
+        p,
+        "--voices-per-address",
+        50,
+        type=int,
+        help="most voices one client address (an IPv6 /64) may keep saved",
+    )
+    option(
+        p,
+        "--allowed-origins",
+        "",
+        shown="none",
+        help="comma-separated web origins, besides the server's own, whose pages may call "
+        "the routes (e.g. https://example.org); '*' allows any",
+    )
+    option(
+        p,
+        "--api-key",
+        None,
+        shown="none",
+        help="require 'Authorization: Bearer KEY' on /v1; the page then cannot save or "
+        "delete voices",
+    )
+    option(
+        p,
+        "--header-timeout",
+        10.0,
+        type=float,
+        help="seconds a client may take to send a request's head (then 408)",
+    )
+    option(
+        p,
+        "--body-timeout",
+        30.0,
+        type=float,
+        help="longest pause, in seconds, while a request body arrives",
+    )
+    option(
+        p,
+        "--body-total-timeout",
+        300.0,
+        type=float,
+        help="seconds a whole request body may take to arrive",
+    )
+    option(
+        p,
+        "--max-connections",
+        DEFAULT_MAX_CONNECTIONS,
+        type=int,
+        help="open HTTP connections at most (kept 256 below the open-files limit); past it "
+        "the oldest one still waiting for a request is closed",
+    )
+    option(
+        p,
+        "--max-connections-per-address",
+        DEFAULT_MAX_PER_ADDRESS,
+        type=int,
+        help="open connections one client address (an IPv6 /64) may hold; past it its own "
+        "oldest idle one is closed, or the new one refused (503)",
+    )
+    option(
+        p,
+        "--shutdown-timeout",
+        10.0,
+        type=float,
+        help="on SIGTERM/SIGINT: seconds the requests in flight may take to finish before "
+        "they are cancelled (new ones get 503 meanwhile)",
+    )
+    option(
+        p,
+        "--replicas",
+        None,
+        type=int,
+        shown="none (one process)",
+        help="run the engine as N Ray Serve replicas (one GPU each where there are GPUs) "
+        "behind this page and API; needs the extra: .venv/bin/pip install -e '.[scale]'. "
+        "See docs/scaling.md",
+    )
+    option(
+        p,
+        "--ray-address",
+        None,
+        env="RAY_ADDRESS",
+        shown="a local Ray cluster",
+        help="with --replicas: join this Ray cluster (auto, or HOST:6379 of `ray start --head`)",
+    )
+    option(
+        p,
+        "--min-replicas",
+        None,
+        type=int,
+        shown="--replicas",
+        help="with --replicas: autoscale on ongoing requests, at least this many",
+    )
+    option(
+        p,
+        "--max-replicas",
+        None,
+        type=int,
+        shown="--replicas",
+        help="with --replicas: autoscale on ongoing requests, at most this many",
+    )
     return p
 
 
-def option(p: argparse.ArgumentParser, flag: str, default: Any, *, help: str,  # noqa: A002
-           env: str | None = None, shown: str | None = None, **kwargs: Any) -> None:  # fmt: skip
+def option(
+    p: argparse.ArgumentParser,
+    flag: str,
+    default: Any,
+    *,
+    help: str,  # noqa: A002
+    env: str | None = None,
+    shown: str | None = None,
+    **kwargs: Any,
+) -> None:
     """One option whose default its environment variable `env` (default: TTS_ and the flag's
     name, e.g. TTS_MAX_BATCH) overrides; `shown`: the default in words where it is not a
     value (e.g. None, resolved later). --help and the README's table both say both."""
@@ -162,8 +321,9 @@ def option(p: argparse.ArgumentParser, flag: str, default: Any, *, help: str,  #
         value = os.environ.get(env) or default
     if shown is None:
         shown = "off" if kwargs.get("action") == "store_true" else str(default)
-    action = p.add_argument(flag, default=value, help=f"{help} (default: {shown}; env {env})",
-                            **kwargs)  # fmt: skip
+    action = p.add_argument(
+        flag, default=value, help=f"{help} (default: {shown}; env {env})", **kwargs
+    )
     action.env, action.shown_default, action.meaning = env, shown, help
 
 
@@ -208,9 +368,12 @@ def build_app(args: argparse.Namespace):  # noqa: ANN201 - gr.Blocks, imported l
     ensure_ffmpeg_on_path()
     slot = EngineSlot(args.model)
     slot.load(partial(build_engine, args), background=not args.wait_for_model)
-    voices = open_voice_registry(args.voices_dir, private=args.private_voices,
-                                 max_per_owner=args.voices_per_owner,
-                                 max_per_address=args.voices_per_address)  # fmt: skip
+    voices = open_voice_registry(
+        args.voices_dir,
+        private=args.private_voices,
+        max_per_owner=args.voices_per_owner,
+        max_per_address=args.voices_per_address,
+    )
     origins = tuple(o.strip() for o in args.allowed_origins.split(",") if o.strip())
     access = AccessPolicy(bind_host=args.host, allowed_origins=origins, api_key=args.api_key)
     api = ApiConfig(max_upload_bytes=args.max_file_bytes, access=access)
@@ -235,21 +398,34 @@ def build_engine(args: argparse.Namespace, report: Callable[..., None]):  # noqa
     limits = Limits(max_chars=args.max_chars, max_reference_s=args.max_reference_seconds)
     # a remote server's audio is faded at its ends already: fading it again would change it
     fades = {"fade_ms": 0.0} if is_remote(args.model) else {}
-    config = EngineConfig(limits=limits, crossfade_ms=args.crossfade_ms,
-                          max_concurrent=args.max_concurrent, max_queue=args.queue_size,
-                          **fades)  # fmt: skip
-    backend, notice = load_backend(args.model, args.device, allow_fallback=not args.no_fallback,
-                                   dtype=args.dtype, quantize=args.quantize,
-                                   max_batch=args.max_batch, report=report,
-                                   cuda_graphs=args.cuda_graphs)  # fmt: skip
+    config = EngineConfig(
+        limits=limits,
+        crossfade_ms=args.crossfade_ms,
+        max_concurrent=args.max_concurrent,
+        max_queue=args.queue_size,
+        **fades,
+    )
+    backend, notice = load_backend(
+        args.model,
+        args.device,
+        allow_fallback=not args.no_fallback,
+        dtype=args.dtype,
+        quantize=args.quantize,
+        max_batch=args.max_batch,
+        report=report,
+        cuda_graphs=args.cuda_graphs,
+    )
     engine = Engine(backend, config, notice)
     report(WARMING)
     warm_builtin_voices(engine)
     info = engine.info()
     logging.getLogger("app").info(
         "engine ready: backend=%s model=%s device=%s concurrency=%d",
-        info["backend"], info["model"], info["device"], engine.max_concurrent,
-    )  # fmt: skip
+        info["backend"],
+        info["model"],
+        info["device"],
+        engine.max_concurrent,
+    )
     return engine
 
 
@@ -281,14 +457,20 @@ def serve_options(args: argparse.Namespace):  # noqa: ANN201 - ServeOptions, imp
     from tts_core.server.connections import ConnectionLimits
     from tts_core.server.http_server import ServeOptions
 
-    limits = ConnectionLimits(header_timeout_s=args.header_timeout,
-                              body_idle_timeout_s=args.body_timeout,
-                              body_timeout_s=args.body_total_timeout,
-                              max_connections=args.max_connections,
-                              max_per_address=args.max_connections_per_address)  # fmt: skip
-    return ServeOptions(host=args.host, port=args.port, connections=limits,
-                        shutdown_timeout_s=args.shutdown_timeout,
-                        max_file_size=args.max_file_bytes)  # fmt: skip
+    limits = ConnectionLimits(
+        header_timeout_s=args.header_timeout,
+        body_idle_timeout_s=args.body_timeout,
+        body_timeout_s=args.body_total_timeout,
+        max_connections=args.max_connections,
+        max_per_address=args.max_connections_per_address,
+    )
+    return ServeOptions(
+        host=args.host,
+        port=args.port,
+        connections=limits,
+        shutdown_timeout_s=args.shutdown_timeout,
+        max_file_size=args.max_file_bytes,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -306,8 +488,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def page_ready(url: str) -> None:
-    logging.getLogger("app").info("page ready: %s (the voice is ready when 'engine ready' "
-                                  "is logged)", url)  # fmt: skip
+    logging.getLogger("app").info(
+        "page ready: %s (the voice is ready when 'engine ready' is logged)", url
+    )
 
 
 if __name__ == "__main__":

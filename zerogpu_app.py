@@ -89,8 +89,13 @@ def speak(
         voice = tts.create_voice(audio, rate, ref_text=ref_text)
     except ValueError as exc:
         raise gr.Error(f"Reference clip: {exc}") from exc
-    chunks = tts.stream(text, voice, seed=int(seed), first_chunk_frames=FIRST_CHUNK_FRAMES,
-                        chunk_frames=CHUNK_FRAMES)  # fmt: skip
+    chunks = tts.stream(
+        text,
+        voice,
+        seed=int(seed),
+        first_chunk_frames=FIRST_CHUNK_FRAMES,
+        chunk_frames=CHUNK_FRAMES,
+    )
     for chunk in chunks:
         if chunk.audio.size:
             pcm = np.clip(np.round(chunk.audio * 32767.0), -32768, 32767).astype(np.int16)
@@ -105,8 +110,10 @@ def build_demo():  # noqa: ANN201 - gr.Blocks
     ensure_ffmpeg_on_path()  # Gradio's streamed audio output runs `ffmpeg`
     names = list(recorded_voices())
     with gr.Blocks(title="Streaming voice cloning (ZeroGPU)") as demo:
-        gr.Markdown("# Streaming voice cloning\nType, pick a voice (or upload one), listen while "
-                    "it is generated.")  # fmt: skip
+        gr.Markdown(
+            "# Streaming voice cloning\nType, pick a voice (or upload one), listen while "
+            "it is generated."
+        )
         text = gr.Textbox(
             label="Text", value="Hello! This voice is being generated as you hear it."
         )

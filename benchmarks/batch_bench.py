@@ -55,8 +55,9 @@ TEXTS = [
 def load(args: argparse.Namespace):
     decoder = torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else None
     started = time.perf_counter()
-    model = tts_core.load_model(args.checkpoint, device="cpu", quantize="int8",
-                                decoder_dtype=decoder)  # fmt: skip
+    model = tts_core.load_model(
+        args.checkpoint, device="cpu", quantize="int8", decoder_dtype=decoder
+    )
     with torch.no_grad():
         model.talker.codec_head.weight[model.config.talker.codec_eos_token_id].zero_()
     audio, rate = sf.read(REF_CLIP, dtype="float32")
@@ -145,8 +146,10 @@ def batch_result(alone: list[Timed], batch: list[Timed], wall_s: float) -> dict:
 def run_join(scheduler: EngineLoop, args, voices) -> dict:  # noqa: ANN001
     """batch - 1 long streams run; once each has 2 chunks out, request 0 joins."""
     long = {**vars(args), "frames": args.frames * 2}
-    running = [Timed(scheduler, request(i, argparse.Namespace(**long), voices))
-               for i in range(1, args.batch)]  # fmt: skip
+    running = [
+        Timed(scheduler, request(i, argparse.Namespace(**long), voices))
+        for i in range(1, args.batch)
+    ]
     while min(len(s.arrivals) for s in running) < 2:
         time.sleep(0.01)
     joined_at = time.perf_counter()
@@ -198,8 +201,13 @@ def run_http(model, args, voices) -> dict:  # noqa: ANN001
     words = ["Hi there.", "Yes, please.", "Good morning.", "Thank you.", "See you soon."]
 
     def body(i: int) -> dict:
-        return {"model": "tts-1", "input": f"{words[i % len(words)]} {i}", "voice": "alloy",
-                "response_format": "pcm", "seed": i}  # fmt: skip
+        return {
+            "model": "tts-1",
+            "input": f"{words[i % len(words)]} {i}",
+            "voice": "alloy",
+            "response_format": "pcm",
+            "seed": i,
+        }
 
     def post(i: int, out: dict) -> None:
         response = httpx.post(url, json=body(i), timeout=900)
@@ -221,8 +229,13 @@ def run_http(model, args, voices) -> dict:  # noqa: ANN001
     ok = [together[i][0] == 200 and alone[i][0] == 200 for i in range(clients)]
     same = [together[i][1] == alone[i][1] for i in range(clients)]
     audio_s = sum(len(together[i][1]) / 2 / 24000 for i in range(clients))
-    return {"clients": clients, "all_200": all(ok), "identical": sum(same), "wall_s": wall,
-            "audio_s": audio_s}  # fmt: skip
+    return {
+        "clients": clients,
+        "all_200": all(ok),
+        "identical": sum(same),
+        "wall_s": wall,
+        "audio_s": audio_s,
+    }
 
 
 def main() -> None:
@@ -230,8 +243,13 @@ def main() -> None:
     parser.add_argument("--checkpoint", type=Path, required=True)
     parser.add_argument("--frames", type=int, default=48)
     parser.add_argument("--batch", type=int, default=8, help="the batch a request joins")
-    parser.add_argument("--sweep", type=int, nargs="+", default=[1, 2, 4, 8, 16],
-                        help="stream counts run together, side by side")  # fmt: skip
+    parser.add_argument(
+        "--sweep",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4, 8, 16],
+        help="stream counts run together, side by side",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--http-clients", type=int, default=0)
     parser.add_argument("--json", type=Path)
@@ -273,8 +291,10 @@ def main() -> None:
 
 def print_table(r: dict) -> None:
     s, b, j = r["single"], r["batch"], r["join"]
-    print(f"{r['checkpoint']} {r['weight_format']}, {r['threads']} threads, "
-          f"load average {', '.join(f'{v:.2f}' for v in r['load_average'])}")  # fmt: skip
+    print(
+        f"{r['checkpoint']} {r['weight_format']}, {r['threads']} threads, "
+        f"load average {', '.join(f'{v:.2f}' for v in r['load_average'])}"
+    )
     print("streams  audio per wall s  x one stream  worst RTF / alone  identical to alone")
     for n in r["sweep"]:
         print(f"{n['streams']:>7}  {n['aggregate_audio_per_wall_s']:>16.2f}  "
@@ -293,10 +313,14 @@ def print_table(r: dict) -> None:
     ]  # fmt: skip
     if "http" in r:
         h = r["http"]
-        rows.append((f"HTTP: {h['clients']} concurrent clients",
-                     f"all 200: {h['all_200']}, byte-identical to alone: "
-                     f"{h['identical']}/{h['clients']}, {h['audio_s']:.1f} s audio in "
-                     f"{h['wall_s']:.1f} s"))  # fmt: skip
+        rows.append(
+            (
+                f"HTTP: {h['clients']} concurrent clients",
+                f"all 200: {h['all_200']}, byte-identical to alone: "
+                f"{h['identical']}/{h['clients']}, {h['audio_s']:.1f} s audio in "
+                f"{h['wall_s']:.1f} s",
+            )
+        )
     rows.append(("peak RSS", f"{r['peak_rss_gb']:.2f} GB"))
     width = max(len(name) for name, _ in rows)
     for name, value in rows:

@@ -67,8 +67,10 @@ def profile(model, voice, rows: int, frames: int) -> tuple[dict, int]:  # noqa: 
     list(scheduler.submit(TEXT, voice, language=LANGUAGE, seed=0, max_new_tokens=6))  # warm-up
     spent.clear()
     steps["n"] = 0
-    streams = [scheduler.submit(TEXT, voice, language=LANGUAGE, seed=i, max_new_tokens=frames + 1)
-               for i in range(rows)]  # fmt: skip
+    streams = [
+        scheduler.submit(TEXT, voice, language=LANGUAGE, seed=i, max_new_tokens=frames + 1)
+        for i in range(rows)
+    ]
     threads = [threading.Thread(target=lambda s=s: list(s)) for s in streams]
     for thread in threads:
         thread.start()

@@ -84,8 +84,12 @@ def run(model, streams: int, mode: str, max_new_tokens: int, t3_together: bool =
     runner = model.runner(max(streams, 1), mode)
     runner.t3_batched = runner.t3_batched and t3_together
     engine = BatchEngine(runner, isolate_failures=False)
-    seqs = [model.request(TEXTS[i % len(TEXTS)], seed=i + 1, max_new_tokens=max_new_tokens,
-                          outbox=InlineOutbox()) for i in range(streams)]  # fmt: skip
+    seqs = [
+        model.request(
+            TEXTS[i % len(TEXTS)], seed=i + 1, max_new_tokens=max_new_tokens, outbox=InlineOutbox()
+        )
+        for i in range(streams)
+    ]
     before = load_average()
     start = time.perf_counter()
     for seq in seqs:
@@ -128,8 +132,15 @@ def t3_step(model, rows: int, repeat: int = 5) -> dict:
     states = [TurboRow() for _ in range(rows)]
     forced = torch.zeros(4 * repeat + 2, dtype=torch.long)
     for i, row in enumerate(states):
-        draws = t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model.text_ids(TEXTS[i % 4]),
-                         TurboSampling(), None, forced=forced, row=row)  # fmt: skip
+        draws = t3.draws(
+            voice.speaker_emb,
+            voice.t3_prompt_tokens,
+            model.text_ids(TEXTS[i % 4]),
+            TurboSampling(),
+            None,
+            forced=forced,
+            row=row,
+        )
         next(draws)
     token = forced[:1].view(1, 1)
 
@@ -149,8 +160,12 @@ def t3_step(model, rows: int, repeat: int = 5) -> dict:
             step(groups)
             best = min(best, time.perf_counter() - start)
         times[name] = round(1000 * best / rows, 1)
-    return {"rows": rows, "ms_per_row_together": times["together"],
-            "ms_per_row_each": times["each"], "load_average": load_average()}  # fmt: skip
+    return {
+        "rows": rows,
+        "ms_per_row_together": times["together"],
+        "ms_per_row_each": times["each"],
+        "load_average": load_average(),
+    }
 
 
 def s3gen_round(model, rows: int, tokens: int, repeat: int = 2) -> dict:
@@ -168,9 +183,20 @@ def s3gen_round(model, rows: int, tokens: int, repeat: int = 2) -> dict:
 
     def jobs():
         prompt = TOKEN_MEL_RATIO * voice.prompt_token.shape[1]
-        return [(S3GenStream(model.flow, model.hift, voice,
-                             StreamNoise(i, tokens + 8 * rows + 4, prompt), StreamChunking()),
-                 ids[i], False) for i in range(rows)]  # fmt: skip
+        return [
+            (
+                S3GenStream(
+                    model.flow,
+                    model.hift,
+                    voice,
+                    StreamNoise(i, tokens + 8 * rows + 4, prompt),
+                    StreamChunking(),
+                ),
+                ids[i],
+                False,
+            )
+            for i in range(rows)
+        ]
 
     def per_row():
         with torch.inference_mode():
@@ -189,9 +215,14 @@ def s3gen_round(model, rows: int, tokens: int, repeat: int = 2) -> dict:
             fn()
             best = min(best, time.perf_counter() - start)
         times[name] = round(best, 3)
-    return {"rows": rows, "tokens": tokens, **times,
-            "speedup": round(times["per_row_s"] / times["padded_s"], 2),
-            "load_average_before": before, "load_average_after": load_average()}  # fmt: skip
+    return {
+        "rows": rows,
+        "tokens": tokens,
+        **times,
+        "speedup": round(times["per_row_s"] / times["padded_s"], 2),
+        "load_average_before": before,
+        "load_average_after": load_average(),
+    }
 
 
 def main() -> None:
@@ -231,12 +262,19 @@ def main() -> None:
             print(f"{rows:>4} {r['ms_per_row_together']:>18} {r['ms_per_row_each']:>11}  "
                   f"{r['load_average']}", flush=True)  # fmt: skip
     counts = [int(n) for n in args.streams.split(",")]
-    checks = {n: {"padded_s3gen_exact": padded_s3gen_exact(model, n),
-                  "t3_rows_invariant": t3_rows_invariant(model, n)}
-              for n in counts if n > 1}  # fmt: skip
+    checks = {
+        n: {
+            "padded_s3gen_exact": padded_s3gen_exact(model, n),
+            "t3_rows_invariant": t3_rows_invariant(model, n),
+        }
+        for n in counts
+        if n > 1
+    }
     results = []
-    header = (f"{'streams':>7} {'s3gen':>8} {'wall s':>8} {'audio s':>8} {'audio/wall':>10} "
-              f"{'1st chunk s':>11} {'rows/pass':>9}  load avg (before / after)")  # fmt: skip
+    header = (
+        f"{'streams':>7} {'s3gen':>8} {'wall s':>8} {'audio s':>8} {'audio/wall':>10} "
+        f"{'1st chunk s':>11} {'rows/pass':>9}  load avg (before / after)"
+    )
     print(header)
     for streams in counts:
         for mode in args.modes.split(","):
@@ -244,10 +282,13 @@ def main() -> None:
                 continue  # one row: nothing to pad
             r = run(model, streams, mode, args.max_new_tokens, not args.t3_per_row)
             results.append(r)
-            print(f"{r['streams']:>7} {r['s3gen']:>8} {r['wall_s']:>8} {r['audio_s']:>8} "
-                  f"{r['audio_s_per_wall_s']:>10} {r['first_chunk_s_mean']:>11} "
-                  f"{r['s3gen_rows_per_round']:>9}  {r['load_average_before']} / "
-                  f"{r['load_average_after']}", flush=True)  # fmt: skip
+            print(
+                f"{r['streams']:>7} {r['s3gen']:>8} {r['wall_s']:>8} {r['audio_s']:>8} "
+                f"{r['audio_s_per_wall_s']:>10} {r['first_chunk_s_mean']:>11} "
+                f"{r['s3gen_rows_per_round']:>9}  {r['load_average_before']} / "
+                f"{r['load_average_after']}",
+                flush=True,
+            )
     rounds = []
     if args.round_tokens:
         prompt = model.builtin_voice.prompt_token.shape[1]

@@ -79,5 +79,10 @@ def floor(
     step_bytes = weight_bytes + streams * cache_bytes_per_position * mean_positions
     t3 = TOKENS_PER_AUDIO_S * step_bytes / (read_gbps * 1e9)  # wall s per audio s, all rows
     s3gen = streams * s3gen_flops_per_audio_s / (gemm_gflops_rate * 1e9)
-    return dict(streams=streams, t3_s_per_audio_s=t3, s3gen_s_per_audio_s=s3gen,
-                aggregate=streams / (t3 + s3gen), rtf=t3 + s3gen)  # fmt: skip
+    return dict(
+        streams=streams,
+        t3_s_per_audio_s=t3,
+        s3gen_s_per_audio_s=s3gen,
+        aggregate=streams / (t3 + s3gen),
+        rtf=t3 + s3gen,
+    )

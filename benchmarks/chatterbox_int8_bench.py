@@ -79,13 +79,20 @@ def stream_compare(float_model, int8_model, text: str, seed: int, max_new_tokens
             tokens += chunk.tokens.tolist()
         wall = time.perf_counter() - start
         audio = np.concatenate(pieces)
-        runs[name] = dict(audio=audio, tokens=tokens, first_audio_s=first, wall_s=wall,
-                          rtf=wall / (audio.size / 24000), load=f"{before} -> {load()}")  # fmt: skip
+        runs[name] = dict(
+            audio=audio,
+            tokens=tokens,
+            first_audio_s=first,
+            wall_s=wall,
+            rtf=wall / (audio.size / 24000),
+            load=f"{before} -> {load()}",
+        )
     a, b = runs["float32"], runs["int8"]
     differ = [i for i, (x, y) in enumerate(zip(a["tokens"], b["tokens"], strict=False)) if x != y]
     same = len(a["tokens"]) == len(b["tokens"]) and not differ
-    first_diff = None if same else (differ[0] if differ else min(len(a["tokens"]),
-                                                                  len(b["tokens"])))  # fmt: skip
+    first_diff = (
+        None if same else (differ[0] if differ else min(len(a["tokens"]), len(b["tokens"])))
+    )
     n = min(a["audio"].size, b["audio"].size)
     # before the first different draw, less the flow's 3-token lookahead (960 samples a token)
     m = n if first_diff is None else max(first_diff - 3, 0) * 960
@@ -95,9 +102,12 @@ def stream_compare(float_model, int8_model, text: str, seed: int, max_new_tokens
         "first_divergent_token": first_diff,
         "audio_snr_db": snr_db(a["audio"][:n], b["audio"][:n]),
         "audio_snr_before_divergence_db": snr_db(a["audio"][:m], b["audio"][:m]) if m else None,
-        **{f"{k}_{name}": r[k] for name, r in runs.items()
-           for k in ("first_audio_s", "rtf", "wall_s", "load")},
-    }  # fmt: skip
+        **{
+            f"{k}_{name}": r[k]
+            for name, r in runs.items()
+            for k in ("first_audio_s", "rtf", "wall_s", "load")
+        },
+    }
 
 
 def tiny_rows() -> list[dict]:
@@ -114,11 +124,19 @@ def tiny_rows() -> list[dict]:
             tokens = float_model.generate(TEXT, seed=seed).tokens
             forced = torch.cat([tokens, torch.tensor([STOP_SPEECH])])  # + STOP: its logits too
             cond = (voice.speaker_emb, voice.t3_prompt_tokens, float_model.text_ids(TEXT))
-            logits = (forced_logits(float_model.t3, cond, forced),
-                      forced_logits(int8_model.t3, cond, forced))  # fmt: skip
-            row = dict(model=folder.name, seed=seed, kernel=_kernel(int8_model.t3),
-                       logits_snr_db=_snr(*logits), calibration_logits_snr_db=report.logits_snr_db,
-                       min_layer_sqnr_db=report.min_sqnr_db, worst_layer=report.worst(1)[0][0])  # fmt: skip
+            logits = (
+                forced_logits(float_model.t3, cond, forced),
+                forced_logits(int8_model.t3, cond, forced),
+            )
+            row = dict(
+                model=folder.name,
+                seed=seed,
+                kernel=_kernel(int8_model.t3),
+                logits_snr_db=_snr(*logits),
+                calibration_logits_snr_db=report.logits_snr_db,
+                min_layer_sqnr_db=report.min_sqnr_db,
+                worst_layer=report.worst(1)[0][0],
+            )
             row.update(stream_compare(float_model, int8_model, TEXT, seed, 1000))
             rows.append(row)
     return rows
@@ -168,8 +186,11 @@ def real_t3(recipe: str):
 
 def random_voice(seed: int, prompt: int = PROMPT_T3) -> tuple:
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(1, 256, generator=g), torch.randint(0, 6561, (1, prompt), generator=g),
-            torch.randint(0, 50000, (1, TEXT_TOKENS), generator=g))  # fmt: skip
+    return (
+        torch.randn(1, 256, generator=g),
+        torch.randint(0, 6561, (1, prompt), generator=g),
+        torch.randint(0, 50000, (1, TEXT_TOKENS), generator=g),
+    )
 
 
 def real_error_rows() -> list[dict]:
@@ -184,11 +205,17 @@ def real_error_rows() -> list[dict]:
         start = time.perf_counter()
         report = quantize_t3(t3, *random_voice(0))  # calibration, smoothing, rounding, check
         quantize_s = time.perf_counter() - start
-        rows.append(dict(recipe=recipe, kernel=_kernel(t3), quantize_s=quantize_s,
-                         logits_snr_db=_snr(reference, forced_logits(t3, evaluation, forced)),
-                         calibration_logits_snr_db=report.logits_snr_db,
-                         min_layer_sqnr_db=report.min_sqnr_db,
-                         worst_layers=report.worst(3)))  # fmt: skip
+        rows.append(
+            dict(
+                recipe=recipe,
+                kernel=_kernel(t3),
+                quantize_s=quantize_s,
+                logits_snr_db=_snr(reference, forced_logits(t3, evaluation, forced)),
+                calibration_logits_snr_db=report.logits_snr_db,
+                min_layer_sqnr_db=report.min_sqnr_db,
+                worst_layers=report.worst(3),
+            )
+        )
         print(
             f"  {recipe}: logits {rows[-1]['logits_snr_db']:.1f} dB, worst layer "
             f"{report.worst(1)[0][0]} {report.min_sqnr_db:.1f} dB  (load {load()})",
@@ -228,8 +255,13 @@ def real_speed_rows(threads: list[int], repeat: int = 3) -> list[dict]:
                 before = load()
                 prefill, token = t3_times(t3)
                 if best is None or token < best["token_ms"]:
-                    best = dict(threads=n, weights=name, prefill_s=prefill, token_ms=token * 1e3,
-                                load=f"{before} -> {load()}")  # fmt: skip
+                    best = dict(
+                        threads=n,
+                        weights=name,
+                        prefill_s=prefill,
+                        token_ms=token * 1e3,
+                        load=f"{before} -> {load()}",
+                    )
             best["kernel"] = kernel if name == "int8" else "torch addmm"
             rows.append(best)
             print(
@@ -256,8 +288,7 @@ def real_stream_rows(threads: list[int], tokens: int) -> list[dict]:
     rows = []
     for n in threads:
         torch.set_num_threads(n)
-        row = dict(threads=n, max_new_tokens=tokens,
-                   **stream_compare(model, int8, TEXT, 1, tokens))  # fmt: skip
+        row = dict(threads=n, max_new_tokens=tokens, **stream_compare(model, int8, TEXT, 1, tokens))
         rows.append(row)
         print(f"  {n} thread(s): first audio {row['first_audio_s_float32']:.2f} / "
               f"{row['first_audio_s_int8']:.2f} s, RTF {row['rtf_float32']:.2f} / "
@@ -274,30 +305,38 @@ def print_tables(result: dict) -> None:
             "first diff | audio SNR dB (common length / before the first diff)"
         )
         for r in result["tiny"]:
-            print(f"{r['model']} | {r['seed']} | {r['kernel']} | {r['logits_snr_db']:.1f} | "
-                  f"{r['min_layer_sqnr_db']:.1f} | {r['tokens_float32']}/{r['tokens_int8']} | "
-                  f"{r['first_divergent_token']} | {r['audio_snr_db']:.1f} / "
-                  f"{_db(r['audio_snr_before_divergence_db'])}")  # fmt: skip
+            print(
+                f"{r['model']} | {r['seed']} | {r['kernel']} | {r['logits_snr_db']:.1f} | "
+                f"{r['min_layer_sqnr_db']:.1f} | {r['tokens_float32']}/{r['tokens_int8']} | "
+                f"{r['first_divergent_token']} | {r['audio_snr_db']:.1f} / "
+                f"{_db(r['audio_snr_before_divergence_db'])}"
+            )
     if result.get("real_error"):
         print("\nreal-size recipe | logits SNR dB (held out) | calibration | min layer SQNR dB")
         for r in result["real_error"]:
-            print(f"{r['recipe']} | {r['logits_snr_db']:.1f} | {r['calibration_logits_snr_db']:.1f}"
-                  f" | {r['min_layer_sqnr_db']:.1f} ({r['worst_layers'][0][0]})")  # fmt: skip
+            print(
+                f"{r['recipe']} | {r['logits_snr_db']:.1f} | {r['calibration_logits_snr_db']:.1f}"
+                f" | {r['min_layer_sqnr_db']:.1f} ({r['worst_layers'][0][0]})"
+            )
     if result.get("real_speed"):
         print("\nthreads | weights | prefill s | ms/token | load average (1, 5, 15 min)")
         for r in result["real_speed"]:
-            print(f"{r['threads']} | {r['weights']} | {r['prefill_s']:.2f} | {r['token_ms']:.1f} "
-                  f"| {r['load']}")  # fmt: skip
+            print(
+                f"{r['threads']} | {r['weights']} | {r['prefill_s']:.2f} | {r['token_ms']:.1f} "
+                f"| {r['load']}"
+            )
     if result.get("real_stream"):
         print(
             "\nthreads | first audio s f32/int8 | RTF f32/int8 | tokens | first diff | "
             "audio SNR dB (common / before the first diff) | load (int8 run)"
         )
         for r in result["real_stream"]:
-            print(f"{r['threads']} | {r['first_audio_s_float32']:.2f}/{r['first_audio_s_int8']:.2f}"
-                  f" | {r['rtf_float32']:.2f}/{r['rtf_int8']:.2f} | {r['tokens_float32']} | "
-                  f"{r['first_divergent_token']} | {r['audio_snr_db']:.1f} / "
-                  f"{_db(r['audio_snr_before_divergence_db'])} | {r['load_int8']}")  # fmt: skip
+            print(
+                f"{r['threads']} | {r['first_audio_s_float32']:.2f}/{r['first_audio_s_int8']:.2f}"
+                f" | {r['rtf_float32']:.2f}/{r['rtf_int8']:.2f} | {r['tokens_float32']} | "
+                f"{r['first_divergent_token']} | {r['audio_snr_db']:.1f} / "
+                f"{_db(r['audio_snr_before_divergence_db'])} | {r['load_int8']}"
+            )
 
 
 def _db(value: float | None) -> str:
@@ -317,8 +356,12 @@ def main() -> None:
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     skip = set(filter(None, args.skip.split(",")))
-    result: dict = {"cpu": _cpu(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "load_start": load_average()}  # fmt: skip
+    result: dict = {
+        "cpu": _cpu(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "load_start": load_average(),
+    }
     torch.set_num_threads(max(threads))
     if args.tiny or not args.real_size:
         result["tiny"] = tiny_rows()

@@ -93,8 +93,9 @@ def official_parts(folder: Path, tokens: int) -> dict:
     final = torch.cat([speech, torch.full((3,), SILENCE)])
 
     def flow() -> torch.Tensor:
-        return model.s3gen.flow_inference(final, ref_dict=dict(gen), n_cfm_timesteps=2,
-                                          finalize=True)  # fmt: skip
+        return model.s3gen.flow_inference(
+            final, ref_dict=dict(gen), n_cfm_timesteps=2, finalize=True
+        )
 
     mel = flow()
     wav = model.s3gen.hift_inference(mel)[0].squeeze(0).numpy()
@@ -131,8 +132,14 @@ def our_parts(folder: Path, tokens: int) -> dict:
     speech = torch.randint(0, 6561, (1, tokens), generator=torch.Generator().manual_seed(1))
 
     def t3_run(n: int) -> None:
-        model.t3.generate(voice.speaker_emb, voice.t3_prompt_tokens, text, TurboSampling(), None,
-                          forced=speech[0, :n])  # fmt: skip
+        model.t3.generate(
+            voice.speaker_emb,
+            voice.t3_prompt_tokens,
+            text,
+            TurboSampling(),
+            None,
+            forced=speech[0, :n],
+        )
 
     forget = getattr(model.t3, "forget_prefixes", None)  # the voice prefix cache, where built
 
@@ -145,8 +152,13 @@ def our_parts(folder: Path, tokens: int) -> dict:
     noise = StreamNoise(1, tokens + 3, voice.prompt_feat.shape[1] + 2)
 
     def flow() -> torch.Tensor:
-        return model.flow.inference(final, voice.prompt_token, voice.prompt_feat,
-                                    voice.embedding, torch.Generator().manual_seed(1))  # fmt: skip
+        return model.flow.inference(
+            final,
+            voice.prompt_token,
+            voice.prompt_feat,
+            voice.embedding,
+            torch.Generator().manual_seed(1),
+        )
 
     chunking = StreamChunking()
     passes: list[float] = []
@@ -174,7 +186,7 @@ def our_parts(folder: Path, tokens: int) -> dict:
             every=chunking.chunk_tokens,
             flow_prompt=chunking.flow_prompt,
             flow_context=chunking.flow_context,
-        ),  # fmt: skip
+        ),
         hift_per_audio_s=best(lambda: model.hift.inference(mel, torch.Generator())) / seconds,
         watermark_per_audio_s=best(lambda: watermarker.apply(wav.numpy(), SAMPLE_RATE)) / seconds,
         audio_s=seconds,
@@ -205,24 +217,39 @@ def our_floor(model, voice, text, tokens: int) -> dict:  # noqa: ANN001
             pushed.push(final if n is None else speech[:, :n], n is None)
 
     def whole() -> None:
-        mel = model.flow.inference(final, voice.prompt_token, voice.prompt_feat,
-                                   voice.embedding, torch.Generator().manual_seed(1))  # fmt: skip
+        mel = model.flow.inference(
+            final,
+            voice.prompt_token,
+            voice.prompt_feat,
+            voice.embedding,
+            torch.Generator().manual_seed(1),
+        )
         model.hift.inference(mel, torch.Generator().manual_seed(1))
 
     audio_s = (tokens + 3) / 25
-    measured = dict(read_gbps=measure_read_bandwidth(size_mb=512, repeats=5),
-                    gemm_gflops=least.gemm_gflops(),
-                    t3_weight_bytes=least.t3_step_weight_bytes(model.t3),
-                    cache_bytes_per_position=least.t3_cache_bytes_per_position(model.t3),
-                    prompt_positions=2 + voice.t3_prompt_tokens.shape[1] + text.shape[1],
-                    s3gen_stream_flops_per_audio_s=least.count_flops(stream) / audio_s,
-                    s3gen_whole_flops_per_audio_s=least.count_flops(whole) / audio_s,
-                    ours_s3gen_stream_s_per_audio_s=best(stream, 2) / audio_s,
-                    audio_s=audio_s)  # fmt: skip
-    rows = [least.floor(measured["t3_weight_bytes"], measured["cache_bytes_per_position"],
-                        measured["prompt_positions"], measured["s3gen_stream_flops_per_audio_s"],
-                        measured["read_gbps"], measured["gemm_gflops"], streams)
-            for streams in (1, 8)]  # fmt: skip
+    measured = dict(
+        read_gbps=measure_read_bandwidth(size_mb=512, repeats=5),
+        gemm_gflops=least.gemm_gflops(),
+        t3_weight_bytes=least.t3_step_weight_bytes(model.t3),
+        cache_bytes_per_position=least.t3_cache_bytes_per_position(model.t3),
+        prompt_positions=2 + voice.t3_prompt_tokens.shape[1] + text.shape[1],
+        s3gen_stream_flops_per_audio_s=least.count_flops(stream) / audio_s,
+        s3gen_whole_flops_per_audio_s=least.count_flops(whole) / audio_s,
+        ours_s3gen_stream_s_per_audio_s=best(stream, 2) / audio_s,
+        audio_s=audio_s,
+    )
+    rows = [
+        least.floor(
+            measured["t3_weight_bytes"],
+            measured["cache_bytes_per_position"],
+            measured["prompt_positions"],
+            measured["s3gen_stream_flops_per_audio_s"],
+            measured["read_gbps"],
+            measured["gemm_gflops"],
+            streams,
+        )
+        for streams in (1, 8)
+    ]
     return dict(measured, rows=rows)
 
 
@@ -240,10 +267,25 @@ def serve(folder: Path, threads: int, voices: Path) -> tuple[subprocess.Popen, s
 
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    app = subprocess.Popen([sys.executable, str(REPO / "app.py"), "--model", str(folder),
-                            "--port", str(port), "--host", "127.0.0.1", "--voices-dir",
-                            str(voices)], env=env, cwd=REPO, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    app = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "app.py"),
+            "--model",
+            str(folder),
+            "--port",
+            str(port),
+            "--host",
+            "127.0.0.1",
+            "--voices-dir",
+            str(voices),
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}"
     while app.poll() is None:
         try:
@@ -269,9 +311,12 @@ def register_voice(url: str) -> str:
     clip = io.BytesIO()
     sf.write(clip, synth_voice(SAMPLE_RATE, duration_s=15.0, seed=3), SAMPLE_RATE, format="WAV")
     while True:  # 503 + Retry-After while the model loads
-        made = httpx.post(f"{url}/v1/audio/voices", data={"name": VOICE},
-                          files={"file": ("clip.wav", clip.getvalue(), "audio/wav")},
-                          timeout=600)  # fmt: skip
+        made = httpx.post(
+            f"{url}/v1/audio/voices",
+            data={"name": VOICE},
+            files={"file": ("clip.wav", clip.getvalue(), "audio/wav")},
+            timeout=600,
+        )
         if made.status_code != 503:
             break
         time.sleep(float(made.headers.get("retry-after", 1)))
@@ -307,8 +352,10 @@ def served(folder: Path, threads: int, streams: list[int], audio_seconds: float)
         for count in streams:
             before = uptime()
             results = [dict() for _ in range(count)]
-            workers = [threading.Thread(target=one_stream, args=(url, 1 + i, audio_seconds, r))
-                       for i, r in enumerate(results)]  # fmt: skip
+            workers = [
+                threading.Thread(target=one_stream, args=(url, 1 + i, audio_seconds, r))
+                for i, r in enumerate(results)
+            ]
             start = time.perf_counter()
             for worker in workers:
                 worker.start()
@@ -316,10 +363,16 @@ def served(folder: Path, threads: int, streams: list[int], audio_seconds: float)
                 worker.join()
             wall = time.perf_counter() - start
             audio = sum(r["audio_s"] for r in results)
-            rows.append(dict(streams=count, aggregate=audio / wall, wall_s=wall,
-                             first_audio_s=[r["first_audio_s"] for r in results],
-                             rtf=[r["wall_s"] / r["audio_s"] for r in results],
-                             load=f"{before} -> {uptime()}"))  # fmt: skip
+            rows.append(
+                dict(
+                    streams=count,
+                    aggregate=audio / wall,
+                    wall_s=wall,
+                    first_audio_s=[r["first_audio_s"] for r in results],
+                    rtf=[r["wall_s"] / r["audio_s"] for r in results],
+                    load=f"{before} -> {uptime()}",
+                )
+            )
             print(f"  served, {count} stream(s): aggregate {audio / wall:.2f} audio s per s, "
                   f"first audio median {statistics.median(rows[-1]['first_audio_s']):.2f} s, "
                   f"RTF median {statistics.median(rows[-1]['rtf']):.2f}  ({rows[-1]['load']})",
@@ -335,8 +388,18 @@ def served(folder: Path, threads: int, streams: list[int], audio_seconds: float)
 
 
 def parts_in(python: Path, impl: str, args: argparse.Namespace) -> dict:
-    command = [str(python), __file__, "--parts", impl, "--folder", str(args.folder),
-               "--tokens", str(args.tokens), "--threads", str(args.threads)]  # fmt: skip
+    command = [
+        str(python),
+        __file__,
+        "--parts",
+        impl,
+        "--folder",
+        str(args.folder),
+        "--tokens",
+        str(args.tokens),
+        "--threads",
+        str(args.threads),
+    ]
     before = uptime()
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     if done.returncode != 0:
@@ -347,18 +410,21 @@ def parts_in(python: Path, impl: str, args: argparse.Namespace) -> dict:
 
 
 def print_parts(parts: dict, tokens: int) -> None:
-    rows = [("T3 prefill s (voice seen before)", "t3_prefill_s"),
-            ("T3 prefill s (new voice)", "t3_prefill_new_voice_s"),
-            ("T3 ms per token", "t3_token_ms"),
-            (f"flow, whole pass over {tokens} + 3 tokens, s", "flow_whole_s"),
-            ("HiFT s per audio s", "hift_per_audio_s"),
-            ("watermark s per audio s", "watermark_per_audio_s")]  # fmt: skip
+    rows = [
+        ("T3 prefill s (voice seen before)", "t3_prefill_s"),
+        ("T3 prefill s (new voice)", "t3_prefill_new_voice_s"),
+        ("T3 ms per token", "t3_token_ms"),
+        (f"flow, whole pass over {tokens} + 3 tokens, s", "flow_whole_s"),
+        ("HiFT s per audio s", "hift_per_audio_s"),
+        ("watermark s per audio s", "watermark_per_audio_s"),
+    ]
     names = list(parts)
     print(f"{'part':44}" + "".join(f"{n:>14}" for n in names))
     for label, key in rows:
         cells = [parts[n].get(key) for n in names]
-        print(f"{label:44}" + "".join(f"{c:>14.3f}" if c is not None else f"{'-':>14}"
-                                       for c in cells))  # fmt: skip
+        print(
+            f"{label:44}" + "".join(f"{c:>14.3f}" if c is not None else f"{'-':>14}" for c in cells)
+        )
     ours = parts.get("ours")
     if ours:
         passes = ", ".join(f"{p:.2f}" for p in ours["flow_stream_passes_s"])
@@ -373,14 +439,21 @@ def print_floor(ours: dict) -> None:
     f = ours["floor"]
     one = f["rows"][0]
     t3_ours = 25 * ours["t3_token_ms"] / 1e3
-    print(f"floor: read {f['read_gbps']:.1f} GB/s, float32 GEMM {f['gemm_gflops']:.0f} GFLOP/s, "
-          f"T3 step {f['t3_weight_bytes'] / 1e6:.0f} MB + {f['cache_bytes_per_position'] / 1e3:.0f}"
-          f" kB per position, S3Gen {f['s3gen_stream_flops_per_audio_s'] / 1e9:.1f} GFLOP per "
-          f"audio s streamed ({f['s3gen_whole_flops_per_audio_s'] / 1e9:.1f} whole)")  # fmt: skip
+    print(
+        f"floor: read {f['read_gbps']:.1f} GB/s, float32 GEMM {f['gemm_gflops']:.0f} GFLOP/s, "
+        f"T3 step {f['t3_weight_bytes'] / 1e6:.0f} MB + {f['cache_bytes_per_position'] / 1e3:.0f}"
+        f" kB per position, S3Gen {f['s3gen_stream_flops_per_audio_s'] / 1e9:.1f} GFLOP per "
+        f"audio s streamed ({f['s3gen_whole_flops_per_audio_s'] / 1e9:.1f} whole)"
+    )
     print(f"{'s per audio s (one stream)':44}{'ours':>14}{'floor':>14}")
-    for label, mine, least in (("T3", t3_ours, one["t3_s_per_audio_s"]),
-                               ("S3Gen streamed (flow + HiFT)", f["ours_s3gen_stream_s_per_audio_s"],
-                                one["s3gen_s_per_audio_s"])):  # fmt: skip
+    for label, mine, least in (
+        ("T3", t3_ours, one["t3_s_per_audio_s"]),
+        (
+            "S3Gen streamed (flow + HiFT)",
+            f["ours_s3gen_stream_s_per_audio_s"],
+            one["s3gen_s_per_audio_s"],
+        ),
+    ):
         print(f"{label:44}{mine:>14.3f}{least:>14.3f}")
     total = t3_ours + f["ours_s3gen_stream_s_per_audio_s"]
     print(f"{'RTF of the parts':44}{total:>14.3f}{one['rtf']:>14.3f}")
@@ -400,23 +473,30 @@ def main() -> None:
     parser.add_argument("--audio-seconds", type=float, default=4.0)
     parser.add_argument("--skip", default="", help="official,served")
     parser.add_argument("--parts", choices=("ours", "official"), help=argparse.SUPPRESS)
-    parser.add_argument("--json", type=Path,
-                        default=REPO / "benchmarks/results/chatterbox_real_size.json")  # fmt: skip
+    parser.add_argument(
+        "--json", type=Path, default=REPO / "benchmarks/results/chatterbox_real_size.json"
+    )
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
     if args.parts:  # a child: one implementation's parts as one JSON line
         with torch.inference_mode():
-            parts = (our_parts if args.parts == "ours" else official_parts)(args.folder,
-                                                                            args.tokens)  # fmt: skip
+            parts = (our_parts if args.parts == "ours" else official_parts)(
+                args.folder, args.tokens
+            )
         print(json.dumps(parts))
         return
     if not (args.folder / "t3_turbo_v1.safetensors").exists():
         sys.exit(f"{args.folder}: build it first (see this script's doc)")
     skip = set(filter(None, args.skip.split(",")))
-    result: dict = dict(threads=args.threads, tokens=args.tokens, cpus=os.cpu_count(),
-                        torch=torch.__version__, parts={})  # fmt: skip
+    result: dict = dict(
+        threads=args.threads,
+        tokens=args.tokens,
+        cpus=os.cpu_count(),
+        torch=torch.__version__,
+        parts={},
+    )
     result["parts"]["ours"] = parts_in(Path(sys.executable), "ours", args)
     if "official" not in skip and OFFICIAL_PYTHON.exists():
         result["parts"]["official"] = parts_in(OFFICIAL_PYTHON, "official", args)

@@ -77,14 +77,24 @@ def tiny_rows(chunkings: list[tuple[int, ...]]) -> list[dict]:
                 total = time.perf_counter() - start
                 audio = np.concatenate(pieces)
                 assert audio.shape == whole.audio.shape
-                rows.append(dict(model=folder.name, seed=seed, first_tokens=first,
-                                 chunk_tokens=every, flow_prompt=chunking.flow_prompt,
-                                 flow_context=chunking.flow_context,
-                                 tokens=len(whole.tokens), audio_s=seconds,
-                                 chunks=len(pieces), snr_db=snr_db(whole.audio, audio),
-                                 snr_official_vs_stream_noise_db=snr_db(exact.audio, whole.audio),
-                                 first_audio_s=first_s, rtf=total / seconds,
-                                 whole_rtf=whole_s / seconds))  # fmt: skip
+                rows.append(
+                    dict(
+                        model=folder.name,
+                        seed=seed,
+                        first_tokens=first,
+                        chunk_tokens=every,
+                        flow_prompt=chunking.flow_prompt,
+                        flow_context=chunking.flow_context,
+                        tokens=len(whole.tokens),
+                        audio_s=seconds,
+                        chunks=len(pieces),
+                        snr_db=snr_db(whole.audio, audio),
+                        snr_official_vs_stream_noise_db=snr_db(exact.audio, whole.audio),
+                        first_audio_s=first_s,
+                        rtf=total / seconds,
+                        whole_rtf=whole_s / seconds,
+                    )
+                )
     return rows
 
 
@@ -138,10 +148,13 @@ def real_rows(
 
     if folder is None:
         t3, flow, hift = random_real_size()
-        voice = ChatterboxVoice(torch.randn(1, 256), torch.randint(0, 6561, (1, PROMPT_T3)),
-                                torch.randint(0, 6561, (1, PROMPT_S3)),
-                                torch.randn(1, 2 * PROMPT_S3, 80) - 5,
-                                torch.randn(1, 192))  # fmt: skip
+        voice = ChatterboxVoice(
+            torch.randn(1, 256),
+            torch.randint(0, 6561, (1, PROMPT_T3)),
+            torch.randint(0, 6561, (1, PROMPT_S3)),
+            torch.randn(1, 2 * PROMPT_S3, 80) - 5,
+            torch.randn(1, 192),
+        )
     else:  # a released-layout folder (build_tiny.py's real size): its parts and built-in voice
         from tts_core.models.chatterbox.model import ChatterboxTurboModel
 
@@ -176,24 +189,41 @@ def real_rows(
         first_audio = (
             prefill + made[0] * per_token + sum(p[1] for p in passes[: passes.index(made) + 1])
         )
-        rows.append(dict(model="real-size random" if folder is None else folder.name, seed=1, first_tokens=first, chunk_tokens=every,
-                         flow_prompt=chunking.flow_prompt, flow_context=chunking.flow_context,
-                         tokens=n_tokens, audio_s=seconds, chunks=sum(p[2] > 0 for p in passes),
-                         snr_db=snr_db(whole, audio), first_audio_s=first_audio,
-                         rtf=(t3_s + sum(p[1] for p in passes)) / seconds,
-                         whole_rtf=(t3_s + whole_s) / seconds, t3_prefill_s=prefill,
-                         t3_token_s=per_token, flow_hift_passes_s=[p[1] for p in passes]))  # fmt: skip
+        rows.append(
+            dict(
+                model="real-size random" if folder is None else folder.name,
+                seed=1,
+                first_tokens=first,
+                chunk_tokens=every,
+                flow_prompt=chunking.flow_prompt,
+                flow_context=chunking.flow_context,
+                tokens=n_tokens,
+                audio_s=seconds,
+                chunks=sum(p[2] > 0 for p in passes),
+                snr_db=snr_db(whole, audio),
+                first_audio_s=first_audio,
+                rtf=(t3_s + sum(p[1] for p in passes)) / seconds,
+                whole_rtf=(t3_s + whole_s) / seconds,
+                t3_prefill_s=prefill,
+                t3_token_s=per_token,
+                flow_hift_passes_s=[p[1] for p in passes],
+            )
+        )
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'model':28} {'seed':>4} {'first':>5} {'every':>5} {'window':>7} {'tokens':>6} "
-          f"{'chunks':>6} {'SNR dB':>7} {'first audio s':>13} {'RTF':>6} {'whole RTF':>9}")  # fmt: skip
+    print(
+        f"{'model':28} {'seed':>4} {'first':>5} {'every':>5} {'window':>7} {'tokens':>6} "
+        f"{'chunks':>6} {'SNR dB':>7} {'first audio s':>13} {'RTF':>6} {'whole RTF':>9}"
+    )
     for r in rows:
         window = f"{r.get('flow_prompt') or 'all'}/{r.get('flow_context') or 'all'}"
-        print(f"{r['model']:28} {r['seed']:>4} {r['first_tokens']:>5} {r['chunk_tokens']:>5} "
-              f"{window:>7} {r['tokens']:>6} {r['chunks']:>6} {r['snr_db']:>7.1f} "
-              f"{r['first_audio_s']:>13.3f} {r['rtf']:>6.2f} {r['whole_rtf']:>9.2f}")  # fmt: skip
+        print(
+            f"{r['model']:28} {r['seed']:>4} {r['first_tokens']:>5} {r['chunk_tokens']:>5} "
+            f"{window:>7} {r['tokens']:>6} {r['chunks']:>6} {r['snr_db']:>7.1f} "
+            f"{r['first_audio_s']:>13.3f} {r['rtf']:>6.2f} {r['whole_rtf']:>9.2f}"
+        )
 
 
 def main() -> None:
@@ -208,9 +238,12 @@ def main() -> None:
         "and built-in voice (build_tiny.py --variant chatterbox-turbo-real-random)",
     )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--chunkings", default=",".join(f"{a}:{b}" for a, b in CHUNKINGS),
-                        help="first:every[:flow_prompt:flow_context] token counts, comma-"
-                             "separated (0 or left out: the whole prompt / every token)")  # fmt: skip
+    parser.add_argument(
+        "--chunkings",
+        default=",".join(f"{a}:{b}" for a, b in CHUNKINGS),
+        help="first:every[:flow_prompt:flow_context] token counts, comma-"
+        "separated (0 or left out: the whole prompt / every token)",
+    )
     parser.add_argument(
         "--json", type=Path, default=REPO / "benchmarks/results/chatterbox_stream.json"
     )
@@ -227,9 +260,18 @@ def main() -> None:
     load = load_average()
     print(load)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"rows": rows, "uptime": load, "threads": args.threads,
-                                     "cpus": os.cpu_count(), "torch": torch.__version__},
-                                    indent=1))  # fmt: skip
+    args.json.write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "uptime": load,
+                "threads": args.threads,
+                "cpus": os.cpu_count(),
+                "torch": torch.__version__,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {args.json}")
 
 

@@ -56,10 +56,17 @@ class Option:
 
 
 def options(decoder, dtype_bf16: bool, int8: bool = False) -> list[Option]:  # noqa: ANN001
-    made = [Option("float32 chunk 6", decoder, 6), Option("float32 chunk 12", decoder, 12),
-            Option("float32 chunk 24", decoder, 24),
-            Option("float32 chunk 6, oneDNN off", decoder, 6,
-                   lambda: torch.backends.mkldnn.flags(enabled=False))]  # fmt: skip
+    made = [
+        Option("float32 chunk 6", decoder, 6),
+        Option("float32 chunk 12", decoder, 12),
+        Option("float32 chunk 24", decoder, 24),
+        Option(
+            "float32 chunk 6, oneDNN off",
+            decoder,
+            6,
+            lambda: torch.backends.mkldnn.flags(enabled=False),
+        ),
+    ]
     if int8:
         quantized = quantize_decoder(copy.deepcopy(decoder))
         made += [Option("int8 chunk 6", quantized, 6), Option("int8 chunk 12", quantized, 12)]
@@ -114,9 +121,12 @@ def run(args: argparse.Namespace) -> dict:
     ]
     longest = max(o.chunk for o in made)
     generator = torch.Generator().manual_seed(0)
-    codes = torch.randint(0, cfg.codebook_size,
-                          (1, cfg.num_quantizers, PREFIX + (args.rounds + 1) * longest),
-                          generator=generator)  # fmt: skip
+    codes = torch.randint(
+        0,
+        cfg.codebook_size,
+        (1, cfg.num_quantizers, PREFIX + (args.rounds + 1) * longest),
+        generator=generator,
+    )
     with torch.inference_mode():
         for option in made:  # the prefix, and one chunk each to build the kernels
             option.state = option.decoder.init_state(1)
@@ -137,15 +147,25 @@ def run(args: argparse.Namespace) -> dict:
         same = next(o for o in made if o.name.split()[0] == option.name.split()[0])
         ms = 1000 * statistics.median(option.per_frame_s)
         cpu_ms = 1000 * statistics.median(option.cpu_per_frame_s)
-        rows.append({"option": option.name, "ms_per_frame": ms,
-                     "ratio_to_first": ms / (1000 * statistics.median(base.per_frame_s)),
-                     "cpu_ms_per_frame": cpu_ms,
-                     "cpu_ratio_to_first": cpu_ms / (1000 * statistics.median(base.cpu_per_frame_s)),
-                     "max_abs_diff": _max_diff(audio[base.name], audio[option.name]),
-                     "same_format_diff": _max_diff(audio[same.name], audio[option.name]),
-                     "snr_db": snr_db(*_common(audio[base.name], audio[option.name]))})  # fmt: skip
-    return {"config": str(args.config), "threads": args.threads, "rounds": args.rounds,
-            "rows": rows, "profile": profiled}  # fmt: skip
+        rows.append(
+            {
+                "option": option.name,
+                "ms_per_frame": ms,
+                "ratio_to_first": ms / (1000 * statistics.median(base.per_frame_s)),
+                "cpu_ms_per_frame": cpu_ms,
+                "cpu_ratio_to_first": cpu_ms / (1000 * statistics.median(base.cpu_per_frame_s)),
+                "max_abs_diff": _max_diff(audio[base.name], audio[option.name]),
+                "same_format_diff": _max_diff(audio[same.name], audio[option.name]),
+                "snr_db": snr_db(*_common(audio[base.name], audio[option.name])),
+            }
+        )
+    return {
+        "config": str(args.config),
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "rows": rows,
+        "profile": profiled,
+    }
 
 
 def _profile(decoder, codes: torch.Tensor) -> str:  # noqa: ANN001
@@ -154,18 +174,23 @@ def _profile(decoder, codes: torch.Tensor) -> str:  # noqa: ANN001
     decoder.decode_step(codes[..., PREFIX : PREFIX + 6], state)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         decoder.decode_step(codes[..., PREFIX + 6 : PREFIX + 12], state)
-    by_op = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15,
-                                      max_name_column_width=40)  # fmt: skip
+    by_op = prof.key_averages().table(
+        sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=40
+    )
     by_shape = prof.key_averages(group_by_input_shape=True).table(
-        sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=30,
-        max_shapes_column_width=70)  # fmt: skip
+        sort_by="self_cpu_time_total",
+        row_limit=12,
+        max_name_column_width=30,
+        max_shapes_column_width=70,
+    )
     return by_op + "\n" + by_shape
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", type=Path,
-                    default=REPO / "assets" / "checkpoints" / "Qwen3-TTS-12Hz-0.6B-Base")  # fmt: skip
+    ap.add_argument(
+        "--config", type=Path, default=REPO / "assets" / "checkpoints" / "Qwen3-TTS-12Hz-0.6B-Base"
+    )
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-bf16", action="store_true")
@@ -188,10 +213,12 @@ def main() -> None:
     )
     print("|---|--:|--:|--:|--:|--:|--:|")
     for row in result["rows"]:
-        print(f"| {row['option']} | {row['ms_per_frame']:.1f} | {row['ratio_to_first']:.2f} | "
-              f"{row['cpu_ms_per_frame']:.1f} | {row['cpu_ratio_to_first']:.2f} | "
-              f"{row['max_abs_diff']:.2e} | {row['snr_db']:.1f} | "
-              f"{row['same_format_diff']:.2e} |")  # fmt: skip
+        print(
+            f"| {row['option']} | {row['ms_per_frame']:.1f} | {row['ratio_to_first']:.2f} | "
+            f"{row['cpu_ms_per_frame']:.1f} | {row['cpu_ratio_to_first']:.2f} | "
+            f"{row['max_abs_diff']:.2e} | {row['snr_db']:.1f} | "
+            f"{row['same_format_diff']:.2e} |"
+        )
     if result["profile"]:
         print(result["profile"])
     if args.json:

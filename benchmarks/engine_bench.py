@@ -95,8 +95,9 @@ def run(args: argparse.Namespace) -> dict:
     dtype = "float32" if args.dtype == "int8" else args.dtype  # int8: float32 activations
     quantize = "int8" if args.dtype == "int8" else None
     decoder = None if args.decoder_dtype == "same" else DTYPES[args.decoder_dtype]
-    model = tts_core.load_model(args.checkpoint, device="cpu", dtype=DTYPES[dtype],
-                                quantize=quantize, decoder_dtype=decoder)  # fmt: skip
+    model = tts_core.load_model(
+        args.checkpoint, device="cpu", dtype=DTYPES[dtype], quantize=quantize, decoder_dtype=decoder
+    )
     load_s = time.perf_counter() - start
     suppress_eos(model)
     ref, rate = sf.read(REF_CLIP, dtype="float32")
@@ -148,10 +149,18 @@ def run(args: argparse.Namespace) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", type=Path, required=True)
-    ap.add_argument("--dtype", choices=[*sorted(DTYPES), "int8"], default="float32",
-                    help="weight format; int8 = 8-bit layers, float32 elsewhere")  # fmt: skip
-    ap.add_argument("--decoder-dtype", choices=["same", *sorted(DTYPES)], default="same",
-                    help="the codec decoder's dtype (the app's CPU auto: bfloat16 with native bf16)")  # fmt: skip
+    ap.add_argument(
+        "--dtype",
+        choices=[*sorted(DTYPES), "int8"],
+        default="float32",
+        help="weight format; int8 = 8-bit layers, float32 elsewhere",
+    )
+    ap.add_argument(
+        "--decoder-dtype",
+        choices=["same", *sorted(DTYPES)],
+        default="same",
+        help="the codec decoder's dtype (the app's CPU auto: bfloat16 with native bf16)",
+    )
     ap.add_argument("--frames", type=int, default=20)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sampled", action="store_true", help="checkpoint's default sampling, seed 0")

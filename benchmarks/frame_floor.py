@@ -100,13 +100,19 @@ def machine_rates(size_mb: int, repeats: int) -> dict:
 
 
 # ---------------------------------------------------------------- the floor (pure arithmetic)
-def part_floor(bytes_per_frame: float, flops_per_frame: float, read_gbps: float,
-               rate_gflops: float) -> dict:  # fmt: skip
+def part_floor(
+    bytes_per_frame: float, flops_per_frame: float, read_gbps: float, rate_gflops: float
+) -> dict:
     """ms per frame: bytes at `read_gbps` (1e9 B/s), FLOPs at `rate_gflops`, and their sum."""
     bytes_ms = 1000 * bytes_per_frame / (read_gbps * 1e9)
     flops_ms = 1000 * flops_per_frame / (rate_gflops * 1e9)
-    return {"bytes": bytes_per_frame, "flops": flops_per_frame, "bytes_ms": bytes_ms,
-            "flops_ms": flops_ms, "floor_ms": bytes_ms + flops_ms}  # fmt: skip
+    return {
+        "bytes": bytes_per_frame,
+        "flops": flops_per_frame,
+        "bytes_ms": bytes_ms,
+        "flops_ms": flops_ms,
+        "floor_ms": bytes_ms + flops_ms,
+    }
 
 
 def compare(ours_ms: dict[str, float], floors: dict[str, dict]) -> dict:
@@ -114,8 +120,11 @@ def compare(ours_ms: dict[str, float], floors: dict[str, dict]) -> dict:
     rows = {}
     for part in PARTS:
         floor = floors.get(part, {}).get("floor_ms", 0.0)
-        rows[part] = {"ours_ms": ours_ms[part], "floor_ms": floor,
-                      "ratio": ours_ms[part] / floor if floor else None}  # fmt: skip
+        rows[part] = {
+            "ours_ms": ours_ms[part],
+            "floor_ms": floor,
+            "ratio": ours_ms[part] / floor if floor else None,
+        }
     ours, floor = sum(ours_ms[p] for p in PARTS), sum(r["floor_ms"] for r in rows.values())
     rows["total"] = {"ours_ms": ours, "floor_ms": floor, "ratio": ours / floor if floor else None}
     return rows
@@ -126,9 +135,13 @@ def cache_verdict(pass_bytes: float, pass_ms: float, read_gbps: float) -> dict:
     its bytes can come from memory read (part of) them from cache."""
     from_memory_ms = 1000 * pass_bytes / (read_gbps * 1e9)
     effective_gbps = pass_bytes / (pass_ms / 1000) / 1e9
-    return {"pass_bytes": pass_bytes, "pass_ms": pass_ms, "from_memory_ms": from_memory_ms,
-            "effective_gbps": effective_gbps,
-            "faster_than_memory": pass_ms < from_memory_ms}  # fmt: skip
+    return {
+        "pass_bytes": pass_bytes,
+        "pass_ms": pass_ms,
+        "from_memory_ms": from_memory_ms,
+        "effective_gbps": effective_gbps,
+        "faster_than_memory": pass_ms < from_memory_ms,
+    }
 
 
 # ---------------------------------------------------------------- the model and our frame
@@ -138,8 +151,12 @@ def load(folder: Path, fmt: str, decoder_dtype: torch.dtype, chunks: tuple[int, 
     from tts_core.models.qwen3_tts.quantize import quantize_model
 
     if (folder / "model.safetensors").is_file():
-        return tts_core.load_model(folder, quantize="int8" if fmt == "int8" else None,
-                                   decoder_dtype=decoder_dtype, warm_chunks=chunks)  # fmt: skip
+        return tts_core.load_model(
+            folder,
+            quantize="int8" if fmt == "int8" else None,
+            decoder_dtype=decoder_dtype,
+            warm_chunks=chunks,
+        )
     model = Qwen3TTSModel.from_config(folder, dtype=torch.float32)
     if fmt == "int8":
         quantize_model(model)
@@ -184,12 +201,17 @@ def time_frame(model, frames: int, first: int, chunk: int) -> dict:  # noqa: ANN
     loop_ms = 1000 * clip["whole_s"] - parts["prefill_ms"] - parts["decoder_reference_warmup_ms"]
     other = (loop_ms - 1000 * clip["setup_s"] - parts.pop("parts_sum_ms")) / frames
     Qwen3Runner.talker_step = original_step  # wrap replaced the class's method
-    return {"talker_step": parts["talker_step_ms"], "code_predictor": parts["code_predictor_ms"],
-            "decoder": parts["decoder_ms_per_frame"], "other": max(other, 0.0)}  # fmt: skip
+    return {
+        "talker_step": parts["talker_step_ms"],
+        "code_predictor": parts["code_predictor_ms"],
+        "decoder": parts["decoder_ms_per_frame"],
+        "other": max(other, 0.0),
+    }
 
 
-def floors_of(folder: Path, model, fmt: str, decoder_dtype: torch.dtype, chunk: int,
-              rates: dict) -> tuple[dict, dict]:  # noqa: ANN001  # fmt: skip
+def floors_of(
+    folder: Path, model, fmt: str, decoder_dtype: torch.dtype, chunk: int, rates: dict
+) -> tuple[dict, dict]:  # noqa: ANN001
     """(floors per part, the code predictor's bytes per pass)."""
     params = frame_params(folder)
     sizes = params.bytes(fmt)
@@ -203,16 +225,18 @@ def floors_of(folder: Path, model, fmt: str, decoder_dtype: torch.dtype, chunk: 
         "talker_step": part_floor(sizes["talker_step"], 2 * params.talker_step, read, step_rate),
         "code_predictor": part_floor(
             sizes["code_predictor"], 2 * params.code_predictor, read, step_rate
-        ),  # fmt: skip
+        ),
         "decoder": part_floor(
             DTYPE_BYTES[decoder_name] * params.decoder_frame / chunk,
             decoder_flops,
             read,
             gemm[decoder_name],
-        ),  # fmt: skip
+        ),
     }
-    return floors, {"pass_bytes": sizes["code_predictor"] / params.code_predictor_passes,
-                    "passes": params.code_predictor_passes}  # fmt: skip
+    return floors, {
+        "pass_bytes": sizes["code_predictor"] / params.code_predictor_passes,
+        "passes": params.code_predictor_passes,
+    }
 
 
 # ---------------------------------------------------------------- report
@@ -221,13 +245,17 @@ def _f(value: float | None, digits: int = 1) -> str:
 
 
 def table(rows: dict, floors: dict) -> str:
-    lines = ["| part | ours ms | floor ms | bytes ms | FLOPs ms | ours / floor |",
-             "|---|--:|--:|--:|--:|--:|"]  # fmt: skip
+    lines = [
+        "| part | ours ms | floor ms | bytes ms | FLOPs ms | ours / floor |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
     for part, row in rows.items():
         floor = floors.get(part, {})
-        lines.append(f"| {part} | {_f(row['ours_ms'])} | {_f(row['floor_ms'])} | "
-                     f"{_f(floor.get('bytes_ms'))} | {_f(floor.get('flops_ms'))} | "
-                     f"{_f(row['ratio'], 2)} |")  # fmt: skip
+        lines.append(
+            f"| {part} | {_f(row['ours_ms'])} | {_f(row['floor_ms'])} | "
+            f"{_f(floor.get('bytes_ms'))} | {_f(floor.get('flops_ms'))} | "
+            f"{_f(row['ratio'], 2)} |"
+        )
     return "\n".join(lines)
 
 
@@ -245,12 +273,16 @@ def cpu_model() -> str:
 def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     load_before = load_average()
-    decoder_dtype = default_decoder_dtype() if args.decoder_dtype == "auto" else {
-        "float32": torch.float32, "bfloat16": torch.bfloat16}[args.decoder_dtype]  # fmt: skip
+    decoder_dtype = (
+        default_decoder_dtype()
+        if args.decoder_dtype == "auto"
+        else {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.decoder_dtype]
+    )
     rates = machine_rates(args.size_mb, args.repeats)
     model = load(args.checkpoint, args.format, decoder_dtype, (args.first_chunk, args.chunk))
-    floors, predictor = floors_of(args.checkpoint, model, args.format, decoder_dtype, args.chunk,
-                                  rates)  # fmt: skip
+    floors, predictor = floors_of(
+        args.checkpoint, model, args.format, decoder_dtype, args.chunk, rates
+    )
     ours = time_frame(model, args.frames, args.first_chunk, args.chunk)
     rows = compare(ours, floors)
     pass_ms = ours["code_predictor"] / predictor["passes"]
@@ -258,34 +290,47 @@ def run(args: argparse.Namespace) -> dict:
     pass_mb = max(1, round(predictor["pass_bytes"] / 2**20))
     cache["same_size_buffer_read_gbps"] = measure_kernels(pass_mb, args.repeats)
     return {
-        "checkpoint": str(args.checkpoint), "format": args.format,
-        "decoder_dtype": str(decoder_dtype).removeprefix("torch."), "threads": args.threads,
-        "frames": args.frames, "first_chunk": args.first_chunk, "chunk": args.chunk,
-        "cpu": cpu_model(), "rates": rates, "floors": floors, "rows": rows,
+        "checkpoint": str(args.checkpoint),
+        "format": args.format,
+        "decoder_dtype": str(decoder_dtype).removeprefix("torch."),
+        "threads": args.threads,
+        "frames": args.frames,
+        "first_chunk": args.first_chunk,
+        "chunk": args.chunk,
+        "cpu": cpu_model(),
+        "rates": rates,
+        "floors": floors,
+        "rows": rows,
         "code_predictor_cache": cache,
-        "load_average_before": load_before, "load_average_after": load_average(),
-    }  # fmt: skip
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+    }
 
 
 def report(result: dict) -> str:
     rates, cache = result["rates"], result["code_predictor_cache"]
     same = max(cache["same_size_buffer_read_gbps"].values())
-    return "\n".join([
-        f"{result['checkpoint']} ({result['format']}, decoder {result['decoder_dtype']}, "
-        f"{result['threads']} threads, chunks {result['first_chunk']}+{result['chunk']}) on "
-        f"{result['cpu']}; load average {result['load_average_before']} -> "
-        f"{result['load_average_after']}",
-        f"read {rates['read_gbps']:.1f} GB/s; GEMM float32 {rates['gemm_gflops']['float32']:.0f}, "
-        f"bfloat16 {rates['gemm_gflops']['bfloat16']:.0f} GFLOP/s; int8 "
-        f"{_f(rates['int8_gops'], 0)} GOP/s",
-        table(result["rows"], result["floors"]),
-        f"code predictor: {cache['pass_ms']:.2f} ms a pass over {cache['pass_bytes'] / 1e6:.1f} "
-        f"MB = {cache['effective_gbps']:.1f} GB/s (memory: {cache['from_memory_ms']:.2f} ms at "
-        f"{rates['read_gbps']:.1f} GB/s; a buffer of one pass's size reads at {same:.1f} GB/s): "
-        + ("faster than memory: (partly) served from cache" if cache["faster_than_memory"]
-           else "no faster than memory: not shown to be cached (it streams, or time goes "
-                "elsewhere)"),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"{result['checkpoint']} ({result['format']}, decoder {result['decoder_dtype']}, "
+            f"{result['threads']} threads, chunks {result['first_chunk']}+{result['chunk']}) on "
+            f"{result['cpu']}; load average {result['load_average_before']} -> "
+            f"{result['load_average_after']}",
+            f"read {rates['read_gbps']:.1f} GB/s; GEMM float32 {rates['gemm_gflops']['float32']:.0f}, "
+            f"bfloat16 {rates['gemm_gflops']['bfloat16']:.0f} GFLOP/s; int8 "
+            f"{_f(rates['int8_gops'], 0)} GOP/s",
+            table(result["rows"], result["floors"]),
+            f"code predictor: {cache['pass_ms']:.2f} ms a pass over {cache['pass_bytes'] / 1e6:.1f} "
+            f"MB = {cache['effective_gbps']:.1f} GB/s (memory: {cache['from_memory_ms']:.2f} ms at "
+            f"{rates['read_gbps']:.1f} GB/s; a buffer of one pass's size reads at {same:.1f} GB/s): "
+            + (
+                "faster than memory: (partly) served from cache"
+                if cache["faster_than_memory"]
+                else "no faster than memory: not shown to be cached (it streams, or time goes "
+                "elsewhere)"
+            ),
+        ]
+    )
 
 
 def main() -> None:

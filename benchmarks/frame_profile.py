@@ -35,17 +35,26 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     int8 = args.dtype == "int8"
-    model = tts_core.load_model(args.checkpoint, dtype=DTYPES["float32" if int8 else args.dtype],
-                                quantize="int8" if int8 else None,
-                                decoder_dtype=DTYPES[args.decoder_dtype])  # fmt: skip
+    model = tts_core.load_model(
+        args.checkpoint,
+        dtype=DTYPES["float32" if int8 else args.dtype],
+        quantize="int8" if int8 else None,
+        decoder_dtype=DTYPES[args.decoder_dtype],
+    )
     suppress_eos(model)
     ref, rate = sf.read(REF_CLIP, dtype="float32")
     voice = model.create_voice(ref, rate, ref_text=REF_TEXT)
 
     def clip() -> float:
         start = time.perf_counter()
-        for _ in model.stream(TEXT, voice, language=LANGUAGE, greedy=True, length_cap=False,
-                              max_new_tokens=args.frames + 1):  # fmt: skip
+        for _ in model.stream(
+            TEXT,
+            voice,
+            language=LANGUAGE,
+            greedy=True,
+            length_cap=False,
+            max_new_tokens=args.frames + 1,
+        ):
             pass
         return time.perf_counter() - start
 
@@ -55,10 +64,12 @@ def main() -> None:
         profiled = clip()
     ops = prof.key_averages()
     own_ms = sum(op.self_cpu_time_total for op in ops) / 1000
-    print(f"{args.frames} frames: {1000 * plain:.0f} ms wall ({1000 * plain / args.frames:.1f} a "
-          f"frame), {1000 * profiled:.0f} ms profiled; aten operators' own time {own_ms:.0f} ms "
-          f"({own_ms / args.frames:.1f} a frame); load average "
-          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")  # fmt: skip
+    print(
+        f"{args.frames} frames: {1000 * plain:.0f} ms wall ({1000 * plain / args.frames:.1f} a "
+        f"frame), {1000 * profiled:.0f} ms profiled; aten operators' own time {own_ms:.0f} ms "
+        f"({own_ms / args.frames:.1f} a frame); load average "
+        f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
+    )
     print(ops.table(sort_by="self_cpu_time_total", row_limit=args.rows, max_name_column_width=50))
 
 

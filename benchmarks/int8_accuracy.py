@@ -70,8 +70,9 @@ def random_codes(model: Qwen3TTSModel, frames: int, seed: int = 0) -> torch.Tens
     cfg = model.config.talker
     g = torch.Generator().manual_seed(seed)
     c0 = torch.randint(0, cfg.vocab_size - 1024, (frames, 1), generator=g)
-    rest = torch.randint(0, cfg.code_predictor.vocab_size, (frames, cfg.num_code_groups - 1),
-                         generator=g)  # fmt: skip
+    rest = torch.randint(
+        0, cfg.code_predictor.vocab_size, (frames, cfg.num_code_groups - 1), generator=g
+    )
     return torch.cat([c0, rest], dim=1).to(model.device)
 
 
@@ -96,21 +97,29 @@ def compare(float_model: Qwen3TTSModel, int8_model: Qwen3TTSModel, frames: int) 
 
 def greedy_prefix_agreement(float_model, int8_model, frames: int) -> dict:  # noqa: ANN001
     """Free-running greedy generation from the same prompt: frames identical from the start."""
-    voice = Voice(speaker_embedding=torch.zeros(
-        float_model.config.talker.stack.hidden_size, device=float_model.device,
-        dtype=float_model.dtype))  # fmt: skip
+    voice = Voice(
+        speaker_embedding=torch.zeros(
+            float_model.config.talker.stack.hidden_size,
+            device=float_model.device,
+            dtype=float_model.dtype,
+        )
+    )
     a = _codes(float_model, voice, frames)
     b = _codes(int8_model, voice, frames)
     n = min(len(a), len(b))
     same = int((a[:n] == b[:n]).all(dim=1).long().cumprod(0).sum()) if n else 0
-    return {"greedy_frames": n, "greedy_identical_prefix_frames": same,
-            "greedy_frames_identical": int((a[:n] == b[:n]).all(dim=1).sum())}  # fmt: skip
+    return {
+        "greedy_frames": n,
+        "greedy_identical_prefix_frames": same,
+        "greedy_frames_identical": int((a[:n] == b[:n]).all(dim=1).sum()),
+    }
 
 
 def _codes(model: Qwen3TTSModel, voice: Voice, frames: int) -> torch.Tensor:
     """Greedy frames (at most `frames`; EOS may stop sooner), no length cap."""
-    prompt, settings = model.plan(TEXT, voice, "english", greedy=True, length_cap=False,
-                                  max_new_tokens=frames + 1)  # fmt: skip
+    prompt, settings = model.plan(
+        TEXT, voice, "english", greedy=True, length_cap=False, max_new_tokens=frames + 1
+    )
     frames = list(model.frames(prompt, settings))
     return torch.stack(frames) if frames else torch.zeros(0, 16, dtype=torch.long)
 
@@ -126,8 +135,12 @@ def load_pair(model: str) -> tuple[Qwen3TTSModel, Qwen3TTSModel, dict]:
         int8_model = Qwen3TTSModel.from_config(folder, with_codec=False)
     report = quantize_model(int8_model)
     layers = report.layer_sqnr_db
-    summary = {"min_layer_sqnr_db": report.min_sqnr_db, "worst_layers": report.worst(5),
-               "layers": len(layers), "layers_below_30_db": sum(v < 30 for v in layers.values())}  # fmt: skip
+    summary = {
+        "min_layer_sqnr_db": report.min_sqnr_db,
+        "worst_layers": report.worst(5),
+        "layers": len(layers),
+        "layers_below_30_db": sum(v < 30 for v in layers.values()),
+    }
     return float_model, int8_model, summary
 
 
@@ -143,8 +156,11 @@ def main() -> None:
     float_model, int8_model, result = load_pair(args.model)
     result.update(compare(float_model, int8_model, args.frames))
     result.update(greedy_prefix_agreement(float_model, int8_model, min(args.frames, 30)))
-    result.update(model=args.model, seconds=round(time.perf_counter() - started, 1),
-                  load_average=os.getloadavg())  # fmt: skip
+    result.update(
+        model=args.model,
+        seconds=round(time.perf_counter() - started, 1),
+        load_average=os.getloadavg(),
+    )
     for key, value in result.items():
         print(f"{key:36s} {value}")
     if args.json:

@@ -122,11 +122,13 @@ LEGEND = {
     "bf16": "bfloat16 F.linear",
     "FBGEMM": "int8 FBGEMM dynamic (per-tensor activations: couples the rows of a batch)",
     "_int_mm": "int8 Int8Linear on torch._int_mm (ours, per-row activations)",
-    **{isa: f"int8 Int8Linear on our native {isa} kernel (bit-identical to _int_mm)"
-       for isa in native.int8_isas_here()},
+    **{
+        isa: f"int8 Int8Linear on our native {isa} kernel (bit-identical to _int_mm)"
+        for isa in native.int8_isas_here()
+    },
     "w-only": "int8 weight-only torch._weight_int8pack_mm (float activations)",
     FLOOR: "the step's int8 weight bytes / the read bandwidth",
-}  # fmt: skip
+}
 
 
 def cpu_name() -> str:
@@ -159,8 +161,12 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=28)
     p.add_argument("--rows", type=int, nargs="+", default=[1, 8])
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--bandwidth", type=float, default=None,
-                   help="read bandwidth in GB/s for the floor (default: measured)")  # fmt: skip
+    p.add_argument(
+        "--bandwidth",
+        type=float,
+        default=None,
+        help="read bandwidth in GB/s for the floor (default: measured)",
+    )
     p.add_argument("--bandwidth-mb", type=int, default=1024, help="buffer to measure it with")
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -195,18 +201,23 @@ def main() -> None:
     load = os.getloadavg()
     columns = [name for name in [*KERNELS, FLOOR] if name in results]
     keys = list(next(iter(results.values())))
-    print(f"{cpu_name()}, threads {torch.get_num_threads()}, torch {torch.__version__}; "
-          f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-          f"after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
-    print(f"read bandwidth {bandwidth:.1f} GB/s "
-          + (", ".join(f"{k} {v:.1f}" for k, v in bandwidth_kernels.items()) or "(given)"))  # fmt: skip
+    print(
+        f"{cpu_name()}, threads {torch.get_num_threads()}, torch {torch.__version__}; "
+        f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+        f"after {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+    print(
+        f"read bandwidth {bandwidth:.1f} GB/s "
+        + (", ".join(f"{k} {v:.1f}" for k, v in bandwidth_kernels.items()) or "(given)")
+    )
     widths = [max(8, len(c)) for c in columns]
-    print(f"{'ms per talker step':20s} " + " ".join(
-        f"{c:>{w}s}" for c, w in zip(columns, widths, strict=True)))  # fmt: skip
+    print(
+        f"{'ms per talker step':20s} "
+        + " ".join(f"{c:>{w}s}" for c, w in zip(columns, widths, strict=True))
+    )
     for key in keys:
         cells = [results[c].get(key, float("nan")) for c in columns]
-        print(f"{key:20s} " + " ".join(
-            f"{v:>{w}.1f}" for v, w in zip(cells, widths, strict=True)))  # fmt: skip
+        print(f"{key:20s} " + " ".join(f"{v:>{w}.1f}" for v, w in zip(cells, widths, strict=True)))
     for name in columns:
         print(f"  {name}: {LEGEND[name]}")
     for name, why in unavailable.items():

@@ -60,8 +60,13 @@ print(json.dumps({"load_s": round(seconds, 2), "peak_mib": (after["VmHWM"] - bef
 def measure(folder: str, quantize: str, cache: Path, store: bool) -> dict:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TTS_CORE_CACHE": str(cache)}
     env["TTS_CORE_INT8_CACHE"] = "1" if store else "0"
-    done = subprocess.run([sys.executable, "-c", MEASURE, folder, str(TINY), quantize],
-                          capture_output=True, text=True, env=env, cwd=REPO)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, folder, str(TINY), quantize],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     if done.returncode != 0:
         raise SystemExit(done.stderr[-4000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -77,12 +82,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="int8-store-bench-") as scratch:
         plan = [("none", "float32", False, "plain")]
         for mode in args.modes.split(","):
-            plan += [(mode, "store off (calibrates every start)", False, "off"),
-                     (mode, "first start (calibrates, saves)", True, "store"),
-                     (mode, "next start (reads the saved file)", True, "store")]  # fmt: skip
+            plan += [
+                (mode, "store off (calibrates every start)", False, "off"),
+                (mode, "first start (calibrates, saves)", True, "store"),
+                (mode, "next start (reads the saved file)", True, "store"),
+            ]
         for quantize, what, store, cache in plan:
-            row = {"quantize": quantize, "start": what,
-                   **measure(args.model, quantize, Path(scratch) / cache, store)}  # fmt: skip
+            row = {
+                "quantize": quantize,
+                "start": what,
+                **measure(args.model, quantize, Path(scratch) / cache, store),
+            }
             rows.append(row)
             print(f"{quantize:5} {what:36} load {row['load_s']:6.1f} s  peak {row['peak_mib']:6} "
                   f"MiB  resident {row['resident_mib']:6} MiB  {row['format']:8} load average "

@@ -29,8 +29,15 @@ from tts_core.models import native
 
 HERE = Path(__file__).parent
 AS_AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
-COLUMNS = ("talker_step_ms", "code_predictor_ms", "decoder_ms_per_frame", "frame_ms",
-           "rtf_steady", "time_to_first_audio_ms", "load_s")  # fmt: skip
+COLUMNS = (
+    "talker_step_ms",
+    "code_predictor_ms",
+    "decoder_ms_per_frame",
+    "frame_ms",
+    "rtf_steady",
+    "time_to_first_audio_ms",
+    "load_s",
+)
 
 
 def bf16_native() -> bool:
@@ -42,19 +49,34 @@ def bf16_native() -> bool:
 def configurations() -> list[tuple[str, dict[str, str], list[str]]]:
     """(label, environment, engine_bench arguments)."""
     decoder = "bfloat16" if bf16_native() else "same"
-    runs = [(f"int8 {isa}", {"TTS_CORE_NATIVE_ISA": isa}, ["--dtype", "int8",
-             "--decoder-dtype", decoder]) for isa in native.int8_isas_here()]  # fmt: skip
+    runs = [
+        (
+            f"int8 {isa}",
+            {"TTS_CORE_NATIVE_ISA": isa},
+            ["--dtype", "int8", "--decoder-dtype", decoder],
+        )
+        for isa in native.int8_isas_here()
+    ]
     runs += [
-        ("int8 torch._int_mm", {"TTS_CORE_NATIVE_ISA": "torch"},
-         ["--dtype", "int8", "--decoder-dtype", decoder]),
+        (
+            "int8 torch._int_mm",
+            {"TTS_CORE_NATIVE_ISA": "torch"},
+            ["--dtype", "int8", "--decoder-dtype", decoder],
+        ),
         ("float32", {}, ["--dtype", "float32", "--decoder-dtype", decoder]),
         ("bfloat16", {}, ["--dtype", "bfloat16"]),
-        ("as AVX2: int8 avx2, decoder fp32", {**AS_AVX2, "TTS_CORE_NATIVE_ISA": "avx2"},
-         ["--dtype", "int8"]),
-        ("as AVX2: int8 avx2, decoder bf16", {**AS_AVX2, "TTS_CORE_NATIVE_ISA": "avx2"},
-         ["--dtype", "int8", "--decoder-dtype", "bfloat16"]),
+        (
+            "as AVX2: int8 avx2, decoder fp32",
+            {**AS_AVX2, "TTS_CORE_NATIVE_ISA": "avx2"},
+            ["--dtype", "int8"],
+        ),
+        (
+            "as AVX2: int8 avx2, decoder bf16",
+            {**AS_AVX2, "TTS_CORE_NATIVE_ISA": "avx2"},
+            ["--dtype", "int8", "--decoder-dtype", "bfloat16"],
+        ),
         ("as AVX2: float32", AS_AVX2, ["--dtype", "float32"]),
-    ]  # fmt: skip
+    ]
     return runs
 
 
@@ -77,16 +99,32 @@ def main() -> None:
             continue
         path = args.out / (label.replace(" ", "_").replace(":", "").replace(",", "") + ".json")
         before = load_average()
-        command = [sys.executable, str(HERE / "engine_bench.py"), "--checkpoint",
-                   str(args.checkpoint), "--frames", str(args.frames), "--threads",
-                   str(args.threads), "--json", str(path), *extra]  # fmt: skip
+        command = [
+            sys.executable,
+            str(HERE / "engine_bench.py"),
+            "--checkpoint",
+            str(args.checkpoint),
+            "--frames",
+            str(args.frames),
+            "--threads",
+            str(args.threads),
+            "--json",
+            str(path),
+            *extra,
+        ]
         done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True)
         if done.returncode != 0:
             print(f"{label}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
             continue
         result = json.loads(path.read_text())
-        rows.append({"label": label, "env": env, "load_before": before,
-                     **{k: result[k] for k in (*COLUMNS, "decoder_dtype")}})  # fmt: skip
+        rows.append(
+            {
+                "label": label,
+                "env": env,
+                "load_before": before,
+                **{k: result[k] for k in (*COLUMNS, "decoder_dtype")},
+            }
+        )
         print(
             f"{label:36s} " + " ".join(f"{result[k]:9.1f}" for k in COLUMNS) + f"  load {before}",
             flush=True,
@@ -102,10 +140,18 @@ def print_table(rows: list[dict]) -> None:
     )
     print("|---|---|--:|--:|--:|--:|--:|--:|--:|---|")
     for row in rows:
-        print(f"| {row['label']} | {row['decoder_dtype']} | "
-              + " | ".join(f"{row[k]:.2f}" if k == "rtf_steady" else f"{row[k]:.0f}" if k != "load_s"
-                           else f"{row[k]:.1f}" for k in COLUMNS)
-              + f" | {row['load_before']} |")  # fmt: skip
+        print(
+            f"| {row['label']} | {row['decoder_dtype']} | "
+            + " | ".join(
+                f"{row[k]:.2f}"
+                if k == "rtf_steady"
+                else f"{row[k]:.0f}"
+                if k != "load_s"
+                else f"{row[k]:.1f}"
+                for k in COLUMNS
+            )
+            + f" | {row['load_before']} |"
+        )
 
 
 if __name__ == "__main__":

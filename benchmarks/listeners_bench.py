@@ -56,9 +56,13 @@ def playback(arrivals: list[tuple[float, float]], buffer_s: float = 0.25) -> dic
             buffered -= gap
         buffered += audio
         clock = at
-    return {"first_audio_s": arrivals[0][0], "playback_start_s": arrivals[start][0],
-            "audio_s": sum(audio for _, audio in arrivals), "stalls": stalls,
-            "stall_s": stall_s}  # fmt: skip
+    return {
+        "first_audio_s": arrivals[0][0],
+        "playback_start_s": arrivals[start][0],
+        "audio_s": sum(audio for _, audio in arrivals),
+        "stalls": stalls,
+        "stall_s": stall_s,
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -75,14 +79,16 @@ def summarize(streams: list[dict]) -> dict:
     firsts = [s["first_audio_s"] for s in streams]
     stalled = [s for s in streams if s["stalls"]]
     rtfs = [s["rtf_after_first_byte"] for s in streams if s.get("rtf_after_first_byte")]
-    return {"streams": len(streams),
-            "first_audio_p50_ms": 1000 * percentile(firsts, 50),
-            "first_audio_p95_ms": 1000 * percentile(firsts, 95),
-            "stalled_share": len(stalled) / len(streams),
-            "stalls": sum(s["stalls"] for s in streams),
-            "stall_s": sum(s["stall_s"] for s in streams),
-            "audio_s": sum(s["audio_s"] for s in streams),
-            "rtf_after_first_byte_max": max(rtfs) if rtfs else None}  # fmt: skip
+    return {
+        "streams": len(streams),
+        "first_audio_p50_ms": 1000 * percentile(firsts, 50),
+        "first_audio_p95_ms": 1000 * percentile(firsts, 95),
+        "stalled_share": len(stalled) / len(streams),
+        "stalls": sum(s["stalls"] for s in streams),
+        "stall_s": sum(s["stall_s"] for s in streams),
+        "audio_s": sum(s["audio_s"] for s in streams),
+        "rtf_after_first_byte_max": max(rtfs) if rtfs else None,
+    }
 
 
 # ---------------------------------------------------------------- the requests
@@ -90,8 +96,13 @@ def one_stream(
     url: str, seed: int, sample_rate: int, text: str = TEXT
 ) -> tuple[list[tuple[float, float]], float]:
     """(arrivals as playback() takes them, seconds from the request to the last byte)."""
-    body = {"model": "tts-1", "input": text, "voice": "alloy", "response_format": "pcm",
-            "seed": seed}  # fmt: skip
+    body = {
+        "model": "tts-1",
+        "input": text,
+        "voice": "alloy",
+        "response_format": "pcm",
+        "seed": seed,
+    }
     arrivals, started = [], time.perf_counter()
     with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=900) as response:
         response.raise_for_status()
@@ -137,15 +148,19 @@ def concurrent(
 
 
 def table(rows: dict[int, dict], buffer_ms: float) -> str:
-    lines = [f"| listeners | streams | first audio p50 ms | p95 ms | stalled ({buffer_ms:.0f} ms "
-             "buffer) | stalls | stall s / audio s | worst RTF after first byte |",
-             "|--:|--:|--:|--:|--:|--:|--:|--:|"]  # fmt: skip
+    lines = [
+        f"| listeners | streams | first audio p50 ms | p95 ms | stalled ({buffer_ms:.0f} ms "
+        "buffer) | stalls | stall s / audio s | worst RTF after first byte |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
     for n, row in rows.items():
         rtf = row["rtf_after_first_byte_max"]
-        lines.append(f"| {n} | {row['streams']} | {row['first_audio_p50_ms']:.0f} | "
-                     f"{row['first_audio_p95_ms']:.0f} | {100 * row['stalled_share']:.0f} % | "
-                     f"{row['stalls']} | {row['stall_s']:.1f} / {row['audio_s']:.1f} | "
-                     f"{'-' if rtf is None else f'{rtf:.2f}'} |")  # fmt: skip
+        lines.append(
+            f"| {n} | {row['streams']} | {row['first_audio_p50_ms']:.0f} | "
+            f"{row['first_audio_p95_ms']:.0f} | {100 * row['stalled_share']:.0f} % | "
+            f"{row['stalls']} | {row['stall_s']:.1f} / {row['audio_s']:.1f} | "
+            f"{'-' if rtf is None else f'{rtf:.2f}'} |"
+        )
     return "\n".join(lines)
 
 
@@ -172,20 +187,35 @@ def main() -> None:
         one_stream(url, 0, rate, args.text)  # the voice's prompt is built once, before any timing
         rows, streams = {}, {}
         for n in args.listeners:
-            streams[n] = [s for r in range(args.rounds)
-                          for s in concurrent(url, n, 1000 * n + 10 * r, rate, buffer_s, args.text)]  # fmt: skip
+            streams[n] = [
+                s
+                for r in range(args.rounds)
+                for s in concurrent(url, n, 1000 * n + 10 * r, rate, buffer_s, args.text)
+            ]
             rows[n] = summarize(streams[n])
     finally:
         app.terminate()
         app.wait(timeout=60)
     load_after = load_average()
-    result = {"model": args.model, "app_dir": args.app_dir, "text": args.text, "env": args.env, "app_args": args.app_arg,
-              "weight_format": info.get("weight_format"), "buffer_ms": args.buffer_ms,
-              "rounds": args.rounds, "load_average_before": load_before,
-              "load_average_after": load_after, "rows": rows, "streams": streams}  # fmt: skip
-    print(f"model {args.model} {' '.join(args.env)} {' '.join(args.app_arg)}; weights "
-          f"{info.get('weight_format')}; load average at start {load_before}, at end "
-          f"{load_after}")  # fmt: skip
+    result = {
+        "model": args.model,
+        "app_dir": args.app_dir,
+        "text": args.text,
+        "env": args.env,
+        "app_args": args.app_arg,
+        "weight_format": info.get("weight_format"),
+        "buffer_ms": args.buffer_ms,
+        "rounds": args.rounds,
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "rows": rows,
+        "streams": streams,
+    }
+    print(
+        f"model {args.model} {' '.join(args.env)} {' '.join(args.app_arg)}; weights "
+        f"{info.get('weight_format')}; load average at start {load_before}, at end "
+        f"{load_after}"
+    )
     print(table(rows, args.buffer_ms))
     out = args.json or RESULTS / f"listeners-{Path(args.model).name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -126,8 +126,11 @@ def build(out: Path, seed: int) -> None:
     size = write_safetensors(
         out / "model.safetensors", shapes, lambda n, s: model_value(n, s, gen), torch.bfloat16
     )
-    print(f"model.safetensors: {len(shapes)} tensors, {params / 1e9:.3f} G parameters, "
-          f"{size / 1e9:.2f} GB bfloat16, {time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
+    print(
+        f"model.safetensors: {len(shapes)} tensors, {params / 1e9:.3f} G parameters, "
+        f"{size / 1e9:.2f} GB bfloat16, {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
 
     fp32 = out.parent / f"{out.name}-fp32"  # the official loader reads its dtype from config.json
     fp32.mkdir(exist_ok=True)

@@ -69,8 +69,18 @@ def _int8_matvec(size: int) -> Callable[[], object] | None:
 
     def run() -> None:
         x, packed, w_sum, s_w, y = tensors
-        kernel(x.data_ptr(), 1, inputs, outputs, packed.data_ptr(), w_sum.data_ptr(),
-               s_w.data_ptr(), None, y.data_ptr(), torch.get_num_threads())  # fmt: skip
+        kernel(
+            x.data_ptr(),
+            1,
+            inputs,
+            outputs,
+            packed.data_ptr(),
+            w_sum.data_ptr(),
+            s_w.data_ptr(),
+            None,
+            y.data_ptr(),
+            torch.get_num_threads(),
+        )
 
     return run
 

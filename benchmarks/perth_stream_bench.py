@@ -72,34 +72,41 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
-          f"{torch.__version__}, {args.threads} thread(s), load average "
-          f"{os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, {args.threads} thread(s), load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
     clip, rate = sf.read(CLIP, dtype="float32")
     plain = resample(clip, rate, SR)
     wm = PerthWatermarker()
     whole = wm.apply(plain, SR, keep_length=True)
     steps = np.abs(np.diff(plain))
-    print(f"clip {len(plain) / SR:.2f} s; whole-clip watermark: SNR {snr(plain, whole):.1f} dB, "
-          f"detect {wm.detect(whole, SR):.0f} (score {wm.score(whole, SR):.3f}), plain detect "
-          f"{wm.detect(plain, SR):.0f} (score {wm.score(plain, SR):.3f}); largest step of the "
-          f"clip {steps.max():.4f}, 99.9th percentile {np.quantile(steps, 0.999):.4f}")  # fmt: skip
+    print(
+        f"clip {len(plain) / SR:.2f} s; whole-clip watermark: SNR {snr(plain, whole):.1f} dB, "
+        f"detect {wm.detect(whole, SR):.0f} (score {wm.score(whole, SR):.3f}), plain detect "
+        f"{wm.detect(plain, SR):.0f} (score {wm.score(plain, SR):.3f}); largest step of the "
+        f"clip {steps.max():.4f}, 99.9th percentile {np.quantile(steps, 0.999):.4f}"
+    )
     print(
         f"high-pass spike of the whole-clip watermark over the plain clip: "
         f"{hp_spike(whole, plain):+.1f} dB"
     )
     for first, later in CHUNKINGS:
         bounds = chunk_bounds(len(plain), first, later)
-        pieces = [wm.apply(plain[a:b], SR, keep_length=True) if b - a >= 800 else plain[a:b]
-                  for a, b in bounds]  # fmt: skip
+        pieces = [
+            wm.apply(plain[a:b], SR, keep_length=True) if b - a >= 800 else plain[a:b]
+            for a, b in bounds
+        ]
         naive = np.concatenate(pieces)
         joins = [a for a, _ in bounds[1:]]
         step = max(abs(float(naive[j] - naive[j - 1])) for j in joins)
         step_plain = max(abs(float(plain[j] - plain[j - 1])) for j in joins)
         stream = StreamWatermarker(wm, SR, context=STREAM_CONTEXT, holdback=STREAM_HOLDBACK)
         start = time.perf_counter()
-        out = [stream.push(plain[a:b], final=i == len(bounds) - 1)
-               for i, (a, b) in enumerate(bounds)]  # fmt: skip
+        out = [
+            stream.push(plain[a:b], final=i == len(bounds) - 1) for i, (a, b) in enumerate(bounds)
+        ]
         cost = (time.perf_counter() - start) / len(bounds)
         joined = np.concatenate(out)
         scores = [wm.score(p, SR) for p in out if len(p) >= 800]
@@ -115,16 +122,21 @@ def main() -> None:
               f"{hp_spike(joined, plain):+.1f} dB; {cost * 1000:.0f} ms per chunk")  # fmt: skip
     stream = StreamWatermarker(wm, SR, context=STREAM_CONTEXT, holdback=STREAM_HOLDBACK)
     bounds = chunk_bounds(len(plain), 0.32, 1.0)
-    streamed = np.concatenate([stream.push(plain[a:b], final=i == len(bounds) - 1)
-                               for i, (a, b) in enumerate(bounds)])  # fmt: skip
+    streamed = np.concatenate(
+        [stream.push(plain[a:b], final=i == len(bounds) - 1) for i, (a, b) in enumerate(bounds)]
+    )
     for seconds in SHORT_SECONDS:
         size = int(seconds * SR)
         starts = range(0, len(plain) - size + 1, size)
-        found = {name: sum(wm.detect(y[a : a + size], SR) == 1.0 for a in starts)
-                 for name, y in (("whole", whole), ("stream", streamed), ("plain", plain))}  # fmt: skip
-        print(f"detector on {seconds:g} s slices ({len(starts)}): found in {found['whole']} of "
-              f"the whole-clip watermark's, {found['stream']} of the stream's (0.32/1 s), "
-              f"{found['plain']} of the plain clip's")  # fmt: skip
+        found = {
+            name: sum(wm.detect(y[a : a + size], SR) == 1.0 for a in starts)
+            for name, y in (("whole", whole), ("stream", streamed), ("plain", plain))
+        }
+        print(
+            f"detector on {seconds:g} s slices ({len(starts)}): found in {found['whole']} of "
+            f"the whole-clip watermark's, {found['stream']} of the stream's (0.32/1 s), "
+            f"{found['plain']} of the plain clip's"
+        )
     for seconds in COST_SECONDS:
         piece = plain[SR : SR + int(seconds * SR)]
         wm.apply(piece, SR, keep_length=True)  # warm
@@ -134,8 +146,10 @@ def main() -> None:
             wm.apply(piece, SR, keep_length=True)
             times.append(time.perf_counter() - start)
         cost = float(np.median(times))
-        print(f"cost: {seconds:g} s chunk {cost * 1000:.0f} ms ({cost / seconds:.3f} s per s of "
-              f"audio)")  # fmt: skip
+        print(
+            f"cost: {seconds:g} s chunk {cost * 1000:.0f} ms ({cost / seconds:.3f} s per s of "
+            f"audio)"
+        )
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

@@ -27,8 +27,10 @@ from pathlib import Path
 import httpx
 
 REPO = Path(__file__).resolve().parent.parent
-TEXT = ("The quick brown fox jumps over the lazy dog while the evening light fades slowly "
-        "over the quiet harbour, and somewhere a radio plays an old song.")  # fmt: skip
+TEXT = (
+    "The quick brown fox jumps over the lazy dog while the evening light fades slowly "
+    "over the quiet harbour, and somewhere a radio plays an old song."
+)
 READY_TIMEOUT_S = 900  # a hang detector for the first start of a 1.7B int8 model on 2 cores
 
 
@@ -47,10 +49,20 @@ def start_app(args: argparse.Namespace, port: int, log_path: Path) -> subprocess
     an earlier commit, is timed by the same script with its own code on PYTHONPATH)."""
     tree = Path(getattr(args, "app_dir", None) or REPO).resolve()
     env = {**os.environ, "PYTHONPATH": str(tree), **dict(item.split("=", 1) for item in args.env)}
-    command = [sys.executable, str(tree / "app.py"), "--model", args.model, "--port", str(port),
-               "--wait-for-model", "--no-fallback", *args.app_arg]  # fmt: skip
-    app = subprocess.Popen(command, cwd=tree, env=env, stdout=log_path.open("w"),
-                           stderr=subprocess.STDOUT)  # fmt: skip
+    command = [
+        sys.executable,
+        str(tree / "app.py"),
+        "--model",
+        args.model,
+        "--port",
+        str(port),
+        "--wait-for-model",
+        "--no-fallback",
+        *args.app_arg,
+    ]
+    app = subprocess.Popen(
+        command, cwd=tree, env=env, stdout=log_path.open("w"), stderr=subprocess.STDOUT
+    )
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if app.poll() is not None:
@@ -67,8 +79,13 @@ def start_app(args: argparse.Namespace, port: int, log_path: Path) -> subprocess
 
 
 def one_request(url: str, seed: int, sample_rate: int) -> dict:
-    body = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "pcm",
-            "seed": seed}  # fmt: skip
+    body = {
+        "model": "tts-1",
+        "input": TEXT,
+        "voice": "alloy",
+        "response_format": "pcm",
+        "seed": seed,
+    }
     started = time.perf_counter()
     first_at, first_bytes, total = None, 0, 0
     with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=900) as response:
@@ -112,12 +129,18 @@ def main() -> None:
         app.terminate()
         app.wait(timeout=60)
     decoder = [line for line in log_path.read_text().splitlines() if "loaded " in line]
-    result = {"model": args.model, "env": args.env, "app_args": args.app_arg,
-              "weight_format": info.get("weight_format"),
-              "weight_format_reason": info.get("weight_format_reason"),
-              "load_line": decoder[-1] if decoder else None, "start_s": start_s,
-              "load_average_before": load_before, "load_average_after": load_average(),
-              "requests": runs}  # fmt: skip
+    result = {
+        "model": args.model,
+        "env": args.env,
+        "app_args": args.app_arg,
+        "weight_format": info.get("weight_format"),
+        "weight_format_reason": info.get("weight_format_reason"),
+        "load_line": decoder[-1] if decoder else None,
+        "start_s": start_s,
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+        "requests": runs,
+    }
     print(
         f"model {args.model} {' '.join(args.env)} {' '.join(args.app_arg)}; ready after "
         f"{start_s:.1f} s; load average before {load_before}, after {load_average()}"

@@ -66,10 +66,21 @@ SAMPLE_RATE = 24000
 FRAME_RATE = 50
 FORCED_FRAMES = 5  # every token's duration (frames before and after), 100 ms
 PROMPT_SEED = 7
-SMOKE_LM = dict(num_hidden_layers=1, hidden_size=256, intermediate_size=512,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=64)  # fmt: skip
-SMOKE_DECODER = dict(hidden_dim=128, num_attn_layers=1, num_attn_heads=2,
-                     attn_dim_feedforward=256, wav_decoder_channels=64)  # fmt: skip
+SMOKE_LM = dict(
+    num_hidden_layers=1,
+    hidden_size=256,
+    intermediate_size=512,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+)
+SMOKE_DECODER = dict(
+    hidden_dim=128,
+    num_attn_layers=1,
+    num_attn_heads=2,
+    attn_dim_feedforward=256,
+    wav_decoder_channels=64,
+)
 
 
 # --- arithmetic (tests/tada/test_bench_arithmetic.py) --------------------------------------
@@ -214,10 +225,14 @@ def official_run(folder: Path, repeats: int) -> dict:
     values, positions, samples = synthetic_prompt(tokens, model.config.acoustic_dim)
 
     def prompt() -> EncoderOutput:
-        return EncoderOutput(audio=torch.zeros(1, samples), audio_len=torch.tensor([samples]),
-                             text=[transcript], token_positions=positions[None].clone(),
-                             token_values=values[None].clone(),
-                             text_tokens_len=torch.tensor([tokens]))  # fmt: skip
+        return EncoderOutput(
+            audio=torch.zeros(1, samples),
+            audio_len=torch.tensor([samples]),
+            text=[transcript],
+            token_positions=positions[None].clone(),
+            token_values=values[None].clone(),
+            text_tokens_len=torch.tensor([tokens]),
+        )
 
     backbone = wrap(model.model, "forward", embeds_length)
     flow = wrap(model, "_solve_flow_matching")
@@ -226,8 +241,11 @@ def official_run(folder: Path, repeats: int) -> dict:
     for repeat in range(repeats):
         torch.manual_seed(repeat)
         with torch.no_grad():
-            wall, out = timed(lambda: model.generate(prompt=prompt(), text=TEXT,
-                                                     inference_options=InferenceOptions()))  # fmt: skip
+            wall, out = timed(
+                lambda: model.generate(
+                    prompt=prompt(), text=TEXT, inference_options=InferenceOptions()
+                )
+            )
         walls.append(wall)
     audio = out.audio[0].numel()
     decoded = decode.sizes[-1] * SAMPLE_RATE // FRAME_RATE  # before the trim
@@ -264,8 +282,9 @@ def our_run(folder: Path, repeats: int) -> dict:
     load_s = time.perf_counter() - start
     generation.gray_code.decode = forced_durations
     transcript = normalize_text(REF_TEXT)
-    values, positions, samples = synthetic_prompt(len(tokenizer.encode(transcript)),
-                                                  model.lm.cfg.acoustic_dim)  # fmt: skip
+    values, positions, samples = synthetic_prompt(
+        len(tokenizer.encode(transcript)), model.lm.cfg.acoustic_dim
+    )
     prompt = Prompt(values, positions, transcript, samples)
     backbone = wrap(model.lm.model, "forward", lambda a, k: a[0].shape[1])
     flow = wrap(generation, "solve")
@@ -326,10 +345,22 @@ def official_python(given: str | None) -> Path:
 
 
 def run_side(python: Path, side: str, args: argparse.Namespace) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(ORACLE / "stubs"),
-                                                       str(ORACLE)]))  # fmt: skip
-    command = [str(python), __file__, "part", "--side", side, "--folder", str(args.folder),
-               "--threads", str(args.threads), "--repeats", str(args.repeats)]  # fmt: skip
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(ORACLE / "stubs"), str(ORACLE)])
+    )
+    command = [
+        str(python),
+        __file__,
+        "part",
+        "--side",
+        side,
+        "--folder",
+        str(args.folder),
+        "--threads",
+        str(args.threads),
+        "--repeats",
+        str(args.repeats),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{side} failed:\n{done.stderr[-4000:]}")
@@ -359,15 +390,23 @@ def main() -> None:
         print(json.dumps(run(args.folder, args.repeats) | {"peak_rss_gb": peak_rss_gb()}))
         return
     sides, loads = {}, [load_average()]
-    for side, python in (("ours", Path(sys.executable)),
-                         ("official", official_python(args.official_python))):  # fmt: skip
+    for side, python in (
+        ("ours", Path(sys.executable)),
+        ("official", official_python(args.official_python)),
+    ):
         print(f"load average {loads[-1]} (1, 5, 15 min); running {side}", flush=True)
         sides[side] = run_side(python, side, args)
         loads.append(load_average())
     print(f"load average {loads[-1]} after both")
     ours, official = sides["ours"], sides["official"]
-    result = dict(folder=str(args.folder), threads=args.threads, repeats=args.repeats,
-                  load_average=loads, ours=ours, official=official)  # fmt: skip
+    result = dict(
+        folder=str(args.folder),
+        threads=args.threads,
+        repeats=args.repeats,
+        load_average=loads,
+        ours=ours,
+        official=official,
+    )
     print(f"{'figure':24} {'ours':>10} {'official':>10} {'official/ours':>14}")
     for key, mine, theirs, ratio in table(ours, official):
         print(f"{key:24} {mine:10.4g} {theirs:10.4g} {ratio:14.3g}")

@@ -37,8 +37,10 @@ from pathlib import Path
 
 from served_bench import free_port, load_average, start_app
 
-TEXT = ("The quick brown fox jumps over the lazy dog while the evening light fades slowly "
-        "over the quiet harbour, and somewhere a radio plays an old song.")  # fmt: skip
+TEXT = (
+    "The quick brown fox jumps over the lazy dog while the evening light fades slowly "
+    "over the quiet harbour, and somewhere a radio plays an old song."
+)
 FAIL_AFTER_S = 900
 
 
@@ -63,8 +65,14 @@ def playback_gaps(chunks: list[tuple[float, float]]) -> tuple[float, float]:
     return longest, total
 
 
-async def one_run(url: str, config: dict, pieces: list[tuple[str, int]], rate: float,
-                  whole: bool, first_only: bool = False) -> dict:  # fmt: skip
+async def one_run(
+    url: str,
+    config: dict,
+    pieces: list[tuple[str, int]],
+    rate: float,
+    whole: bool,
+    first_only: bool = False,
+) -> dict:
     """One utterance; the pieces paced at `rate` tokens/s (whole: sent together at the end);
     first_only: closed at its first audio byte."""
     import websockets
@@ -82,8 +90,9 @@ async def one_run(url: str, config: dict, pieces: list[tuple[str, int]], rate: f
                 if not whole:
                     await ws.send(json.dumps({"type": "input.text", "text": text}))
             if whole:
-                await ws.send(json.dumps({"type": "input.text", "text": "".join(p for p, _ in
-                                                                                pieces)}))  # fmt: skip
+                await ws.send(
+                    json.dumps({"type": "input.text", "text": "".join(p for p, _ in pieces)})
+                )
             await ws.send(json.dumps({"type": "input.done"}))
             return time.perf_counter()
 
@@ -108,16 +117,25 @@ async def one_run(url: str, config: dict, pieces: list[tuple[str, int]], rate: f
         sent_at = await sender - t0
         await ws.send(json.dumps({"type": "session.close"}))
     longest, total = playback_gaps(chunks)
-    return {"first_audio_s": chunks[0][0], "text_complete_s": sent_at,
-            "audio_s": sum(d for _, d in chunks), "longest_gap_s": longest,
-            "total_gap_s": total, "chunks": len(chunks)}  # fmt: skip
+    return {
+        "first_audio_s": chunks[0][0],
+        "text_complete_s": sent_at,
+        "audio_s": sum(d for _, d in chunks),
+        "longest_gap_s": longest,
+        "total_gap_s": total,
+        "chunks": len(chunks),
+    }
 
 
 async def bench(url: str, args: argparse.Namespace, pieces: list[tuple[str, int]]) -> list:
     rows = []
     for mode in args.modes.split(","):
-        config = {"voice": "alloy", "x_vector_only_mode": mode == "xvector", "seed": 1,
-                  "response_format": "pcm"}  # fmt: skip
+        config = {
+            "voice": "alloy",
+            "x_vector_only_mode": mode == "xvector",
+            "seed": 1,
+            "response_format": "pcm",
+        }
         first = args.first_audio_only
         await one_run(url, config, pieces, 1e9, True, first)  # warm-up: the voice's prompt
         runs = [("streamed", args.rate, False), ("whole", args.rate, True)]
@@ -125,8 +143,9 @@ async def bench(url: str, args: argparse.Namespace, pieces: list[tuple[str, int]
         for repeat in range(args.repeats):
             for name, rate, whole in runs:
                 run = await one_run(url, config, pieces, rate, whole, first)
-                rows.append({"mode": mode, "run": name, "repeat": repeat, "tokens_per_s": rate,
-                             **run})  # fmt: skip
+                rows.append(
+                    {"mode": mode, "run": name, "repeat": repeat, "tokens_per_s": rate, **run}
+                )
     return rows
 
 
@@ -135,9 +154,14 @@ def medians(rows: list[dict]) -> list[dict]:
     kinds: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
         kinds.setdefault((row["mode"], row["run"]), []).append(row)
-    return [{**group[0], **{k: statistics.median(r[k] for r in group) for k in group[0]
-                            if k.endswith("_s")}, "n": len(group)}
-            for group in kinds.values()]  # fmt: skip
+    return [
+        {
+            **group[0],
+            **{k: statistics.median(r[k] for r in group) for k in group[0] if k.endswith("_s")},
+            "n": len(group),
+        }
+        for group in kinds.values()
+    ]
 
 
 def main() -> None:
@@ -162,19 +186,33 @@ def main() -> None:
         app.terminate()
         app.wait(timeout=60)
     loaded = [line for line in log_path.read_text().splitlines() if "loaded " in line]
-    result = {"model": args.model, "app_args": args.app_arg, "env": args.env, "text": TEXT,
-              "tokens": sum(n for _, n in pieces), "load_line": loaded[-1] if loaded else None,
-              "load_average_before": load_before, "load_average_after": load_average(),
-              "first_audio_only": args.first_audio_only, "runs": rows}  # fmt: skip
-    print(f"model {args.model} {' '.join(args.app_arg)}; {result['tokens']} text tokens; load "
-          f"average before {load_before}, after {load_average()}")  # fmt: skip
+    result = {
+        "model": args.model,
+        "app_args": args.app_arg,
+        "env": args.env,
+        "text": TEXT,
+        "tokens": sum(n for _, n in pieces),
+        "load_line": loaded[-1] if loaded else None,
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+        "first_audio_only": args.first_audio_only,
+        "runs": rows,
+    }
+    print(
+        f"model {args.model} {' '.join(args.app_arg)}; {result['tokens']} text tokens; load "
+        f"average before {load_before}, after {load_average()}"
+    )
     print(result["load_line"])
-    print("| mode | text in | tokens/s | text complete s | first audio s | audio s | "
-          "longest gap s | total gap s |")  # fmt: skip
+    print(
+        "| mode | text in | tokens/s | text complete s | first audio s | audio s | "
+        "longest gap s | total gap s |"
+    )
     print("|---|---|--:|--:|--:|--:|--:|--:|")
     for r in medians(rows):
-        cells = [f"{r[k]:.2f}" if k in r else "-" for k in
-                 ("text_complete_s", "first_audio_s", "audio_s", "longest_gap_s", "total_gap_s")]  # fmt: skip
+        cells = [
+            f"{r[k]:.2f}" if k in r else "-"
+            for k in ("text_complete_s", "first_audio_s", "audio_s", "longest_gap_s", "total_gap_s")
+        ]
         print(f"| {r['mode']} | {r['run']} | {r['tokens_per_s']:g} | {' | '.join(cells)} |")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

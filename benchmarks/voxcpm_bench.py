@@ -71,9 +71,17 @@ def mean(values: list[float]) -> float:
 
 
 def summarize(
-    *, patches: int, audio_s: float, whole_s: float, ttfa_s: float, prefill_ms: float,
-    lm: list[float], dit: list[float], locenc: list[float], vae: list[float],
-) -> dict:  # fmt: skip
+    *,
+    patches: int,
+    audio_s: float,
+    whole_s: float,
+    ttfa_s: float,
+    prefill_ms: float,
+    lm: list[float],
+    dit: list[float],
+    locenc: list[float],
+    vae: list[float],
+) -> dict:
     """Per-patch means and whole-run figures of one timed run (times in ms unless _s)."""
     parts = sum(lm) + sum(dit) + sum(locenc) + sum(vae)
     other = (1000 * whole_s - prefill_ms - parts) / patches
@@ -118,8 +126,10 @@ ROWS = [  # label, key, format
 def print_table(result: dict) -> None:
     """A markdown table: one column per mode."""
     modes = [m for m in MODES if m in result["modes"]]
-    print(f"\n{result['impl']} {result['dtype']}, {result['threads']} threads, "
-          f"{result['patches']} patches, load average {result['load_average_end']}")  # fmt: skip
+    print(
+        f"\n{result['impl']} {result['dtype']}, {result['threads']} threads, "
+        f"{result['patches']} patches, load average {result['load_average_end']}"
+    )
     print("| measure | " + " | ".join(MODE_LABEL[m] for m in modes) + " |")
     print("|---|" + "--:|" * len(modes))
     for label, key, fmt in ROWS:
@@ -133,16 +143,22 @@ def print_table(result: dict) -> None:
     )
     batching = result.get("batching")
     if batching:
-        print(f"\ncontinuous batching, {result['patches']} patches a stream "
-              f"(load average {result['load_average_end']})")  # fmt: skip
-        print("| mode | streams | wall (s) | audio (s) | audio s / wall s | TTFA mean (ms) | "
-              "identical to alone |")  # fmt: skip
+        print(
+            f"\ncontinuous batching, {result['patches']} patches a stream "
+            f"(load average {result['load_average_end']})"
+        )
+        print(
+            "| mode | streams | wall (s) | audio (s) | audio s / wall s | TTFA mean (ms) | "
+            "identical to alone |"
+        )
         print("|---|--:|--:|--:|--:|--:|---|")
         for mode, runs in batching.items():
             for run_ in runs:
-                print(f"| {MODE_LABEL[mode]} | {run_['label']} | {run_['wall_s']:.2f} | "
-                      f"{run_['audio_s']:.2f} | {run_['audio_per_wall_s']:.3f} | "
-                      f"{run_['ttfa_ms']:.0f} | {run_['identical']} |")  # fmt: skip
+                print(
+                    f"| {MODE_LABEL[mode]} | {run_['label']} | {run_['wall_s']:.2f} | "
+                    f"{run_['audio_s']:.2f} | {run_['audio_per_wall_s']:.3f} | "
+                    f"{run_['ttfa_ms']:.0f} | {run_['identical']} |"
+                )
 
 
 def finish(result: dict, path: Path | None) -> None:
@@ -158,8 +174,15 @@ def finish(result: dict, path: Path | None) -> None:
 def stream_once(model, voice, patches: int) -> dict:
     start = time.perf_counter()
     ttfa, produced, samples, stop, rss = None, 0, 0, None, 0.0
-    for chunk in model.stream(TEXT, voice, seed=SEED, cfg_value=CFG,
-                              inference_timesteps=TIMESTEPS, max_len=patches, chunk_patches=1):  # fmt: skip
+    for chunk in model.stream(
+        TEXT,
+        voice,
+        seed=SEED,
+        cfg_value=CFG,
+        inference_timesteps=TIMESTEPS,
+        max_len=patches,
+        chunk_patches=1,
+    ):
         if ttfa is None and chunk.audio.size:
             ttfa = time.perf_counter() - start
         produced += chunk.patches
@@ -186,8 +209,13 @@ def time_parts(model, voice, patches: int) -> dict:
     before = rss_mb()
     run_ = stream_once(model, voice, patches)
     growth = run_["rss_mb"] - before
-    for obj, name in ((net, "prefill"), (net, "advance"), (net.feat_decoder, "solve_requests"),
-                      (net, "encode_patches"), (model.vae, "decode_step")):  # fmt: skip
+    for obj, name in (
+        (net, "prefill"),
+        (net, "advance"),
+        (net.feat_decoder, "solve_requests"),
+        (net, "encode_patches"),
+        (model.vae, "decode_step"),
+    ):
         delattr(obj, name)  # back to the class methods
     return {
         **summarize(
@@ -222,8 +250,10 @@ def run_streams(scheduler, voice, requests: list[dict]) -> tuple[float, list[dic
     start = time.perf_counter()
     streams = [scheduler.submit(TEXT, voice, **kwargs) for kwargs in requests]
     outs: list[dict] = [{} for _ in requests]
-    threads = [threading.Thread(target=_consume, args=(stream, start, out))
-               for stream, out in zip(streams, outs, strict=True)]  # fmt: skip
+    threads = [
+        threading.Thread(target=_consume, args=(stream, start, out))
+        for stream, out in zip(streams, outs, strict=True)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -236,8 +266,16 @@ def batching(model, voice, patches: int, counts: list[int]) -> list[dict]:
     from tts_core.serving import EngineLoop
 
     most = max(counts)
-    requests = [{"seed": SEED + k, "cfg_value": CFG, "inference_timesteps": TIMESTEPS,
-                 "max_len": patches, "chunk_patches": 1} for k in range(most)]  # fmt: skip
+    requests = [
+        {
+            "seed": SEED + k,
+            "cfg_value": CFG,
+            "inference_timesteps": TIMESTEPS,
+            "max_len": patches,
+            "chunk_patches": 1,
+        }
+        for k in range(most)
+    ]
     scheduler = EngineLoop(model.runner(most), make_request=model.request, thread_name="tts-voxcpm")
     try:
         run_streams(scheduler, voice, [{**r, "max_len": 2} for r in requests])  # warm-up
@@ -252,8 +290,9 @@ def batching(model, voice, patches: int, counts: list[int]) -> list[dict]:
             if count > 1:  # the same streams one after the other, for comparison
                 seq_wall = sum(a[0] for a in alone[:count])
                 seq_outs = [a[1][0] for a in alone[:count]]
-                runs.append(_run_row(f"{count} one by one", seq_wall, seq_outs, alone,
-                                     model.sample_rate))  # fmt: skip
+                runs.append(
+                    _run_row(f"{count} one by one", seq_wall, seq_outs, alone, model.sample_rate)
+                )
             print(json.dumps(runs[-1]), flush=True)
     finally:
         scheduler.close()
@@ -336,8 +375,9 @@ def main() -> None:
         default=[1, 4],
         help="continuous batching: these numbers of streams at once (none: skip)",
     )
-    ap.add_argument("--no-parts", dest="parts", action="store_false",
-                    help="skip the timed parts of one stream")  # fmt: skip
+    ap.add_argument(
+        "--no-parts", dest="parts", action="store_false", help="skip the timed parts of one stream"
+    )
     args = ap.parse_args()
     finish(run(args), args.json)
 

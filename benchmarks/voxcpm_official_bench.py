@@ -82,8 +82,13 @@ def run(args: argparse.Namespace) -> dict:
         "modes": {},
     }
     start = time.perf_counter()
-    vox = VoxCPM(str(args.checkpoint), zipenhancer_model_path=None, enable_denoiser=False,
-                 optimize=False, device="cpu")  # fmt: skip
+    vox = VoxCPM(
+        str(args.checkpoint),
+        zipenhancer_model_path=None,
+        enable_denoiser=False,
+        optimize=False,
+        device="cpu",
+    )
     result["load_s"] = time.perf_counter() - start
     result["rss_after_load_mb"] = rss_mb()
     result["peak_rss_after_load_mb"] = peak_rss_mb()
@@ -109,10 +114,15 @@ def run(args: argparse.Namespace) -> dict:
         before = rss_mb()
         run_ = stream_once(tts, cache, args.patches)
         growth = run_["rss_mb"] - before
-        for obj, name in ((tts.base_lm, "forward"), (tts.residual_lm, "forward"),
-                          (tts.base_lm, "forward_step"), (tts.residual_lm, "forward_step"),
-                          (tts.feat_decoder, "forward"), (tts.feat_encoder, "forward"),
-                          (tts.audio_vae, "decode")):  # fmt: skip
+        for obj, name in (
+            (tts.base_lm, "forward"),
+            (tts.residual_lm, "forward"),
+            (tts.base_lm, "forward_step"),
+            (tts.residual_lm, "forward_step"),
+            (tts.feat_decoder, "forward"),
+            (tts.feat_encoder, "forward"),
+            (tts.audio_vae, "decode"),
+        ):
             delattr(obj, name)
         base, residual = lm[0].ms(), lm[1].ms()
         result["modes"][mode] = {

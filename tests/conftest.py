@@ -38,9 +38,17 @@ SERVER_START_TIMEOUT_S = 120
 # AAC with the system FFmpeg, which the HLS player's test needs.
 DEBIAN_CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_PATH = os.environ.get("CHROMIUM_PATH", DEBIAN_CHROMIUM)
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--autoplay-policy=no-user-gesture-required"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--autoplay-policy=no-user-gesture-required",
+]
 
 
 def chromium_executable() -> str | None:
@@ -81,10 +89,13 @@ def chromium_context(profile: Path, viewport: dict[str, int] | None = None) -> I
 
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(profile), executable_path=executable, args=CHROMIUM_ARGS, headless=True,
+            str(profile),
+            executable_path=executable,
+            args=CHROMIUM_ARGS,
+            headless=True,
             viewport=viewport or {"width": 1280, "height": 1000},
             timeout=BROWSER_START_HANG_MS,  # not Playwright's 30 s default, a speed bound
-        )  # fmt: skip
+        )
         context.set_default_timeout(BROWSER_HANG_MS)
         context.add_init_script(TOAST_RECORDER)  # every page records its toasts
         try:
@@ -98,8 +109,9 @@ def pytest_report_header(config) -> str:  # noqa: ANN001 - pytest's hook
     if chromium_executable() is None:
         return f"browser tests: no chromium at {CHROMIUM_PATH}"
     try:
-        version = subprocess.run([CHROMIUM_PATH, "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout.strip()  # fmt: skip
+        version = subprocess.run(
+            [CHROMIUM_PATH, "--version"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError) as exc:
         version = f"version unknown: {exc}"
     return f"browser tests: {CHROMIUM_PATH} ({version})"
@@ -142,8 +154,9 @@ new MutationObserver(() => {
 
 def wait_for_toast(page, text: str) -> None:  # noqa: ANN001 - a Playwright Page
     """Until the page has shown a toast with `text` (TOAST_RECORDER), gone since or not."""
-    page.wait_for_function("(text) => window.__toasts.some((t) => t.includes(text))",
-                           arg=text, timeout=BROWSER_HANG_MS)  # fmt: skip
+    page.wait_for_function(
+        "(text) => window.__toasts.some((t) => t.includes(text))", arg=text, timeout=BROWSER_HANG_MS
+    )
 
 
 @pytest.fixture(scope="session")
@@ -355,8 +368,9 @@ def start_app(
     cmd = [sys.executable, str(ROOT / "app.py"), "--host", "127.0.0.1", "--port", str(port), *extra]
     cmd += ["--wait-for-model"] if wait_for_model else []
     log = open(log_path, "w")  # noqa: SIM115 - closed when the process ends
-    process = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                               **popen)  # fmt: skip
+    process = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, **popen
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for_server(url, process, log_path)
@@ -416,8 +430,9 @@ def launch_app(tmp_path_factory):
     processes = []
 
     def launch(*extra: str, wait_for_model: bool = True) -> tuple[str, Path]:
-        url, process, log_path = start_app(tmp_path_factory.mktemp("app"), *extra,
-                                           wait_for_model=wait_for_model)  # fmt: skip
+        url, process, log_path = start_app(
+            tmp_path_factory.mktemp("app"), *extra, wait_for_model=wait_for_model
+        )
         processes.append(process)
         return url, log_path
 
@@ -439,25 +454,52 @@ def app_server(launch_app):
 # files not listed are not even imported (their collection would cost ~12 s of the budget).
 FAST_FILES = (
     # serving, engine, admission, validation: fakes and the eSpeak engine
-    "test_serving_engine.py", "test_serving_loop.py", "test_serving_alone.py",
-    "test_serving_submit.py", "test_engine.py", "test_admission.py", "test_validation.py",
-    "test_cancel_and_sampling_guards.py", "test_joiner.py", "test_model_thread.py",
-    "test_knobs.py", "test_layers_batch_invariance.py",
+    "test_serving_engine.py",
+    "test_serving_loop.py",
+    "test_serving_alone.py",
+    "test_serving_submit.py",
+    "test_engine.py",
+    "test_admission.py",
+    "test_validation.py",
+    "test_cancel_and_sampling_guards.py",
+    "test_joiner.py",
+    "test_model_thread.py",
+    "test_knobs.py",
+    "test_layers_batch_invariance.py",
     # the server's and the page's checks of what they are sent
-    "test_hardening_inputs.py", "test_server_hardening.py", "test_page_handlers.py",
-    "test_page_fit.py", "test_voice_registry.py", "test_voice_quotas.py", "test_disk_guard.py",
-    "test_voice_store_crash.py", "test_reference_limits.py", "test_openai_api.py",
+    "test_hardening_inputs.py",
+    "test_server_hardening.py",
+    "test_page_handlers.py",
+    "test_page_fit.py",
+    "test_voice_registry.py",
+    "test_voice_quotas.py",
+    "test_disk_guard.py",
+    "test_voice_store_crash.py",
+    "test_reference_limits.py",
+    "test_openai_api.py",
     # audio utilities (not test_audio_analysis.py: librosa's numba compile, ~12 s of CPU a
     # process), the container's rules, the docs' paths and options
-    "test_audio_formats.py", "test_native_rate.py",
-    "test_builtin_voices.py", "test_espeak_lib.py", "test_container.py", "test_docs_paths.py",
-    "test_readme_options.py", "test_one_registration.py", "test_fast_tier.py",
+    "test_audio_formats.py",
+    "test_native_rate.py",
+    "test_builtin_voices.py",
+    "test_espeak_lib.py",
+    "test_container.py",
+    "test_docs_paths.py",
+    "test_readme_options.py",
+    "test_one_registration.py",
+    "test_fast_tier.py",
     # the tiny checkpoints' quick parity tests and the 8-bit layer
-    "qwen3/test_end_to_end_parity.py", "qwen3/test_talker.py", "qwen3/test_prompt.py",
-    "qwen3/test_sampling.py", "qwen3/test_codec_decoder.py", "qwen3/test_int8.py",
-    "chatterbox/test_components.py", "chatterbox/test_generate.py",
-    "voxcpm2/test_model_parity.py", "voxcpm2/test_vae_parity.py",
-)  # fmt: skip
+    "qwen3/test_end_to_end_parity.py",
+    "qwen3/test_talker.py",
+    "qwen3/test_prompt.py",
+    "qwen3/test_sampling.py",
+    "qwen3/test_codec_decoder.py",
+    "qwen3/test_int8.py",
+    "chatterbox/test_components.py",
+    "chatterbox/test_generate.py",
+    "voxcpm2/test_model_parity.py",
+    "voxcpm2/test_vae_parity.py",
+)
 NOT_FAST = (
     "test_cancel_and_sampling_guards.py::test_model_stops_within_one_frame_of_should_stop",
     "test_container.py::test_the_kernels_prebuilt",  # compiles every kernel
@@ -470,7 +512,7 @@ NOT_FAST = (
     "qwen3/test_int8.py::test_quantized_model_speaks",
     "qwen3/test_int8.py::test_load_model_switch",
     "qwen3/test_int8.py::test_auto_keeps_the_float_model",
-)  # fmt: skip
+)
 TESTS = Path(__file__).resolve().parent
 
 

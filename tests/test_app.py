@@ -70,10 +70,12 @@ def test_gradio_client_passes_knobs_by_name(client):
     """The chunk sizes by name: the first chunk holds about first_chunk_frames x 80 ms (a
     chunk ends with the eSpeak buffer that completes it: well under 0.5 s past its target)."""
     text = "The first chunk of this sentence is as long as the request asks it to be."
-    small = client.predict(text=text, first_chunk_frames=1, chunk_frames=25,
-                           api_name="/synthesize_full")[1]  # fmt: skip
-    large = client.predict(text=text, language="english", first_chunk_frames=25,
-                           api_name="/synthesize_full")[1]  # fmt: skip
+    small = client.predict(
+        text=text, first_chunk_frames=1, chunk_frames=25, api_name="/synthesize_full"
+    )[1]
+    large = client.predict(
+        text=text, language="english", first_chunk_frames=25, api_name="/synthesize_full"
+    )[1]
     assert small["audio_s"] > 2.5 and large["audio_s"] > 2.5  # room for a 2 s first chunk
     assert small["chunk_audio_s"][0] < 0.5 < 1.9 < large["chunk_audio_s"][0]
 
@@ -289,8 +291,13 @@ def test_the_app_with_private_voices(launch_app):
     issued = httpx.post(f"{url}/v1/audio/voices/owner_key", timeout=30).json()["owner_key"]
     owner = {"X-Voice-Owner": issued}  # a key the server issued (issue #37 M5)
     with open(REFERENCE, "rb") as clip:
-        made = httpx.post(f"{url}/v1/audio/voices", data={"name": "kept"}, headers=owner,
-                          files={"file": ("c.wav", clip, "audio/wav")}, timeout=60)  # fmt: skip
+        made = httpx.post(
+            f"{url}/v1/audio/voices",
+            data={"name": "kept"},
+            headers=owner,
+            files={"file": ("c.wav", clip, "audio/wav")},
+            timeout=60,
+        )
     assert made.status_code == 201, made.text
 
     def listed(**headers: str) -> list[str]:
@@ -325,6 +332,8 @@ def test_plain_http_with_too_few_values_is_told_what_the_endpoint_takes(app_serv
     assert answer.startswith("event: error"), answer[:300]
     message = json.loads(answer.split("data: ", 1)[1].splitlines()[0])["error"]
     names = ", ".join(ApiParameters.for_engine().names)
-    assert message == (f"/synthesize_full takes {len(ApiParameters.for_engine().names)} values "
-                       f"in this order: {names} (null: the default); got 2.")  # fmt: skip
+    assert message == (
+        f"/synthesize_full takes {len(ApiParameters.for_engine().names)} values "
+        f"in this order: {names} (null: the default); got 2."
+    )
     assert "Traceback" not in log_path.read_text()[logged:]

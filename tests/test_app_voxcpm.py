@@ -79,8 +79,12 @@ def test_v1_refuses_a_voice_too_long_for_the_model_before_streaming(server, tmp_
     clip = tmp_path / "long.wav"
     sf.write(clip, speech_like(9.0, 24_000), 24_000)
     with clip.open("rb") as f:
-        made = httpx.post(f"{server}/v1/audio/voices", data={"name": "long-voxcpm"},
-                          files={"file": ("long.wav", f, "audio/wav")}, timeout=60)  # fmt: skip
+        made = httpx.post(
+            f"{server}/v1/audio/voices",
+            data={"name": "long-voxcpm"},
+            files={"file": ("long.wav", f, "audio/wav")},
+            timeout=60,
+        )
     assert made.status_code == 201, made.text[:300]
     body = {"input": "Hello.", "voice": "long-voxcpm", "response_format": "wav"}
     response = httpx.post(f"{server}/v1/audio/speech", json=body, timeout=120)
@@ -126,8 +130,9 @@ def test_bad_input_is_an_error_and_the_server_keeps_serving(server, tmp_path, sp
     with pytest.raises(AppError, match="not audio"):
         client.predict(*call("Bad reference.", junk), api_name="/synthesize_full")
     with pytest.raises(AppError, match="transcript"):
-        client.predict(*call("Words without a clip.", None, "some words"),
-                       api_name="/synthesize_full")  # fmt: skip
+        client.predict(
+            *call("Words without a clip.", None, "some words"), api_name="/synthesize_full"
+        )
     path, _ = client.predict(*call("Still here."), api_name="/synthesize_full")
     assert sf.info(path).samplerate == RATE
 

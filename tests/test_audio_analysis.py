@@ -106,8 +106,12 @@ def signals() -> dict[str, tuple[np.ndarray, int]]:
     lib = get_library()
     for voice, pitch in (("en-us", 0), ("en-us", 100), ("en-us+f3", 0), ("en-us+f3", 100)):
         pieces: list[np.ndarray] = []
-        lib.synthesize(espeak_voice.CALIBRATION_TEXT, voice, {PARAM_PITCH: pitch},
-                       lambda a, out=pieces: out.append(a) or True)  # fmt: skip
+        lib.synthesize(
+            espeak_voice.CALIBRATION_TEXT,
+            voice,
+            {PARAM_PITCH: pitch},
+            lambda a, out=pieces: out.append(a) or True,
+        )
         found[f"espeak {voice} p{pitch}"] = (np.concatenate(pieces), lib.sample_rate)
     for path in ASSET_CLIPS:
         audio, rate = sf.read(path, dtype="float32")
@@ -162,8 +166,12 @@ def test_onsets_match_librosa(signals) -> None:
 
 
 def test_mel_filters_match_librosa() -> None:
-    cases = ((24_000, 2048, 128, 0.0, None), (16_000, 1024, 40, 0.0, None),
-             (24_000, 1024, 128, 0.0, 12_000.0), (22_050, 512, 64, 300.0, 8_000.0))  # fmt: skip
+    cases = (
+        (24_000, 2048, 128, 0.0, None),
+        (16_000, 1024, 40, 0.0, None),
+        (24_000, 1024, 128, 0.0, 12_000.0),
+        (22_050, 512, 64, 300.0, 8_000.0),
+    )
     for rate, n_fft, bands, fmin, fmax in cases:
         theirs = librosa.filters.mel(sr=rate, n_fft=n_fft, n_mels=bands, fmin=fmin, fmax=fmax)
         ours = analysis.mel_filters(rate, n_fft, bands, fmin=fmin, fmax=fmax)
@@ -179,8 +187,15 @@ def test_mel_filters_match_librosa() -> None:
 # 44.1 kHz (and 22.05 / 11.025 kHz) to 24 kHz: for lengths n that are multiples of 147,
 # n * 24000 / 44100 is a whole number but n * float(24000 / 44100) lands just above it, so
 # librosa keeps one sample more than the exact ceiling (44100 samples -> 24001); ours must too.
-RESAMPLE_RATES = ((16_000, 24_000), (44_100, 24_000), (22_050, 24_000), (48_000, 24_000),
-                  (8_000, 24_000), (24_000, 16_000), (11_025, 24_000))  # fmt: skip
+RESAMPLE_RATES = (
+    (16_000, 24_000),
+    (44_100, 24_000),
+    (22_050, 24_000),
+    (48_000, 24_000),
+    (8_000, 24_000),
+    (24_000, 16_000),
+    (11_025, 24_000),
+)
 
 
 def test_resample_matches_librosa(signals) -> None:
@@ -207,8 +222,11 @@ def test_resample_matches_librosa(signals) -> None:
 def test_resample_rejects_what_librosa_rejects() -> None:
     same = np.zeros(10, np.float32)
     assert analysis.resample(same, 24_000, 24_000) is same
-    for bad, message in ((np.array([0.0, np.nan], np.float32), "NaN"),
-                         (np.zeros(10, np.int16), "float"), (np.zeros((10, 2)), "mono")):  # fmt: skip
+    for bad, message in (
+        (np.array([0.0, np.nan], np.float32), "NaN"),
+        (np.zeros(10, np.int16), "float"),
+        (np.zeros((10, 2)), "mono"),
+    ):
         with pytest.raises(ValueError, match=message):
             analysis.resample(bad, 16_000, 24_000)
     with pytest.raises(ValueError, match="positive"):
@@ -226,8 +244,12 @@ def with_silences(y: np.ndarray) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(2)
     quiet = np.zeros(8_000, np.float32)
     faint = (rng.standard_normal(11_200) * 1e-4 * np.abs(y).max()).astype(np.float32)
-    return {"as is": y, "lead": np.concatenate([quiet, y]), "trail": np.concatenate([y, faint]),
-            "both": np.concatenate([quiet, faint[:3000], y, faint, quiet])}  # fmt: skip
+    return {
+        "as is": y,
+        "lead": np.concatenate([quiet, y]),
+        "trail": np.concatenate([y, faint]),
+        "both": np.concatenate([quiet, faint[:3000], y, faint, quiet]),
+    }
 
 
 TRIM_SETTINGS = (
@@ -291,8 +313,16 @@ def test_voice_encoder_front_end_matches_librosa(signals) -> None:
     for name, (audio, rate) in signals.items():
         for variant, y in with_silences(mono16k(audio, rate)).items():
             wav = librosa.effects.trim(y, top_db=ve.TRIM_TOP_DB)[0]
-            spec = np.abs(librosa.stft(wav, n_fft=ve.N_FFT, hop_length=ve.HOP,
-                                       win_length=ve.N_FFT, center=True, pad_mode="reflect"))  # fmt: skip
+            spec = np.abs(
+                librosa.stft(
+                    wav,
+                    n_fft=ve.N_FFT,
+                    hop_length=ve.HOP,
+                    win_length=ve.N_FFT,
+                    center=True,
+                    pad_mode="reflect",
+                )
+            )
             basis = librosa.filters.mel(
                 sr=16_000, n_fft=ve.N_FFT, n_mels=ve.N_MELS, fmin=0, fmax=8000
             )
@@ -310,7 +340,7 @@ def test_trim_and_stft_edge_cases() -> None:
         "shorter than a frame": (rng.standard_normal(300) * 0.1).astype(np.float32),
         "short, silent tail": np.concatenate(
             [rng.standard_normal(1500).astype(np.float32), np.zeros(2500, np.float32)]
-        ),  # fmt: skip
+        ),
         "click in silence": np.pad(np.ones(5, np.float32), (20_000, 20_000)),
         "constant": np.full(5_000, 0.25, np.float32),
     }
@@ -386,8 +416,11 @@ def test_voice_parameters_match_librosa(signals, monkeypatch) -> None:
         # spacing (0.5 cents on the 6 s `ash` clip); 1.2e-3 (2 cents) is an eighth of a step of
         # eSpeak's pitch parameter (~15 cents), so what the voice takes is the same (asserted
         # above on the integer parameters)
-        for field, tolerance in (("ref_f0_hz", 1.2e-3), ("ref_spread_semitones", 1e-3),
-                                 ("ref_syllables_per_s", 1e-9)):  # fmt: skip
+        for field, tolerance in (
+            ("ref_f0_hz", 1.2e-3),
+            ("ref_spread_semitones", 1e-3),
+            ("ref_syllables_per_s", 1e-9),
+        ):
             a, b = getattr(got, field), getattr(want, field)
             assert (a is None) == (b is None), f"{label}: {field} {a} vs {b}"
             if a is not None:
@@ -411,8 +444,9 @@ def test_known_f0_is_recovered(kind) -> None:
     for f0 in KNOWN_F0:
         make = harmonic_tone if kind == "harmonic" else vowel
         audio16 = make(1.0, ANALYSIS_RATE, f0)
-        frames = analysis.yin(audio16, fmin=F0_MIN, fmax=F0_MAX, sr=ANALYSIS_RATE,
-                              frame_length=FRAME, hop_length=HOP)  # fmt: skip
+        frames = analysis.yin(
+            audio16, fmin=F0_MIN, fmax=F0_MAX, sr=ANALYSIS_RATE, frame_length=FRAME, hop_length=HOP
+        )
         cents = 1200 * np.log2(frames[5:-5] / f0)  # not the edge frames, half zero padding
         assert abs(np.median(cents)) <= KNOWN_F0_CENTS, f"{kind} {f0} Hz: {np.median(cents):.2f}"
         assert np.max(np.abs(cents)) <= FRAME_F0_CENTS, f"{kind} {f0} Hz: {np.max(np.abs(cents))}"
@@ -461,6 +495,7 @@ def test_this_process_compiles_librosa_into_its_own_numba_cache() -> None:
     from conftest import NUMBA_CACHE
 
     assert numba.config.CACHE_DIR == NUMBA_CACHE and os.path.isdir(NUMBA_CACHE)
-    librosa.util.peak_pick(np.zeros(64), pre_max=1, post_max=1, pre_avg=1, post_avg=1, delta=0.1,
-                           wait=1)  # fmt: skip
+    librosa.util.peak_pick(
+        np.zeros(64), pre_max=1, post_max=1, pre_avg=1, post_avg=1, delta=0.1, wait=1
+    )
     assert any(Path(NUMBA_CACHE).rglob("*.nbi")), "librosa's numba cache went elsewhere"

@@ -35,8 +35,20 @@ def needs(folder: Path) -> None:
 def build(monkeypatch: pytest.MonkeyPatch, *flags: str):  # noqa: ANN201 - Engine
     """app.build_engine for the tiny Qwen3 checkpoint on the CPU (built-in voices not warmed)."""
     monkeypatch.setattr(app, "warm_builtin_voices", lambda engine: None)
-    args = app.parse_args(["--model", str(QWEN3), "--device", "cpu", "--quantize", "none",
-                           "--no-fallback", "--max-batch", "2", *flags])  # fmt: skip
+    args = app.parse_args(
+        [
+            "--model",
+            str(QWEN3),
+            "--device",
+            "cpu",
+            "--quantize",
+            "none",
+            "--no-fallback",
+            "--max-batch",
+            "2",
+            *flags,
+        ]
+    )
     return app.build_engine(args, lambda *a, **k: None)
 
 
@@ -111,8 +123,9 @@ def test_one_load_reads_config_json_once(folder):
 
     OpenCounter.watch(folder / "config.json")
     try:
-        backend, notice = load_backend(str(folder), "cpu", allow_fallback=False,
-                                       quantize="none", max_batch=1)  # fmt: skip
+        backend, notice = load_backend(
+            str(folder), "cpu", allow_fallback=False, quantize="none", max_batch=1
+        )
     finally:
         reads = OpenCounter.stop()
     assert notice is None

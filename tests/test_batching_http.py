@@ -36,8 +36,13 @@ def api(tmp_path_factory):
 
 def body(i: int) -> dict:
     text = f"{WORDS[i % len(WORDS)]} Number {i}."
-    return {"input": text, "voice": ["alloy", "echo"][i % 2], "response_format": "pcm",
-            "seed": i, "temperature": 0.7 + 0.02 * i}  # fmt: skip
+    return {
+        "input": text,
+        "voice": ["alloy", "echo"][i % 2],
+        "response_format": "pcm",
+        "seed": i,
+        "temperature": 0.7 + 0.02 * i,
+    }
 
 
 def post(url: str, i: int) -> httpx.Response:

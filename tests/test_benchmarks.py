@@ -115,9 +115,20 @@ def test_quick_mode_runs_end_to_end(tmp_path: Path) -> None:
 
 
 def test_isa_bench_runs_a_configuration_and_writes_its_row(tmp_path: Path) -> None:
-    command = [sys.executable, str(BENCH / "isa_bench.py"), "--checkpoint", str(TINY),
-               "--frames", "4", "--threads", "1", "--only", "int8 torch._int_mm",
-               "--out", str(tmp_path)]  # fmt: skip
+    command = [
+        sys.executable,
+        str(BENCH / "isa_bench.py"),
+        "--checkpoint",
+        str(TINY),
+        "--frames",
+        "4",
+        "--threads",
+        "1",
+        "--only",
+        "int8 torch._int_mm",
+        "--out",
+        str(tmp_path),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     (row,) = json.loads((tmp_path / "summary.json").read_text())
@@ -127,8 +138,16 @@ def test_isa_bench_runs_a_configuration_and_writes_its_row(tmp_path: Path) -> No
 
 def test_served_bench_times_a_request_through_the_real_app(tmp_path: Path) -> None:
     out = tmp_path / "served.json"
-    command = [sys.executable, str(BENCH / "served_bench.py"), "--model", str(TINY),
-               "--requests", "2", "--json", str(out)]  # fmt: skip
+    command = [
+        sys.executable,
+        str(BENCH / "served_bench.py"),
+        "--model",
+        str(TINY),
+        "--requests",
+        "2",
+        "--json",
+        str(out),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
@@ -155,8 +174,11 @@ def test_chatterbox_floor_counts_what_a_step_reads_and_a_pass_computes() -> None
     assert least.t3_cache_bytes_per_position(t3) == layers * 2 * hidden * 4
     float_bytes = least.t3_step_weight_bytes(t3)
     int8 = ChatterboxTurboModel.from_pretrained(folder, quantize="int8")
-    projections = sum(m.weight.numel() for name, m in t3.tfmr.h.named_modules()
-                      if name.endswith(("c_attn", "c_proj", "c_fc")))  # fmt: skip
+    projections = sum(
+        m.weight.numel()
+        for name, m in t3.tfmr.h.named_modules()
+        if name.endswith(("c_attn", "c_proj", "c_fc"))
+    )
     saved = float_bytes - least.t3_step_weight_bytes(int8.t3)
     # 4 -> 1 byte a weight, less 8 bytes a row (scale, column sum): 6 % of the tiny rows
     assert 3 * projections * 0.9 < saved <= 3 * projections
@@ -164,8 +186,9 @@ def test_chatterbox_floor_counts_what_a_step_reads_and_a_pass_computes() -> None
     a, b = torch.randn(3, 5), torch.randn(5, 7)
     assert least.count_flops(lambda: a @ b) == 2 * 3 * 5 * 7
 
-    one = least.floor(10**9, 10**6, 100, 1e11, read_gbps=10.0, gemm_gflops_rate=100.0,
-                      streams=1, audio_s=8.0)  # fmt: skip
+    one = least.floor(
+        10**9, 10**6, 100, 1e11, read_gbps=10.0, gemm_gflops_rate=100.0, streams=1, audio_s=8.0
+    )
     # per step 1e9 + 1e6 (100 + 200 / 2) bytes at 10 GB/s, 25 steps; 1e11 FLOP at 100 GFLOP/s
     assert one["t3_s_per_audio_s"] == pytest.approx(25 * (1e9 + 2e8) / 1e10)
     assert one["s3gen_s_per_audio_s"] == pytest.approx(1.0)
@@ -187,8 +210,11 @@ def test_frame_floor_arithmetic_on_round_numbers() -> None:
     assert part["bytes_ms"] == pytest.approx(200.0) and part["flops_ms"] == pytest.approx(30.0)
     assert part["floor_ms"] == pytest.approx(230.0)
 
-    floors = {"talker_step": {"floor_ms": 10.0}, "code_predictor": {"floor_ms": 20.0},
-              "decoder": {"floor_ms": 5.0}}  # fmt: skip
+    floors = {
+        "talker_step": {"floor_ms": 10.0},
+        "code_predictor": {"floor_ms": 20.0},
+        "decoder": {"floor_ms": 5.0},
+    }
     ours = {"talker_step": 15.0, "code_predictor": 60.0, "decoder": 20.0, "other": 5.0}
     rows = ff.compare(ours, floors)
     assert rows["talker_step"]["ratio"] == pytest.approx(1.5)
@@ -267,12 +293,27 @@ def test_listeners_bench_serves_concurrent_listeners_through_the_real_app(tmp_pa
     tree.mkdir()
     shutil.copy(ROOT / "app.py", tree / "app.py")
     shutil.copytree(ROOT / "assets", tree / "assets")
-    shutil.copytree(ROOT / "tts_core", tree / "tts_core",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    shutil.copytree(
+        ROOT / "tts_core", tree / "tts_core", ignore=shutil.ignore_patterns("__pycache__")
+    )
     out = tmp_path / "listeners.json"
-    command = [sys.executable, str(BENCH / "listeners_bench.py"), "--model", str(TINY),
-               "--listeners", "1", "2", "--rounds", "1", "--json", str(out),
-               "--app-dir", str(tree), "--text", "Two listeners at once."]  # fmt: skip
+    command = [
+        sys.executable,
+        str(BENCH / "listeners_bench.py"),
+        "--model",
+        str(TINY),
+        "--listeners",
+        "1",
+        "2",
+        "--rounds",
+        "1",
+        "--json",
+        str(out),
+        "--app-dir",
+        str(tree),
+        "--text",
+        "Two listeners at once.",
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
@@ -294,11 +335,16 @@ def test_decoder_ab_chunk_options_decode_the_same_stream(tmp_path: Path) -> None
 
     import decoder_ab
 
-    args = argparse.Namespace(config=TINY, rounds=1, threads=1, no_bf16=True, only=[],
-                              profile=False)  # fmt: skip
+    args = argparse.Namespace(
+        config=TINY, rounds=1, threads=1, no_bf16=True, only=[], profile=False
+    )
     rows = {row["option"]: row for row in decoder_ab.run(args)["rows"]}
-    assert set(rows) == {"float32 chunk 6", "float32 chunk 12", "float32 chunk 24",
-                         "float32 chunk 6, oneDNN off"}  # fmt: skip
+    assert set(rows) == {
+        "float32 chunk 6",
+        "float32 chunk 12",
+        "float32 chunk 24",
+        "float32 chunk 6, oneDNN off",
+    }
     assert rows["float32 chunk 6"]["max_abs_diff"] == 0.0
     for row in rows.values():
         assert row["snr_db"] > 100 and row["ms_per_frame"] > 0
@@ -308,9 +354,22 @@ def test_frame_floor_runs_end_to_end_on_the_tiny_checkpoint(tmp_path: Path) -> N
     """A smoke run (no figure): the machine's rates, our frame's parts and the floor land in the
     JSON, and each ratio is ours over the floor of the same row."""
     out = tmp_path / "floor.json"
-    command = [sys.executable, str(BENCH / "frame_floor.py"), "--checkpoint", str(TINY),
-               "--frames", "6", "--size-mb", "16", "--repeats", "1", "--threads", "1",
-               "--json", str(out)]  # fmt: skip
+    command = [
+        sys.executable,
+        str(BENCH / "frame_floor.py"),
+        "--checkpoint",
+        str(TINY),
+        "--frames",
+        "6",
+        "--size-mb",
+        "16",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        str(out),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())

@@ -67,8 +67,9 @@ def open_with_standard_player(page, url: str) -> None:
     the player's script (it clicks the standard player's trigger) and reports to the stats
     panel's: both are there before the page is used."""
     page.goto(url)
-    page.wait_for_function("() => window.__ttsLowLatency && window.__ttsStats",
-                           timeout=BROWSER_HANG_MS)  # fmt: skip
+    page.wait_for_function(
+        "() => window.__ttsLowLatency && window.__ttsStats", timeout=BROWSER_HANG_MS
+    )
     page.get_by_label("Standard (gr.Audio, HLS)").check()
 
 
@@ -80,8 +81,10 @@ def stat(page, name: str) -> str:
 def wait_for_state(page, state: str) -> None:
     page.wait_for_function(
         "(state) => document.querySelector(\"#live-stats [data-s='state']\")?.textContent"
-        " === state", arg=state, timeout=BROWSER_HANG_MS,  # a hang detector, not a speed bound
-    )  # fmt: skip
+        " === state",
+        arg=state,
+        timeout=BROWSER_HANG_MS,  # a hang detector, not a speed bound
+    )
 
 
 def live_audio_events(page) -> list[list]:
@@ -127,9 +130,11 @@ def test_page_streams_audio_that_plays_and_stats_update(app_server, browser_cont
     click = next(e[1] for e in events if e[0] == "click")
     playing = next(e[1] for e in events if e[0] == "playing")
     audible_s = (playing - click) / 1000
-    print(f"time to first audio: engine {stat(page, 'engine')} (request -> first chunk), "
-          f"browser {audible_s:.3f} s (click -> <audio> 'playing'), "
-          f"panel {stat(page, 'heard')}")  # fmt: skip
+    print(
+        f"time to first audio: engine {stat(page, 'engine')} (request -> first chunk), "
+        f"browser {audible_s:.3f} s (click -> <audio> 'playing'), "
+        f"panel {stat(page, 'heard')}"
+    )
     assert audible_s > 0  # how soon is printed, not asserted: a loaded machine takes seconds
     heard_ms = int(re.fullmatch(r"(\d+) ms", stat(page, "heard")).group(1))
     # the panel's heard = press on Generate -> the first 'playing', from the events' own
@@ -158,8 +163,9 @@ def test_bad_input_shows_a_clear_error_in_the_page(app_server, browser_context):
     wait_for_toast(page, "Please enter some text to speak.")
     page.wait_for_function(  # and the stats panel keeps it
         "() => document.querySelector(\"#live-stats [data-s='state']\").textContent"
-        ".startsWith('Error: ')", timeout=BROWSER_HANG_MS,
-    )  # fmt: skip
+        ".startsWith('Error: ')",
+        timeout=BROWSER_HANG_MS,
+    )
     assert "Please enter some text to speak." in stat(page, "state")
     assert "Traceback" not in page.content()
     # the page still works afterwards
@@ -204,8 +210,9 @@ def held_page(espeak_backend):
     backend = HeldBackend(espeak_backend, held=lambda text: text == STOP_TEXT)
     engine = RecordingEngine(backend)
     demo = build_demo(engine).queue()
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
-                            server_port=free_port(), quiet=True)  # fmt: skip
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True
+    )
     try:
         yield url.rstrip("/"), engine, backend
     finally:
@@ -292,8 +299,9 @@ def test_real_page_defaults_to_the_low_latency_player(app_server, browser_contex
     url, _ = app_server
     page = browser_context.new_page()
     page.goto(url)
-    page.wait_for_function("() => window.__ttsLowLatency && window.__ttsStats",
-                           timeout=BROWSER_HANG_MS)  # fmt: skip
+    page.wait_for_function(
+        "() => window.__ttsLowLatency && window.__ttsStats", timeout=BROWSER_HANG_MS
+    )
     page.fill("#text textarea", "The default player of the real page speaks now.")
     page.click("#generate")
     page.wait_for_function(
@@ -303,8 +311,10 @@ def test_real_page_defaults_to_the_low_latency_player(app_server, browser_contex
     run = page.evaluate("() => window.__ttsLowLatency.last")
     assert run["error"] is None, run["error"]
     assert run["samples"] > 24_000 and run["firstSoundMs"] > 0
-    print(f"real page, low-latency player: click -> first sound {run['firstSoundMs']:.0f} ms, "
-          f"engine {run['engineTtfaMs']:.0f} ms")  # fmt: skip
+    print(
+        f"real page, low-latency player: click -> first sound {run['firstSoundMs']:.0f} ms, "
+        f"engine {run['engineTtfaMs']:.0f} ms"
+    )
     page.wait_for_selector("#lowlatency-player [data-ll='download']:not([hidden])")
     wait_for_state(page, "Done")  # the same stats panel, filled by the low-latency player
     assert re.fullmatch(r"\d+ ms", stat(page, "heard"))

@@ -23,8 +23,9 @@ def test_the_browser_tests_drive_the_chosen_chromium(tmp_path):
         page.goto("chrome://version")
         executable = page.text_content("#executable_path").strip()
         version = " ".join(page.text_content("#version").split())
-    installed = subprocess.run([CHROMIUM_PATH, "--version"], capture_output=True, text=True,
-                               timeout=60, check=True).stdout  # fmt: skip
+    installed = subprocess.run(
+        [CHROMIUM_PATH, "--version"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
     number = re.search(r"\d+(?:\.\d+){3}", installed).group(0)
     assert "ms-playwright" not in executable, executable
     assert version.startswith(number), (version, installed)
@@ -34,10 +35,15 @@ def test_the_browser_tests_drive_the_chosen_chromium(tmp_path):
 
 def test_every_browser_test_starts_its_browser_through_conftest():
     """No test module launches a browser of its own (it could pick another build)."""
-    launching = re.compile(r"(chromium|firefox|webkit)\.(launch|connect)|launch_persistent_context|"
-                           r"connect_over_cdp|(sync|async)_playwright\(\)")  # fmt: skip
-    offenders = [path.name for path in sorted(TESTS.glob("test_*.py"))
-                 if path.name != Path(__file__).name  # (its pattern names them)
-                 and launching.search(path.read_text(encoding="utf-8"))]  # fmt: skip
+    launching = re.compile(
+        r"(chromium|firefox|webkit)\.(launch|connect)|launch_persistent_context|"
+        r"connect_over_cdp|(sync|async)_playwright\(\)"
+    )
+    offenders = [
+        path.name
+        for path in sorted(TESTS.glob("test_*.py"))
+        if path.name != Path(__file__).name  # (its pattern names them)
+        and launching.search(path.read_text(encoding="utf-8"))
+    ]
     assert offenders == []
     assert launching.search((TESTS / "conftest.py").read_text(encoding="utf-8"))

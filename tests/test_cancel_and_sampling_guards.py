@@ -46,8 +46,16 @@ def test_model_stops_within_one_frame_of_should_stop(tiny_backend, reference):
         asked.append(1)
         return len(asked) > 3  # stop after the third frame
 
-    chunks = list(model.stream(TEXT, voice, first_chunk_frames=50, chunk_frames=50, greedy=True,
-                               should_stop=should_stop))  # fmt: skip
+    chunks = list(
+        model.stream(
+            TEXT,
+            voice,
+            first_chunk_frames=50,
+            chunk_frames=50,
+            greedy=True,
+            should_stop=should_stop,
+        )
+    )
     assert chunks == [] and len(asked) == 4  # no chunk: three frames made, none decoded
     full = list(model.stream(TEXT, voice, first_chunk_frames=50, chunk_frames=50, greedy=True))
     assert sum(c.frames for c in full) > 4  # without the stop it goes on
@@ -94,10 +102,12 @@ def test_sampler_survives_values_that_overflow_float32(temperature, penalty):
     argmax, the temperature -> 0 limit."""
     generator = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 64, generator=generator) * 5
-    params = SamplingParams(do_sample=True, temperature=temperature, top_k=10, top_p=0.9,
-                            repetition_penalty=penalty)  # fmt: skip
-    sampler = TalkerSampler(params, eos_id=63, suppressed=torch.tensor([60, 61]),
-                            generator=generator, min_new_tokens=0)  # fmt: skip
+    params = SamplingParams(
+        do_sample=True, temperature=temperature, top_k=10, top_p=0.9, repetition_penalty=penalty
+    )
+    sampler = TalkerSampler(
+        params, eos_id=63, suppressed=torch.tensor([60, 61]), generator=generator, min_new_tokens=0
+    )
     history = torch.tensor([[5, 7], [1, 2], [3, 3]])
     ids = sampler(logits, history)
     assert ids.shape == (3,) and bool(((ids >= 0) & (ids < 64)).all())
@@ -145,8 +155,14 @@ def test_ffmpeg_is_not_taken_from_a_planted_folder(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()  # no system ffmpeg on PATH: the wheel's binary must be linked somewhere
     env = {**os.environ, "TMPDIR": str(tmp_path), "PATH": str(empty)}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=60, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     found, ffprobe, folder, mode, owned = done.stdout.split()
     assert str(planted) not in (found, ffprobe, folder)
     assert mode == "0o700" and owned == "True"

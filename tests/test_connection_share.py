@@ -64,9 +64,11 @@ def ws_open(host: str, path: str = "/v1/audio/speech/stream", **connect_args) ->
     """A WebSocket by hand (so that nothing reads it unless the test does): upgraded."""
     sock = connect(host, **connect_args)
     key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
-                 f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-                 "Sec-WebSocket-Version: 13\r\n\r\n".encode())  # fmt: skip
+    sock.sendall(
+        f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+        "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+    )
     head = b""
     while b"\r\n\r\n" not in head:
         head += sock.recv(1)
@@ -75,8 +77,9 @@ def ws_open(host: str, path: str = "/v1/audio/speech/stream", **connect_args) ->
 
 
 def other_visitor() -> httpx.Client:
-    return httpx.Client(timeout=FAIL_AFTER_S,
-                        transport=httpx.HTTPTransport(local_address=OTHER_VISITOR))  # fmt: skip
+    return httpx.Client(
+        timeout=FAIL_AFTER_S, transport=httpx.HTTPTransport(local_address=OTHER_VISITOR)
+    )
 
 
 @contextmanager
@@ -112,12 +115,14 @@ def test_an_http_client_that_never_reads_a_stream_is_aborted(
 ) -> None:
     limits = ConnectionLimits(send_timeout_s=1.0)
     with espeak_server(espeak_backend, tmp_path, limits) as (host, guard, engine):
-        body = json.dumps({"input": SPEECH, "voice": "alloy", "response_format": "pcm",
-                           "stream_format": "audio"}).encode()  # fmt: skip
+        body = json.dumps(
+            {"input": SPEECH, "voice": "alloy", "response_format": "pcm", "stream_format": "audio"}
+        ).encode()
         sock = connect(host, receive_buffer=4096)
-        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: %s\r\ncontent-type: "
-                     b"application/json\r\ncontent-length: %d\r\n\r\n%s"
-                     % (host.encode(), len(body), body))  # fmt: skip
+        sock.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: %s\r\ncontent-type: "
+            b"application/json\r\ncontent-length: %d\r\n\r\n%s" % (host.encode(), len(body), body)
+        )
         until(lambda: engine.active_requests == 1, "the request running")
         until(lambda: guard.open == 0, "the connection aborted and counted out")
         until(lambda: engine.active_requests == 0, "the slot given back")
@@ -131,12 +136,15 @@ def test_a_slow_reader_that_keeps_reading_is_not_aborted(espeak_backend, tmp_pat
     checks, so the client gets every byte (a timeout on the pause alone cut it off)."""
     limits = ConnectionLimits(send_timeout_s=1.0)
     with espeak_server(espeak_backend, tmp_path, limits) as (host, guard, _engine):
-        body = json.dumps({"input": SPEECH, "voice": "alloy", "response_format": "wav",
-                           "stream": False}).encode()  # fmt: skip
+        body = json.dumps(
+            {"input": SPEECH, "voice": "alloy", "response_format": "wav", "stream": False}
+        ).encode()
         with connect(host, receive_buffer=65536) as sock:
-            sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: %s\r\ncontent-type: "
-                         b"application/json\r\ncontent-length: %d\r\n\r\n%s"
-                         % (host.encode(), len(body), body))  # fmt: skip
+            sock.sendall(
+                b"POST /v1/audio/speech HTTP/1.1\r\nHost: %s\r\ncontent-type: "
+                b"application/json\r\ncontent-length: %d\r\n\r\n%s"
+                % (host.encode(), len(body), body)
+            )
             received = b""
             while b"\r\n\r\n" not in received:
                 received += sock.recv(65536)
@@ -231,8 +239,10 @@ def test_a_trickled_body_is_closed_at_the_whole_body_deadline(espeak_backend, tm
     limits = ConnectionLimits(body_idle_timeout_s=1.0, body_timeout_s=2.0)
     with espeak_server(espeak_backend, tmp_path, limits) as (host, guard, _engine):
         sock = connect(host)
-        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: %s\r\ncontent-length: 100000\r\n"
-                     b"content-type: application/json\r\n\r\n{" % host.encode())  # fmt: skip
+        sock.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: %s\r\ncontent-length: 100000\r\n"
+            b"content-type: application/json\r\n\r\n{" % host.encode()
+        )
         stop = threading.Event()
 
         def trickle() -> None:

@@ -41,9 +41,12 @@ def run_entrypoint(tmp_path: Path, data: Path, **env: str) -> tuple[dict[str, st
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     done = subprocess.run(
-        [str(ENTRYPOINT), "env"], capture_output=True, text=True, timeout=60,
+        [str(ENTRYPOINT), "env"],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**base, "HOME": str(home), "TTS_DATA_DIR": str(data), **env},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     pairs = (line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
     return dict(pairs), done.stderr
@@ -91,9 +94,11 @@ def test_the_entrypoint_execs_its_command_in_its_own_place(tmp_path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     process = subprocess.Popen(
-        [str(ENTRYPOINT), "sh", "-c", "echo $$"], stdout=subprocess.PIPE, text=True,
+        [str(ENTRYPOINT), "sh", "-c", "echo $$"],
+        stdout=subprocess.PIPE,
+        text=True,
         env={**os.environ, "HOME": str(home), "TTS_DATA_DIR": str(tmp_path / "absent")},
-    )  # fmt: skip
+    )
     out, _ = process.communicate(timeout=60)
     assert process.returncode == 0 and int(out) == process.pid
 
@@ -107,10 +112,18 @@ def test_the_images_command_line_starts_the_app(tmp_path) -> None:
     home.mkdir()
     python_dir = str(Path(sys.executable).parent)  # `python` there, as in the image
     done = subprocess.run(
-        [*exec_form("ENTRYPOINT"), *exec_form("CMD"), "--help"], cwd=ROOT, capture_output=True,
-        text=True, timeout=120, env={**os.environ, "HOME": str(home),
-        "TTS_DATA_DIR": str(tmp_path / "absent"), "PATH": f"{python_dir}:{os.environ['PATH']}"},
-    )  # fmt: skip
+        [*exec_form("ENTRYPOINT"), *exec_form("CMD"), "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            **os.environ,
+            "HOME": str(home),
+            "TTS_DATA_DIR": str(tmp_path / "absent"),
+            "PATH": f"{python_dir}:{os.environ['PATH']}",
+        },
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: app.py")
     assert "no writable" in done.stderr  # the entrypoint ran first
@@ -129,8 +142,9 @@ def run_torch_install(tmp_path: Path, **build_args: str) -> tuple[int, str, list
     pip.write_text('#!/bin/sh\necho "$@" >> "$PIP_LOG"\n')
     pip.chmod(0o755)
     env = {**args, **build_args, "PIP_LOG": str(log), "PATH": f"{bin_dir}:/usr/bin:/bin"}
-    done = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    done = subprocess.run(
+        ["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=60
+    )
     calls = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
     return done.returncode, done.stderr, calls
 
@@ -198,9 +212,12 @@ def test_the_build_context_keeps_what_the_dockerfile_copies() -> None:
 def run_kernels(step: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k not in ("CC", native.PREBUILT_ENV)}
     return subprocess.run(
-        [sys.executable, str(KERNELS), step], capture_output=True, text=True, timeout=300,
+        [sys.executable, str(KERNELS), step],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**base, "TTS_CORE_CACHE": str(tmp_path / "cache"), **env},
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.skipif(native.compiler() is None, reason="no C compiler to prebuild with")
@@ -212,16 +229,18 @@ def test_the_kernels_prebuilt_in_one_stage_are_found_in_the_other(tmp_path) -> N
     built = run_kernels("build", tmp_path, **{native.PREBUILT_ENV: prebuilt})
     assert built.returncode == 0, built.stderr
     assert len(built.stdout.split()) == len(native.int8_isas_here())
-    checked = run_kernels("check", tmp_path, CC="/nonexistent/cc",
-                          **{native.PREBUILT_ENV: prebuilt})  # fmt: skip
+    checked = run_kernels(
+        "check", tmp_path, CC="/nonexistent/cc", **{native.PREBUILT_ENV: prebuilt}
+    )
     assert checked.returncode == 0, checked.stderr
     assert [line.split(":")[0] for line in checked.stdout.split("\n") if line] == (
         native.int8_isas_here()
     )
     assert not (tmp_path / "cache").exists()  # nothing compiled at check time
     # the check fails the image build where the kernels are missing or a compiler came along
-    empty = run_kernels("check", tmp_path, CC="/nonexistent/cc",
-                        **{native.PREBUILT_ENV: str(tmp_path / "empty")})  # fmt: skip
+    empty = run_kernels(
+        "check", tmp_path, CC="/nonexistent/cc", **{native.PREBUILT_ENV: str(tmp_path / "empty")}
+    )
     assert empty.returncode != 0 and "no prebuilt" in empty.stderr
     with_cc = run_kernels("check", tmp_path, **{native.PREBUILT_ENV: prebuilt})
     assert with_cc.returncode != 0 and "a C compiler is in this image" in with_cc.stderr

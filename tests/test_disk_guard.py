@@ -103,8 +103,12 @@ def test_sweep_touches_only_what_gradio_writes(tmp_path):
     """A GRADIO_TEMP_DIR shared with other programs: their files are neither deleted nor
     counted; an unfinished upload's temporary file (Gradio's `tmp...`) is."""
     old = NOW - 10 * AGE
-    foreign = [tmp_path / "notes.txt", tmp_path / "other-app" / "data.bin",
-               tmp_path / "vibe_edit_history" / "x.json", tmp_path / "abc" / "short-hash.wav"]  # fmt: skip
+    foreign = [
+        tmp_path / "notes.txt",
+        tmp_path / "other-app" / "data.bin",
+        tmp_path / "vibe_edit_history" / "x.json",
+        tmp_path / "abc" / "short-hash.wav",
+    ]
     for path in foreign:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"\0" * 1000)
@@ -177,8 +181,9 @@ def test_sweep_tolerates_files_and_folders_vanishing_meanwhile(tmp_path, monkeyp
 def test_pinned_files_are_never_deleted_nor_counted(tmp_path):
     example = put(tmp_path, "example.wav", 500, NOW - 10 * AGE)
     upload = put(tmp_path, "upload.wav", 100, NOW)
-    sweeper = CacheJanitor(tmp_path, CachePolicy(max_bytes=150, max_age_s=AGE), clock=Clock(),
-                           pinned=[str(example)])  # fmt: skip
+    sweeper = CacheJanitor(
+        tmp_path, CachePolicy(max_bytes=150, max_age_s=AGE), clock=Clock(), pinned=[str(example)]
+    )
 
     report = sweeper.sweep()
 
@@ -195,8 +200,9 @@ def test_start_sweeps_at_once_then_periodically_until_stopped(tmp_path):
         if len(reports) >= 3:
             third.set()
 
-    sweeper = CacheJanitor(tmp_path, CachePolicy(max_age_s=AGE, sweep_every_s=0.01),
-                           clock=Clock(), on_sweep=on_sweep)  # fmt: skip
+    sweeper = CacheJanitor(
+        tmp_path, CachePolicy(max_age_s=AGE, sweep_every_s=0.01), clock=Clock(), on_sweep=on_sweep
+    )
     sweeper.start()
     try:
         assert not stale.exists() and reports  # before start() returned
@@ -236,8 +242,9 @@ class FakeGradio:
         body = b"ok"
         if scope["path"].endswith("/gradio_api/upload") and scope["method"] == "POST":
             self.clock.now += 1
-            path = put(self.root, f"upload{next(self.count)}.wav", self.upload_bytes,
-                       self.clock.now)  # fmt: skip
+            path = put(
+                self.root, f"upload{next(self.count)}.wav", self.upload_bytes, self.clock.now
+            )
             self.uploads.append(path)
             body = json.dumps([str(path)]).encode()
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -363,8 +370,9 @@ def test_the_limiter_forgets_idle_clients_and_remembers_a_bounded_number():
 
 
 def launch(demo) -> str:  # noqa: ANN001
-    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), quiet=True,
-                            prevent_thread_lock=True)  # fmt: skip
+    _, url, _ = demo.launch(
+        server_name="127.0.0.1", server_port=free_port(), quiet=True, prevent_thread_lock=True
+    )
     return url.rstrip("/")
 
 
@@ -380,15 +388,21 @@ def test_a_launched_page_keeps_uploads_under_the_cap_and_limits_each_client(
         paths = []
         for i in range(4):  # 12 MB sent, 8 MB allowed
             clip = os.urandom(3 * MB)  # distinct content: a folder each
-            answer = httpx.post(f"{url}/gradio_api/upload", timeout=60,
-                                files={"files": (f"clip{i}.wav", clip, "audio/wav")})  # fmt: skip
+            answer = httpx.post(
+                f"{url}/gradio_api/upload",
+                timeout=60,
+                files={"files": (f"clip{i}.wav", clip, "audio/wav")},
+            )
             assert answer.status_code == 200, answer.text[:300]
             paths.append(Path(answer.json()[0]))
             assert paths[-1].is_file() and paths[-1].is_relative_to(root)
             assert on_disk(root) <= 8 * MB
         assert [p.exists() for p in paths] == [False, False, True, True]
-        refused = httpx.post(f"{url}/gradio_api/upload", timeout=60,
-                             files={"files": ("clip.wav", b"RIFF", "audio/wav")})  # fmt: skip
+        refused = httpx.post(
+            f"{url}/gradio_api/upload",
+            timeout=60,
+            files={"files": ("clip.wav", b"RIFF", "audio/wav")},
+        )
         assert refused.status_code == 429, refused.text[:300]
         assert 0 < int(refused.headers["retry-after"]) <= 600
     finally:
@@ -414,8 +428,7 @@ def test_a_launched_page_expires_api_results_and_keeps_its_example_clips(
         guard = demo.tts_disk_guard
         assert guard.janitor.running
         client = Client(url, verbose=False, download_files=False)
-        result, stats = client.predict("Hello.", "english", None, "",
-                                       api_name="/synthesize_full")  # fmt: skip
+        result, stats = client.predict("Hello.", "english", None, "", api_name="/synthesize_full")
         assert stats["done"]
         wav = Path(result["path"])
         assert wav.is_file() and wav.is_relative_to(root)
@@ -423,8 +436,11 @@ def test_a_launched_page_expires_api_results_and_keeps_its_example_clips(
         # could take the file first (seen on a loaded machine), leaving the report empty
         guard.janitor.stop()
         reports = SweepCounter(guard.janitor)
-        uploaded = httpx.post(f"{url}/gradio_api/upload", timeout=60,
-                              files={"files": ("clip.wav", b"RIFF", "audio/wav")}).json()[0]  # fmt: skip
+        uploaded = httpx.post(
+            f"{url}/gradio_api/upload",
+            timeout=60,
+            files={"files": ("clip.wav", b"RIFF", "audio/wav")},
+        ).json()[0]
         assert uploaded in demo.upload_file_set  # Gradio's record of created files
         # the upload's second sweep runs after its response: seen in CI to land after the
         # clock change below and take the files first; wait for both of its sweeps

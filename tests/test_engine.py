@@ -67,8 +67,14 @@ def test_phrase_joins_are_crossfaded_without_discontinuity(espeak_backend):
     from tts_core.audio import ChunkJoiner
 
     # the backend marks each new phrase; rebuild the joins to look at the samples around them
-    pieces = list(espeak_backend.stream(TEXT, espeak_backend.create_voice(None, None),
-                                        SynthesisParams(language="english"), threading.Event()))  # fmt: skip
+    pieces = list(
+        espeak_backend.stream(
+            TEXT,
+            espeak_backend.create_voice(None, None),
+            SynthesisParams(language="english"),
+            threading.Event(),
+        )
+    )
     assert sum(p.independent for p in pieces) == 2  # three sentences -> two independent joins
     joiner = ChunkJoiner(overlap=480, fade=120)
     out = np.concatenate([*(joiner.push(p.audio, p.independent) for p in pieces), joiner.finish()])
@@ -130,10 +136,12 @@ def test_concurrent_requests_do_not_corrupt_each_other(engine, speech_like):
     from tts_core.backends.espeak_voice import measure_f0
 
     # two voices an octave apart; buffers leaking between requests would mix their pitches
-    low = SynthesisRequest(TEXT, (RATE, speech_like(3.0, RATE, f0=90.0)), None,
-                           SynthesisParams(language="english"))  # fmt: skip
-    high = SynthesisRequest(TEXT, (RATE, speech_like(3.0, RATE, f0=260.0)), None,
-                            SynthesisParams(language="english"))  # fmt: skip
+    low = SynthesisRequest(
+        TEXT, (RATE, speech_like(3.0, RATE, f0=90.0)), None, SynthesisParams(language="english")
+    )
+    high = SynthesisRequest(
+        TEXT, (RATE, speech_like(3.0, RATE, f0=260.0)), None, SynthesisParams(language="english")
+    )
     jobs = [low, high, low, high]
     sequential = [engine.synthesize(job)[0] for job in jobs]
     results: dict[int, np.ndarray] = {}

@@ -58,8 +58,9 @@ def test_settings_of_an_earlier_call_do_not_carry_over():
     defaults, not the last caller's (a full run's earlier tests set them and the fresh-process
     comparison below failed)."""
     first = speak(PLAIN)
-    get_library().synthesize("Fast and flat.", PLAIN, {PARAM_RATE: 400, PARAM_RANGE: 5},
-                             lambda a: True)  # fmt: skip
+    get_library().synthesize(
+        "Fast and flat.", PLAIN, {PARAM_RATE: 400, PARAM_RANGE: 5}, lambda a: True
+    )
     assert speak(PLAIN).tobytes() == first.tobytes()
 
 
@@ -68,8 +69,14 @@ def test_a_fresh_process_gives_the_same_samples():
     code = (
         "from test_espeak_lib import digest, PLAIN, BREATHY; print(digest(PLAIN), digest(BREATHY))"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "tests", capture_output=True,
-                          text=True, timeout=HANG_GUARD_S, env=_env())  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT / "tests",
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        env=_env(),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == [here[PLAIN], here[BREATHY]]
 

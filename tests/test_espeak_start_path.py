@@ -27,8 +27,13 @@ out = {{}}
 out["jit_modules"] = sorted(m for m in sys.modules if m.split(".")[0] in {JIT_MODULES!r})
 print(json.dumps(out))
 """
-    done = subprocess.run([sys.executable, "-c", report], cwd=ROOT, capture_output=True,
-                          text=True, timeout=HANG_GUARD_S)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", report],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -36,8 +36,9 @@ def launched(engine: Engine, tmp_path: Path):  # noqa: ANN201 - (demo, url)
     from tts_core.server import VoiceRegistry
 
     demo = build_demo(engine, VoiceRegistry(tmp_path / "voices")).queue()
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
-                            server_port=free_port(), quiet=True)  # fmt: skip
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True
+    )
     return demo, url
 
 
@@ -74,18 +75,22 @@ def as_int16(audio: np.ndarray) -> np.ndarray:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("fixture", "named", "spec"),
-    [("qwen3-tiny-cv", {"speaker": "eric", "instructions": "Sound cheerful."},
-      ModelVoice("eric", "Sound cheerful.")),
-     ("qwen3-tiny-vd", {"instructions": "A calm old man."}, ModelVoice(None, "A calm old man."))],
+    [
+        (
+            "qwen3-tiny-cv",
+            {"speaker": "eric", "instructions": "Sound cheerful."},
+            ModelVoice("eric", "Sound cheerful."),
+        ),
+        ("qwen3-tiny-vd", {"instructions": "A calm old man."}, ModelVoice(None, "A calm old man.")),
+    ],
     ids=["custom-voice", "voice-design"],
-)  # fmt: skip
+)
 def test_gradio_client_speaks_a_model_voice(fixture, named, spec, tmp_path):
     from tts_core.backends import load_backend
 
     if not (FIXTURES / fixture).is_dir():
         pytest.skip(f"tests/fixtures/{fixture} is not there")
-    backend, _ = load_backend(str(FIXTURES / fixture), "cpu", allow_fallback=False,
-                              quantize="none")  # fmt: skip
+    backend, _ = load_backend(str(FIXTURES / fixture), "cpu", allow_fallback=False, quantize="none")
     engine = Engine(backend)
     demo, url = launched(engine, tmp_path)
     try:
@@ -137,11 +142,11 @@ def test_a_first_release_plain_http_call_still_works(app_server):
     before = names.index(handlers.MODEL_VOICE_FIELDS[0])  # 20: the list before #41
     data = ["Hello over HTTP.", "english", None, "", *[None] * (before - 4)]
     data[names.index("seed")] = 1234
-    response = httpx.post(f"{url}/gradio_api/call/synthesize_full", json={"data": data},
-                          timeout=60)  # fmt: skip
+    response = httpx.post(f"{url}/gradio_api/call/synthesize_full", json={"data": data}, timeout=60)
     assert response.status_code == 200, response.text
     event = response.json()["event_id"]
-    with httpx.stream("GET", f"{url}/gradio_api/call/synthesize_full/{event}",
-                      timeout=120) as stream:  # fmt: skip
+    with httpx.stream(
+        "GET", f"{url}/gradio_api/call/synthesize_full/{event}", timeout=120
+    ) as stream:
         lines = list(stream.iter_lines())
     assert "event: complete" in lines, lines[-6:]

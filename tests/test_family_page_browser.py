@@ -131,12 +131,15 @@ def test_a_description_speaks_and_its_result_saves_as_a_clone_voice(browser, voi
     assert not page.locator("#speaker").is_visible()  # VoiceDesign has no presets
     page.locator("#instruction-examples").get_by_text("A warm, deep male voice").click()
     # an example fills the box through a server round trip: wait for it (the event), not a time
-    page.wait_for_function("() => document.querySelector('#instructions textarea').value"
-                           ".startsWith('A warm, deep male voice')")  # fmt: skip
+    page.wait_for_function(
+        "() => document.querySelector('#instructions textarea').value"
+        ".startsWith('A warm, deep male voice')"
+    )
     description = page.input_value("#instructions textarea")
     heard = generate(page)
-    assert same_audio(heard, v1_pcm(voice_design, task_type="VoiceDesign",
-                                    instructions=description))  # fmt: skip
+    assert same_audio(
+        heard, v1_pcm(voice_design, task_type="VoiceDesign", instructions=description)
+    )
     page.fill("#design-name input, #design-name textarea", "designed-narrator")
     page.click("#save-design")
     page.locator("#design-result").get_by_text("Saved the voice 'designed-narrator'").wait_for()

@@ -24,8 +24,13 @@ from tts_core.ui.page import EXAMPLES
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-MODELS = ["espeak", "qwen3-tiny-a", "voxcpm2-tiny", "chatterbox-turbo-tiny-a",
-          "chatterbox-english-tiny-a"]  # fmt: skip
+MODELS = [
+    "espeak",
+    "qwen3-tiny-a",
+    "voxcpm2-tiny",
+    "chatterbox-turbo-tiny-a",
+    "chatterbox-english-tiny-a",
+]
 VIEWPORTS = [(1280, 800), (390, 844)]
 UPLOAD_LABEL = "Upload or record a clip"
 SEED = 1
@@ -86,8 +91,9 @@ def test_the_first_generate_and_every_example_speak(browser, served, width, heig
     try:
         page.set_viewport_size({"width": width, "height": height})
         page.goto(url)
-        page.wait_for_function("() => window.__ttsLowLatency && window.__ttsStats",
-                               timeout=BROWSER_HANG_MS)  # fmt: skip
+        page.wait_for_function(
+            "() => window.__ttsLowLatency && window.__ttsStats", timeout=BROWSER_HANG_MS
+        )
         page.locator("#model-status").get_by_text("Voice model").wait_for(timeout=BROWSER_HANG_MS)
         # a fixed seed: a random tiny checkpoint may draw its end token at once for some seeds
         # ("no audio"), which says nothing of the page
@@ -116,8 +122,9 @@ def test_the_first_generate_and_every_example_speak(browser, served, width, heig
             page.wait_for_function(
                 "([text, name]) => document.querySelector('#text textarea').value === text"
                 " && document.querySelector('#voice input').value.startsWith(name)",
-                arg=[text, name], timeout=BROWSER_HANG_MS,
-            )  # fmt: skip
+                arg=[text, name],
+                timeout=BROWSER_HANG_MS,
+            )
             if width < 600 and label != examples[0]:
                 continue  # on the phone: each fills the page in, the first one speaks
             page.locator("#generate").scroll_into_view_if_needed()

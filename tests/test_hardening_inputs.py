@@ -35,8 +35,9 @@ def page(espeak_backend, tmp_path_factory):
     voices = VoiceRegistry(tmp_path_factory.mktemp("voices"))
     voices.register("kept", str(CLIP), None, owner_key=OWNER)
     demo = build_demo(EngineSlot.holding(engine), voices, assets=ASSETS).queue()
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
-                            server_port=free_port(), quiet=True)  # fmt: skip
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True
+    )
     try:
         yield url.rstrip("/"), demo, voices, engine
     finally:
@@ -46,8 +47,9 @@ def page(espeak_backend, tmp_path_factory):
 def uploaded_clip(url: str) -> dict:
     """CLIP uploaded as the page uploads it: a FileData the save event's gr.Audio accepts."""
     with CLIP.open("rb") as f:
-        answer = httpx.post(f"{url}/gradio_api/upload", files=[("files", ("c.wav", f, "audio/wav"))],
-                            timeout=30)  # fmt: skip
+        answer = httpx.post(
+            f"{url}/gradio_api/upload", files=[("files", ("c.wav", f, "audio/wav"))], timeout=30
+        )
     answer.raise_for_status()
     return {"path": answer.json()[0], "meta": {"_type": "gradio.FileData"}}
 
@@ -69,8 +71,7 @@ def test_the_voice_library_events_cannot_be_called_by_name(page):
     url, demo, voices, _ = page
     for name, data in library_calls(url).items():
         for route in ROUTES_BY_NAME:
-            answer = httpx.post(f"{url}/gradio_api/{route}/{name}", json={"data": data},
-                                timeout=30)  # fmt: skip
+            answer = httpx.post(f"{url}/gradio_api/{route}/{name}", json={"data": data}, timeout=30)
             assert answer.status_code == 404, (route, name, answer.status_code, answer.text[:200])
             assert "No API endpoint named" in answer.text
         assert "by-name" not in voices.names()  # nothing saved
@@ -90,15 +91,24 @@ def test_no_internal_event_of_the_page_answers_by_name(page):
 
 def test_the_public_api_and_the_page_s_own_calls_still_pass(page):
     url, demo, _, _ = page
-    answer = httpx.post(f"{url}/gradio_api/call/synthesize_full",
-                        json={"data": ["Hello there.", "english", None, ""]}, timeout=30)  # fmt: skip
+    answer = httpx.post(
+        f"{url}/gradio_api/call/synthesize_full",
+        json={"data": ["Hello there.", "english", None, ""]},
+        timeout=30,
+    )
     assert answer.status_code == 200 and "event_id" in answer.json()
     refresh = next(i for i, fn in demo.fns.items() if fn.api_name == "refresh")
-    answer = httpx.post(f"{url}/gradio_api/run/predict", timeout=30,
-                        json={"fn_index": refresh, "data": [OWNER], "session_hash": "s1"})  # fmt: skip
+    answer = httpx.post(
+        f"{url}/gradio_api/run/predict",
+        timeout=30,
+        json={"fn_index": refresh, "data": [OWNER], "session_hash": "s1"},
+    )
     assert answer.status_code == 200, answer.text[:300]
-    answer = httpx.post(f"{url}/gradio_api/queue/join", timeout=30,
-                        json={"fn_index": 10_000, "data": [], "session_hash": "s1"})  # fmt: skip
+    answer = httpx.post(
+        f"{url}/gradio_api/queue/join",
+        timeout=30,
+        json={"fn_index": 10_000, "data": [], "session_hash": "s1"},
+    )
     assert answer.status_code == 404
 
 

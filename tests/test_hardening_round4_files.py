@@ -58,8 +58,20 @@ def secret(tmp_path_factory) -> dict[str, Path]:
     t = np.arange(48_000) / 24_000
     sf.write(folder / "src.wav", (0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32), 24_000)
     for name in ("secret.ts", "secret.m4a"):
-        subprocess.run([ffmpeg_executable(), "-v", "error", "-y", "-i", str(folder / "src.wav"),
-                        "-c:a", "aac", str(folder / name)], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                ffmpeg_executable(),
+                "-v",
+                "error",
+                "-y",
+                "-i",
+                str(folder / "src.wav"),
+                "-c:a",
+                "aac",
+                str(folder / name),
+            ],
+            check=True,
+        )
     m4a, ts = folder / "secret.m4a", folder / "secret.ts"
     manifests = {
         "hls.m3u8": "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:3\n#EXTINF:2.0,\n"
@@ -104,11 +116,31 @@ def test_clips_of_ffmpeg_s_containers_still_decode(secret, tmp_path):
     """The restriction keeps what a clip is: m4a, mpegts, webm, wma, aac, ac3 and more (the
     whole matrix of 51 formats the issue tried was run by hand; here one per demuxer kind)."""
     src = secret["ts"].parent / "src.wav"
-    for name, codec in (("a.webm", "libopus"), ("a.wma", "wmav2"), ("a.aac", "aac"),
-                        ("a.ac3", "ac3"), ("a.mka", "flac"), ("a.avi", "pcm_s16le")):  # fmt: skip
+    for name, codec in (
+        ("a.webm", "libopus"),
+        ("a.wma", "wmav2"),
+        ("a.aac", "aac"),
+        ("a.ac3", "ac3"),
+        ("a.mka", "flac"),
+        ("a.avi", "pcm_s16le"),
+    ):
         path = tmp_path / name
-        subprocess.run([ffmpeg_executable(), "-v", "error", "-y", "-i", str(src), "-ar", "48000",
-                        "-c:a", codec, str(path)], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                ffmpeg_executable(),
+                "-v",
+                "error",
+                "-y",
+                "-i",
+                str(src),
+                "-ar",
+                "48000",
+                "-c:a",
+                codec,
+                str(path),
+            ],
+            check=True,
+        )
         assert decode_reference(str(path)).seconds == pytest.approx(2.0, abs=0.1), name
     for path in (secret["ts"], secret["m4a"]):
         assert decode_reference(path.read_bytes()).seconds == pytest.approx(2.0, abs=0.1)
@@ -134,17 +166,24 @@ def test_process_recording_and_other_unused_gradio_routes_are_not_served(served,
     left a *_processed.mp4 in the cache."""
     url, _, cache = served
     with secret["dash.mpd"].open("rb") as f:
-        answer = httpx.post(f"{url}/gradio_api/process_recording",
-                            files={"video": ("v.mpd", f, "video/mp4")},
-                            timeout=FAIL_AFTER_S)  # fmt: skip
+        answer = httpx.post(
+            f"{url}/gradio_api/process_recording",
+            files={"video": ("v.mpd", f, "video/mp4")},
+            timeout=FAIL_AFTER_S,
+        )
     assert answer.status_code == 404, answer.status_code
     assert not list(cache.rglob("*_processed.mp4"))
-    for method, path in (("POST", "/gradio_api/vibe-edit"), ("GET", "/gradio_api/vibe-code"),
-                         ("POST", "/gradio_api/component_server"),
-                         ("GET", "/gradio_api/runs"),
-                         ("GET", "/gradio_api/proxy=http://127.0.0.1/"),
-                         ("GET", "/gradio_api/openapi.json"), ("GET", "/monitoring"),
-                         ("POST", "/login"), ("GET", "/gradio_api/a-route-of-a-later-gradio")):  # fmt: skip
+    for method, path in (
+        ("POST", "/gradio_api/vibe-edit"),
+        ("GET", "/gradio_api/vibe-code"),
+        ("POST", "/gradio_api/component_server"),
+        ("GET", "/gradio_api/runs"),
+        ("GET", "/gradio_api/proxy=http://127.0.0.1/"),
+        ("GET", "/gradio_api/openapi.json"),
+        ("GET", "/monitoring"),
+        ("POST", "/login"),
+        ("GET", "/gradio_api/a-route-of-a-later-gradio"),
+    ):
         refused = httpx.request(method, f"{url}{path}", timeout=FAIL_AFTER_S)
         assert refused.status_code == 404, (method, path, refused.status_code)
 
@@ -153,8 +192,16 @@ def test_the_routes_the_page_and_gradio_client_use_still_answer(served):
     """The allow-list's other side (the browser tests and test_hardening_inputs drive the page
     and gradio_client themselves)."""
     url, _, _ = served
-    for path in ("/", "/config", "/gradio_api/info", "/theme.css", "/gradio_api/theme.css",
-                 "/gradio_api/app_id", "/gradio_api/queue/status", "/v1/models"):  # fmt: skip
+    for path in (
+        "/",
+        "/config",
+        "/gradio_api/info",
+        "/theme.css",
+        "/gradio_api/theme.css",
+        "/gradio_api/app_id",
+        "/gradio_api/queue/status",
+        "/v1/models",
+    ):
         answer = httpx.get(f"{url}{path}", timeout=FAIL_AFTER_S)
         assert answer.status_code == 200, (path, answer.status_code)
     uploaded = httpx.post(
@@ -185,8 +232,10 @@ def test_one_request_cannot_store_a_hundred_files(tmp_path_factory):
         assert len(list((folder / "gradio").rglob("c*.wav"))) == 0
         # each file counts: 4 + 4 + 4 + 4 + 4 = the 20 allowed, then 429
         limit = CachePolicy().uploads_per_window
-        answers = [httpx.post(f"{url}/gradio_api/upload", files=_parts(4), timeout=FAIL_AFTER_S)
-                   for _ in range(limit // 4 - 1)]  # fmt: skip
+        answers = [
+            httpx.post(f"{url}/gradio_api/upload", files=_parts(4), timeout=FAIL_AFTER_S)
+            for _ in range(limit // 4 - 1)
+        ]
         assert [a.status_code for a in answers] == [200] * len(answers)
         over = httpx.post(f"{url}/gradio_api/upload", files=_parts(4), timeout=FAIL_AFTER_S)
         assert over.status_code == 429 and over.headers["retry-after"]
@@ -235,14 +284,16 @@ def test_sigterm_to_the_process_group_lets_an_mp3_stream_finish(tmp_path):
     group, the stream ends whole and the app exits 0. Before: ffmpeg died of the signal and the
     response was cut (4 of 5 runs here under load; eSpeak can feed ffmpeg all of its audio
     before the signal lands, so the test above is the deterministic one)."""
-    url, process, log_path = start_app(tmp_path, "--model", "espeak", "--shutdown-timeout", "60",
-                                       start_new_session=True)  # fmt: skip
+    url, process, log_path = start_app(
+        tmp_path, "--model", "espeak", "--shutdown-timeout", "60", start_new_session=True
+    )
     text = "This is a long sentence that keeps the voice busy for a while. " * 60
     request = {"input": text, "voice": "alloy", "response_format": "mp3"}
     try:
         whole = httpx.post(f"{url}/v1/audio/speech", json=request, timeout=FAIL_AFTER_S).content
-        with httpx.stream("POST", f"{url}/v1/audio/speech", json=request,
-                          timeout=FAIL_AFTER_S) as response:  # fmt: skip
+        with httpx.stream(
+            "POST", f"{url}/v1/audio/speech", json=request, timeout=FAIL_AFTER_S
+        ) as response:
             chunks = response.iter_bytes()
             received = next(chunks)  # under way, its ffmpeg running
             os.killpg(process.pid, signal.SIGTERM)  # systemd's stop, Ctrl-C's reach
@@ -284,14 +335,28 @@ def test_an_anti_phase_stereo_m4a_is_not_silent(tmp_path, speech_like):
     voice = speech_like(3.0, 24_000)
     wav, m4a = tmp_path / "anti.wav", tmp_path / "anti.m4a"
     sf.write(wav, np.stack([voice, -voice], axis=1), 24_000)
-    subprocess.run([ffmpeg_executable(), "-v", "error", "-y", "-i", str(wav), "-c:a", "aac",
-                    str(m4a)], check=True)  # fmt: skip
+    subprocess.run(
+        [ffmpeg_executable(), "-v", "error", "-y", "-i", str(wav), "-c:a", "aac", str(m4a)],
+        check=True,
+    )
     audio, _ = prepare_reference(m4a.read_bytes(), Limits())
     assert np.max(np.abs(audio)) == pytest.approx(np.max(np.abs(voice)), rel=0.1)
     truly_silent = tmp_path / "silent.m4a"
     sf.write(wav, np.zeros((48_000, 2), np.float32), 24_000)
-    subprocess.run([ffmpeg_executable(), "-v", "error", "-y", "-i", str(wav), "-c:a", "aac",
-                    str(truly_silent)], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            ffmpeg_executable(),
+            "-v",
+            "error",
+            "-y",
+            "-i",
+            str(wav),
+            "-c:a",
+            "aac",
+            str(truly_silent),
+        ],
+        check=True,
+    )
     with pytest.raises(InputError, match="silent"):
         prepare_reference(truly_silent.read_bytes(), Limits())
 
@@ -353,8 +418,9 @@ def test_a_full_disk_during_an_upload_is_a_507(tmp_path, answers_first):
             await send({"type": "http.response.body", "body": b"Internal Server Error"})
         _no_space()
 
-    http = TestClient(UploadGuard(full_disk_gradio, DiskGuard(tmp_path)),
-                      raise_server_exceptions=False)  # fmt: skip
+    http = TestClient(
+        UploadGuard(full_disk_gradio, DiskGuard(tmp_path)), raise_server_exceptions=False
+    )
     answer = http.post("/gradio_api/upload", files=_parts(1))
     assert answer.status_code == 507, answer.status_code
     assert "disk is full" in answer.json()["detail"]
@@ -373,8 +439,9 @@ def test_another_gradio_failure_is_still_its_own_500(tmp_path):
         await send({"type": "http.response.body", "body": b"Gradio says no"})
         raise RuntimeError("a bug")
 
-    http = TestClient(UploadGuard(failing_gradio, DiskGuard(tmp_path)),
-                      raise_server_exceptions=False)  # fmt: skip
+    http = TestClient(
+        UploadGuard(failing_gradio, DiskGuard(tmp_path)), raise_server_exceptions=False
+    )
     answer = http.post("/gradio_api/upload", files=_parts(1))
     assert answer.status_code == 500 and answer.text == "Gradio says no"
 

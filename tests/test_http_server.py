@@ -67,8 +67,15 @@ def _connect(url: str) -> socket.socket:
 @pytest.fixture(scope="module")
 def guarded_app(tmp_path_factory):
     """The real app with a short head deadline, so the tests wait seconds, not tens."""
-    url, process, log_path = start_app(tmp_path_factory.mktemp("served"), "--model", "espeak",
-                                       "--header-timeout", "2", "--body-timeout", "2")  # fmt: skip
+    url, process, log_path = start_app(
+        tmp_path_factory.mktemp("served"),
+        "--model",
+        "espeak",
+        "--header-timeout",
+        "2",
+        "--body-timeout",
+        "2",
+    )
     yield url, log_path
     process.terminate()
     process.wait(FAIL_AFTER_S)
@@ -113,8 +120,10 @@ def test_slowloris_connections_are_closed_and_the_server_keeps_answering(guarded
 def test_a_stalled_request_body_is_closed(guarded_app):
     url, _ = guarded_app
     with _connect(url) as sock:
-        sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: %s\r\ncontent-length: 100\r\n"
-                     b"content-type: application/json\r\n\r\n{" % _host(url))  # fmt: skip
+        sock.sendall(
+            b"POST /v1/audio/speech HTTP/1.1\r\nHost: %s\r\ncontent-length: 100\r\n"
+            b"content-type: application/json\r\n\r\n{" % _host(url)
+        )
         # past the body deadline the server closes without answering the request
         assert _closed_by_server(sock) == b""
 
@@ -149,8 +158,9 @@ def test_idle_sockets_cannot_exhaust_the_open_files_limit(tmp_path):
     def limit_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 
-    url, process, log_path = start_app(tmp_path, "--model", "espeak", "--header-timeout", "60",
-                                       preexec_fn=limit_files)  # fmt: skip
+    url, process, log_path = start_app(
+        tmp_path, "--model", "espeak", "--header-timeout", "60", preexec_fn=limit_files
+    )
     socks: list[socket.socket] = []
     try:
         socks = [_connect(url) for _ in range(1100)]
@@ -189,14 +199,16 @@ def test_sigterm_drains_answers_503_meanwhile_and_exits_0(own_app):
     url, process, log_path = own_app("--model", "espeak", "--shutdown-timeout", "30")
     ffmpeg_folder = re.search(r"ffmpeg: (\S+)/ffmpeg ->", log_path.read_text())
     request = {"input": SPEECH, "voice": "alloy", "response_format": "pcm"}
-    with httpx.stream("POST", f"{url}/v1/audio/speech", json=request,
-                      timeout=FAIL_AFTER_S) as response:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{url}/v1/audio/speech", json=request, timeout=FAIL_AFTER_S
+    ) as response:
         chunks = response.iter_bytes()
         received = len(next(chunks))  # the stream is under way
         process.send_signal(signal.SIGTERM)
         _wait_for_log(log_path, "SIGTERM: draining", process)
-        refused = httpx.post(f"{url}/v1/audio/speech", json={"input": "Hi.", "voice": "alloy"},
-                             timeout=FAIL_AFTER_S)  # fmt: skip
+        refused = httpx.post(
+            f"{url}/v1/audio/speech", json={"input": "Hi.", "voice": "alloy"}, timeout=FAIL_AFTER_S
+        )
         received += sum(len(chunk) for chunk in chunks)  # the stream in flight ends whole
     assert refused.status_code == 503 and refused.headers["retry-after"], refused.text
     assert "shutting down" in refused.json()["error"]["message"]

@@ -19,8 +19,16 @@ from tts_core.engine import Engine, InputError, Knob, SynthesisParams, Synthesis
 from tts_core.engine.knobs import merge_knobs, parse_knobs, shared_knobs
 from tts_core.ui import build_demo, handlers
 
-BREATHINESS = Knob("breathiness", float, 0.0, 1.0, default=0.25, step=0.05, label="Breathiness",
-                   help="Air in the voice (a test knob: eSpeak does not read it).")  # fmt: skip
+BREATHINESS = Knob(
+    "breathiness",
+    float,
+    0.0,
+    1.0,
+    default=0.25,
+    step=0.05,
+    label="Breathiness",
+    help="Air in the voice (a test knob: eSpeak does not read it).",
+)
 
 
 class Breathy:
@@ -57,9 +65,11 @@ def request(**values) -> SynthesisRequest:  # noqa: ANN003
 def test_the_engine_checks_the_served_backends_own_knob(breathy, espeak_backend):
     engine = Engine(breathy)
     assert engine.prepare(request(breathiness="0.5")).params.get("breathiness") == 0.5
-    for value, message in ((1.5, r"breathiness must be in \[0, 1\]; got 1.5"),
-                           ("loud", "breathiness must be a number"),
-                           (True, "breathiness must be a number")):  # fmt: skip
+    for value, message in (
+        (1.5, r"breathiness must be in \[0, 1\]; got 1.5"),
+        ("loud", "breathiness must be a number"),
+        (True, "breathiness must be a number"),
+    ):
         with pytest.raises(InputError, match=message) as caught:
             engine.prepare(request(breathiness=value))
         assert caught.value.param == "breathiness"
@@ -80,31 +90,41 @@ def test_the_value_reaches_the_stream_by_name(breathy):
 def test_v1_speech_and_the_pcm_route_take_the_knob(breathy, tmp_path):
     with serve(make_api(Engine(breathy), tmp_path)) as url:
         body = {"input": "Hello.", "voice": "alloy", "response_format": "pcm"}
-        answer = httpx.post(f"{url}/v1/audio/speech", json={**body, "breathiness": 0.75,
-                            "first_chunk_frames": 1}, timeout=60)  # fmt: skip
+        answer = httpx.post(
+            f"{url}/v1/audio/speech",
+            json={**body, "breathiness": 0.75, "first_chunk_frames": 1},
+            timeout=60,
+        )
         assert answer.status_code == 200, answer.text[:300]
         assert breathy.seen[-1].get("breathiness") == 0.75
         assert breathy.seen[-1].first_chunk_frames == 1  # a shared knob, now on /v1 too
         streams = len(breathy.seen)
         for bad in (1.5, -0.1, "loud", True):
-            answer = httpx.post(f"{url}/v1/audio/speech", json={**body, "breathiness": bad},
-                                timeout=60)  # fmt: skip
+            answer = httpx.post(
+                f"{url}/v1/audio/speech", json={**body, "breathiness": bad}, timeout=60
+            )
             error = assert_error(answer, 400, "breathiness")
             assert "breathiness must be" in error["message"]
         assert len(breathy.seen) == streams  # refused before any synthesis
 
-        answer = httpx.post(f"{url}/tts_stream/pcm", json={"text": "Hello.", "breathiness": 0.3},
-                            timeout=60)  # fmt: skip
+        answer = httpx.post(
+            f"{url}/tts_stream/pcm", json={"text": "Hello.", "breathiness": 0.3}, timeout=60
+        )
         assert answer.status_code == 200 and breathy.seen[-1].get("breathiness") == 0.3
-        answer = httpx.post(f"{url}/tts_stream/pcm", json={"text": "Hello.", "breathiness": 2},
-                            timeout=60)  # fmt: skip
+        answer = httpx.post(
+            f"{url}/tts_stream/pcm", json={"text": "Hello.", "breathiness": 2}, timeout=60
+        )
         assert_error(answer, 400, "breathiness")
 
         info = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][-1]["info"]
     assert info["knobs"]["breathiness"] == {
-        "type": "number", "minimum": 0.0, "maximum": 1.0, "default": 0.25,
-        "title": "Breathiness", "description": BREATHINESS.help,
-    }  # fmt: skip
+        "type": "number",
+        "minimum": 0.0,
+        "maximum": 1.0,
+        "default": 0.25,
+        "title": "Breathiness",
+        "description": BREATHINESS.help,
+    }
     assert set(info["knobs"]) == {"seed", "first_chunk_frames", "chunk_frames", "breathiness"}
 
 
@@ -165,12 +185,14 @@ def test_gradio_client_passes_the_knob_by_name(breathy, tmp_path):
     from tts_core.server import VoiceRegistry
 
     demo = build_demo(Engine(breathy), VoiceRegistry(tmp_path / "voices")).queue()
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
-                            server_port=free_port(), quiet=True)  # fmt: skip
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True
+    )
     try:
         client = Client(url, verbose=False)
-        _, stats = client.predict(text="Hello there.", breathiness=0.6, seed=5,
-                                  api_name="/synthesize_full")  # fmt: skip
+        _, stats = client.predict(
+            text="Hello there.", breathiness=0.6, seed=5, api_name="/synthesize_full"
+        )
         assert stats["done"]
         assert breathy.seen[-1].get("breathiness") == 0.6 and breathy.seen[-1].seed == 5
         # positional, as the first release's callers do: a knob left out is not set (the
@@ -189,15 +211,26 @@ def test_gradio_client_passes_the_knob_by_name(breathy, tmp_path):
 # ------------------------------------------------------------------------ declarations
 # the knobs declared since the first release, after its names (positional callers keep working)
 # (TADA's three last)
-LATER_KNOBS = ("first_chunk_tokens", "chunk_tokens", "watermark", "exaggeration", "cfg_weight",
-               "min_p")  # fmt: skip
+LATER_KNOBS = (
+    "first_chunk_tokens",
+    "chunk_tokens",
+    "watermark",
+    "exaggeration",
+    "cfg_weight",
+    "min_p",
+)
 SINCE_PRESETS = ("flow_steps", "acoustic_cfg", "noise_temperature")  # TADA's, after speaker
 
 
 def test_the_real_backends_declarations_extend_the_first_releases_api():
     names = handlers.ApiParameters.for_engine().names
-    assert names == (*handlers.FIRST_RELEASE_ORDER, *LATER_KNOBS, "speaker", "instructions",
-                     *SINCE_PRESETS)  # fmt: skip
+    assert names == (
+        *handlers.FIRST_RELEASE_ORDER,
+        *LATER_KNOBS,
+        "speaker",
+        "instructions",
+        *SINCE_PRESETS,
+    )
 
 
 def test_a_knob_declared_twice_differently_is_refused():

@@ -71,10 +71,15 @@ def without_faces(edges: dict[str, set[str]]) -> dict[str, set[str]]:
     """Edges into a package's face replaced by nothing when the importer lives inside that
     package (a submodule importing its own package's face reaches its siblings, which it would
     import directly; the face's re-exports are not a layer)."""
-    faces = {m for m in edges if (ROOT / Path(*m.split(".")[1:]) / f"{FACE}.py").exists()
-             or m == "tts_core"}  # fmt: skip
-    return {m: {t for t in targets if not (t in faces and m.startswith(t + "."))}
-            for m, targets in edges.items()}  # fmt: skip
+    faces = {
+        m
+        for m in edges
+        if (ROOT / Path(*m.split(".")[1:]) / f"{FACE}.py").exists() or m == "tts_core"
+    }
+    return {
+        m: {t for t in targets if not (t in faces and m.startswith(t + "."))}
+        for m, targets in edges.items()
+    }
 
 
 def test_the_import_graph_is_read():

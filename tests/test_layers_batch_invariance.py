@@ -52,8 +52,10 @@ def _passes(stack: DecoderStack, inputs: torch.Tensor, rows_apart: bool) -> list
     caches = stack.new_caches(rows, steps, torch.float32, "cpu")
     starts = [(0, 2), *((p, p + 1) for p in range(2, steps))]
     with torch.inference_mode():
-        return [stack(inputs[:, a:b], Span(caches, a, rows_apart=rows_apart), rope)[:, -1]
-                for a, b in starts]  # fmt: skip
+        return [
+            stack(inputs[:, a:b], Span(caches, a, rows_apart=rows_apart), rope)[:, -1]
+            for a, b in starts
+        ]
 
 
 @pytest.fixture(autouse=True)
@@ -74,8 +76,9 @@ def _cases(rows: int, seed: int):
     for keys in range(1, 17):
         for queries in (1, 2)[:keys]:
             q = torch.randn(rows, 16, queries, Geometry.head_dim, generator=generator)
-            k, v = (torch.randn(rows, 8, keys, Geometry.head_dim, generator=generator)
-                    for _ in range(2))  # fmt: skip
+            k, v = (
+                torch.randn(rows, 8, keys, Geometry.head_dim, generator=generator) for _ in range(2)
+            )
             yield q, k, v, causal_mask(queries, keys - queries, q.device)
 
 
@@ -99,8 +102,9 @@ def test_attention_rows_apart_gives_each_row_what_it_gets_alone(rows: int, monke
     batched_differs = cases = 0
     others = _cases(rows, seed=100 + rows)
     for q, k, v, mask in _cases(rows, seed=rows):
-        alone = [attention.attend(q[r : r + 1], k[r : r + 1], v[r : r + 1], mask)
-                 for r in range(rows)]  # fmt: skip
+        alone = [
+            attention.attend(q[r : r + 1], k[r : r + 1], v[r : r + 1], mask) for r in range(rows)
+        ]
         batched = attention.attend(q, k, v, mask)
         monkeypatch.setattr(layers, "scaled_dot_product", counting)
         kernel_rows.clear()
@@ -117,13 +121,18 @@ def test_attention_rows_apart_gives_each_row_what_it_gets_alone(rows: int, monke
             mq[at], mk[at], mv[at] = q[r], k[r], v[r]
             elsewhere = attention.attend(mq, mk, mv, mask, rows_apart=True)
             assert torch.equal(elsewhere[at : at + 1], alone[r]), (q.shape, k.shape, r)
-    print(f"{rows} rows: the plain batched kernel differs from alone in {batched_differs} of "
-          f"{cases} rows at {torch.get_num_threads()} threads; rows_apart in none")  # fmt: skip
+    print(
+        f"{rows} rows: the plain batched kernel differs from alone in {batched_differs} of "
+        f"{cases} rows at {torch.get_num_threads()} threads; rows_apart in none"
+    )
 
 
-@pytest.mark.skipif(not int8_matmul_available(), reason="no int8 matmul on this CPU "
-                    "(torch._int_mm): the stack with 8-bit projections is not checked here "
-                    "(its attention is, by the test above)")  # fmt: skip
+@pytest.mark.skipif(
+    not int8_matmul_available(),
+    reason="no int8 matmul on this CPU "
+    "(torch._int_mm): the stack with 8-bit projections is not checked here "
+    "(its attention is, by the test above)",
+)
 @pytest.mark.parametrize("rows", [2, 4, 8])
 def test_stack_rows_apart_gives_each_row_what_it_gets_alone(rows: int) -> None:
     stack = _stack()

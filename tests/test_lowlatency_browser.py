@@ -75,8 +75,9 @@ def player_app(espeak_backend, tmp_path_factory):
     slot = EngineSlot.holding(RecordingEngine(espeak_backend, EngineConfig(max_concurrent=2)))
     voices = VoiceRegistry(tmp_path_factory.mktemp("voices"))
     demo = build_demo(slot, voices, concurrency=2).queue()
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
-                            server_port=free_port(), quiet=True)  # fmt: skip
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True
+    )
     try:
         yield url, slot
     finally:
@@ -97,8 +98,9 @@ def serving(slot: EngineSlot, engine: Engine) -> Iterator[Engine]:
 def open_page(page, url: str, text: str = TEXT) -> None:  # noqa: ANN001
     """The page, once the player's script and the stats panel's (which it reports to) ran."""
     page.goto(url)
-    page.wait_for_function("() => window.__ttsLowLatency && window.__ttsStats",
-                           timeout=BROWSER_HANG_MS)  # fmt: skip
+    page.wait_for_function(
+        "() => window.__ttsLowLatency && window.__ttsStats", timeout=BROWSER_HANG_MS
+    )
     page.fill("#text textarea", text)
 
 
@@ -108,8 +110,9 @@ def wait_for_run(page, before: dict | None, condition: str):  # noqa: ANN001, AN
     return page.wait_for_function(
         "(prev) => { const m = window.__ttsLowLatency.last;"
         f" return m && m.clickT !== (prev && prev.clickT) && ({condition}); }}",
-        arg=before, timeout=BROWSER_HANG_MS,
-    ).json_value()  # fmt: skip
+        arg=before,
+        timeout=BROWSER_HANG_MS,
+    ).json_value()
 
 
 def generate_and_wait(page) -> dict:  # noqa: ANN001
@@ -162,8 +165,9 @@ def test_low_latency_player_is_heard_soon_after_the_engine(chromium_page, player
         "() => window.__ttsLowLatency.level() > 0.05", timeout=BROWSER_HANG_MS
     )  # heard
     end = runs[-1]["endCtx"]
-    page.wait_for_function(f"() => window.__ttsLowLatency.context().currentTime > {end}",
-                           timeout=BROWSER_HANG_MS)  # fmt: skip
+    page.wait_for_function(
+        f"() => window.__ttsLowLatency.context().currentTime > {end}", timeout=BROWSER_HANG_MS
+    )
     assert page.evaluate("() => window.__ttsLowLatency.context().state") == "running"
     page.wait_for_selector("#lowlatency-player [data-ll='download']:not([hidden])")
     page.locator("#lowlatency-player").screenshot(path=str(tmp_path / "player.png"))
@@ -176,8 +180,9 @@ def test_stop_after_generation_stops_playback_and_says_so(chromium_page, player_
     url, _ = player_app
     open_page(chromium_page, url, LONG_TEXT)  # eSpeak: generated far faster than it plays
     chromium_page.click("#generate")
-    chromium_page.wait_for_function("() => window.__ttsLowLatency.last?.done === true",
-                                    timeout=BROWSER_HANG_MS)  # fmt: skip
+    chromium_page.wait_for_function(
+        "() => window.__ttsLowLatency.last?.done === true", timeout=BROWSER_HANG_MS
+    )
     end = chromium_page.evaluate("() => window.__ttsLowLatency.last.endCtx")
     assert chromium_page.evaluate("() => window.__ttsLowLatency.context().currentTime") < end
     chromium_page.click("#stop")
@@ -197,8 +202,9 @@ def test_stop_aborts_the_stream_and_the_generation(chromium_page, player_app, he
         open_page(chromium_page, url, LONG_TEXT)
         chromium_page.click("#generate")
         run = held_backend.wait_holding()
-        chromium_page.wait_for_function("() => window.__ttsLowLatency.last?.chunks >= 2",
-                                        timeout=BROWSER_HANG_MS)  # fmt: skip
+        chromium_page.wait_for_function(
+            "() => window.__ttsLowLatency.last?.chunks >= 2", timeout=BROWSER_HANG_MS
+        )
         chromium_page.click("#stop")
         status = "#lowlatency-player [data-ll='status']"
         chromium_page.wait_for_function(
@@ -224,7 +230,7 @@ def test_standard_player_stays_available_behind_the_toggle(chromium_page, player
         "() => { window.__playing = null; document.addEventListener('playing',"
         " (e) => { window.__playing = window.__playing ?? e.timeStamp; }, true);"
         " document.addEventListener('pointerdown', (e) => { window.__press = e.timeStamp; }, true); }"
-    )  # fmt: skip
+    )
     page.get_by_label("Standard (gr.Audio, HLS)").check()
     # its own controls show in low-latency mode only (hidden by the toggle's change event)
     page.wait_for_selector("#lowlatency-player", state="hidden", timeout=BROWSER_HANG_MS)
@@ -255,8 +261,11 @@ def test_uploaded_reference_clip_reaches_the_pcm_route(chromium_page, player_app
     open_page(page, url)
     use_upload(page)
     page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
-    page.wait_for_selector("#reference audio, #reference [data-testid='waveform-controls']",
-                           state="attached", timeout=BROWSER_HANG_MS)  # fmt: skip
+    page.wait_for_selector(
+        "#reference audio, #reference [data-testid='waveform-controls']",
+        state="attached",
+        timeout=BROWSER_HANG_MS,
+    )
     run = generate_and_wait(page)
     voice = slot.engine.runs[-1]["stats"]["voice"]
     assert run["samples"] == slot.engine.runs[-1]["samples"]
@@ -359,9 +368,13 @@ def test_underruns_are_counted_when_generation_falls_behind(
             before = page.evaluate(LAST_RUN)
             page.click("#generate")
             # playback ran dry: the AudioContext's clock is past the last frame scheduled
-            dry = wait_for_run(page, before, "m.error || (m.chunks >= 1 && "
-                               "window.__ttsLowLatency.context().currentTime > m.endCtx"
-                               " && m.chunks)")  # fmt: skip
+            dry = wait_for_run(
+                page,
+                before,
+                "m.error || (m.chunks >= 1 && "
+                "window.__ttsLowLatency.context().currentTime > m.endCtx"
+                " && m.chunks)",
+            )
             gated.gate.set()  # generation goes on, behind playback
             wait_for_run(page, before, "m.done || m.error")
             run = page.evaluate(LAST_RUN)

@@ -78,8 +78,10 @@ def test_hub_download_progress_reaches_the_slot():
         data.update(1000)
         files.update(1)
         assert (slot.progress.phase, slot.progress.done, slot.progress.unit) == (
-            DOWNLOADING, 1000, "B",
-        )  # fmt: skip
+            DOWNLOADING,
+            1000,
+            "B",
+        )
         assert slot.progress.fraction == pytest.approx(0.25)
         download_finished()
     assert slot.progress.phase == LOADING
@@ -100,9 +102,11 @@ def test_a_missing_model_falls_back_with_a_plain_notice(tmp_path):
 
 
 def test_no_network_is_explained_in_plain_words():
-    error = FileNotFoundError("'Qwen/X' is not a local folder and could not be downloaded from "
-                              "the Hub (no network connection to the Hub, and no copy in the "
-                              "local cache): ConnectError: [Errno -2] Name or service not known")  # fmt: skip
+    error = FileNotFoundError(
+        "'Qwen/X' is not a local folder and could not be downloaded from "
+        "the Hub (no network connection to the Hub, and no copy in the "
+        "local cache): ConnectError: [Errno -2] Name or service not known"
+    )
     notice = explain_load_failure("Qwen/X", error)
     assert "cannot reach the Hugging Face Hub" in notice.summary
     assert "--model /path/to/a/downloaded/checkpoint" in notice.summary

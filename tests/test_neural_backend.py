@@ -83,9 +83,15 @@ class TickBackend(NeuralBackend):
     sample_rate, frame_samples, weight_format = 24_000, 1, "float32"
 
     def submit(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
-        return self.scheduler.submit(text, voice, seed=params.seed, **self.knob_values(params),
-                                     first=params.first_chunk_frames, every=params.chunk_frames,
-                                     should_stop=cancel.is_set)  # fmt: skip
+        return self.scheduler.submit(
+            text,
+            voice,
+            seed=params.seed,
+            **self.knob_values(params),
+            first=params.first_chunk_frames,
+            every=params.chunk_frames,
+            should_stop=cancel.is_set,
+        )
 
 
 @pytest.fixture

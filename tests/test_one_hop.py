@@ -154,8 +154,13 @@ def test_a_v1_stream_runs_on_the_event_loop_and_the_model_thread(monkeypatch, tm
     model_thread = log.places["model step"]
     assert len(loop) == 1 and len(model_thread) == 1, log.report()
     assert log.places["model voice"] == model_thread, log.report()  # the clip's voice, too
-    for place in ("engine pipeline", "backend stream", "backend voice", "turn in line",
-                  "saved voice read"):  # fmt: skip
+    for place in (
+        "engine pipeline",
+        "backend stream",
+        "backend voice",
+        "turn in line",
+        "saved voice read",
+    ):
         assert log.places[place] == loop, log.report()
     assert log.threads() == loop | model_thread, log.report()
 

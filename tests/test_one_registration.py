@@ -29,8 +29,9 @@ from tts_core.models import specs
 from tts_core.models.specs import ModelSpec
 
 RATE, FRAME = 24_000, 1920  # samples per second; per frame (the chunk-size unit: 80 ms)
-PITCH = Knob("pitch_hz", float, 50.0, 2000.0, default=220.0, label="Pitch (Hz)",
-             help="The tone's frequency.")  # fmt: skip
+PITCH = Knob(
+    "pitch_hz", float, 50.0, 2000.0, default=220.0, label="Pitch (Hz)", help="The tone's frequency."
+)
 TEXT = "A tone as long as this text."  # one frame per character: 28 x 80 ms = 2.24 s
 VOICE = "arctic-slt"  # a built-in voice: /v1 asks for one (the tone ignores it)
 ASKED, OUT_OF_RANGE = 440.0, 5000.0
@@ -116,11 +117,20 @@ def registered():
 def url(registered, checkpoint, tmp_path_factory):
     import app
 
-    args = app.parse_args(["--model", str(checkpoint), "--wait-for-model", "--no-fallback",
-                           "--voices-dir", str(tmp_path_factory.mktemp("voices"))])  # fmt: skip
+    args = app.parse_args(
+        [
+            "--model",
+            str(checkpoint),
+            "--wait-for-model",
+            "--no-fallback",
+            "--voices-dir",
+            str(tmp_path_factory.mktemp("voices")),
+        ]
+    )
     demo = app.build_app(args)
-    _, address, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
-                                server_port=free_port(), quiet=True)  # fmt: skip
+    _, address, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True
+    )
     yield address.rstrip("/")
     demo.close()
 

@@ -166,8 +166,13 @@ def test_wav_streams_before_generation_ends_and_has_the_engine_length(gated_api)
     """The first bytes come while the synthesis is held (the gate opens only once they are
     here): a response made whole before it is sent never gets past its hang detector."""
     url, engine, backend = gated_api
-    body = {"model": "tts-1", "input": TEXT, "voice": "alloy", "response_format": "wav",
-            "stream_format": "audio"}  # fmt: skip
+    body = {
+        "model": "tts-1",
+        "input": TEXT,
+        "voice": "alloy",
+        "response_format": "wav",
+        "stream_format": "audio",
+    }
     data = b""
     with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=HANG_S) as response:
         assert response.status_code == 200
@@ -214,8 +219,10 @@ def test_a_wav_not_asked_to_stream_is_sent_whole_so_a_saved_file_reads_right(api
     samples = engine.runs[-1]["samples"]
     with wave.open(str(saved)) as clip:
         assert (clip.getnframes(), clip.getframerate()) == (samples, SAMPLE_RATE)
-    for body in ({"response_format": "pcm"}, {"response_format": "wav", "stream": True,
-                                               "stream_format": "audio"}):  # fmt: skip
+    for body in (
+        {"response_format": "pcm"},
+        {"response_format": "wav", "stream": True, "stream_format": "audio"},
+    ):
         streamed = speech(url, input=TEXT, voice="alloy", **body)
         assert streamed.headers.get("transfer-encoding") == "chunked", body
 
@@ -225,12 +232,16 @@ def test_a_client_gone_before_a_whole_response_stops_the_generation(held_backend
     so the file is still being made when the client gives up, however slow the machine; what
     it made after the cancel is counted, not timed."""
     engine = RecordingEngine(held_backend, EngineConfig(max_concurrent=2))
-    body = {"model": "tts-1", "input": LONG_TEXT, "voice": "alloy", "response_format": "wav",
-            "stream": False}  # fmt: skip
+    body = {
+        "model": "tts-1",
+        "input": LONG_TEXT,
+        "voice": "alloy",
+        "response_format": "wav",
+        "stream": False,
+    }
     with serve(make_api(engine, tmp_path / "voices")) as url:
         with pytest.raises(httpx.ReadTimeout):  # the client gives up while the file is made
-            httpx.post(f"{url}/v1/audio/speech", json=body,
-                       timeout=httpx.Timeout(HANG_S, read=1.0))  # fmt: skip
+            httpx.post(f"{url}/v1/audio/speech", json=body, timeout=httpx.Timeout(HANG_S, read=1.0))
         wait_until(lambda: engine.runs and engine.runs[-1]["ended"] is not None, HANG_S)
         run, held = engine.runs[-1], held_backend.runs[-1]
         assert run["cancel"].is_set()
@@ -262,11 +273,24 @@ def test_compressed_formats_decode_to_the_engine_duration(api, fmt):
     from tts_core.audio.ffmpeg import ffmpeg_executable
 
     url, engine = api
-    response = speech(url, input="Hello there, compressed audio.", voice="echo",
-                      response_format=fmt)  # fmt: skip
+    response = speech(
+        url, input="Hello there, compressed audio.", voice="echo", response_format=fmt
+    )
     assert response.status_code == 200, response.text
-    decode = [ffmpeg_executable(), "-v", "error", "-i", "pipe:0", "-f", "s16le", "-ac", "1",
-              "-ar", str(SAMPLE_RATE), "pipe:1"]  # fmt: skip
+    decode = [
+        ffmpeg_executable(),
+        "-v",
+        "error",
+        "-i",
+        "pipe:0",
+        "-f",
+        "s16le",
+        "-ac",
+        "1",
+        "-ar",
+        str(SAMPLE_RATE),
+        "pipe:1",
+    ]
     pcm = subprocess.run(decode, input=response.content, capture_output=True, check=True).stdout
     expected = engine.runs[-1]["samples"] / SAMPLE_RATE
     assert abs(len(pcm) / 2 / SAMPLE_RATE - expected) < 0.1  # priming + last-frame padding
@@ -313,8 +337,12 @@ def test_bad_requests_get_openai_errors(api, body, status, param):
 
 
 def test_body_that_is_not_json_is_a_400(api):
-    response = httpx.post(f"{api[0]}/v1/audio/speech", content=b"{not json", timeout=10,
-                          headers={"Content-Type": "application/json"})  # fmt: skip
+    response = httpx.post(
+        f"{api[0]}/v1/audio/speech",
+        content=b"{not json",
+        timeout=10,
+        headers={"Content-Type": "application/json"},
+    )
     assert_error(response, 400)
 
 
@@ -390,8 +418,19 @@ def test_models_and_voices_are_listed(api):
     models = httpx.get(f"{url}/v1/models", timeout=10).json()
     assert {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"} <= {m["id"] for m in models["data"]}
     voices = httpx.get(f"{url}/v1/audio/voices", timeout=10).json()["data"]
-    stock = {"alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage",
-             "shimmer", "verse"}  # fmt: skip
+    stock = {
+        "alloy",
+        "ash",
+        "ballad",
+        "coral",
+        "echo",
+        "fable",
+        "onyx",
+        "nova",
+        "sage",
+        "shimmer",
+        "verse",
+    }
     assert stock <= {v["id"] for v in voices if v["kind"] == "builtin"}
 
 
@@ -402,12 +441,18 @@ def test_routes_work_on_a_launched_gradio_app(engine, tmp_path):
 
     with gr.Blocks() as demo:
         gr.Markdown("speech API next to a Gradio page")
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
-                            server_port=free_port(), quiet=True)  # fmt: skip
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True
+    )
     try:
         install_routes(demo.app, engine, VoiceRegistry(tmp_path))
-        response = speech(url.rstrip("/"), input="Hello from Gradio.", voice="coral",
-                          response_format="wav", stream_format="audio")  # fmt: skip
+        response = speech(
+            url.rstrip("/"),
+            input="Hello from Gradio.",
+            voice="coral",
+            response_format="wav",
+            stream_format="audio",
+        )
         assert response.status_code == 200
         assert parse_streamed_wav(response.content).size > SAMPLE_RATE // 2
         assert httpx.get(f"{url}gradio_api/info", timeout=10).status_code == 200
@@ -436,8 +481,9 @@ def test_requests_waiting_in_line_do_not_hold_the_shared_pool(espeak_backend, tm
     requests waiting for their turn could take every thread while the head of the line, queued
     behind them, never ran (a deadlock seen with 16 clients on 2 cores). Waiting requests now
     hold no thread at all: their wait for a turn is awaited on the event loop (awaiting.py)."""
-    engine = RecordingEngine(PacedBackend(espeak_backend, 3.0),
-                             EngineConfig(max_concurrent=1, max_queue=4))  # fmt: skip
+    engine = RecordingEngine(
+        PacedBackend(espeak_backend, 3.0), EngineConfig(max_concurrent=1, max_queue=4)
+    )
     body = {"input": LONG_TEXT, "voice": "alloy", "response_format": "pcm"}
     with serve(make_api(engine, tmp_path)) as url:
         with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=60) as first:
@@ -464,8 +510,11 @@ def test_requests_waiting_in_line_do_not_hold_the_shared_pool(espeak_backend, tm
 
 def _threads_in_admission_wait() -> list[str]:
     """The names of the threads waiting for a turn in the engine's line now."""
-    return [threading._active[ident].name for ident, frame in sys._current_frames().items()
-            if ident in threading._active and _in_admission_wait(frame)]  # fmt: skip
+    return [
+        threading._active[ident].name
+        for ident, frame in sys._current_frames().items()
+        if ident in threading._active and _in_admission_wait(frame)
+    ]
 
 
 def _in_admission_wait(frame) -> bool:  # noqa: ANN001 - a frame object

@@ -56,8 +56,14 @@ def voice_design_api(tmp_path_factory):
 
 
 def speech(url: str, **body) -> httpx.Response:  # noqa: ANN003
-    body = {"model": "tts-1", "input": TEXT, "seed": SEED, "response_format": "pcm",
-            "max_new_tokens": 16, **body}  # fmt: skip
+    body = {
+        "model": "tts-1",
+        "input": TEXT,
+        "seed": SEED,
+        "response_format": "pcm",
+        "max_new_tokens": 16,
+        **body,
+    }
     return httpx.post(f"{url}/v1/audio/speech", json=body, timeout=120)
 
 
@@ -68,8 +74,10 @@ def engine_pcm(engine: Engine, spec: ModelVoice) -> bytes:
 
 
 def test_models_say_what_the_checkpoint_does(custom_voice_api, voice_design_api):
-    for (url, _engine), task, speakers in ((custom_voice_api, "CustomVoice", ["serena", "dylan",
-                                            "eric"]), (voice_design_api, "VoiceDesign", [])):  # fmt: skip
+    for (url, _engine), task, speakers in (
+        (custom_voice_api, "CustomVoice", ["serena", "dylan", "eric"]),
+        (voice_design_api, "VoiceDesign", []),
+    ):
         info = httpx.get(f"{url}/v1/models", timeout=60).json()["data"][-1]["info"]
         assert (info["task_type"], info["speakers"], info["needs_reference"]) == (
             task,
@@ -97,14 +105,17 @@ def test_a_preset_voice_with_and_without_instructions(custom_voice_api):
     [
         # not a preset: a saved voice's name, so a reference (Base); the presets are offered
         ({"voice": "vivian"}, "task_type", ["Base", "CustomVoice", "serena, dylan, eric"]),
-        ({"voice": "serena", "task_type": "VoiceDesign"}, "task_type", ["VoiceDesign",
-                                                                         "CustomVoice"]),
+        (
+            {"voice": "serena", "task_type": "VoiceDesign"},
+            "task_type",
+            ["VoiceDesign", "CustomVoice"],
+        ),
         ({"voice": "serena", "task_type": "Base"}, "task_type", ["Base", "CustomVoice"]),
         ({"ref_audio": "data:audio/wav;base64,AAAA"}, "task_type", ["Base", "CustomVoice"]),
         ({"task_type": "Omni"}, "task_type", ["Base", "CustomVoice", "VoiceDesign"]),
         ({"task_type": "CustomVoice"}, "voice", []),  # no preset named
     ],
-)  # fmt: skip
+)
 def test_custom_voice_refusals_name_the_field(custom_voice_api, body, param, words):
     url, engine = custom_voice_api
     error = assert_error(speech(url, **body), 400, param)
@@ -134,9 +145,11 @@ def test_the_task_rules_without_a_server():
         "serena", "Whisper."
     )
     assert task("VoiceDesign", task_type="VoiceDesign", instructions="") == ModelVoice(None, None)
-    for served, body in (("CustomVoice", {"voice": "saved-voice"}),  # a reference: Base
-                         ("VoiceDesign", {"voice": "default"}),  # no reference: CustomVoice
-                         ("Base", {"voice": "x", "task_type": "CustomVoice"})):  # fmt: skip
+    for served, body in (
+        ("CustomVoice", {"voice": "saved-voice"}),  # a reference: Base
+        ("VoiceDesign", {"voice": "default"}),  # no reference: CustomVoice
+        ("Base", {"voice": "x", "task_type": "CustomVoice"}),
+    ):
         with pytest.raises(ApiError, match="does not match the served checkpoint"):
             task(served, **body)
 
@@ -159,9 +172,10 @@ def test_a_0b6_custom_voice_refuses_instructions(tmp_path):
         engine.prepare(SynthesisRequest(TEXT, model_voice=ModelVoice("serena", "Angrily.")))
     assert refused.value.param == "instructions" and "drops" in str(refused.value)
     audio, _ = engine.synthesize(
-        SynthesisRequest(TEXT, params=SynthesisParams(max_new_tokens=4),
-                         model_voice=ModelVoice("serena"))
-    )  # fmt: skip
+        SynthesisRequest(
+            TEXT, params=SynthesisParams(max_new_tokens=4), model_voice=ModelVoice("serena")
+        )
+    )
     assert np.isfinite(audio).all() and audio.size > 0
 
 
@@ -175,7 +189,8 @@ def test_the_websocket_speaks_a_preset_as_it_arrives(custom_voice_api):
     config = {"voice": "eric", "instructions": "Angrily.", "seed": SEED, "max_new_tokens": 16}
     whole = speech(url, **config, stream=False)
     assert whole.status_code == 200, whole.text[:300]
-    audio, messages = speak(host, {**config, "response_format": "pcm"},
-                            pieces_by("word", TEXT, None))  # fmt: skip
+    audio, messages = speak(
+        host, {**config, "response_format": "pcm"}, pieces_by("word", TEXT, None)
+    )
     assert messages[-1]["type"] == "session.done", messages[-1]
     assert audio == whole.content

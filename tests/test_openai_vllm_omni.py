@@ -83,8 +83,9 @@ def test_a_clone_by_ref_audio_is_the_clone_by_an_upload_or_a_saved_voice(qwen3_a
     params = SynthesisParams("auto", seed=SEED)
     uploaded, _ = engine.synthesize(SynthesisRequest(TEXT, str(CLIP), TRANSCRIPT, params))
     expected = to_int16(uploaded).tobytes()
-    by_ref = speech(url, ref_audio=data_url(clip), ref_text=TRANSCRIPT, task_type="Base",
-                    stream=False)  # fmt: skip
+    by_ref = speech(
+        url, ref_audio=data_url(clip), ref_text=TRANSCRIPT, task_type="Base", stream=False
+    )
     assert by_ref.status_code == 200, by_ref.text[:300]
     assert len(expected) > 0 and by_ref.content == expected
 
@@ -93,8 +94,12 @@ def test_a_clone_by_ref_audio_is_the_clone_by_an_upload_or_a_saved_voice(qwen3_a
     decoded = decode_reference(clip).audio
     assert np.array_equal(to_int16(decoded), sf.read(CLIP, dtype="int16")[0])
     files = {"file": ("clip.wav", clip, "audio/wav")}
-    saved = httpx.post(f"{url}/v1/audio/voices", data={"name": "kept", "transcript": TRANSCRIPT},
-                       files=files, timeout=60)  # fmt: skip
+    saved = httpx.post(
+        f"{url}/v1/audio/voices",
+        data={"name": "kept", "transcript": TRANSCRIPT},
+        files=files,
+        timeout=60,
+    )
     assert saved.status_code == 201, saved.text
     by_voice = speech(url, voice="kept", stream=False)
     assert by_voice.status_code == 200 and by_voice.content == expected
@@ -104,9 +109,11 @@ def test_x_vector_only_mode_leaves_the_transcript_out(qwen3_api):
     url, _ = qwen3_api
     clip = data_url(CLIP.read_bytes())
     modes = {}
-    for name, extra in {"icl": {"ref_text": TRANSCRIPT},
-                        "xvec": {"ref_text": TRANSCRIPT, "x_vector_only_mode": True},
-                        "none": {}}.items():  # fmt: skip
+    for name, extra in {
+        "icl": {"ref_text": TRANSCRIPT},
+        "xvec": {"ref_text": TRANSCRIPT, "x_vector_only_mode": True},
+        "none": {},
+    }.items():
         response = speech(url, ref_audio=clip, stream_format="sse", **extra)
         assert response.status_code == 200, response.text[:300]
         events = sse_events(response.text)
@@ -133,8 +140,11 @@ def test_stream_true_means_vllm_omni_sse_events(qwen3_api):
     assert audio == whole.content  # the same seed: the same clone, streamed or not
     frames = len(audio) // 2 / engine.backend.frame_samples
     usage = events[-1][1]["usage"]
-    assert usage == {"input_tokens": 0, "output_tokens": int(np.ceil(frames)),
-                     "total_tokens": int(np.ceil(frames))}  # fmt: skip
+    assert usage == {
+        "input_tokens": 0,
+        "output_tokens": int(np.ceil(frames)),
+        "total_tokens": int(np.ceil(frames)),
+    }
 
 
 class Counting(http.server.BaseHTTPRequestHandler):
@@ -240,8 +250,12 @@ def test_a_vllm_omni_client_works_unchanged(qwen3_api, tmp_path):
     script = tmp_path / "client.py"
     script.write_text(VLLM_OMNI_CLIENT)
     out = tmp_path / "out.wav"
-    done = subprocess.run([sys.executable, str(script), qwen3_api[0], str(CLIP), TRANSCRIPT,
-                           str(out)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), qwen3_api[0], str(CLIP), TRANSCRIPT, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     audio, rate = sf.read(out, dtype="int16")
     assert rate == SAMPLE_RATE and audio.size > 0

@@ -44,8 +44,9 @@ def browser(tmp_path_factory):
 def serve_page(slot: EngineSlot, voices: VoiceRegistry):  # noqa: ANN201 - (demo, url)
     ensure_ffmpeg_on_path()  # the standard gr.Audio player encodes AAC with ffmpeg
     demo = build_demo(slot, voices).queue()
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1",
-                            server_port=free_port(), quiet=True)  # fmt: skip
+    _, url, _ = demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True
+    )
     return demo, url.rstrip("/")
 
 
@@ -112,12 +113,15 @@ def note(page, text: str) -> None:  # noqa: ANN001
 
 def on_top(page, selector: str) -> bool:  # noqa: ANN001
     """Whether the middle of `selector` is the element itself, not something over it."""
-    return page.evaluate("""(selector) => {
+    return page.evaluate(
+        """(selector) => {
         const node = document.querySelector(selector);
         const b = node.getBoundingClientRect();
         const hit = document.elementFromPoint(b.x + b.width / 2, b.y + b.height / 2);
         return !!hit && (hit === node || node.contains(hit));
-    }""", selector)  # fmt: skip
+    }""",
+        selector,
+    )
 
 
 PLAYER_STATUS = "#lowlatency-player [data-ll='status']"
@@ -127,8 +131,9 @@ def test_voice_library_saves_uses_and_deletes_a_voice(browser, site):
     url, engine, _ = site
     page = open_page(browser, url)
     bodies = []
-    page.on("request", lambda r: bodies.append(r.post_data_json) if "/tts_stream/pcm" in r.url
-            else None)  # fmt: skip
+    page.on(
+        "request", lambda r: bodies.append(r.post_data_json) if "/tts_stream/pcm" in r.url else None
+    )
     page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
     page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)
     page.fill("#reference-text textarea, #reference-text input", FEMALE_TRANSCRIPT)
@@ -173,8 +178,12 @@ def test_voice_library_saves_uses_and_deletes_a_voice(browser, site):
 def test_a_voice_registered_through_the_api_cannot_be_deleted_from_the_page(browser, site):
     url, engine, voices = site
     with open(FEMALE_CLIP, "rb") as clip:
-        answer = httpx.post(f"{url}/v1/audio/voices", data={"name": "api-voice"},
-                            files={"file": ("clip.wav", clip, "audio/wav")}, timeout=30)  # fmt: skip
+        answer = httpx.post(
+            f"{url}/v1/audio/voices",
+            data={"name": "api-voice"},
+            files={"file": ("clip.wav", clip, "audio/wav")},
+            timeout=30,
+        )
     assert answer.status_code == 201, answer.text
     page = open_page(browser, url)  # loaded after the registration: it lists the voice
     pick_voice(page, "api-voice")  # not "(saved by you)"
@@ -235,8 +244,9 @@ def test_the_stats_panel_is_filled_by_both_players(browser, site):
     stats = generate(page, engine)
     assert_panel_filled(page, stats, "Standard player")
     assert stat(page, "underruns") == "–"  # counted by the low-latency player only
-    page.wait_for_selector("#full-audio audio, #full-audio [data-testid^='waveform']",
-                           state="attached")  # fmt: skip
+    page.wait_for_selector(
+        "#full-audio audio, #full-audio [data-testid^='waveform']", state="attached"
+    )
 
 
 @pytest.mark.parametrize(("width", "height"), [(1280, 800), (390, 844)])
@@ -256,8 +266,12 @@ def test_text_and_generate_are_in_view_without_scrolling(browser, site, width, h
     for selector in ("#text textarea", "#generate", "#stop"):
         box = page.locator(selector).bounding_box()
         assert box is not None, selector
-        inside = (0 <= box["x"] and box["x"] + box["width"] <= width
-                  and 0 <= box["y"] and box["y"] + box["height"] <= height)  # fmt: skip
+        inside = (
+            0 <= box["x"]
+            and box["x"] + box["width"] <= width
+            and 0 <= box["y"]
+            and box["y"] + box["height"] <= height
+        )
         assert inside, (selector, box, (width, height))
     # in view and on top: the point at its centre is the button itself, once the page settles
     # (under load a start-up overlay, e.g. a pending event's, may still cover it for a moment);
@@ -276,7 +290,7 @@ def test_text_and_generate_are_in_view_without_scrolling(browser, site, width, h
             const b = document.querySelector('#generate').getBoundingClientRect();
             const el = document.elementFromPoint(b.x + b.width / 2, b.y + b.height / 2);
             return el ? el.outerHTML.slice(0, 300) : null;
-        }""")  # fmt: skip
+        }""")
         pytest.fail(f"#generate is covered at its centre by {cover}")
     page.close()
 
@@ -312,7 +326,8 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
         # flickered in front of the bar): Gradio adds its timer text on every poll, inside a
         # wrap it keeps hidden ("hide", opacity 0) for a hidden-progress event; a shown one
         # (no "hide") is recorded
-        page.evaluate("""(selector) => {
+        page.evaluate(
+            """(selector) => {
             window.__overlays = [];
             new MutationObserver((records) => { for (const r of records) for (const n of
                 r.addedNodes) { if (n.nodeType !== 1) continue;
@@ -320,7 +335,9 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
                   if (/progress-text|eta-bar/.test(n.className || '') && wrap
                       && !wrap.classList.contains('hide')) window.__overlays.push(n.className); } })
               .observe(document.querySelector(selector), {subtree: true, childList: true});
-        }""", status)  # fmt: skip
+        }""",
+            status,
+        )
         ticks = []
         page.on("request", lambda r: ticks.append(r.url) if "/run/predict" in r.url else None)
         while len(ticks) < 3:  # three polls
@@ -361,8 +378,10 @@ def test_the_page_follows_the_model_while_it_loads(browser, espeak_backend, tmp_
             k: run[k] for k in ("stats", "chunks", "stopped", "done")
         }
 
-        fallback = Notice("The model could not be loaded, so you hear the offline eSpeak voice "
-                          "instead.", "RuntimeError: weights missing")  # fmt: skip
+        fallback = Notice(
+            "The model could not be loaded, so you hear the offline eSpeak voice instead.",
+            "RuntimeError: weights missing",
+        )
         slot.set(Engine(espeak_backend, notice=fallback))
         page.reload()
         notice = page.locator("#fallback-notice")
@@ -451,8 +470,9 @@ def test_the_plot_of_a_slow_run_tops_out_at_the_audio_made(browser, site):
     url, _, _ = site
     page = open_page(browser, url)
     timeline = [[1.0, 0.16], [30.0, 1.2], [60.0, 2.2], [91.9, 3.2]]
-    page.evaluate("(timeline) => window.__ttsStats.update({chunks: 4, timeline, audio_s: 3.2})",
-                  timeline)  # fmt: skip
+    page.evaluate(
+        "(timeline) => window.__ttsStats.update({chunks: 4, timeline, audio_s: 3.2})", timeline
+    )
     plot = page.locator("#live-stats [data-s='plot'] svg")
     labels = plot.locator("text[text-anchor='end']").all_text_contents()  # the audio axis
     assert max(float(label) for label in labels) == 3.2
@@ -547,8 +567,9 @@ def test_with_private_voices_a_browser_sees_and_uses_only_its_own(browser, priva
     url, engine, voices = private_site
     page = open_page(browser, url)
     bodies = []
-    page.on("request", lambda r: bodies.append(r.post_data_json) if "/tts_stream/pcm" in r.url
-            else None)  # fmt: skip
+    page.on(
+        "request", lambda r: bodies.append(r.post_data_json) if "/tts_stream/pcm" in r.url else None
+    )
     assert "Only this browser will see the voices it saves." in page.text_content("#upload-box")
     page.set_input_files("#reference input[type=file]", str(FEMALE_CLIP))
     page.wait_for_selector("#reference audio", state="attached", timeout=BROWSER_HANG_MS)

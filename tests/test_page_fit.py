@@ -65,8 +65,11 @@ def test_turbo_declares_the_models_own_shortest_clip():
 
 def test_voxcpm_holds_the_reference_its_caches_have_room_for():
     # the release's numbers: 8192 positions, 16 kHz, hop 640, patch 4 -> 6.25 patches/s
-    model = SimpleNamespace(vae=SimpleNamespace(sample_rate=16_000, hop_length=640), patch_size=4,
-                            config=SimpleNamespace(max_length=8192))  # fmt: skip
+    model = SimpleNamespace(
+        vae=SimpleNamespace(sample_rate=16_000, hop_length=640),
+        patch_size=4,
+        config=SimpleNamespace(max_length=8192),
+    )
     needs = reference_needs_of(model)
     # a clip with its transcript takes 2 x 6.25 positions a second; SPEAKING_ROOM stays free
     assert needs.max_seconds == pytest.approx((1 - SPEAKING_ROOM) * 8192 / 12.5, abs=0.01)
@@ -75,8 +78,7 @@ def test_voxcpm_holds_the_reference_its_caches_have_room_for():
 
 
 # ------------------------------------------------------------------ voices fitted to the model
-def test_the_picker_offers_only_voices_that_fit_and_starts_on_a_recording(espeak_backend,
-                                                                          tmp_path):  # fmt: skip
+def test_the_picker_offers_only_voices_that_fit_and_starts_on_a_recording(espeak_backend, tmp_path):
     voices = VoiceRegistry(tmp_path)
     everything = voice_library.choices(voices, None, espeak_backend)
     assert len(everything) == 1 + len(voices.list())  # upload + every built-in voice
@@ -103,8 +105,10 @@ def test_examples_and_the_upload_label_follow_the_declaration(espeak_backend, tm
     turbo_like = PickyBackend(espeak_backend, ChatterboxBackend.reference)
     info = {"needs_reference": False}
     label = page.model_dependent(info, turbo_like)["reference"]
-    assert label == "Reference clip: more than 5 s of speech (6-10 s work best) (optional for " \
-                    "this model)"  # fmt: skip
+    assert (
+        label == "Reference clip: more than 5 s of speech (6-10 s work best) (optional for "
+        "this model)"
+    )
     assert "3-10 s" in page.model_dependent({}, None)["reference"]  # loading: the defaults
 
 
@@ -147,16 +151,14 @@ def test_one_text_limit_on_every_surface(espeak_backend, tmp_path):
         assert speech(url, input=text, voice="alloy", response_format="pcm").status_code == 200
         refused = speech(url, input=over, voice="alloy", response_format="pcm")
         assert refused.status_code == 413 and str(LIMIT) in refused.json()["error"]["message"]
-        pcm = httpx.post(f"{url}/tts_stream/pcm", json={"text": text, "voice": "alloy"},
-                         timeout=60)  # fmt: skip
+        pcm = httpx.post(f"{url}/tts_stream/pcm", json={"text": text, "voice": "alloy"}, timeout=60)
         assert pcm.status_code == 200 and pcm.headers["x-sample-rate"] == "24000"
         # its pieces are one run: "done" only at the last one's end (the page's players and
         # panel said Done after the first piece)
         done = [stats["done"] for stats in stats_frames(pcm.content)]
         assert len(engine.runs) >= 2 * 2 and done.count(True) == 1 and done[-1] is True
         runs = len(engine.runs)
-        pcm = httpx.post(f"{url}/tts_stream/pcm", json={"text": over, "voice": "alloy"},
-                         timeout=60)  # fmt: skip
+        pcm = httpx.post(f"{url}/tts_stream/pcm", json={"text": over, "voice": "alloy"}, timeout=60)
         assert pcm.status_code == 400 and message in pcm.json()["error"]["message"]
         assert len(engine.runs) == runs  # refused before any synthesis
     voices = VoiceRegistry(tmp_path / "voices")
@@ -169,8 +171,12 @@ def test_one_text_limit_on_every_surface(espeak_backend, tmp_path):
         return [{"text": text, "voice": "alloy"}.get(name) for name in api.names]
 
     (_, audio), _ = list(full(*values(text)))[-1]
-    assert audio.size and len(engine.runs) - runs == len(handlers.split_request(
-        handlers.SynthesisRequest(text), LIMIT, 80)) > 1  # fmt: skip
+    assert (
+        audio.size
+        and len(engine.runs) - runs
+        == len(handlers.split_request(handlers.SynthesisRequest(text), LIMIT, 80))
+        > 1
+    )
     with pytest.raises(gr.Error, match=message):
         list(full(*values(over)))
     # the page says the same limit before the cut (page.js counts as the visitor types)
@@ -187,8 +193,9 @@ def test_the_page_never_cuts_the_text(espeak_backend, tmp_path):
 
 
 # ------------------------------------------------------------------ a bad upload
-def test_a_bad_clip_is_refused_when_it_is_uploaded(espeak_backend, tmp_path, write_clip,
-                                                   speech_like):  # fmt: skip
+def test_a_bad_clip_is_refused_when_it_is_uploaded(
+    espeak_backend, tmp_path, write_clip, speech_like
+):
     slot = EngineSlot.holding(picky_engine(espeak_backend, 5.0))
     junk = tmp_path / "notes.wav"
     junk.write_bytes(b"this is not audio at all" * 40)
@@ -197,7 +204,8 @@ def test_a_bad_clip_is_refused_when_it_is_uploaded(espeak_backend, tmp_path, wri
     assert "silent" in voice_library.clip_problem(slot, silent)
     short = write_clip("short.wav", speech_like(3.0, 24_000))
     assert voice_library.clip_problem(slot, short) == (
-        "this model needs a clip longer than 5 s (this one is 3.0 s)")  # fmt: skip
+        "this model needs a clip longer than 5 s (this one is 3.0 s)"
+    )
     assert voice_library.clip_problem(slot, write_clip("ok.wav", speech_like(6.0, 24_000))) is None
     assert voice_library.clip_problem(slot, None) is None
     loading = EngineSlot("some/model")  # before the model is known: the engine's own checks

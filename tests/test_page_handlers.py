@@ -23,9 +23,18 @@ OWNER, STRANGER = "owner-key-of-this-browser", "someone-else"
 
 def page_outputs(engine, text, reference=None, first=2, steady=6, voice=None, voices=None):
     """The page's handler, its inputs by name (the API's parameter names)."""
-    outputs = handlers.stream_to_page(engine, text, language="english", reference=reference,
-                                      reference_text="", seed=-1, first_chunk_frames=first,
-                                      chunk_frames=steady, voice=voice, voices=voices)  # fmt: skip
+    outputs = handlers.stream_to_page(
+        engine,
+        text,
+        language="english",
+        reference=reference,
+        reference_text="",
+        seed=-1,
+        first_chunk_frames=first,
+        chunk_frames=steady,
+        voice=voice,
+        voices=voices,
+    )
     return list(outputs)
 
 
@@ -76,8 +85,9 @@ def test_request_notices_reach_the_stats(engine, write_clip, speech_like):
 
 
 def test_a_named_voice_replaces_the_clip_and_its_transcript(engine, voices, write_clip):
-    request = handlers.make_request("Hi", "auto", write_clip("x.wav", np.zeros(100)), "other",
-                                    voice="coral", voices=voices)  # fmt: skip
+    request = handlers.make_request(
+        "Hi", "auto", write_clip("x.wav", np.zeros(100)), "other", voice="coral", voices=voices
+    )
     voice, clip = voices.load("coral")
     rate, audio = request.reference
     assert rate == 24_000 and np.array_equal(audio, clip)
@@ -107,16 +117,34 @@ def test_the_api_keeps_the_first_releases_order_and_not_the_registry(engine, voi
 
 
 def test_positional_and_named_values_make_the_same_request(engine):
-    positional = handlers.make_request("Hi", "english", None, "", 0.7, 40, 0.9, 1.1, 9, 1, 3,
-                                       1.5, 12)  # fmt: skip
-    named = handlers.make_request(text="Hi", language="english", temperature=0.7, top_k=40,
-                                  top_p=0.9, repetition_penalty=1.1, seed=9, first_chunk_frames=1,
-                                  chunk_frames=3, cfg_value=1.5, inference_timesteps=12)  # fmt: skip
+    positional = handlers.make_request(
+        "Hi", "english", None, "", 0.7, 40, 0.9, 1.1, 9, 1, 3, 1.5, 12
+    )
+    named = handlers.make_request(
+        text="Hi",
+        language="english",
+        temperature=0.7,
+        top_k=40,
+        top_p=0.9,
+        repetition_penalty=1.1,
+        seed=9,
+        first_chunk_frames=1,
+        chunk_frames=3,
+        cfg_value=1.5,
+        inference_timesteps=12,
+    )
     assert positional.params == named.params
-    assert named.params.values == {"temperature": 0.7, "top_k": 40, "top_p": 0.9,
-                                   "repetition_penalty": 1.1, "seed": 9, "first_chunk_frames": 1,
-                                   "chunk_frames": 3, "cfg_value": 1.5,
-                                   "inference_timesteps": 12}  # fmt: skip
+    assert named.params.values == {
+        "temperature": 0.7,
+        "top_k": 40,
+        "top_p": 0.9,
+        "repetition_penalty": 1.1,
+        "seed": 9,
+        "first_chunk_frames": 1,
+        "chunk_frames": 3,
+        "cfg_value": 1.5,
+        "inference_timesteps": 12,
+    }
     assert type(named.params.values["top_k"]) is int
 
 
@@ -161,8 +189,10 @@ def test_model_line_and_notice_follow_the_slot(engine):
 
 
 def test_notice_is_plain_with_its_details_folded(engine):
-    info = {"notice": "The model could not be loaded, so you hear eSpeak.",
-            "notice_details": "RuntimeError: <trace>"}  # fmt: skip
+    info = {
+        "notice": "The model could not be loaded, so you hear eSpeak.",
+        "notice_details": "RuntimeError: <trace>",
+    }
     html = notice_html(info)
     assert "<b>" not in html and "<strong>" not in html
     assert "<details><summary>Details</summary><pre>RuntimeError: &lt;trace&gt;</pre>" in html
@@ -206,17 +236,22 @@ def test_save_stores_the_clip_and_warms_the_voice(engine, voices, write_clip, sp
         ("fresh", "short", "at least 1 s"),
     ],
 )
-def test_save_errors_are_the_registrys_messages(engine, voices, write_clip, speech_like,
-                                                name, clip, message):  # fmt: skip
-    clips = {"good": write_clip("good.wav", speech_like(3.0, 24_000)),
-             "short": write_clip("short.wav", speech_like(0.4, 24_000)), None: None}  # fmt: skip
+def test_save_errors_are_the_registrys_messages(
+    engine, voices, write_clip, speech_like, name, clip, message
+):
+    clips = {
+        "good": write_clip("good.wav", speech_like(3.0, 24_000)),
+        "short": write_clip("short.wav", speech_like(0.4, 24_000)),
+        None: None,
+    }
     voices.register("taken", clips["good"], None)
     with pytest.raises(gr.Error, match=message):
         voice_library.save_voice(EngineSlot.holding(engine), voices, name, clips[clip], "", OWNER)
 
 
-def test_a_full_disk_is_reported_without_a_path(engine, voices, write_clip, speech_like,
-                                                monkeypatch):  # fmt: skip
+def test_a_full_disk_is_reported_without_a_path(
+    engine, voices, write_clip, speech_like, monkeypatch
+):
     import tts_core.server.voices as registry_module
 
     def full(*_args, **_kwargs):
@@ -284,8 +319,9 @@ def test_with_an_api_key_the_page_does_not_write_the_voice_store(engine, voices)
     for api, editable in ((None, True), (ApiConfig(), True), (locked, False)):
         config = build_demo(engine, voices, api=api).get_config_file()
         (save,) = [c for c in config["components"] if c["props"].get("elem_id") == "save-voice"]
-        fns = [d for d in config["dependencies"] if save["id"] in
-               [t[0] for t in d.get("targets", [])]]  # fmt: skip
+        fns = [
+            d for d in config["dependencies"] if save["id"] in [t[0] for t in d.get("targets", [])]
+        ]
         assert bool(fns) == editable  # no save event at all on a locked server
 
 
@@ -349,8 +385,9 @@ def test_a_private_voice_speaks_only_for_the_browser_that_saved_it(engine, priva
     for key in (STRANGER, None):
         with pytest.raises(gr.Error, match="There is no voice named 'mine'"):
             list(page(*values.values(), key))
-    endpoint = handlers.bind(handlers.synthesize_full, EngineSlot.holding(engine),
-                             private_voices, api)  # fmt: skip
+    endpoint = handlers.bind(
+        handlers.synthesize_full, EngineSlot.holding(engine), private_voices, api
+    )
     with pytest.raises(gr.Error, match="There is no voice named 'mine'"):
         list(endpoint(*values.values()))  # as Gradio calls it: by position
     assert list(endpoint(*(values | {"voice": "alloy"}).values()))[-1][1]["done"]

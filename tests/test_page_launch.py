@@ -19,8 +19,7 @@ HELLO = {"text": "Hello from the page's own launch.", "language": "english"}
 
 
 def launch(demo, **kwargs) -> str:  # noqa: ANN001
-    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), quiet=True,
-                            **kwargs)  # fmt: skip
+    _, url, _ = demo.launch(server_name="127.0.0.1", server_port=free_port(), quiet=True, **kwargs)
     return url.rstrip("/")
 
 
@@ -68,8 +67,11 @@ def test_gradio_api_callers_without_a_voice_keep_working(engine, tmp_path):
         every = ["Hello.", "english", None, "", 0.9, 50, 1.0, 1.05, -1, 2, 6, 2.0, 10]
         _, stats = client.predict(*every, "coral", api_name="/synthesize_full")
         assert stats["voice"]["variant"].startswith("+f")  # coral: a female voice
-        event = httpx.post(f"{url}/gradio_api/call/synthesize_full", json={"data": every_input(*every, None)},
-                           timeout=30).json()["event_id"]  # fmt: skip
+        event = httpx.post(
+            f"{url}/gradio_api/call/synthesize_full",
+            json={"data": every_input(*every, None)},
+            timeout=30,
+        ).json()["event_id"]
         answer = httpx.get(f"{url}/gradio_api/call/synthesize_full/{event}", timeout=60).text
         assert "event: complete" in answer, answer[-500:]
     finally:

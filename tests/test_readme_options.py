@@ -26,8 +26,13 @@ def test_the_readme_table_is_the_one_the_parser_makes():
 
 
 def test_help_says_every_options_default_and_environment_variable():
-    text = subprocess.run([sys.executable, str(ROOT / "app.py"), "--help"], capture_output=True,
-                          text=True, check=True, cwd=ROOT).stdout  # fmt: skip
+    text = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
     flat = " ".join(text.split())  # argparse wraps lines anywhere
     for action in options():
         flag = action.option_strings[0]
@@ -39,8 +44,14 @@ def test_the_table_names_the_scaling_options_and_every_model_family():
     table = app.options_table()
     for flag in ("--replicas", "--ray-address", "--min-replicas", "--max-replicas"):
         assert f"| `{flag}` |" in table
-    for model in ("http(s)://HOST:PORT/v1", "ResembleAI/chatterbox-turbo", "ResembleAI/chatterbox)",
-                  "openbmb/VoxCPM2", "Qwen/Qwen3-TTS-12Hz-0.6B-Base", "'espeak'"):  # fmt: skip
+    for model in (
+        "http(s)://HOST:PORT/v1",
+        "ResembleAI/chatterbox-turbo",
+        "ResembleAI/chatterbox)",
+        "openbmb/VoxCPM2",
+        "Qwen/Qwen3-TTS-12Hz-0.6B-Base",
+        "'espeak'",
+    ):
         assert model in table, model
 
 

@@ -74,16 +74,20 @@ def unfit_voices(port: int, code: str) -> dict[str, str]:
     listed = httpx.get(f"http://127.0.0.1:{port}/v1/audio/voices", timeout=SNIPPET_HANG_S)
     voices = {voice["id"]: voice for voice in listed.json()["data"]}
     named = [name for name in voices_named(code) if name in voices]
-    return {name: voices[name].get("unfit_reason", "does not fit") for name in named
-            if voices[name].get("fits_model") is False}  # fmt: skip
+    return {
+        name: voices[name].get("unfit_reason", "does not fit")
+        for name in named
+        if voices[name].get("fits_model") is False
+    }
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
 def server(request, tmp_path_factory):
     """(model name, port) of `app.py --model ...` with the model loaded."""
     model = request.param
-    url, process, _log = start_app(tmp_path_factory.mktemp(f"readme-{model}"), "--model",
-                                   MODELS[model], "--no-fallback")  # fmt: skip
+    url, process, _log = start_app(
+        tmp_path_factory.mktemp(f"readme-{model}"), "--model", MODELS[model], "--no-fallback"
+    )
     yield model, int(url.rsplit(":", 1)[1])
     stop_app(process)
 
@@ -104,8 +108,9 @@ def run_snippet(snippet: Snippet, port: int, folder: Path) -> subprocess.Complet
     else:
         (folder / "snippet.py").write_text(code)
         command = [str(folder / ".venv" / "bin" / "python"), "snippet.py"]
-    return subprocess.run(command, cwd=folder, capture_output=True, text=True,
-                          timeout=SNIPPET_HANG_S)  # fmt: skip
+    return subprocess.run(
+        command, cwd=folder, capture_output=True, text=True, timeout=SNIPPET_HANG_S
+    )
 
 
 def assert_audio_files_read_right(folder: Path) -> list[str]:

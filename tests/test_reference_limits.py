@@ -52,8 +52,13 @@ print(json.dumps(result))
 
 def measure(path: Path, warm_clip: str) -> dict:
     """prepare_reference(path) in a fresh process: its result and the peak RSS it added."""
-    done = subprocess.run([sys.executable, "-c", _MEASURE, str(path), warm_clip],
-                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(path), warm_clip],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -95,8 +100,15 @@ def test_flac_of_an_hour_reads_only_the_kept_seconds(tmp_path, warm_clip):
 def _wav_header(rate: int, channels: int, frames: int) -> bytes:
     data_bytes = frames * channels * 2
     fmt = struct.pack("<HHIIHH", 1, channels, rate, rate * channels * 2, channels * 2, 16)
-    return (b"RIFF" + struct.pack("<I", 36 + data_bytes) + b"WAVEfmt " + struct.pack("<I", 16)
-            + fmt + b"data" + struct.pack("<I", data_bytes))  # fmt: skip
+    return (
+        b"RIFF"
+        + struct.pack("<I", 36 + data_bytes)
+        + b"WAVEfmt "
+        + struct.pack("<I", 16)
+        + fmt
+        + b"data"
+        + struct.pack("<I", data_bytes)
+    )
 
 
 @pytest.mark.parametrize(
@@ -156,8 +168,11 @@ def test_ffmpeg_decodes_a_real_m4a_from_bytes(tmp_path, speech_like):
 
     wav, m4a = tmp_path / "v.wav", tmp_path / "v.m4a"
     sf.write(wav, speech_like(3.0, 24_000), 24_000)
-    subprocess.run([ffmpeg_executable(), "-v", "error", "-i", str(wav), "-c:a", "aac", str(m4a)],
-                   check=True, timeout=60)  # fmt: skip
+    subprocess.run(
+        [ffmpeg_executable(), "-v", "error", "-i", str(wav), "-c:a", "aac", str(m4a)],
+        check=True,
+        timeout=60,
+    )
     decoded = decode_reference(m4a.read_bytes(), max_seconds=2.0)
     assert decoded.audio.size == 2 * SAMPLE_RATE and decoded.was_cut
     assert float(np.abs(decoded.audio).max()) > 0.1

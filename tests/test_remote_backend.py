@@ -62,8 +62,14 @@ def front(request, remote, tmp_path_factory):
 
 
 def speech(url: str, **body) -> httpx.Response:  # noqa: ANN003
-    body = {"model": "tts-1", "input": TEXT, "seed": 99, "response_format": "pcm",
-            "stream": False, **body}  # fmt: skip
+    body = {
+        "model": "tts-1",
+        "input": TEXT,
+        "seed": 99,
+        "response_format": "pcm",
+        "stream": False,
+        **body,
+    }
     return httpx.post(f"{url}/v1/audio/speech", json=body, timeout=120)
 
 
@@ -84,8 +90,12 @@ def test_the_front_gives_the_remotes_own_bytes(front, remote, with_text):
 def test_a_saved_voice_of_the_front_and_the_knobs_reach_the_remote(front, remote):
     url, _ = front
     files = {"file": ("clip.wav", CLIP.read_bytes(), "audio/wav")}
-    saved = httpx.post(f"{url}/v1/audio/voices", data={"name": "kept", "transcript": TRANSCRIPT},
-                       files=files, timeout=60)  # fmt: skip
+    saved = httpx.post(
+        f"{url}/v1/audio/voices",
+        data={"name": "kept", "transcript": TRANSCRIPT},
+        files=files,
+        timeout=60,
+    )
     assert saved.status_code == 201, saved.text
     greedy = {"top_k": 1, "temperature": 0.5, "language": "english"}
     direct = speech(remote[0][: -len("/v1")], ref_audio=clip_url(), ref_text=TRANSCRIPT, **greedy)
@@ -117,8 +127,13 @@ def test_the_remotes_refusal_is_our_error(front, remote):
 def test_a_cancelled_request_stops_the_remotes_work(front, remote):
     url, _ = front
     runs = len(remote[1].runs)
-    body = {"input": "Cancel me please, " * 3, "ref_audio": clip_url(), "response_format": "pcm",
-            "chunk_frames": 1, "first_chunk_frames": 1}  # fmt: skip
+    body = {
+        "input": "Cancel me please, " * 3,
+        "ref_audio": clip_url(),
+        "response_format": "pcm",
+        "chunk_frames": 1,
+        "first_chunk_frames": 1,
+    }
     with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=60) as response:
         assert response.status_code == 200
         next(response.iter_bytes())
@@ -156,8 +171,11 @@ def test_a_busy_remote_is_our_busy_answer(remote, tmp_path):
         own = assert_error(speech(remote_url, ref_audio=clip_url()), 503)  # the remote itself
         refused = speech(url, ref_audio=clip_url())
         error = assert_error(refused, 503)
-        assert (error["type"], error["code"]) == (own["type"], own["code"]) == ("server_busy",
-                                                                               "engine_busy")  # fmt: skip
+        assert (
+            (error["type"], error["code"])
+            == (own["type"], own["code"])
+            == ("server_busy", "engine_busy")
+        )
         assert refused.headers["retry-after"] == "1" and "busy" in error["message"]
         held.release()
         assert speech(url, ref_audio=clip_url()).status_code == 200  # busy was for the moment
@@ -174,8 +192,11 @@ def test_connecting_to_nothing_is_a_backend_error(free_port):
 
 def test_a_bare_vllm_omni_model_list_means_qwen3_tts_at_24_khz():
     info = RemoteInfo.from_models({"object": "list", "data": [{"id": "Qwen/Qwen3-TTS-Base"}]})
-    assert (info.model, info.sample_rate, info.frame_samples) == ("Qwen/Qwen3-TTS-Base", 24_000,
-                                                                  1920)  # fmt: skip
+    assert (info.model, info.sample_rate, info.frame_samples) == (
+        "Qwen/Qwen3-TTS-Base",
+        24_000,
+        1920,
+    )
     assert info.needs_reference
 
 
@@ -194,7 +215,21 @@ def test_app_serves_the_page_from_a_remote(remote, launch_app):
     info = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][-1]["info"]
     assert info["backend"] == "remote" and info["sample_rate"] == 24_000
     client = Client(url, verbose=False)
-    outputs = list(client.submit("Hello from the page.", "english", handle_file(str(CLIP)), "",
-                                 0.9, 50, 1.0, 1.05, 7, 2, 4, api_name="/synthesize"))  # fmt: skip
+    outputs = list(
+        client.submit(
+            "Hello from the page.",
+            "english",
+            handle_file(str(CLIP)),
+            "",
+            0.9,
+            50,
+            1.0,
+            1.05,
+            7,
+            2,
+            4,
+            api_name="/synthesize",
+        )
+    )
     stats = outputs[-1][1]
     assert stats["backend"] == "remote" and stats["done"], stats

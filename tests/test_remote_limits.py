@@ -178,30 +178,39 @@ def test_the_audio_of_a_request_is_capped(fake_remote) -> None:
     heard = 0
     with pytest.raises(BackendError, match="more than 30 s of audio"):
         voice = Voice(backend.name, None, {})
-        for chunk in backend.stream("Hello there.", voice, SynthesisParams("english"),
-                                    threading.Event()):  # fmt: skip
+        for chunk in backend.stream(
+            "Hello there.", voice, SynthesisParams("english"), threading.Event()
+        ):
             heard += len(chunk.audio)
     assert heard <= limit * RATE
 
 
-@pytest.mark.parametrize(("media", "stream_format"),
-                         [("text/html", "audio"), ("application/json", "audio"),
-                          ("audio/pcm", "sse")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("media", "stream_format"),
+    [("text/html", "audio"), ("application/json", "audio"), ("audio/pcm", "sse")],
+)
 def test_an_answer_that_is_not_audio_is_refused(fake_remote, media, stream_format) -> None:
     def page(handler: Fake) -> None:
         data = b"<html><body>Hello</body></html>"
         handler.head(200, media, content_length=str(len(data)))
         handler.body(iter([data]))
 
-    backend = RemoteBackend.connect(fake_remote(Script(listing(), page)),
-                                    stream_format=stream_format)  # fmt: skip
+    backend = RemoteBackend.connect(
+        fake_remote(Script(listing(), page)), stream_format=stream_format
+    )
     with pytest.raises(BackendError, match=f"answered {media}, not"):
         speak(backend)
 
 
-@pytest.mark.parametrize(("said", "passed_on"),
-                         [("99999999999999999999", MAX_RETRY_AFTER_S), ("0", 1), ("7", 7),
-                          ("Wed, 21 Oct 2015 07:28:00 GMT", 5)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("said", "passed_on"),
+    [
+        ("99999999999999999999", MAX_RETRY_AFTER_S),
+        ("0", 1),
+        ("7", 7),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 5),
+    ],
+)
 def test_the_remotes_retry_after_is_clamped(fake_remote, said, passed_on) -> None:
     def busy(handler: Fake) -> None:
         data = json.dumps({"error": {"message": "busy"}}).encode()
@@ -221,9 +230,17 @@ def test_the_remotes_concurrency_is_clamped(fake_remote) -> None:
 
 @pytest.mark.parametrize(
     "info",
-    [{"sample_rate": 0}, {"sample_rate": -5}, {"sample_rate": 24000.5}, {"sample_rate": "24k"},
-     {"sample_rate": 10**9}, {"frame_ms": 0}, {"frame_ms": -80}, {"max_concurrent": 0}],
-)  # fmt: skip
+    [
+        {"sample_rate": 0},
+        {"sample_rate": -5},
+        {"sample_rate": 24000.5},
+        {"sample_rate": "24k"},
+        {"sample_rate": 10**9},
+        {"frame_ms": 0},
+        {"frame_ms": -80},
+        {"max_concurrent": 0},
+    ],
+)
 def test_the_remotes_absurd_numbers_refuse_it_at_start(fake_remote, info) -> None:
     """A rate of 0 was a ZeroDivisionError traceback later; -5 was accepted."""
     (name,) = info

@@ -33,8 +33,9 @@ def remote(request, tmp_path_factory):
 
     if not (FIXTURES / request.param).is_dir():
         pytest.skip(f"tests/fixtures/{request.param} is not there")
-    backend, _ = load_backend(str(FIXTURES / request.param), "cpu", allow_fallback=False,
-                              quantize="none")  # fmt: skip
+    backend, _ = load_backend(
+        str(FIXTURES / request.param), "cpu", allow_fallback=False, quantize="none"
+    )
     engine = Engine(backend)
     with serve(make_api(engine, tmp_path_factory.mktemp("voices"))) as url:
         yield f"{url}/v1", engine
@@ -55,8 +56,10 @@ def test_the_front_speaks_the_remotes_own_voices(remote):
     url, engine = remote
     front = front_of(url)
     backend = front.backend
-    assert (backend.task_type, backend.speakers) == (engine.backend.task_type,
-                                                     tuple(engine.backend.speakers))  # fmt: skip
+    assert (backend.task_type, backend.speakers) == (
+        engine.backend.task_type,
+        tuple(engine.backend.speakers),
+    )
     assert front.info()["task_type"] == engine.backend.task_type and not backend.can_clone
     if backend.task_type == "CustomVoice":
         spec = ModelVoice(backend.speakers[1], "Speak with a smile.")
@@ -83,10 +86,25 @@ def test_the_remotes_refusal_names_the_preset(remote):
 
 def test_a_model_list_says_the_task_or_it_is_base():
     assert RemoteInfo.from_models({"data": [{"id": "m"}]}).task_type == "Base"
-    info = RemoteInfo.from_models({"data": [{"id": "m", "info": {
-        "task_type": "CustomVoice", "speakers": ["a", "b"], "instruct_supported": True}}]})  # fmt: skip
+    info = RemoteInfo.from_models(
+        {
+            "data": [
+                {
+                    "id": "m",
+                    "info": {
+                        "task_type": "CustomVoice",
+                        "speakers": ["a", "b"],
+                        "instruct_supported": True,
+                    },
+                }
+            ]
+        }
+    )
     assert (info.task_type, info.speakers, info.instruct_supported) == (
-        "CustomVoice", ("a", "b"), True)  # fmt: skip
+        "CustomVoice",
+        ("a", "b"),
+        True,
+    )
     with pytest.raises(ValueError, match="task_type"):
         RemoteInfo.from_models({"data": [{"info": {"task_type": "Other"}}]})
     with pytest.raises(ValueError, match="speakers"):

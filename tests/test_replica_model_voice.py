@@ -59,8 +59,9 @@ def custom_voice_engine():
     pytest.importorskip("ray.serve")
     from tts_core.backends import load_backend
 
-    backend, _ = load_backend(str(FIXTURES / "qwen3-tiny-cv"), "cpu", allow_fallback=False,
-                              quantize="none")  # fmt: skip
+    backend, _ = load_backend(
+        str(FIXTURES / "qwen3-tiny-cv"), "cpu", allow_fallback=False, quantize="none"
+    )
     return Engine(backend)
 
 
@@ -81,7 +82,9 @@ def ingress_over(engine: Engine) -> tuple[Engine, FakeHandle]:
 def test_the_ingress_forwards_the_preset_and_its_instruction(custom_voice_engine) -> None:
     ingress, handle = ingress_over(custom_voice_engine)
     assert (ingress.backend.task_type, ingress.backend.speakers) == (
-        "CustomVoice", tuple(custom_voice_engine.backend.speakers))  # fmt: skip
+        "CustomVoice",
+        tuple(custom_voice_engine.backend.speakers),
+    )
     spec = ModelVoice(speaker="dylan", instruct="Speak slowly and calmly.")
     params = SynthesisParams("auto", seed=7, max_new_tokens=12)
     request = SynthesisRequest(TEXT, params=params, model_voice=spec)

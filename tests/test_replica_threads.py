@@ -42,10 +42,20 @@ def test_replica_engine_deploys_with_this_processes_thread_count(monkeypatch) ->
         built.append(real(*args, **kwargs))
         return SimpleNamespace(bind=lambda replica_args: bound.append(replica_args))
 
-    info = {"model": "m", "sample_rate": 24000, "frame_ms": 80.0, "needs_reference": False,
-            "description": "", "max_concurrent": 1, "backend": "espeak", "torch_threads": 3,
-            "reads_language": True, "weight_format": "float32", "weight_format_reason": "",
-            "decode_step": None}  # fmt: skip
+    info = {
+        "model": "m",
+        "sample_rate": 24000,
+        "frame_ms": 80.0,
+        "needs_reference": False,
+        "description": "",
+        "max_concurrent": 1,
+        "backend": "espeak",
+        "torch_threads": 3,
+        "reads_language": True,
+        "weight_format": "float32",
+        "weight_format_reason": "",
+        "decode_step": None,
+    }
     handle = SimpleNamespace(
         info=SimpleNamespace(remote=lambda: SimpleNamespace(result=lambda: info))
     )

@@ -95,8 +95,14 @@ def single_process(orders: list[list[tuple[int, str, int]]], folder: Path) -> di
 
     out = folder / "single.npz"
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
-    done = subprocess.run([sys.executable, "-c", SINGLE, str(out), json.dumps(orders), *ARGS],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", SINGLE, str(out), json.dumps(orders), *ARGS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     with np.load(out) as saved:
         return {int(i): saved[i].tobytes() for i in saved.files}
@@ -145,23 +151,28 @@ def test_a_killed_replica_ends_its_stream_with_an_error_and_the_next_request_suc
     url, engine = replicas
     known = dict(engine.backend.served_by)
     events = []
-    with httpx.stream("POST", f"{url}/v1/audio/speech", json=body(LONG, 7, stream=True),
-                      timeout=300) as response:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{url}/v1/audio/speech", json=body(LONG, 7, stream=True), timeout=300
+    ) as response:
         lines = response.iter_lines()
         for line in lines:  # the first delta: the request runs on a replica
             if line.startswith("data: "):
                 events.append(json.loads(line[6:]))
                 break
         serving = next(r for r, n in engine.backend.served_by.items() if n > known.get(r, 0))
-        name = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                    if a["name"].endswith(f"#{serving}"))  # fmt: skip
+        name = next(
+            a["name"]
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].endswith(f"#{serving}")
+        )
         ray.kill(ray.get_actor(name, namespace="serve"))
         events += [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
     assert events[0]["type"] == "speech.audio.delta"
     assert events[-1]["type"] == "speech.audio.error", events[-1]
     assert "replica" in events[-1]["error"]["message"]
-    after = httpx.post(f"{url}/v1/audio/speech", json=body("Still here?", 3, stream=False),
-                       timeout=300)  # fmt: skip
+    after = httpx.post(
+        f"{url}/v1/audio/speech", json=body("Still here?", 3, stream=False), timeout=300
+    )
     assert after.status_code == 200 and len(after.content) > 0
 
 
@@ -187,8 +198,17 @@ def test_without_replicas_nothing_of_ray_is_imported(tmp_path):
         "import tts_core.server.openai_api\n"
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "TTS_VOICES_DIR": str(tmp_path),
-                               "GRADIO_TEMP_DIR": str(tmp_path / "gradio")})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "TTS_VOICES_DIR": str(tmp_path),
+            "GRADIO_TEMP_DIR": str(tmp_path / "gradio"),
+        },
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"

@@ -78,8 +78,9 @@ def _speech(url: str, clip: Path, **body) -> httpx.Response:
 
 @pytest.mark.parametrize(("folder", "clip"), [case[:2] for case in CASES], ids=IDS)
 def test_v1_and_engine_stats_round_trip(folder, clip, tmp_path):
-    backend, notice = load_backend(str(FIXTURES / folder), "cpu", allow_fallback=False,
-                                   quantize="none")  # fmt: skip
+    backend, notice = load_backend(
+        str(FIXTURES / folder), "cpu", allow_fallback=False, quantize="none"
+    )
     assert notice is None
     engine = Engine(backend, EngineConfig(max_concurrent=1, max_queue=4))
     try:
@@ -94,8 +95,9 @@ def test_v1_and_engine_stats_round_trip(folder, clip, tmp_path):
         request = SynthesisRequest(TEXT, reference=(rate, samples))
         audio, stats = engine.synthesize(request)
         assert isinstance(stats["seed"], int)
-        seeded = SynthesisRequest(TEXT, reference=(rate, samples),
-                                  params=SynthesisParams(seed=stats["seed"]))  # fmt: skip
+        seeded = SynthesisRequest(
+            TEXT, reference=(rate, samples), params=SynthesisParams(seed=stats["seed"])
+        )
         repeated_audio, repeated_stats = engine.synthesize(seeded)
         assert repeated_stats["seed"] == stats["seed"]
         assert repeated_audio.tobytes() == audio.tobytes()
@@ -109,8 +111,10 @@ def _espeak_runs(espeak_backend, tmp_path, seeds) -> list[httpx.Response]:
     engine = Engine(espeak_backend, EngineConfig(max_concurrent=1, max_queue=4))
     with serve(make_api(engine, tmp_path)) as url:
         body = {"model": "tts-1", "input": TEXT, "response_format": "pcm", "voice": "alloy"}
-        runs = [httpx.post(f"{url}/v1/audio/speech", json={**body, "seed": seed}, timeout=120)
-                for seed in seeds]  # fmt: skip
+        runs = [
+            httpx.post(f"{url}/v1/audio/speech", json={**body, "seed": seed}, timeout=120)
+            for seed in seeds
+        ]
     assert [run.status_code for run in runs] == [200] * len(seeds)
     return runs
 
@@ -141,7 +145,13 @@ with tempfile.TemporaryDirectory() as folder:
 """
     paths = [str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                          env=env, timeout=HANG_GUARD_S)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=HANG_GUARD_S,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.strip().splitlines()[-1]

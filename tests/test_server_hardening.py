@@ -48,9 +48,13 @@ def clip(write_clip, speech_like) -> str:
 
 def register(url: str, clip: str, headers: dict | None = None, **fields) -> httpx.Response:  # noqa: ANN003
     with open(clip, "rb") as f:
-        return httpx.post(f"{url}/v1/audio/voices", data={"transcript": "hi", **fields},
-                          files={"file": ("c.wav", f, "audio/wav")}, headers=headers or {},
-                          timeout=30)  # fmt: skip
+        return httpx.post(
+            f"{url}/v1/audio/voices",
+            data={"transcript": "hi", **fields},
+            files={"file": ("c.wav", f, "audio/wav")},
+            headers=headers or {},
+            timeout=30,
+        )
 
 
 # ----------------------------------------------------------------- D2: cross-site requests
@@ -58,8 +62,9 @@ def test_other_sites_cannot_register_or_overwrite_voices(api, clip):
     """curl .../v1/audio/voices -H 'Origin: https://evil.example' -F name=v -F replace=true
     -F transcript=OVERWRITTEN -F file=@good.wav   # was 201"""
     assert register(api, clip, name="v").status_code == 201
-    refused = register(api, clip, {"Origin": EVIL}, name="v", replace="true",
-                       transcript="OVERWRITTEN")  # fmt: skip
+    refused = register(
+        api, clip, {"Origin": EVIL}, name="v", replace="true", transcript="OVERWRITTEN"
+    )
     assert assert_error(refused, 403)["code"] == "origin_not_allowed"
     voices = httpx.get(f"{api}/v1/audio/voices", timeout=10).json()["data"]
     assert next(v for v in voices if v["id"] == "v")["transcript"] == "hi"
@@ -75,8 +80,12 @@ def test_json_sent_as_text_plain_is_refused(api):
     for headers in ({"Content-Type": "text/plain"}, {"Content-Type": "text/plain", "Origin": EVIL}):
         response = httpx.post(f"{api}/v1/audio/speech", content=body, headers=headers, timeout=10)
         assert response.status_code in (403, 415), response.text
-    plain = httpx.post(f"{api}/tts_stream/pcm", content=json.dumps({"text": "x"}),
-                       headers={"Content-Type": "text/plain"}, timeout=10)  # fmt: skip
+    plain = httpx.post(
+        f"{api}/tts_stream/pcm",
+        content=json.dumps({"text": "x"}),
+        headers={"Content-Type": "text/plain"},
+        timeout=10,
+    )
     assert_error(plain, 415)
 
 
@@ -84,23 +93,29 @@ def test_other_sites_cannot_start_syntheses_even_with_json(api):
     """Gradio answers CORS preflights for any origin on a public bind, so a page can send real
     JSON; the Origin check refuses it on both synthesis routes."""
     headers = {"Origin": EVIL}
-    speech = httpx.post(f"{api}/v1/audio/speech", json={"input": "x", "voice": "alloy"},
-                        headers=headers, timeout=10)  # fmt: skip
+    speech = httpx.post(
+        f"{api}/v1/audio/speech", json={"input": "x", "voice": "alloy"}, headers=headers, timeout=10
+    )
     assert_error(speech, 403)
     pcm = httpx.post(f"{api}/tts_stream/pcm", json={"text": "x"}, headers=headers, timeout=10)
     assert_error(pcm, 403)
     for origin in ("null", "file://", "http://127.0.0.1.evil.example"):
-        response = httpx.post(f"{api}/tts_stream/pcm", json={"text": "x"},
-                              headers={"Origin": origin}, timeout=10)  # fmt: skip
+        response = httpx.post(
+            f"{api}/tts_stream/pcm", json={"text": "x"}, headers={"Origin": origin}, timeout=10
+        )
         assert_error(response, 403)
 
 
 def test_the_servers_own_page_and_clients_without_origin_pass(api):
     port = api.rsplit(":", 1)[1]
-    for headers in ({}, {"Origin": f"http://127.0.0.1:{port}"},
-                    {"Origin": f"http://localhost:{port}", "Host": f"localhost:{port}"}):  # fmt: skip
-        response = httpx.post(f"{api}/tts_stream/pcm", json={"text": TEXT}, headers=headers,
-                              timeout=30)  # fmt: skip
+    for headers in (
+        {},
+        {"Origin": f"http://127.0.0.1:{port}"},
+        {"Origin": f"http://localhost:{port}", "Host": f"localhost:{port}"},
+    ):
+        response = httpx.post(
+            f"{api}/tts_stream/pcm", json={"text": TEXT}, headers=headers, timeout=30
+        )
         assert response.status_code == 200, (headers, response.text[:200])
 
 
@@ -108,29 +123,48 @@ def test_dns_rebinding_host_is_refused_on_loopback(api):
     """A page at evil.example re-points its name to 127.0.0.1: same-origin for the browser,
     but the request names Host: evil.example."""
     headers = {"Host": "evil.example:7860", "Origin": "http://evil.example:7860"}
-    for method, path in (("GET", "/v1/audio/voices"), ("DELETE", "/v1/audio/voices/x"),
-                         ("POST", "/tts_stream/pcm")):  # fmt: skip
-        response = httpx.request(method, f"{api}{path}", headers=headers, json={"text": "x"},
-                                 timeout=10)  # fmt: skip
+    for method, path in (
+        ("GET", "/v1/audio/voices"),
+        ("DELETE", "/v1/audio/voices/x"),
+        ("POST", "/tts_stream/pcm"),
+    ):
+        response = httpx.request(
+            method, f"{api}{path}", headers=headers, json={"text": "x"}, timeout=10
+        )
         assert assert_error(response, 403)["code"] == "host_not_allowed"
 
 
 def test_allowed_origins_and_public_bind(engine, tmp_path):
     access = AccessPolicy(bind_host="127.0.0.1", allowed_origins=("https://app.example.org",))
     with serve(make_app(engine, tmp_path, access=access)) as url:
-        ok = httpx.post(f"{url}/tts_stream/pcm", json={"text": TEXT}, timeout=30,
-                        headers={"Origin": "https://app.example.org"})  # fmt: skip
+        ok = httpx.post(
+            f"{url}/tts_stream/pcm",
+            json={"text": TEXT},
+            timeout=30,
+            headers={"Origin": "https://app.example.org"},
+        )
         assert ok.status_code == 200
         named = httpx.get(f"{url}/v1/models", headers={"Host": "app.example.org"}, timeout=10)
         assert named.status_code == 200  # an allowed origin's host may name the server
     public = AccessPolicy(bind_host="0.0.0.0")
     with serve(make_app(engine, tmp_path, access=public)) as url:
         # any Host is fine on a public bind, but a foreign Origin still is not
-        same = httpx.post(f"{url}/tts_stream/pcm", json={"text": TEXT}, timeout=30,
-                          headers={"Host": "tts.example.org", "Origin": "https://tts.example.org"})  # fmt: skip
+        same = httpx.post(
+            f"{url}/tts_stream/pcm",
+            json={"text": TEXT},
+            timeout=30,
+            headers={"Host": "tts.example.org", "Origin": "https://tts.example.org"},
+        )
         assert same.status_code == 200
-        assert_error(httpx.post(f"{url}/tts_stream/pcm", json={"text": TEXT}, timeout=10,
-                                headers={"Host": "tts.example.org", "Origin": EVIL}), 403)  # fmt: skip
+        assert_error(
+            httpx.post(
+                f"{url}/tts_stream/pcm",
+                json={"text": TEXT},
+                timeout=10,
+                headers={"Host": "tts.example.org", "Origin": EVIL},
+            ),
+            403,
+        )
 
 
 def test_api_key_guards_v1_only(engine, tmp_path):
@@ -141,8 +175,12 @@ def test_api_key_guards_v1_only(engine, tmp_path):
             assert assert_error(response, 401)["code"] == "invalid_api_key"
         good = {"Authorization": "Bearer s3cret"}
         assert httpx.get(f"{url}/v1/models", headers=good, timeout=10).status_code == 200
-        speech = httpx.post(f"{url}/v1/audio/speech", headers=good, timeout=30,
-                            json={"input": TEXT, "voice": "alloy", "response_format": "pcm"})  # fmt: skip
+        speech = httpx.post(
+            f"{url}/v1/audio/speech",
+            headers=good,
+            timeout=30,
+            json={"input": TEXT, "voice": "alloy", "response_format": "pcm"},
+        )
         assert speech.status_code == 200 and len(speech.content) > 1000
         # the page's own route takes no key (the page cannot hold one); Origin guards it
         assert (
@@ -191,9 +229,11 @@ def test_the_openai_sdks_request_passes_the_key_check_and_a_wrong_key_does_not(e
             refused = sdk_speech(url, key)
             assert assert_error(refused, 401)["code"] == "invalid_api_key"
             assert refused.headers["www-authenticate"] == "Bearer"
-        models = httpx.get(f"{url}/v1/models", timeout=10,
-                           headers={**SDK_HEADERS, "Accept": "application/json",
-                                    "Authorization": "Bearer s3cret"})  # fmt: skip
+        models = httpx.get(
+            f"{url}/v1/models",
+            timeout=10,
+            headers={**SDK_HEADERS, "Accept": "application/json", "Authorization": "Bearer s3cret"},
+        )
         assert models.status_code == 200 and models.json()["data"]
 
 
@@ -206,8 +246,9 @@ def test_the_openai_sdk_itself_gets_speech_with_the_key(engine, tmp_path):
     )
     with serve(make_app(engine, tmp_path, access=AccessPolicy(api_key="s3cret"))) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="s3cret", max_retries=0)
-        speech = client.audio.speech.create(model="tts-1", voice="alloy", input=TEXT,
-                                            response_format="pcm")  # fmt: skip
+        speech = client.audio.speech.create(
+            model="tts-1", voice="alloy", input=TEXT, response_format="pcm"
+        )
         assert len(speech.content) > 24_000
         assert client.models.list().data
         wrong = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0)
@@ -235,9 +276,11 @@ def _chunked_upload(url: str, total_bytes: int) -> tuple[int, int]:
     """Send a chunked multipart body of `total_bytes` without Content-Length; returns
     (status, bytes the server let us send before it answered)."""
     boundary = "b0undary"
-    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nbig\r\n"
-            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
-            "Content-Type: audio/wav\r\n\r\n").encode()  # fmt: skip
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="name"\r\n\r\nbig\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+        "Content-Type: audio/wav\r\n\r\n"
+    ).encode()
     sent = 0
 
     def body():  # noqa: ANN202
@@ -251,8 +294,7 @@ def _chunked_upload(url: str, total_bytes: int) -> tuple[int, int]:
 
     headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
     try:
-        response = httpx.post(f"{url}/v1/audio/voices", content=body(), headers=headers,
-                              timeout=30)  # fmt: skip
+        response = httpx.post(f"{url}/v1/audio/voices", content=body(), headers=headers, timeout=30)
         return response.status_code, sent
     except httpx.HTTPError:  # the server may close the connection after answering
         return 413, sent
@@ -299,8 +341,9 @@ def test_max_file_size_applies_to_voice_registration(engine, tmp_path, write_cli
 )
 def test_malformed_json_is_a_400(api, raw):
     for route in ("/v1/audio/speech", "/tts_stream/pcm"):
-        response = httpx.post(f"{api}{route}", content=raw, timeout=30,
-                              headers={"Content-Type": "application/json"})  # fmt: skip
+        response = httpx.post(
+            f"{api}{route}", content=raw, timeout=30, headers={"Content-Type": "application/json"}
+        )
         assert assert_error(response, 400)["code"] == "invalid_json"
 
 
@@ -308,15 +351,24 @@ def test_multipart_with_too_many_parts_or_a_huge_field_is_a_400(api, clip):
     with open(clip, "rb") as f:
         data = f.read()
     three_files = [("file", (f"{i}.wav", data, "audio/wav")) for i in range(3)]
-    response = httpx.post(f"{api}/v1/audio/voices", data={"name": "v"}, files=three_files,
-                          timeout=30)  # fmt: skip
+    response = httpx.post(
+        f"{api}/v1/audio/voices", data={"name": "v"}, files=three_files, timeout=30
+    )
     assert assert_error(response, 400)["code"] == "invalid_form"
     many = {f"f{i}": "x" for i in range(12)}
-    response = httpx.post(f"{api}/v1/audio/voices", data={"name": "v", **many},
-                          files={"file": ("a.wav", data)}, timeout=30)  # fmt: skip
+    response = httpx.post(
+        f"{api}/v1/audio/voices",
+        data={"name": "v", **many},
+        files={"file": ("a.wav", data)},
+        timeout=30,
+    )
     assert_error(response, 400)
-    response = httpx.post(f"{api}/v1/audio/voices", data={"name": "v", "transcript": "x" * 2**20},
-                          files={"file": ("a.wav", data)}, timeout=30)  # fmt: skip
+    response = httpx.post(
+        f"{api}/v1/audio/voices",
+        data={"name": "v", "transcript": "x" * 2**20},
+        files={"file": ("a.wav", data)},
+        timeout=30,
+    )
     assert_error(response, 400)
 
 
@@ -324,8 +376,7 @@ def test_transcript_sent_as_a_file_is_refused(api, clip):
     """It was stored as the text 'UploadFile(filename=...)'."""
     with open(clip, "rb") as f:
         files = {"file": ("c.wav", f, "audio/wav"), "transcript": ("t.txt", b"hello", "text/plain")}
-        response = httpx.post(f"{api}/v1/audio/voices", data={"name": "v"}, files=files,
-                              timeout=30)  # fmt: skip
+        response = httpx.post(f"{api}/v1/audio/voices", data={"name": "v"}, files=files, timeout=30)
     assert assert_error(response, 400, "transcript")
     assert httpx.get(f"{api}/v1/audio/voices", timeout=10).json()["data"][-1]["id"] != "v"
 
@@ -390,8 +441,9 @@ def test_v1_busy_check_counts_waiters(espeak_backend, tmp_path):
         with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=60) as first:
             chunks = first.iter_bytes()
             next(chunks)
-            with httpx.stream("POST", f"{url}/tts_stream/pcm", json={"text": LONG},
-                              timeout=60) as second:  # fmt: skip
+            with httpx.stream(
+                "POST", f"{url}/tts_stream/pcm", json={"text": LONG}, timeout=60
+            ) as second:
                 assert second.status_code == 200  # admitted: it waits in line
                 wait_until(lambda: engine.waiting_requests == 1, HANG_S)
                 third = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=10)
@@ -409,9 +461,13 @@ def test_closed_connection_while_waiting_gives_the_place_back(espeak_backend, tm
             next(chunks)
             body = json.dumps({"text": LONG}).encode()
             with socket.create_connection((host, int(port))) as raw:
-                raw.sendall(b"POST /tts_stream/pcm HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                            b"Content-Type: application/json\r\nContent-Length: "
-                            + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+                raw.sendall(
+                    b"POST /tts_stream/pcm HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    b"Content-Type: application/json\r\nContent-Length: "
+                    + str(len(body)).encode()
+                    + b"\r\n\r\n"
+                    + body
+                )
                 wait_until(lambda: engine.waiting_requests == 1, HANG_S)
             wait_until(lambda: engine.waiting_requests == 0, HANG_S)  # the waiter left the line
         wait_until(lambda: engine.active_requests == 0, HANG_S)

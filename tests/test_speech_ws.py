@@ -96,15 +96,23 @@ def api_app(engine: Engine, voices: Path, **config) -> FastAPI:  # noqa: ANN003
 
 
 def post_pcm(host: str, body: dict) -> bytes:
-    response = httpx.post(f"http://{host}/v1/audio/speech", timeout=FAIL_AFTER_S,
-                          json={**body, "response_format": "pcm", "stream": False})  # fmt: skip
+    response = httpx.post(
+        f"http://{host}/v1/audio/speech",
+        timeout=FAIL_AFTER_S,
+        json={**body, "response_format": "pcm", "stream": False},
+    )
     assert response.status_code == 200, response.text[:300]
     return response.content
 
 
 def open_ws(host: str, headers: dict | None = None) -> ClientConnection:
-    return connect(f"ws://{host}{ROUTE}", additional_headers=headers, max_size=None,
-                   max_queue=None, open_timeout=FAIL_AFTER_S)  # fmt: skip
+    return connect(
+        f"ws://{host}{ROUTE}",
+        additional_headers=headers,
+        max_size=None,
+        max_queue=None,
+        open_timeout=FAIL_AFTER_S,
+    )
 
 
 def send(ws: ClientConnection, kind: str, **fields: object) -> None:
@@ -124,9 +132,13 @@ def receive_utterance(ws: ClientConnection) -> tuple[bytes, list[dict]]:
             return audio, messages
 
 
-def speak(host: str, config: dict, pieces: list[str],
-          pause: Callable[[str], None] | None = None,
-          before_done: Callable[[], None] | None = None) -> tuple[bytes, list[dict]]:  # fmt: skip
+def speak(
+    host: str,
+    config: dict,
+    pieces: list[str],
+    pause: Callable[[str], None] | None = None,
+    before_done: Callable[[], None] | None = None,
+) -> tuple[bytes, list[dict]]:
     """One utterance over the WebSocket: config, the pieces (after each, `pause(text so
     far)`), `before_done()`, input.done; then session.close."""
     with open_ws(host) as ws:
@@ -214,8 +226,20 @@ def test_the_inlet_cleans_pieces_as_the_engine_cleans_the_whole() -> None:
     """Random strings of visible, whitespace, control and zero-width characters, split at
     random (the sink attached at a random point): the text, and the pieces the sink gets,
     join to exactly `printable(whole)`."""
-    alphabet = list("ab Z.,!é你😀") + [" ", "  ", "\t", "\n", "\r", "\u200b", "\x00", "\x85",
-                                       "\u00a0", "\u2028", "\ufeff", "\u202e"]  # fmt: skip
+    alphabet = list("ab Z.,!é你😀") + [
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r",
+        "\u200b",
+        "\x00",
+        "\x85",
+        "\u00a0",
+        "\u2028",
+        "\ufeff",
+        "\u202e",
+    ]
     rng = random.Random(27)
     for _ in range(500):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30)))
@@ -261,16 +285,20 @@ def test_the_inlet_bounds_the_text_and_reports_a_failed_sink() -> None:
 def qwen3(tmp_path_factory):
     from tts_core.backends.qwen3 import Qwen3Backend
 
-    backend = Qwen3Backend.load(str(FIXTURES / "qwen3-tiny-a"), "cpu", quantize=WEIGHTS,
-                                max_batch=4)  # fmt: skip
+    backend = Qwen3Backend.load(
+        str(FIXTURES / "qwen3-tiny-a"), "cpu", quantize=WEIGHTS, max_batch=4
+    )
     engine = FedRecordingEngine(backend, EngineConfig(max_queue=8))
     with guarded_server(api_app(engine, tmp_path_factory.mktemp("voices"))) as host:
         # a 3.1 s clip (the built-in ones are 5.7-8.5 s since issue 36): its ICL prompt lets
         # the row start while the text still arrives, as these tests observe
         with SHORT_CLIP.open("rb") as clip:
-            made = httpx.post(f"http://{host}/v1/audio/voices", timeout=FAIL_AFTER_S,
-                              data={"name": SHORT_VOICE, "transcript": SHORT_TRANSCRIPT},
-                              files={"file": ("short.wav", clip, "audio/wav")})  # fmt: skip
+            made = httpx.post(
+                f"http://{host}/v1/audio/voices",
+                timeout=FAIL_AFTER_S,
+                data={"name": SHORT_VOICE, "transcript": SHORT_TRANSCRIPT},
+                files={"file": ("short.wav", clip, "audio/wav")},
+            )
         assert made.status_code == 201, made.text
         yield host, engine, backend.scheduler
     backend.scheduler.close()
@@ -292,9 +320,13 @@ def test_fed_text_gives_the_bytes_of_the_whole_text(qwen3, clone: str, mode: str
     pieces = pieces_by(mode, text, random.Random(mode + clone))
     started = len(engine.fed)
     running: list[int] = []  # the row was running (waiting for its text) before input.done
-    audio, messages = speak(host, {**voice, **knobs, "response_format": "pcm"}, pieces,
-                            idle_pause(engine, scheduler),
-                            lambda: running.append(scheduler.active))  # fmt: skip
+    audio, messages = speak(
+        host,
+        {**voice, **knobs, "response_format": "pcm"},
+        pieces,
+        idle_pause(engine, scheduler),
+        lambda: running.append(scheduler.active),
+    )
     assert running == [1]
     check_messages(messages, audio, "pcm", engine.sample_rate)
     assert audio == whole, f"{len(audio)} bytes vs {len(whole)}"
@@ -307,8 +339,15 @@ def test_speech_starts_before_the_text_is_complete(qwen3) -> None:
     """x-vector mode: the first audio arrives while input.done has not been sent."""
     host, engine, _ = qwen3
     with open_ws(host) as ws:
-        send(ws, "session.config", voice="alloy", x_vector_only_mode=True, seed=2,
-             response_format="wav", first_chunk_frames=1)  # fmt: skip
+        send(
+            ws,
+            "session.config",
+            voice="alloy",
+            x_vector_only_mode=True,
+            seed=2,
+            response_format="wav",
+            first_chunk_frames=1,
+        )
         send(ws, "input.text", text=XVEC_TEXT)  # the last word stays uncommitted until done
         start = json.loads(ws.recv(timeout=FAIL_AFTER_S))
         assert start["type"] == "audio.start" and start["format"] == "wav"
@@ -317,8 +356,16 @@ def test_speech_starts_before_the_text_is_complete(qwen3) -> None:
         send(ws, "input.done")
         audio, messages = receive_utterance(ws)
         assert messages[-1]["type"] == "session.done"
-    whole = post_pcm(host, {"input": XVEC_TEXT, "voice": "alloy", "x_vector_only_mode": True,
-                            "seed": 2, "first_chunk_frames": 1})  # fmt: skip
+    whole = post_pcm(
+        host,
+        {
+            "input": XVEC_TEXT,
+            "voice": "alloy",
+            "x_vector_only_mode": True,
+            "seed": 2,
+            "first_chunk_frames": 1,
+        },
+    )
     assert first[44:] + audio == whole  # header, then the same PCM
 
 
@@ -337,8 +384,9 @@ def test_two_utterances_on_one_connection(qwen3) -> None:
             audio, messages = receive_utterance(ws)
             assert messages[-1]["type"] == "session.done"
             got.append((audio, messages[0]["utterance_index"]))
-    for (audio, index), (i, text) in zip(got, enumerate(("First one.", "And the second.")),
-                                         strict=True):  # fmt: skip
+    for (audio, index), (i, text) in zip(
+        got, enumerate(("First one.", "And the second.")), strict=True
+    ):
         assert index == i
         assert audio == post_pcm(host, {"input": text, **config})
 
@@ -387,8 +435,11 @@ def test_voxcpm_buffers_and_equals_the_whole_text(tmp_path) -> None:
         config = {"voice": "alloy", "x_vector_only_mode": True, "seed": 3}
         with guarded_server(api_app(engine, tmp_path)) as host:
             whole = post_pcm(host, {"input": text, **config})
-            audio, messages = speak(host, {**config, "response_format": "pcm"},
-                                    pieces_by("word", text, random.Random(1)))  # fmt: skip
+            audio, messages = speak(
+                host,
+                {**config, "response_format": "pcm"},
+                pieces_by("word", text, random.Random(1)),
+            )
         check_messages(messages, audio, "pcm", engine.sample_rate)
         assert audio == whole
     finally:
@@ -404,8 +455,9 @@ def espeak_ws(espeak_backend, tmp_path_factory):
     """eSpeak (buffered) behind an API key, with a short idle timeout and a small text limit."""
     engine = FedRecordingEngine(espeak_backend, EngineConfig(max_concurrent=1, max_queue=0))
     config = ApiConfig(access=AccessPolicy(api_key=KEY), max_input_chars=60)
-    state = ServerState(slot=_slot(engine), voices=VoiceRegistry(tmp_path_factory.mktemp("v")),
-                        config=config)  # fmt: skip
+    state = ServerState(
+        slot=_slot(engine), voices=VoiceRegistry(tmp_path_factory.mktemp("v")), config=config
+    )
     router = APIRouter()
     add_speech_stream_route(router, state, StreamLimits(idle_timeout_s=0.5))
     app = FastAPI()
@@ -459,12 +511,16 @@ CONFIG = {"type": "session.config", "voice": "alloy"}
         ([{**CONFIG, "temperature": -3}], AUTH, 400, 1008),  # a knob, checked by name
         ([CONFIG, {"type": "input.text", "text": "x" * 61}], AUTH, 413, 1009),
         ([CONFIG, {"type": "input.text", "text": 5}], AUTH, 400, 1008),
-        ([CONFIG, {"type": "input.text", "text": " \u200b "}, {"type": "input.done"}], AUTH,
-         400, 1008),  # nothing visible to speak
+        (
+            [CONFIG, {"type": "input.text", "text": " \u200b "}, {"type": "input.done"}],
+            AUTH,
+            400,
+            1008,
+        ),  # nothing visible to speak
         ([], {"Authorization": "Bearer wrong"}, 401, 1008),
         ([], {**AUTH, "Origin": "https://evil.example"}, 403, 1008),
     ],
-)  # fmt: skip
+)
 def test_errors_close_cleanly_and_the_server_keeps_serving(
     espeak_ws, messages, headers, status: int, close_code: int
 ) -> None:
@@ -523,8 +579,9 @@ def test_the_sessions_access_mode_decides_its_handshake(espeak_backend, tmp_path
             send(ws, "input.done")
             audio, messages = receive_utterance(ws)
         assert messages[-1]["type"] == "session.done" and len(audio) > 0
-        with connect(page, additional_headers={"Origin": "https://evil.example"},
-                     open_timeout=FAIL_AFTER_S) as ws:  # fmt: skip
+        with connect(
+            page, additional_headers={"Origin": "https://evil.example"}, open_timeout=FAIL_AFTER_S
+        ) as ws:
             assert json.loads(ws.recv(timeout=FAIL_AFTER_S))["status"] == 403
         assert refused(host, [], headers=None)["status"] == 401  # /v1: the key still counts
     assert all(session.state is state for session in sessions)
@@ -557,8 +614,11 @@ def test_espeak_buffers_the_whole_cleaned_text(espeak_backend, tmp_path) -> None
     text = "  Hello there.\tThis is eSpeak,\n\n buffered \u200buntil done.  "
     with guarded_server(api_app(engine, tmp_path)) as host:
         post_pcm(host, {"input": text, "voice": "alloy"})
-        audio, messages = speak(host, {"voice": "alloy", "response_format": "pcm"},
-                                pieces_by("char", text, random.Random(0)))  # fmt: skip
+        audio, messages = speak(
+            host,
+            {"voice": "alloy", "response_format": "pcm"},
+            pieces_by("char", text, random.Random(0)),
+        )
     check_messages(messages, audio, "pcm", engine.sample_rate)
     assert backend.texts == [printable(text)] * 2
 
@@ -583,8 +643,14 @@ def test_a_vllm_omni_style_client_against_the_real_app(app_server) -> None:
     import soundfile as sf
 
     url, _log = app_server
-    config = {"voice": "alloy", "task_type": "Base", "response_format": "wav", "speed": 1.0,
-              "split_granularity": "sentence", "language": "English"}  # fmt: skip
+    config = {
+        "voice": "alloy",
+        "task_type": "Base",
+        "response_format": "wav",
+        "speed": 1.0,
+        "split_granularity": "sentence",
+        "language": "English",
+    }
     text = "Hello world. How are you today?"
     with open_ws(url.removeprefix("http://")) as ws:
         send(ws, "session.config", **config)
@@ -669,10 +735,12 @@ def held_until_error(host: str, first: list[dict], repeated: dict, every_s: floa
 
 @pytest.mark.parametrize(
     ("first", "repeated"),
-    [([CONFIG, {"type": "input.text", "text": "Holding"}], {"type": "input.text", "text": ""}),
-     ([CONFIG], CONFIG)],
+    [
+        ([CONFIG, {"type": "input.text", "text": "Holding"}], {"type": "input.text", "text": ""}),
+        ([CONFIG], CONFIG),
+    ],
     ids=["empty-pieces", "config-again"],
-)  # fmt: skip
+)
 def test_messages_that_add_nothing_do_not_hold_a_session_open(
     espeak_backend, tmp_path, first, repeated
 ) -> None:
@@ -705,7 +773,10 @@ def test_an_utterance_has_a_count_of_pieces(espeak_backend, tmp_path) -> None:
         pieces = [{"type": "input.text", "text": "Hi"}] + [{"type": "input.text", "text": ""}] * 5
         error = refused(host, [CONFIG, *pieces], headers=None)
         assert (error["status"], error["code"], error["close_code"]) == (
-            413, "too_many_pieces", 1009)  # fmt: skip
+            413,
+            "too_many_pieces",
+            1009,
+        )
         until(lambda: engine.active_requests == 0, "the slot given back")
 
 

@@ -41,8 +41,10 @@ from tts_core.server.speech_ws import StreamLimits
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 QWEN3_TINY = FIXTURES / "qwen3-tiny-a"
 FEMALE_CLIP = Path(__file__).resolve().parents[1] / "assets" / "reference_female_en.wav"
-WORDS = ("One two three four five six seven eight nine ten, eleven twelve thirteen fourteen "
-         "fifteen sixteen seventeen eighteen nineteen twenty.")  # fmt: skip
+WORDS = (
+    "One two three four five six seven eight nine ten, eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty."
+)
 KEY = "page-text-stream-test-key"
 HOLD_AFTER = 5  # the feed waits here for the first audio frame (the page's test hook)
 LAST_RUN = (
@@ -96,8 +98,9 @@ def page(qwen3_site, tmp_path_factory):
     with chromium_context(tmp_path_factory.mktemp("chromium-profile")) as context:
         page = context.new_page()
         page.goto(url)
-        page.wait_for_function("() => window.__ttsLowLatency && window.__ttsStats",
-                               timeout=BROWSER_HANG_MS)  # fmt: skip
+        page.wait_for_function(
+            "() => window.__ttsLowLatency && window.__ttsStats", timeout=BROWSER_HANG_MS
+        )
         page.fill("#text textarea", WORDS)
         page.click("#voice input")  # the page starts on a built-in recording (issue 36)
         page.get_by_role("option", name="Upload or record a clip", exact=True).click()
@@ -115,8 +118,10 @@ def set_text_stream(page, on: bool, words_per_s: float = 1.0) -> None:  # noqa: 
     number.press("Enter")
     page.wait_for_function(
         "(rate) => Number(document.querySelector('#text-stream-rate input[type=range]').value)"
-        " === rate", arg=words_per_s, timeout=BROWSER_HANG_MS,
-    )  # fmt: skip
+        " === rate",
+        arg=words_per_s,
+        timeout=BROWSER_HANG_MS,
+    )
 
 
 def click_generate(page) -> None:  # noqa: ANN001
@@ -131,7 +136,7 @@ def wait_run(page, condition: str, feed_s: float = 0.0) -> dict:  # noqa: ANN001
     page.wait_for_function(
         f"() => {{ const m = window.__ttsLowLatency.last; return m && (m.error || ({condition})); }}",
         timeout=BROWSER_HANG_MS + 1000 * feed_s,
-    )  # fmt: skip
+    )
     return page.evaluate(LAST_RUN)
 
 
@@ -180,8 +185,9 @@ def test_stop_mid_text_cancels_the_request(qwen3_site, page) -> None:
     assert run["text"]["sent"] < run["text"]["total"]
     page.wait_for_function(
         "() => document.querySelector(\"#lowlatency-player [data-ll='status']\")"
-        ".textContent === 'Stopped'", timeout=BROWSER_HANG_MS,
-    )  # fmt: skip
+        ".textContent === 'Stopped'",
+        timeout=BROWSER_HANG_MS,
+    )
     assert len(engine.fed) == fed + 1
     until(lambda: engine.active_requests == 0 and scheduler.active == 0, "row and slot freed")
     stream = engine.fed[-1]
@@ -212,15 +218,15 @@ def test_unchecked_the_player_takes_the_whole_text_path(qwen3_site, page) -> Non
 def keyed_host(espeak_backend, tmp_path_factory):
     """The routes on eSpeak behind an API key (install_routes, as the page's launch does)."""
     engine = CountingEngine(espeak_backend, EngineConfig(max_concurrent=2))
-    app = api_app(engine, tmp_path_factory.mktemp("voices"),
-                  access=AccessPolicy(api_key=KEY))  # fmt: skip
+    app = api_app(engine, tmp_path_factory.mktemp("voices"), access=AccessPolicy(api_key=KEY))
     with guarded_server(app) as host:
         yield host, engine
 
 
 def open_ws(host: str, route: str, headers: dict | None = None) -> ClientConnection:
-    return connect(f"ws://{host}{route}", additional_headers=headers, max_size=None,
-                   open_timeout=FAIL_AFTER_S)  # fmt: skip
+    return connect(
+        f"ws://{host}{route}", additional_headers=headers, max_size=None, open_timeout=FAIL_AFTER_S
+    )
 
 
 def error_of(ws: ClientConnection) -> dict:
@@ -255,9 +261,10 @@ def test_the_page_route_needs_no_key_and_speaks_pcm(keyed_host) -> None:
         ({}, {"voice": "alloy", "temperature": -1}, 400, "invalid_value"),
         ({}, {"voice": "nobody"}, 404, "voice_not_found"),
     ],
-)  # fmt: skip
-def test_the_page_route_refuses_with_a_clear_error(keyed_host, headers, config, status,
-                                                   code) -> None:  # fmt: skip
+)
+def test_the_page_route_refuses_with_a_clear_error(
+    keyed_host, headers, config, status, code
+) -> None:
     host, engine = keyed_host
     with open_ws(host, page_text_ws.ROUTE, headers) as ws:
         if not headers:
@@ -297,8 +304,9 @@ class PingCountingConnection(ClientConnection):
 PING_INTERVAL_S = 0.05  # the server's keepalive pings, often; the pong deadline: a hang's
 
 
-def test_a_busy_session_keeps_a_client_that_answers_its_pings(espeak_backend, tmp_path,
-                                                              monkeypatch) -> None:  # fmt: skip
+def test_a_busy_session_keeps_a_client_that_answers_its_pings(
+    espeak_backend, tmp_path, monkeypatch
+) -> None:
     """The session is stuck on one message (the engine's open waits) while its client has
     sent more. uvicorn stopped reading such a socket, the client's pongs included, so a
     session busier than the ping timeout (20 s by default: a loaded machine) had its client
@@ -315,17 +323,22 @@ def test_a_busy_session_keeps_a_client_that_answers_its_pings(espeak_backend, tm
     engine = GatedOpenEngine(espeak_backend, EngineConfig(max_concurrent=2))
     try:
         with guarded_server(api_app(engine, tmp_path / "voices")) as host:
-            with connect(f"ws://{host}{page_text_ws.ROUTE}", ping_interval=None,
-                         open_timeout=FAIL_AFTER_S,
-                         create_connection=PingCountingConnection) as ws:  # fmt: skip
+            with connect(
+                f"ws://{host}{page_text_ws.ROUTE}",
+                ping_interval=None,
+                open_timeout=FAIL_AFTER_S,
+                create_connection=PingCountingConnection,
+            ) as ws:
                 send(ws, "session.config", voice="alloy", language="english")
                 for word in ("Hello ", "from ", "a ", "busy ", "server."):
                     send(ws, "input.text", text=word)
                 send(ws, "input.done")
                 until(engine.opening.is_set, "the session waits for the engine")
                 seen = ws.pings
-                until(lambda: ws.pings >= seen + 2 or ws.protocol.state is State.CLOSED,
-                      "two pings while the session waits")  # fmt: skip
+                until(
+                    lambda: ws.pings >= seen + 2 or ws.protocol.state is State.CLOSED,
+                    "two pings while the session waits",
+                )
                 assert ws.pings >= seen + 2, ws.close_code  # not dropped
                 engine.gate.set()
                 audio, messages = receive_utterance(ws)

@@ -23,9 +23,13 @@ CHECKPOINT = Path(__file__).resolve().parent / "fixtures" / "qwen3-tiny-a"
 WEIGHTS = "int8" if int8_matmul_available() else "none"  # what quantize="auto" serves here
 CASES = [  # (text, voice, seed, knobs): x-vector and ICL voices, default and set knobs
     ("The server and the library speak alike.", "alloy", 3, {}),
-    ("Another request, with its own knobs.", "arctic-slt", 11,
-     {"temperature": 0.8, "top_k": 20, "first_chunk_frames": 1, "chunk_frames": 4}),
-]  # fmt: skip
+    (
+        "Another request, with its own knobs.",
+        "arctic-slt",
+        11,
+        {"temperature": 0.8, "top_k": 20, "first_chunk_frames": 1, "chunk_frames": 4},
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +55,8 @@ def test_a_v1_response_is_model_stream_byte_for_byte(served, text, name, seed, k
     voice = model.create_voice(clip, SAMPLE_RATE, named.transcript)
     chunks = {k: knobs[k] for k in ("first_chunk_frames", "chunk_frames") if k in knobs}
     sampling = {k: v for k, v in knobs.items() if k not in chunks}
-    audio = np.concatenate([chunk.audio for chunk in model.stream(text, voice, seed=seed,
-                                                                  **chunks, **sampling)])  # fmt: skip
+    audio = np.concatenate(
+        [chunk.audio for chunk in model.stream(text, voice, seed=seed, **chunks, **sampling)]
+    )
     assert len(response.content) == 2 * audio.size
     assert response.content == to_int16(audio).tobytes()

@@ -102,9 +102,20 @@ def test_bad_parameters(knobbed, params, message):
 
 
 def test_good_parameters_are_typed_and_unset_ones_are_left_out(knobbed):
-    params = knobbed.prepare(SynthesisRequest("Hi.", None, None, SynthesisParams(
-        top_k=50.0, top_p=1.0, temperature="0.7", seed=-1, inference_timesteps=None,
-    ))).params  # fmt: skip
+    params = knobbed.prepare(
+        SynthesisRequest(
+            "Hi.",
+            None,
+            None,
+            SynthesisParams(
+                top_k=50.0,
+                top_p=1.0,
+                temperature="0.7",
+                seed=-1,
+                inference_timesteps=None,
+            ),
+        )
+    ).params
     drawn = params.values.pop("seed")  # -1: random, drawn once here (models/contract.py)
     assert params.values == {"top_k": 50, "top_p": 1.0, "temperature": 0.7}
     assert type(params.values["top_k"]) is int and isinstance(drawn, int) and drawn >= 0
@@ -121,9 +132,18 @@ def test_the_chunk_limit_comes_from_the_engines_limits(espeak_backend):
 def test_knobs_the_backend_does_not_have_are_left_out(engine):
     """eSpeak reads no sampling knob: its engine neither checks nor passes them on (the page
     and the HTTP routes check every known backend's knobs themselves)."""
-    params = engine.prepare(SynthesisRequest("Hi.", None, None, SynthesisParams(
-        temperature=99, cfg_value="x", seed=4,
-    ))).params  # fmt: skip
+    params = engine.prepare(
+        SynthesisRequest(
+            "Hi.",
+            None,
+            None,
+            SynthesisParams(
+                temperature=99,
+                cfg_value="x",
+                seed=4,
+            ),
+        )
+    ).params
     assert params.values == {"seed": 4}
 
 

@@ -34,8 +34,12 @@ def private_app(engine, root, per_owner: int = 2, per_address: int = 3):  # noqa
 def register(client: httpx.Client, url: str, name: str, key: str | None) -> httpx.Response:
     headers = {"X-Voice-Owner": key} if key else {}
     with open(FEMALE_CLIP, "rb") as clip:
-        return client.post(f"{url}/v1/audio/voices", data={"name": name}, headers=headers,
-                           files={"file": ("c.wav", clip, "audio/wav")})  # fmt: skip
+        return client.post(
+            f"{url}/v1/audio/voices",
+            data={"name": name},
+            headers=headers,
+            files={"file": ("c.wav", clip, "audio/wav")},
+        )
 
 
 def issued(client: httpx.Client, url: str, held: str | None = None) -> str:
@@ -95,8 +99,13 @@ def test_self_made_keys_with_no_known_address_share_one_quota(tmp_path):
     assert full.value.status == 429
     key = registry.issue_owner_key("203.0.113.5")
     registry.register("issued-1", str(FEMALE_CLIP), TRANSCRIPT, owner_key=key)
-    registry.register("by-address", str(FEMALE_CLIP), TRANSCRIPT, owner_key="rotated-key-09",
-                      address="198.51.100.7")  # fmt: skip
+    registry.register(
+        "by-address",
+        str(FEMALE_CLIP),
+        TRANSCRIPT,
+        owner_key="rotated-key-09",
+        address="198.51.100.7",
+    )
     registry.register("operator", str(FEMALE_CLIP), TRANSCRIPT)  # no owner: no share
     assert registry.get("issued-1").owned_by(key)
 
@@ -139,8 +148,9 @@ def test_the_pages_save_counts_against_its_visitors_address(tmp_path):
     blocks.launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
     try:
         client = Client(blocks.local_url, verbose=False)
-        answers = [client.predict(f"p{i}", f"rotated-page-key-{i:04d}", api_name="/save")
-                   for i in range(3)]  # fmt: skip
+        answers = [
+            client.predict(f"p{i}", f"rotated-page-key-{i:04d}", api_name="/save") for i in range(3)
+        ]
     finally:
         blocks.close()
     assert answers == ["saved", "saved", "refused 429"]

@@ -16,8 +16,19 @@ from test_openai_api import RecordingEngine, assert_error, make_api, serve
 from tts_core.engine import EngineConfig, InputError
 from tts_core.server.voices import BUILTIN_FOLDER, VoiceDamaged, VoiceNotFound, VoiceRegistry
 
-STOCK = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer",
-         "verse")  # fmt: skip
+STOCK = (
+    "alloy",
+    "ash",
+    "ballad",
+    "coral",
+    "echo",
+    "fable",
+    "onyx",
+    "nova",
+    "sage",
+    "shimmer",
+    "verse",
+)
 BUILTIN_NAMES = sorted([*STOCK, "arctic-awb", "arctic-slt"])  # synthetic + real recordings
 FEMALE_CLIP = BUILTIN_FOLDER.parent / "reference_female_en.wav"
 TRANSCRIPT = "This is a short sample of a calm, clear voice."
@@ -140,10 +151,16 @@ def test_damaged_voices_are_listed_reported_once_and_deletable(
     assert registry.get("keep").as_json()["status"] == "ok"
     assert "problem" not in registry.get("keep").as_json()
     assert damaged["text-clip"].as_json() | {"created_at": 0} == {
-        "id": "text-clip", "object": "voice", "name": "text-clip", "kind": "custom",
-        "transcript": "text of text-clip", "description": "", "created_at": 0,
-        "status": "damaged", "problem": "reference.wav is not readable audio",
-    }  # fmt: skip
+        "id": "text-clip",
+        "object": "voice",
+        "name": "text-clip",
+        "kind": "custom",
+        "transcript": "text of text-clip",
+        "description": "",
+        "created_at": 0,
+        "status": "damaged",
+        "problem": "reference.wav is not readable audio",
+    }
     assert not issubclass(VoiceDamaged, (InputError, VoiceNotFound))  # not the client's fault
     message = "The stored voice 'text-clip' is damaged (reference.wav is not readable audio); "
     with pytest.raises(VoiceDamaged) as caught:
@@ -179,7 +196,9 @@ def test_delete_and_replace_never_reach_outside_the_store(tmp_path, speech_like,
         registry.register("linked", clip, None, replace=True)
     assert registry.get("linked").transcript == "kept by an admin"
     assert sorted(p.name for p in (tmp_path / "elsewhere" / "shared").iterdir()) == [
-        "meta.json", "reference.wav"]  # fmt: skip
+        "meta.json",
+        "reference.wav",
+    ]
     registry.delete("alias")  # a link inside the store: the link goes, never what it points to
     assert not os.path.lexists(tmp_path / "v" / "alias")
     assert registry.load("keep")[0].name == "keep"
@@ -211,8 +230,13 @@ def register(url: str, name: str, clip, transcript: str | None = None, **extra) 
 
 def voice_settings(url: str, voice: str) -> dict:
     """What the engine made of a voice: the `voice` stats of an SSE speech response."""
-    body = {"model": "tts-1", "input": "Testing my voice.", "voice": voice,
-            "response_format": "pcm", "stream_format": "sse"}  # fmt: skip
+    body = {
+        "model": "tts-1",
+        "input": "Testing my voice.",
+        "voice": voice,
+        "response_format": "pcm",
+        "stream_format": "sse",
+    }
     response = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60)
     assert response.status_code == 200, response.text[:300]
     done = json.loads(response.text.strip().splitlines()[-1][6:])
@@ -256,8 +280,12 @@ def test_registration_errors_over_http(espeak_backend, tmp_path, speech_like, wr
         assert_error(register(url, "text", not_audio), 400, "file")
         big = write_clip("big.wav", speech_like(6.0, 24_000))  # 288 kB > 200 kB
         assert_error(register(url, "big", big), 413, "file")
-        no_file = httpx.post(f"{url}/v1/audio/voices", data={"name": "x"}, timeout=10,
-                             files={"other": ("a.txt", b"x")})  # fmt: skip
+        no_file = httpx.post(
+            f"{url}/v1/audio/voices",
+            data={"name": "x"},
+            timeout=10,
+            files={"other": ("a.txt", b"x")},
+        )
         assert_error(no_file, 400, "file")
         not_a_form = httpx.post(f"{url}/v1/audio/voices", data={"name": "x"}, timeout=10)
         assert_error(not_a_form, 415, "file")
@@ -330,9 +358,12 @@ def test_the_api_answers_429_when_an_owner_has_saved_its_share(tmp_path, espeak_
 
         def register(name: str) -> httpx.Response:
             with open(FEMALE_CLIP, "rb") as clip:
-                return httpx.post(f"{base}/v1/audio/voices", data={"name": name},
-                                  files={"file": ("ref.wav", clip, "audio/wav")},
-                                  headers={"X-Voice-Owner": key})  # fmt: skip
+                return httpx.post(
+                    f"{base}/v1/audio/voices",
+                    data={"name": name},
+                    files={"file": ("ref.wav", clip, "audio/wav")},
+                    headers={"X-Voice-Owner": key},
+                )
 
         assert register("first").status_code == 201
         error = assert_error(register("second"), 429)
@@ -382,8 +413,11 @@ def test_private_voices_exist_only_for_their_owner_and_the_operator(tmp_path):
     assert registry.names(a) == [*BUILTIN_NAMES, "a-voice"]
     assert registry.names(b) == [*BUILTIN_NAMES, "b-voice"]
     assert registry.names(anyone) == BUILTIN_NAMES
-    assert registry.names() == registry.names(OPERATOR) == [*BUILTIN_NAMES, "a-voice", "b-voice",
-                                                            "operators"]  # fmt: skip
+    assert (
+        registry.names()
+        == registry.names(OPERATOR)
+        == [*BUILTIN_NAMES, "a-voice", "b-voice", "operators"]
+    )
     assert registry.load("a-voice", a)[1].size and registry.get("alloy", anyone).kind == "builtin"
     for name, viewer in (("a-voice", b), ("a-voice", anyone), ("operators", a)):
         with pytest.raises(VoiceNotFound):
@@ -397,13 +431,15 @@ def test_private_voices_exist_only_for_their_owner_and_the_operator(tmp_path):
     with pytest.raises(FileExistsError, match="already exists"):
         registry.register("a-voice", str(FEMALE_CLIP), None, owner_key=KEY_B)
     with pytest.raises(FileExistsError, match="already exists"):
-        registry.register("a-voice", str(FEMALE_CLIP), None, replace=True, owner_key=KEY_B,
-                          viewer=b)  # fmt: skip
+        registry.register(
+            "a-voice", str(FEMALE_CLIP), None, replace=True, owner_key=KEY_B, viewer=b
+        )
     assert registry.get("a-voice").transcript == TRANSCRIPT and registry.get("a-voice").owned_by(
         KEY_A
     )
-    registry.register("a-voice", str(FEMALE_CLIP), "Again.", replace=True, owner_key=KEY_A,
-                      viewer=a)  # fmt: skip
+    registry.register(
+        "a-voice", str(FEMALE_CLIP), "Again.", replace=True, owner_key=KEY_A, viewer=a
+    )
     assert registry.get("a-voice", a).transcript == "Again."
     registry.delete("a-voice", owner_key=KEY_A, check_owner=True)
     registry.delete("b-voice")  # the operator deletes any
@@ -456,8 +492,13 @@ def test_private_voices_over_v1_without_an_api_key(espeak_backend, tmp_path):
         short = httpx.get(f"{url}/v1/audio/voices", headers={"X-Voice-Owner": "short"}, timeout=10)
         assert_error(short, 400, "X-Voice-Owner")
         with open(FEMALE_CLIP, "rb") as clip:
-            made = httpx.post(f"{url}/v1/audio/voices", data={"name": "b-voice"}, headers=b,
-                              files={"file": ("c.wav", clip, "audio/wav")}, timeout=60)  # fmt: skip
+            made = httpx.post(
+                f"{url}/v1/audio/voices",
+                data={"name": "b-voice"},
+                headers=b,
+                files={"file": ("c.wav", clip, "audio/wav")},
+                timeout=60,
+            )
         assert made.status_code == 201, made.text
         assert registry.get("b-voice").owned_by(KEY_B)
         assert listed(url) == [] and listed(url, **a) == ["page-voice"]
@@ -469,9 +510,13 @@ def test_private_voices_over_v1_without_an_api_key(espeak_backend, tmp_path):
         assert_error(speech(url, "page-voice"), 404, "voice")
         assert speech(url, "alloy").status_code == 200  # built-in voices are everyone's
         with open(FEMALE_CLIP, "rb") as clip:
-            taken = httpx.post(f"{url}/v1/audio/voices", headers=b, timeout=60,
-                               data={"name": "page-voice", "replace": "true"},
-                               files={"file": ("c.wav", clip, "audio/wav")})  # fmt: skip
+            taken = httpx.post(
+                f"{url}/v1/audio/voices",
+                headers=b,
+                timeout=60,
+                data={"name": "page-voice", "replace": "true"},
+                files={"file": ("c.wav", clip, "audio/wav")},
+            )
         assert_error(taken, 409, "name")
         gone = httpx.delete(f"{url}/v1/audio/voices/page-voice", headers=b, timeout=10)
         assert_error(gone, 404, "voice")
@@ -490,8 +535,13 @@ def test_private_voices_over_v1_with_an_api_key_are_the_operators(espeak_backend
     key = {"Authorization": "Bearer s3cret"}
     with serve(app) as url:
         with open(FEMALE_CLIP, "rb") as clip:
-            made = httpx.post(f"{url}/v1/audio/voices", data={"name": "curated"}, headers=key,
-                              files={"file": ("c.wav", clip, "audio/wav")}, timeout=60)  # fmt: skip
+            made = httpx.post(
+                f"{url}/v1/audio/voices",
+                data={"name": "curated"},
+                headers=key,
+                files={"file": ("c.wav", clip, "audio/wav")},
+                timeout=60,
+            )
         assert made.status_code == 201, made.text
         assert registry.get("curated").owner is None
         assert listed(url, **key) == ["curated", "page-voice"]

@@ -28,8 +28,9 @@ def served(request, tmp_path_factory):
 
     if not (FIXTURES / request.param).is_dir():
         pytest.skip(f"tests/fixtures/{request.param} is not there")
-    backend, _ = load_backend(str(FIXTURES / request.param), "cpu", allow_fallback=False,
-                              quantize="none")  # fmt: skip
+    backend, _ = load_backend(
+        str(FIXTURES / request.param), "cpu", allow_fallback=False, quantize="none"
+    )
     folder = tmp_path_factory.mktemp("voices")
     clip = (24_000, speech_like(4.0, 24_000))
     VoiceRegistry(folder).register("a-clip", clip, "Some words.")
@@ -47,8 +48,17 @@ def test_the_presets_are_listed_first_and_fit(served):
     clip = next(voice for voice in listed if voice["id"] == "a-clip")
     assert clip["fits_model"] is False and info["task_type"] in clip["unfit_reason"]
     for voice in presets:  # every preset listed speaks
-        answer = httpx.post(f"{served}/v1/audio/speech", timeout=120, json={
-            "model": "tts-1", "input": "Hi.", "voice": voice["id"], "seed": 1,
-            "response_format": "pcm", "max_new_tokens": 8})  # fmt: skip
+        answer = httpx.post(
+            f"{served}/v1/audio/speech",
+            timeout=120,
+            json={
+                "model": "tts-1",
+                "input": "Hi.",
+                "voice": voice["id"],
+                "seed": 1,
+                "response_format": "pcm",
+                "max_new_tokens": 8,
+            },
+        )
         assert answer.status_code == 200, answer.text
         assert np.frombuffer(answer.content, "<i2").size > 0

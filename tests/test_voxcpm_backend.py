@@ -83,8 +83,11 @@ def test_engine_stream_equals_model(backend: VoxCPMBackend, goldens, key: str) -
     stats = events[-1].stats
 
     voice = None if case["voice"] == "none" else model.create_voice(clip, 24000, ref_text)
-    chunks = list(model.stream(case["text"], voice, seed=case["seed"],
-                               first_chunk_patches=FIRST, chunk_patches=STEADY))  # fmt: skip
+    chunks = list(
+        model.stream(
+            case["text"], voice, seed=case["seed"], first_chunk_patches=FIRST, chunk_patches=STEADY
+        )
+    )
     assert np.array_equal(audio, np.concatenate([c.audio for c in chunks]))  # same code path
     full = model.generate(case["text"], voice, seed=case["seed"])
     assert audio.shape == full.audio.shape
@@ -116,8 +119,11 @@ def test_cancel_stops_within_one_patch(backend: VoxCPMBackend, monkeypatch) -> N
 
     monkeypatch.setattr(net, "encode_patches", counting)
     params = SynthesisParams(seed=5, first_chunk_frames=1, chunk_frames=3)
-    pieces = list(backend.stream("Hello world, this is a test.", backend.create_voice(None, None),
-                                 params, cancel))  # fmt: skip
+    pieces = list(
+        backend.stream(
+            "Hello world, this is a test.", backend.create_voice(None, None), params, cancel
+        )
+    )
     assert len(made) == 2  # the tiny model's stop head can end no earlier than the 4th patch
     assert [p.frames for p in pieces] == [1]
     _wait_until(lambda: backend.scheduler.active == 0)
@@ -178,8 +184,11 @@ def test_the_model_computes_on_its_one_thread(backend: VoxCPMBackend, goldens) -
     """Voices, prompts and patches run on the backend's scheduler thread, whoever asks (see
     tts_core/serving/loop.py: a second live OpenMP team slows every parallel op)."""
     model, seen = backend.model, set()
-    hooks = [module.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
-             for part in (model.net, model.vae) for module in part.modules()]  # fmt: skip
+    hooks = [
+        module.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
+        for part in (model.net, model.vae)
+        for module in part.modules()
+    ]
     clip = goldens["ref_clip"].numpy()
     results: list = []
 
@@ -239,8 +248,11 @@ class JoinGate(threading.Event):
         self.scheduler, self.started, self.joined = backend.scheduler, started, False
 
     def is_set(self) -> bool:
-        if (not self.joined and self.started.is_set()
-                and threading.current_thread() is self.scheduler._thread):  # fmt: skip
+        if (
+            not self.joined
+            and self.started.is_set()
+            and threading.current_thread() is self.scheduler._thread
+        ):
             scheduler = self.scheduler  # all four requests in it: the joiners are queued
             _wait_until(lambda: scheduler._run_calls() or scheduler.waiting + scheduler.active == 4)
             self.joined = True

@@ -44,8 +44,13 @@ def test_the_decorated_generator_yields_what_model_stream_makes(served) -> None:
     tts = zerogpu_app.model()
     audio, rate, transcript = zerogpu_app.reference(voice_name, None, "")
     voice = tts.create_voice(audio, rate, ref_text=transcript)
-    chunks = tts.stream(TEXT, voice, seed=7, first_chunk_frames=zerogpu_app.FIRST_CHUNK_FRAMES,
-                        chunk_frames=zerogpu_app.CHUNK_FRAMES)  # fmt: skip
+    chunks = tts.stream(
+        TEXT,
+        voice,
+        seed=7,
+        first_chunk_frames=zerogpu_app.FIRST_CHUNK_FRAMES,
+        chunk_frames=zerogpu_app.CHUNK_FRAMES,
+    )
     expected = [np.clip(np.round(c.audio * 32767.0), -32768, 32767) for c in chunks if c.audio.size]
     assert len(pieces) == len(expected)
     for (_, got), want in zip(pieces, expected, strict=True):

@@ -22,8 +22,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VIEWPORT = {"width": 1280, "height": 800}
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--autoplay-policy=no-user-gesture-required"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--autoplay-policy=no-user-gesture-required",
+]
 START_TIMEOUT_S = 180  # the app's start on a busy 2-core machine
 RUN_TIMEOUT_MS = 120_000  # one eSpeak generation, page load included
 
@@ -39,14 +44,28 @@ def start_app(workdir: Path) -> tuple[subprocess.Popen, str]:
     import httpx
 
     port = free_port()
-    env = {**os.environ, "GRADIO_TEMP_DIR": str(workdir / "gradio"),
-           "TTS_VOICES_DIR": str(workdir / "voices"), "GRADIO_ANALYTICS_ENABLED": "False"}  # fmt: skip
+    env = {
+        **os.environ,
+        "GRADIO_TEMP_DIR": str(workdir / "gradio"),
+        "TTS_VOICES_DIR": str(workdir / "voices"),
+        "GRADIO_ANALYTICS_ENABLED": "False",
+    }
     log = (workdir / "app.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "app.py"), "--model", "espeak", "--wait-for-model",
-         "--port", str(port)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "app.py"),
+            "--model",
+            "espeak",
+            "--wait-for-model",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -68,9 +87,12 @@ def capture(url: str, out: Path, chromium: str, profile: Path) -> None:
 
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(profile), executable_path=chromium, args=CHROMIUM_ARGS, headless=True,
+            str(profile),
+            executable_path=chromium,
+            args=CHROMIUM_ARGS,
+            headless=True,
             viewport=VIEWPORT,
-        )  # fmt: skip
+        )
         context.set_default_timeout(RUN_TIMEOUT_MS)
         try:
             page = context.pages[0] if context.pages else context.new_page()

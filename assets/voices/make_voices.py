@@ -32,11 +32,19 @@ TEXT = "Hello. This is a sample of my voice. I speak clearly, so that every word
 PAUSE_S = 0.5  # between the two takes of a recorded voice (on top of the clips' own silences)
 # name: (joined file, source file, transcript, source utterance)
 RECORDED = {
-    "arctic-slt": ("arctic_slt_a0009_twice.wav", "arctic_slt_a0009.wav",
-                   "He turned sharply, and faced Gregson across the table.", "arctic_a0009"),
-    "arctic-awb": ("arctic_awb_a0007_twice.wav", "arctic_awb_a0007.wav",
-                   "And you always want to see it in the superlative degree.", "arctic_a0007"),
-}  # fmt: skip
+    "arctic-slt": (
+        "arctic_slt_a0009_twice.wav",
+        "arctic_slt_a0009.wav",
+        "He turned sharply, and faced Gregson across the table.",
+        "arctic_a0009",
+    ),
+    "arctic-awb": (
+        "arctic_awb_a0007_twice.wav",
+        "arctic_awb_a0007.wav",
+        "And you always want to see it in the superlative degree.",
+        "arctic_a0007",
+    ),
+}
 # name: (eSpeak voice+variant, pitch 0-100, pitch range 0-100, words per minute, description)
 VOICES = {
     "alloy": ("en-us+m3", 45, 40, 165, "neutral mid-pitched, American English"),

@@ -69,8 +69,12 @@ def test_a_bad_chatterbox_knob_is_refused_by_name_and_the_server_keeps_serving(c
 
 def test_the_page_shows_turbos_knobs_only(client) -> None:
     shown = page_controls_shown(client.src.rstrip("/"))
-    for label in ("Temperature", "Top-k (0: off)", "Later S3Gen chunks (tokens)",
-                  "Perth watermark (1: on)"):  # fmt: skip
+    for label in (
+        "Temperature",
+        "Top-k (0: off)",
+        "Later S3Gen chunks (tokens)",
+        "Perth watermark (1: on)",
+    ):
         assert shown[label], label
     for label in ("Guidance (CFG value)", "Min-p", "Exaggeration", "CFG weight"):
         assert not shown[label], label
@@ -86,9 +90,11 @@ def test_every_built_in_voice_speaks_through_the_api(client) -> None:
     assert listed["reference"]["min_seconds"] == 5.0 and listed["reference"]["min_exclusive"]
     assert all(voice["fits_model"] for voice in listed["data"]), listed["data"]
     for name in ("arctic-slt", "arctic-awb", "alloy"):
-        path, stats = client.predict(text=TEXT, voice=name, api_name="/synthesize_full",
-                                     **UNMARKED)  # fmt: skip
+        path, stats = client.predict(text=TEXT, voice=name, api_name="/synthesize_full", **UNMARKED)
         assert sf.info(path).frames > 0 and stats["done"], name
-    speech = httpx.post(f"{url}/v1/audio/speech", timeout=120, json={
-        "model": "tts-1", "input": TEXT, "voice": "nova", "response_format": "pcm"})  # fmt: skip
+    speech = httpx.post(
+        f"{url}/v1/audio/speech",
+        timeout=120,
+        json={"model": "tts-1", "input": TEXT, "voice": "nova", "response_format": "pcm"},
+    )
     assert speech.status_code == 200 and len(speech.content) > 0, speech.text[:300]

@@ -46,8 +46,10 @@ def test_backend_contract(backend: ChatterboxBackend) -> None:
     assert backend.sample_rate == 24000 and backend.frame_samples == SAMPLES_PER_TOKEN
     defaults = backend.sampling_defaults()
     sampling = {"temperature": 0.8, "top_k": 1000, "top_p": 0.95, "repetition_penalty": 1.2}
-    chunking = {"first_chunk_tokens": StreamChunking().first_tokens,
-                "chunk_tokens": StreamChunking().chunk_tokens}  # fmt: skip
+    chunking = {
+        "first_chunk_tokens": StreamChunking().first_tokens,
+        "chunk_tokens": StreamChunking().chunk_tokens,
+    }
     assert defaults == {**sampling, **chunking, "watermark": 1}  # Perth on the stream: on
     assert TurboSampling(**sampling) == TurboSampling()  # the official generate()'s defaults
     assert "Perth watermark" in backend.description
@@ -61,11 +63,17 @@ def test_engine_stream_equals_generate(backend: ChatterboxBackend, cloned: bool)
     if cloned:
         audio, sr = ref_clip()
         clip = librosa.resample(audio, orig_sr=sr, target_sr=24000)  # as the engine hands it
-    params = SynthesisParams(seed=7, first_chunk_frames=FIRST, chunk_frames=STEADY,
-                             first_chunk_tokens=S3GEN_FIRST, chunk_tokens=S3GEN_STEADY,
-                             watermark=0)  # fmt: skip
-    request = SynthesisRequest("how are you today?", reference=None if clip is None else
-                               (24000, clip), params=params)  # fmt: skip
+    params = SynthesisParams(
+        seed=7,
+        first_chunk_frames=FIRST,
+        chunk_frames=STEADY,
+        first_chunk_tokens=S3GEN_FIRST,
+        chunk_tokens=S3GEN_STEADY,
+        watermark=0,
+    )
+    request = SynthesisRequest(
+        "how are you today?", reference=None if clip is None else (24000, clip), params=params
+    )
     events = list(_engine(backend).stream(request))
     audio = np.concatenate([e.audio for e in events])
     voice = None if clip is None else model.create_voice(clip, 24000)
@@ -88,8 +96,14 @@ def test_knobs_reach_the_model(backend: ChatterboxBackend, monkeypatch) -> None:
         return submit(*args, **kwargs)
 
     monkeypatch.setattr(backend.scheduler, "submit", spy)
-    params = SynthesisParams(seed=1, top_k=1, temperature=0.5, first_chunk_frames=FIRST,
-                             first_chunk_tokens=3, chunk_tokens=7)  # fmt: skip
+    params = SynthesisParams(
+        seed=1,
+        top_k=1,
+        temperature=0.5,
+        first_chunk_frames=FIRST,
+        first_chunk_tokens=3,
+        chunk_tokens=7,
+    )
     list(backend.stream("Hi.", backend.create_voice(None, None), params, threading.Event()))
     assert seen == [(TurboSampling(temperature=0.5, top_k=1), StreamChunking(3, 7))]
     # top_k 1 is greedy: the tokens no longer depend on the seed
@@ -110,8 +124,9 @@ def _transcript_box_shown(engine: Engine, tmp_path) -> bool:
     from tts_core.ui.page import build_demo
 
     config = build_demo(engine, VoiceRegistry(tmp_path / "voices")).get_config_file()
-    (box,) = [c for c in config["components"]
-              if c.get("props", {}).get("elem_id") == "reference-text"]  # fmt: skip
+    (box,) = [
+        c for c in config["components"] if c.get("props", {}).get("elem_id") == "reference-text"
+    ]
     return box["props"]["visible"] is not False
 
 

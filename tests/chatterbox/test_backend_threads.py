@@ -32,8 +32,9 @@ def test_the_stream_watermark_runs_on_the_model_thread(monkeypatch) -> None:
     monkeypatch.setattr(perth_watermark, "stream_marker", marker)  # imported per stream
     params = SynthesisParams(seed=1, first_chunk_tokens=3, chunk_tokens=5)
     consumer = threading.current_thread()
-    chunks = list(backend.stream("Hi there.", backend.create_voice(None, None), params,
-                                 threading.Event()))  # fmt: skip
+    chunks = list(
+        backend.stream("Hi there.", backend.create_voice(None, None), params, threading.Event())
+    )
     model_thread = backend.scheduler.call(threading.current_thread)
     assert len(threads) == len(chunks) > 1
     assert all(t is model_thread for t in threads) and model_thread is not consumer

@@ -89,8 +89,13 @@ def _voices(model) -> list[ChatterboxVoice]:
     v = model.builtin_voice
 
     def cut(tokens: int, mels: int) -> ChatterboxVoice:
-        return ChatterboxVoice(v.speaker_emb, v.t3_prompt_tokens, v.prompt_token[:, :tokens],
-                               v.prompt_feat[:, :mels], v.embedding.flip(1))  # fmt: skip
+        return ChatterboxVoice(
+            v.speaker_emb,
+            v.t3_prompt_tokens,
+            v.prompt_token[:, :tokens],
+            v.prompt_feat[:, :mels],
+            v.embedding.flip(1),
+        )
 
     return [v, cut(150, 300), cut(131, 261)]
 
@@ -120,9 +125,15 @@ def test_cfm_row_is_flow_inference(tiny_folder) -> None:
     for row, chunker, tokens in _rows(tiny_folder):
         voice, n = chunker.voice, tokens.shape[1]
         with torch.inference_mode():
-            mel = model.flow.inference(tokens, voice.prompt_token, voice.prompt_feat,
-                                       voice.embedding, None, noise=chunker.noise.mel[..., : 2 * n],
-                                       prompt_noise=chunker.noise.prompt)  # fmt: skip
+            mel = model.flow.inference(
+                tokens,
+                voice.prompt_token,
+                voice.prompt_feat,
+                voice.embedding,
+                None,
+                noise=chunker.noise.mel[..., : 2 * n],
+                prompt_noise=chunker.noise.prompt,
+            )
         assert torch.equal(_alone(model.flow, row), mel)
         assert torch.equal(padded_cfm(model.flow, [row])[0], mel)  # one row: no padding
 
@@ -198,10 +209,10 @@ def test_leak3_padded_hift_rows_are_trimmed_to_their_own_samples(tiny_folder) ->
         waves = padded_hift_decode(model.hift, *zip(*inputs, strict=True))
         # the leak: one plain decoder call over the padded batch, then cut per row
         longest = max(mel.shape[2] for mel, _ in inputs)
-        mels = torch.cat([torch.nn.functional.pad(m, (0, longest - m.shape[2]))
-                          for m, _ in inputs])  # fmt: skip
-        sources = torch.cat([torch.nn.functional.pad(s, (0, 480 * longest - s.shape[2]))
-                             for _, s in inputs])  # fmt: skip
+        mels = torch.cat([torch.nn.functional.pad(m, (0, longest - m.shape[2])) for m, _ in inputs])
+        sources = torch.cat(
+            [torch.nn.functional.pad(s, (0, 480 * longest - s.shape[2])) for _, s in inputs]
+        )
         plain = model.hift.decode(mels, sources)
     for index, ((mel, source), wave) in enumerate(zip(inputs, waves, strict=True)):
         with torch.inference_mode():
@@ -236,8 +247,10 @@ def test_leak3_padded_push_keeps_every_rows_samples_and_state(tiny_folder) -> No
     generator = torch.Generator().manual_seed(3)
     tokens = [torch.randint(0, 6561, (1, 40 + 7 * i), generator=generator) for i in range(3)]
     for count, final in ((10, False), (25, False), (None, True)):
-        jobs = [(s, t if count is None else t[:, : count + 5 * i], final)
-                for i, (s, t) in enumerate(zip(padded, tokens, strict=True))]  # fmt: skip
+        jobs = [
+            (s, t if count is None else t[:, : count + 5 * i], final)
+            for i, (s, t) in enumerate(zip(padded, tokens, strict=True))
+        ]
         got = padded_s3gen_push(model.flow, model.hift, jobs)
         for (_, t, _), stream, wave in zip(jobs, alone, got, strict=True):
             with torch.inference_mode():

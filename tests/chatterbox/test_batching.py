@@ -54,8 +54,13 @@ PADDED_SNR_DB = 90.0
 
 
 def _chunk_record(chunk) -> tuple:
-    return (chunk.audio.tobytes(), chunk.tokens.tolist(), chunk.t3_draws, chunk.final,
-            chunk.stop_reason)  # fmt: skip
+    return (
+        chunk.audio.tobytes(),
+        chunk.tokens.tolist(),
+        chunk.t3_draws,
+        chunk.final,
+        chunk.stop_reason,
+    )
 
 
 @cache
@@ -65,8 +70,9 @@ def _voice(folder: Path, cloned: bool):
     import librosa
 
     audio, sr = ref_clip()
-    return shared_model(folder).create_voice(librosa.resample(audio, orig_sr=sr,
-                                                              target_sr=24000), 24000)  # fmt: skip
+    return shared_model(folder).create_voice(
+        librosa.resample(audio, orig_sr=sr, target_sr=24000), 24000
+    )
 
 
 @cache
@@ -81,13 +87,13 @@ def _model(folder: Path, quantize: str = "none"):
 def _reference(folder: Path, index: int, cloned: bool = False, quantize: str = "none") -> tuple:
     text, seed, chunking, max_new = REQUESTS[index]
     model = _model(folder, quantize)
-    chunks = model.stream(text, _voice(folder, cloned), seed=seed, chunking=chunking,
-                          max_new_tokens=max_new)  # fmt: skip
+    chunks = model.stream(
+        text, _voice(folder, cloned), seed=seed, chunking=chunking, max_new_tokens=max_new
+    )
     return tuple(_chunk_record(c) for c in chunks)
 
 
-def _run_batch(folder, indices, joins, mode="auto", max_batch=4, stop_after=None,
-               quantize="none"):  # fmt: skip
+def _run_batch(folder, indices, joins, mode="auto", max_batch=4, stop_after=None, quantize="none"):
     """The requests REQUESTS[i] for i in `indices`, each added before engine step joins[k];
     stop_after {k: n}: request k is stopped after its n-th chunk. Returns (seqs, runner)."""
     model = _model(folder, quantize)
@@ -96,8 +102,11 @@ def _run_batch(folder, indices, joins, mode="auto", max_batch=4, stop_after=None
     seqs = []
     for index in indices:
         text, seed, chunking, max_new = REQUESTS[index]
-        seqs.append(model.request(text, seed=seed, chunking=chunking,
-                                 max_new_tokens=max_new, outbox=InlineOutbox()))  # fmt: skip
+        seqs.append(
+            model.request(
+                text, seed=seed, chunking=chunking, max_new_tokens=max_new, outbox=InlineOutbox()
+            )
+        )
     step = 0
     while step <= max(joins) or engine.has_requests():
         for k, seq in enumerate(seqs):
@@ -120,8 +129,9 @@ def _records(seq) -> tuple:
 def test_alone_is_model_stream(tiny_folder, cloned) -> None:
     model = shared_model(tiny_folder)
     text, seed, chunking, _ = REQUESTS[0]
-    seq = model.request(text, _voice(tiny_folder, cloned), seed=seed, chunking=chunking,
-                       outbox=InlineOutbox())  # fmt: skip
+    seq = model.request(
+        text, _voice(tiny_folder, cloned), seed=seed, chunking=chunking, outbox=InlineOutbox()
+    )
     got = tuple(_chunk_record(c) for c in model.run_alone(seq))
     assert got == _reference(tiny_folder, 0, cloned)
     tokens = [t for record in got for t in record[1]]
@@ -152,12 +162,18 @@ def test_a_pass_and_the_limit_on_the_same_draw() -> None:
     """max_new_tokens + 1 draws with a pass due on the last: model.stream yields that pass's
     chunk, then the final one (no tokens left for it); the engine's row does the same."""
     model = shared_model(TINY_A)
-    for max_new, chunking in ((9, StreamChunking(5, 5)), (0, StreamChunking(1, 1)),
-                              (4, StreamChunking(5, 1))):  # fmt: skip
-        reference = tuple(_chunk_record(c) for c in model.stream(
-            "Hello there.", seed=2, chunking=chunking, max_new_tokens=max_new))  # fmt: skip
-        seq = model.request("Hello there.", seed=2, chunking=chunking,
-                           max_new_tokens=max_new, outbox=InlineOutbox())  # fmt: skip
+    for max_new, chunking in (
+        (9, StreamChunking(5, 5)),
+        (0, StreamChunking(1, 1)),
+        (4, StreamChunking(5, 1)),
+    ):
+        reference = tuple(
+            _chunk_record(c)
+            for c in model.stream("Hello there.", seed=2, chunking=chunking, max_new_tokens=max_new)
+        )
+        seq = model.request(
+            "Hello there.", seed=2, chunking=chunking, max_new_tokens=max_new, outbox=InlineOutbox()
+        )
         assert tuple(_chunk_record(c) for c in model.run_alone(seq)) == reference
         assert reference[-1][4] == "max_tokens"
 
@@ -214,8 +230,9 @@ def _float_head_feed(t3, rows):
 def test_the_int8_batch_test_sees_a_shared_generator(monkeypatch) -> None:
     monkeypatch.setattr(ChatterboxRunner, "prefill", _shared_generator)
     seqs, _ = _run_batch(TINY_A, [0, 1, 2], [0, 0, 1], quantize="int8")
-    assert all(_records(seq) != _reference(TINY_A, i, quantize="int8")
-               for i, seq in enumerate(seqs))  # fmt: skip
+    assert all(
+        _records(seq) != _reference(TINY_A, i, quantize="int8") for i, seq in enumerate(seqs)
+    )
 
 
 def _forced_logits(t3, texts, forced: list[torch.Tensor], joins: list[int], feed) -> list[list]:
@@ -226,9 +243,19 @@ def _forced_logits(t3, texts, forced: list[torch.Tensor], joins: list[int], feed
     voice = model.resolve_voice(None)
     rows = [TurboRow() for _ in forced]
     logits: list[list] = [[] for _ in forced]
-    draws = [t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model.text_ids(texts[k]),
-                      TurboSampling(), None, forced=tokens, logits_seen=logits[k], row=rows[k])
-             for k, tokens in enumerate(forced)]  # fmt: skip
+    draws = [
+        t3.draws(
+            voice.speaker_emb,
+            voice.t3_prompt_tokens,
+            model.text_ids(texts[k]),
+            TurboSampling(),
+            None,
+            forced=tokens,
+            logits_seen=logits[k],
+            row=rows[k],
+        )
+        for k, tokens in enumerate(forced)
+    ]
     live: list[int] = []
     for step in range(max(joins) + max(len(f) for f in forced) + 1):
         live += [k for k, join in enumerate(joins) if join == step]
@@ -335,19 +362,31 @@ def test_concurrent_v1_requests_are_batched_and_each_is_model_stream(served) -> 
     from .conftest import REF_CLIP
 
     with REF_CLIP.open("rb") as f:
-        made = httpx.post(f"{url}/v1/audio/voices", data={"name": "cb-batch"},
-                          files={"file": ("ref.wav", f, "audio/wav")}, timeout=300)  # fmt: skip
+        made = httpx.post(
+            f"{url}/v1/audio/voices",
+            data={"name": "cb-batch"},
+            files={"file": ("ref.wav", f, "audio/wav")},
+            timeout=300,
+        )
     assert made.status_code == 201, made.text[:300]
-    cases = [("how are you today?", 3, {}),
-             ("Hello there, this is a tiny test.", 8, {"first_chunk_tokens": 4, "chunk_tokens": 7}),
-             ("Okay.", 11, {"temperature": 0.7, "top_k": 50})]  # fmt: skip
+    cases = [
+        ("how are you today?", 3, {}),
+        ("Hello there, this is a tiny test.", 8, {"first_chunk_tokens": 4, "chunk_tokens": 7}),
+        ("Okay.", 11, {"temperature": 0.7, "top_k": 50}),
+    ]
     released = _hold_until_queued(backend.scheduler, len(cases))
     responses: list = [None] * len(cases)
 
     def post(k: int) -> None:
         text, seed, knobs = cases[k]
-        body = {"input": text, "voice": "cb-batch", "response_format": "pcm", "seed": seed,
-                "watermark": 0, **knobs}  # fmt: skip
+        body = {
+            "input": text,
+            "voice": "cb-batch",
+            "response_format": "pcm",
+            "seed": seed,
+            "watermark": 0,
+            **knobs,
+        }
         responses[k] = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=600)
 
     threads = [threading.Thread(target=post, args=(k,)) for k in range(len(cases))]
@@ -363,10 +402,15 @@ def test_concurrent_v1_requests_are_batched_and_each_is_model_stream(served) -> 
     voice = model.create_voice(clip, 24000)
     for (text, seed, knobs), response in zip(cases, responses, strict=True):
         assert response.status_code == 200, response.text[:300]
-        chunking = StreamChunking(knobs.get("first_chunk_tokens", StreamChunking().first_tokens),
-                                  knobs.get("chunk_tokens", StreamChunking().chunk_tokens))  # fmt: skip
+        chunking = StreamChunking(
+            knobs.get("first_chunk_tokens", StreamChunking().first_tokens),
+            knobs.get("chunk_tokens", StreamChunking().chunk_tokens),
+        )
         sampling = TurboSampling(**{k: v for k, v in knobs.items() if "chunk" not in k})
-        audio = np.concatenate([c.audio for c in model.stream(text, voice, seed=seed,
-                                                              sampling=sampling,
-                                                              chunking=chunking)])  # fmt: skip
+        audio = np.concatenate(
+            [
+                c.audio
+                for c in model.stream(text, voice, seed=seed, sampling=sampling, chunking=chunking)
+            ]
+        )
         assert response.content == to_int16(audio).tobytes()

@@ -39,15 +39,17 @@ def test_t3_tokens_exact_and_logits(tiny_folder, goldens):
     voice = ChatterboxVoice.from_conds(tiny_folder / "conds.pt")
     ids = torch.from_numpy(goldens["t3_text_ids"])[None]
     generator = torch.Generator().manual_seed(int(goldens["meta_seeds"][0]))
-    out = model.t3.generate(voice.speaker_emb, voice.t3_prompt_tokens, ids, TurboSampling(),
-                            generator)  # fmt: skip
+    out = model.t3.generate(
+        voice.speaker_emb, voice.t3_prompt_tokens, ids, TurboSampling(), generator
+    )
     assert out.tokens.tolist() == goldens["t3_tokens"].tolist()
     # Teacher-forced (the golden's tokens and its final STOP fed in, no draws): every step's raw
     # logits, so a float mismatch shows even where it would not flip a draw.
     forced = torch.tensor([*goldens["t3_tokens"].tolist(), 6562])
     steps = len(goldens["t3_logits"])
-    fed = model.t3.generate(voice.speaker_emb, voice.t3_prompt_tokens, ids, TurboSampling(), None,
-                            forced=forced[:steps])  # fmt: skip
+    fed = model.t3.generate(
+        voice.speaker_emb, voice.t3_prompt_tokens, ids, TurboSampling(), None, forced=forced[:steps]
+    )
     check_fp32(torch.cat(fed.logits)[:steps], goldens, "t3_logits")
 
 
@@ -56,8 +58,9 @@ def test_flow_mel(tiny_folder, goldens):
     voice = ChatterboxVoice.from_conds(tiny_folder / "conds.pt")
     generator = torch.Generator().manual_seed(int(goldens["meta_seeds"][1]))
     tokens = torch.from_numpy(goldens["flow_tokens"])[None]
-    mel = model.flow.inference(tokens, voice.prompt_token, voice.prompt_feat, voice.embedding,
-                               generator)  # fmt: skip
+    mel = model.flow.inference(
+        tokens, voice.prompt_token, voice.prompt_feat, voice.embedding, generator
+    )
     check_fp32(mel[0], goldens, "flow_mel")
 
 

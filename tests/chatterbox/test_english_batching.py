@@ -54,19 +54,32 @@ def _cloned():
 
 def _request(index: int, outbox=None):
     text, seed, chunking, max_new, exaggeration, cfg, cloned = REQUESTS[index]
-    return EnglishSequence(english_model(TINY_A), text, _cloned() if cloned else None, seed,
-                           exaggeration, EnglishSampling(cfg_weight=cfg), max_new, chunking,
-                           outbox=outbox or InlineOutbox())  # fmt: skip
+    return EnglishSequence(
+        english_model(TINY_A),
+        text,
+        _cloned() if cloned else None,
+        seed,
+        exaggeration,
+        EnglishSampling(cfg_weight=cfg),
+        max_new,
+        chunking,
+        outbox=outbox or InlineOutbox(),
+    )
 
 
 @cache
 def _reference(index: int) -> tuple:
     """REQUESTS[index] through model.stream."""
     text, seed, chunking, max_new, exaggeration, cfg, cloned = REQUESTS[index]
-    chunks = english_model(TINY_A).stream(text, _cloned() if cloned else None, seed=seed,
-                                          exaggeration=exaggeration,
-                                          sampling=EnglishSampling(cfg_weight=cfg),
-                                          max_new_tokens=max_new, chunking=chunking)  # fmt: skip
+    chunks = english_model(TINY_A).stream(
+        text,
+        _cloned() if cloned else None,
+        seed=seed,
+        exaggeration=exaggeration,
+        sampling=EnglishSampling(cfg_weight=cfg),
+        max_new_tokens=max_new,
+        chunking=chunking,
+    )
     return tuple(_chunk_record(c) for c in chunks)
 
 
@@ -95,9 +108,13 @@ def test_model_stream_is_the_engine_alone_and_its_tokens_are_generates() -> None
         got = tuple(_chunk_record(c) for c in model.run_alone(_request(index)))
         assert got == _reference(index)
         text, seed, _, _, exaggeration, cfg, cloned = REQUESTS[index]
-        whole = model.generate(text, _cloned() if cloned else None, seed=seed,
-                               exaggeration=exaggeration,
-                               sampling=EnglishSampling(cfg_weight=cfg))  # fmt: skip
+        whole = model.generate(
+            text,
+            _cloned() if cloned else None,
+            seed=seed,
+            exaggeration=exaggeration,
+            sampling=EnglishSampling(cfg_weight=cfg),
+        )
         assert [t for record in got for t in record[1]] == whole.draws[:-1].tolist()  # no STOP
         assert got[-1][3:] == (True, "eos") and len(got) > 1
 
@@ -171,12 +188,20 @@ def served(tmp_path_factory):
 def _stream_pcm(model, voice, text: str, seed: int, knobs: dict) -> bytes:
     """model.stream's audio for a /v1 body's knob values, as the PCM response's bytes."""
     default = StreamChunking()
-    chunking = StreamChunking(knobs.get("first_chunk_tokens", default.first_tokens),
-                              knobs.get("chunk_tokens", default.chunk_tokens))  # fmt: skip
+    chunking = StreamChunking(
+        knobs.get("first_chunk_tokens", default.first_tokens),
+        knobs.get("chunk_tokens", default.chunk_tokens),
+    )
     fields = {field.name for field in dataclasses.fields(EnglishSampling)}
     sampling = EnglishSampling(**{k: v for k, v in knobs.items() if k in fields})
-    chunks = model.stream(text, voice, seed=seed, exaggeration=knobs.get("exaggeration", 0.5),
-                          sampling=sampling, chunking=chunking)  # fmt: skip
+    chunks = model.stream(
+        text,
+        voice,
+        seed=seed,
+        exaggeration=knobs.get("exaggeration", 0.5),
+        sampling=sampling,
+        chunking=chunking,
+    )
     return to_int16(np.concatenate([c.audio for c in chunks])).tobytes()
 
 
@@ -186,19 +211,34 @@ def test_concurrent_v1_requests_are_batched_and_each_is_model_stream(served) -> 
 
     assert backend.default_concurrency == 4  # no lock: the engine admits as many as it batches
     with REF_CLIP.open("rb") as f:
-        made = httpx.post(f"{url}/v1/audio/voices", data={"name": "en-batch"},
-                          files={"file": ("ref.wav", f, "audio/wav")}, timeout=300)  # fmt: skip
+        made = httpx.post(
+            f"{url}/v1/audio/voices",
+            data={"name": "en-batch"},
+            files={"file": ("ref.wav", f, "audio/wav")},
+            timeout=300,
+        )
     assert made.status_code == 201, made.text[:300]
-    cases = [("how are you today?", 3, {}),
-             ("Hello there, this is a tiny test.", 8,
-              {"first_chunk_tokens": 4, "chunk_tokens": 7, "exaggeration": 0.9}),
-             ("Okay.", 11, {"cfg_weight": 0.0, "min_p": 0.1, "temperature": 0.7})]  # fmt: skip
+    cases = [
+        ("how are you today?", 3, {}),
+        (
+            "Hello there, this is a tiny test.",
+            8,
+            {"first_chunk_tokens": 4, "chunk_tokens": 7, "exaggeration": 0.9},
+        ),
+        ("Okay.", 11, {"cfg_weight": 0.0, "min_p": 0.1, "temperature": 0.7}),
+    ]
     released = _hold_until_queued(backend.scheduler, len(cases))
 
     def post(case: tuple) -> httpx.Response:
         text, seed, knobs = case
-        body = {"input": text, "voice": "en-batch", "response_format": "pcm", "seed": seed,
-                "watermark": 0, **knobs}  # fmt: skip
+        body = {
+            "input": text,
+            "voice": "en-batch",
+            "response_format": "pcm",
+            "seed": seed,
+            "watermark": 0,
+            **knobs,
+        }
         return httpx.post(f"{url}/v1/audio/speech", json=body, timeout=600)
 
     with ThreadPoolExecutor(len(cases)) as pool:  # all at once: batched by the hold above

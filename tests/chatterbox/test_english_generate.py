@@ -42,8 +42,12 @@ def test_generate_with_other_knobs(name):
     values = knobs(english_goldens)
     exaggeration = values.pop("exaggeration")
     model = english_model(english_folder)
-    result = model.generate(TEXTS[1], seed=seeds(english_goldens)["knobs"],
-                            exaggeration=exaggeration, sampling=EnglishSampling(**values))  # fmt: skip
+    result = model.generate(
+        TEXTS[1],
+        seed=seeds(english_goldens)["knobs"],
+        exaggeration=exaggeration,
+        sampling=EnglishSampling(**values),
+    )
     _check(result, english_goldens, "knobs")
 
 
@@ -67,12 +71,17 @@ def test_generate_cloned_voice(name):
     # torch ops on the same samples but equal to the bit only on the CPU the goldens were made
     # on (a Zen 5 rounds the mel's last bit otherwise), so the generation takes the golden's
     # float parts, bounded above, and our exact token parts: the audio bound then holds anywhere
-    golden_floats = {key: torch.from_numpy(english_goldens[f"clone_{key}"]).reshape(value.shape)
-                     for key, value in (("speaker_emb", voice.speaker_emb),
-                                        ("prompt_feat", voice.prompt_feat),
-                                        ("embedding", voice.embedding))}  # fmt: skip
-    result = model.generate(TEXTS[1], dataclasses.replace(voice, **golden_floats),
-                            seed=seeds(english_goldens)["clone"])  # fmt: skip
+    golden_floats = {
+        key: torch.from_numpy(english_goldens[f"clone_{key}"]).reshape(value.shape)
+        for key, value in (
+            ("speaker_emb", voice.speaker_emb),
+            ("prompt_feat", voice.prompt_feat),
+            ("embedding", voice.embedding),
+        )
+    }
+    result = model.generate(
+        TEXTS[1], dataclasses.replace(voice, **golden_floats), seed=seeds(english_goldens)["clone"]
+    )
     _check(result, english_goldens, "clone")
 
 

@@ -78,8 +78,9 @@ def test_s3gen_file_with_the_buffers_loads_them(copy):
     assert torch.equal(tokenizer.window, state["tokenizer.window"])  # the file's, not rebuilt
 
 
-@pytest.mark.parametrize("name", ["t3_cfg.safetensors", "s3gen.safetensors", "tokenizer.json",
-                                  "ve.safetensors"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", ["t3_cfg.safetensors", "s3gen.safetensors", "tokenizer.json", "ve.safetensors"]
+)
 def test_missing_file_is_named(copy, name):
     (copy / name).unlink()
     if name == "t3_cfg.safetensors":  # no T3 file: not an English folder at all

@@ -65,10 +65,18 @@ def pcm(server: str, **body) -> np.ndarray:
 def test_backend_contract(backend) -> None:
     assert isinstance(backend, Backend)
     assert (backend.name, backend.can_clone, backend.needs_reference) == (
-        "chatterbox-english", True, False)  # fmt: skip
+        "chatterbox-english",
+        True,
+        False,
+    )
     defaults = backend.sampling_defaults()
-    sampling = {"temperature": 0.8, "min_p": 0.05, "top_p": 1.0, "repetition_penalty": 1.2,
-                "cfg_weight": 0.5}  # fmt: skip
+    sampling = {
+        "temperature": 0.8,
+        "min_p": 0.05,
+        "top_p": 1.0,
+        "repetition_penalty": 1.2,
+        "cfg_weight": 0.5,
+    }
     assert {k: defaults[k] for k in sampling} == sampling and defaults["exaggeration"] == 0.5
     assert EnglishSampling(**sampling) == EnglishSampling()  # the official generate()'s defaults
     assert backend.create_voice(None, None).summary["mode"] == "built-in"
@@ -84,17 +92,23 @@ def test_uploaded_voice_is_cloned_with_the_knobs(backend, server, voices_dir, mo
 
     monkeypatch.setattr(backend.scheduler, "submit", spy)
     with REF_CLIP.open("rb") as f:
-        made = httpx.post(f"{server}/v1/audio/voices", data={"name": "en-clone"},
-                          files={"file": ("ref.wav", f, "audio/wav")}, timeout=120)  # fmt: skip
+        made = httpx.post(
+            f"{server}/v1/audio/voices",
+            data={"name": "en-clone"},
+            files={"file": ("ref.wav", f, "audio/wav")},
+            timeout=120,
+        )
     assert made.status_code == 201, made.text[:300]
-    audio = pcm(server, input=TEXT, voice="en-clone", seed=3, exaggeration=0.8, cfg_weight=0.3,
-                watermark=0)  # fmt: skip
+    audio = pcm(
+        server, input=TEXT, voice="en-clone", seed=3, exaggeration=0.8, cfg_weight=0.3, watermark=0
+    )
     _, clip = VoiceRegistry(voices_dir).load("en-clone")
     model = english_model(TINY)
     voice = model.create_voice(clip, 24000)
     sampling = EnglishSampling(cfg_weight=0.3)
-    chunks = model.stream(TEXT, voice, seed=3, exaggeration=0.8, sampling=sampling,
-                          chunking=StreamChunking())  # fmt: skip
+    chunks = model.stream(
+        TEXT, voice, seed=3, exaggeration=0.8, sampling=sampling, chunking=StreamChunking()
+    )
     streamed = np.concatenate([chunk.audio for chunk in chunks])
     whole = model.generate(TEXT, voice, seed=3, exaggeration=0.8, sampling=sampling)
     assert seen == [(0.8, sampling)]  # the body's knobs reached the model
@@ -131,5 +145,8 @@ def test_text_too_long_is_an_input_error(backend) -> None:
 
     params = SynthesisParams(seed=1)
     with pytest.raises(InputError, match="text too long"):
-        list(backend.stream("word " * 3000, backend.create_voice(None, None), params,
-                            threading.Event()))  # fmt: skip
+        list(
+            backend.stream(
+                "word " * 3000, backend.create_voice(None, None), params, threading.Event()
+            )
+        )

@@ -118,5 +118,6 @@ def test_the_key_names_the_files_t3_is_computed_from(cache):
     opened = store.Int8Store.open(quant.T3Int8, TINY_A, torch.float32, None, False)
     named = set(opened.key["checkpoint"])
     assert {t3_file(TINY_A), "conds.pt", "vocab.json", "merges.txt"} <= named
-    assert named == {name for name in quant.T3Int8.identity_files(TINY_A)
-                     if (TINY_A / name).is_file()}  # fmt: skip
+    assert named == {
+        name for name in quant.T3Int8.identity_files(TINY_A) if (TINY_A / name).is_file()
+    }

@@ -37,8 +37,11 @@ from .conftest import FIXTURES, shared_model
 
 TEXT = "Hello there, this is a tiny test. [chuckle] Okay"
 INT8 = native.int8_linear() is not None or int8_matmul_available()
-needs_int8 = pytest.mark.skipif(not INT8, reason="no int8 matmul on this CPU: the int8 T3 is "
-                                "unchecked here (quantize 'auto' keeps float32)")  # fmt: skip
+needs_int8 = pytest.mark.skipif(
+    not INT8,
+    reason="no int8 matmul on this CPU: the int8 T3 is "
+    "unchecked here (quantize 'auto' keeps float32)",
+)
 # Noise power of a layer against the uniform-rounding model: a sum over >= 64 rows x >= 32 outputs
 # of independent errors, measured 0.81x-1.18x; 2x either way is 3 dB of slack for the model.
 NOISE_MODEL_FACTOR = 2.0
@@ -74,8 +77,15 @@ def _forced_logits(model: ChatterboxTurboModel, forced: torch.Tensor) -> torch.T
     voice = model.builtin_voice
     seen: list[torch.Tensor] = []
     with torch.inference_mode():
-        for _ in model.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, model.text_ids(TEXT),
-                                TurboSampling(), None, forced=forced, logits_seen=seen):  # fmt: skip
+        for _ in model.t3.draws(
+            voice.speaker_emb,
+            voice.t3_prompt_tokens,
+            model.text_ids(TEXT),
+            TurboSampling(),
+            None,
+            forced=forced,
+            logits_seen=seen,
+        ):
             pass
     return torch.cat(seen).double()
 
@@ -87,9 +97,11 @@ def test_each_layer_is_within_the_rounding_bound_and_the_noise_model(tiny_folder
         error = layer(x).double() - reference
         s_x = x.abs().amax(1, keepdim=True).double() / 127
         s_w = weight.abs().amax(1).double() / 127
-        bound = (x.abs().double().sum(1, keepdim=True) * s_w[None] / 2
-                 + weight.abs().double().sum(1)[None] * s_x / 2
-                 + x.shape[1] * s_x * s_w[None] / 4)  # (rows, out)  # fmt: skip
+        bound = (
+            x.abs().double().sum(1, keepdim=True) * s_w[None] / 2
+            + weight.abs().double().sum(1)[None] * s_x / 2
+            + x.shape[1] * s_x * s_w[None] / 4
+        )  # (rows, out)
         # + the float32 rounding of the output's scaling and bias (a few ulps of |y|)
         assert (error.abs() <= bound + 1e-6 * (1 + reference.abs())).all(), name
         ratio = float(error.pow(2).sum() / _predicted_noise(x, weight).sum())
@@ -107,10 +119,13 @@ def test_int8_logits_hold_the_bound_of_the_error_model(tiny_folder: Path) -> Non
     float_model = shared_model(tiny_folder)
     layers = _layers(float_model)
     worst = min(
-        10 * math.log10(float(torch.addmm(b.double(), x.double(), w.double().t()).pow(2).sum())
-                        / float(_predicted_noise(x, w).sum()))
+        10
+        * math.log10(
+            float(torch.addmm(b.double(), x.double(), w.double().t()).pow(2).sum())
+            / float(_predicted_noise(x, w).sum())
+        )
         for _, _, x, (w, b) in layers
-    )  # fmt: skip
+    )
     bound = worst - 10 * math.log10(len(layers))
     forced = float_model.generate(TEXT, seed=1).tokens  # teacher forcing: the same inputs
     int8_model = ChatterboxTurboModel.from_pretrained(tiny_folder, quantize="int8")
@@ -180,8 +195,9 @@ def test_the_served_path_runs_the_int8_t3_when_chosen() -> None:
         assert engine.info()["weight_format"] == "int8"
         assert engine.info()["weight_format_reason"].startswith("T3 int8")
         params = SynthesisParams(seed=5, watermark=0)
-        audio = np.concatenate([e.audio for e in engine.stream(SynthesisRequest(TEXT,
-                                                                                params=params))])  # fmt: skip
+        audio = np.concatenate(
+            [e.audio for e in engine.stream(SynthesisRequest(TEXT, params=params))]
+        )
     finally:
         backend.close()
     model = ChatterboxTurboModel.from_pretrained(folder, quantize="int8")

@@ -49,11 +49,15 @@ def test_hift_weight_norm_is_folded_to_the_same_bits():
     from tts_core.models.chatterbox.hift import HiFTGenerator
 
     model = ChatterboxTurboModel.from_pretrained(TINY)
-    plain = load_part(HiFTGenerator(model.sizes.hift), TINY / "s3gen_meanflow.safetensors",
-                      "mel2wav.")  # fmt: skip
+    plain = load_part(
+        HiFTGenerator(model.sizes.hift), TINY / "s3gen_meanflow.safetensors", "mel2wav."
+    )
     normed = dict(plain.named_modules())
-    folded = [name for name, module in model.hift.named_modules()
-              if parametrize.is_parametrized(normed[name], "weight")]  # fmt: skip
+    folded = [
+        name
+        for name, module in model.hift.named_modules()
+        if parametrize.is_parametrized(normed[name], "weight")
+    ]
     assert len(folded) == 82  # conv_pre, 3 ups, 72 resblock convs, conv_post, 5 F0 convs
     for name, module in model.hift.named_modules():
         assert not parametrize.is_parametrized(module)
@@ -111,8 +115,11 @@ def test_watermark_needs_the_optional_package(monkeypatch):
     from tts_core.audio import perth_watermark
 
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "perth" else real_find_spec(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "perth" else real_find_spec(name, *a),
+    )
     monkeypatch.setattr(perth_watermark, "_shared", None)
     from tts_core.models.chatterbox.model import apply_watermark
 
@@ -146,7 +153,10 @@ def test_released_sizes_give_the_released_keys_and_shapes():
             },
         }
     for file, modules in parts.items():
-        ours = {prefix + key: list(value.shape) for prefix, module in modules.items()
-                for key, value in module.state_dict().items()}  # fmt: skip
+        ours = {
+            prefix + key: list(value.shape)
+            for prefix, module in modules.items()
+            for key, value in module.state_dict().items()
+        }
         expected = {key: shape for key, shape in release[file].items() if key not in T3_UNUSED}
         assert ours == expected, file

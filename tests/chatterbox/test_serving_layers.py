@@ -27,23 +27,29 @@ MODEL_MODULES = ("tts_core.models.chatterbox.model", "tts_core.models.chatterbox
 
 
 def test_the_runner_module_loads_without_either_model() -> None:
-    code = ("import sys, tts_core.models.chatterbox.runner\n"
-            "print(' '.join(sorted(sys.modules)))")  # fmt: skip
+    code = "import sys, tts_core.models.chatterbox.runner\nprint(' '.join(sorted(sys.modules)))"
     # a fresh interpreter (this one has imported the models) on this checkout's tts_core
     root = str(Path(tts_core.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=env).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.split()
     assert "tts_core.models.chatterbox.runner" in out
     assert not set(MODEL_MODULES) & set(out)
 
 
 @pytest.mark.parametrize(
     ("backend_class", "load", "folder", "thread"),
-    [(ChatterboxBackend, shared_model, "chatterbox-turbo-tiny-a", "tts-chatterbox"),
-     (ChatterboxEnglishBackend, english_model, "chatterbox-english-tiny-a",
-      "tts-chatterbox-english")],
-)  # fmt: skip
+    [
+        (ChatterboxBackend, shared_model, "chatterbox-turbo-tiny-a", "tts-chatterbox"),
+        (
+            ChatterboxEnglishBackend,
+            english_model,
+            "chatterbox-english-tiny-a",
+            "tts-chatterbox-english",
+        ),
+    ],
+)
 def test_a_backend_serves_its_model_on_the_generic_loop(backend_class, load, folder, thread):
     model = load(FIXTURES / folder)
     backend = backend_class(model, folder, "cpu", max_batch=3)

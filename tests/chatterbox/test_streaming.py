@@ -122,8 +122,15 @@ def test_stream_noise_path_is_the_official_computation(tiny_folder) -> None:
     generator = torch.Generator().manual_seed(2)
     noise = model.flow.draw_noise(tokens.shape[1], generator)
     full = torch.randn(1, 80, 2 * (voice.prompt_token.shape[1] + 30), generator=generator)
-    ours = model.flow.inference(tokens, voice.prompt_token, voice.prompt_feat, voice.embedding,
-                                None, noise=noise, prompt_noise=full)  # fmt: skip
+    ours = model.flow.inference(
+        tokens,
+        voice.prompt_token,
+        voice.prompt_feat,
+        voice.embedding,
+        None,
+        noise=noise,
+        prompt_noise=full,
+    )
     assert torch.equal(ours, official)
 
     wav = model.vocode(official, torch.Generator().manual_seed(3))[0]
@@ -161,12 +168,17 @@ def test_hift_stream_pushes_match_one_push(tiny_folder, step: int) -> None:
     mel = torch.randn(1, 80, frames, generator=torch.Generator().manual_seed(4)) * 2 - 5
     with torch.inference_mode():
         assert bool((hift.f0_predictor(mel) > 10).all())
-    draws = _Draws(initial_phases(1, torch.Generator().manual_seed(5)), frames,
-                   torch.Generator().manual_seed(6))  # fmt: skip
+    draws = _Draws(
+        initial_phases(1, torch.Generator().manual_seed(5)),
+        frames,
+        torch.Generator().manual_seed(6),
+    )
     whole = HiftStream(hift, draws).push(mel, final=True).numpy()
     stream = HiftStream(hift, draws)
-    pieces = [stream.push(mel[..., i : i + step], final=i + step >= frames).numpy()
-              for i in range(0, frames, step)]  # fmt: skip
+    pieces = [
+        stream.push(mel[..., i : i + step], final=i + step >= frames).numpy()
+        for i in range(0, frames, step)
+    ]
     audio = np.concatenate(pieces)
     assert audio.shape == whole.shape == (frames * SAMPLES_PER_FRAME,)
     assert snr_db(whole, audio) >= HIFT_SNR_DB
@@ -180,8 +192,11 @@ def test_a_fault_is_far_below_the_threshold(tiny_folder) -> None:
     model = shared_model(tiny_folder)
     frames = 200
     mel = torch.randn(1, 80, frames, generator=torch.Generator().manual_seed(4)) * 2 - 5
-    draws = _Draws(initial_phases(1, torch.Generator().manual_seed(5)), frames + 1,
-                   torch.Generator().manual_seed(6))  # fmt: skip
+    draws = _Draws(
+        initial_phases(1, torch.Generator().manual_seed(5)),
+        frames + 1,
+        torch.Generator().manual_seed(6),
+    )
     voiced = HiftStream(_voiced(model.hift), draws).push(mel, final=True).numpy()
     late = np.concatenate([np.zeros(SAMPLES_PER_FRAME), voiced[:-SAMPLES_PER_FRAME]])
     assert snr_db(voiced, late) <= STREAM_SNR_DB - 10
@@ -243,10 +258,15 @@ def test_a_bounded_pass_is_the_flow_over_its_window(tiny_folder, monkeypatch) ->
     second = chunker.push(tokens[:, :30], final=False)
     skipped = (emitted - lead) // 2 - 4
     assert skipped > 0 and seen == [6 + 12, 6 + 30 - skipped]
-    expected = flow_inference(tokens[:, skipped:30], voice.prompt_token[:, tp - 6 :],
-                              voice.prompt_feat[:, tm - (12 - lead) :], voice.embedding, None,
-                              noise=noise.mel[..., 2 * skipped : 60],
-                              prompt_noise=noise.prompt[..., 2 * (tp - 6) :])  # fmt: skip
+    expected = flow_inference(
+        tokens[:, skipped:30],
+        voice.prompt_token[:, tp - 6 :],
+        voice.prompt_feat[:, tm - (12 - lead) :],
+        voice.embedding,
+        None,
+        noise=noise.mel[..., 2 * skipped : 60],
+        prompt_noise=noise.prompt[..., 2 * (tp - 6) :],
+    )
     stable = lead + 2 * (30 - chunker.holdback)
     assert torch.equal(second, expected[..., emitted - 2 * skipped : stable - 2 * skipped])
     assert chunker.emitted == stable
@@ -264,8 +284,9 @@ def test_a_bounded_pass_costs_the_same_however_long_the_utterance(tiny_folder, m
     stream = S3GenStream(model.flow, model.hift, model.builtin_voice, noise, chunking)
     for n in chunking.pass_points(200):
         stream.push(tokens[:, :n], final=False)
-    bound = (chunking.flow_prompt + chunking.flow_context + chunking.chunk_tokens
-             + chunking.holdback + 1)  # fmt: skip
+    bound = (
+        chunking.flow_prompt + chunking.flow_context + chunking.chunk_tokens + chunking.holdback + 1
+    )
     assert len(seen) == len(chunking.pass_points(200)) > 4 and max(seen) <= bound
 
 

@@ -28,8 +28,15 @@ def _fresh_t3(folder):  # noqa: ANN001, ANN202
 def _logits(t3, voice, text: torch.Tensor) -> torch.Tensor:
     forced = torch.randint(0, 6561, (6,), generator=torch.Generator().manual_seed(2))
     seen: list[torch.Tensor] = []
-    for _ in t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, text, TurboSampling(), None,
-                      forced=forced, logits_seen=seen):  # fmt: skip
+    for _ in t3.draws(
+        voice.speaker_emb,
+        voice.t3_prompt_tokens,
+        text,
+        TurboSampling(),
+        None,
+        forced=forced,
+        logits_seen=seen,
+    ):
         pass
     return torch.cat(seen)
 

@@ -66,18 +66,27 @@ def test_the_built_in_voices_speak_and_a_short_clip_is_refused_with_the_reason(
     clip = tmp_path / "short.wav"
     sf.write(clip, speech_like(3.0, 24_000), 24_000)
     with clip.open("rb") as f:
-        made = httpx.post(f"{server}/v1/audio/voices", data={"name": "cb-short"},
-                          files={"file": ("short.wav", f, "audio/wav")}, timeout=60)  # fmt: skip
+        made = httpx.post(
+            f"{server}/v1/audio/voices",
+            data={"name": "cb-short"},
+            files={"file": ("short.wav", f, "audio/wav")},
+            timeout=60,
+        )
     assert made.status_code == 201, made.text
-    response = httpx.post(f"{server}/v1/audio/speech", json={**body, "voice": "cb-short"},
-                          timeout=60)  # fmt: skip
+    response = httpx.post(
+        f"{server}/v1/audio/speech", json={**body, "voice": "cb-short"}, timeout=60
+    )
     assert response.status_code == 400 and "longer than 5 s" in response.json()["error"]["message"]
 
 
 def test_uploaded_voice_is_cloned(server, voices_dir):
     with REF_CLIP.open("rb") as f:
-        made = httpx.post(f"{server}/v1/audio/voices", data={"name": "cb-clone"},
-                          files={"file": ("ref.wav", f, "audio/wav")}, timeout=120)  # fmt: skip
+        made = httpx.post(
+            f"{server}/v1/audio/voices",
+            data={"name": "cb-clone"},
+            files={"file": ("ref.wav", f, "audio/wav")},
+            timeout=120,
+        )
     assert made.status_code == 201, made.text[:300]
     audio = pcm(server, input="how are you today?", voice="cb-clone", seed=3, watermark=0)
     # The clip as the server stored it (24 kHz, 16-bit) and hands it to the engine:
@@ -86,8 +95,11 @@ def test_uploaded_voice_is_cloned(server, voices_dir):
     voice = model.create_voice(clip, 24000)
     chunks = model.stream("how are you today?", voice, seed=3, chunking=StreamChunking())
     streamed = np.concatenate([chunk.audio for chunk in chunks])
-    assert audio.shape == streamed.shape == model.generate("how are you today?", voice,
-                                                           seed=3).audio.shape  # fmt: skip
+    assert (
+        audio.shape
+        == streamed.shape
+        == model.generate("how are you today?", voice, seed=3).audio.shape
+    )
     assert np.abs(audio - np.clip(streamed, -1, 1)).max() <= PCM_BOUND
 
 
@@ -96,17 +108,23 @@ def test_the_models_own_voice_is_named_default(server, voices_dir):
     same stream as model.stream with the built-in voice; no saved voice may take the name."""
     audio = pcm(server, input="how are you today?", voice="default", seed=5, watermark=0)
     model = shared_model(TINY)
-    chunks = model.stream("how are you today?", model.builtin_voice, seed=5,
-                          chunking=StreamChunking())  # fmt: skip
+    chunks = model.stream(
+        "how are you today?", model.builtin_voice, seed=5, chunking=StreamChunking()
+    )
     streamed = np.concatenate([chunk.audio for chunk in chunks])
     assert audio.shape == streamed.shape
     assert np.abs(audio - np.clip(streamed, -1, 1)).max() <= PCM_BOUND
     with REF_CLIP.open("rb") as f:
-        taken = httpx.post(f"{server}/v1/audio/voices", data={"name": "default"},
-                           files={"file": ("ref.wav", f, "audio/wav")}, timeout=120)  # fmt: skip
+        taken = httpx.post(
+            f"{server}/v1/audio/voices",
+            data={"name": "default"},
+            files={"file": ("ref.wav", f, "audio/wav")},
+            timeout=120,
+        )
     assert taken.status_code == 400 and "own voice" in taken.json()["error"]["message"]
-    unknown = httpx.post(f"{server}/v1/audio/speech", timeout=60,
-                         json={"input": "Hi.", "voice": "no-such-voice"})  # fmt: skip
+    unknown = httpx.post(
+        f"{server}/v1/audio/speech", timeout=60, json={"input": "Hi.", "voice": "no-such-voice"}
+    )
     assert unknown.status_code == 404 and "'default'" in unknown.json()["error"]["message"]
 
 

@@ -138,8 +138,9 @@ def test_detector_finds_our_watermark_and_not_on_plain_audio():
     assert marker().detect(at_44k, 44100) == 1.0
 
 
-@pytest.mark.parametrize(("up", "down", "n"), [(4, 3, 60_010), (4, 3, 7), (320, 441, 20_001),
-                                               (2, 1, 999), (5, 5, 10)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("up", "down", "n"), [(4, 3, 60_010), (4, 3, 7), (320, 441, 20_001), (2, 1, 999), (5, 5, 10)]
+)
 def test_resample_poly_equals_scipys(up, down, n):
     """scipy (float32: every product and sum rounded) vs ours (float64, one rounding): each
     output sums at most L = ceil(taps / up) + 1 products, so scipy errs by at most
@@ -162,8 +163,13 @@ def _tiny_net_checkpoint(path: Path, extra: dict | None = None, drop: str = "") 
     hp = PerthHparams(32000, 2048, 320, 2048, "hann", 1e-9, 2000, 8)
     state = dict(PerthNet(hp).state_dict())
     window = torch.hann_window(2048)
-    state.update({AUDIO_PROCESSOR_KEYS[0]: window, AUDIO_PROCESSOR_KEYS[1]: window,
-                  AUDIO_PROCESSOR_KEYS[2]: torch.zeros(1025, 1)})  # fmt: skip
+    state.update(
+        {
+            AUDIO_PROCESSOR_KEYS[0]: window,
+            AUDIO_PROCESSOR_KEYS[1]: window,
+            AUDIO_PROCESSOR_KEYS[2]: torch.zeros(1025, 1),
+        }
+    )
     state.update(extra or {})
     state.pop(drop, None)
     torch.save({"model": state, "step": 7}, path)
@@ -173,11 +179,12 @@ def _tiny_net_checkpoint(path: Path, extra: dict | None = None, drop: str = "") 
 def test_checkpoint_keys_are_strict(tmp_path):
     hp = PerthHparams(32000, 2048, 320, 2048, "hann", 1e-9, 2000, 8)
     assert PerthNet(hp).load_checkpoint(_tiny_net_checkpoint(tmp_path / "ok.pth.tar")) == 7
-    cases = {"extra": ({"decoder.more": torch.zeros(1)}, ""),
-             "missing": (None, "encoder.layers.0.conv.bias"),
-             "no window": (None, AUDIO_PROCESSOR_KEYS[1]),
-             "other window": ({AUDIO_PROCESSOR_KEYS[0]: torch.hann_window(2048, periodic=False)},
-                              "")}  # fmt: skip
+    cases = {
+        "extra": ({"decoder.more": torch.zeros(1)}, ""),
+        "missing": (None, "encoder.layers.0.conv.bias"),
+        "no window": (None, AUDIO_PROCESSOR_KEYS[1]),
+        "other window": ({AUDIO_PROCESSOR_KEYS[0]: torch.hann_window(2048, periodic=False)}, ""),
+    }
     for name, (extra, drop) in cases.items():
         path = _tiny_net_checkpoint(tmp_path / f"{name}.pth.tar", extra, drop)
         with pytest.raises((RuntimeError, ValueError)):
@@ -188,8 +195,9 @@ def test_without_resemble_perth_the_error_says_how_to_install(monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "perth" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "perth" else real(name, *a)
+    )
     monkeypatch.setattr(perth_watermark, "_shared", None)
     with pytest.raises(PerthUnavailable, match=r"tts-core\[chatterbox-watermark\]"):
         stream_watermarker()
@@ -231,8 +239,9 @@ def test_streamed_watermark_is_found_without_clicks_at_the_joins(first, later):
     assert marker().detect(joined, SR) == 1.0
     whole = marker().apply(audio, SR, keep_length=True)
     assert hp_spike(joined, whole) < 0.5
-    naive = np.concatenate([marker().apply(p, SR, keep_length=True)
-                            for p in np.split(audio, np.cumsum(sizes)[:-1])])  # fmt: skip
+    naive = np.concatenate(
+        [marker().apply(p, SR, keep_length=True) for p in np.split(audio, np.cumsum(sizes)[:-1])]
+    )
     assert hp_spike(naive, whole) > 6.0
 
 
@@ -283,8 +292,17 @@ def test_the_backends_stream_is_watermarked_per_chunk_by_default():
     text = "how are you today?"
     try:
         voice = backend.create_voice(None, None)
-        runs = [list(backend.stream(text, voice, SynthesisParams(seed=3, first_chunk_tokens=6, chunk_tokens=10, **knob),
-                                    threading.Event())) for knob in ({}, {"watermark": 0})]  # fmt: skip
+        runs = [
+            list(
+                backend.stream(
+                    text,
+                    voice,
+                    SynthesisParams(seed=3, first_chunk_tokens=6, chunk_tokens=10, **knob),
+                    threading.Event(),
+                )
+            )
+            for knob in ({}, {"watermark": 0})
+        ]
     finally:
         backend.close()
     chunks = list(model.stream(text, None, seed=3, chunking=StreamChunking(6, 10)))

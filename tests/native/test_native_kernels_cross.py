@@ -51,9 +51,23 @@ def neon_harness(tmp_path_factory) -> tuple[Path, list[str]]:
     cc, runner = _aarch64()
     harness = tmp_path_factory.mktemp("neon") / "int8_neon_harness"
     static = ["-static"] if runner else []
-    subprocess.run([cc, *FLAGS, *static, "-I", str(native.SOURCE_DIR),
-                    str(HERE / "int8_neon_harness.c"), "-o", str(harness), "-lm"],
-                   check=True, capture_output=True, text=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [
+            cc,
+            *FLAGS,
+            *static,
+            "-I",
+            str(native.SOURCE_DIR),
+            str(HERE / "int8_neon_harness.c"),
+            "-o",
+            str(harness),
+            "-lm",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return harness, runner
 
 
@@ -82,13 +96,32 @@ def test_the_neon_kernel_runs_only_where_the_cpu_has_the_dot_product(neon_harnes
 def test_the_scalar_reference_equals_the_torch_path(tmp_path):
     """Closes the chain NEON == reference == torch._int_mm path."""
     library = tmp_path / "int8_reference.so"
-    subprocess.run([native.compiler(), *native.CFLAGS, str(HERE / "int8_reference.c"),
-                    "-o", str(library), "-lm"], check=True, capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [
+            native.compiler(),
+            *native.CFLAGS,
+            str(HERE / "int8_reference.c"),
+            "-o",
+            str(library),
+            "-lm",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     reference = ctypes.CDLL(str(library)).int8_linear_reference
     reference.restype = None
-    reference.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                          ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                          ctypes.c_void_p]  # fmt: skip
+    reference.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+    ]
     for out, inp in [(1024, 3072), (17, 5), (40, 130), (33, 1023), (100, 31)]:
         g = torch.Generator().manual_seed(out * inp)
         for bias in (None, torch.randn(out, generator=g)):
@@ -106,10 +139,17 @@ def test_the_scalar_reference_equals_the_torch_path(tmp_path):
                     x[3, 0] = float("inf")
                 y = torch.empty(rows, out)
                 q = torch.empty(inp, dtype=torch.int8)
-                reference(x.data_ptr(), rows, inp, out, w.data_ptr(),
-                          layer.weight_scale.data_ptr(),
-                          None if bias is None else layer.bias.data_ptr(), y.data_ptr(),
-                          q.data_ptr())  # fmt: skip
+                reference(
+                    x.data_ptr(),
+                    rows,
+                    inp,
+                    out,
+                    w.data_ptr(),
+                    layer.weight_scale.data_ptr(),
+                    None if bias is None else layer.bias.data_ptr(),
+                    y.data_ptr(),
+                    q.data_ptr(),
+                )
                 expected = layer.forward_reference(x)
                 assert torch.equal(y.isnan(), expected.isnan()), (out, inp, rows)
                 assert torch.equal(y.nan_to_num(0.0), expected.nan_to_num(0.0)), (out, inp, rows)

@@ -180,8 +180,10 @@ def test_each_row_of_a_batched_step_is_the_row_alone(name, weights):
         return step, torch.stack(seen, 1), codes  # passes: (R, 15, V)
 
     goldens = load_goldens(name)
-    logits_bound, hidden_bound = (max(fp32_pair_bound(goldens, f"{mode}_{key}") for mode in
-                                      ("icl", "xvec")) for key in ("prefill_logits", "past_hidden"))  # fmt: skip
+    logits_bound, hidden_bound = (
+        max(fp32_pair_bound(goldens, f"{mode}_{key}") for mode in ("icl", "xvec"))
+        for key in ("prefill_logits", "past_hidden")
+    )
 
     def same(alone: torch.Tensor, batched: torch.Tensor, bound: float) -> bool:
         if weights == "int8":
@@ -346,8 +348,11 @@ def test_the_served_model_computes_on_the_scheduler_thread_only():
     backend = Qwen3Backend(model, "qwen3-tiny-a", "cpu", max_batch=2)
     seen: set[int] = set()
     parts = (model.talker, model.speaker_encoder, model.speech_tokenizer)
-    hooks = [module.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
-             for part in parts for module in part.modules()]  # fmt: skip
+    hooks = [
+        module.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
+        for part in parts
+        for module in part.modules()
+    ]
     audio, _ = load_ref_clip()  # the backend takes 24 kHz clips
     results: list = []
 

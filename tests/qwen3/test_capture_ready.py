@@ -160,12 +160,17 @@ def test_served_with_the_static_step_gives_the_codes_of_model_stream(monkeypatch
     model.cuda_graphs = True  # on a CPU: the static step, called eagerly (cuda_graphs.py)
     calls = []
     run = graphs_module.GraphedStep.run
-    monkeypatch.setattr(graphs_module.GraphedStep, "run",
-                        lambda self, seqs, embeds: calls.append(len(seqs)) or run(self, seqs, embeds))  # fmt: skip
+    monkeypatch.setattr(
+        graphs_module.GraphedStep,
+        "run",
+        lambda self, seqs, embeds: calls.append(len(seqs)) or run(self, seqs, embeds),
+    )
     voice = _voice()
-    requests = [("Hello there, how are you today?", {"greedy": True}),
-                ("The quick brown fox.", {"seed": 7}),
-                ("One two three four five six seven.", {"seed": 11, "repetition_window": 4})]  # fmt: skip
+    requests = [
+        ("Hello there, how are you today?", {"greedy": True}),
+        ("The quick brown fox.", {"seed": 7}),
+        ("One two three four five six seven.", {"seed": 11, "repetition_window": 4}),
+    ]
     scheduler = served_loop(model, max_batch=4, cache_positions=4 * 256, prefill_chunk=10_000)
     try:
         assert isinstance(scheduler.runner.arena, SlotArena) and scheduler.runner.graphs

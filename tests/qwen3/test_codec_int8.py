@@ -202,8 +202,9 @@ def test_the_backend_gives_the_decoder_int8_unless_quantize_is_none(
     monkeypatch.setattr(qwen3, "_native_bf16_cpu", lambda: None)
     codec = _tiny()
     codec.decoder = copy.deepcopy(_well_conditioned_decoder())
-    choice = qwen3._choose_decoder_dtype(SimpleNamespace(speech_tokenizer=codec), "cpu",
-                                         "float32", quantize)  # fmt: skip
+    choice = qwen3._choose_decoder_dtype(
+        SimpleNamespace(speech_tokenizer=codec), "cpu", "float32", quantize
+    )
     assert choice.startswith(want), choice
     assert (codec.decoder.weight_format or "float32") == want
 

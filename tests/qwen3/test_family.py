@@ -222,17 +222,34 @@ def _rows(name: str, weights: str) -> list[tuple[str, object, dict]]:
     """Rows of one model in both text modes, with and without instruct, sampled and greedy."""
     m = model(name, weights)
     if name == CV:
-        voices = [m.preset_voice("serena"), m.preset_voice("dylan", "Slowly, warmly."),
-                  m.preset_voice("eric", "用愤怒的语气"), m.preset_voice("dylan")]  # fmt: skip
+        voices = [
+            m.preset_voice("serena"),
+            m.preset_voice("dylan", "Slowly, warmly."),
+            m.preset_voice("eric", "用愤怒的语气"),
+            m.preset_voice("dylan"),
+        ]
     else:
-        voices = [m.design_voice("A deep voice."), m.design_voice(None),
-                  m.design_voice("Bright and fast."), m.design_voice("A whisper.")]  # fmt: skip
+        voices = [
+            m.design_voice("A deep voice."),
+            m.design_voice(None),
+            m.design_voice("Bright and fast."),
+            m.design_voice("A whisper."),
+        ]
     texts = [TEXT, "Short one.", "今天天气很好。", "A third text, a little longer than the others."]
     return [
-        (texts[i], voice, {"max_new_tokens": 12, "seed": 7 + i, "greedy": i == 0,
-                           "non_streaming_mode": i % 2 == 0, "language": ("auto", "chinese")[i == 2]})
+        (
+            texts[i],
+            voice,
+            {
+                "max_new_tokens": 12,
+                "seed": 7 + i,
+                "greedy": i == 0,
+                "non_streaming_mode": i % 2 == 0,
+                "language": ("auto", "chinese")[i == 2],
+            },
+        )
         for i, voice in enumerate(voices)
-    ]  # fmt: skip
+    ]
 
 
 def _collect(chunks) -> tuple[torch.Tensor, np.ndarray, list]:  # noqa: ANN001

@@ -118,8 +118,9 @@ def test_small_chunk_stream_equals_generate(name: str, key: str) -> None:
     case, model = goldens.cases[key], _model(name)
     voice, request = _voice(model, case), _request(case)
     whole = model.generate(case["text"], voice, **request)
-    chunks = list(model.stream(case["text"], voice, first_chunk_frames=2, chunk_frames=5,
-                               **request))  # fmt: skip
+    chunks = list(
+        model.stream(case["text"], voice, first_chunk_frames=2, chunk_frames=5, **request)
+    )
     assert [c.frames for c in chunks[:2]] == [2, 5]
     assert [c.final for c in chunks] == [False] * (len(chunks) - 1) + [True]
     audio = torch.cat([torch.as_tensor(c.audio) for c in chunks])
@@ -168,8 +169,12 @@ def test_base_non_streaming_mode_matches_official(mode: str) -> None:
     goldens, voice_goldens = load_goldens(BASE_NONSTREAM), load_goldens(BASE)
     case, model = goldens.cases[mode], _model(BASE)
     voice = golden_voice(voice_goldens, mode)
-    request = {"language": case["language"], "greedy": True,
-               "max_new_tokens": case["max_new_tokens"], "non_streaming_mode": True}  # fmt: skip
+    request = {
+        "language": case["language"],
+        "greedy": True,
+        "max_new_tokens": case["max_new_tokens"],
+        "non_streaming_mode": True,
+    }
     prompt, _ = model.plan(case["text"], voice, **request)
     assert prompt.prefill.shape[1] == case["prefill_len"] and prompt.trailing.shape[0] == 1
     check_fp32(prompt.prefill[0], goldens, f"{mode}_prefill_embeds")

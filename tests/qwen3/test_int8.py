@@ -99,8 +99,9 @@ def test_accuracy_on_the_tiny_checkpoints(tiny_checkpoint: Path):
     # tiny-b has a talker -> predictor projection (24 -> 16), quantized where it holds the bound
     projection = isinstance(int8_model.talker.code_predictor.small_to_mtp_projection, Int8Linear)
     assert projection == ("code_predictor.small_to_mtp_projection" in report.layer_sqnr_db)
-    assert projection == isinstance(float_model.talker.code_predictor.small_to_mtp_projection,
-                                    torch.nn.Linear)  # fmt: skip
+    assert projection == isinstance(
+        float_model.talker.code_predictor.small_to_mtp_projection, torch.nn.Linear
+    )
     assert report.applied and len(report.layer_sqnr_db) == heads + projection + 4 * (
         len(int8_model.talker.model.layers) + len(int8_model.talker.code_predictor.model.layers)
     )
@@ -121,8 +122,11 @@ def test_quantized_model_speaks_and_streams_like_it_generates(tiny_checkpoint: P
     result = model.generate("Hello there.", voice, seed=3, max_new_tokens=20)
     assert result.audio.size == result.codes.shape[0] * 1920
     check_audio(result.audio)
-    chunks = list(model.stream("Hello there.", voice, seed=3, max_new_tokens=20,
-                               first_chunk_frames=2, chunk_frames=3))  # fmt: skip
+    chunks = list(
+        model.stream(
+            "Hello there.", voice, seed=3, max_new_tokens=20, first_chunk_frames=2, chunk_frames=3
+        )
+    )
     assert torch.equal(torch.cat([c.codes for c in chunks]), result.codes)
     # other chunk sizes round the float32 decoder differently (error model: conftest.py)
     streamed = np.concatenate([c.audio for c in chunks])

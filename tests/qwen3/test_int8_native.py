@@ -46,8 +46,10 @@ def _rows(count: int, width: int, g: torch.Generator) -> torch.Tensor:
 @pytest.mark.parametrize("bias", [False, True])
 def test_kernel_equals_the_torch_path_bit_for_bit(out_features, in_features, bias):
     g = torch.Generator().manual_seed(out_features + in_features)
-    layer = Int8Linear(torch.randn(out_features, in_features, generator=g),
-                       torch.randn(out_features, generator=g) if bias else None)  # fmt: skip
+    layer = Int8Linear(
+        torch.randn(out_features, in_features, generator=g),
+        torch.randn(out_features, generator=g) if bias else None,
+    )
     assert layer.packed
     for count in (0, 1, 2, 3, 7, 8, 9, 16, 17):  # tiles of 8 rows, and what is left
         x = _rows(count, in_features, g)

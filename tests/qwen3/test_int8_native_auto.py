@@ -28,8 +28,12 @@ TINY = fixture_path("qwen3-tiny-a")
 
 def _check(int8_ms: tuple[float, float], float_ms: tuple[float, float] = (2.0, 4.0)) -> SpeedCheck:
     """A forced measurement: ms at 1 and 8 rows."""
-    return SpeedCheck("native test", "float32", dict(zip((1, 8), int8_ms, strict=True)),
-                      dict(zip((1, 8), float_ms, strict=True)))  # fmt: skip
+    return SpeedCheck(
+        "native test",
+        "float32",
+        dict(zip((1, 8), int8_ms, strict=True)),
+        dict(zip((1, 8), float_ms, strict=True)),
+    )
 
 
 @pytest.fixture
@@ -128,8 +132,11 @@ def test_the_measurement_is_cached_per_cpu_kernel_torch_and_model(timed, monkeyp
     again = speed.speed_check(Qwen3Int8(model))
     cache = tmp_path / speed.SPEED_CACHE_FILE
     assert calls == measured and again.source == f"cached in {cache}"
-    assert (again.int8_ms, again.float_ms, again.kernel) == (first.int8_ms, first.float_ms,
-                                                             first.kernel)  # fmt: skip
+    assert (again.int8_ms, again.float_ms, again.kernel) == (
+        first.int8_ms,
+        first.float_ms,
+        first.kernel,
+    )
     (key,) = json.loads(cache.read_text())
     assert {"cpu", "kernel", "torch", "threads", "dtype", "shapes"} <= set(json.loads(key))
     monkeypatch.setattr(speed, "cpu_model", lambda: "another CPU")

@@ -107,8 +107,10 @@ SHAPES = [(6144, 1024), (1024, 3072), (17, 5), (1, 3), (40, 130), (9, 15), (8, 1
 @pytest.mark.parametrize("bias", [False, True])
 def test_kernel_equals_the_torch_path_bit_for_bit(isa, out_features, in_features, bias):
     g = torch.Generator().manual_seed(out_features + in_features)
-    layer = Int8Linear(torch.randn(out_features, in_features, generator=g),
-                       torch.randn(out_features, generator=g) if bias else None)  # fmt: skip
+    layer = Int8Linear(
+        torch.randn(out_features, in_features, generator=g),
+        torch.randn(out_features, generator=g) if bias else None,
+    )
     assert layer.packed and layer.kernel_isa == isa
     for count in (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17):  # tiles of 8 rows and what is left
         x = _rows(count, in_features, g)
@@ -178,8 +180,12 @@ def test_a_layer_whose_kernel_no_longer_loads_runs_on_torch(isa, monkeypatch, tm
 
 def test_packing_round_trips_in_every_layout():
     q = torch.randint(-127, 128, (37, 70), dtype=torch.int8)
-    shapes = {"avx512vnni": (3, 18, 16, 4), "avxvnni": (5, 18, 8, 4), "avx2": (5, 36, 8, 2),
-              "neon": (3, 20, 16, 4)}  # fmt: skip
+    shapes = {
+        "avx512vnni": (3, 18, 16, 4),
+        "avxvnni": (5, 18, 8, 4),
+        "avx2": (5, 36, 8, 2),
+        "neon": (3, 20, 16, 4),
+    }
     for name, spec in native.INT8_ISAS.items():
         layout = spec.layout
         packed = pack_for_kernel(q, layout.block, layout.group, layout.in_multiple)
@@ -229,11 +235,9 @@ def test_an_unknown_forced_isa_is_ignored(monkeypatch):
 
 @pytest.mark.skipif(native.compiler() is None, reason="no C compiler")
 @pytest.mark.skipif(not ISAS, reason="no native kernel for this architecture")
-def test_each_kernel_builds_once_into_the_cache_and_the_header_is_in_its_key(tmp_path,
-                                                                            monkeypatch):  # fmt: skip
+def test_each_kernel_builds_once_into_the_cache_and_the_header_is_in_its_key(tmp_path, monkeypatch):
     monkeypatch.setenv("TTS_CORE_CACHE", str(tmp_path))
-    built = {name: native.build(native.SOURCE_DIR / native.INT8_ISAS[name].source)
-             for name in ISAS}  # fmt: skip
+    built = {name: native.build(native.SOURCE_DIR / native.INT8_ISAS[name].source) for name in ISAS}
     assert all(path is not None and path.parent == tmp_path / "native" for path in built.values())
     assert len(set(built.values())) == len(built)
     assert sorted(tmp_path.joinpath("native").iterdir()) == sorted(built.values())

@@ -38,8 +38,17 @@ from .conftest import fixture_path, golden_voice, load_goldens, needs_int8
 
 TINY = fixture_path("qwen3-tiny-a")
 HANG_S = 120  # what a broken path never does (a paused writer that is never released)
-REPLACED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-            "lm_head", "small_to_mtp_projection")  # fmt: skip
+REPLACED = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "lm_head",
+    "small_to_mtp_projection",
+)
 
 pytestmark = needs_int8("the saved int8 model is")
 
@@ -66,8 +75,12 @@ def calibrations(monkeypatch) -> list[int]:
     return calls
 
 
-QUANTIZING = ((quantize_module, "calibrate"), (toolkit, "quantize"), (speed, "speed_check"),
-              (speed, "measure_speed"))  # fmt: skip
+QUANTIZING = (
+    (quantize_module, "calibrate"),
+    (toolkit, "quantize"),
+    (speed, "speed_check"),
+    (speed, "measure_speed"),
+)
 REAL = {(module, name): getattr(module, name) for module, name in QUANTIZING}
 
 
@@ -89,16 +102,20 @@ def _assert_same_model(fresh, loaded) -> None:
     types = {name: type(m).__name__ for name, m in fresh.talker.named_modules()}
     assert types == {name: type(m).__name__ for name, m in loaded.talker.named_modules()}
     for stack in ("model", "code_predictor.model"):
-        for x, y in zip(fresh.talker.get_submodule(stack).layers,
-                        loaded.talker.get_submodule(stack).layers, strict=True):  # fmt: skip
+        for x, y in zip(
+            fresh.talker.get_submodule(stack).layers,
+            loaded.talker.get_submodule(stack).layers,
+            strict=True,
+        ):
             assert x.self_attn.qkv_sizes == y.self_attn.qkv_sizes
             assert not hasattr(y.self_attn, "q_proj") and not hasattr(y.mlp, "gate_proj")
 
 
 def _speech(model, goldens) -> tuple[torch.Tensor, np.ndarray]:  # noqa: ANN001
     """Sampled (not greedy) codes and audio for a seed: any differing bit shows."""
-    result = model.generate("Hello there, how are you?", golden_voice(goldens, "icl"), seed=7,
-                            max_new_tokens=16)  # fmt: skip
+    result = model.generate(
+        "Hello there, how are you?", golden_voice(goldens, "icl"), seed=7, max_new_tokens=16
+    )
     return result.codes, result.audio
 
 
@@ -183,8 +200,9 @@ def test_a_float_decision_of_auto_is_remembered(why, cache, calibrations, monkey
     caplog.set_level(logging.INFO, logger=int8_store.__name__)
     second = load_model(TINY, quantize="auto")
     assert second.quantization is None and second.weight_format == "float32"
-    assert second.format_decision == (f"{first.format_decision} (saved in {path} at an "
-                                      "earlier load)")  # fmt: skip
+    assert second.format_decision == (
+        f"{first.format_decision} (saved in {path} at an earlier load)"
+    )
     assert not any(isinstance(m, Int8Linear) for m in second.talker.modules())
     assert f"quantize: {first.format_decision} (saved in {path}" in caplog.text
     # `int8` is another request: its own file, quantized whatever auto decided
@@ -299,15 +317,20 @@ def test_a_changed_checkpoint_is_quantized_anew(tmp_path, cache, calibrations, m
         f.write((tmp_path / "edited.safetensors").read_bytes())
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the mtime as it was
     now = weights.stat()
-    assert (now.st_size, now.st_mtime_ns, now.st_ino) == (stat.st_size, stat.st_mtime_ns,
-                                                          stat.st_ino)  # fmt: skip
+    assert (now.st_size, now.st_mtime_ns, now.st_ino) == (
+        stat.st_size,
+        stat.st_mtime_ns,
+        stat.st_ino,
+    )
 
     second = load_model(folder, quantize="int8")
     assert calibrations == [1, 1] and second.quantization.saved_in is None
     assert hashed.count("model.safetensors") == 2
     layer = "model.layers.0.mlp.down_proj"
-    assert not torch.equal(first.talker.get_submodule(layer).int8_weight(),
-                           second.talker.get_submodule(layer).int8_weight())  # fmt: skip
+    assert not torch.equal(
+        first.talker.get_submodule(layer).int8_weight(),
+        second.talker.get_submodule(layer).int8_weight(),
+    )
     assert len(int8_store.saved_files(cache)) == 2  # one per checkpoint
 
 
@@ -330,8 +353,9 @@ def test_the_key_names_what_the_result_depends_on(cache, monkeypatch):
             )
         paths.add(store.path)
     assert len(paths) == 5
-    again = int8_store.Int8Store.open(Qwen3Int8, TINY, torch.float32, min_sqnr_db=None,
-                                      check_speed=False)  # fmt: skip
+    again = int8_store.Int8Store.open(
+        Qwen3Int8, TINY, torch.float32, min_sqnr_db=None, check_speed=False
+    )
     assert again.path in paths and again.key["checkpoint"]["model.safetensors"] == (
         int8_store._hash_file(TINY / "model.safetensors")
     )
@@ -499,13 +523,22 @@ def test_a_saved_int8_load_peaks_below_the_float_model(tmp_path):
 
     folder = tmp_path / "ckpt"
     build_random_checkpoint(folder)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-           "OMP_NUM_THREADS": "1", "TTS_CORE_CACHE": str(tmp_path / "cache")}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        "OMP_NUM_THREADS": "1",
+        "TTS_CORE_CACHE": str(tmp_path / "cache"),
+    }
     env.pop(int8_store.ENV, None)
 
     def measure(quantize: str) -> dict:
-        done = subprocess.run([sys.executable, "-c", MEASURE, str(folder), str(TINY), quantize],
-                              capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", MEASURE, str(folder), str(TINY), quantize],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -48,8 +48,12 @@ def _cpu_flags() -> set[str]:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return set()
-    return {flag for line in text.splitlines() if line.startswith(("flags", "Features"))
-            for flag in line.split()}  # fmt: skip
+    return {
+        flag
+        for line in text.splitlines()
+        if line.startswith(("flags", "Features"))
+        for flag in line.split()
+    }
 
 
 def test_without_a_compiler_the_prebuilt_kernel_runs(prebuilt) -> None:

@@ -69,8 +69,15 @@ def test_frame_limit_and_its_reason() -> None:
 # A slow speaker: half the mean syllable rate of read speech measured by Pellegrino, Coupe and
 # Marsico, "A cross-language perspective on speech information rate", Language 87(3), 2011
 # (syllables per second). Languages without a figure take the slowest one, Mandarin's.
-MEAN_SYLLABLES_PER_S = {"english": 6.19, "french": 7.18, "german": 5.97, "italian": 6.99,
-                        "japanese": 7.84, "chinese": 5.18, "spanish": 7.82}  # fmt: skip
+MEAN_SYLLABLES_PER_S = {
+    "english": 6.19,
+    "french": 7.18,
+    "german": 5.97,
+    "italian": 6.99,
+    "japanese": 7.84,
+    "chinese": 5.18,
+    "spanish": 7.82,
+}
 # (language, text, syllables counted by hand; morae for Japanese): ordinary sentences and the
 # hard cases of a per-token cap: long words (3 syllables a token), numbers, Chinese words that
 # are one token each
@@ -82,7 +89,7 @@ SPOKEN = [
         "Unfortunately, the organization's administrative responsibilities were "
         "considerably underestimated.",
         34,
-    ),  # fmt: skip
+    ),
     ("english", "In 2026, 3.14 times 12 is 37.68.", 20),
     ("chinese", "我们今天一起去北京大学图书馆看书，然后在附近的餐厅吃晚饭。", 27),
     ("chinese", "中华人民共和国是一个历史悠久的国家，经济发展非常迅速。", 25),

@@ -125,14 +125,20 @@ def test_draw_is_torch_multinomial(vocab: int, rows: int) -> None:
     generator (its algorithm, argmax of p / Exp(1), one draw over the whole tensor)."""
     for seed in range(40):
         logits = torch.randn(rows, vocab, generator=make_generator(seed)) * (1 + seed % 4)
-        params = SamplingParams(True, (0.6, 0.9, 1.0, 1.4)[seed % 4], (0, 1, 50)[seed % 3],
-                                (1.0, 0.9)[seed % 2])  # fmt: skip
-        assert torch.equal(draw(logits, params, make_generator(seed)),
-                           _multinomial(logits, params, seed))  # fmt: skip
+        params = SamplingParams(
+            True, (0.6, 0.9, 1.0, 1.4)[seed % 4], (0, 1, 50)[seed % 3], (1.0, 0.9)[seed % 2]
+        )
+        assert torch.equal(
+            draw(logits, params, make_generator(seed)), _multinomial(logits, params, seed)
+        )
 
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="needs CUDA"))]  # fmt: skip
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+    ),
+]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -146,8 +152,9 @@ def test_draw_rows_gives_each_row_what_it_draws_alone(device: str, mixed: bool) 
     others = [GREEDY, SamplingParams(True, 0.7, 5, 0.8), sampled]
     for trial in range(20):
         logits = (torch.randn(8, 2048, generator=make_generator(trial)) * 3).to(device)
-        params = [sampled if row % 2 or not mixed else others[(row + trial) % 3]
-                  for row in range(8)]  # fmt: skip
+        params = [
+            sampled if row % 2 or not mixed else others[(row + trial) % 3] for row in range(8)
+        ]
         generators = [make_generator(100 * trial + row, device) for row in range(8)]
         ids = draw_rows(logits, params, generators)
         for row in range(8):
@@ -155,8 +162,10 @@ def test_draw_rows_gives_each_row_what_it_draws_alone(device: str, mixed: bool) 
             assert torch.equal(ids[row : row + 1], draw(logits[row : row + 1], params[row], alone))
             if params[row].do_sample:
                 official = torch.multinomial(
-                    probabilities(logits[row : row + 1], params[row]), 1,
-                    generator=make_generator(100 * trial + row, device)).squeeze(1)  # fmt: skip
+                    probabilities(logits[row : row + 1], params[row]),
+                    1,
+                    generator=make_generator(100 * trial + row, device),
+                ).squeeze(1)
                 assert torch.equal(ids[row : row + 1], official)
             assert torch.equal(generators[row].get_state(), alone.get_state())
 

@@ -59,8 +59,9 @@ def _circle(graph: dict[str, set[str]]) -> list[str] | None:
         path.pop()
         return None
 
-    return next((c for module in sorted(graph) if module not in state
-                 for c in [visit(module)] if c), None)  # fmt: skip
+    return next(
+        (c for module in sorted(graph) if module not in state for c in [visit(module)] if c), None
+    )
 
 
 def test_the_package_has_no_import_circle():

@@ -120,8 +120,16 @@ def test_should_stop_ends_the_stream_without_a_final_chunk() -> None:
         asked.append(1)
         return len(asked) > 5
 
-    chunks = list(_model().stream(TEXT, _voice("xvec"), greedy=True, max_new_tokens=30,
-                                  chunk_frames=2, should_stop=should_stop))  # fmt: skip
+    chunks = list(
+        _model().stream(
+            TEXT,
+            _voice("xvec"),
+            greedy=True,
+            max_new_tokens=30,
+            chunk_frames=2,
+            should_stop=should_stop,
+        )
+    )
     assert chunks and not any(chunk.final for chunk in chunks)
     # asked before each frame: the 6th answer stops it, the 5th frame (pending) never leaves
     assert sum(chunk.frames for chunk in chunks) == 4 and len(asked) == 6
@@ -131,8 +139,9 @@ def test_a_failing_should_stop_raises_to_the_caller_after_the_chunks_made() -> N
     def broken() -> bool:
         raise RuntimeError("consumer bug")
 
-    stream = _model().stream(TEXT, _voice("xvec"), greedy=True, max_new_tokens=30,
-                             should_stop=broken)  # fmt: skip
+    stream = _model().stream(
+        TEXT, _voice("xvec"), greedy=True, max_new_tokens=30, should_stop=broken
+    )
     with pytest.raises(RuntimeError, match="consumer bug"):
         next(stream)
 
@@ -180,8 +189,11 @@ def test_stream_gives_the_served_schedulers_chunks_on_the_calling_thread(name, m
     kwargs = {"max_new_tokens": 20, "first_chunk_frames": 3, "chunk_frames": 5, **sampling}
     here, seen = threading.get_ident(), set()
     parts = (model.talker, model.speech_tokenizer.decoder)
-    hooks = [module.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
-             for part in parts for module in part.modules()]  # fmt: skip
+    hooks = [
+        module.register_forward_pre_hook(lambda *_: seen.add(threading.get_ident()))
+        for part in parts
+        for module in part.modules()
+    ]
     threads_before = set(threading.enumerate())
     try:
         alone = list(model.stream(TEXT, voice, **kwargs))
@@ -200,7 +212,11 @@ def test_stream_gives_the_served_schedulers_chunks_on_the_calling_thread(name, m
         assert torch.equal(ours.codes, theirs.codes)
         assert np.array_equal(ours.audio, theirs.audio)
         assert (ours.frames, ours.final, ours.stop_reason, ours.batch_size) == (
-            theirs.frames, theirs.final, theirs.stop_reason, theirs.batch_size)  # fmt: skip
+            theirs.frames,
+            theirs.final,
+            theirs.stop_reason,
+            theirs.batch_size,
+        )
         assert ours.compute_s > 0 and theirs.compute_s > 0
     check_audio(np.concatenate([chunk.audio for chunk in alone]))
 

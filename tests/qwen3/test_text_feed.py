@@ -199,8 +199,12 @@ def test_a_waiting_row_leaves_the_others_unchanged() -> None:
     _, xvec = voices("qwen3-tiny-a")
     scheduler = served_loop(model, max_batch=4, prefill_chunk=7)
     try:
-        alone = [collect(scheduler.submit(*request(i, "qwen3-tiny-a")[:2],
-                                          **request(i, "qwen3-tiny-a")[2])) for i in (1, 2)]  # fmt: skip
+        alone = [
+            collect(
+                scheduler.submit(*request(i, "qwen3-tiny-a")[:2], **request(i, "qwen3-tiny-a")[2])
+            )
+            for i in (1, 2)
+        ]
         text = FED_TEXTS[0]
         kwargs = {"max_new_tokens": 48, "seed": 3}
         whole = collect(scheduler.submit(text, xvec, **kwargs))

@@ -27,10 +27,13 @@ def test_alignment_maximises_the_score():
     """On a small case the programme's choice is the best of all increasing assignments."""
     import itertools
 
-    scores = torch.tensor([[0.0, 5.0, 1.0], [3.0, 0.0, 2.0], [1.0, 4.0, 0.0], [0.0, 1.0, 6.0],
-                           [2.0, 0.0, 1.0]])  # fmt: skip
-    best = max(itertools.combinations(range(5), 3),
-               key=lambda c: sum(float(scores[f, j]) for j, f in enumerate(c)))  # fmt: skip
+    scores = torch.tensor(
+        [[0.0, 5.0, 1.0], [3.0, 0.0, 2.0], [1.0, 4.0, 0.0], [0.0, 1.0, 6.0], [2.0, 0.0, 1.0]]
+    )
+    best = max(
+        itertools.combinations(range(5), 3),
+        key=lambda c: sum(float(scores[f, j]) for j, f in enumerate(c)),
+    )
     assert align_tokens(scores) == list(best)
 
 

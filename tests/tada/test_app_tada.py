@@ -30,8 +30,14 @@ RATE = 24_000
 # (the official decode does the same, and its embedding lookup fails alike): seeds 1-4 and 6 of
 # 0-11 speak "Hello there." with this clip at 2, 4 and 10 flow steps; every request sets one.
 SEED = 3
-TADA_KNOBS = ("flow_steps", "acoustic_cfg", "noise_temperature", "temperature", "top_p",
-              "repetition_penalty")  # fmt: skip
+TADA_KNOBS = (
+    "flow_steps",
+    "acoustic_cfg",
+    "noise_temperature",
+    "temperature",
+    "top_p",
+    "repetition_penalty",
+)
 
 pytestmark = pytest.mark.slow
 
@@ -87,9 +93,12 @@ def test_v1_refuses_a_clip_without_its_transcript_naming_ref_text(server):
 
 def test_v1_speaks_with_a_registered_voice_and_its_transcript(server):
     with REFERENCE.open("rb") as f:
-        made = httpx.post(f"{server}/v1/audio/voices",
-                          data={"name": "tada-voice", "transcript": TRANSCRIPT},
-                          files={"file": ("ref.wav", f, "audio/wav")}, timeout=60)  # fmt: skip
+        made = httpx.post(
+            f"{server}/v1/audio/voices",
+            data={"name": "tada-voice", "transcript": TRANSCRIPT},
+            files={"file": ("ref.wav", f, "audio/wav")},
+            timeout=60,
+        )
     assert made.status_code == 201, made.text[:300]
     reply = speech(server, voice="tada-voice")
     assert reply.status_code == 200, reply.text[:300]
@@ -99,14 +108,24 @@ def test_v1_speaks_with_a_registered_voice_and_its_transcript(server):
 
 def test_gradio_api_clones_with_reference_and_its_text(server):
     client = Client(server, verbose=False)
-    path, stats = client.predict(text="Hello there.", reference=handle_file(str(REFERENCE)),
-                                 reference_text=TRANSCRIPT, flow_steps=4, seed=SEED,
-                                 api_name="/synthesize_full")  # fmt: skip
+    path, stats = client.predict(
+        text="Hello there.",
+        reference=handle_file(str(REFERENCE)),
+        reference_text=TRANSCRIPT,
+        flow_steps=4,
+        seed=SEED,
+        api_name="/synthesize_full",
+    )
     assert stats["done"] and stats["backend"] == "tada" and stats["sample_rate"] == RATE
     assert sf.info(path).samplerate == RATE and stats["voice"]["transcript"]
     with pytest.raises(AppError, match="transcript"):
-        client.predict(text="Hello there.", reference=handle_file(str(REFERENCE)),
-                       reference_text="", seed=SEED, api_name="/synthesize_full")  # fmt: skip
+        client.predict(
+            text="Hello there.",
+            reference=handle_file(str(REFERENCE)),
+            reference_text="",
+            seed=SEED,
+            api_name="/synthesize_full",
+        )
 
 
 def test_gradio_api_takes_tadas_knobs_by_name(server):
@@ -127,8 +146,12 @@ def test_the_knobs_reach_the_model_and_are_checked_by_name(server):
 
 def test_a_saved_voice_without_a_transcript_does_not_fit(server):
     with REFERENCE.open("rb") as f:
-        made = httpx.post(f"{server}/v1/audio/voices", data={"name": "tada-no-words"},
-                          files={"file": ("ref.wav", f, "audio/wav")}, timeout=60)  # fmt: skip
+        made = httpx.post(
+            f"{server}/v1/audio/voices",
+            data={"name": "tada-no-words"},
+            files={"file": ("ref.wav", f, "audio/wav")},
+            timeout=60,
+        )
     assert made.status_code == 201, made.text[:300]
     listed = httpx.get(f"{server}/v1/audio/voices", timeout=30).json()
     assert listed["reference"]["transcript"] == "required"

@@ -27,8 +27,12 @@ from tts_core.serving.loop import EngineLoop
 
 from .test_generate import TEXT, prompt_of
 
-TEXTS = [TEXT, "Ask Stella to call her, and bring these things.", "Bring the things.",
-         "Please, these things."]  # fmt: skip
+TEXTS = [
+    TEXT,
+    "Ask Stella to call her, and bring these things.",
+    "Bring the things.",
+    "Please, these things.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +80,7 @@ def drained(seq) -> list:  # noqa: ANN001
 
 
 @pytest.mark.parametrize("join", [0, 1, 4, 9])
-def test_a_batch_of_four_gives_each_request_what_it_gives_alone(tiny_folder, goldens, models,
-                                                                join):  # fmt: skip
+def test_a_batch_of_four_gives_each_request_what_it_gives_alone(tiny_folder, goldens, models, join):
     """Requests 0 and 1 (the longer texts) start; 2 and 3 join after `join` engine steps (0: all
     four at once) while both still run."""
     model, voice = model_of(models, tiny_folder), prompt_of(goldens)
@@ -108,8 +111,14 @@ def test_alone_the_engine_makes_generates_frames_and_length(tiny_folder, goldens
     model, voice = model_of(models, tiny_folder), prompt_of(goldens)
     args = request_args(1)
     with torch.no_grad():
-        out = generate(model.lm, model.tokenizer, voice, normalize_text(args["text"]),
-                       args["options"], torch.Generator().manual_seed(args["seed"]))  # fmt: skip
+        out = generate(
+            model.lm,
+            model.tokenizer,
+            voice,
+            normalize_text(args["text"]),
+            args["options"],
+            torch.Generator().manual_seed(args["seed"]),
+        )
     seq = model.request(voice, **args, audio=False, outbox=InlineOutbox())
     engine = BatchEngine(TadaRunner(model, 1), isolate_failures=False)
     engine.add(seq)
@@ -169,8 +178,12 @@ def test_a_stopped_request_leaves_and_the_others_are_unchanged(tiny_folder, gold
     model, voice = model_of(models, tiny_folder), prompt_of(goldens)
     engine = BatchEngine(TadaRunner(model, 4), isolate_failures=False)
     keep = model.request(voice, **request_args(0), outbox=InlineOutbox())
-    stopped = model.request(voice, **request_args(1), outbox=InlineOutbox(),
-                            should_stop=lambda: bool(stopped.outbox.items))  # fmt: skip
+    stopped = model.request(
+        voice,
+        **request_args(1),
+        outbox=InlineOutbox(),
+        should_stop=lambda: bool(stopped.outbox.items),
+    )
     engine.add(keep)
     engine.add(stopped)
     while engine.has_requests():

@@ -66,8 +66,9 @@ def test_our_side_runs_on_a_tiny_folder(monkeypatch):
     monkeypatch.setattr(gray_code, "decode", gray_code.decode)
     monkeypatch.setattr(generate, "solve", generate.solve)
     for name in ("push_block", "_decode"):
-        monkeypatch.setattr(streaming.StreamingDecoder, name,
-                            getattr(streaming.StreamingDecoder, name))  # fmt: skip
+        monkeypatch.setattr(
+            streaming.StreamingDecoder, name, getattr(streaming.StreamingDecoder, name)
+        )
     result = bench.our_run(FIXTURES / "tada-tiny-a", repeats=1)
     assert result["positions"] > 0 and result["audio_s"] > 0
     for key in ("lm_step_ms", "flow_head_ms", "decoder_per_audio_s", "first_audio_s", "rtf"):
@@ -107,15 +108,25 @@ def test_smoke_build_and_both_sides(tmp_path):
     folder = tmp_path / "tada-smoke"
     env = dict(os.environ, PYTHONPATH=str(bench.REPO))
     script = str(BENCH / "tada_bench.py")
-    build = [str(OFFICIAL[0]), "-c", SMALL_SHARDS, script, "build", "--out", str(folder),
-             "--smoke"]  # fmt: skip
+    build = [str(OFFICIAL[0]), "-c", SMALL_SHARDS, script, "build", "--out", str(folder), "--smoke"]
     done = subprocess.run(build, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     assert sorted(p.name for p in (folder / "model").glob("*.safetensors*")) == [
-        "model.safetensors"]  # fmt: skip
+        "model.safetensors"
+    ]
     out = tmp_path / "result.json"
-    compare = [sys.executable, script, "--folder", str(folder), "--repeats", "1",
-               "--threads", "1", "--json", str(out)]  # fmt: skip
+    compare = [
+        sys.executable,
+        script,
+        "--folder",
+        str(folder),
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        str(out),
+    ]
     done = subprocess.run(compare, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
@@ -125,4 +136,9 @@ def test_smoke_build_and_both_sides(tmp_path):
     assert len(result["load_average"]) == 3  # before ours, between the sides, after both
     assert ours["peak_rss_gb"] > 0 and official["peak_rss_gb"] > 0
     assert [row[0] for row in bench.table(ours, official)] == [
-        "lm_step_ms", "flow_head_ms", "decoder_per_audio_s", "first_audio_s", "rtf"]  # fmt: skip
+        "lm_step_ms",
+        "flow_head_ms",
+        "decoder_per_audio_s",
+        "first_audio_s",
+        "rtf",
+    ]

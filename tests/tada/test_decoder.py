@@ -27,8 +27,15 @@ def test_encoder_v2_mask_rules():
     Unmarked frames see the unmarked frames of their block; a marked frame its whole block and
     the previous block's unmarked frames."""
     allowed = encoder_segment_mask(torch.tensor([[0, 0, 1, 0, 0, 1, 0]]))[0, 0]
-    expect = {0: [0, 1], 1: [0, 1], 2: [0, 1, 2, 3, 4], 3: [3, 4], 4: [3, 4],
-              5: [3, 4, 5, 6], 6: [6]}  # fmt: skip
+    expect = {
+        0: [0, 1],
+        1: [0, 1],
+        2: [0, 1, 2, 3, 4],
+        3: [3, 4],
+        4: [3, 4],
+        5: [3, 4, 5, 6],
+        6: [6],
+    }
     for i, row in expect.items():
         assert allowed[i].nonzero().flatten().tolist() == row, i
 
@@ -37,8 +44,13 @@ def test_decoder_v2_mask_rules():
     """Marks at 2 and 5: blocks [0,1,2] [3,4,5] [6] (a mark ends a block); every frame sees its
     block and the previous one."""
     allowed = decoder_segment_mask(torch.tensor([[0, 0, 1, 0, 0, 1, 0]]))[0, 0]
-    expect = {0: [0, 1, 2], 2: [0, 1, 2], 3: [0, 1, 2, 3, 4, 5], 5: [0, 1, 2, 3, 4, 5],
-              6: [3, 4, 5, 6]}  # fmt: skip
+    expect = {
+        0: [0, 1, 2],
+        2: [0, 1, 2],
+        3: [0, 1, 2, 3, 4, 5],
+        5: [0, 1, 2, 3, 4, 5],
+        6: [3, 4, 5, 6],
+    }
     for i, row in expect.items():
         assert allowed[i].nonzero().flatten().tolist() == row, i
 

@@ -34,6 +34,7 @@ def test_encoder_matches_golden(tiny_folder, goldens):
         generator = torch.Generator().manual_seed(ENCODER_SEED)
         for _ in range(aligner_layers(tiny_folder)):  # the aligner's LayerDrop draws come first
             torch.rand([], generator=generator)
-        values = encoder.token_values(hidden, masks, tensor(goldens, "aligner_positions"),
-                                      generator)  # fmt: skip
+        values = encoder.token_values(
+            hidden, masks, tensor(goldens, "aligner_positions"), generator
+        )
         print(check_fp32(values, goldens, "prompt_token_values"))

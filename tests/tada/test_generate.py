@@ -17,7 +17,7 @@ from tts_core.models.tada.generate import (
     GenerateOptions,
     Prompt,
     expand_for_decoder,
-    generate,  # fmt: skip
+    generate,
     leading_silence,
 )
 from tts_core.models.tada.text import normalize_text
@@ -31,9 +31,12 @@ EXTRA_STEPS = {"gen": 0, "extra": 3}
 
 
 def prompt_of(goldens) -> Prompt:
-    return Prompt(tensor(goldens, "prompt_token_values")[0],
-                  tensor(goldens, "prompt_token_positions")[0],
-                  str(goldens["prompt_normalized_text"]), int(goldens["prompt_audio_len"][0]))  # fmt: skip
+    return Prompt(
+        tensor(goldens, "prompt_token_values")[0],
+        tensor(goldens, "prompt_token_positions")[0],
+        str(goldens["prompt_normalized_text"]),
+        int(goldens["prompt_audio_len"][0]),
+    )
 
 
 @pytest.mark.parametrize("case", ["gen", "extra"])
@@ -41,8 +44,9 @@ def test_generation_matches_official(tiny_folder, goldens, case):
     lm = load_lm(tiny_folder / "model")
     tokenizer = TadaTokenizer.from_folder(tiny_folder / "model")
     decoder = load_decoder(tiny_folder / "codec")
-    options = GenerateOptions(flow=FlowOptions(noise_temperature=0.5),
-                              extra_steps=EXTRA_STEPS[case])  # fmt: skip
+    options = GenerateOptions(
+        flow=FlowOptions(noise_temperature=0.5), extra_steps=EXTRA_STEPS[case]
+    )
     generator = torch.Generator().manual_seed(SEEDS[case])
     with torch.no_grad():
         out = generate(lm, tokenizer, prompt_of(goldens), normalize_text(TEXT), options, generator)

@@ -21,8 +21,13 @@ PREFILL = 5
 def test_lm_prefill_and_steps_match_golden(tiny_folder, goldens):
     lm = load_lm(tiny_folder / "model")
     ids = tensor(goldens, "lm_in_ids")
-    embeds = lm.embed(ids, tensor(goldens, "lm_in_acoustic"), tensor(goldens, "lm_in_masks"),
-                      tensor(goldens, "lm_in_before"), tensor(goldens, "lm_in_after"))  # fmt: skip
+    embeds = lm.embed(
+        ids,
+        tensor(goldens, "lm_in_acoustic"),
+        tensor(goldens, "lm_in_masks"),
+        tensor(goldens, "lm_in_before"),
+        tensor(goldens, "lm_in_after"),
+    )
     steps = ids.shape[1]
     caches = lm.new_caches(1, steps, torch.float32, "cpu")
     with torch.no_grad():
@@ -42,8 +47,15 @@ def test_flow_head_matches_golden(tiny_folder, goldens):
     with torch.no_grad():
         velocity = lm.prediction_head(x, t, lm.condition(cond))
         print(check_fp32(velocity, goldens, "head_velocity"))
-        solved = solve(lm.prediction_head, tensor(goldens, "head_in_noise"), cond, neg,
-                       FlowOptions(), lm.cfg.acoustic_dim, lm.condition)  # fmt: skip
+        solved = solve(
+            lm.prediction_head,
+            tensor(goldens, "head_in_noise"),
+            cond,
+            neg,
+            FlowOptions(),
+            lm.cfg.acoustic_dim,
+            lm.condition,
+        )
         print(check_fp32(solved, goldens, "head_solved"))
 
 

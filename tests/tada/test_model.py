@@ -31,8 +31,9 @@ def model_of(models, folder) -> TadaModel:
 
 def test_create_voice_matches_official(tiny_folder, goldens, models):
     model = model_of(models, tiny_folder)
-    voice = model.create_voice(goldens["prompt_audio"][0], 24000, str(goldens["prompt_text"]),
-                               seed=ENCODER_SEED)  # fmt: skip
+    voice = model.create_voice(
+        goldens["prompt_audio"][0], 24000, str(goldens["prompt_text"]), seed=ENCODER_SEED
+    )
     assert voice.token_positions.tolist() == goldens["prompt_token_positions"][0].tolist()
     assert voice.text == str(goldens["prompt_normalized_text"])
     print(check_fp32(voice.token_values[None], goldens, "prompt_token_values"))

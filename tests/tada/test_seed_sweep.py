@@ -37,8 +37,12 @@ def sweep() -> dict:
 
 
 def prompt(stored: dict) -> Prompt:
-    return Prompt(torch.tensor(stored["token_values"]), torch.tensor(stored["token_positions"]),
-                  stored["text"], stored["audio_len"])  # fmt: skip
+    return Prompt(
+        torch.tensor(stored["token_values"]),
+        torch.tensor(stored["token_positions"]),
+        stored["text"],
+        stored["audio_len"],
+    )
 
 
 def run(lm, tokenizer, case: dict, prompts: dict) -> dict:  # noqa: ANN001
@@ -49,8 +53,14 @@ def run(lm, tokenizer, case: dict, prompts: dict) -> dict:  # noqa: ANN001
     generator = torch.Generator().manual_seed(case["seed"])
     try:
         with torch.no_grad():
-            out = generate(lm, tokenizer, prompts[case["prompt"]], normalize_text(case["text"]),
-                           options, generator)  # fmt: skip
+            out = generate(
+                lm,
+                tokenizer,
+                prompts[case["prompt"]],
+                normalize_text(case["text"]),
+                options,
+                generator,
+            )
     except DurationOutOfRange as error:
         assert "duration classes" in str(error) and "another seed" in str(error)
         return {"error": "IndexError"}

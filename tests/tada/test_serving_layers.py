@@ -25,8 +25,9 @@ def test_the_runner_module_loads_without_the_model() -> None:
     # a fresh interpreter (this one has imported the model) on this checkout's tts_core
     root = str(Path(tts_core.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, env=env).stdout.split()  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.split()
     assert "tts_core.models.tada.runner" in out
     assert "tts_core.models.tada.model" not in out
 

@@ -37,8 +37,14 @@ def generation(folder, goldens, cache):
         tokenizer = TadaTokenizer.from_folder(folder / "model")
         options = GenerateOptions(flow=FlowOptions(noise_temperature=0.5))
         with torch.no_grad():
-            cache[folder] = generate(lm, tokenizer, prompt_of(goldens), normalize_text(TEXT),
-                                     options, torch.Generator().manual_seed(15))  # fmt: skip
+            cache[folder] = generate(
+                lm,
+                tokenizer,
+                prompt_of(goldens),
+                normalize_text(TEXT),
+                options,
+                torch.Generator().manual_seed(15),
+            )
     return cache[folder]
 
 
@@ -117,9 +123,16 @@ def test_engine_chunking_keeps_the_window_bound(tiny_folder, goldens, window, fl
     options = GenerateOptions(flow=FlowOptions(noise_temperature=0.5))
     full = torch.from_numpy(model.generate(prompt_of(goldens), TEXT, options, seed=15))
     for first, every in [(1, 1), (2, 4), (3, 8)]:
-        chunks = model.stream(prompt_of(goldens), TEXT, options, seed=15, context=window[0],
-                              lookahead=window[1], chunk_tokens=every,
-                              first_chunk_tokens=first)  # fmt: skip
+        chunks = model.stream(
+            prompt_of(goldens),
+            TEXT,
+            options,
+            seed=15,
+            context=window[0],
+            lookahead=window[1],
+            chunk_tokens=every,
+            first_chunk_tokens=first,
+        )
         chunks = list(chunks)
         streamed = torch.from_numpy(np.concatenate([chunk.audio for chunk in chunks]))
         if every == 1:

@@ -14,12 +14,14 @@ from .conftest import tensor
 
 def test_gray_code_matches_golden(tiny_folder, goldens):
     bits = goldens["gray_code"].shape[-1]
-    assert torch.equal(gray_code.encode(tensor(goldens, "gray_values"), bits),
-                       tensor(goldens, "gray_code"))  # fmt: skip
+    assert torch.equal(
+        gray_code.encode(tensor(goldens, "gray_values"), bits), tensor(goldens, "gray_code")
+    )
     decoded = gray_code.decode(tensor(goldens, "gray_noisy"), bits)
     assert torch.equal(decoded, tensor(goldens, "gray_noisy_decoded"))
-    assert torch.equal(gray_code.decode(tensor(goldens, "gray_code"), bits),
-                       tensor(goldens, "gray_values"))  # fmt: skip
+    assert torch.equal(
+        gray_code.decode(tensor(goldens, "gray_code"), bits), tensor(goldens, "gray_values")
+    )
 
 
 def test_prompt_text_normalized_as_the_official(goldens):

@@ -22,9 +22,13 @@ def test_ids_equal_the_official(tiny_folder, goldens):
 def test_special_tokens_in_llama3_order(tiny_folder):
     tokenizer = TadaTokenizer.from_folder(tiny_folder / "model")
     base = tokenizer.bos_id  # Llama 3: 128000, the tiny vocabulary: 384
-    assert (tokenizer.eos_id, tokenizer.pad_id, tokenizer.start_header_id,
-            tokenizer.end_header_id, tokenizer.eot_id) == tuple(
-        base + offset for offset in (1, 4, 6, 7, 9))  # fmt: skip
+    assert (
+        tokenizer.eos_id,
+        tokenizer.pad_id,
+        tokenizer.start_header_id,
+        tokenizer.end_header_id,
+        tokenizer.eot_id,
+    ) == tuple(base + offset for offset in (1, 4, 6, 7, 9))
 
 
 def test_missing_file_is_named(tmp_path):

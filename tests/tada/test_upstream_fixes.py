@@ -65,8 +65,9 @@ def test_joint_text_reaches_the_generation(tiny_folder, goldens, models):
     model, voice = model_of(models, tiny_folder), prompt_of(goldens)
     text = normalize_text(TEXT)
     official = Generation(model.lm, model.tokenizer, voice, text, OPTIONS)
-    fixed = Generation(model.lm, model.tokenizer, voice, text,
-                       GenerateOptions(flow=OPTIONS.flow, joint_text=True))  # fmt: skip
+    fixed = Generation(
+        model.lm, model.tokenizer, voice, text, GenerateOptions(flow=OPTIONS.flow, joint_text=True)
+    )
     transcript = len(model.tokenizer.encode(voice.text))
     assert not torch.equal(official.inputs.ids, fixed.inputs.ids)
     width = official.inputs.ids.shape[1] - len(model.tokenizer.encode(text)) - 5
@@ -91,8 +92,14 @@ def test_min_trim_cuts_more_of_the_same_audio(tiny_folder, goldens, models):
     the extra frames' samples at its start, bit for bit; model.stream cuts the same."""
     model, voice = model_of(models, tiny_folder), prompt_of(goldens)
     official = model.generate(voice, TEXT, OPTIONS, seed=15)
-    first = Generation(model.lm, model.tokenizer, voice, normalize_text(TEXT), OPTIONS,
-                       torch.Generator().manual_seed(15))  # fmt: skip
+    first = Generation(
+        model.lm,
+        model.tokenizer,
+        voice,
+        normalize_text(TEXT),
+        OPTIONS,
+        torch.Generator().manual_seed(15),
+    )
     first.prefill()
     before = first.next_frame().before
     clamp = max(before + 2, 5)

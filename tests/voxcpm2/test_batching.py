@@ -173,8 +173,10 @@ def test_the_batched_locdit_pass_is_each_request_alone(name, threads):
     model = shared_model(FIXTURES / name)
     runner = VoxRunner(model, 4)
     if not rows_invariant(runner.dit_linears, runner.dit_rows, 4):
-        pytest.skip(f"the LocDiT's GEMMs are not row-invariant here at {threads} threads: "
-                    "it runs per request (run_requests is not used)")  # fmt: skip
+        pytest.skip(
+            f"the LocDiT's GEMMs are not row-invariant here at {threads} threads: "
+            "it runs per request (run_requests is not used)"
+        )
     stack = runner.dit
     generator = torch.Generator().manual_seed(threads)
     hidden, rows = stack.cfg.hidden_size, runner.dit_rows // 2

@@ -112,7 +112,7 @@ def test_load_model_bfloat16_voxcpm() -> None:
         {"cuda_graphs": True},
         {"decoder_dtype": torch.bfloat16},
         {"warm_chunks": ()},
-    ],  # fmt: skip
+    ],
 )
 def test_qwen3_options_are_refused_for_voxcpm(option: dict) -> None:
     with pytest.raises(ValueError, match=f"{next(iter(option))}=.*only applies to Qwen3-TTS"):

@@ -12,9 +12,14 @@ librosa = pytest.importorskip("librosa")  # the dev extra: the reference, not a 
 
 @pytest.mark.parametrize(
     ("size", "rate", "target"),
-    [(441, 44_100, 48_000), (44_100 * 3 + 147, 44_100, 16_000), (294, 22_050, 24_000),
-     (12_345, 48_000, 16_000), (16_000, 16_000, 16_000)],
-)  # fmt: skip
+    [
+        (441, 44_100, 48_000),
+        (44_100 * 3 + 147, 44_100, 16_000),
+        (294, 22_050, 24_000),
+        (12_345, 48_000, 16_000),
+        (16_000, 16_000, 16_000),
+    ],
+)
 def test_resample_equals_librosa_including_its_length(size, rate, target):
     """Regression: the length was ceil(n * target / rate) in integers, one sample short of
     librosa's float-ratio length where n * target / rate is an integer that the float ratio

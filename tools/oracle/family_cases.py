@@ -72,7 +72,7 @@ CASES = {
             True,
             16,
             speaker="serena",
-        ),  # fmt: skip
+        ),
         FamilyCase(
             "plain_stream",
             "Preset voices need no reference.",
@@ -81,7 +81,7 @@ CASES = {
             False,
             16,
             speaker="dylan",
-        ),  # fmt: skip
+        ),
         FamilyCase(
             "instruct_nonstream",
             "Speak to me, old friend.",
@@ -90,7 +90,7 @@ CASES = {
             True,
             16,
             speaker="dylan",
-        ),  # fmt: skip
+        ),
         FamilyCase(
             "instruct_stream",
             "今天天气很好，我们去公园散步吧。",
@@ -99,7 +99,7 @@ CASES = {
             False,
             16,
             speaker="eric",
-        ),  # fmt: skip
+        ),
     ),
     TINY_VD.name: (
         FamilyCase("plain_nonstream", "A voice designed from nothing.", "auto", None, True, 16),
@@ -111,7 +111,7 @@ CASES = {
             "A deep, gravelly male voice, slow and theatrical.",
             True,
             16,
-        ),  # fmt: skip
+        ),
         FamilyCase(
             "instruct_stream",
             "Designed from a description, fed as it comes.",
@@ -119,6 +119,6 @@ CASES = {
             "Young female voice, bright and fast, slightly breathy.",
             False,
             16,
-        ),  # fmt: skip
+        ),
     ),
 }

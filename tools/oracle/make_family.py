@@ -74,14 +74,19 @@ def build_folder(name: str, fixtures: Path) -> Path:
 
 
 def greedy_kwargs(case) -> dict:
-    return dict(do_sample=False, subtalker_dosample=False, repetition_penalty=1.0,
-                max_new_tokens=case.max_new_tokens)  # fmt: skip
+    return dict(
+        do_sample=False,
+        subtalker_dosample=False,
+        repetition_penalty=1.0,
+        max_new_tokens=case.max_new_tokens,
+    )
 
 
 def official_call(tts, case):
     """The official wrapper call of `case` -> (wav, Captured)."""
-    common = dict(language=case.language, non_streaming_mode=case.non_streaming_mode,
-                  **greedy_kwargs(case))  # fmt: skip
+    common = dict(
+        language=case.language, non_streaming_mode=case.non_streaming_mode, **greedy_kwargs(case)
+    )
     with Capture(tts) as rec:
         if isinstance(case, BaseCase):
             wavs, _sr = tts.generate_voice_clone(
@@ -215,16 +220,18 @@ def make_goldens(name: str, fixtures: Path) -> None:
     print(name, "decision margins:", json.dumps(fp64["decision_margins"]))
     if not all(fp64["codes_agree"].values()):
         raise RuntimeError(f"{name}: goldens sit within float32 rounding of a tie")
-    thin = {k: m["min_gap_over_2x_fp32_error"] for k, m in fp64["decision_margins"].items()
-            if m["min_gap_over_2x_fp32_error"] < MIN_DECISION_MARGIN}  # fmt: skip
+    thin = {
+        k: m["min_gap_over_2x_fp32_error"]
+        for k, m in fp64["decision_margins"].items()
+        if m["min_gap_over_2x_fp32_error"] < MIN_DECISION_MARGIN
+    }
     if thin:
         raise RuntimeError(f"{name}: a golden code is too close to a tie for other CPUs: {thin}")
     tensors.update({f"{key}_fp64": wav for key, wav in fp64["audio"].items()})
     out = fixtures / f"{name}.golden"
     out.mkdir(exist_ok=True)
     path = out / "goldens.safetensors"
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path),
-              metadata={"format": "pt"})  # fmt: skip
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path), metadata={"format": "pt"})
     path.chmod(0o644)
     meta = {
         "checkpoint": name,

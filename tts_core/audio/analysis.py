@@ -161,8 +161,10 @@ def _centred_frames(y: np.ndarray, n_fft: int, hop: int, pad_mode: str) -> list[
     if tail_k <= start_k:
         return [frame(np.pad(y, half, mode=pad_mode), n_fft, hop, center=False)]
     head = np.pad(y[: (start_k - 1) * hop - half + n_fft + 1], (half, 0), mode=pad_mode)
-    pieces = [frame(head, n_fft, hop, center=False)[:start_k],
-              frame(y[start_k * hop - half :], n_fft, hop, center=False)]  # fmt: skip
+    pieces = [
+        frame(head, n_fft, hop, center=False)[:start_k],
+        frame(y[start_k * hop - half :], n_fft, hop, center=False),
+    ]
     if tail_k * hop - half + n_fft <= y.shape[0] + half:
         tail = np.pad(y[tail_k * hop - half :], (0, half), mode=pad_mode)
         pieces.append(frame(tail, n_fft, hop, center=False))
@@ -332,8 +334,15 @@ def onset_times(y: np.ndarray, sr: float, hop_length: int = 512) -> np.ndarray:
     def frames_in(seconds: float) -> int:
         return int(seconds * sr // hop_length)
 
-    picks = peak_pick(envelope, pre_max=frames_in(0.03), post_max=1, pre_avg=frames_in(0.10),
-                      post_avg=frames_in(0.10) + 1, delta=0.07, wait=frames_in(0.03))  # fmt: skip
+    picks = peak_pick(
+        envelope,
+        pre_max=frames_in(0.03),
+        post_max=1,
+        pre_avg=frames_in(0.10),
+        post_avg=frames_in(0.10) + 1,
+        delta=0.07,
+        wait=frames_in(0.03),
+    )
     return picks * hop_length / sr
 
 

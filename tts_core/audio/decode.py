@@ -46,9 +46,34 @@ BLOCK_FRAMES = 65_536  # frames per read: memory per block is this x channels x 
 DEFAULT_MAX_SECONDS = 600.0  # when a caller sets no cut: still a bound
 # ffmpeg's demuxers of audio containers (mov: mp4/m4a/3gp; matroska: webm/mkv; asf: wma): none
 # of them opens another file (mov's external references are off unless asked for)
-FFMPEG_DEMUXERS = ("mov", "matroska", "ogg", "mp3", "aac", "ac3", "eac3", "dts", "amr", "caf",
-                   "wv", "tta", "asf", "mpegts", "mpeg", "avi", "flv", "voc", "wav", "w64",
-                   "flac", "aiff", "au", "ape", "mpc", "mpc8")  # fmt: skip
+FFMPEG_DEMUXERS = (
+    "mov",
+    "matroska",
+    "ogg",
+    "mp3",
+    "aac",
+    "ac3",
+    "eac3",
+    "dts",
+    "amr",
+    "caf",
+    "wv",
+    "tta",
+    "asf",
+    "mpegts",
+    "mpeg",
+    "avi",
+    "flv",
+    "voc",
+    "wav",
+    "w64",
+    "flac",
+    "aiff",
+    "au",
+    "ape",
+    "mpc",
+    "mpc8",
+)
 TEXT_HEAD_BYTES = 4096  # what is looked at to tell a text file (a playlist) from audio
 PLAYLIST_MARKERS = (b"#extm3u", b"<mpd", b"ffconcat", b"<smil", b"[playlist]", b"<asx")
 
@@ -164,8 +189,7 @@ def _read_mono(file, frames: int) -> np.ndarray:  # noqa: ANN001 - a path or a f
     """The first `frames` frames, mixed to mono block by block: (frames,) float32."""
     if frames <= 0:
         return np.zeros(0, np.float32)
-    blocks = sf.blocks(file, blocksize=BLOCK_FRAMES, frames=frames, dtype="float32",
-                       always_2d=True)  # fmt: skip
+    blocks = sf.blocks(file, blocksize=BLOCK_FRAMES, frames=frames, dtype="float32", always_2d=True)
     mix = MonoMix()
     for block in blocks:
         mix.add(block)
@@ -278,8 +302,9 @@ def _is_text(head: bytes) -> bool:
     return True
 
 
-def _run_ffmpeg(path: Path, seconds: float, max_bytes: int,
-                mono: tuple[str, ...] | list[str] = ("-ac", "1")) -> bytes:  # fmt: skip
+def _run_ffmpeg(
+    path: Path, seconds: float, max_bytes: int, mono: tuple[str, ...] | list[str] = ("-ac", "1")
+) -> bytes:
     cmd = [ffmpeg_executable(), "-v", "error", "-nostdin"]
     cmd += ["-protocol_whitelist", "file", "-format_whitelist", ",".join(FFMPEG_DEMUXERS)]
     # "file:" + an absolute path: a name such as "concat:a|b" or "subfile,,..." is a file too
@@ -288,8 +313,9 @@ def _run_ffmpeg(path: Path, seconds: float, max_bytes: int,
     cmd += ["-f", "f32le", "-"]
     try:
         # its own session: a group signal (Ctrl-C) reaches the app, which drains, not ffmpeg
-        done = subprocess.run(cmd, capture_output=True, timeout=60, check=False,
-                              start_new_session=True)  # fmt: skip
+        done = subprocess.run(
+            cmd, capture_output=True, timeout=60, check=False, start_new_session=True
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise AudioDecodeError("The reference could not be decoded.") from exc
     if done.returncode != 0:
@@ -318,8 +344,10 @@ def decode_data_url(value: str, max_bytes: int) -> bytes:
     fetch (http, https, file) or plain base64 without the `data:` head is refused with a
     message saying what to send; so are another media type, bad base64 and an empty clip."""
     if value[:8].lower().startswith(("http://", "https://", "file:")):
-        raise AudioDecodeError("this server does not fetch URLs; send the clip itself as a "
-                               "base64 data URL (data:audio/wav;base64,...).")  # fmt: skip
+        raise AudioDecodeError(
+            "this server does not fetch URLs; send the clip itself as a "
+            "base64 data URL (data:audio/wav;base64,...)."
+        )
     match = DATA_URL.match(value)
     if match is None:
         raise AudioDecodeError("expected a base64 data URL such as data:audio/wav;base64,...")

@@ -57,8 +57,11 @@ _BLOCK_OUTPUTS = 1 << 20  # resample_poly: gathered products per block (8 MB)
 # crossfaded into the next pass
 STREAM_CONTEXT, STREAM_HOLDBACK = 6000, 960
 # checkpoint entries of torchaudio modules (the STFT windows; TimeStretch, unused at inference)
-AUDIO_PROCESSOR_KEYS = ("ap.spectrogram.window", "ap.inv_spectrogram.window",
-                        "ap.stretch.phase_advance")  # fmt: skip
+AUDIO_PROCESSOR_KEYS = (
+    "ap.spectrogram.window",
+    "ap.inv_spectrogram.window",
+    "ap.stretch.phase_advance",
+)
 
 
 class PerthUnavailable(RuntimeError):
@@ -96,12 +99,16 @@ def perth_folder() -> Path:
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise PerthUnavailable("The Perth watermark needs the optional package resemble-perth "
-                               f"(its weights): {INSTALL_HINT}")  # fmt: skip
+        raise PerthUnavailable(
+            "The Perth watermark needs the optional package resemble-perth "
+            f"(its weights): {INSTALL_HINT}"
+        )
     folder = Path(next(iter(spec.submodule_search_locations))) / PRETRAINED
     if not (folder / "hparams.yaml").is_file():
-        raise PerthUnavailable(f"resemble-perth is installed but {folder} has no hparams.yaml; "
-                               f"reinstall it: {INSTALL_HINT}")  # fmt: skip
+        raise PerthUnavailable(
+            f"resemble-perth is installed but {folder} has no hparams.yaml; "
+            f"reinstall it: {INSTALL_HINT}"
+        )
     return folder
 
 
@@ -116,24 +123,30 @@ def read_hparams(path: Path) -> PerthHparams:
             values[key.strip()] = value.strip()
     try:
         return PerthHparams(
-            sample_rate=int(values["sample_rate"]), n_fft=int(values["n_fft"]),
-            hop_size=int(values["hop_size"]), window_size=int(values["window_size"]),
+            sample_rate=int(values["sample_rate"]),
+            n_fft=int(values["n_fft"]),
+            hop_size=int(values["hop_size"]),
+            window_size=int(values["window_size"]),
             window_fn=values["window_fn"],
             stft_magnitude_min=float(values["stft_magnitude_min"]),
             max_wmark_freq=float(values["max_wmark_freq"]),
             hidden_size=int(values["hidden_size"]),
-        )  # fmt: skip
+        )
     except (KeyError, ValueError) as exc:
         raise ValueError(f"{path}: missing or malformed hyperparameter ({exc})") from exc
 
 
 def latest_checkpoint(folder: Path) -> Path:
     """The highest-step perth_net_<step>.pth.tar (checkpoint_manager.load_latest)."""
-    found = [(int(m.group(1)), p) for p in folder.iterdir()
-             if (m := re.fullmatch(r".*_(\d+)\.pth\.tar", p.name))]  # fmt: skip
+    found = [
+        (int(m.group(1)), p)
+        for p in folder.iterdir()
+        if (m := re.fullmatch(r".*_(\d+)\.pth\.tar", p.name))
+    ]
     if not found:
-        raise PerthUnavailable(f"{folder} holds no perth_net_<step>.pth.tar; reinstall "
-                               f"resemble-perth: {INSTALL_HINT}")  # fmt: skip
+        raise PerthUnavailable(
+            f"{folder} holds no perth_net_<step>.pth.tar; reinstall resemble-perth: {INSTALL_HINT}"
+        )
     return max(found)[1]
 
 
@@ -152,8 +165,11 @@ class Conv(nn.Module):
 
 
 def _layers(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
-    return nn.Sequential(Conv(inputs, hidden, 1), *[Conv(hidden, hidden, 7) for _ in range(5)],
-                         Conv(hidden, outputs, 1, act=False))  # fmt: skip
+    return nn.Sequential(
+        Conv(inputs, hidden, 1),
+        *[Conv(hidden, hidden, 7) for _ in range(5)],
+        Conv(hidden, outputs, 1, act=False),
+    )
 
 
 def magmask(magspec: torch.Tensor) -> torch.Tensor:
@@ -241,10 +257,18 @@ class PerthNet(nn.Module):
     def magphase(self, signal: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(S,) float32 at hp.sample_rate -> normalised dB magnitude and phase, (F, T) each."""
         hp = self.hp
-        spec = torch.stft(signal, n_fft=hp.n_fft, hop_length=hp.hop_size,
-                          win_length=hp.window_size, window=self.window, center=True,
-                          pad_mode="reflect", normalized=False, onesided=True,
-                          return_complex=True)  # fmt: skip
+        spec = torch.stft(
+            signal,
+            n_fft=hp.n_fft,
+            hop_length=hp.hop_size,
+            win_length=hp.window_size,
+            window=self.window,
+            center=True,
+            pad_mode="reflect",
+            normalized=False,
+            onesided=True,
+            return_complex=True,
+        )
         phase = torch.angle(spec)
         mag = 20 * torch.log10(spec.abs().clip(hp.stft_magnitude_min))
         mag = (mag - hp.min_level_db) / (-hp.min_level_db + HEADROOM_DB)
@@ -255,10 +279,18 @@ class PerthNet(nn.Module):
         mag = mag * (-hp.min_level_db + HEADROOM_DB) + hp.min_level_db
         mag = 10.0 ** ((mag / 20).clip(max=10))
         spec = mag * torch.exp(1.0j * phase)
-        return torch.istft(spec, n_fft=hp.n_fft, hop_length=hp.hop_size,
-                           win_length=hp.window_size, window=self.window, center=True,
-                           normalized=False, onesided=True, length=length,
-                           return_complex=False)  # fmt: skip
+        return torch.istft(
+            spec,
+            n_fft=hp.n_fft,
+            hop_length=hp.hop_size,
+            win_length=hp.window_size,
+            window=self.window,
+            center=True,
+            normalized=False,
+            onesided=True,
+            length=length,
+            return_complex=False,
+        )
 
 
 # ------------------------------------------------------------------------------ resampling
@@ -290,8 +322,9 @@ def resample_poly(x: np.ndarray, up: int, down: int) -> np.ndarray:
     branches[: h.size] = h
     branches = branches.reshape(taps, up).T  # [phase, j] = h[phase + j * up]
     last_base = (n_out - 1 + n_pre_remove) * down // up
-    padded = np.concatenate([np.zeros(taps - 1), x.astype(np.float64),
-                             np.zeros(max(0, last_base - n_in + 1))])  # fmt: skip
+    padded = np.concatenate(
+        [np.zeros(taps - 1), x.astype(np.float64), np.zeros(max(0, last_base - n_in + 1))]
+    )
     out = np.empty(n_out)
     block = max(1, _BLOCK_OUTPUTS // taps)
     for start in range(0, n_out, block):
@@ -355,8 +388,10 @@ class PerthWatermarker:
 
     def _check_length(self, samples: int) -> None:
         if samples < self.min_samples:
-            raise ValueError(f"too short for the Perth watermark: {samples} samples at "
-                             f"{self.hp.sample_rate} Hz (at least {self.min_samples})")  # fmt: skip
+            raise ValueError(
+                f"too short for the Perth watermark: {samples} samples at "
+                f"{self.hp.sample_rate} Hz (at least {self.min_samples})"
+            )
 
 
 _shared: PerthWatermarker | None = None
@@ -392,8 +427,9 @@ class StreamWatermarker:
     in BENCHMARKS.md) is never heard. The final chunk (`final=True`) releases everything; a pass
     shorter than the STFT needs (< 32 ms at 24 kHz) is released unwatermarked."""
 
-    def __init__(self, marker: PerthWatermarker, sample_rate: int, context: int,
-                 holdback: int) -> None:  # fmt: skip
+    def __init__(
+        self, marker: PerthWatermarker, sample_rate: int, context: int, holdback: int
+    ) -> None:
         self.marker = marker
         self.sample_rate = int(sample_rate)
         self.holdback = int(holdback)
@@ -431,8 +467,12 @@ def stream_watermarker(sample_rate: int = 24_000) -> StreamWatermarker:
     """A StreamWatermarker for one stream on the shared model (PerthUnavailable without
     resemble-perth), with the measured settings scaled to `sample_rate`."""
     scale = sample_rate / 24_000
-    return StreamWatermarker(shared_watermarker(), sample_rate, round(STREAM_CONTEXT * scale),
-                             round(STREAM_HOLDBACK * scale))  # fmt: skip
+    return StreamWatermarker(
+        shared_watermarker(),
+        sample_rate,
+        round(STREAM_CONTEXT * scale),
+        round(STREAM_HOLDBACK * scale),
+    )
 
 
 _warned_unavailable = False

@@ -48,8 +48,12 @@ def load_backend(
         if not allow_fallback:
             raise
         notice = explain_load_failure(name, exc)
-        log.warning("Could not load model %r (%s: %s); falling back to the offline eSpeak "
-                    "voice.", name, type(exc).__name__, exc)  # fmt: skip
+        log.warning(
+            "Could not load model %r (%s: %s); falling back to the offline eSpeak voice.",
+            name,
+            type(exc).__name__,
+            exc,
+        )
         if report is not None:
             report(FALLING_BACK)  # the status names what is starting now, not the lost model
         return _espeak(), notice
@@ -103,22 +107,35 @@ def explain_load_failure(name: str, exc: BaseException) -> Notice:
     else:
         what = f"The voice-cloning model ({name}) could not be loaded."
         fix = "see the details below and the server log, then restart the app."
-    summary = (f"{what} You are hearing the built-in eSpeak NG voice instead: it reads the "
-               f"text aloud but does not imitate the reference voice. To get the real voice, "
-               f"{fix}")  # fmt: skip
+    summary = (
+        f"{what} You are hearing the built-in eSpeak NG voice instead: it reads the "
+        f"text aloud but does not imitate the reference voice. To get the real voice, "
+        f"{fix}"
+    )
     return Notice(summary, details)
 
 
-def _neural(name: str, device: str, dtype: str, quantize: str, max_batch: int | None,
-            report: Report | None, cuda_graphs: str = "auto") -> Backend:  # fmt: skip
+def _neural(
+    name: str,
+    device: str,
+    dtype: str,
+    quantize: str,
+    max_batch: int | None,
+    report: Report | None,
+    cuda_graphs: str = "auto",
+) -> Backend:
     from ..models.config_json import one_read
     from ..models.download import LOADING, reporting_to
     from ..models.registry import REMOTE, detect_architecture
     from ..models.specs import spec_of
 
     report = report or (lambda *args, **kwargs: None)
-    options = {"dtype": dtype, "quantize": quantize, "cuda_graphs": cuda_graphs,
-               "max_batch": max_batch}  # fmt: skip
+    options = {
+        "dtype": dtype,
+        "quantize": quantize,
+        "cuda_graphs": cuda_graphs,
+        "max_batch": max_batch,
+    }
     report(LOADING)
     # one_read: config.json is read and parsed once for the detection and the model's configs
     with reporting_to(report), one_read():  # a Hub download reports its bytes, then LOADING

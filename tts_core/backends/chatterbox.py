@@ -39,24 +39,47 @@ DEFAULT_CHUNKING = StreamChunking()
 SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "repetition_penalty")
 # --- Perth watermark of the stream (audio/perth_watermark.py; measured in BENCHMARKS.md) ---
 WATERMARK_KNOB = Knob(
-    "watermark", int, 0, 1, default=1, label="Perth watermark (1: on)", step=1,
+    "watermark",
+    int,
+    0,
+    1,
+    default=1,
+    label="Perth watermark (1: on)",
+    step=1,
     help="1: the streamed audio carries Resemble's Perth watermark, as the official marks "
-         "its clips (needs the package resemble-perth); 0: no watermark.")  # fmt: skip
+    "its clips (needs the package resemble-perth); 0: no watermark.",
+)
 # The shared sampling knobs (their defaults: the official Turbo generate()'s, TurboSampling's;
 # sampling_defaults), then the streaming chunk sizes; declared once here for page, API, checks.
 KNOBS = (
     *sampling_knobs(*SAMPLING_KNOBS),
     # S3Gen's chunking (StreamChunking): a chunk is a pass, so the shared first_chunk_frames /
     # chunk_frames are not read here (the engine regroups only eSpeak's phrases). One token = 40 ms of audio; each pass re-runs the flow.
-    Knob("first_chunk_tokens", int, 1, 200, default=DEFAULT_CHUNKING.first_tokens,
-         label="First S3Gen chunk (tokens)", step=1, ui_range=(4, 100),
-         help="Speech tokens before the first audio is made: fewer start sooner, but the "
-              "first audio is shorter and each pass costs a flow run."),
-    Knob("chunk_tokens", int, 1, 400, default=DEFAULT_CHUNKING.chunk_tokens,
-         label="Later S3Gen chunks (tokens)", step=1, ui_range=(4, 200),
-         help="Speech tokens between later passes: more cost fewer flow runs."),
+    Knob(
+        "first_chunk_tokens",
+        int,
+        1,
+        200,
+        default=DEFAULT_CHUNKING.first_tokens,
+        label="First S3Gen chunk (tokens)",
+        step=1,
+        ui_range=(4, 100),
+        help="Speech tokens before the first audio is made: fewer start sooner, but the "
+        "first audio is shorter and each pass costs a flow run.",
+    ),
+    Knob(
+        "chunk_tokens",
+        int,
+        1,
+        400,
+        default=DEFAULT_CHUNKING.chunk_tokens,
+        label="Later S3Gen chunks (tokens)",
+        step=1,
+        ui_range=(4, 200),
+        help="Speech tokens between later passes: more cost fewer flow runs.",
+    ),
     WATERMARK_KNOB,
-)  # fmt: skip
+)
 
 # Turbo's shortest reference (exclusive): the official's assert, which
 # models/chatterbox/cloning.MIN_SECONDS makes (not imported here: that module loads torch)
@@ -128,8 +151,9 @@ class ChatterboxBackend(NeuralBackend):
     def voice_without_clip(self, reference_text: str | None) -> Voice:
         """The checkpoint's built-in voice (conds.pt; a transcript is not used)."""
         if self.model.builtin_voice is None:
-            raise InputError("This checkpoint has no built-in voice: add a reference clip.",
-                             "reference")  # fmt: skip
+            raise InputError(
+                "This checkpoint has no built-in voice: add a reference clip.", "reference"
+            )
         return Voice(self.name, None, {"mode": "built-in"})
 
     def submit(
@@ -138,11 +162,17 @@ class ChatterboxBackend(NeuralBackend):
         """model.request's arguments (model.stream's): the knobs as the model's sampling and
         S3Gen's chunking (a chunk is a pass: the shared chunk sizes are not read)."""
         values = self.knob_values(params)
-        chunking = StreamChunking(first_tokens=values["first_chunk_tokens"],
-                                  chunk_tokens=values["chunk_tokens"])  # fmt: skip
-        return self.scheduler.submit(text, voice, seed=params.seed, chunking=chunking,
-                                     should_stop=cancel.is_set,
-                                     **self.request_args(values))  # fmt: skip
+        chunking = StreamChunking(
+            first_tokens=values["first_chunk_tokens"], chunk_tokens=values["chunk_tokens"]
+        )
+        return self.scheduler.submit(
+            text,
+            voice,
+            seed=params.seed,
+            chunking=chunking,
+            should_stop=cancel.is_set,
+            **self.request_args(values),
+        )
 
     def backend_chunks(
         self, chunks: RequestStream, params: SynthesisParams
@@ -154,11 +184,15 @@ class ChatterboxBackend(NeuralBackend):
 
         mark = stream_marker(self.knob_values(params)["watermark"], self.sample_rate)
         for chunk in chunks:
-            audio = self.scheduler.call(mark, chunk.audio.astype(np.float32, copy=False),
-                                        chunk.final)  # fmt: skip
-            yield BackendChunk(audio, frames=audio.size // SAMPLES_PER_TOKEN,
-                               stop_reason=chunk.stop_reason,
-                               batch_size=chunk.batch_size)  # fmt: skip
+            audio = self.scheduler.call(
+                mark, chunk.audio.astype(np.float32, copy=False), chunk.final
+            )
+            yield BackendChunk(
+                audio,
+                frames=audio.size // SAMPLES_PER_TOKEN,
+                stop_reason=chunk.stop_reason,
+                batch_size=chunk.batch_size,
+            )
 
 
 def preload_watermark() -> None:

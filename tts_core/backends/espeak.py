@@ -155,8 +155,9 @@ class EspeakBackend:
                 resampler, new_phrase = None, True
                 continue
             if resampler is None:
-                resampler = soxr.ResampleStream(self._lib.sample_rate, SAMPLE_RATE, 1,
-                                                dtype="float32", quality="HQ")  # fmt: skip
+                resampler = soxr.ResampleStream(
+                    self._lib.sample_rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ"
+                )
             piece = resampler.resample_chunk(item)
             if piece.size == 0:
                 continue

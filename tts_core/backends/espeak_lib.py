@@ -51,8 +51,9 @@ class EspeakLibrary:
         self.wavegen = WavegenState(self._lib, self.path)  # snapshot now: no synthesis has run yet
         # eSpeak keeps a parameter set once; a synthesis sets every one, the ones it is not
         # given to these defaults, so its samples depend on its own settings, not on the last
-        self.defaults = {parameter: int(self._lib.espeak_GetParameter(parameter, 0))
-                         for parameter in SETTABLE}  # fmt: skip
+        self.defaults = {
+            parameter: int(self._lib.espeak_GetParameter(parameter, 0)) for parameter in SETTABLE
+        }
         self._sink: Callable[[np.ndarray], bool] | None = None
         self._callback = _Callback(self._on_buffer)  # kept referenced: C holds the pointer
         self._lib.espeak_SetSynthCallback(self._callback)
@@ -70,9 +71,15 @@ class EspeakLibrary:
         lib.espeak_GetParameter.argtypes = [ctypes.c_int, ctypes.c_int]
         lib.espeak_GetParameter.restype = ctypes.c_int
         lib.espeak_Synth.argtypes = [
-            ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_int,
-            ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
-        ]  # fmt: skip
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.c_uint,
+            ctypes.c_uint,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+        ]
         lib.espeak_Synth.restype = ctypes.c_int
 
     def _on_buffer(self, wav, count, _events) -> int:  # noqa: ANN001 - ctypes signature

@@ -57,8 +57,9 @@ class NeuralBackend:
     def served_loop(self, model: Any, max_batch: int) -> EngineLoop:
         """The loop every request of this backend goes through (its thread starts on
         first use)."""
-        return EngineLoop(model.runner(max_batch), make_request=model.request,
-                          thread_name=f"tts-{self.name}")  # fmt: skip
+        return EngineLoop(
+            model.runner(max_batch), make_request=model.request, thread_name=f"tts-{self.name}"
+        )
 
     def close(self) -> None:
         """Stop the loop's thread; streams still running end without a final chunk."""
@@ -83,8 +84,14 @@ class NeuralBackend:
         dtype = getattr(torch, resolve_dtype(dtype, device))
         model = cls.load_model(name_or_path, device, dtype, **options)
         backend = cls(model, str(name_or_path), device, max_batch=max_batch)
-        log.info("loaded %s %s on %s (%s, %d Hz)", cls.title, name_or_path, device,
-                 backend.weight_format, backend.sample_rate)  # fmt: skip
+        log.info(
+            "loaded %s %s on %s (%s, %d Hz)",
+            cls.title,
+            name_or_path,
+            device,
+            backend.weight_format,
+            backend.sample_rate,
+        )
         return backend
 
     @classmethod
@@ -102,18 +109,26 @@ class NeuralBackend:
         if audio is None:
             return self.voice_without_clip(reference_text)
         if self.reference.transcript == "required" and not (reference_text or "").strip():
-            raise InputError(f"{self.title} needs the reference clip's transcript: set "
-                             "reference_text to the words the clip says.",
-                             "reference_text")  # fmt: skip
+            raise InputError(
+                f"{self.title} needs the reference clip's transcript: set "
+                "reference_text to the words the clip says.",
+                "reference_text",
+            )
         clip = reference_clip(audio)
         try:
-            voice = self.scheduler.call(self.model.create_voice, clip, SAMPLE_RATE,
-                                        reference_text)  # fmt: skip
+            voice = self.scheduler.call(self.model.create_voice, clip, SAMPLE_RATE, reference_text)
         except ValueError as exc:  # the model's own checks on the clip
             raise InputError(f"Reference clip: {exc}", "reference") from exc
         if self.reference.transcript == "ignored":  # cloned from the clip alone
-            return Voice(self.name, voice, {"mode": "reference", "transcript": False,
-                                            "transcript_ignored": bool(reference_text)})  # fmt: skip
+            return Voice(
+                self.name,
+                voice,
+                {
+                    "mode": "reference",
+                    "transcript": False,
+                    "transcript_ignored": bool(reference_text),
+                },
+            )
         mode = "continuation" if reference_text else "reference"
         return Voice(self.name, voice, {"mode": mode, "transcript": bool(reference_text)})
 
@@ -122,11 +137,15 @@ class NeuralBackend:
         needed, a refusal saying what to give."""
         if self.needs_reference:
             needed = " and its transcript" if self.reference.transcript == "required" else ""
-            raise InputError(f"{self.title} clones a voice: give a reference clip{needed}.",
-                             "reference")  # fmt: skip
+            raise InputError(
+                f"{self.title} clones a voice: give a reference clip{needed}.", "reference"
+            )
         if reference_text:
-            raise InputError("A transcript was given without a reference clip: add the clip it "
-                             "belongs to, or clear the transcript.", "reference_text")  # fmt: skip
+            raise InputError(
+                "A transcript was given without a reference clip: add the clip it "
+                "belongs to, or clear the transcript.",
+                "reference_text",
+            )
         return Voice(self.name, None, {"mode": "zero-shot", "transcript": False})
 
     # --- requests ---------------------------------------------------------------------------
@@ -171,18 +190,23 @@ class NeuralBackend:
         """The model's chunks as the engine's: one stateful decoder pass (never independent),
         `chunk_frames` frames each."""
         for chunk in chunks:
-            yield BackendChunk(chunk.audio, independent=False,
-                               frames=getattr(chunk, self.chunk_frames),
-                               stop_reason=chunk.stop_reason,
-                               batch_size=chunk.batch_size)  # fmt: skip
+            yield BackendChunk(
+                chunk.audio,
+                independent=False,
+                frames=getattr(chunk, self.chunk_frames),
+                stop_reason=chunk.stop_reason,
+                batch_size=chunk.batch_size,
+            )
 
 
 def reference_clip(audio: np.ndarray) -> np.ndarray:
     """The reference as mono float32 samples, or an InputError naming what is wrong."""
     clip = np.asarray(audio)
     if clip.ndim != 1 or clip.size == 0 or not np.issubdtype(clip.dtype, np.floating):
-        raise InputError(f"Reference clip: expected mono float samples, got shape "
-                         f"{clip.shape} ({clip.dtype}).", "reference")  # fmt: skip
+        raise InputError(
+            f"Reference clip: expected mono float samples, got shape {clip.shape} ({clip.dtype}).",
+            "reference",
+        )
     if not np.all(np.isfinite(clip)):
         raise InputError("Reference clip: it contains NaN or infinite samples.", "reference")
     return clip.astype(np.float32)

@@ -73,8 +73,10 @@ def _native_bf16_cpu() -> str | None:
 
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return None
-    for name, check in (("AMX", "_is_amx_tile_supported"),
-                        ("AVX512_BF16", "_is_avx512_bf16_supported")):  # fmt: skip
+    for name, check in (
+        ("AMX", "_is_amx_tile_supported"),
+        ("AVX512_BF16", "_is_avx512_bf16_supported"),
+    ):
         if getattr(torch.cpu, check, lambda: False)():
             return name
     return None
@@ -141,8 +143,9 @@ class Qwen3Backend:
         self.task_type = TASK_TYPES[kind]  # vLLM-Omni's name of what this checkpoint does
         self.can_clone = self.needs_reference = kind == "base"
         self.speakers = tuple(getattr(model, "speakers", ()))
-        self.capabilities = replace(self.capabilities, task_type=self.task_type,
-                                    speakers=self.speakers)  # fmt: skip
+        self.capabilities = replace(
+            self.capabilities, task_type=self.task_type, speakers=self.speakers
+        )
         # False on a 0.6B CustomVoice: its instructions are refused (the official drops them)
         self.instruct_supported = kind != "base" and bool(
             getattr(model, "instruct_supported", True)
@@ -179,15 +182,23 @@ class Qwen3Backend:
         decoder_choice = _choose_decoder_dtype(model, device, dtype, quantize)
         report = model.quantization
         if report is not None:
-            log.info("quantized to int8: min layer SQNR %.1f dB (worst: %s)",
-                     report.min_sqnr_db, ", ".join(f"{n} {v:.1f}" for n, v in report.worst()))  # fmt: skip
+            log.info(
+                "quantized to int8: min layer SQNR %.1f dB (worst: %s)",
+                report.min_sqnr_db,
+                ", ".join(f"{n} {v:.1f}" for n, v in report.worst()),
+            )
         elif model.format_decision:
             log.info("weights: %s", model.format_decision)
-        log.info("loaded %s on %s (%s, weights %s, codec decoder %s)", name_or_path, device,
-                 dtype, model.weight_format, decoder_choice)  # fmt: skip
+        log.info(
+            "loaded %s on %s (%s, weights %s, codec decoder %s)",
+            name_or_path,
+            device,
+            dtype,
+            model.weight_format,
+            decoder_choice,
+        )
         backend = cls(model, str(name_or_path), device, max_batch=max_batch)
-        log.info("decode step: %s (cuda_graphs %s on %s)", backend.decode_step, cuda_graphs,
-                 device)  # fmt: skip
+        log.info("decode step: %s (cuda_graphs %s on %s)", backend.decode_step, cuda_graphs, device)
         return backend
 
     def sampling_defaults(self) -> dict[str, Any]:
@@ -216,18 +227,22 @@ class Qwen3Backend:
         if self.task_type != "Base":
             raise InputError(
                 f"This {self.task_type} checkpoint makes its own voices: "
-                + ("name a preset voice." if self.task_type == "CustomVoice" else
-                   "describe the voice in instructions."),
+                + (
+                    "name a preset voice."
+                    if self.task_type == "CustomVoice"
+                    else "describe the voice in instructions."
+                ),
                 "voice",
-            )  # fmt: skip
+            )
         if audio is None:
             raise InputError(
                 "This voice needs a reference clip: upload or record 3-10 s of speech."
             )
         try:
             # on the scheduler's thread, as every computation of the model (see its module doc)
-            voice = self.scheduler.call(self.model.create_voice, audio, SAMPLE_RATE,
-                                        ref_text=reference_text)  # fmt: skip
+            voice = self.scheduler.call(
+                self.model.create_voice, audio, SAMPLE_RATE, ref_text=reference_text
+            )
         except ValueError as exc:  # the model's own checks on the clip
             raise InputError(f"Reference clip: {exc}") from exc
         mode = getattr(voice, "mode", "icl" if reference_text else "xvector")
@@ -277,8 +292,13 @@ class Qwen3Backend:
         try:
             for chunk in chunks:
                 reason = chunk.stop_reason if chunk.final else None
-                yield BackendChunk(chunk.audio, independent=False, frames=chunk.frames,
-                                   stop_reason=reason, batch_size=chunk.batch_size)  # fmt: skip
+                yield BackendChunk(
+                    chunk.audio,
+                    independent=False,
+                    frames=chunk.frames,
+                    stop_reason=reason,
+                    batch_size=chunk.batch_size,
+                )
                 if cancel.is_set():
                     return
         finally:

@@ -54,8 +54,12 @@ from ..engine.requests import ModelVoice
 QWEN3_FRAME_SAMPLES = 1920  # 12.5 Hz codec frames at 24 kHz: a server that does not say
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0  # longest silence in an answer: a request may wait in the remote's line
-FIELDS = {"input": "text", "ref_audio": "reference", "ref_text": "reference_text",
-          "voice": "reference"}  # the remote's names of our engine's fields  # fmt: skip
+FIELDS = {
+    "input": "text",
+    "ref_audio": "reference",
+    "ref_text": "reference_text",
+    "voice": "reference",
+}  # the remote's names of our engine's fields
 STREAM_FORMATS = ("audio", "sse")
 SCALE = 32767.0  # int16 <-> float as tts_core.audio.to_int16: round(x * 32767)
 MAX_LISTING_BYTES = 1 << 20  # GET /models: a few KB for a real server
@@ -133,17 +137,25 @@ def _model_voices(info: dict) -> dict[str, Any]:
         or len(speakers) > MAX_SPEAKERS
     ):
         raise ValueError(f"'speakers' must be a list of at most {MAX_SPEAKERS} names")
-    return {"task_type": task, "speakers": tuple(speakers),
-            "instruct_supported": info.get("instruct_supported") is True}  # fmt: skip
+    return {
+        "task_type": task,
+        "speakers": tuple(speakers),
+        "instruct_supported": info.get("instruct_supported") is True,
+    }
 
 
-def _number(info: dict, name: str, default: float, bounds: tuple[float, float],
-            whole: bool = False) -> float:  # fmt: skip
+def _number(
+    info: dict, name: str, default: float, bounds: tuple[float, float], whole: bool = False
+) -> float:
     """info[name] (or `default`) as a number within `bounds`; ValueError naming it if not."""
     value = info.get(name, default)
     low, high = bounds
-    if (isinstance(value, bool) or not isinstance(value, int | float)
-            or (whole and value != int(value)) or not low <= value <= high):  # fmt: skip
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (whole and value != int(value))
+        or not low <= value <= high
+    ):
         kind = "a whole number" if whole else "a number"
         raise ValueError(f"'{name}' must be {kind} from {low:g} to {high:g}, not {value!r}")
     return value
@@ -156,9 +168,14 @@ class RemoteBackend:
     weight_format, weight_format_reason, decode_step = None, "", None  # the remote's own
     device = "remote"
 
-    def __init__(self, base_url: str, info: RemoteInfo, client: httpx.Client,
-                 stream_format: str = "audio",
-                 audio_s_per_char: float = AUDIO_S_PER_CHAR) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        info: RemoteInfo,
+        client: httpx.Client,
+        stream_format: str = "audio",
+        audio_s_per_char: float = AUDIO_S_PER_CHAR,
+    ) -> None:
         if stream_format not in STREAM_FORMATS:
             raise ValueError(
                 f"stream_format must be one of {STREAM_FORMATS}, not {stream_format!r}"
@@ -179,13 +196,15 @@ class RemoteBackend:
         self.task_type = info.task_type
         self.speakers = info.speakers
         self.instruct_supported = info.instruct_supported
-        self.capabilities = replace(self.capabilities, task_type=info.task_type,
-                                    speakers=info.speakers)  # fmt: skip
+        self.capabilities = replace(
+            self.capabilities, task_type=info.task_type, speakers=info.speakers
+        )
         self.can_clone = info.task_type == "Base"
 
     @classmethod
-    def connect(cls, base_url: str, api_key: str | None = None,
-                stream_format: str | None = None) -> RemoteBackend:  # fmt: skip
+    def connect(
+        cls, base_url: str, api_key: str | None = None, stream_format: str | None = None
+    ) -> RemoteBackend:
         """Ask the remote what it serves (GET {base}/models); BackendError when it cannot be
         reached or gives no model list."""
         base = base_url.rstrip("/")
@@ -199,13 +218,16 @@ class RemoteBackend:
             _raise_for(response, base)
             listing = _read_bounded(response, MAX_LISTING_BYTES)
             if listing is None:
-                raise BackendError(f"The remote server {base} sent a model list of more than "
-                                   f"{MAX_LISTING_BYTES} bytes.")  # fmt: skip
+                raise BackendError(
+                    f"The remote server {base} sent a model list of more than "
+                    f"{MAX_LISTING_BYTES} bytes."
+                )
             try:
                 info = RemoteInfo.from_models(json.loads(listing))
             except ValueError as exc:  # JSON's errors are ValueErrors too
-                raise BackendError(f"The remote server {base} gave an unusable model list: "
-                                   f"{str(exc)[:200]}") from None  # fmt: skip
+                raise BackendError(
+                    f"The remote server {base} gave an unusable model list: {str(exc)[:200]}"
+                ) from None
         fmt = stream_format or os.environ.get("TTS_REMOTE_STREAM_FORMAT", "audio")
         return cls(base, info, client, fmt)
 
@@ -236,8 +258,9 @@ class RemoteBackend:
         """The most audio one request for `text` may bring back (see AUDIO_S_PER_CHAR)."""
         return max(MIN_AUDIO_S, len(text) * self.audio_s_per_char)
 
-    def stream(self, text: str, voice: Voice, params: SynthesisParams,
-               cancel: threading.Event) -> Iterator[BackendChunk]:  # fmt: skip
+    def stream(
+        self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
+    ) -> Iterator[BackendChunk]:
         body = self._body(text, voice, params)
         limit_s = self.max_audio_s(text)
         left = int(limit_s * self.sample_rate)  # samples this request may still bring
@@ -249,17 +272,26 @@ class RemoteBackend:
                 for pcm in pieces:
                     left -= len(pcm)
                     if left < 0:
-                        raise BackendError(f"The remote server {self.base_url} sent more than "
-                                           f"{limit_s:g} s of audio for {len(text)} characters; "
-                                           "stopped there.")  # fmt: skip
+                        raise BackendError(
+                            f"The remote server {self.base_url} sent more than "
+                            f"{limit_s:g} s of audio for {len(text)} characters; "
+                            "stopped there."
+                        )
                     yield BackendChunk(pcm.astype(np.float32) / np.float32(SCALE))
                     if cancel.is_set():
                         return  # leaving the block closes the connection: the remote stops
 
     def _body(self, text: str, voice: Voice, params: SynthesisParams) -> dict[str, Any]:
-        body = {"model": self.info.model, "input": text, "response_format": "pcm",
-                "stream": True, "stream_format": self.stream_format, "task_type": "Base",
-                "language": params.language, **params.values}  # fmt: skip
+        body = {
+            "model": self.info.model,
+            "input": text,
+            "response_format": "pcm",
+            "stream": True,
+            "stream_format": self.stream_format,
+            "task_type": "Base",
+            "language": params.language,
+            **params.values,
+        }
         if isinstance(voice.data, ModelVoice):  # the remote's own voice (#41)
             body["task_type"] = self.task_type
             if voice.data.speaker:
@@ -281,13 +313,17 @@ class RemoteBackend:
         sse = self.stream_format == "sse"
         if (media != "text/event-stream") if sse else not _is_audio(media):
             wanted = "text/event-stream" if sse else "audio"
-            raise BackendError(f"The remote server {self.base_url} answered "
-                               f"{media[:100] or 'no content type'}, not {wanted}.")  # fmt: skip
+            raise BackendError(
+                f"The remote server {self.base_url} answered "
+                f"{media[:100] or 'no content type'}, not {wanted}."
+            )
         said = answer.headers.get("x-sample-rate")
         if said is not None and (not said.isdigit() or int(said[:7]) != self.sample_rate):
-            raise BackendError(f"The remote server {self.base_url} now answers at {said} Hz, "
-                               f"not the {self.sample_rate} Hz it said at start; restart this "
-                               "server.")  # fmt: skip
+            raise BackendError(
+                f"The remote server {self.base_url} now answers at {said} Hz, "
+                f"not the {self.sample_rate} Hz it said at start; restart this "
+                "server."
+            )
 
 
 def _is_audio(media: str) -> bool:
@@ -312,11 +348,14 @@ def remote_errors(base_url: str) -> Iterator[None]:
     try:
         yield
     except httpx.TimeoutException as exc:
-        raise BackendError(f"The remote server {base_url} did not answer in time "
-                           f"({type(exc).__name__}).") from exc  # fmt: skip
+        raise BackendError(
+            f"The remote server {base_url} did not answer in time ({type(exc).__name__})."
+        ) from exc
     except httpx.HTTPError as exc:
-        raise BackendError(f"The remote server {base_url} could not be reached or broke off "
-                           f"({type(exc).__name__}: {exc}).") from exc  # fmt: skip
+        raise BackendError(
+            f"The remote server {base_url} could not be reached or broke off "
+            f"({type(exc).__name__}: {exc})."
+        ) from exc
 
 
 def _raise_for(response: httpx.Response, base_url: str) -> None:
@@ -337,8 +376,10 @@ def _raise_for(response: httpx.Response, base_url: str) -> None:
         param = None
     status = response.status_code
     if status == 503:
-        raise EngineBusy(f"The remote server is busy: {message}",
-                         _retry_after(response.headers.get("retry-after", "")))  # fmt: skip
+        raise EngineBusy(
+            f"The remote server is busy: {message}",
+            _retry_after(response.headers.get("retry-after", "")),
+        )
     if 400 <= status < 500 and status not in (401, 403):
         raise InputError(message, FIELDS.get(param, param))
     raise BackendError(f"The remote server {base_url} answered {status}: {message}")
@@ -409,8 +450,7 @@ def _bounded_lines(answer: httpx.Response, limit: int) -> Iterator[bytes]:
         for line in lines:
             yield line.removesuffix(b"\r")
         if len(rest) > limit:
-            raise BackendError(f"The remote server sent an event line of more than {limit} "
-                               "bytes.")  # fmt: skip
+            raise BackendError(f"The remote server sent an event line of more than {limit} bytes.")
     if rest:
         yield rest
 

@@ -41,17 +41,40 @@ FLOW_STEPS, ACOUSTIC_CFG, NOISE_TEMPERATURE = 10, 1.6, 0.9
 TEXT_SAMPLING = {"temperature": 0.6, "top_p": 0.9, "repetition_penalty": 1.1}
 # The request knobs this backend reads (besides the shared seed and chunk sizes)
 KNOBS = (
-    Knob("flow_steps", int, 1, 100, default=FLOW_STEPS, step=1, ui_range=(1, 50),
-         label="Flow steps",
-         help="Flow-matching steps per token: more cost more time per token."),
-    Knob("acoustic_cfg", float, 0.0, 10.0, default=ACOUSTIC_CFG, step=0.1,
-         ui_range=(0.0, 5.0), label="Acoustic guidance (CFG)",
-         help="Classifier-free guidance of the acoustic features (cosine schedule)."),
-    Knob("noise_temperature", float, 0.0, 2.0, default=NOISE_TEMPERATURE, step=0.05,
-         label="Noise temperature",
-         help="Scale of the flow head's starting noise: lower is steadier."),
+    Knob(
+        "flow_steps",
+        int,
+        1,
+        100,
+        default=FLOW_STEPS,
+        step=1,
+        ui_range=(1, 50),
+        label="Flow steps",
+        help="Flow-matching steps per token: more cost more time per token.",
+    ),
+    Knob(
+        "acoustic_cfg",
+        float,
+        0.0,
+        10.0,
+        default=ACOUSTIC_CFG,
+        step=0.1,
+        ui_range=(0.0, 5.0),
+        label="Acoustic guidance (CFG)",
+        help="Classifier-free guidance of the acoustic features (cosine schedule).",
+    ),
+    Knob(
+        "noise_temperature",
+        float,
+        0.0,
+        2.0,
+        default=NOISE_TEMPERATURE,
+        step=0.05,
+        label="Noise temperature",
+        help="Scale of the flow head's starting noise: lower is steadier.",
+    ),
     *sampling_knobs(*TEXT_SAMPLING),  # the text tokens' (defaults: sampling_defaults)
-)  # fmt: skip
+)
 
 DESCRIPTION = (
     "TADA (Hume AI) voice cloning: it continues the reference clip, aligned to its transcript, "
@@ -120,11 +143,15 @@ class TadaBackend(NeuralBackend):
         from ..models.tada.generate import DEFAULT_OPTIONS
 
         values = self.knob_values(params)
-        flow = dataclasses.replace(DEFAULT_OPTIONS.flow, steps=int(values["flow_steps"]),
-                                   acoustic_cfg=float(values["acoustic_cfg"]),
-                                   noise_temperature=float(values["noise_temperature"]))  # fmt: skip
-        text = dataclasses.replace(DEFAULT_OPTIONS.text,
-                                   **{name: float(values[name]) for name in TEXT_SAMPLING})  # fmt: skip
+        flow = dataclasses.replace(
+            DEFAULT_OPTIONS.flow,
+            steps=int(values["flow_steps"]),
+            acoustic_cfg=float(values["acoustic_cfg"]),
+            noise_temperature=float(values["noise_temperature"]),
+        )
+        text = dataclasses.replace(
+            DEFAULT_OPTIONS.text, **{name: float(values[name]) for name in TEXT_SAMPLING}
+        )
         return dataclasses.replace(DEFAULT_OPTIONS, flow=flow, text=text)
 
     def submit(
@@ -133,7 +160,11 @@ class TadaBackend(NeuralBackend):
         """model.request's arguments: the knobs as GenerateOptions, the chunk sizes in tokens
         (`language` is ignored)."""
         return self.scheduler.submit(
-            voice, text, options=self.options(params), seed=params.seed,
-            first_chunk_tokens=params.first_chunk_frames, chunk_tokens=params.chunk_frames,
+            voice,
+            text,
+            options=self.options(params),
+            seed=params.seed,
+            first_chunk_tokens=params.first_chunk_frames,
+            chunk_tokens=params.chunk_frames,
             should_stop=cancel.is_set,
-        )  # fmt: skip
+        )

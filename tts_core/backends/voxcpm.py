@@ -27,13 +27,29 @@ from .neural import NeuralBackend
 CFG_VALUE, INFERENCE_TIMESTEPS = 2.0, 10  # the official generate()'s defaults
 # The request knobs this backend reads (besides the shared seed and chunk sizes)
 KNOBS = (
-    Knob("cfg_value", float, 0.0, 10.0, default=CFG_VALUE, label="Guidance (CFG value)",
-         step=0.1, ui_range=(0.0, 5.0),
-         help="Classifier-free guidance: higher follows the text and the voice more closely."),
-    Knob("inference_timesteps", int, 1, 100, default=INFERENCE_TIMESTEPS, step=1,
-         ui_range=(1, 50), label="Diffusion steps",
-         help="Flow-matching steps per patch: more cost more time per patch."),
-)  # fmt: skip
+    Knob(
+        "cfg_value",
+        float,
+        0.0,
+        10.0,
+        default=CFG_VALUE,
+        label="Guidance (CFG value)",
+        step=0.1,
+        ui_range=(0.0, 5.0),
+        help="Classifier-free guidance: higher follows the text and the voice more closely.",
+    ),
+    Knob(
+        "inference_timesteps",
+        int,
+        1,
+        100,
+        default=INFERENCE_TIMESTEPS,
+        step=1,
+        ui_range=(1, 50),
+        label="Diffusion steps",
+        help="Flow-matching steps per patch: more cost more time per patch.",
+    ),
+)
 
 DESCRIPTION = (
     "VoxCPM2 voice cloning. With a reference clip it speaks in that voice; with its transcript "
@@ -84,7 +100,12 @@ class VoxCPMBackend(NeuralBackend):
     ) -> RequestStream:
         """model.request's arguments: the knobs by name, the chunk sizes in patches (`language`
         is ignored)."""
-        return self.scheduler.submit(text, voice, seed=params.seed, **self.knob_values(params),
-                                     first_chunk_patches=params.first_chunk_frames,
-                                     chunk_patches=params.chunk_frames,
-                                     should_stop=cancel.is_set)  # fmt: skip
+        return self.scheduler.submit(
+            text,
+            voice,
+            seed=params.seed,
+            **self.knob_values(params),
+            first_chunk_patches=params.first_chunk_frames,
+            chunk_patches=params.chunk_frames,
+            should_stop=cancel.is_set,
+        )

@@ -114,11 +114,15 @@ class ReferenceNeeds:
         short = seconds <= self.min_seconds if self.min_exclusive else seconds < self.min_seconds
         if short:
             than = "longer than" if self.min_exclusive else "at least"
-            return (f"this model needs a clip {than} {self.min_seconds:g} s (this one is "
-                    f"{seconds:.1f} s)")  # fmt: skip
+            return (
+                f"this model needs a clip {than} {self.min_seconds:g} s (this one is "
+                f"{seconds:.1f} s)"
+            )
         if self.max_seconds is not None and seconds > self.max_seconds:
-            return (f"this model holds at most {self.max_seconds:.1f} s of reference (this one "
-                    f"is {seconds:.1f} s)")  # fmt: skip
+            return (
+                f"this model holds at most {self.max_seconds:.1f} s of reference (this one "
+                f"is {seconds:.1f} s)"
+            )
         return None
 
     def length_text(self) -> str:
@@ -130,10 +134,15 @@ class ReferenceNeeds:
         return f"{than} {self.min_seconds:g} s of speech ({low:g}-{high:g} s work best)"
 
     def as_json(self, needs_reference: bool) -> dict[str, Any]:
-        return {"required": needs_reference, "min_seconds": self.min_seconds,
-                "min_exclusive": self.min_exclusive, "max_seconds": self.max_seconds,
-                "best_seconds": list(self.best_seconds), "transcript": self.transcript,
-                "sample_rate": self.sample_rate}  # fmt: skip
+        return {
+            "required": needs_reference,
+            "min_seconds": self.min_seconds,
+            "min_exclusive": self.min_exclusive,
+            "max_seconds": self.max_seconds,
+            "best_seconds": list(self.best_seconds),
+            "transcript": self.transcript,
+            "sample_rate": self.sample_rate,
+        }
 
 
 DEFAULT_REFERENCE = ReferenceNeeds()
@@ -267,8 +276,11 @@ class TextInlet:
                 raise InputError("The text was already complete (done).", "text")
             self._text += self._clean(piece)
             if len(self._text) > self._max_chars:
-                raise TextTooLong(f"The text is longer than {self._max_chars} characters; the "
-                                  "limit is per request.", "text")  # fmt: skip
+                raise TextTooLong(
+                    f"The text is longer than {self._max_chars} characters; the "
+                    "limit is per request.",
+                    "text",
+                )
             self._forward()
 
     def finish(self) -> None:

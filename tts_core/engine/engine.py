@@ -34,8 +34,7 @@ from .voice_cache import VoiceCache
 log = logging.getLogger(__name__)
 
 # the request and stream types, importable from here as before the split
-__all__ = ["Engine", "EngineConfig", "EngineStream", "FedStream", "StreamEvent",
-           "SynthesisRequest"]  # fmt: skip
+__all__ = ["Engine", "EngineConfig", "EngineStream", "FedStream", "StreamEvent", "SynthesisRequest"]
 
 
 class Engine:
@@ -168,8 +167,7 @@ class Engine:
 
     def _run(self, job: Prepared, cancel: threading.Event, ticket: Ticket) -> Iterator[StreamEvent]:
         b = self.backend
-        stats = RequestStats(b.name, b.model_name, b.device, self.sample_rate,
-                             b.weight_format)  # fmt: skip
+        stats = RequestStats(b.name, b.model_name, b.device, self.sample_rate, b.weight_format)
         stats.notices += ([self.notice] if self.notice else []) + job.notices
         stats.seed = job.params.seed
         try:
@@ -248,9 +246,13 @@ class Engine:
         yield StreamEvent(audio, index, True, stats.as_dict())
 
     def _chunk_due(
-        self, pending: list[np.ndarray], held: int, piece: BackendChunk, cadence: Cadence,
+        self,
+        pending: list[np.ndarray],
+        held: int,
+        piece: BackendChunk,
+        cadence: Cadence,
         index: int,
-    ) -> bool:  # fmt: skip
+    ) -> bool:
         """Whether the audio pending makes the next event. The one re-chunking is eSpeak's
         (independent phrases): its short library buffers are gathered to the request's cadence
         (counting the joiner's held-back tail: audio of this chunk, not the next). Any other
@@ -307,8 +309,11 @@ class Engine:
         """The backend's own voice for `spec` (no clip: nothing to cache); InputError when
         the served model makes none."""
         if self.capabilities.task_type == "Base":  # it clones: no `model_voice` of its own
-            raise InputError(f"{self.backend.name} clones voices from a reference clip: it has "
-                             "no preset or designed voices.", "voice")  # fmt: skip
+            raise InputError(
+                f"{self.backend.name} clones voices from a reference clip: it has "
+                "no preset or designed voices.",
+                "voice",
+            )
         return self.backend.model_voice(spec)  # type: ignore[attr-defined]
 
     def _build_voice(self, reference: np.ndarray | None, reference_text: str | None) -> Voice:

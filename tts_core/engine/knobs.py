@@ -24,11 +24,25 @@ Number = int | float
 
 # Names a knob may not take: the request's other fields (page, Gradio API, /v1 body) and the
 # names gradio_client keeps for itself.
-RESERVED = frozenset({
-    "text", "language", "reference", "reference_text", "voice", "voices",  # the page / Gradio API
-    "model", "input", "response_format", "speed", "stream_format", "instructions",  # /v1
-    "api_name", "fn_index", "result_callbacks",  # gradio_client
-})  # fmt: skip
+RESERVED = frozenset(
+    {
+        "text",
+        "language",
+        "reference",
+        "reference_text",
+        "voice",
+        "voices",  # the page / Gradio API
+        "model",
+        "input",
+        "response_format",
+        "speed",
+        "stream_format",
+        "instructions",  # /v1
+        "api_name",
+        "fn_index",
+        "result_callbacks",  # gradio_client
+    }
+)
 CONTROLS = ("slider", "number")
 
 
@@ -136,16 +150,38 @@ class Knob:
 def shared_knobs(max_chunk_frames: int = 100) -> tuple[Knob, ...]:
     """The knobs every backend reads; the chunk sizes' maximum is `Limits.max_chunk_frames`."""
     return (
-        Knob("seed", int, -1, 2**32 - 1, unset=-1, ui_value=-1, control="number",
-             label="Seed (-1: random)",
-             help="The same seed, text and voice give the same audio; -1 picks one at random."),
-        Knob("first_chunk_frames", int, 1, max_chunk_frames, default=2, ui_range=(1, 25),
-             label="First chunk (frames)",
-             help="Frames in the first chunk: fewer start the audio sooner."),
-        Knob("chunk_frames", int, 1, max_chunk_frames, default=6, ui_range=(1, 50),
-             label="Later chunks (frames)",
-             help="Frames in every later chunk: more cost less overhead per frame."),
-    )  # fmt: skip
+        Knob(
+            "seed",
+            int,
+            -1,
+            2**32 - 1,
+            unset=-1,
+            ui_value=-1,
+            control="number",
+            label="Seed (-1: random)",
+            help="The same seed, text and voice give the same audio; -1 picks one at random.",
+        ),
+        Knob(
+            "first_chunk_frames",
+            int,
+            1,
+            max_chunk_frames,
+            default=2,
+            ui_range=(1, 25),
+            label="First chunk (frames)",
+            help="Frames in the first chunk: fewer start the audio sooner.",
+        ),
+        Knob(
+            "chunk_frames",
+            int,
+            1,
+            max_chunk_frames,
+            default=6,
+            ui_range=(1, 50),
+            label="Later chunks (frames)",
+            help="Frames in every later chunk: more cost less overhead per frame.",
+        ),
+    )
 
 
 SHARED_KNOBS = shared_knobs()  # with the default Limits (the engine uses its own limits)
@@ -158,21 +194,66 @@ MIN_REPETITION_PENALTY = 0.1
 # a field means the same whichever model serves. No default here: each backend says its own
 # (`sampling_defaults()`: the checkpoint's generation_config.json, the official generate()'s);
 # `ui_value` is plain sampling (every filter off), shown only where a backend tells none.
-SAMPLING_KNOBS = {knob.name: knob for knob in (
-    Knob("temperature", float, MIN_TEMPERATURE, 5.0, label="Temperature", step=0.05,
-         ui_range=(0.1, 2.0), ui_value=1.0,
-         help="Higher: more varied speech; lower: steadier, closer to the likeliest."),
-    Knob("top_k", int, 0, 100_000, label="Top-k (0: off)", step=1, ui_range=(0, 2000),
-         ui_value=0, help="Sample each token among the k likeliest (k above the vocabulary: off)."),
-    Knob("top_p", float, 0.0, 1.0, low_open=True, label="Top-p", step=0.05,
-         ui_range=(0.05, 1.0), ui_value=1.0,
-         help="Sample among the likeliest tokens that together hold this probability."),
-    Knob("min_p", float, 0.0, 1.0, label="Min-p", step=0.01, ui_value=0.0,
-         help="Drop tokens less likely than this fraction of the likeliest one."),
-    Knob("repetition_penalty", float, MIN_REPETITION_PENALTY, 5.0, label="Repetition penalty",
-         step=0.01, ui_range=(1.0, 2.0), ui_value=1.0,
-         help="Above 1: tokens already produced are less likely again (fewer loops)."),
-)}  # fmt: skip
+SAMPLING_KNOBS = {
+    knob.name: knob
+    for knob in (
+        Knob(
+            "temperature",
+            float,
+            MIN_TEMPERATURE,
+            5.0,
+            label="Temperature",
+            step=0.05,
+            ui_range=(0.1, 2.0),
+            ui_value=1.0,
+            help="Higher: more varied speech; lower: steadier, closer to the likeliest.",
+        ),
+        Knob(
+            "top_k",
+            int,
+            0,
+            100_000,
+            label="Top-k (0: off)",
+            step=1,
+            ui_range=(0, 2000),
+            ui_value=0,
+            help="Sample each token among the k likeliest (k above the vocabulary: off).",
+        ),
+        Knob(
+            "top_p",
+            float,
+            0.0,
+            1.0,
+            low_open=True,
+            label="Top-p",
+            step=0.05,
+            ui_range=(0.05, 1.0),
+            ui_value=1.0,
+            help="Sample among the likeliest tokens that together hold this probability.",
+        ),
+        Knob(
+            "min_p",
+            float,
+            0.0,
+            1.0,
+            label="Min-p",
+            step=0.01,
+            ui_value=0.0,
+            help="Drop tokens less likely than this fraction of the likeliest one.",
+        ),
+        Knob(
+            "repetition_penalty",
+            float,
+            MIN_REPETITION_PENALTY,
+            5.0,
+            label="Repetition penalty",
+            step=0.01,
+            ui_range=(1.0, 2.0),
+            ui_value=1.0,
+            help="Above 1: tokens already produced are less likely again (fewer loops).",
+        ),
+    )
+}
 
 
 def sampling_knobs(*names: str) -> tuple[Knob, ...]:
@@ -193,8 +274,9 @@ def merge_knobs(*groups: Iterable[Knob]) -> tuple[Knob, ...]:
         for knob in group:
             known = merged.setdefault(knob.name, knob)
             if known != knob:
-                raise ValueError(f"the knob {knob.name!r} is declared twice, differently: "
-                                 f"{known} and {knob}")  # fmt: skip
+                raise ValueError(
+                    f"the knob {knob.name!r} is declared twice, differently: {known} and {knob}"
+                )
     return tuple(merged.values())
 
 

@@ -24,8 +24,14 @@ from .model_thread import run_on_passing_thread
 log = logging.getLogger(__name__)
 
 STARTING, DOWNLOADING, LOADING, WARMING, FALLING_BACK, READY, FAILED = (
-    "starting", "downloading", "loading", "warming", "falling_back", "ready", "failed",
-)  # fmt: skip
+    "starting",
+    "downloading",
+    "loading",
+    "warming",
+    "falling_back",
+    "ready",
+    "failed",
+)
 RETRY_AFTER_S = 5  # what a request during loading is told; the page polls on its own
 SHUTTING_DOWN = "The server is shutting down; please retry in a few seconds."
 CANCEL_GRACE_S = 5.0  # cancelled requests stop within a chunk: this bounds a stuck backend
@@ -54,15 +60,22 @@ class LoadProgress:
         """'downloading 0.6 of 2.4 GB (25 %)', 'loading the model', ..."""
         if self.phase == DOWNLOADING:
             if self.unit == "B" and self.total:
-                return (f"downloading {self.done / 1e9:.2f} of {self.total / 1e9:.2f} GB "
-                        f"({100 * (self.fraction or 0):.0f} %)")  # fmt: skip
+                return (
+                    f"downloading {self.done / 1e9:.2f} of {self.total / 1e9:.2f} GB "
+                    f"({100 * (self.fraction or 0):.0f} %)"
+                )
             if self.total:
                 return f"downloading ({self.done:.0f} of {self.total:.0f} files)"
             return "downloading"
-        return {STARTING: "starting", LOADING: "loading the model into memory",
-                WARMING: "preparing the built-in voices",
-                FALLING_BACK: f"{self.model} could not be loaded; starting the offline eSpeak "
-                "voice instead", READY: "ready", FAILED: f"failed: {self.error}"}[self.phase]  # fmt: skip
+        return {
+            STARTING: "starting",
+            LOADING: "loading the model into memory",
+            WARMING: "preparing the built-in voices",
+            FALLING_BACK: f"{self.model} could not be loaded; starting the offline eSpeak "
+            "voice instead",
+            READY: "ready",
+            FAILED: f"failed: {self.error}",
+        }[self.phase]
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -123,8 +136,9 @@ class EngineSlot:
         if not background:
             run_on_passing_thread(partial(self._build, build, reraise=True))
             return None
-        thread = threading.Thread(target=self._build, args=(build,), name="tts-model-load",
-                                  daemon=True)  # fmt: skip
+        thread = threading.Thread(
+            target=self._build, args=(build,), name="tts-model-load", daemon=True
+        )
         thread.start()
         return thread
 
@@ -137,13 +151,15 @@ class EngineSlot:
             if reraise or not isinstance(exc, Exception):
                 raise
 
-    def report(self, phase: str, done: float = 0.0, total: float | None = None,
-               unit: str = "B") -> None:  # fmt: skip
+    def report(
+        self, phase: str, done: float = 0.0, total: float | None = None, unit: str = "B"
+    ) -> None:
         with self._lock:
             if self._progress.phase in (READY, FAILED):
                 return
-            self._progress = replace(self._progress, phase=phase, done=float(done),
-                                     total=total, unit=unit)  # fmt: skip
+            self._progress = replace(
+                self._progress, phase=phase, done=float(done), total=total, unit=unit
+            )
 
     def set(self, engine: Engine) -> None:
         """Hold `engine` (also replaces a held one: tests switch backends this way)."""
@@ -171,8 +187,11 @@ class EngineSlot:
         admission.close(SHUTTING_DOWN)
         if admission.wait_idle(timeout_s):
             return True
-        log.warning("shutdown: cancelling %d request(s) still running after %.0f s",
-                    admission.cancel_all(), timeout_s)  # fmt: skip
+        log.warning(
+            "shutdown: cancelling %d request(s) still running after %.0f s",
+            admission.cancel_all(),
+            timeout_s,
+        )
         admission.wait_idle(CANCEL_GRACE_S)
         return False
 
@@ -188,8 +207,9 @@ class EngineSlot:
             return engine
         progress = self.progress
         if progress.phase == FAILED:
-            raise BackendError(f"The model could not be loaded ({progress.error}); see the "
-                               "server log.")  # fmt: skip
+            raise BackendError(
+                f"The model could not be loaded ({progress.error}); see the server log."
+            )
         raise ModelLoading(progress)
 
     @property

@@ -56,8 +56,9 @@ def resolve_checkpoint(
     from .download import download_finished, progress_bar
 
     try:
-        folder = snapshot_download(repo_id=text, allow_patterns=list(patterns),
-                                   tqdm_class=progress_bar())  # fmt: skip
+        folder = snapshot_download(
+            repo_id=text, allow_patterns=list(patterns), tqdm_class=progress_bar()
+        )
     except Exception as error:  # the hub raises many types; keep the cause attached
         raise FileNotFoundError(
             f"{text!r} is not a local folder and could not be downloaded from the Hub"

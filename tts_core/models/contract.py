@@ -27,8 +27,10 @@ def resolve_seed(seed: int | None) -> int:
     if seed is None or (not isinstance(seed, bool) and seed == -1):
         return secrets.randbelow(SEED_LIMIT)
     if isinstance(seed, bool) or int(seed) != seed or not 0 <= int(seed) < SEED_LIMIT:
-        raise ValueError(f"seed must be a whole number in [0, {SEED_LIMIT - 1}] (or None or -1: "
-                         f"random); got {seed!r}")  # fmt: skip
+        raise ValueError(
+            f"seed must be a whole number in [0, {SEED_LIMIT - 1}] (or None or -1: "
+            f"random); got {seed!r}"
+        )
     return int(seed)
 
 
@@ -70,13 +72,17 @@ def reference_audio(audio: Any, sr: int | None) -> tuple[np.ndarray, int]:
             raise ValueError(f"reference {audio}: {exc}") from exc
         return decoded.audio, SAMPLE_RATE  # decoded to 24 kHz mono
     if sr is None:
-        raise TypeError("create_voice(audio, sr): pass the clip's sample rate with an array "
-                        "(or pass a path to an audio file)")  # fmt: skip
+        raise TypeError(
+            "create_voice(audio, sr): pass the clip's sample rate with an array "
+            "(or pass a path to an audio file)"
+        )
     clip = np.asarray(audio)
     if clip.dtype == object or not (np.issubdtype(clip.dtype, np.number) and clip.ndim in (1, 2)):
-        raise TypeError(f"create_voice(audio, sr): audio must be a float array of samples "
-                        f"((N,) or (N, channels)) or a path to an audio file; got "
-                        f"{type(audio).__name__}")  # fmt: skip
+        raise TypeError(
+            f"create_voice(audio, sr): audio must be a float array of samples "
+            f"((N,) or (N, channels)) or a path to an audio file; got "
+            f"{type(audio).__name__}"
+        )
     return clip, int(sr)
 
 
@@ -86,5 +92,6 @@ def refuse_unknown(model: str, given: Mapping[str, Any], known: Iterable[str]) -
     known = tuple(known)
     unknown = sorted(set(given) - set(known))
     if unknown:
-        raise TypeError(f"{model} does not read {', '.join(unknown)}; its knobs by name: "
-                        f"{', '.join(known)}")  # fmt: skip
+        raise TypeError(
+            f"{model} does not read {', '.join(unknown)}; its knobs by name: {', '.join(known)}"
+        )

@@ -18,8 +18,9 @@ from typing import Any
 DOWNLOADING, LOADING = "downloading", "loading"  # EngineSlot's phases
 Report = Callable[..., None]
 
-_report: contextvars.ContextVar[Report | None] = contextvars.ContextVar("download_report",
-                                                                       default=None)  # fmt: skip
+_report: contextvars.ContextVar[Report | None] = contextvars.ContextVar(
+    "download_report", default=None
+)
 
 
 @contextlib.contextmanager

@@ -340,8 +340,10 @@ class Attention(nn.Module):
         last bit with the batch size (tests/test_layers_batch_invariance.py), enough to flip a
         sampled code now and then; row by row, each row gets the single-stream call."""
         if rows_apart and q.shape[0] > 1:
-            rows = [scaled_dot_product(q[r : r + 1], k[r : r + 1], v[r : r + 1], mask, is_causal)
-                    for r in range(q.shape[0])]  # fmt: skip
+            rows = [
+                scaled_dot_product(q[r : r + 1], k[r : r + 1], v[r : r + 1], mask, is_causal)
+                for r in range(q.shape[0])
+            ]
             return self._merge(torch.cat(rows))
         return self._merge(scaled_dot_product(q, k, v, mask, is_causal))
 
@@ -473,8 +475,7 @@ class Requests:
     def attend(
         self, attention: Attention, depth: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        outs = [scaled_dot_product(*(aligned(t[a:b]) for t in (q, k, v)))
-                for a, b in self.bounds()]  # fmt: skip
+        outs = [scaled_dot_product(*(aligned(t[a:b]) for t in (q, k, v))) for a, b in self.bounds()]
         return attention._merge(torch.cat(outs))
 
     def each(self, fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:

@@ -79,8 +79,7 @@ def detect_architecture(name_or_path: str | Path) -> str:
 def _layout_without_config(names: list[str]) -> str | None:
     """The model whose spec names a file among `names` (releases without config.json)."""
     present = set(names)
-    return next((spec.architecture for spec in model_specs()
-                 if present & set(spec.files)), None)  # fmt: skip
+    return next((spec.architecture for spec in model_specs() if present & set(spec.files)), None)
 
 
 def _hub_files(repo_id: str | Path) -> list[str]:
@@ -110,8 +109,13 @@ def load_model(
     None = float32; Turbo takes quantize too: T3 int8, chatterbox/quant.py). An option a model's
     loader does not take (`ModelSpec.model_options`) must keep its default (quantize may be
     None, "none" or "auto", which keeps the float weights), else a ValueError says which."""
-    options = {"compile": compile, "cuda_graphs": cuda_graphs, "quantize": quantize,
-               "decoder_dtype": decoder_dtype, "warm_chunks": warm_chunks}  # fmt: skip
+    options = {
+        "compile": compile,
+        "cuda_graphs": cuda_graphs,
+        "quantize": quantize,
+        "decoder_dtype": decoder_dtype,
+        "warm_chunks": warm_chunks,
+    }
     with one_read():  # config.json read once for the dispatch and the model's own configs
         return _dispatch(name_or_path, device, dtype, options)
 

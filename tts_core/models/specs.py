@@ -75,8 +75,11 @@ class ModelSpec:
 
     def load_model(self, name: str, device: str, dtype: Any, options: Mapping[str, Any]) -> Any:
         """The library's model; ValueError naming the options it cannot use."""
-        refused = [f"{key}={value!r}" for key, value in options.items()
-                   if key not in self.model_options and not _is_default(key, value)]  # fmt: skip
+        refused = [
+            f"{key}={value!r}"
+            for key, value in options.items()
+            if key not in self.model_options and not _is_default(key, value)
+        ]
         if refused:
             takers = [
                 spec.title for spec in model_specs() if set(options) & set(spec.model_options)
@@ -114,25 +117,35 @@ def _imported(target: Any) -> Any:
 BACKENDS = "tts_core.backends"
 MODEL_SPECS: tuple[ModelSpec, ...] = (
     ModelSpec(
-        "qwen3_tts", "Qwen3-TTS", f"{BACKENDS}.qwen3:Qwen3Backend",
-        "tts_core.models.qwen3_tts.model:load_model", config=("model_type", "qwen3_tts"),
+        "qwen3_tts",
+        "Qwen3-TTS",
+        f"{BACKENDS}.qwen3:Qwen3Backend",
+        "tts_core.models.qwen3_tts.model:load_model",
+        config=("model_type", "qwen3_tts"),
         backend_options=("dtype", "quantize", "cuda_graphs"),
         model_options=tuple(LIBRARY_OPTION_DEFAULTS),
     ),
     ModelSpec(
-        "voxcpm2", "VoxCPM2", f"{BACKENDS}.voxcpm:VoxCPMBackend",
+        "voxcpm2",
+        "VoxCPM2",
+        f"{BACKENDS}.voxcpm:VoxCPMBackend",
         "tts_core.models.voxcpm.model:VoxCPMModel.from_pretrained",
-        config=("architecture", "voxcpm2"), backend_options=("dtype",),
+        config=("architecture", "voxcpm2"),
+        backend_options=("dtype",),
     ),
     # Chatterbox releases have no config.json: the T3 weights' file name says which model
     ModelSpec(
-        "chatterbox_turbo", "Chatterbox Turbo", f"{BACKENDS}.chatterbox:ChatterboxBackend",
+        "chatterbox_turbo",
+        "Chatterbox Turbo",
+        f"{BACKENDS}.chatterbox:ChatterboxBackend",
         "tts_core.models.chatterbox.model:ChatterboxTurboModel.from_pretrained",
         files=("t3_turbo_v1.safetensors", "t3_nano_v1.safetensors"),  # Nano: GPT-2 small
-        backend_options=("quantize",), model_options=("quantize",),
+        backend_options=("quantize",),
+        model_options=("quantize",),
     ),
     ModelSpec(
-        "chatterbox_english", "Chatterbox",
+        "chatterbox_english",
+        "Chatterbox",
         f"{BACKENDS}.chatterbox_english:ChatterboxEnglishBackend",
         "tts_core.models.chatterbox.english:ChatterboxEnglishModel.from_pretrained",
         files=("t3_cfg.safetensors",),
@@ -140,10 +153,15 @@ MODEL_SPECS: tuple[ModelSpec, ...] = (
     # a TADA model folder (its codec beside it as `codec`, else the Hub's), or a root without
     # config.json holding model/ and codec/ (tools/oracle/tada's layout): backends/tada.py
     ModelSpec(
-        "tada", "TADA", f"{BACKENDS}.tada:TadaBackend", f"{BACKENDS}.tada:load_model",
-        config=("diffusion_head_type", "vibevoice"), files=("codec",), backend_options=("dtype",),
+        "tada",
+        "TADA",
+        f"{BACKENDS}.tada:TadaBackend",
+        f"{BACKENDS}.tada:load_model",
+        config=("diffusion_head_type", "vibevoice"),
+        files=("codec",),
+        backend_options=("dtype",),
     ),
-)  # fmt: skip
+)
 
 
 def model_specs() -> tuple[ModelSpec, ...]:

@@ -25,8 +25,11 @@ def mismatches(
         if tuple(found[key]) != tuple(expected[key])
     )
     problems = []
-    for items, what in ((missing, "missing key(s)"), (unexpected, "unexpected key(s)"),
-                        (wrong, "shape mismatch(es)")):  # fmt: skip
+    for items, what in (
+        (missing, "missing key(s)"),
+        (unexpected, "unexpected key(s)"),
+        (wrong, "shape mismatch(es)"),
+    ):
         if items:
             problems.append(f"{len(items)} {what}: {listing(items)}")
     return problems

@@ -60,5 +60,7 @@ class Int8Conv1d(nn.Module):
         return self.linear(rows).view(batch, steps, self.out_channels)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"dilation={self.dilation}, {self.linear.extra_repr()}")  # fmt: skip
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+            f"dilation={self.dilation}, {self.linear.extra_repr()}"
+        )

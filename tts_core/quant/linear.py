@@ -101,10 +101,18 @@ class Int8Linear(nn.Module):
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32, device="cpu")
         if rows.shape[0]:
             bias = None if self.bias is None else self.bias.data_ptr()
-            status = kernel.function(rows.data_ptr(), rows.shape[0], self.in_features,
-                                     self.out_features, self.weight_packed.data_ptr(),
-                                     self.weight_sum128.data_ptr(), self.weight_scale.data_ptr(),
-                                     bias, out.data_ptr(), torch.get_num_threads())  # fmt: skip
+            status = kernel.function(
+                rows.data_ptr(),
+                rows.shape[0],
+                self.in_features,
+                self.out_features,
+                self.weight_packed.data_ptr(),
+                self.weight_sum128.data_ptr(),
+                self.weight_scale.data_ptr(),
+                bias,
+                out.data_ptr(),
+                torch.get_num_threads(),
+            )
             if status != 0:
                 raise MemoryError("int8_linear: no memory for its scratch rows")
         return out
@@ -148,8 +156,10 @@ class Int8Linear(nn.Module):
     def extra_repr(self) -> str:
         bias = self.bias is not None
         kernel = f"native {self.kernel_isa}" if self.packed else "torch._int_mm"
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={bias}, kernel={kernel}")  # fmt: skip
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={bias}, kernel={kernel}"
+        )
 
 
 def pack_for_kernel(

@@ -64,8 +64,13 @@ class QuantizationReport:
         """Everything but `saved_in` (store.py keeps it beside the weights); floats as JSON
         writes them (repr: they read back exactly, infinities included)."""
         speed = self.speed and {**self.speed.to_json(), "source": self.speed.source}
-        return {"mode": self.mode, "layer_sqnr_db": self.layer_sqnr_db, "applied": self.applied,
-                "speed": speed, "decision": self.decision}  # fmt: skip
+        return {
+            "mode": self.mode,
+            "layer_sqnr_db": self.layer_sqnr_db,
+            "applied": self.applied,
+            "speed": speed,
+            "decision": self.decision,
+        }
 
     @classmethod
     def from_json(cls, entry: dict, saved_in: str | None = None) -> QuantizationReport:
@@ -191,8 +196,9 @@ def quantize(
     if check_speed:
         report.speed = speed.speed_check(target)
         if report.speed is not None and not report.speed.int8_faster:
-            return _decided(report, f"kept {float_name}: int8 is slower here "
-                                    f"({report.speed.describe()})")  # fmt: skip
+            return _decided(
+                report, f"kept {float_name}: int8 is slower here ({report.speed.describe()})"
+            )
     plan = target.plan(target.calibrate(), smooth)
     modules, optional = {}, {}
     for candidate in plan.candidates:
@@ -210,8 +216,10 @@ def quantize(
             del modules[candidate.name]
     if min_sqnr_db is not None and report.min_sqnr_db < min_sqnr_db:
         name, worst = report.worst(1)[0]
-        return _decided(report, f"kept {float_name}: layer {name} keeps {worst:.1f} dB SQNR "
-                                f"< {min_sqnr_db:g} dB")  # fmt: skip
+        return _decided(
+            report,
+            f"kept {float_name}: layer {name} keeps {worst:.1f} dB SQNR < {min_sqnr_db:g} dB",
+        )
     restore = target.install(plan, modules)
     report.layer_sqnr_db.update(optional)
     checked, failed = target.check_output(report, min_sqnr_db)

@@ -60,16 +60,25 @@ class SpeedCheck:
         return f"int8 on {self.kernel} vs {self.float_dtype}: {times} a frame, {self.source}"
 
     def to_json(self) -> dict:
-        return {"kernel": self.kernel, "float_dtype": self.float_dtype,
-                "int8_ms": self.int8_ms, "float_ms": self.float_ms}  # fmt: skip
+        return {
+            "kernel": self.kernel,
+            "float_dtype": self.float_dtype,
+            "int8_ms": self.int8_ms,
+            "float_ms": self.float_ms,
+        }
 
     @classmethod
     def from_json(cls, entry: dict, source: str) -> SpeedCheck:
         def ms(d: dict) -> dict[int, float]:
             return {int(rows): float(v) for rows, v in d.items()}
 
-        return cls(entry["kernel"], entry["float_dtype"], ms(entry["int8_ms"]),
-                   ms(entry["float_ms"]), source)  # fmt: skip
+        return cls(
+            entry["kernel"],
+            entry["float_dtype"],
+            ms(entry["int8_ms"]),
+            ms(entry["float_ms"]),
+            source,
+        )
 
 
 @dataclass
@@ -156,8 +165,10 @@ def measure_speed(target: Timed, repeats: int = SPEED_REPEATS) -> SpeedCheck:
         int8s = [Int8Linear(w, b) for layer in timed for w, b in stack.int8s(layer)]
         scale = stack.passes * len(stack.layers) / len(timed)
         for rows in target.speed_rows:
-            xs = {width: torch.randn(rows, width, dtype=target.float_dtype, device=target.device)
-                  for _, width in floats}  # fmt: skip
+            xs = {
+                width: torch.randn(rows, width, dtype=target.float_dtype, device=target.device)
+                for _, width in floats
+            }
             runs = [_runner([(m, m.in_features) for m in int8s], xs), _runner(floats, xs)]
             times = _best_ms_alternated(runs, repeats)
             int8_ms[rows] += times[0] * scale
@@ -221,14 +232,17 @@ def kernel_name() -> str:
 
 def _speed_key(target: Timed) -> str:
     """What the timing depends on: the CPU, the int8 kernel, torch, threads, the model's part."""
-    return json.dumps({
-        "cpu": cpu_model(),
-        "kernel": kernel_name(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "rows": list(target.speed_rows),
-        **target.speed_key(),
-    }, sort_keys=True)  # fmt: skip
+    return json.dumps(
+        {
+            "cpu": cpu_model(),
+            "kernel": kernel_name(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "rows": list(target.speed_rows),
+            **target.speed_key(),
+        },
+        sort_keys=True,
+    )
 
 
 def _speed_cache_path() -> Path | None:

@@ -76,8 +76,13 @@ UPGRADED = (("format",), ("code",), ("machine", "torch"))  # key parts an upgrad
 STALE_TEMP_S = 3600  # a temp file this old was left by a writer that died
 HASH_MEMO_BYTES = 64 << 20  # files at least this large have their hash remembered (below)
 MAX_HEADER_BYTES = 100 << 20
-_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16",
-           torch.float16: "F16", torch.int8: "I8"}  # fmt: skip
+_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.bfloat16: "BF16",
+    torch.float16: "F16",
+    torch.int8: "I8",
+}
 _DTYPE_NAMES = {name: dtype for dtype, name in _DTYPES.items()}
 _CHECKSUM_PLACEHOLDER = "0" * 64
 
@@ -118,8 +123,7 @@ def folder() -> Path | None:
 # (a few ms), so a later write cannot share the remembered ctime.
 def checkpoint_identity(folder: Path, names: Iterable[str], memo: Path | None) -> dict[str, str]:
     """{file name: sha256} of the checkpoint's files `names` that exist."""
-    return {name: file_sha256(folder / name, memo)
-            for name in names if (folder / name).is_file()}  # fmt: skip
+    return {name: file_sha256(folder / name, memo) for name in names if (folder / name).is_file()}
 
 
 def file_sha256(path: Path, memo: Path | None) -> str:
@@ -143,8 +147,13 @@ def file_sha256(path: Path, memo: Path | None) -> str:
 
 def _identity_stat(path: Path) -> dict[str, int]:
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
-            "ino": st.st_ino, "dev": st.st_dev}  # fmt: skip
+    return {
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
+        "ino": st.st_ino,
+        "dev": st.st_dev,
+    }
 
 
 def _hash_file(path: Path) -> str:
@@ -240,8 +249,10 @@ class Layout:
         self.modules: dict[str, set[str]] = {}
 
     def linear(self, name: str, out: int, inp: int, bias: bool, required: bool = True) -> None:
-        names = {f"{name}.weight_q": (torch.int8, (out, inp)),
-                 f"{name}.weight_scale": (torch.float32, (out,))}  # fmt: skip
+        names = {
+            f"{name}.weight_q": (torch.int8, (out, inp)),
+            f"{name}.weight_scale": (torch.float32, (out,)),
+        }
         if bias:
             names[f"{name}.bias"] = (torch.float32, (out,))
         self.allowed.update(names)
@@ -264,8 +275,13 @@ def layout_of(target: type[Int8Target], checkpoint: Path, dtype: torch.dtype) ->
         planned = storage_free.plan({}, smooth=False).candidates
     for layer in planned:
         out, inp = layer.weight.shape
-        layout.linear(layer.path or layer.name, out, inp, bias=layer.bias is not None,
-                      required=layer.optional_bound is None)  # fmt: skip
+        layout.linear(
+            layer.path or layer.name,
+            out,
+            inp,
+            bias=layer.bias is not None,
+            required=layer.optional_bound is None,
+        )
     for name, value in storage_free.saved_floats().items():
         layout.tensor(name, value.dtype, tuple(value.shape))
     return layout
@@ -306,8 +322,9 @@ def _saved_tensors(target: Int8Target) -> list[tuple[str, torch.dtype, tuple, Ca
         if isinstance(module, Int8Linear):
             out, inp = module.out_features, module.in_features
             items.append((f"{name}.weight_q", torch.int8, (out, inp), module.int8_weight))
-            items.append((f"{name}.weight_scale", torch.float32, (out,),
-                          module.weight_scale.detach))  # fmt: skip
+            items.append(
+                (f"{name}.weight_scale", torch.float32, (out,), module.weight_scale.detach)
+            )
             if module.bias is not None:
                 items.append((f"{name}.bias", torch.float32, (out,), module.bias.detach))
     for name, value in target.saved_floats().items():
@@ -343,8 +360,9 @@ class Int8Store:
         if where is None:
             return None
         try:
-            identity = checkpoint_identity(Path(checkpoint), target.identity_files(checkpoint),
-                                           where / HASHES_FILE)  # fmt: skip
+            identity = checkpoint_identity(
+                Path(checkpoint), target.identity_files(checkpoint), where / HASHES_FILE
+            )
         except OSError as error:
             log.info("int8 not saved: could not hash the checkpoint (%s)", error)
             return None
@@ -372,8 +390,9 @@ class Int8Store:
                     raise StoreError(f"not a version {FORMAT_VERSION} file")
                 if metadata.get("key") != self.key_text:
                     raise StoreError("it was saved for another checkpoint, dtype or request")
-                report = self.target.report_type.from_json(json.loads(metadata["report"]),
-                                                           saved_in=str(self.path))  # fmt: skip
+                report = self.target.report_type.from_json(
+                    json.loads(metadata["report"]), saved_in=str(self.path)
+                )
                 layout = layout_of(self.target, self.checkpoint, self.dtype)
                 _check_names(entries, report.applied, layout)
                 saved = SavedInt8(report, replace=self.target.replace)
@@ -381,8 +400,7 @@ class Int8Store:
         except FileNotFoundError:
             return None
         except (StoreError, OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            log.warning("ignoring the saved int8 model %s (%s); quantizing again", self.path,
-                        error)  # fmt: skip
+            log.warning("ignoring the saved int8 model %s (%s); quantizing again", self.path, error)
             return None
         _touch(self.path)  # most recently used: kept when the folder is pruned
         log.info("quantize: %s (saved in %s at an earlier load)", report.decision, self.path)
@@ -393,8 +411,11 @@ class Int8Store:
         """Save the outcome of quantize on `target` (whole file or nothing; a folder that
         cannot be written is only logged: the next load quantizes again)."""
         items = _saved_tensors(target) if report.applied else []
-        metadata = {"format": f"tts_core int8 v{FORMAT_VERSION}", "key": self.key_text,
-                    "report": json.dumps(report.to_json())}  # fmt: skip
+        metadata = {
+            "format": f"tts_core int8 v{FORMAT_VERSION}",
+            "key": self.key_text,
+            "report": json.dumps(report.to_json()),
+        }
         started = time.perf_counter()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -402,22 +423,33 @@ class Int8Store:
         except OSError as error:
             log.info("could not save the int8 model in %s (%s)", self.path, error)
             return
-        log.info("saved the int8 model in %s (%.1f s); later loads read it",
-                 self.path, time.perf_counter() - started)  # fmt: skip
+        log.info(
+            "saved the int8 model in %s (%.1f s); later loads read it",
+            self.path,
+            time.perf_counter() - started,
+        )
         self._prune()
 
     def _prune(self) -> None:
         """Keep the KEEP_PER_CHECKPOINT most recently used files of this family, none made by
         another version (UPGRADED); remove temp files of writers that died."""
         try:
-            others = sorted((p for p in self.path.parent.glob(self._family + "*.safetensors")
-                             if p != self.path),
-                            key=lambda p: p.stat().st_mtime_ns, reverse=True)  # fmt: skip
-            stale = [p for i, p in enumerate(others)
-                     if i + 1 >= KEEP_PER_CHECKPOINT or self._outdated(p)]  # fmt: skip
+            others = sorted(
+                (
+                    p
+                    for p in self.path.parent.glob(self._family + "*.safetensors")
+                    if p != self.path
+                ),
+                key=lambda p: p.stat().st_mtime_ns,
+                reverse=True,
+            )
+            stale = [
+                p for i, p in enumerate(others) if i + 1 >= KEEP_PER_CHECKPOINT or self._outdated(p)
+            ]
             now = time.time()
-            stale += [p for p in self.path.parent.glob("*.tmp")
-                      if now - p.stat().st_mtime > STALE_TEMP_S]  # fmt: skip
+            stale += [
+                p for p in self.path.parent.glob("*.tmp") if now - p.stat().st_mtime > STALE_TEMP_S
+            ]
             for path in stale:
                 path.unlink(missing_ok=True)
                 log.info("removed %s", path)
@@ -430,8 +462,10 @@ class Int8Store:
             with open(path, "rb") as f:
                 metadata = _read_header(f, os.fstat(f.fileno()).st_size)[0]
             key = json.loads(metadata["key"])
-            return any(functools.reduce(dict.get, part, key) !=
-                       functools.reduce(dict.get, part, self.key) for part in UPGRADED)  # fmt: skip
+            return any(
+                functools.reduce(dict.get, part, key) != functools.reduce(dict.get, part, self.key)
+                for part in UPGRADED
+            )
         except OSError:  # gone already (another process pruned it), or unreadable: left be
             return False
         except (StoreError, ValueError, KeyError, TypeError, AttributeError):
@@ -492,8 +526,11 @@ def _check_names(entries: list, applied: bool, layout: Layout) -> None:
         return
     for name, spec in names.items():
         if allowed.get(name) != spec:
-            raise StoreError(f"unexpected tensor {name} {spec}" if name not in allowed else
-                             f"{name} is {spec}, the model needs {allowed[name]}")  # fmt: skip
+            raise StoreError(
+                f"unexpected tensor {name} {spec}"
+                if name not in allowed
+                else f"{name} is {spec}, the model needs {allowed[name]}"
+            )
     missing = sorted(required - set(names))
     if missing:
         raise StoreError(f"missing {', '.join(missing[:3])}")
@@ -552,8 +589,11 @@ def _write_safetensors(f: BinaryIO, items: list, metadata: dict[str, str]) -> No
         count = 1
         for n in shape:
             count *= n
-        header[name] = {"dtype": _DTYPES[dtype], "shape": list(shape),
-                        "data_offsets": [offset, offset + count * dtype.itemsize]}  # fmt: skip
+        header[name] = {
+            "dtype": _DTYPES[dtype],
+            "shape": list(shape),
+            "data_offsets": [offset, offset + count * dtype.itemsize],
+        }
         offset += count * dtype.itemsize
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors pads it

@@ -40,14 +40,19 @@ def replica_engine(args: argparse.Namespace, address: str | None = None) -> Any:
     threads = torch.get_num_threads()
     replica_args.update(replicas=None, wait_for_model=True, torch_threads=threads)
     per_replica = args.max_concurrent or args.max_batch or 8
-    app = deployment(args.replicas, args.min_replicas, args.max_replicas, gpus, per_replica,
-                     threads)  # fmt: skip
+    app = deployment(
+        args.replicas, args.min_replicas, args.max_replicas, gpus, per_replica, threads
+    )
     handle = serve.run(app.bind(replica_args), name=APP_NAME, route_prefix=None)
     info = handle.info.remote().result()
     backend = ReplicaBackend(handle, info, args.max_replicas or args.replicas)
     limits = Limits(max_chars=args.max_chars, max_reference_s=args.max_reference_seconds)
-    config = EngineConfig(limits=limits, fade_ms=0.0, crossfade_ms=0.0,  # done by the replica
-                          max_queue=args.queue_size)  # fmt: skip
+    config = EngineConfig(
+        limits=limits,
+        fade_ms=0.0,
+        crossfade_ms=0.0,  # done by the replica
+        max_queue=args.queue_size,
+    )
     return Engine(backend, config)
 
 

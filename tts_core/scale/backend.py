@@ -48,9 +48,11 @@ class ReplicaBackend:
         self.instruct_supported = bool(info.get("instruct_supported", False))
         # the served backend's language use and checkpoint type; text in pieces reaches a
         # replica whole
-        self.capabilities = Capabilities(reads_language=bool(info["reads_language"]),
-                                         task_type=self.task_type,
-                                         speakers=self.speakers)  # fmt: skip
+        self.capabilities = Capabilities(
+            reads_language=bool(info["reads_language"]),
+            task_type=self.task_type,
+            speakers=self.speakers,
+        )
         if self.task_type != "Base":
             self.can_clone = False
         self.served_by: Counter[str] = Counter()  # replica id -> requests it answered
@@ -66,8 +68,10 @@ class ReplicaBackend:
         from . import APP_NAME
 
         deployments = serve.status().applications[APP_NAME].deployments
-        states = {name: {str(k): v for k, v in d.replica_states.items()}
-                  for name, d in deployments.items()}  # fmt: skip
+        states = {
+            name: {str(k): v for k, v in d.replica_states.items()}
+            for name, d in deployments.items()
+        }
         with self._lock:
             return {"states": states, "served": dict(self.served_by)}
 
@@ -83,15 +87,17 @@ class ReplicaBackend:
         the voice (its refusals come back as the replica's own InputError)."""
         return Voice(self.name, spec, {"speaker": spec.speaker, "instruct": bool(spec.instruct)})
 
-    def stream(self, text: str, voice: Voice, params: SynthesisParams,
-               cancel: threading.Event) -> Iterator[BackendChunk]:  # fmt: skip
+    def stream(
+        self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
+    ) -> Iterator[BackendChunk]:
         if isinstance(voice.data, ModelVoice):
             clip, transcript, model_voice = None, None, voice.data
         else:
             (clip, transcript), model_voice = voice.data, None
         call = self.handle.options(stream=True).stream
-        pieces = call.remote(text, clip, transcript, params.language, dict(params.values),
-                             model_voice)  # fmt: skip
+        pieces = call.remote(
+            text, clip, transcript, params.language, dict(params.values), model_voice
+        )
         try:
             replica = next(pieces)
             with self._lock:
@@ -106,8 +112,10 @@ class ReplicaBackend:
             if isinstance(cause, InputError | BackendError | EngineBusy):
                 raise cause from None  # the replica's own words, as a single process says them
             if type(exc).__module__.startswith("ray"):  # RayActorError, TaskCancelledError...
-                raise BackendError(f"The replica serving this request failed "
-                                   f"({type(exc).__name__}); please try again.") from exc  # fmt: skip
+                raise BackendError(
+                    f"The replica serving this request failed "
+                    f"({type(exc).__name__}); please try again."
+                ) from exc
             raise
         finally:
             pieces.cancel()

@@ -51,8 +51,13 @@ def wait_ready(url: str, app: subprocess.Popen) -> dict:
 def speak(url: str, index: int) -> float:
     """Seconds of audio of one seeded, whole (not streamed) request."""
     clip = "data:audio/wav;base64," + base64.b64encode(CLIP.read_bytes()).decode()
-    body = {"input": f"Request number {index} for the replicas.", "ref_audio": clip,
-            "seed": 100 + index, "response_format": "pcm", "stream": False}  # fmt: skip
+    body = {
+        "input": f"Request number {index} for the replicas.",
+        "ref_audio": clip,
+        "seed": 100 + index,
+        "response_format": "pcm",
+        "stream": False,
+    }
     answer = httpx.post(f"{url}/v1/audio/speech", json=body, timeout=600)
     answer.raise_for_status()
     rate = int(answer.headers["x-sample-rate"])
@@ -63,11 +68,16 @@ def main(args: list[str]) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="tts-bench-") as tmp:
-        env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "TTS_VOICES_DIR": tmp,
-               "GRADIO_TEMP_DIR": f"{tmp}/gradio"}  # fmt: skip
+        env = {
+            **os.environ,
+            "GRADIO_ANALYTICS_ENABLED": "False",
+            "TTS_VOICES_DIR": tmp,
+            "GRADIO_TEMP_DIR": f"{tmp}/gradio",
+        }
         started = time.monotonic()
-        app = subprocess.Popen([sys.executable, "app.py", "--port", str(port), *args],
-                               cwd=ROOT, env=env)  # fmt: skip
+        app = subprocess.Popen(
+            [sys.executable, "app.py", "--port", str(port), *args], cwd=ROOT, env=env
+        )
         try:
             info = wait_ready(url, app)
             startup = time.monotonic() - started
@@ -79,9 +89,18 @@ def main(args: list[str]) -> None:
         finally:
             app.terminate()
             app.wait(60)
-    print(json.dumps({"args": args, "startup_s": round(startup, 1), "audio_s": round(audio, 2),
-                      "wall_s": round(wall, 2), "audio_per_s": round(audio / wall, 2),
-                      "replicas": info.get("replicas")}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "args": args,
+                "startup_s": round(startup, 1),
+                "audio_s": round(audio, 2),
+                "wall_s": round(wall, 2),
+                "audio_per_s": round(audio / wall, 2),
+                "replicas": info.get("replicas"),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

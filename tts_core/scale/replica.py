@@ -42,14 +42,23 @@ class EngineReplica:
     def info(self) -> dict[str, Any]:
         import torch
 
-        return {**self.engine.info(), "replica": self.replica_id,
-                "torch_threads": torch.get_num_threads(),  # the ingress's (see the docstring)
-                "active_requests": self.engine.active_requests,
-                "waiting_requests": self.engine.waiting_requests}  # fmt: skip
+        return {
+            **self.engine.info(),
+            "replica": self.replica_id,
+            "torch_threads": torch.get_num_threads(),  # the ingress's (see the docstring)
+            "active_requests": self.engine.active_requests,
+            "waiting_requests": self.engine.waiting_requests,
+        }
 
-    def stream(self, text: str, clip: np.ndarray | None, transcript: str | None,
-               language: str, values: dict[str, Any],
-               model_voice: ModelVoice | None = None) -> Iterator[Any]:  # fmt: skip
+    def stream(
+        self,
+        text: str,
+        clip: np.ndarray | None,
+        transcript: str | None,
+        language: str,
+        values: dict[str, Any],
+        model_voice: ModelVoice | None = None,
+    ) -> Iterator[Any]:
         """The replica's id first, then each chunk's (N,) float32 audio. Closing the stream
         (the caller cancelled, or went away) cancels the engine's request. `model_voice`: a
         preset / designed voice (Qwen3-TTS CustomVoice / VoiceDesign) in place of a clip."""
@@ -67,9 +76,14 @@ class EngineReplica:
             events.close()
 
 
-def deployment(replicas: int, min_replicas: int | None, max_replicas: int | None,
-               gpus: float, max_ongoing: int,
-               torch_threads: int | None = None):  # noqa: ANN201 - a ray.serve Deployment  # fmt: skip
+def deployment(
+    replicas: int,
+    min_replicas: int | None,
+    max_replicas: int | None,
+    gpus: float,
+    max_ongoing: int,
+    torch_threads: int | None = None,
+):  # noqa: ANN201 - a ray.serve Deployment
     """EngineReplica with `replicas` copies (or autoscaled between the bounds), each holding
     `gpus` GPUs (1 per replica on a GPU machine; 0 on CPUs) and started with `torch_threads`
     OpenMP threads (None: Ray's default, 1)."""
@@ -77,12 +91,14 @@ def deployment(replicas: int, min_replicas: int | None, max_replicas: int | None
     if torch_threads:
         count = str(torch_threads)
         actor["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": count, "MKL_NUM_THREADS": count}}
-    options: dict[str, Any] = {"ray_actor_options": actor,
-                               "max_ongoing_requests": max_ongoing}  # fmt: skip
+    options: dict[str, Any] = {"ray_actor_options": actor, "max_ongoing_requests": max_ongoing}
     if min_replicas is not None or max_replicas is not None:
         low = min_replicas if min_replicas is not None else 1
-        options["autoscaling_config"] = {"min_replicas": low, "initial_replicas": replicas,
-                                         "max_replicas": max(max_replicas or replicas, low)}  # fmt: skip
+        options["autoscaling_config"] = {
+            "min_replicas": low,
+            "initial_replicas": replicas,
+            "max_replicas": max(max_replicas or replicas, low),
+        }
     else:
         options["num_replicas"] = replicas
     return serve.deployment(EngineReplica, name="EngineReplica", **options)

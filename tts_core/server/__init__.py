@@ -63,9 +63,12 @@ def open_voice_registry(
     the browser (or X-Voice-Owner) that saved it and the API's key holder only;
     `max_per_owner`: how many voices one such owner may keep; `max_per_address`: one client
     address (voices.py's quotas)."""
-    voices = VoiceRegistry(root or default_voices_dir(), private=private,
-                           max_per_owner=max_per_owner,
-                           max_per_address=max_per_address)  # fmt: skip
+    voices = VoiceRegistry(
+        root or default_voices_dir(),
+        private=private,
+        max_per_owner=max_per_owner,
+        max_per_address=max_per_address,
+    )
     problem = voices.store_problem()
     if problem:
         log.warning("voice store %s: %s; registering voices will fail", voices.root, problem)

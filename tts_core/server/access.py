@@ -60,9 +60,13 @@ class AccessPolicy:
         name = split_host(host)[0]
         if name in LOOPBACK_NAMES or name in self._origin_names:
             return
-        raise ApiError(403, f"Host '{host}' is not served here; use http://127.0.0.1 or "
-                       "http://localhost (or start the server with --allowed-origins).",
-                       None, "host_not_allowed")  # fmt: skip
+        raise ApiError(
+            403,
+            f"Host '{host}' is not served here; use http://127.0.0.1 or "
+            "http://localhost (or start the server with --allowed-origins).",
+            None,
+            "host_not_allowed",
+        )
 
     def _check_origin(self, request: Request) -> None:
         origin = request.headers.get("origin")
@@ -75,17 +79,26 @@ class AccessPolicy:
             host = request.headers.get("host")
             if host is not None and _same_host(normalized, host):
                 return
-        raise ApiError(403, f"Requests from the web page at '{origin}' are not allowed; "
-                       "start the server with --allowed-origins to allow it.",
-                       None, "origin_not_allowed")  # fmt: skip
+        raise ApiError(
+            403,
+            f"Requests from the web page at '{origin}' are not allowed; "
+            "start the server with --allowed-origins to allow it.",
+            None,
+            "origin_not_allowed",
+        )
 
     def _check_key(self, request: Request) -> None:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         given = token.strip().encode()
         if scheme.lower() == "bearer" and hmac.compare_digest(given, self.api_key.encode()):
             return
-        raise ApiError(401, "A valid API key is needed: send 'Authorization: Bearer <key>'.",
-                       None, "invalid_api_key", {"WWW-Authenticate": "Bearer"})  # fmt: skip
+        raise ApiError(
+            401,
+            "A valid API key is needed: send 'Authorization: Bearer <key>'.",
+            None,
+            "invalid_api_key",
+            {"WWW-Authenticate": "Bearer"},
+        )
 
     @cached_property
     def _allowed(self) -> frozenset[str]:
@@ -194,8 +207,12 @@ class OwnerKeys:
         except FileExistsError:  # another process made it meanwhile: theirs counts
             return cls(bytes.fromhex(path.read_text().strip()))
         except OSError as exc:
-            log.warning("owner keys: cannot keep a secret in %s (%s); keys issued now end "
-                        "with this process", folder, exc)  # fmt: skip
+            log.warning(
+                "owner keys: cannot keep a secret in %s (%s); keys issued now end "
+                "with this process",
+                folder,
+                exc,
+            )
         return cls(secret)
 
     def issuer_tag(self, address: str | None) -> str:

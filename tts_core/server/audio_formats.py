@@ -45,10 +45,15 @@ def wav_header(data_bytes: int = UNKNOWN_SIZE, rate: int = SAMPLE_RATE) -> bytes
     riff_size = UNKNOWN_SIZE if data_bytes == UNKNOWN_SIZE else 36 + data_bytes
     fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)  # PCM, mono, 16-bit
     return (
-        b"RIFF" + struct.pack("<I", riff_size) + b"WAVE"
-        + b"fmt " + struct.pack("<I", len(fmt)) + fmt
-        + b"data" + struct.pack("<I", data_bytes)
-    )  # fmt: skip
+        b"RIFF"
+        + struct.pack("<I", riff_size)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<I", len(fmt))
+        + fmt
+        + b"data"
+        + struct.pack("<I", data_bytes)
+    )
 
 
 def pcm16_bytes(audio: np.ndarray) -> bytes:
@@ -130,8 +135,13 @@ class FfmpegEncoder(Encoder):
         cmd += [*_FFMPEG_OUTPUT[response_format], "-flush_packets", "1", "pipe:1"]
         # its own session: a signal to the app's process group (systemd's stop, Ctrl-C) reaches
         # the app alone, which drains the responses in flight; ffmpeg ends when its stdin does
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        self._proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         self._reader = threading.Thread(target=self._read, name="ffmpeg-reader", daemon=True)
         self._reader.start()
 

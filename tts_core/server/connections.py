@@ -233,8 +233,9 @@ class SendWatch:
     alone. The protocol is given `watched` as its transport: the same transport, whose close()
     tells the watch."""
 
-    def __init__(self, transport: asyncio.Transport, timeout_s: float,
-                 notes: RateLimitedLog) -> None:  # fmt: skip
+    def __init__(
+        self, transport: asyncio.Transport, timeout_s: float, notes: RateLimitedLog
+    ) -> None:
         if isinstance(transport, WatchedTransport):  # an upgrade: the h11 protocol's watch
             transport = transport.real  # was detached; this one takes over
         self.transport, self.timeout_s, self.notes = transport, timeout_s, notes
@@ -459,6 +460,10 @@ def guarded_ws_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
         WebSocketsSansIOProtocol.resume_writing(self)
         self._watch.resumed()
 
-    methods = {"connection_made": connection_made, "connection_lost": connection_lost,
-               "pause_writing": pause_writing, "resume_writing": resume_writing}  # fmt: skip
+    methods = {
+        "connection_made": connection_made,
+        "connection_lost": connection_lost,
+        "pause_writing": pause_writing,
+        "resume_writing": resume_writing,
+    }
     return type("GuardedWebSocketProtocol", (WebSocketsSansIOProtocol,), methods)

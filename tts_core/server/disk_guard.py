@@ -111,9 +111,16 @@ class CachePolicy:
     max_upload_bytes: int = 64 * MB
 
     def __post_init__(self) -> None:
-        for name in ("max_bytes", "max_age_s", "uploads_per_window", "window_s",
-                     "sweep_every_s", "max_clients", "max_files_per_upload",
-                     "max_upload_bytes"):  # fmt: skip
+        for name in (
+            "max_bytes",
+            "max_age_s",
+            "uploads_per_window",
+            "window_s",
+            "sweep_every_s",
+            "max_clients",
+            "max_files_per_upload",
+            "max_upload_bytes",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"CachePolicy.{name} must be > 0, got {getattr(self, name)!r}")
 
@@ -141,8 +148,9 @@ def gradio_owned(relative: PurePath) -> bool:
     return len(parts) > 1 and HASH_FOLDER.fullmatch(parts[0]) is not None
 
 
-def scan(root: Path, owned: Callable[[PurePath], bool],
-         pinned: Collection[Path] = frozenset()) -> list[CacheFile]:  # fmt: skip
+def scan(
+    root: Path, owned: Callable[[PurePath], bool], pinned: Collection[Path] = frozenset()
+) -> list[CacheFile]:
     """Regular files under `root` that `owned` accepts and `pinned` does not hold. Symbolic
     links are neither followed nor listed (nothing outside `root` is ever reached); files or
     folders that vanish meanwhile are skipped."""
@@ -161,8 +169,13 @@ def scan(root: Path, owned: Callable[[PurePath], bool],
     return found
 
 
-def _cache_file(entry: os.DirEntry, root: Path, owned: Callable[[PurePath], bool],
-                pinned: Collection[Path], folders: list[Path]) -> CacheFile | None:  # fmt: skip
+def _cache_file(
+    entry: os.DirEntry,
+    root: Path,
+    owned: Callable[[PurePath], bool],
+    pinned: Collection[Path],
+    folders: list[Path],
+) -> CacheFile | None:
     try:
         if entry.is_dir(follow_symlinks=False):
             folders.append(Path(entry.path))
@@ -211,11 +224,16 @@ class CacheJanitor:
     cached copy when it hands it out again); `pinned` files are never deleted nor counted;
     `on_sweep` is called with every sweep's report (from the sweeping thread)."""
 
-    def __init__(self, root: str | os.PathLike, policy: CachePolicy | None = None, *,
-                 pinned: Iterable[str | os.PathLike] = (),
-                 owned: Callable[[PurePath], bool] = gradio_owned,
-                 clock: Callable[[], float] = time.time,
-                 on_sweep: Callable[[SweepReport], Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        policy: CachePolicy | None = None,
+        *,
+        pinned: Iterable[str | os.PathLike] = (),
+        owned: Callable[[PurePath], bool] = gradio_owned,
+        clock: Callable[[], float] = time.time,
+        on_sweep: Callable[[SweepReport], Any] | None = None,
+    ) -> None:
         self.root = Path(root).resolve()  # scan() joins names to it: comparable with `pinned`
         self.policy = policy or CachePolicy()
         self.pinned = frozenset(Path(p).resolve() for p in pinned)
@@ -231,20 +249,30 @@ class CacheJanitor:
             files = scan(self.root, self.owned, self.pinned)
             now = self.clock()
             expired = [f for f in files if now - f.mtime > self.policy.max_age_s]
-            fresh = sorted((f for f in files if now - f.mtime <= self.policy.max_age_s),
-                           key=lambda f: (f.mtime, str(f.path)))  # fmt: skip
+            fresh = sorted(
+                (f for f in files if now - f.mtime <= self.policy.max_age_s),
+                key=lambda f: (f.mtime, str(f.path)),
+            )
             removed = [f for f in expired if remove_file(f.path)]
             removed += self._enforce_byte_cap(fresh)
             for item in removed:
                 remove_empty_folders(item.path, self.root)
             gone = {f.path for f in removed}
             kept = [f for f in fresh if f.path not in gone]
-            report = SweepReport(tuple(f.path for f in removed), sum(f.size for f in removed),
-                                 len(kept), sum(f.size for f in kept))  # fmt: skip
+            report = SweepReport(
+                tuple(f.path for f in removed),
+                sum(f.size for f in removed),
+                len(kept),
+                sum(f.size for f in kept),
+            )
         if removed:
-            log.info("cache: removed %d file(s), %.1f MB; %d file(s), %.1f MB kept",
-                     len(removed), report.freed_bytes / MB, report.kept_files,
-                     report.kept_bytes / MB)  # fmt: skip
+            log.info(
+                "cache: removed %d file(s), %.1f MB; %d file(s), %.1f MB kept",
+                len(removed),
+                report.freed_bytes / MB,
+                report.kept_files,
+                report.kept_bytes / MB,
+            )
         if self.on_sweep is not None:
             self.on_sweep(report)
         return report
@@ -272,8 +300,9 @@ class CacheJanitor:
             if self._thread is not None:
                 return
             self._stop = threading.Event()
-            thread = threading.Thread(target=self._run, args=(self._stop,),
-                                      name="cache-janitor", daemon=True)  # fmt: skip
+            thread = threading.Thread(
+                target=self._run, args=(self._stop,), name="cache-janitor", daemon=True
+            )
             self._thread = thread
         self._sweep_logged()
         thread.start()  # (a stop() meanwhile has set its event: it ends at once)
@@ -303,8 +332,13 @@ class UploadLimiter:
     Clients are kept in order of their last admitted upload, so those idle for a whole window
     are forgotten from the front in O(1) each, and at most `max_clients` are remembered."""
 
-    def __init__(self, limit: int, window_s: float, max_clients: int = 10_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        limit: int,
+        window_s: float,
+        max_clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limit, self.window_s, self.max_clients = limit, window_s, max_clients
         self.clock = clock
         self._clients: OrderedDict[str, deque[float]] = OrderedDict()
@@ -342,23 +376,34 @@ class UploadLimiter:
 class DiskGuard:
     """A janitor and an upload limiter for one cache root; `middleware()` puts them on an app."""
 
-    def __init__(self, root: str | os.PathLike, policy: CachePolicy | None = None, *,
-                 pinned: Iterable[str | os.PathLike] = (),
-                 clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 on_sweep: Callable[[SweepReport], Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        policy: CachePolicy | None = None,
+        *,
+        pinned: Iterable[str | os.PathLike] = (),
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        on_sweep: Callable[[SweepReport], Any] | None = None,
+    ) -> None:
         self.policy = policy or CachePolicy()
-        self.janitor = CacheJanitor(root, self.policy, pinned=pinned, clock=clock,
-                                    on_sweep=on_sweep)  # fmt: skip
-        self.limiter = UploadLimiter(self.policy.uploads_per_window, self.policy.window_s,
-                                     self.policy.max_clients, monotonic)  # fmt: skip
+        self.janitor = CacheJanitor(
+            root, self.policy, pinned=pinned, clock=clock, on_sweep=on_sweep
+        )
+        self.limiter = UploadLimiter(
+            self.policy.uploads_per_window, self.policy.window_s, self.policy.max_clients, monotonic
+        )
 
     @classmethod
     def for_blocks(cls, blocks: Any, policy: CachePolicy | None = None) -> DiskGuard:
         """The guard of a built page: its cache root, its own files pinned (call it before the
         page serves), and Gradio's bookkeeping of deleted files dropped after each sweep."""
-        return cls(cache_root(blocks), policy, pinned=page_files(blocks),
-                   on_sweep=lambda report: forget_removed(blocks, report))  # fmt: skip
+        return cls(
+            cache_root(blocks),
+            policy,
+            pinned=page_files(blocks),
+            on_sweep=lambda report: forget_removed(blocks, report),
+        )
 
     def middleware(self) -> Middleware:
         return Middleware(UploadGuard, guard=self)
@@ -443,8 +488,9 @@ class UploadGuard:
         budget = UploadBudget(scope, policy, lambda: self.guard.limiter.admit(client))
         try:
             try:
-                await self.app(scope, budget.receive(receive),
-                               budget.send(self._sweep_before_last_body(send)))  # fmt: skip
+                await self.app(
+                    scope, budget.receive(receive), budget.send(self._sweep_before_last_body(send))
+                )
             except OSError as exc:
                 if budget.response_started or exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     await budget.release_held()
@@ -487,8 +533,11 @@ class UploadGuard:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-            elif (message["type"] == "http.response.body" and not message.get("more_body")
-                  and 200 <= status < 300):  # fmt: skip
+            elif (
+                message["type"] == "http.response.body"
+                and not message.get("more_body")
+                and 200 <= status < 300
+            ):
                 await self._sweep()
             await send(message)
 
@@ -518,17 +567,23 @@ def client_host(scope: Scope) -> str:
 
 async def send_too_many(send: Send, wait_s: float, policy: CachePolicy) -> None:
     retry = max(1, math.ceil(wait_s))
-    detail = (f"Too many uploads: at most {policy.uploads_per_window} every "
-              f"{_duration(policy.window_s)} from one address, each file counted. "
-              f"Retry in {retry} s.")  # fmt: skip
+    detail = (
+        f"Too many uploads: at most {policy.uploads_per_window} every "
+        f"{_duration(policy.window_s)} from one address, each file counted. "
+        f"Retry in {retry} s."
+    )
     await send_json(send, 429, detail, [(b"retry-after", str(retry).encode())])
 
 
-async def send_json(send: Send, status: int, detail: str,
-                    headers: list[tuple[bytes, bytes]] = ()) -> None:  # fmt: skip
+async def send_json(
+    send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]] = ()
+) -> None:
     body = json.dumps({"detail": detail}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               *headers]  # fmt: skip
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        *headers,
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -561,8 +616,9 @@ class UploadBudget:
     holds our answer. Each part after the first is one more upload for `admit_file` (the
     limiter; None when admitted, else the seconds to wait)."""
 
-    def __init__(self, scope: Scope, policy: CachePolicy,
-                 admit_file: Callable[[], float | None]) -> None:  # fmt: skip
+    def __init__(
+        self, scope: Scope, policy: CachePolicy, admit_file: Callable[[], float | None]
+    ) -> None:
         self.policy, self.admit_file = policy, admit_file
         boundary = _boundary(scope)
         # a part starts at "--boundary" + CRLF (the closing delimiter is "--boundary--")

@@ -65,8 +65,12 @@ class StreamShare:
     """ASGI middleware: at most `per_address` open responses on the `prefixes` routes per
     client address (connections.address_key); past it, 429 with Retry-After."""
 
-    def __init__(self, app: Any, per_address: int = STREAMS_PER_ADDRESS,
-                 prefixes: tuple[str, ...] = ENDLESS_ROUTES) -> None:  # fmt: skip
+    def __init__(
+        self,
+        app: Any,
+        per_address: int = STREAMS_PER_ADDRESS,
+        prefixes: tuple[str, ...] = ENDLESS_ROUTES,
+    ) -> None:
         self.app, self.per_address, self.prefixes = app, per_address, prefixes
         self.open: dict[str, int] = {}
 
@@ -90,9 +94,17 @@ class StreamShare:
 
 async def _too_many_streams(send: Any, per_address: int) -> None:
     body = (f'{{"detail": "At most {per_address} such streams per client at once."}}').encode()
-    await send({"type": "http.response.start", "status": 429,
-                "headers": [(b"content-type", b"application/json"), (b"retry-after", b"15"),
-                            (b"content-length", str(len(body)).encode())]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 429,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"retry-after", b"15"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -106,22 +118,37 @@ class ServeOptions:
     footer_links: tuple[str, ...] = ("api", "gradio")
 
 
-def build_asgi_app(blocks: gr.Blocks, router: APIRouter, options: ServeOptions,
-                   middleware: tuple[Middleware, ...] = ()) -> FastAPI:  # fmt: skip
+def build_asgi_app(
+    blocks: gr.Blocks,
+    router: APIRouter,
+    options: ServeOptions,
+    middleware: tuple[Middleware, ...] = (),
+) -> FastAPI:
     """FastAPI app: our routes first, then the page mounted at /, behind the guards."""
     guards = [Middleware(StreamShare), Middleware(EventGuard, blocks=blocks), *middleware]
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None, middleware=guards)
     app.include_router(router)
-    return gr.mount_gradio_app(app, blocks, path="/", server_name=options.host,
-                               server_port=options.port, max_file_size=options.max_file_size,
-                               footer_links=list(options.footer_links))  # fmt: skip
+    return gr.mount_gradio_app(
+        app,
+        blocks,
+        path="/",
+        server_name=options.host,
+        server_port=options.port,
+        max_file_size=options.max_file_size,
+        footer_links=list(options.footer_links),
+    )
 
 
 class DrainingServer(uvicorn.Server):
     """uvicorn.Server whose first SIGTERM/SIGINT drains the engine before closing."""
 
-    def __init__(self, config: uvicorn.Config, guard: ConnectionGuard, drain: Callable[[], None],
-                 on_started: Callable[[str], Any] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        guard: ConnectionGuard,
+        drain: Callable[[], None],
+        on_started: Callable[[str], Any] | None = None,
+    ) -> None:
         super().__init__(config)
         self.guard = guard
         self.drain, self._on_started = drain, on_started
@@ -141,10 +168,10 @@ class DrainingServer(uvicorn.Server):
                 log.warning("second interrupt: exiting now")
                 self.force_exit = True
             return
-        log.info("%s: draining (new requests get 503), then exiting",
-                 signal.Signals(sig).name)  # fmt: skip
-        self._draining = threading.Thread(target=self._drain_then_exit, name="tts-drain",
-                                          daemon=True)  # fmt: skip
+        log.info("%s: draining (new requests get 503), then exiting", signal.Signals(sig).name)
+        self._draining = threading.Thread(
+            target=self._drain_then_exit, name="tts-drain", daemon=True
+        )
         self._draining.start()
 
     def _drain_then_exit(self) -> None:
@@ -155,9 +182,12 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def make_drain(slot: EngineSlot, responses_open: Callable[[], int],
-               wait_for_writes: Callable[[float], bool],
-               timeout_s: float) -> Callable[[], None]:  # fmt: skip
+def make_drain(
+    slot: EngineSlot,
+    responses_open: Callable[[], int],
+    wait_for_writes: Callable[[float], bool],
+    timeout_s: float,
+) -> Callable[[], None]:
     """What a shutdown does before the server closes, while it still answers (503 to new
     requests): the engine's requests finish or are cancelled at the deadline, the responses
     still being sent get the rest of it, voice writes end."""
@@ -176,15 +206,24 @@ def make_drain(slot: EngineSlot, responses_open: Callable[[], int],
     return drain
 
 
-def server_config(app: Any, options: ServeOptions, guard: ConnectionGuard,
-                  lifespan: str = "on") -> uvicorn.Config:  # fmt: skip
+def server_config(
+    app: Any, options: ServeOptions, guard: ConnectionGuard, lifespan: str = "on"
+) -> uvicorn.Config:
     """uvicorn's configuration of our server: the guarded HTTP and WebSocket protocols."""
-    return uvicorn.Config(app, host=options.host, port=options.port, log_level="warning",
-                          http=guarded_protocol(guard), ws=guarded_ws_protocol(guard),
-                          ws_max_size=MAX_MESSAGE_BYTES, ws_per_message_deflate=False,
-                          lifespan=lifespan, backlog=ACCEPT_BACKLOG,
-                          timeout_keep_alive=int(max(1, options.connections.keep_alive_s)),
-                          timeout_graceful_shutdown=int(CLOSE_GRACE_S))  # fmt: skip
+    return uvicorn.Config(
+        app,
+        host=options.host,
+        port=options.port,
+        log_level="warning",
+        http=guarded_protocol(guard),
+        ws=guarded_ws_protocol(guard),
+        ws_max_size=MAX_MESSAGE_BYTES,
+        ws_per_message_deflate=False,
+        lifespan=lifespan,
+        backlog=ACCEPT_BACKLOG,
+        timeout_keep_alive=int(max(1, options.connections.keep_alive_s)),
+        timeout_graceful_shutdown=int(CLOSE_GRACE_S),
+    )
 
 
 def proxies_share(limits: ConnectionLimits, forwarded_allow_ips: str) -> ConnectionLimits:
@@ -194,10 +233,15 @@ def proxies_share(limits: ConnectionLimits, forwarded_allow_ips: str) -> Connect
     return dataclasses.replace(limits, share_exempt=proxies) if proxies else limits
 
 
-def serve(blocks: gr.Blocks, router: APIRouter, slot: EngineSlot, options: ServeOptions,
-          wait_for_writes: Callable[[float], bool] = lambda _timeout: True,
-          middleware: tuple[Middleware, ...] = (),
-          on_started: Callable[[str], Any] | None = None) -> None:  # fmt: skip
+def serve(
+    blocks: gr.Blocks,
+    router: APIRouter,
+    slot: EngineSlot,
+    options: ServeOptions,
+    wait_for_writes: Callable[[float], bool] = lambda _timeout: True,
+    middleware: tuple[Middleware, ...] = (),
+    on_started: Callable[[str], Any] | None = None,
+) -> None:
     """Serve until SIGTERM/SIGINT, then drain (see the module docstring) and return."""
     limits = proxies_share(options.connections, os.environ.get("FORWARDED_ALLOW_IPS", ""))
     cap = connection_cap(limits.max_connections, raise_open_files_limit())
@@ -205,7 +249,8 @@ def serve(blocks: gr.Blocks, router: APIRouter, slot: EngineSlot, options: Serve
     app = build_asgi_app(blocks, router, options, middleware)
     config = server_config(app, options, guard)
     server = DrainingServer(config, guard, lambda: None, on_started)
-    server.drain = make_drain(slot, lambda: len(server.server_state.tasks), wait_for_writes,
-                              options.shutdown_timeout_s)  # fmt: skip
+    server.drain = make_drain(
+        slot, lambda: len(server.server_state.tasks), wait_for_writes, options.shutdown_timeout_s
+    )
     log.info("serving on http://%s:%d (at most %d connections)", options.host, options.port, cap)
     server.run()

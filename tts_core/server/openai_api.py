@@ -73,9 +73,18 @@ from .voice_routes import add_voice_routes
 
 # the request side (speech_body.py) and the response side (speech_output.py), importable from
 # here as before the split
-__all__ = ["API_PARAMS", "DISCONNECT_POLL_S", "REF_PARAMS", "TASK_TYPES", "SpeechBody",
-           "build_requests", "decode_ref_audio", "make_openai_router", "parse_speech_body",
-           "speech_reference"]  # fmt: skip
+__all__ = [
+    "API_PARAMS",
+    "DISCONNECT_POLL_S",
+    "REF_PARAMS",
+    "TASK_TYPES",
+    "SpeechBody",
+    "build_requests",
+    "decode_ref_audio",
+    "make_openai_router",
+    "parse_speech_body",
+    "speech_reference",
+]
 
 
 def make_openai_router(state: ServerState) -> APIRouter:
@@ -101,8 +110,9 @@ def make_openai_router(state: ServerState) -> APIRouter:
             if model_voice is None:
                 viewer = state.api_viewer(request)
                 clip, transcript, names = await speech_reference(state, body, viewer, limits)
-            requests = build_requests(body.input, params, clip, transcript, limits.max_chars,
-                                      model_voice)  # fmt: skip
+            requests = build_requests(
+                body.input, params, clip, transcript, limits.max_chars, model_voice
+            )
             with engine_errors(names):  # on the event loop, the voice awaited (awaiting.py)
                 streams = await run_awaiting(open_streams, engine, requests, cancel)
         finally:
@@ -114,12 +124,23 @@ def make_openai_router(state: ServerState) -> APIRouter:
             first = await run_awaiting(next, events, None)  # its turn in line awaited too
         sse = body.stream_format == "sse"
         whole = body.sent_whole()
-        content = speech_bytes(first, events, body.response_format, sse, engine.sample_rate,
-                               engine.backend.frame_samples, cancel, streamed=not whole)  # fmt: skip
+        content = speech_bytes(
+            first,
+            events,
+            body.response_format,
+            sse,
+            engine.sample_rate,
+            engine.backend.frame_samples,
+            cancel,
+            streamed=not whole,
+        )
         media = "text/event-stream" if sse else CONTENT_TYPES[body.response_format]
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
-                   "X-Sample-Rate": str(engine.sample_rate),
-                   "X-Seed": str(params.seed)}  # fmt: skip
+        headers = {
+            "Cache-Control": "no-store",
+            "X-Accel-Buffering": "no",
+            "X-Sample-Rate": str(engine.sample_rate),
+            "X-Seed": str(params.seed),
+        }
         if whole:
             data = await whole_body(content, cancel, request)
             return Response(data, media_type=media, headers=headers)
@@ -133,14 +154,23 @@ def make_openai_router(state: ServerState) -> APIRouter:
         status = info.pop("status")
         served = info.get("model", status["model"])
         names = [*state.config.model_names, served]
-        data = [{"id": n, "object": "model", "owned_by": "tts_core", "served_model": served,
-                 "status": status} for n in names]  # fmt: skip
+        data = [
+            {
+                "id": n,
+                "object": "model",
+                "owned_by": "tts_core",
+                "served_model": served,
+                "status": status,
+            }
+            for n in names
+        ]
         engine = served_engine(state.slot)
         if engine is not None:  # the knobs this model reads, besides the language
             defaults = knob_defaults(engine.backend)
-            info["knobs"] = {knob.name: knob.json_schema(defaults.get(knob.name))
-                             for knob in (*_shared_knobs(engine),
-                                          *backend_knobs(engine.backend))}  # fmt: skip
+            info["knobs"] = {
+                knob.name: knob.json_schema(defaults.get(knob.name))
+                for knob in (*_shared_knobs(engine), *backend_knobs(engine.backend))
+            }
         if engine is not None:  # a seed's bytes follow the torch thread count (float sums)
             info["torch_threads"] = _torch_threads(engine)
         replicas = getattr(engine.backend, "replicas", None) if engine is not None else None

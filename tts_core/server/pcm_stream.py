@@ -70,14 +70,18 @@ def make_pcm_router(state: ServerState) -> APIRouter:
             with engine_errors():
                 # the deployment's one text limit (as /v1 and the Gradio API), in pieces the
                 # engine takes (text_split.py)
-                pieces = split_request(synthesis, state.config.max_input_chars,
-                                       engine.config.limits.max_chars)  # fmt: skip
+                pieces = split_request(
+                    synthesis, state.config.max_input_chars, engine.config.limits.max_chars
+                )
                 # on the event loop, a voice made on the model thread awaited (awaiting.py)
                 streams = await run_awaiting(open_streams, engine, pieces, cancel)
         finally:
             engine.admission.drop_hold(cancel)  # the request took it, unless it failed
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no",
-                   "X-Sample-Rate": str(state.engine.sample_rate)}  # fmt: skip
+        headers = {
+            "Cache-Control": "no-store",
+            "X-Accel-Buffering": "no",
+            "X-Sample-Rate": str(state.engine.sample_rate),
+        }
         body = _frames(chain_events(streams, cancel), len(streams), cancel)
         return StreamingResponse(body, media_type="application/octet-stream", headers=headers)
 
@@ -91,8 +95,11 @@ async def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
     language = str(payload.get("language") or "auto")
     params = SynthesisParams(language, **request_values(payload, state.slot))
     with engine_errors():
-        spec = model_voice_of(getattr(state.engine.backend, "task_type", "Base"),
-                              payload.get("speaker"), payload.get("instructions"))  # fmt: skip
+        spec = model_voice_of(
+            getattr(state.engine.backend, "task_type", "Base"),
+            payload.get("speaker"),
+            payload.get("instructions"),
+        )
     if spec is not None:
         return SynthesisRequest(payload.get("text", ""), params=params, model_voice=spec)
     reference_text = payload.get("reference_text") or None
@@ -100,8 +107,9 @@ async def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
     if voice_name:
         viewer = state.page_viewer(payload.get("owner_key"))  # the browser's key
         voice, clip = await load_voice(state, str(voice_name), viewer)
-        return SynthesisRequest(payload.get("text", ""), (SAMPLE_RATE, clip), voice.transcript,
-                                params)  # fmt: skip
+        return SynthesisRequest(
+            payload.get("text", ""), (SAMPLE_RATE, clip), voice.transcript, params
+        )
     reference = trusted_reference(payload.get("reference"), state.upload_roots)
     return SynthesisRequest(payload.get("text", ""), reference, reference_text, params)
 
@@ -112,9 +120,12 @@ def model_voice_of(task_type: str, speaker: object, instructions: object) -> Mod
     checkpoint lacks, instructions a 0.6B refuses, a VoiceDesign without a description)."""
     if task_type == "Base":
         if speaker or instructions:  # not dropped silently: this model would not read them
-            raise InputError("This checkpoint clones voices from a clip: speaker and "
-                             "instructions are for a Qwen3-TTS CustomVoice or VoiceDesign "
-                             "checkpoint.", "speaker" if speaker else "instructions")  # fmt: skip
+            raise InputError(
+                "This checkpoint clones voices from a clip: speaker and "
+                "instructions are for a Qwen3-TTS CustomVoice or VoiceDesign "
+                "checkpoint.",
+                "speaker" if speaker else "instructions",
+            )
         return None
     speaker = str(speaker).strip() if speaker and task_type == "CustomVoice" else None
     instruct = str(instructions).strip() if instructions else None
@@ -136,13 +147,18 @@ def trusted_reference(value: object, roots: tuple[Path, ...]) -> str | None:
             400, "reference is not a valid path.", "reference", "invalid_value"
         ) from None
     if not any(path.is_relative_to(root.resolve()) for root in roots):
-        raise ApiError(400, "The reference clip is not an upload of this page; upload it again.",
-                       "reference", "invalid_value")  # fmt: skip
+        raise ApiError(
+            400,
+            "The reference clip is not an upload of this page; upload it again.",
+            "reference",
+            "invalid_value",
+        )
     return str(path)
 
 
-async def _frames(events: Iterator[StreamEvent], pieces: int,
-                  cancel: threading.Event) -> AsyncIterator[bytes]:  # fmt: skip
+async def _frames(
+    events: Iterator[StreamEvent], pieces: int, cancel: threading.Event
+) -> AsyncIterator[bytes]:
     """The chained events of the request's `pieces` as the route's frames, on the event loop;
     an error after the response started is an ERROR frame."""
     try:

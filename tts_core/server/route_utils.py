@@ -66,8 +66,12 @@ async def read_json(request: Request, limit: int = MAX_JSON_BYTES) -> Any:
     over-long integers included)."""
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json" and not media_type.endswith("+json"):
-        raise ApiError(415, "Send the request body as JSON with 'Content-Type: application/json'.",
-                       None, "unsupported_media_type")  # fmt: skip
+        raise ApiError(
+            415,
+            "Send the request body as JSON with 'Content-Type: application/json'.",
+            None,
+            "unsupported_media_type",
+        )
     too_large = functools.partial(_body_too_large, limit)
     raw = b"".join([part async for part in limited_body(request, limit, too_large)])
     try:
@@ -90,11 +94,19 @@ async def read_form(
     `max_field_bytes` is a 400. The caller closes the returned form."""
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "multipart/form-data":
-        raise ApiError(415, "Send the voice as multipart/form-data, the clip in a file field "
-                       "named 'file'.", "file", "unsupported_media_type")  # fmt: skip
-    parser = MultiPartParser(request.headers, limited_body(request, limit, too_large),
-                             max_files=max_files, max_fields=max_fields,
-                             max_part_size=max_field_bytes)  # fmt: skip
+        raise ApiError(
+            415,
+            "Send the voice as multipart/form-data, the clip in a file field named 'file'.",
+            "file",
+            "unsupported_media_type",
+        )
+    parser = MultiPartParser(
+        request.headers,
+        limited_body(request, limit, too_large),
+        max_files=max_files,
+        max_fields=max_fields,
+        max_part_size=max_field_bytes,
+    )
     try:
         return await parser.parse()
     except MultiPartException as exc:
@@ -118,8 +130,7 @@ async def limited_body(
 
 
 def _body_too_large(limit: int = MAX_JSON_BYTES) -> ApiError:
-    return ApiError(413, f"The request body is larger than {limit} bytes.", None,
-                    "too_large")  # fmt: skip
+    return ApiError(413, f"The request body is larger than {limit} bytes.", None, "too_large")
 
 
 def busy_error(exc: EngineBusy) -> ApiError:

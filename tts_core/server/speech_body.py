@@ -103,19 +103,32 @@ def parse_speech_body(payload: object, max_input_chars: int) -> SpeechBody:
     if not printable(body.input):  # blank, or only control / zero-width characters
         raise ApiError(400, "input must not be empty.", "input", "invalid_value")
     if len(body.input) > max_input_chars:
-        raise ApiError(413, f"input is {len(body.input)} characters long; the limit is "
-                       f"{max_input_chars}.", "input", "input_too_long")  # fmt: skip
+        raise ApiError(
+            413,
+            f"input is {len(body.input)} characters long; the limit is {max_input_chars}.",
+            "input",
+            "input_too_long",
+        )
     if body.speed != 1.0:
-        raise ApiError(400, "Only speed 1.0 is supported by this server.", "speed",
-                       "unsupported_value")  # fmt: skip
+        raise ApiError(
+            400, "Only speed 1.0 is supported by this server.", "speed", "unsupported_value"
+        )
     # with instructions alone (VoiceDesign, or a task left out) speech_task says what is missing
     bare = body.task_type != "VoiceDesign" and body.instructions is None
     if body.voice is None and body.ref_audio is None and bare:
-        raise ApiError(400, "voice: give a voice name, or the clip to clone as ref_audio.",
-                       "voice", "invalid_value")  # fmt: skip
+        raise ApiError(
+            400,
+            "voice: give a voice name, or the clip to clone as ref_audio.",
+            "voice",
+            "invalid_value",
+        )
     if body.ref_text is not None and body.ref_audio is None:
-        raise ApiError(400, "ref_text is the transcript of ref_audio: send the clip with it.",
-                       "ref_text", "invalid_value")  # fmt: skip
+        raise ApiError(
+            400,
+            "ref_text is the transcript of ref_audio: send the clip with it.",
+            "ref_text",
+            "invalid_value",
+        )
     return body
 
 
@@ -129,8 +142,9 @@ async def speech_reference(
         return None, None, API_PARAMS
     if body.ref_audio is not None:
         with_text = body.ref_text is not None and not body.x_vector_only_mode
-        clip = await asyncio.to_thread(decode_ref_audio, body.ref_audio,
-                                       state.config.max_upload_bytes, limits, with_text)  # fmt: skip
+        clip = await asyncio.to_thread(
+            decode_ref_audio, body.ref_audio, state.config.max_upload_bytes, limits, with_text
+        )
         transcript, names = body.ref_text, REF_PARAMS
     else:
         voice, clip = await load_voice(state, body.voice, viewer)
@@ -150,17 +164,33 @@ def speech_task(body: SpeechBody, backend: Backend) -> ModelVoice | None:
     reference = body.ref_audio is not None or (named and body.voice.lower() not in presets)
     asked = body.task_type or ("Base" if reference or served == "Base" else "CustomVoice")
     if asked != served:
-        why = "" if body.task_type else " (task_type left out: " + (
-            "a reference clip or saved voice means Base)" if reference else
-            "no reference means CustomVoice; VoiceDesign must be named)")  # fmt: skip
+        why = (
+            ""
+            if body.task_type
+            else " (task_type left out: "
+            + (
+                "a reference clip or saved voice means Base)"
+                if reference
+                else "no reference means CustomVoice; VoiceDesign must be named)"
+            )
+        )
         offer = f" Its preset voices: {', '.join(names)}." if served == "CustomVoice" else ""
-        raise ApiError(400, f"task_type '{asked}'{why} does not match the served checkpoint, "
-                       f"a {served} model.{offer}", "task_type", "invalid_value")  # fmt: skip
+        raise ApiError(
+            400,
+            f"task_type '{asked}'{why} does not match the served checkpoint, "
+            f"a {served} model.{offer}",
+            "task_type",
+            "invalid_value",
+        )
     if served == "Base":
         return None
     if body.ref_audio is not None or body.ref_text is not None:
-        raise ApiError(400, f"ref_audio / ref_text clone a voice (task_type Base); a {served} "
-                       "model makes its own.", "ref_audio", "invalid_value")  # fmt: skip
+        raise ApiError(
+            400,
+            f"ref_audio / ref_text clone a voice (task_type Base); a {served} model makes its own.",
+            "ref_audio",
+            "invalid_value",
+        )
     speaker = body.voice if served == "CustomVoice" else None
     return ModelVoice(speaker=speaker, instruct=body.instructions or None)
 

@@ -23,8 +23,9 @@ DISCONNECT_POLL_S = 0.5  # how often a whole response's client is checked while 
 _END = object()
 
 
-async def whole_body(body: AsyncIterator[bytes], cancel: threading.Event,
-                     request: Request) -> bytes:  # fmt: skip
+async def whole_body(
+    body: AsyncIterator[bytes], cancel: threading.Event, request: Request
+) -> bytes:
     """`body` gathered into one buffer; a client that goes away meanwhile cancels the
     synthesis (as a streamed one does)."""
     pieces: list[bytes] = []
@@ -47,9 +48,16 @@ async def whole_body(body: AsyncIterator[bytes], cancel: threading.Event,
     return b"".join(pieces)
 
 
-async def speech_bytes(first, events, response_format: str, sse: bool, rate: int,  # noqa: ANN001
-                       frame_samples: int, cancel: threading.Event,
-                       streamed: bool = True) -> AsyncIterator[bytes]:  # fmt: skip
+async def speech_bytes(
+    first,
+    events,
+    response_format: str,
+    sse: bool,
+    rate: int,  # noqa: ANN001
+    frame_samples: int,
+    cancel: threading.Event,
+    streamed: bool = True,
+) -> AsyncIterator[bytes]:
     """`first` (already taken, or None) then the rest of the engine's `events` -> encoder ->
     bytes (or SSE events), each as soon as it exists: the engine's events are awaited on the
     event loop (streaming.events_of), and an ffmpeg encoder's output, which its reader thread
@@ -62,8 +70,15 @@ async def speech_bytes(first, events, response_format: str, sse: bool, rate: int
         loop.call_soon_threadsafe(out.put_nowait, data)
 
     async def encode() -> None:
-        sink = (lambda data: put(_sse("speech.audio.delta", audio=_b64(data),
-                                      response_format=response_format))) if sse else put  # fmt: skip
+        sink = (
+            (
+                lambda data: put(
+                    _sse("speech.audio.delta", audio=_b64(data), response_format=response_format)
+                )
+            )
+            if sse
+            else put
+        )
         encoder = make_encoder(response_format, sink, rate, streamed=streamed)
         stats: dict = {}
         samples = 0

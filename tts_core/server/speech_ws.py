@@ -134,8 +134,9 @@ class SpeechSession:
     """One connection: its config, its current utterance, its message loop. `access`: the
     rules of its handshake ("api": /v1's, "page": the page's; see Access)."""
 
-    def __init__(self, websocket: WebSocket, state: ServerState, limits: StreamLimits,
-                 access: Access = "api") -> None:  # fmt: skip
+    def __init__(
+        self, websocket: WebSocket, state: ServerState, limits: StreamLimits, access: Access = "api"
+    ) -> None:
         if access not in ("api", "page"):
             raise ValueError(f"access must be 'api' or 'page', not {access!r}")
         self.ws, self.state, self.limits, self.access = websocket, state, limits, access
@@ -224,8 +225,9 @@ class SpeechSession:
         deadline, error = self._deadline()
         if time.monotonic() >= deadline:  # checked first: a flood of messages ends here too
             raise error
-        finished, _ = await asyncio.wait(waits, timeout=deadline - time.monotonic(),
-                                         return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+        finished, _ = await asyncio.wait(
+            waits, timeout=deadline - time.monotonic(), return_when=asyncio.FIRST_COMPLETED
+        )
         if sender is not None and sender in finished:
             sender.result()  # its error, if any
             if utterance.done:
@@ -290,26 +292,45 @@ class SpeechSession:
         assert utterance is not None and utterance.done
         total, stats = await utterance.sender
         self._progressed()
-        await self.ws.send_json({"type": "audio.done", "utterance_index": utterance.index,
-                                 "sentence_index": 0, "total_bytes": total, "error": False})  # fmt: skip
-        await self.ws.send_json({"type": "session.done", "utterance_index": utterance.index,
-                                 "total_sentences": 1, "stats": stats})  # fmt: skip
+        await self.ws.send_json(
+            {
+                "type": "audio.done",
+                "utterance_index": utterance.index,
+                "sentence_index": 0,
+                "total_bytes": total,
+                "error": False,
+            }
+        )
+        await self.ws.send_json(
+            {
+                "type": "session.done",
+                "utterance_index": utterance.index,
+                "total_sentences": 1,
+                "stats": stats,
+            }
+        )
 
     def _parse(self, message: dict) -> dict[str, Any]:
         raw = message.get("text")
         if raw is None:
-            raise ApiError(400, "Send JSON text messages (binary is not read).", None,
-                           "invalid_message")  # fmt: skip
+            raise ApiError(
+                400, "Send JSON text messages (binary is not read).", None, "invalid_message"
+            )
         try:
             parsed = json.loads(raw)
         except (ValueError, RecursionError):
             raise ApiError(400, "The message must be valid JSON.", None, "invalid_json") from None
         if not isinstance(parsed, dict) or not isinstance(parsed.get("type"), str):
-            raise ApiError(400, "A message must be a JSON object with a 'type'.", "type",
-                           "invalid_message")  # fmt: skip
+            raise ApiError(
+                400, "A message must be a JSON object with a 'type'.", "type", "invalid_message"
+            )
         if parsed["type"] != "session.config" and len(raw) > MAX_TEXT_MESSAGE_CHARS:
-            raise ApiError(413, f"A {parsed['type']} message may have at most "
-                           f"{MAX_TEXT_MESSAGE_CHARS} characters.", None, "too_large")  # fmt: skip
+            raise ApiError(
+                413,
+                f"A {parsed['type']} message may have at most {MAX_TEXT_MESSAGE_CHARS} characters.",
+                None,
+                "too_large",
+            )
         return parsed
 
     async def _handle(self, message: dict[str, Any]) -> bool:
@@ -317,8 +338,12 @@ class SpeechSession:
         kind = message["type"]
         if kind == "session.config":
             if self.utterance is not None and not self.utterance.done:
-                raise ApiError(400, "session.config during an utterance: send input.done first.",
-                               "type", "invalid_message")  # fmt: skip
+                raise ApiError(
+                    400,
+                    "session.config during an utterance: send input.done first.",
+                    "type",
+                    "invalid_message",
+                )
             self.config = await self._configure(message)
             if not self._configured:  # the first since the last progress; a re-sent one: none
                 self._progressed()
@@ -335,8 +360,9 @@ class SpeechSession:
         elif kind == "input.text":
             await self._text(message.get("text"))
         elif self.utterance is None or self.utterance.done:  # input.done with no text: no audio
-            await self.ws.send_json({"type": "session.done", "utterance_index": self.count,
-                                     "total_sentences": 0})  # fmt: skip
+            await self.ws.send_json(
+                {"type": "session.done", "utterance_index": self.count, "total_sentences": 0}
+            )
             self.count += 1
         else:
             self._progressed()
@@ -353,16 +379,19 @@ class SpeechSession:
         payload.setdefault("response_format", "wav")  # vLLM-Omni's default
         body = parse_speech_body({**payload, "input": CONFIG_PLACEHOLDER}, self.max_chars)
         if body.response_format not in FORMATS:
-            raise ApiError(400, f"response_format must be one of {', '.join(FORMATS)} here.",
-                           "response_format", "unsupported_value")  # fmt: skip
+            raise ApiError(
+                400,
+                f"response_format must be one of {', '.join(FORMATS)} here.",
+                "response_format",
+                "unsupported_value",
+            )
         params = SynthesisParams(body.language, **request_values(payload, self.state.slot))
         limits = self.state.engine.config.limits
         assert self.viewer is not None
         model_voice = speech_task(body, self.state.engine.backend)  # as POST: a preset, ...
         clip, transcript = None, None
         if model_voice is None:
-            clip, transcript, _names = await speech_reference(self.state, body, self.viewer,
-                                                              limits)  # fmt: skip
+            clip, transcript, _names = await speech_reference(self.state, body, self.viewer, limits)
         request = SynthesisRequest("", reference(clip), transcript, params, model_voice)
         return body.response_format, request
 
@@ -373,16 +402,24 @@ class SpeechSession:
         if utterance is not None and not utterance.done:
             utterance.pieces += 1
             if utterance.pieces > self.limits.max_utterance_pieces:
-                raise ApiError(413, f"An utterance may have at most "
-                               f"{self.limits.max_utterance_pieces} input.text messages.",
-                               "text", "too_many_pieces")  # fmt: skip
+                raise ApiError(
+                    413,
+                    f"An utterance may have at most "
+                    f"{self.limits.max_utterance_pieces} input.text messages.",
+                    "text",
+                    "too_many_pieces",
+                )
         if not text:  # nothing to speak: no slot taken, no engine call, and no progress
             return
         self._progressed()
         self.chars += len(text)
         if self.chars > self.max_chars:
-            raise ApiError(413, f"More than {self.max_chars} characters of text in this "
-                           "session.", "text", "input_too_long")  # fmt: skip
+            raise ApiError(
+                413,
+                f"More than {self.max_chars} characters of text in this session.",
+                "text",
+                "input_too_long",
+            )
         if self.utterance is not None and self.utterance.done:
             await self._finish_utterance()  # utterances in order
         if self.utterance is None:
@@ -427,10 +464,17 @@ class SpeechSession:
                     stats = event.stats
                     encoder.feed(event.audio)
                     if total == 0 and any(frames):
-                        await self.ws.send_json({"type": "audio.start", "utterance_index": index,
-                                                 "sentence_index": 0, "sentence_text": "",
-                                                 "format": response_format, "sample_rate": rate,
-                                                 "channels": 1})  # fmt: skip
+                        await self.ws.send_json(
+                            {
+                                "type": "audio.start",
+                                "utterance_index": index,
+                                "sentence_index": 0,
+                                "sentence_text": "",
+                                "format": response_format,
+                                "sample_rate": rate,
+                                "channels": 1,
+                            }
+                        )
                     for data in frames:
                         if data:
                             total += len(data)
@@ -445,8 +489,9 @@ class SpeechSession:
         finally:
             stream.cancel()  # no-op once it ended; stops it when this task ends early
         if stats.get("stop_reason") == "cancelled":  # not by this session: by a shutdown
-            raise ApiError(503, "The synthesis was cancelled: the server is shutting down.",
-                           None, "cancelled")  # fmt: skip
+            raise ApiError(
+                503, "The synthesis was cancelled: the server is shutting down.", None, "cancelled"
+            )
         encoder.finish()  # a WAV with no audio still gets its header
         for data in frames:
             total += len(data)
@@ -468,9 +513,15 @@ class SpeechSession:
         if self.ws.application_state is WebSocketState.DISCONNECTED:
             return
         try:
-            await self.ws.send_json({"type": "error", "message": error.message,
-                                     "code": error.code, "param": error.param,
-                                     "status": error.status})  # fmt: skip
+            await self.ws.send_json(
+                {
+                    "type": "error",
+                    "message": error.message,
+                    "code": error.code,
+                    "param": error.param,
+                    "status": error.status,
+                }
+            )
             await self.ws.close(_CLOSE_CODES.get(error.status, 1011))
         except Exception:  # noqa: BLE001 - the client went away meanwhile
             log.debug("could not send the error to a closed WebSocket", exc_info=True)

@@ -70,8 +70,9 @@ def owner_key(value: object, param: str) -> str | None:
         return None
     low, high = OWNER_KEY_CHARS
     if not isinstance(value, str) or not low <= len(value) <= high:
-        raise ApiError(400, f"{param} must be a secret of {low}-{high} characters.", param,
-                       "invalid_value")  # fmt: skip
+        raise ApiError(
+            400, f"{param} must be a secret of {low}-{high} characters.", param, "invalid_value"
+        )
     return value
 
 

@@ -61,12 +61,16 @@ def check_input_length(text: object, max_input_chars: int) -> None:
     """TextTooLong (an InputError) when the cleaned `text` is longer than the deployment's
     limit; a text that is no string is left to the engine's own check."""
     if isinstance(text, str) and len(cleaned := printable(text)) > max_input_chars:
-        raise TextTooLong(f"The text is {len(cleaned)} characters long; the limit is "
-                          f"{max_input_chars}. Shorten it, or send it in parts.", "text")  # fmt: skip
+        raise TextTooLong(
+            f"The text is {len(cleaned)} characters long; the limit is "
+            f"{max_input_chars}. Shorten it, or send it in parts.",
+            "text",
+        )
 
 
-def split_request(request: SynthesisRequest, max_input_chars: int,
-                  max_chars: int) -> list[SynthesisRequest]:  # fmt: skip
+def split_request(
+    request: SynthesisRequest, max_input_chars: int, max_chars: int
+) -> list[SynthesisRequest]:
     """`request` as engine requests of at most `max_chars` characters each (its text cut at
     sentence ends, spoken one after the other); TextTooLong past `max_input_chars`. A text
     with nothing visible stays one request, for the engine's own message."""

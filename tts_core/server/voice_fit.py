@@ -69,8 +69,9 @@ def fit_json(voice: NamedVoice, backend: object | None) -> dict[str, Any]:
 def starting_voice(voices: list[NamedVoice], backend: object | None) -> str | None:
     """The voice the page starts on: the first preferred recording that fits, else the first
     built-in voice that fits (None: none does)."""
-    fitting = {v.name: v for v in voices if v.kind == "builtin" and v.status == "ok"
-               and fits(v, backend)}  # fmt: skip
+    fitting = {
+        v.name: v for v in voices if v.kind == "builtin" and v.status == "ok" and fits(v, backend)
+    }
     for name in (*PREFERRED_VOICES, *fitting):
         if name in fitting:
             return name

@@ -67,8 +67,9 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
         engine = served_engine(state.slot)  # None while the model loads
         backend = engine.backend if engine is not None else None
         needs = reference_needs(backend) if backend is not None else None
-        data = await asyncio.to_thread(lambda: [{**v.as_json(), **fit_json(v, backend)}
-                                                for v in voices])  # fmt: skip
+        data = await asyncio.to_thread(
+            lambda: [{**v.as_json(), **fit_json(v, backend)} for v in voices]
+        )
         task = getattr(backend, "task_type", "Base")
         if task != "Base":  # the checkpoint speaks its own voices, never a clip (#41)
             why = f"this {task} checkpoint makes its own voices; it does not clone a clip"
@@ -85,12 +86,20 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
         state.config.access.check(request, api=True)
         viewer = state.api_viewer(request)
         if not viewer.operator and viewer.owner_key is None:
-            raise ApiError(400, f"This server keeps voices private: send '{OWNER_HEADER}: "
-                           f"<your key>' to register one (and to use it); {ISSUE_HINT}",
-                           OWNER_HEADER, "owner_required")  # fmt: skip
+            raise ApiError(
+                400,
+                f"This server keeps voices private: send '{OWNER_HEADER}: "
+                f"<your key>' to register one (and to use it); {ISSUE_HINT}",
+                OWNER_HEADER,
+                "owner_required",
+            )
         if not viewer.operator and not state.voices.is_issued(viewer.owner_key):
-            raise ApiError(403, f"This {OWNER_HEADER} was not issued by this server; "
-                           f"{ISSUE_HINT}", OWNER_HEADER, "owner_key_not_issued")  # fmt: skip
+            raise ApiError(
+                403,
+                f"This {OWNER_HEADER} was not issued by this server; {ISSUE_HINT}",
+                OWNER_HEADER,
+                "owner_key_not_issued",
+            )
         # the client's address is its quota, unless the caller holds the API key (the operator)
         address = None if state.config.access.api_key else _client_address(request)
         limit = state.config.max_upload_bytes
@@ -108,8 +117,7 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
         """A key for this client's voices (the one it sends as X-Voice-Owner kept inside)."""
         state.config.access.check(request, api=True)
         held = request.headers.get(OWNER_HEADER) or None
-        key = await asyncio.to_thread(state.voices.issue_owner_key,
-                                      _client_address(request), held)  # fmt: skip
+        key = await asyncio.to_thread(state.voices.issue_owner_key, _client_address(request), held)
         return JSONResponse({"object": "owner_key", "owner_key": key, "header": OWNER_HEADER})
 
     @router.delete("/v1/audio/voices/{name}")
@@ -118,8 +126,9 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
         state.config.access.check(request, api=True)
         viewer = state.api_viewer(request)
         try:
-            await asyncio.to_thread(state.voices.delete, name, viewer.owner_key,
-                                    not viewer.operator)  # fmt: skip
+            await asyncio.to_thread(
+                state.voices.delete, name, viewer.owner_key, not viewer.operator
+            )
         except VoiceNotFound:
             raise ApiError(
                 404, f"Unknown voice '{shown(name)}'.", "voice", "voice_not_found"
@@ -134,20 +143,33 @@ def add_voice_routes(router: APIRouter, state: ServerState) -> None:
 def preset_voices(backend: object) -> list[dict]:
     """A CustomVoice checkpoint's presets as listed voices (`kind` "preset": its own speaker
     embeddings, no clip; `voice` names one on /v1/audio/speech), in the checkpoint's order."""
-    instruct = ("takes `instructions`" if getattr(backend, "instruct_supported", False)
-                else "refuses `instructions` (the official model ignores them)")  # fmt: skip
-    return [{"id": name, "object": "voice", "kind": "preset", "transcript": None,
-             "description": f"A preset voice of the served CustomVoice checkpoint; it {instruct}.",
-             "status": "ok", "reference_seconds": None, "fits_model": True}
-            for name in getattr(backend, "speakers", ())]  # fmt: skip
+    instruct = (
+        "takes `instructions`"
+        if getattr(backend, "instruct_supported", False)
+        else "refuses `instructions` (the official model ignores them)"
+    )
+    return [
+        {
+            "id": name,
+            "object": "voice",
+            "kind": "preset",
+            "transcript": None,
+            "description": f"A preset voice of the served CustomVoice checkpoint; it {instruct}.",
+            "status": "ok",
+            "reference_seconds": None,
+            "fits_model": True,
+        }
+        for name in getattr(backend, "speakers", ())
+    ]
 
 
 def _client_address(request: Request) -> str:
     return address_key(request.client.host if request.client else None)
 
 
-async def load_voice(state: ServerState, name: str,
-                     viewer: Viewer) -> tuple[NamedVoice, np.ndarray]:  # fmt: skip
+async def load_voice(
+    state: ServerState, name: str, viewer: Viewer
+) -> tuple[NamedVoice, np.ndarray]:
     """A named voice `viewer` may use and its clip, read into memory (a later replace cannot
     change it under a running request). 404 for an unknown name (or another visitor's private
     voice), 500 for a damaged stored voice."""
@@ -155,9 +177,13 @@ async def load_voice(state: ServerState, name: str,
         return state.voices.load(name, viewer)
     except VoiceNotFound:
         known = ", ".join(state.voices.names(viewer))
-        raise ApiError(404, f"Unknown voice '{shown(name)}'. Known voices: {known}; and "
-                       f"'{MODEL_VOICE}', the model's own voice (no clip).", "voice",
-                       "voice_not_found") from None  # fmt: skip
+        raise ApiError(
+            404,
+            f"Unknown voice '{shown(name)}'. Known voices: {known}; and "
+            f"'{MODEL_VOICE}', the model's own voice (no clip).",
+            "voice",
+            "voice_not_found",
+        ) from None
     except VoiceDamaged as exc:
         raise ApiError(500, str(exc), "voice", "voice_damaged") from None
 
@@ -166,8 +192,9 @@ async def _registration(form: FormData, limit: int) -> tuple[str, bytes, str | N
     """(name, clip bytes, transcript, replace) from the form, or a 400/413."""
     upload = next((form[k] for k in FILE_FIELDS if isinstance(form.get(k), UploadFile)), None)
     if upload is None:
-        raise ApiError(400, "Send the reference clip as a file field named 'file'.", "file",
-                       "missing_file")  # fmt: skip
+        raise ApiError(
+            400, "Send the reference clip as a file field named 'file'.", "file", "missing_file"
+        )
     clip = await upload.read(limit + 1)
     if len(clip) > limit:
         raise _too_large(limit)
@@ -185,19 +212,33 @@ def _text_field(form: FormData, keys: tuple[str, ...]) -> str | None:
     for key in keys:
         value = form.get(key)
         if isinstance(value, UploadFile):
-            raise ApiError(400, f"'{shown(key)}' must be a text field, not a file.", key,
-                           "invalid_value")  # fmt: skip
+            raise ApiError(
+                400, f"'{shown(key)}' must be a text field, not a file.", key, "invalid_value"
+            )
         if value:
             return value
     return None
 
 
-async def _register(state: ServerState, name: str, clip: bytes, transcript, replace,  # noqa: ANN001, ANN202
-                    viewer: Viewer, address: str | None):  # fmt: skip
+async def _register(
+    state: ServerState,
+    name: str,
+    clip: bytes,
+    transcript,
+    replace,  # noqa: ANN001, ANN202
+    viewer: Viewer,
+    address: str | None,
+):
     limits = state.engine.config.limits
     try:
-        register = partial(state.voices.register, limits=limits, replace=replace,
-                           owner_key=viewer.owner_key, viewer=viewer, address=address)  # fmt: skip
+        register = partial(
+            state.voices.register,
+            limits=limits,
+            replace=replace,
+            owner_key=viewer.owner_key,
+            viewer=viewer,
+            address=address,
+        )
         return await asyncio.to_thread(register, name, clip, transcript)
     except InputError as exc:
         param = "transcript" if exc.param == "reference_text" else "file"
@@ -215,5 +256,9 @@ def _store_error(exc: VoiceStoreError) -> ApiError:
 
 
 def _too_large(limit: int) -> ApiError:
-    return ApiError(413, f"The reference clip is larger than {limit / (1024 * 1024):g} MB.",
-                    "file", "file_too_large")  # fmt: skip
+    return ApiError(
+        413,
+        f"The reference clip is larger than {limit / (1024 * 1024):g} MB.",
+        "file",
+        "file_too_large",
+    )

@@ -275,8 +275,10 @@ class VoiceRegistry:
             if check_owner and not voice.owned_by(owner_key):
                 if self.private:
                     raise VoiceNotFound(name)
-                raise PermissionError(f"The voice '{name}' was not saved from this browser; "
-                                      "only its owner (or the API) can delete it.")  # fmt: skip
+                raise PermissionError(
+                    f"The voice '{name}' was not saved from this browser; "
+                    "only its owner (or the API) can delete it."
+                )
             self._refuse_outside(target, "deleted")
             with store_errors():
                 trashed = trash(target)  # one rename: readers see the voice or nothing
@@ -356,14 +358,21 @@ class VoiceRegistry:
         entries = list(self.root.iterdir()) if self.root.is_dir() else []
         folders = [p for p in entries if p.name not in self._builtin and _is_voice_folder(p)]
         if len(folders) >= self.max_voices:
-            raise VoiceStoreError(f"The voice store is full ({self.max_voices} voices); delete "
-                                  "one first.", 507)  # fmt: skip
+            raise VoiceStoreError(
+                f"The voice store is full ({self.max_voices} voices); delete one first.", 507
+            )
         if owner_key and self._owned_count(folders, owner_key) >= self.max_per_owner:
-            raise VoiceStoreError(f"This browser already keeps {self.max_per_owner} voices, the "
-                                  "most one visitor may save; delete one first.", 429)  # fmt: skip
+            raise VoiceStoreError(
+                f"This browser already keeps {self.max_per_owner} voices, the "
+                "most one visitor may save; delete one first.",
+                429,
+            )
         if issuer and self._issued_count(folders, issuer) >= self.max_per_address:
-            raise VoiceStoreError(f"This address already keeps {self.max_per_address} voices, "
-                                  "the most one client may save; delete one first.", 429)  # fmt: skip
+            raise VoiceStoreError(
+                f"This address already keeps {self.max_per_address} voices, "
+                "the most one client may save; delete one first.",
+                429,
+            )
 
     @staticmethod
     def _issued_count(folders: list[Path], issuer: str) -> int:

@@ -134,8 +134,11 @@ class BatchEngine:
         # (getattr: rows that are not Requests, e.g. the test doubles of the priority test, are
         # always ready)
         ready = [seq for seq in self._decoding if seq.input_ready]
-        fresh = [seq for seq in ready
-                 if seq.before_first_chunk and seq.frames < FIRST_CHUNK_PRIORITY_FRAMES]  # fmt: skip
+        fresh = [
+            seq
+            for seq in ready
+            if seq.before_first_chunk and seq.frames < FIRST_CHUNK_PRIORITY_FRAMES
+        ]
         if fresh and len(fresh) < len(ready):
             if self._held_back < FIRST_CHUNK_PRIORITY_FRAMES:
                 self._held_back += 1

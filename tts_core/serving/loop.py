@@ -97,8 +97,7 @@ class EngineLoop(BatchEngine):
     # ------------------------------------------------------------------ the loop
     def _start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name=self._thread_name,
-                                            daemon=True)  # fmt: skip
+            self._thread = threading.Thread(target=self._loop, name=self._thread_name, daemon=True)
             self._thread.start()
 
     def _has_work(self) -> bool:

@@ -14,18 +14,24 @@ def status_html(info: dict[str, Any]) -> str:
     """One line: which model speaks, or how far its loading has come."""
     status = info["status"]
     if status["status"] == "failed":
-        return (f'<p class="model-line failed">The model could not be loaded: '
-                f"{escape_text(status['error'] or 'see the server log')}.</p>")  # fmt: skip
+        return (
+            f'<p class="model-line failed">The model could not be loaded: '
+            f"{escape_text(status['error'] or 'see the server log')}.</p>"
+        )
     if status["status"] == "falling_back":
         return f'<p class="model-line loading">{escape_text(status["message"])}.</p>'
     if "backend" not in info:  # still loading
-        return (f'<p class="model-line loading">The model is loading: '
-                f"{escape_text(status['message'])}{_load_step(status)}</p>")  # fmt: skip
+        return (
+            f'<p class="model-line loading">The model is loading: '
+            f"{escape_text(status['message'])}{_load_step(status)}</p>"
+        )
     details = [info["model"], info["device"], info.get("weight_format")]
     details = " · ".join(escape_text(str(d)) for d in details if d)
-    return (f'<p class="model-line">Voice model: <b>{escape_text(info["backend"])}</b> '
-            f'<span class="details">{details}</span></p>'
-            f'<p class="description">{escape_text(info["description"])}</p>')  # fmt: skip
+    return (
+        f'<p class="model-line">Voice model: <b>{escape_text(info["backend"])}</b> '
+        f'<span class="details">{details}</span></p>'
+        f'<p class="description">{escape_text(info["description"])}</p>'
+    )
 
 
 # the phases a load goes through, in order (engine/loading.py), for "step k of n"
@@ -51,6 +57,9 @@ def notice_html(info: dict[str, Any]) -> str:
     if not info.get("notice"):
         return ""
     details = info.get("notice_details")
-    folded = (f"<details><summary>Details</summary><pre>{escape_text(details)}</pre></details>"
-              if details else "")  # fmt: skip
+    folded = (
+        f"<details><summary>Details</summary><pre>{escape_text(details)}</pre></details>"
+        if details
+        else ""
+    )
     return f'<div class="notice" role="status"><p>{escape_text(info["notice"])}</p>{folded}</div>'

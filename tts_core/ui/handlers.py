@@ -83,13 +83,33 @@ OWNER_KEY = "owner_key"  # the page's own event: its browser's key, after the AP
 # the first release, kept so that their calls keep working. Knobs declared since come after
 # `voice` (SECOND_RELEASE_ORDER, then in the order request_knobs gives). Nothing else depends on this order: the page's
 # inputs and the handlers' signature are both made from ApiParameters.names.
-FIRST_RELEASE_ORDER = ("text", "language", "reference", "reference_text", "temperature", "top_k",
-                       "top_p", "repetition_penalty", "seed", "first_chunk_frames",
-                       "chunk_frames", "cfg_value", "inference_timesteps", "voice")  # fmt: skip
+FIRST_RELEASE_ORDER = (
+    "text",
+    "language",
+    "reference",
+    "reference_text",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "seed",
+    "first_chunk_frames",
+    "chunk_frames",
+    "cfg_value",
+    "inference_timesteps",
+    "voice",
+)
 # ... then the knobs the known backends had declared when `speaker` and `instructions` came
 # (#41), and those two; any knob declared since comes after them
-SECOND_RELEASE_ORDER = ("first_chunk_tokens", "chunk_tokens", "watermark", "exaggeration",
-                        "cfg_weight", "min_p", *MODEL_VOICE_FIELDS)  # fmt: skip
+SECOND_RELEASE_ORDER = (
+    "first_chunk_tokens",
+    "chunk_tokens",
+    "watermark",
+    "exaggeration",
+    "cfg_weight",
+    "min_p",
+    *MODEL_VOICE_FIELDS,
+)
 
 
 class ApiParameters:
@@ -106,13 +126,16 @@ class ApiParameters:
         self.names = (*first, *(name for name in knob_names if name not in first))
         # `text` is required; any other value left out is None (a knob's default)
         kind, empty = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty
-        parameters = [inspect.Parameter(name, kind, default=empty if name == "text" else None)
-                      for name in self.names]  # fmt: skip
+        parameters = [
+            inspect.Parameter(name, kind, default=empty if name == "text" else None)
+            for name in self.names
+        ]
         self.signature = inspect.Signature(parameters, return_annotation=Any)
 
     @classmethod
-    def for_engine(cls, engine: Engine | None = None,
-                   max_input_chars: int = MAX_INPUT_CHARS) -> ApiParameters:  # fmt: skip
+    def for_engine(
+        cls, engine: Engine | None = None, max_input_chars: int = MAX_INPUT_CHARS
+    ) -> ApiParameters:
         """The parameters of every known backend's knobs, and of `engine`'s backend's
         (tts_core.backends.request_knobs)."""
         return cls(request_knobs(engine), max_input_chars)
@@ -123,8 +146,14 @@ class ApiParameters:
         limit = engine.config.limits.max_chars
         return PiecesHandle(engine, split_request(request, self.max_input_chars, limit))
 
-    def request(self, inputs: tuple, named: dict[str, Any], voices: VoiceRegistry | None = None,
-                viewer: Viewer = ANYONE, task_type: str = "Base") -> SynthesisRequest:  # fmt: skip
+    def request(
+        self,
+        inputs: tuple,
+        named: dict[str, Any],
+        voices: VoiceRegistry | None = None,
+        viewer: Viewer = ANYONE,
+        task_type: str = "Base",
+    ) -> SynthesisRequest:
         """The API's values (positional in `names` order, or by name) -> an engine request;
         InputError for a bad knob value, or for values that are not this API's. A named voice
         is one `viewer` may use (VoiceNotFound otherwise). `task_type`: the served
@@ -144,8 +173,9 @@ class ApiParameters:
                 raise InputError("Named voices are not available here; upload a clip instead.")
             named_voice, clip = voices.load(voice, viewer)
             return SynthesisRequest(text, (SAMPLE_RATE, clip), named_voice.transcript, params)
-        return SynthesisRequest(text, values.get("reference") or None,
-                                values.get("reference_text"), params)  # fmt: skip
+        return SynthesisRequest(
+            text, values.get("reference") or None, values.get("reference_text"), params
+        )
 
 
 def make_request(
@@ -197,8 +227,9 @@ def stream_to_page(
     skip = gr.skip()
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
-        request = make_request(*inputs, voices=voices, api=api, viewer=viewer,
-                               task_type=task_type_of(engine), **named)  # fmt: skip
+        request = make_request(
+            *inputs, voices=voices, api=api, viewer=viewer, task_type=task_type_of(engine), **named
+        )
         handle = api.open(engine, request)
     pieces: list[np.ndarray] = []
     last_chunk_at: float | None = None  # set while a chunk waits to be flushed by a nudge
@@ -254,8 +285,9 @@ def stream_to_api(
     """/synthesize: one (chunk WAV, stats) per chunk; the last one's stats have done=true."""
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
-        request = make_request(*inputs, voices=voices, api=api, viewer=viewer,
-                               task_type=task_type_of(engine), **named)  # fmt: skip
+        request = make_request(
+            *inputs, voices=voices, api=api, viewer=viewer, task_type=task_type_of(engine), **named
+        )
         handle = api.open(engine, request)
     try:
         for event in _events_with_timeouts(handle):
@@ -285,8 +317,9 @@ def synthesize_full(
     skip = gr.skip()
     with user_errors():
         api = api or ApiParameters.for_engine(engine)
-        request = make_request(*inputs, voices=voices, api=api, viewer=viewer,
-                               task_type=task_type_of(engine), **named)  # fmt: skip
+        request = make_request(
+            *inputs, voices=voices, api=api, viewer=viewer, task_type=task_type_of(engine), **named
+        )
         handle = api.open(engine, request)
     pieces, stats = [], {}
     try:
@@ -324,8 +357,9 @@ def bind(
     return handler
 
 
-def bind_page(slot: EngineSlot, voices: VoiceRegistry | None,
-              api: ApiParameters | None = None) -> Callable[..., Iterator]:  # fmt: skip
+def bind_page(
+    slot: EngineSlot, voices: VoiceRegistry | None, api: ApiParameters | None = None
+) -> Callable[..., Iterator]:
     """The page's own Generate for the standard player: stream_to_page on the API's inputs
     and, after them, the browser's owner key (the voices it may use). Its first yield clears
     the last run's full clip, so no stale clip stays next to this run's outcome; an error

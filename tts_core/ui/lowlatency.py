@@ -60,9 +60,14 @@ class LowLatencyPlayer:
     words_per_s: gr.Slider  # its feed rate
 
 
-def player_script(fields: list[str], generate_id: str, route: str = DEFAULT_ROUTE,
-                  start_lead_s: float = 0.02, max_lead_s: float = 1.0,
-                  text_route: str = TEXT_ROUTE) -> str:  # fmt: skip
+def player_script(
+    fields: list[str],
+    generate_id: str,
+    route: str = DEFAULT_ROUTE,
+    start_lead_s: float = 0.02,
+    max_lead_s: float = 1.0,
+    text_route: str = TEXT_ROUTE,
+) -> str:
     config = {
         "route": route,
         "textRoute": text_route,
@@ -88,8 +93,9 @@ def build_lowlatency_player(
     """Render the toggle + player and bind it to Generate/Stop (see the module docstring)."""
     if not generate.elem_id:
         raise ValueError("the Generate button needs an elem_id (click -> first sound timing)")
-    mode = gr.Radio([LOW_LATENCY, STANDARD], value=LOW_LATENCY, label="Player",
-                    elem_id="player-mode")  # fmt: skip
+    mode = gr.Radio(
+        [LOW_LATENCY, STANDARD], value=LOW_LATENCY, label="Player", elem_id="player-mode"
+    )
     text_stream, words_per_s = _text_stream_controls()
     html = gr.HTML(
         _MARKUP,
@@ -102,8 +108,10 @@ def build_lowlatency_player(
     inputs = [mode, text_stream, words_per_s, *fields.values()]  # the order start() reads
     generate.click(None, inputs, None, js=start, queue=False)
     if stop is not None:
-        halt = ("() => { window.__ttsLowLatency && window.__ttsLowLatency.stop();"
-                " window.__ttsStats && window.__ttsStats.stopped(); }")  # fmt: skip
+        halt = (
+            "() => { window.__ttsLowLatency && window.__ttsLowLatency.stop();"
+            " window.__ttsStats && window.__ttsStats.stopped(); }"
+        )
         stop.click(None, None, None, js=halt, queue=False)
     # its own controls show in low-latency mode only (set_mode hides the block)
     set_mode = "(mode) => { window.__ttsLowLatency && window.__ttsLowLatency.setMode(mode); }"
@@ -115,9 +123,13 @@ def _text_stream_controls() -> tuple[gr.Checkbox, gr.Slider]:
     """The "speak while the text arrives" checkbox and its rate (shown in low-latency mode)."""
     low, high, default = WORDS_PER_S
     with gr.Row(elem_id=TEXT_STREAM_ID):
-        checkbox = gr.Checkbox(False, label="Speak while the text arrives",
-                               info="feed the text word by word, as a chat model writes it",
-                               elem_id="text-stream")  # fmt: skip
-        rate = gr.Slider(low, high, default, step=0.5, label="Words per second",
-                         elem_id="text-stream-rate")  # fmt: skip
+        checkbox = gr.Checkbox(
+            False,
+            label="Speak while the text arrives",
+            info="feed the text word by word, as a chat model writes it",
+            elem_id="text-stream",
+        )
+        rate = gr.Slider(
+            low, high, default, step=0.5, label="Words per second", elem_id="text-stream-rate"
+        )
     return checkbox, rate

@@ -50,19 +50,31 @@ FIRST_RELEASE = len(handlers.FIRST_RELEASE_ORDER)  # values every positional cal
 CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API endpoints
 FALLBACK_CONCURRENCY = 8  # before the model is known
 SHARED_NAMES = frozenset(knob.name for knob in SHARED_KNOBS)  # shown whatever the model
-RUN_STATUS = ('<p class="run-status" data-state="idle" role="status" aria-live="polite">'
-              "</p>")  # page.js / stats_panel.js: Generating…, Done, Error: …  # fmt: skip
+RUN_STATUS = (
+    '<p class="run-status" data-state="idle" role="status" aria-live="polite">'
+    "</p>"
+)  # page.js / stats_panel.js: Generating…, Done, Error: …
 EXAMPLES = [  # (label, text, language, built-in voice): real recordings (assets/voices)
-    ("English, female (recorded)",
-     "Hello! This voice is streamed to your browser while it is being synthesized.",
-     "english", "arctic-slt"),
-    ("English, Scottish male (recorded)",
-     "Good morning. The weather today is sunny, with a light breeze from the west.",
-     "english", "arctic-awb"),
-    ("French, female voice", "Bonjour tout le monde. Ceci est une démonstration de synthèse vocale.",
-     "french", "arctic-slt"),
+    (
+        "English, female (recorded)",
+        "Hello! This voice is streamed to your browser while it is being synthesized.",
+        "english",
+        "arctic-slt",
+    ),
+    (
+        "English, Scottish male (recorded)",
+        "Good morning. The weather today is sunny, with a light breeze from the west.",
+        "english",
+        "arctic-awb",
+    ),
+    (
+        "French, female voice",
+        "Bonjour tout le monde. Ceci est une démonstration de synthèse vocale.",
+        "french",
+        "arctic-slt",
+    ),
     ("German, male voice", "Guten Tag! Wie geht es Ihnen heute?", "german", "arctic-awb"),
-]  # fmt: skip
+]
 
 
 class VoicePage(gr.Blocks):
@@ -140,14 +152,21 @@ def build_demo(
     parameters = handlers.ApiParameters.for_engine(engine, max_input_chars)
     backend = engine.backend if engine is not None else None
     with VoicePage(slot, voices, api) as demo:
-        gr.Markdown("# Streaming voice demo\nType some text and pick or upload a voice: you "
-                    "hear it while it is being generated.")  # fmt: skip
+        gr.Markdown(
+            "# Streaming voice demo\nType some text and pick or upload a voice: you "
+            "hear it while it is being generated."
+        )
         parts: dict[str, Any] = {
-            "status": gr.HTML(status_html(info), elem_id="model-status",
-                              css_template=_css("page.css")),  # fmt: skip
-            "notice": gr.HTML(notice_html(info), elem_id="fallback-notice",
-                              css_template=_css("page.css"), visible=bool(info.get("notice"))),
-        }  # fmt: skip
+            "status": gr.HTML(
+                status_html(info), elem_id="model-status", css_template=_css("page.css")
+            ),
+            "notice": gr.HTML(
+                notice_html(info),
+                elem_id="fallback-notice",
+                css_template=_css("page.css"),
+                visible=bool(info.get("notice")),
+            ),
+        }
         with gr.Row():
             with gr.Column(scale=1):
                 # the text and Generate first: in view without scrolling on a desktop or a
@@ -161,18 +180,19 @@ def build_demo(
                     css_template=_static("page.css"),
                 )
                 with gr.Row():  # side by side on a phone too (a small min_width)
-                    generate = gr.Button("Generate", variant="primary", elem_id="generate",
-                                         min_width=80)  # fmt: skip
+                    generate = gr.Button(
+                        "Generate", variant="primary", elem_id="generate", min_width=80
+                    )
                     stop = gr.Button("Stop", variant="stop", elem_id="stop", min_width=80)
                 # what Generate is doing, next to it (on a phone the player is far below)
                 gr.HTML(RUN_STATUS, elem_id="run-status")
-                library = _voice_inputs(info, parts, controls, voices, backend,
-                                        editable=_page_may_write(api))  # fmt: skip
+                library = _voice_inputs(
+                    info, parts, controls, voices, backend, editable=_page_may_write(api)
+                )
                 # a checkpoint that makes its own voices (CustomVoice / VoiceDesign): a
                 # preset picker and an instruction box, or a description box, in its place
                 model_voice = build_model_voice(info)
-                controls.update(speaker=model_voice.speaker,
-                                instructions=model_voice.instructions)  # fmt: skip
+                controls.update(speaker=model_voice.speaker, instructions=model_voice.instructions)
                 # a model that clones from the clip alone (Chatterbox) does not read its words
                 library.transcript.visible = reads_transcript(engine and engine.backend)
                 parts["transcript"] = library.transcript
@@ -188,26 +208,46 @@ def build_demo(
                 # "Standard" (the low-latency player has its own replay + download)
                 with gr.Column(visible=False) as standard_outputs:
                     outputs = _standard_outputs()
-                player.mode.change(lambda mode: gr.update(visible=mode == STANDARD), player.mode,
-                                   standard_outputs, queue=False, api_visibility="private")  # fmt: skip
+                player.mode.change(
+                    lambda mode: gr.update(visible=mode == STANDARD),
+                    player.mode,
+                    standard_outputs,
+                    queue=False,
+                    api_visibility="private",
+                )
                 outputs.append(build_stats_panel())
         if assets is not None:
             parts["examples"] = _examples(controls, voices, backend)
         inputs = [controls[name] for name in parameters.names]
-        _wire_synthesis(slot, voices, parameters, inputs, outputs, player, stop, concurrency,
-                        library.owner)  # fmt: skip
+        _wire_synthesis(
+            slot, voices, parameters, inputs, outputs, player, stop, concurrency, library.owner
+        )
         parts["timer"] = gr.Timer(1.0, active=_loading(info))
-        wire_voice_library(demo, library, slot, voices, editable=_page_may_write(api),
-                           model_line=parts["status"])  # fmt: skip
-        wire_model_voice(model_voice, slot, voices, controls["text"], library.owner, outputs[1],
-                         editable=_page_may_write(api))  # fmt: skip
-        model_knobs = {knob: knob_controls[knob.name] for knob in parameters.knobs
-                       if knob.name not in SHARED_NAMES}  # fmt: skip
+        wire_voice_library(
+            demo, library, slot, voices, editable=_page_may_write(api), model_line=parts["status"]
+        )
+        wire_model_voice(
+            model_voice,
+            slot,
+            voices,
+            controls["text"],
+            library.owner,
+            outputs[1],
+            editable=_page_may_write(api),
+        )
+        model_knobs = {
+            knob: knob_controls[knob.name]
+            for knob in parameters.knobs
+            if knob.name not in SHARED_NAMES
+        }
         model_voice_parts = model_voice_state(model_voice, info, set_values=False)
-        refresh = {"fn": lambda: page_state(slot, parts, model_knobs, voices, model_voice),
-                   "outputs": {*parts.values(), *model_knobs.values(), *model_voice_parts},
-                   "queue": False,
-                   "show_progress": "hidden", "api_visibility": "private"}  # fmt: skip
+        refresh = {
+            "fn": lambda: page_state(slot, parts, model_knobs, voices, model_voice),
+            "outputs": {*parts.values(), *model_knobs.values(), *model_voice_parts},
+            "queue": False,
+            "show_progress": "hidden",
+            "api_visibility": "private",
+        }
         demo.load(**refresh)
         parts["timer"].tick(**refresh)
     return demo
@@ -222,8 +262,10 @@ def too_few_values(block_fn: Any, got: int) -> str:
     except (TypeError, ValueError):  # no signature: the count alone
         names = []
     order = f" in this order: {', '.join(names)}" if len(names) == wanted else ""
-    return (f"/{block_fn.api_name or block_fn.name} takes {wanted} values{order} (null: the "
-            f"default); got {got}.")  # fmt: skip
+    return (
+        f"/{block_fn.api_name or block_fn.name} takes {wanted} values{order} (null: the "
+        f"default); got {got}."
+    )
 
 
 def _page_may_write(api: ApiConfig | None) -> bool:
@@ -232,9 +274,13 @@ def _page_may_write(api: ApiConfig | None) -> bool:
     return not (api and api.access.api_key)
 
 
-def page_state(slot: EngineSlot, parts: dict[str, Any], model_knobs: dict[Knob, Any],
-               voices: VoiceRegistry | None = None,
-               model_voice: ModelVoiceInputs | None = None) -> dict:  # fmt: skip
+def page_state(
+    slot: EngineSlot,
+    parts: dict[str, Any],
+    model_knobs: dict[Knob, Any],
+    voices: VoiceRegistry | None = None,
+    model_voice: ModelVoiceInputs | None = None,
+) -> dict:
     """What depends on the model, from the slot: {component: update}. `model_knobs`: the
     page's control of each backend knob (the shared ones always show); `voices`: for the
     examples that fit the served model; `model_voice`: the preset / instruction inputs (shown
@@ -296,31 +342,47 @@ def model_dependent(info: dict[str, Any], backend: object | None = None) -> dict
 def _text_box(info: dict[str, Any], parts: dict[str, Any]) -> gr.Textbox:
     # no max_length: Gradio's cuts a paste silently; the count under the box says the limit
     parts["text"] = gr.Textbox(
-        label="Text", lines=3, elem_id="text",
+        label="Text",
+        lines=3,
+        elem_id="text",
         value="Hello! This is a streaming voice demo. The audio plays while it is being generated.",
-    )  # fmt: skip
+    )
     return parts["text"]
 
 
-def _voice_inputs(info: dict[str, Any], parts: dict[str, Any], controls: dict[str, Any],
-                  voices: VoiceRegistry, backend: object | None, editable: bool) -> Any:  # fmt: skip
+def _voice_inputs(
+    info: dict[str, Any],
+    parts: dict[str, Any],
+    controls: dict[str, Any],
+    voices: VoiceRegistry,
+    backend: object | None,
+    editable: bool,
+) -> Any:
     """Language and the voice library; adds their controls (by API name) to `controls`."""
     choices = [("Auto-detect", "auto")] + [(name.capitalize(), name) for name in LANGUAGES]
-    controls["language"] = gr.Dropdown(choices, value="auto", label="Language",
-                                       allow_custom_value=True, elem_id="language",
-                                       visible=info.get("reads_language", True))  # fmt: skip
+    controls["language"] = gr.Dropdown(
+        choices,
+        value="auto",
+        label="Language",
+        allow_custom_value=True,
+        elem_id="language",
+        visible=info.get("reads_language", True),
+    )
     parts["language"] = controls["language"]
     with gr.Column(elem_id="clone-voice", visible=_clones(info)) as parts["clone_voice"]:
-        library = build_voice_library(model_dependent(info, backend)["reference"], editable,
-                                      voices.private, voices, backend)  # fmt: skip
+        library = build_voice_library(
+            model_dependent(info, backend)["reference"], editable, voices.private, voices, backend
+        )
     parts["reference"] = library.reference
-    controls.update(reference=library.reference, reference_text=library.transcript,
-                    voice=library.voice)  # fmt: skip
+    controls.update(
+        reference=library.reference, reference_text=library.transcript, voice=library.voice
+    )
     return library
 
 
-def _knob_controls(knobs: tuple[Knob, ...], engine: Engine | None, info: dict[str, Any],
-                   parts: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def _knob_controls(
+    knobs: tuple[Knob, ...], engine: Engine | None, info: dict[str, Any], parts: dict[str, Any]
+) -> dict[str, Any]:
     """A control per knob, by name, made from its declaration: the backends' own first (only
     the served model's show; none while it loads), then the shared ones."""
     served = knob_defaults(engine.backend) if engine is not None else {}
@@ -337,14 +399,18 @@ def _knob_controls(knobs: tuple[Knob, ...], engine: Engine | None, info: dict[st
 
 def _control(knob: Knob, default: Any, visible: bool) -> gr.components.Component:
     """A slider (or a number box) for `knob`: its label, help text, range and step."""
-    common = {"label": knob.label or knob.name, "info": knob.help or None, "visible": visible,
-              "elem_id": "knob-" + knob.name.replace("_", "-")}  # fmt: skip
+    common = {
+        "label": knob.label or knob.name,
+        "info": knob.help or None,
+        "visible": visible,
+        "elem_id": "knob-" + knob.name.replace("_", "-"),
+    }
     if knob.control == "number":
-        return gr.Number(knob.initial(default), precision=0 if knob.kind is int else None,
-                         **common)  # fmt: skip
+        return gr.Number(knob.initial(default), precision=0 if knob.kind is int else None, **common)
     values = _control_values(knob, default)
-    return gr.Slider(values["minimum"], values["maximum"], values["value"],
-                     step=knob.slider_step(), **common)  # fmt: skip
+    return gr.Slider(
+        values["minimum"], values["maximum"], values["value"], step=knob.slider_step(), **common
+    )
 
 
 def _control_values(knob: Knob, default: Any) -> dict[str, Any]:
@@ -358,59 +424,95 @@ def _control_values(knob: Knob, default: Any) -> dict[str, Any]:
 
 
 def _standard_outputs() -> list:
-    live = gr.Audio(label="Live audio", streaming=True, autoplay=True, interactive=False,
-                    elem_id="live-audio")  # fmt: skip
-    full = gr.Audio(label="Full clip (download)", type="numpy", interactive=False,
-                    elem_id="full-audio")  # fmt: skip
+    live = gr.Audio(
+        label="Live audio", streaming=True, autoplay=True, interactive=False, elem_id="live-audio"
+    )
+    full = gr.Audio(
+        label="Full clip (download)", type="numpy", interactive=False, elem_id="full-audio"
+    )
     return [live, full]
 
 
-def _wire_synthesis(slot: EngineSlot, voices: VoiceRegistry,
-                    parameters: handlers.ApiParameters, inputs: list, outputs: list,
-                    player: Any, stop: gr.Button, concurrency: int,
-                    owner: gr.BrowserState) -> None:  # fmt: skip
+def _wire_synthesis(
+    slot: EngineSlot,
+    voices: VoiceRegistry,
+    parameters: handlers.ApiParameters,
+    inputs: list,
+    outputs: list,
+    player: Any,
+    stop: gr.Button,
+    concurrency: int,
+    owner: gr.BrowserState,
+) -> None:
     """The standard player's event and the API-only endpoints, on one concurrency pool;
     `inputs`: the controls of `parameters.names`, in that order; `owner`: the browser's key
     (the page's own event uses the voices it may see; the API's have no key)."""
 
-    pool = {"concurrency_id": CONCURRENCY_ID, "concurrency_limit": concurrency,
-            "show_progress": "minimal"}  # fmt: skip
+    pool = {
+        "concurrency_id": CONCURRENCY_ID,
+        "concurrency_limit": concurrency,
+        "show_progress": "minimal",
+    }
 
     def wire(trigger: Any, fn: Any, outs: list, api_name: str) -> Any:
-        return trigger(handlers.bind(fn, slot, voices, parameters), inputs=api_inputs,
-                       outputs=outs, api_name=api_name, api_visibility="public", **pool)  # fmt: skip
+        return trigger(
+            handlers.bind(fn, slot, voices, parameters),
+            inputs=api_inputs,
+            outputs=outs,
+            api_name=api_name,
+            api_visibility="public",
+            **pool,
+        )
 
     # Generate runs the low-latency player in the browser; the page clicks this hidden
     # trigger instead when the player toggle says "Standard" (one synthesis per click).
     # "always_last": a click while the last run is still pending (its clip shown, its
     # completion not yet received) runs after it; Gradio's default "once" dropped it.
     generating = player.standard_trigger.click(
-        handlers.bind_page(slot, voices, parameters), inputs=[*inputs, owner], outputs=outputs,
-        api_name="generate", api_visibility="private", trigger_mode="always_last", **pool,
-    )  # fmt: skip
+        handlers.bind_page(slot, voices, parameters),
+        inputs=[*inputs, owner],
+        outputs=outputs,
+        api_name="generate",
+        api_visibility="private",
+        trigger_mode="always_last",
+        **pool,
+    )
     stop.click(None, None, None, cancels=[generating])
     # API-only endpoints: a hidden button that no one clicks, so they run only when called;
     # their knobs are inputs of their own (`_api_knob_input`), the other fields the page's
     api_only = gr.Button(visible=False)
     declared = {knob.name: knob for knob in parameters.knobs}
-    api_inputs = [_api_knob_input(declared[name]) if name in declared
-                  else _api_voice_input() if name == "voice"
-                  else _api_text_input(name) if name in handlers.MODEL_VOICE_FIELDS else control
-                  for name, control in zip(parameters.names, inputs, strict=True)]  # fmt: skip
+    api_inputs = [
+        _api_knob_input(declared[name])
+        if name in declared
+        else _api_voice_input()
+        if name == "voice"
+        else _api_text_input(name)
+        if name in handlers.MODEL_VOICE_FIELDS
+        else control
+        for name, control in zip(parameters.names, inputs, strict=True)
+    ]
     for fn, audio_label, api_name in (
         (handlers.stream_to_api, "chunk", "synthesize"),
         (handlers.synthesize_full, "audio", "synthesize_full"),
     ):
-        outs = [gr.Audio(type="numpy", visible=False, label=audio_label),
-                gr.JSON(visible=False, label="stats")]  # fmt: skip
+        outs = [
+            gr.Audio(type="numpy", visible=False, label=audio_label),
+            gr.JSON(visible=False, label="stats"),
+        ]
         wire(api_only.click, fn, outs, api_name)
 
 
 def _api_voice_input() -> gr.Dropdown:
     """The API-only endpoints' `voice`: none unless the caller names one (the page's picker
     starts on a built-in voice, which would replace a caller's reference clip)."""
-    return gr.Dropdown([(UPLOAD_LABEL, UPLOAD)], value=UPLOAD, label="Voice", visible=False,
-                       allow_custom_value=True)  # fmt: skip
+    return gr.Dropdown(
+        [(UPLOAD_LABEL, UPLOAD)],
+        value=UPLOAD,
+        label="Voice",
+        visible=False,
+        allow_custom_value=True,
+    )
 
 
 def _api_text_input(name: str) -> gr.Textbox:
@@ -450,28 +552,40 @@ def examples_update(voices: VoiceRegistry, backend: object | None) -> gr.Dataset
     return gr.Dataset(samples=rows, sample_labels=labels, visible=bool(rows))
 
 
-def _examples(controls: dict[str, Any], voices: VoiceRegistry,
-              backend: object | None) -> gr.Dataset:  # fmt: skip
+def _examples(
+    controls: dict[str, Any], voices: VoiceRegistry, backend: object | None
+) -> gr.Dataset:
     """The examples: a text, its language and a built-in voice each (only those that fit the
     served model; page_state follows the model once it has loaded). A click fills them in."""
     rows, labels = example_rows(voices, backend)
     names = ("text", "language", "voice")
-    dataset = gr.Dataset(components=[controls[name] for name in names], samples=rows,
-                         sample_labels=labels, label="Examples", elem_id="examples",
-                         visible=bool(rows), type="values")  # fmt: skip
+    dataset = gr.Dataset(
+        components=[controls[name] for name in names],
+        samples=rows,
+        sample_labels=labels,
+        label="Examples",
+        elem_id="examples",
+        visible=bool(rows),
+        type="values",
+    )
 
     def load_example(row: list) -> tuple:  # the page's own event (private), by index
         return tuple(row)
 
-    dataset.click(load_example, dataset, [controls[name] for name in names], queue=False,
-                  show_progress="hidden", api_visibility="private")  # fmt: skip
+    dataset.click(
+        load_example,
+        dataset,
+        [controls[name] for name in names],
+        queue=False,
+        show_progress="hidden",
+        api_visibility="private",
+    )
     return dataset
 
 
 def count_html(max_chars: int) -> str:
     """The text count line (page.js fills in the count as the visitor types)."""
-    return (f'<p class="text-count" data-max="{max_chars}">Up to {max_chars} characters'
-            "</p>")  # fmt: skip
+    return f'<p class="text-count" data-max="{max_chars}">Up to {max_chars} characters</p>'
 
 
 def _css(name: str) -> str:

@@ -12,9 +12,17 @@ from ..server.http_server import ServeOptions, serve
 from .page import VoicePage
 
 
-def serve_page(demo: VoicePage, options: ServeOptions,
-               on_started: Callable[[str], Any] | None = None) -> None:  # fmt: skip
+def serve_page(
+    demo: VoicePage, options: ServeOptions, on_started: Callable[[str], Any] | None = None
+) -> None:
     """Serve `demo` and its HTTP routes until SIGTERM/SIGINT, then drain and return."""
     router, _ = make_router(demo.tts_slot, demo.tts_voices, demo.tts_api)
-    serve(demo, router, demo.tts_slot, options, wait_for_writes=demo.tts_voices.wait_for_writes,
-          middleware=(demo.disk_guard_middleware(),), on_started=on_started)  # fmt: skip
+    serve(
+        demo,
+        router,
+        demo.tts_slot,
+        options,
+        wait_for_writes=demo.tts_voices.wait_for_writes,
+        middleware=(demo.disk_guard_middleware(),),
+        on_started=on_started,
+    )

@@ -21,10 +21,15 @@ TILES = [  # (label, data-s of the value, hint below it: text, or ("data-s",) wh
 
 
 def _tile(label: str, name: str, hint: str | tuple[str]) -> str:
-    hint = f'<div class="hint" data-s="{hint[0]}"></div>' if isinstance(hint, tuple) else (
-        f'<div class="hint">{hint}</div>')  # fmt: skip
-    return (f'<div class="tile"><div class="label">{label}</div>'
-            f'<div class="value" data-s="{name}">–</div>{hint}</div>')  # fmt: skip
+    hint = (
+        f'<div class="hint" data-s="{hint[0]}"></div>'
+        if isinstance(hint, tuple)
+        else (f'<div class="hint">{hint}</div>')
+    )
+    return (
+        f'<div class="tile"><div class="label">{label}</div>'
+        f'<div class="value" data-s="{name}">–</div>{hint}</div>'
+    )
 
 
 MARKUP = f"""<div class="tts-stats">
@@ -49,8 +54,12 @@ real time)</div>
 def build_stats_panel() -> gr.JSON:
     """The panel, and the hidden gr.JSON through which the standard player's handler feeds it
     (the low-latency player feeds it in the browser). Returns that gr.JSON."""
-    gr.HTML(MARKUP, css_template=(STATIC / "stats_panel.css").read_text(),
-            js_on_load=(STATIC / "stats_panel.js").read_text(), elem_id="live-stats")  # fmt: skip
+    gr.HTML(
+        MARKUP,
+        css_template=(STATIC / "stats_panel.css").read_text(),
+        js_on_load=(STATIC / "stats_panel.js").read_text(),
+        elem_id="live-stats",
+    )
     stats = gr.JSON(visible=False, elem_id="stats-json", label="stats")
     show = "(stats) => { window.__ttsStats && window.__ttsStats.update(stats); }"
     stats.change(None, stats, None, js=show, queue=False, api_visibility="private")

@@ -61,46 +61,79 @@ class VoiceLibrary:
     note: gr.Markdown  # what the last save or delete did (until the visitor picks a voice)
 
 
-def build_voice_library(reference_label: str, editable: bool = True, private: bool = False,
-                        voices: VoiceRegistry | None = None,
-                        backend: object | None = None) -> VoiceLibrary:  # fmt: skip
+def build_voice_library(
+    reference_label: str,
+    editable: bool = True,
+    private: bool = False,
+    voices: VoiceRegistry | None = None,
+    backend: object | None = None,
+) -> VoiceLibrary:
     """The voice inputs: a dropdown of voices (filled per browser on page load: the ones that
     fit the served model), starting on a built-in recording that fits it (`starting_voice`),
     and for "Upload or record a clip" the clip, its transcript and (when `editable`) a row to
     save them as a voice. Saved voices are listed to every visitor of the server, or with
     `private` to the browser that saved them only."""
-    shared = ("Only this browser will see the voices it saves." if private else
-              "Saved voices are listed to everyone using this server.")  # fmt: skip
+    shared = (
+        "Only this browser will see the voices it saves."
+        if private
+        else "Saved voices are listed to everyone using this server."
+    )
     owner = gr.BrowserState("", storage_key=OWNER_STORAGE_KEY, secret=OWNER_SECRET)
     start = start_voice(voices, backend) if voices is not None else UPLOAD
     listed = choices(voices, None, backend) if voices is not None else [(UPLOAD_LABEL, UPLOAD)]
     # allow_custom_value: an API caller may name a voice registered after the page was built
-    voice = gr.Dropdown(listed, value=start, label="Voice", allow_custom_value=True,
-                        elem_id="voice")  # fmt: skip
+    voice = gr.Dropdown(
+        listed, value=start, label="Voice", allow_custom_value=True, elem_id="voice"
+    )
     with gr.Column(elem_id="upload-box", visible=start == UPLOAD) as upload_box:
-        reference = gr.Audio(None, sources=["upload", "microphone"], type="filepath",
-                             label=reference_label, elem_id="reference")  # fmt: skip
-        transcript = gr.Textbox("", label="Transcript of the clip (optional)", lines=1,
-                                elem_id="reference-text")  # fmt: skip
+        reference = gr.Audio(
+            None,
+            sources=["upload", "microphone"],
+            type="filepath",
+            label=reference_label,
+            elem_id="reference",
+        )
+        transcript = gr.Textbox(
+            "", label="Transcript of the clip (optional)", lines=1, elem_id="reference-text"
+        )
         with gr.Row(equal_height=True, visible=editable):
-            name = gr.Textbox(placeholder="Name it, e.g. my-voice", show_label=False, scale=3,
-                              info=shared,
-                              max_length=64, elem_id="voice-name")  # fmt: skip
+            name = gr.Textbox(
+                placeholder="Name it, e.g. my-voice",
+                show_label=False,
+                scale=3,
+                info=shared,
+                max_length=64,
+                elem_id="voice-name",
+            )
             save = gr.Button("Save this voice", size="md", scale=2, elem_id="save-voice")
     with gr.Row(equal_height=True):
         picked = voices.get(start) if voices is not None and start else None
-        about = gr.Markdown(about_text(picked) if picked else "", visible=picked is not None,
-                            elem_id="voice-about")  # fmt: skip
-        delete = gr.Button("Delete voice", variant="stop", size="sm", visible=False, scale=0,
-                           min_width=120, elem_id="delete-voice")  # fmt: skip
+        about = gr.Markdown(
+            about_text(picked) if picked else "", visible=picked is not None, elem_id="voice-about"
+        )
+        delete = gr.Button(
+            "Delete voice",
+            variant="stop",
+            size="sm",
+            visible=False,
+            scale=0,
+            min_width=120,
+            elem_id="delete-voice",
+        )
     note = gr.Markdown(visible=False, elem_id="voice-note")
-    return VoiceLibrary(voice, reference, transcript, owner, upload_box, name, save, about,
-                        delete, note)  # fmt: skip
+    return VoiceLibrary(
+        voice, reference, transcript, owner, upload_box, name, save, about, delete, note
+    )
 
 
-def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
-                       voices: VoiceRegistry, editable: bool = True,
-                       model_line: gr.HTML | None = None) -> None:  # fmt: skip
+def wire_voice_library(
+    demo: gr.Blocks,
+    lib: VoiceLibrary,
+    slot: EngineSlot,
+    voices: VoiceRegistry,
+    editable: bool = True,
+    model_line: gr.HTML | None = None,
+) -> None:
     """Events: page load (and a change of `model_line`: the model loaded) -> this browser's list
     (and key); pick; an uploaded or recorded clip checked at once; save and delete (only
     when `editable`: a server whose API needs a key does not let the page write the store)."""
@@ -144,34 +177,50 @@ def wire_voice_library(demo: gr.Blocks, lib: VoiceLibrary, slot: EngineSlot,
         except gr.Error as exc:
             return gr.skip(), gr.skip(), owner_key, show_note(f"Not saved: {exc.message}")
         where = "" if voices.private else ", and the API knows it too"
-        return (gr.update(choices=choices(voices, owner_key), value=saved), "", owner_key,
-                show_note(f"Saved the voice '{saved}': it is selected now{where}."))  # fmt: skip
+        return (
+            gr.update(choices=choices(voices, owner_key), value=saved),
+            "",
+            owner_key,
+            show_note(f"Saved the voice '{saved}': it is selected now{where}."),
+        )
 
     def delete(name: str, owner_key: str) -> tuple:
         try:
             delete_voice(voices, name, owner_key)
         except gr.Error as exc:
             return gr.skip(), show_note(f"Not deleted: {exc.message}")
-        return (gr.update(choices=choices(voices, owner_key), value=UPLOAD),
-                show_note(f"Deleted the voice '{name}'."))  # fmt: skip
+        return (
+            gr.update(choices=choices(voices, owner_key), value=UPLOAD),
+            show_note(f"Deleted the voice '{name}'."),
+        )
 
     # what save and delete did (or why not) shows in the note, not in a toast
     private = {"api_visibility": "private", "show_progress": "hidden"}
     demo.load(refresh, lib.owner, [lib.owner, lib.voice], queue=False, **private)
     if model_line is not None:  # the list once the model is known: its line says so first
-        model_line.change(follow_model, [lib.owner, lib.voice], [lib.owner, lib.voice],
-                          queue=False, **private)  # fmt: skip
+        model_line.change(
+            follow_model, [lib.owner, lib.voice], [lib.owner, lib.voice], queue=False, **private
+        )
     # a clip that cannot serve (not audio, silent, too short for the model) is refused at once
     for event in (lib.reference.upload, lib.reference.stop_recording):
         event(check_clip, lib.reference, [lib.reference, lib.note], queue=False, **private)
-    lib.voice.change(pick, [lib.voice, lib.owner], [lib.upload_box, lib.about, lib.delete],
-                     queue=False, **private)  # fmt: skip
+    lib.voice.change(
+        pick,
+        [lib.voice, lib.owner],
+        [lib.upload_box, lib.about, lib.delete],
+        queue=False,
+        **private,
+    )
     if not editable:
         return
     # the note stays until the visitor picks a voice (input: not when a save or delete sets it)
     lib.voice.input(lambda: gr.update(visible=False), None, lib.note, queue=False, **private)
-    lib.save.click(save, [lib.name, lib.reference, lib.transcript, lib.owner],
-                   [lib.voice, lib.name, lib.owner, lib.note], **private)  # fmt: skip
+    lib.save.click(
+        save,
+        [lib.name, lib.reference, lib.transcript, lib.owner],
+        [lib.voice, lib.name, lib.owner, lib.note],
+        **private,
+    )
     lib.delete.click(delete, [lib.voice, lib.owner], [lib.voice, lib.note], **private)
 
 
@@ -184,8 +233,9 @@ def usable_key(owner_key: object) -> str:
     return secrets.token_urlsafe(24)
 
 
-def choices(voices: VoiceRegistry, owner_key: str | None,
-            backend: object | None = None) -> list[tuple[str, str]]:  # fmt: skip
+def choices(
+    voices: VoiceRegistry, owner_key: str | None, backend: object | None = None
+) -> list[tuple[str, str]]:
     """(label, name) for the dropdown: upload first, then built-in and saved voices (with
     private voices: the ones `owner_key` saved); damaged ones and those whose clip does not
     fit `backend` (voice_fit.py; None: not loaded yet, all fit) are left out (they cannot
@@ -202,8 +252,9 @@ def choices(voices: VoiceRegistry, owner_key: str | None,
     return listed
 
 
-def show_picked(voices: VoiceRegistry, name: str, owner_key: str | None,
-                may_delete: bool = True) -> tuple:  # fmt: skip
+def show_picked(
+    voices: VoiceRegistry, name: str, owner_key: str | None, may_delete: bool = True
+) -> tuple:
     """Updates for (upload box, about, delete): the upload box for UPLOAD, else what the
     voice is (one `owner_key` may see), and Delete for a voice this browser saved (when
     `may_delete`)."""
@@ -216,8 +267,11 @@ def show_picked(voices: VoiceRegistry, name: str, owner_key: str | None,
         missing = f"There is no voice named '{plain(name)}'."
         return hidden, gr.update(value=missing, visible=True), hidden
     owned = voice.owned_by(owner_key)
-    return (hidden, gr.update(value=about_text(voice, owned, voices.private), visible=True),
-            gr.update(visible=owned and may_delete))  # fmt: skip
+    return (
+        hidden,
+        gr.update(value=about_text(voice, owned, voices.private), visible=True),
+        gr.update(visible=owned and may_delete),
+    )
 
 
 def about_text(voice: NamedVoice, owned: bool = False, private: bool = False) -> str:
@@ -274,17 +328,23 @@ def plain(text: str) -> str:
 _MARKUP = set("\\`*_[]<>!&~|")  # inline Markdown and HTML (the text never starts a line)
 
 
-def save_voice(slot: EngineSlot, voices: VoiceRegistry, name: str,
-               clip: str | bytes | tuple | None,
-               transcript: str | None, owner_key: str) -> str:  # fmt: skip
+def save_voice(
+    slot: EngineSlot,
+    voices: VoiceRegistry,
+    name: str,
+    clip: str | bytes | tuple | None,
+    transcript: str | None,
+    owner_key: str,
+) -> str:
     """Register the clip under `name` (owned by `owner_key`) and warm it up in the background;
     returns the name."""
     if not clip:
         raise gr.Error("Upload or record a clip first, then save it as a voice.")
     with voice_errors():
         engine = slot.engine
-        saved = voices.register(name, clip, transcript or None, limits=engine.config.limits,
-                                owner_key=owner_key)  # fmt: skip
+        saved = voices.register(
+            name, clip, transcript or None, limits=engine.config.limits, owner_key=owner_key
+        )
     cloning = getattr(engine.backend, "task_type", "Base") == "Base"  # else: nothing to warm
     if cloning and _warming.acquire(blocking=False):  # one at a time, outside admission: skip
         threading.Thread(target=_warm, args=(engine, voices, saved.name), daemon=True).start()
@@ -318,8 +378,9 @@ def voice_errors() -> Iterator[None]:
     except gr.Error:
         raise
     except VoiceNotFound as exc:
-        raise gr.Error(f"There is no voice named '{exc.args[0]}' (any more).",
-                       print_exception=False) from None  # fmt: skip
+        raise gr.Error(
+            f"There is no voice named '{exc.args[0]}' (any more).", print_exception=False
+        ) from None
     except VoiceStoreError as exc:
         raise gr.Error(exc.message, print_exception=False) from None
     except (InputError, EngineBusy, BackendError) as exc:
@@ -338,19 +399,25 @@ def voice_errors() -> Iterator[None]:
 
 # Examples for the instruction box (CustomVoice: how to speak) and the description box
 # (VoiceDesign: the voice itself); a click fills the box in
-INSTRUCTION_EXAMPLES = ("Speak in a cheerful, excited tone.",
-                        "Whisper, slowly and calmly, as if telling a secret.",
-                        "Sound tired and a little sad.")  # fmt: skip
+INSTRUCTION_EXAMPLES = (
+    "Speak in a cheerful, excited tone.",
+    "Whisper, slowly and calmly, as if telling a secret.",
+    "Sound tired and a little sad.",
+)
 DESCRIPTION_EXAMPLES = (
     "A warm, deep male voice, middle-aged, speaking slowly and calmly.",
     "A bright young female voice, energetic and cheerful, speaking quickly.",
     "An elderly man with a gravelly voice, telling a story by the fire.",
 )
-NO_INSTRUCTIONS = ("This checkpoint does not follow instructions (the 0.6B CustomVoice: the "
-                   "official model ignores them, so they are refused here).")  # fmt: skip
-DESIGN_NOTE = ("**Save this voice** stores the last result's audio and the text it speaks as a "
-               "clone voice in this server's voice store (listed by /v1/audio/voices): a Base "
-               "model served elsewhere from the same store clones it; this model cannot.")  # fmt: skip
+NO_INSTRUCTIONS = (
+    "This checkpoint does not follow instructions (the 0.6B CustomVoice: the "
+    "official model ignores them, so they are refused here)."
+)
+DESIGN_NOTE = (
+    "**Save this voice** stores the last result's audio and the text it speaks as a "
+    "clone voice in this server's voice store (listed by /v1/audio/voices): a Base "
+    "model served elsewhere from the same store clones it; this model cannot."
+)
 # the save's input: the low-latency player's last WAV (its download link, a blob: URL), read
 # as a data: URL in the browser; empty when it has none (the standard player's clip is used)
 READ_LAST_WAV = """async (name, text, clip, owner, full) => {
@@ -390,23 +457,39 @@ def build_model_voice(info: dict) -> ModelVoiceInputs:
     the model once it has loaded: `model_voice_state`)."""
     spec = model_voice_spec(info)
     with gr.Column(elem_id="model-voice", visible=spec["box"]) as box:
-        speaker = gr.Dropdown(spec["speakers"], value=spec["speaker"], label="Preset voice",
-                              elem_id="speaker", visible=spec["custom"],
-                              allow_custom_value=True)  # fmt: skip
+        speaker = gr.Dropdown(
+            spec["speakers"],
+            value=spec["speaker"],
+            label="Preset voice",
+            elem_id="speaker",
+            visible=spec["custom"],
+            allow_custom_value=True,
+        )
         instructions = gr.Textbox("", lines=2, elem_id="instructions", **spec["instructions"])
-        examples = gr.Dataset(components=[instructions], samples=spec["samples"] or [[""]],
-                              label="Examples", elem_id="instruction-examples", type="values",
-                              visible=bool(spec["samples"]))  # fmt: skip
+        examples = gr.Dataset(
+            components=[instructions],
+            samples=spec["samples"] or [[""]],
+            label="Examples",
+            elem_id="instruction-examples",
+            type="values",
+            visible=bool(spec["samples"]),
+        )
         with gr.Column(visible=spec["design"], elem_id="design-save") as design_box:
             gr.Markdown(DESIGN_NOTE, elem_id="design-note")
             with gr.Row(equal_height=True):
-                name = gr.Textbox(placeholder="Name it, e.g. calm-narrator", show_label=False,
-                                  scale=3, max_length=64, elem_id="design-name")  # fmt: skip
+                name = gr.Textbox(
+                    placeholder="Name it, e.g. calm-narrator",
+                    show_label=False,
+                    scale=3,
+                    max_length=64,
+                    elem_id="design-name",
+                )
                 save = gr.Button("Save this voice", size="md", scale=2, elem_id="save-design")
             clip = gr.Textbox("", visible=False)
             note = gr.Markdown(visible=False, elem_id="design-result")
-    return ModelVoiceInputs(box, speaker, instructions, examples, design_box, name, save, clip,
-                            note)  # fmt: skip
+    return ModelVoiceInputs(
+        box, speaker, instructions, examples, design_box, name, save, clip, note
+    )
 
 
 def model_voice_spec(info: dict) -> dict:
@@ -416,20 +499,40 @@ def model_voice_spec(info: dict) -> dict:
     custom, design = task == "CustomVoice", task == "VoiceDesign"
     speakers = list(info.get("speakers") or ()) if custom else []
     allowed = bool(info.get("instruct_supported", True))
-    instructions: dict = {"label": "Instructions", "visible": custom or design,
-                          "interactive": True, "info": None, "placeholder": None}  # fmt: skip
+    instructions: dict = {
+        "label": "Instructions",
+        "visible": custom or design,
+        "interactive": True,
+        "info": None,
+        "placeholder": None,
+    }
     if custom:
-        instructions.update(label="Instructions (optional): how to speak", interactive=allowed,
-                            info=None if allowed else NO_INSTRUCTIONS,
-                            placeholder="e.g. " + INSTRUCTION_EXAMPLES[0])  # fmt: skip
+        instructions.update(
+            label="Instructions (optional): how to speak",
+            interactive=allowed,
+            info=None if allowed else NO_INSTRUCTIONS,
+            placeholder="e.g. " + INSTRUCTION_EXAMPLES[0],
+        )
     elif design:
-        instructions.update(label="Describe the voice",
-                            placeholder="e.g. " + DESCRIPTION_EXAMPLES[0])  # fmt: skip
-    samples = ([[x] for x in INSTRUCTION_EXAMPLES] if custom and allowed
-               else [[x] for x in DESCRIPTION_EXAMPLES] if design else [])  # fmt: skip
-    return {"box": custom or design, "custom": custom, "design": design, "speakers": speakers,
-            "speaker": speakers[0] if speakers else None, "instructions": instructions,
-            "samples": samples}  # fmt: skip
+        instructions.update(
+            label="Describe the voice", placeholder="e.g. " + DESCRIPTION_EXAMPLES[0]
+        )
+    samples = (
+        [[x] for x in INSTRUCTION_EXAMPLES]
+        if custom and allowed
+        else [[x] for x in DESCRIPTION_EXAMPLES]
+        if design
+        else []
+    )
+    return {
+        "box": custom or design,
+        "custom": custom,
+        "design": design,
+        "speakers": speakers,
+        "speaker": speakers[0] if speakers else None,
+        "instructions": instructions,
+        "samples": samples,
+    }
 
 
 def model_voice_state(inputs: ModelVoiceInputs, info: dict, set_values: bool) -> dict:
@@ -445,19 +548,26 @@ def model_voice_state(inputs: ModelVoiceInputs, info: dict, set_values: bool) ->
         inputs.instructions: gr.update(**spec["instructions"]),
         inputs.examples: gr.Dataset(
             samples=spec["samples"] or [[""]], visible=bool(spec["samples"])
-        ),  # fmt: skip
+        ),
         inputs.design_box: gr.update(visible=spec["design"]),
     }
 
 
-def wire_model_voice(inputs: ModelVoiceInputs, slot: EngineSlot, voices: VoiceRegistry,
-                     text: gr.Textbox, owner: gr.BrowserState, full_clip: gr.Audio,
-                     editable: bool) -> None:  # fmt: skip
+def wire_model_voice(
+    inputs: ModelVoiceInputs,
+    slot: EngineSlot,
+    voices: VoiceRegistry,
+    text: gr.Textbox,
+    owner: gr.BrowserState,
+    full_clip: gr.Audio,
+    editable: bool,
+) -> None:
     """An example click fills the box; Save this voice (VoiceDesign) stores the last result
     and its text as a clone voice (the page's own, private events)."""
     private = {"api_visibility": "private", "show_progress": "hidden"}
-    inputs.examples.click(lambda row: row[0], inputs.examples, inputs.instructions,
-                          queue=False, **private)  # fmt: skip
+    inputs.examples.click(
+        lambda row: row[0], inputs.examples, inputs.instructions, queue=False, **private
+    )
     inputs.save.visible = editable
     if not editable:
         return
@@ -476,8 +586,13 @@ def wire_model_voice(inputs: ModelVoiceInputs, slot: EngineSlot, voices: VoiceRe
             "store: a Base model served from the same store clones it."
         )
 
-    inputs.save.click(save, [inputs.name, text, inputs.clip, owner, full_clip],
-                      [owner, inputs.note], js=READ_LAST_WAV, **private)  # fmt: skip
+    inputs.save.click(
+        save,
+        [inputs.name, text, inputs.clip, owner, full_clip],
+        [owner, inputs.note],
+        js=READ_LAST_WAV,
+        **private,
+    )
 
 
 def designed_clip(data_url: str | None, full: object) -> bytes | tuple | None:

@@ -43,8 +43,17 @@ SEED = 20261126
 STOP_SPEECH = 6562
 REAL_SIZE = "chatterbox-turbo-real-random"  # benchmarks only: built on demand, never committed
 REAL_SIZES = {"stop_row_std": 0.45}
-TAGS = ["[chuckle]", "[laugh]", "[sigh]", "[cough]", "[gasp]", "[groan]", "[sniff]",
-        "[clear throat]", "[shush]"]  # fmt: skip
+TAGS = [
+    "[chuckle]",
+    "[laugh]",
+    "[sigh]",
+    "[cough]",
+    "[gasp]",
+    "[groan]",
+    "[sniff]",
+    "[clear throat]",
+    "[shush]",
+]
 CORPUS = [
     "Hello there, this is a tiny test of the voice model.",
     "The quick brown fox jumps over the lazy dog!",
@@ -91,8 +100,13 @@ def _write_tokenizer(folder: Path) -> None:
     from tokenizers import ByteLevelBPETokenizer
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(CORPUS * 4, vocab_size=400, min_frequency=1,
-                            special_tokens=["<|endoftext|>"], show_progress=False)  # fmt: skip
+    bpe.train_from_iterator(
+        CORPUS * 4,
+        vocab_size=400,
+        min_frequency=1,
+        special_tokens=["<|endoftext|>"],
+        show_progress=False,
+    )
     bpe.save_model(str(folder))  # vocab.json + merges.txt (the GPT-2 file format)
     base = len(json.loads((folder / "vocab.json").read_text()))
     added = {tag: base + i for i, tag in enumerate(TAGS)}
@@ -100,10 +114,24 @@ def _write_tokenizer(folder: Path) -> None:
     eot = "<|endoftext|>"
     special = {"bos_token": eot, "eos_token": eot, "unk_token": eot}
     (folder / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
-    decoder = {str(i): {"content": tag, "lstrip": False, "normalized": True, "rstrip": False,
-                        "single_word": False, "special": False} for tag, i in added.items()}  # fmt: skip
-    config = {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False,
-              "model_max_length": 1024, "added_tokens_decoder": decoder, **special}  # fmt: skip
+    decoder = {
+        str(i): {
+            "content": tag,
+            "lstrip": False,
+            "normalized": True,
+            "rstrip": False,
+            "single_word": False,
+            "special": False,
+        }
+        for tag, i in added.items()
+    }
+    config = {
+        "tokenizer_class": "GPT2Tokenizer",
+        "add_prefix_space": False,
+        "model_max_length": 1024,
+        "added_tokens_decoder": decoder,
+        **special,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
@@ -182,8 +210,9 @@ def _write_en_tokenizer(folder: Path) -> None:
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    trainer = trainers.BpeTrainer(vocab_size=200, min_frequency=1, special_tokens=EN_SPECIAL,
-                                  show_progress=False)  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=200, min_frequency=1, special_tokens=EN_SPECIAL, show_progress=False
+    )
     tok.train_from_iterator([t.replace(" ", "[SPACE]") for t in CORPUS * 4], trainer)
     tok.save(str(folder / "tokenizer.json"))
 
@@ -215,8 +244,11 @@ def build_english(name: str, out: Path) -> Path:
     _save(t3, folder / "t3_cfg.safetensors")
     from safetensors.torch import save_file
 
-    state = {key: value.detach().contiguous().clone() for key, value in s3gen.state_dict().items()
-             if key not in S3TOKENIZER_BUFFERS}  # fmt: skip
+    state = {
+        key: value.detach().contiguous().clone()
+        for key, value in s3gen.state_dict().items()
+        if key not in S3TOKENIZER_BUFFERS
+    }
     save_file(state, str(folder / "s3gen.safetensors"))
     _write_en_tokenizer(folder)
     (folder / "chatterbox_sizes.json").write_text(json.dumps(sizes, indent=2) + "\n")

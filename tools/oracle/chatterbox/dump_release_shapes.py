@@ -26,9 +26,18 @@ import torch
 REPO = Path(__file__).resolve().parents[3]
 # chatterbox HEAD 5de7a54, models/t3/llama_configs.py GPT2_SMALL_CONFIG (dropout and summary
 # fields omitted: they size nothing and inference runs in eval mode)
-GPT2_SMALL_CONFIG = {"activation_function": "gelu_new", "layer_norm_epsilon": 1e-05,
-                     "model_type": "gpt2", "n_ctx": 8196, "n_embd": 768, "hidden_size": 768,
-                     "n_head": 12, "n_layer": 12, "n_positions": 8196, "vocab_size": 50276}  # fmt: skip
+GPT2_SMALL_CONFIG = {
+    "activation_function": "gelu_new",
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2",
+    "n_ctx": 8196,
+    "n_embd": 768,
+    "hidden_size": 768,
+    "n_head": 12,
+    "n_layer": 12,
+    "n_positions": 8196,
+    "vocab_size": 50276,
+}
 
 
 def shapes(module: torch.nn.Module) -> dict[str, list[int]]:
@@ -48,8 +57,9 @@ def turbo_config(llama_config_name: str):  # noqa: ANN201 - the official T3Confi
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path,
-                        default=REPO / "tests/fixtures/chatterbox-turbo-release-shapes.json")  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "tests/fixtures/chatterbox-turbo-release-shapes.json"
+    )
     args = parser.parse_args()
     from chatterbox.models.s3gen import S3Gen
     from chatterbox.models.t3 import T3

@@ -205,8 +205,10 @@ def _errors(
 
     s3gen = copy.deepcopy(model.s3gen).double()
     s3gen.mel2wav.stft_window = s3gen.mel2wav.stft_window.double()
-    gen64 = {k: v.double() if torch.is_tensor(v) else v
-             for k, v in Conditionals.load(out["_folder"] / "conds.pt").gen.items()}  # fmt: skip
+    gen64 = {
+        k: v.double() if torch.is_tensor(v) else v
+        for k, v in Conditionals.load(out["_folder"] / "conds.pt").gen.items()
+    }
     fp64: dict[str, np.ndarray] = {}
     # Default dtype float64: tensors the official creates without a dtype (HiFT's SineGen
     # harmonics, Uniform's bounds, mel tables) are float64 too, so no float32 step remains.
@@ -214,8 +216,9 @@ def _errors(
     with _float32_draws(), torch.inference_mode():
         torch.manual_seed(FLOW_SEED)
         tokens = torch.from_numpy(out["flow_tokens"])
-        fp64["flow_mel"] = s3gen.flow_inference(tokens, ref_dict=dict(gen64), n_cfm_timesteps=2,
-                                                finalize=True)[0]  # fmt: skip
+        fp64["flow_mel"] = s3gen.flow_inference(
+            tokens, ref_dict=dict(gen64), n_cfm_timesteps=2, finalize=True
+        )[0]
         torch.manual_seed(HIFT_SEED)
         fp64["hift_wav"] = s3gen.hift_inference(torch.from_numpy(out["flow_mel"]).double()[None])[
             0
@@ -263,8 +266,9 @@ def goldens(folder: Path, clip: Path) -> dict[str, np.ndarray]:
     out.update(_t3_case(model, TEXTS[0]))
     tokens = torch.tensor(FLOW_TOKENS)
     torch.manual_seed(FLOW_SEED)
-    mel = model.s3gen.flow_inference(tokens, ref_dict=model.conds.gen, n_cfm_timesteps=2,
-                                     finalize=True)  # fmt: skip
+    mel = model.s3gen.flow_inference(
+        tokens, ref_dict=model.conds.gen, n_cfm_timesteps=2, finalize=True
+    )
     torch.manual_seed(HIFT_SEED)
     hift_wav, _ = model.s3gen.hift_inference(mel)
     out.update(flow_tokens=tokens.numpy(), flow_mel=mel[0].numpy(), hift_wav=hift_wav[0].numpy())
@@ -300,8 +304,10 @@ def main() -> None:
         print({k: float(v) for k, v in out.items() if k.startswith("fp32_error")})
         path = args.fixtures / f"{name}.golden{args.suffix}.npz"
         np.savez_compressed(path, **out)
-        print(f"{path}: t3 {len(out['t3_tokens'])} tokens, gen {len(out['gen_tokens'])} tokens "
-              f"{len(out['gen_wav_raw']) / 24000:.2f} s, clone {len(out['clone_tokens'])} tokens")  # fmt: skip
+        print(
+            f"{path}: t3 {len(out['t3_tokens'])} tokens, gen {len(out['gen_tokens'])} tokens "
+            f"{len(out['gen_wav_raw']) / 24000:.2f} s, clone {len(out['clone_tokens'])} tokens"
+        )
 
 
 if __name__ == "__main__":

@@ -51,10 +51,10 @@ KNOBS_SEED, CLONE_SEED = 19, 16  # seeds whose tiny runs draw tens of tokens on 
 LOGIT_STEPS = 16
 COND_EXAG = 0.7
 FLOW_TOKENS = [12, 4299, 600, 6560, 0, 3000, 3001, 77, 4299, 4299, 4299]
-KNOBS = dict(exaggeration=0.9, cfg_weight=0.3, temperature=0.7, min_p=0.1, top_p=0.9,
-             repetition_penalty=1.3)  # fmt: skip
-T3_DEFAULTS = dict(temperature=0.8, cfg_weight=0.5, repetition_penalty=1.2, min_p=0.05,
-                   top_p=1.0)  # fmt: skip
+KNOBS = dict(
+    exaggeration=0.9, cfg_weight=0.3, temperature=0.7, min_p=0.1, top_p=0.9, repetition_penalty=1.3
+)
+T3_DEFAULTS = dict(temperature=0.8, cfg_weight=0.5, repetition_penalty=1.2, min_p=0.05, top_p=1.0)
 
 
 def _text_tokens(model, text: str, cfg_weight: float) -> torch.Tensor:
@@ -71,9 +71,11 @@ def _cond(model, exaggeration: float):
     from chatterbox.models.t3.modules.cond_enc import T3Cond
 
     base = model.conds.t3
-    return T3Cond(speaker_emb=base.speaker_emb.clone(),
-                  cond_prompt_speech_tokens=base.cond_prompt_speech_tokens.clone(),
-                  emotion_adv=exaggeration * torch.ones(1, 1, 1))  # fmt: skip
+    return T3Cond(
+        speaker_emb=base.speaker_emb.clone(),
+        cond_prompt_speech_tokens=base.cond_prompt_speech_tokens.clone(),
+        emotion_adv=exaggeration * torch.ones(1, 1, 1),
+    )
 
 
 def _t3_case(model) -> dict[str, np.ndarray]:
@@ -84,8 +86,9 @@ def _t3_case(model) -> dict[str, np.ndarray]:
     text = _text_tokens(model, TEXTS[0], 0.5)
     torch.manual_seed(T3_SEED)
     try:
-        tokens = model.t3.inference(t3_cond=_cond(model, 0.5), text_tokens=text,
-                                    max_new_tokens=1000, **T3_DEFAULTS)  # fmt: skip
+        tokens = model.t3.inference(
+            t3_cond=_cond(model, 0.5), text_tokens=text, max_new_tokens=1000, **T3_DEFAULTS
+        )
     finally:
         hook.remove()
     return {
@@ -166,8 +169,11 @@ def _clone_voice_fp64(model, s3gen, clip: Path) -> dict[str, torch.Tensor]:
     ref16_ta = get_resampler(24000, 16000, "cpu")(head.float())  # float32 as the official's
     ve = copy.deepcopy(model.ve).double()
     ve.forward = lambda x, _f=ve.forward: _f(x.double())
-    out = {"clone_speaker_emb": torch.from_numpy(
-        ve.embeds_from_wavs([ref16], sample_rate=16000)).mean(0, keepdim=True)}  # fmt: skip
+    out = {
+        "clone_speaker_emb": torch.from_numpy(ve.embeds_from_wavs([ref16], sample_rate=16000)).mean(
+            0, keepdim=True
+        )
+    }
     key = "8000_cpu"
     melmod.mel_spectrogram(head)  # fills the caches for the key
     basis, window = melmod.mel_basis[key], melmod.hann_window["cpu"]
@@ -191,10 +197,14 @@ def _errors(
     s3gen = copy.deepcopy(model.s3gen).double()
     s3gen.mel2wav.stft_window = s3gen.mel2wav.stft_window.double()
     conds = Conditionals.load(folder / "conds.pt")
-    gen64 = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
-             for k, v in conds.gen.items()}  # fmt: skip
-    clone64 = {k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
-               for k, v in clone_gen.items()}  # fmt: skip
+    gen64 = {
+        k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+        for k, v in conds.gen.items()
+    }
+    clone64 = {
+        k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+        for k, v in clone_gen.items()
+    }
     t3 = copy.deepcopy(model.t3).double()
     fp64: dict[str, torch.Tensor] = {}
     torch.set_default_dtype(torch.float64)
@@ -208,8 +218,9 @@ def _errors(
         for prefix, ref in (("gen", gen64), ("knobs", gen64), ("clone", clone64)):
             torch.set_rng_state(states[prefix])
             speech = torch.from_numpy(out[f"{prefix}_tokens"])
-            fp64[f"{prefix}_wav_raw"] = s3gen.inference(speech_tokens=speech,
-                                                        ref_dict=dict(ref))[0][0]  # fmt: skip
+            fp64[f"{prefix}_wav_raw"] = s3gen.inference(speech_tokens=speech, ref_dict=dict(ref))[
+                0
+            ][0]
         # conditioning and teacher-forced T3 logits
         cond = _double_cond(model.conds.t3)
         cond.emotion_adv = COND_EXAG * torch.ones(1, 1, 1, dtype=torch.float64)
@@ -225,8 +236,12 @@ def _errors(
         multinomial = torch.multinomial
         torch.multinomial = lambda probs, num_samples: torch.tensor([[next(forced)]])
         try:
-            t3.inference(t3_cond=cond, text_tokens=torch.from_numpy(out["t3_text_tokens"])[None]
-                         .repeat(2, 1), max_new_tokens=LOGIT_STEPS, **T3_DEFAULTS)  # fmt: skip
+            t3.inference(
+                t3_cond=cond,
+                text_tokens=torch.from_numpy(out["t3_text_tokens"])[None].repeat(2, 1),
+                max_new_tokens=LOGIT_STEPS,
+                **T3_DEFAULTS,
+            )
         finally:
             torch.multinomial = multinomial
             hook.remove()
@@ -290,9 +305,11 @@ def main() -> None:
         print({k: float(v) for k, v in out.items() if k.startswith("fp32_error")})
         path = args.fixtures / f"{name}.golden{args.suffix}.npz"
         np.savez_compressed(path, **out)
-        print(f"{path}: t3 {len(out['t3_tokens'])} draws, gen {len(out['gen_tokens'])} tokens "
-              f"{len(out['gen_wav_raw']) / 24000:.2f} s, knobs {len(out['knobs_tokens'])}, "
-              f"clone {len(out['clone_tokens'])} tokens")  # fmt: skip
+        print(
+            f"{path}: t3 {len(out['t3_tokens'])} draws, gen {len(out['gen_tokens'])} tokens "
+            f"{len(out['gen_wav_raw']) / 24000:.2f} s, knobs {len(out['knobs_tokens'])}, "
+            f"clone {len(out['clone_tokens'])} tokens"
+        )
 
 
 if __name__ == "__main__":

@@ -60,8 +60,13 @@ def _steps(wm, audio: np.ndarray, dtype: torch.dtype) -> dict[str, np.ndarray]:
         enc, _mask = net.encoder(mag[None])
         wm_32k = net.ap.inv_spectrogram(magphase_to_cx(hp, enc[0], phase)).numpy()
     wm_24k = librosa.resample(wm_32k, orig_sr=hp.sample_rate, target_sr=SR)
-    return {"audio_32k": audio_32k, "mag_sub": mag[:sub].numpy(), "enc_sub": enc[0, :sub].numpy(),
-            "wm_32k": wm_32k, "wm_24k": wm_24k}  # fmt: skip
+    return {
+        "audio_32k": audio_32k,
+        "mag_sub": mag[:sub].numpy(),
+        "enc_sub": enc[0, :sub].numpy(),
+        "wm_32k": wm_32k,
+        "wm_24k": wm_24k,
+    }
 
 
 def _score(wm, audio: np.ndarray, dtype: torch.dtype) -> float:
@@ -73,8 +78,12 @@ def _score(wm, audio: np.ndarray, dtype: torch.dtype) -> float:
             wm.get_watermark(audio, sample_rate=SR, round=False)
         else:  # get_watermark casts to float32: its steps in float64
             net = wm.perth_net
-            x = librosa.resample(audio.astype(np.float64), orig_sr=SR, target_sr=net.hp.sample_rate,
-                                 res_type="polyphase")  # fmt: skip
+            x = librosa.resample(
+                audio.astype(np.float64),
+                orig_sr=SR,
+                target_sr=net.hp.sample_rate,
+                res_type="polyphase",
+            )
             with torch.inference_mode():
                 spec = net.ap.spectrogram(torch.from_numpy(x.copy()))
                 from perth.perth_net.perth_net_implicit.utils import cx_to_magphase
@@ -103,8 +112,11 @@ def main() -> None:
     steps = _steps(wm, audio, torch.float32)
     assert np.array_equal(steps["wm_24k"], out["wm_24k"]), "the steps are not apply_watermark's"
     out.update({key: value for key, value in steps.items() if key != "wm_24k"})
-    scored = {"score_plain": audio, "score_wm": out["wm_24k"],
-              "score_wm_head": out["wm_24k"][:HEAD_SAMPLES]}  # fmt: skip
+    scored = {
+        "score_plain": audio,
+        "score_wm": out["wm_24k"],
+        "score_wm_head": out["wm_24k"][:HEAD_SAMPLES],
+    }
     for key, signal in scored.items():
         out[key] = np.array(_score(wm, signal, torch.float32), dtype=np.float32)
 

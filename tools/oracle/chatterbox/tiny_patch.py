@@ -53,7 +53,7 @@ ENGLISH_VARIANTS: dict[str, dict[str, Any]] = {
             "kv_heads": 2,
             "head_dim": 8,
             "intermediate": 32,
-        },  # fmt: skip
+        },
         "perceiver_heads": 4,
         "ve_hidden": 16,
         "s3tok": {"n_audio_state": 64, "n_audio_head": 1, "n_audio_layer": 1},
@@ -72,7 +72,7 @@ ENGLISH_VARIANTS: dict[str, dict[str, Any]] = {
             "kv_heads": 1,
             "head_dim": 8,
             "intermediate": 24,
-        },  # fmt: skip
+        },
         "perceiver_heads": 2,
         "ve_hidden": 16,
         "s3tok": {"n_audio_state": 64, "n_audio_head": 1, "n_audio_layer": 1},
@@ -126,23 +126,34 @@ def apply(sizes: dict[str, Any]) -> None:
     if sizes.get("model") == "english":
         llama = sizes["llama"]
         llama_configs.LLAMA_CONFIGS["Llama_520M"].update(
-            hidden_size=llama["hidden"], intermediate_size=llama["intermediate"],
-            num_hidden_layers=llama["n_layer"], num_attention_heads=llama["heads"],
-            num_key_value_heads=llama["kv_heads"], head_dim=llama["head_dim"],
-        )  # fmt: skip
+            hidden_size=llama["hidden"],
+            intermediate_size=llama["intermediate"],
+            num_hidden_layers=llama["n_layer"],
+            num_attention_heads=llama["heads"],
+            num_key_value_heads=llama["kv_heads"],
+            head_dim=llama["head_dim"],
+        )
         cond_enc.Perceiver = _with(
-            orig["Perceiver"], pre_attention_query_size=llama["hidden"],
-            embedding_dim=llama["hidden"], num_attn_heads=sizes["perceiver_heads"],
-        )  # fmt: skip
+            orig["Perceiver"],
+            pre_attention_query_size=llama["hidden"],
+            embedding_dim=llama["hidden"],
+            num_attn_heads=sizes["perceiver_heads"],
+        )
         _patch_s3gen(sizes, orig)
         VoiceEncConfig.ve_hidden_size = sizes["ve_hidden"]
         return
     cond_enc.Perceiver = orig["Perceiver"]
     t3 = sizes["t3"]
     gpt2 = llama_configs.LLAMA_CONFIGS["GPT2_medium"]  # 24 layers, 1024, 16 heads, 8196 pos
-    gpt2.update(n_layer=t3["n_layer"], n_embd=t3["n_embd"], hidden_size=t3["n_embd"],
-                n_head=t3["n_head"], n_positions=t3["n_positions"], n_ctx=t3["n_positions"],
-                vocab_size=t3["text_vocab"])  # fmt: skip
+    gpt2.update(
+        n_layer=t3["n_layer"],
+        n_embd=t3["n_embd"],
+        hidden_size=t3["n_embd"],
+        n_head=t3["n_head"],
+        n_positions=t3["n_positions"],
+        n_ctx=t3["n_positions"],
+        vocab_size=t3["text_vocab"],
+    )
 
     class TinyT3Config(
         t3_config.T3Config
@@ -169,16 +180,23 @@ def _patch_s3gen(sizes: dict[str, Any], orig: dict[str, Any]) -> None:
     enc, dec, cam, hift = sizes["encoder"], sizes["decoder"], sizes["campplus"], sizes["hift"]
     width = enc["size"]
     s3gen.UpsampleConformerEncoder = _with(
-        orig["UpsampleConformerEncoder"], input_size=width, output_size=width,
-        attention_heads=enc["heads"], linear_units=enc["linear_units"],
+        orig["UpsampleConformerEncoder"],
+        input_size=width,
+        output_size=width,
+        attention_heads=enc["heads"],
+        linear_units=enc["linear_units"],
         num_blocks=enc["num_blocks"],
-    )  # fmt: skip
+    )
     upsample_encoder.PreLookaheadLayer = _with(orig["PreLookaheadLayer"], channels=width)
     upsample_encoder.Upsample1D = _with(orig["Upsample1D"], channels=width, out_channels=width)
     s3gen.ConditionalDecoder = _with(
-        orig["ConditionalDecoder"], channels=[dec["channels"]], attention_head_dim=dec["head_dim"],
-        n_blocks=dec["n_blocks"], num_mid_blocks=dec["mid_blocks"], num_heads=dec["heads"],
-    )  # fmt: skip
+        orig["ConditionalDecoder"],
+        channels=[dec["channels"]],
+        attention_head_dim=dec["head_dim"],
+        n_blocks=dec["n_blocks"],
+        num_mid_blocks=dec["mid_blocks"],
+        num_heads=dec["heads"],
+    )
     s3gen.CausalMaskedDiffWithXvec = _with(
         orig["CausalMaskedDiffWithXvec"], input_size=width, spk_embed_dim=cam["embedding_size"]
     )

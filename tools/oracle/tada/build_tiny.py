@@ -55,12 +55,23 @@ REPO = HERE.parents[2]
 SEED = 20261128
 TIME_ROW_SCALE = 0.05
 RESIDUAL_SCALE = 0.3
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
-                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")  # fmt: skip
-SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
-            "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>",
-            "<|reserved_special_token_2|>", "<|start_header_id|>", "<|end_header_id|>",
-            "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"]  # fmt: skip
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPECIALS = [
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|reserved_special_token_0|>",
+    "<|reserved_special_token_1|>",
+    "<|finetune_right_pad_id|>",
+    "<|reserved_special_token_2|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eom_id|>",
+    "<|eot_id|>",
+    "<|python_tag|>",
+]
 BPE_SIZE = 384
 CORPUS = [
     "Hello there, this is a tiny test of the voice model.",
@@ -74,73 +85,149 @@ CORPUS = [
 ]
 
 LLAMA_COMMON = dict(
-    rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5,
-    rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    hidden_act="silu", attention_bias=False, mlp_bias=False, torch_dtype="float32",
-)  # fmt: skip
+    rope_theta=500000.0,
+    max_position_embeddings=131072,
+    rms_norm_eps=1e-5,
+    rope_scaling={
+        "rope_type": "llama3",
+        "factor": 32.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    hidden_act="silu",
+    attention_bias=False,
+    mlp_bias=False,
+    torch_dtype="float32",
+)
 # a: 1B-like (tied embeddings as Llama 3.2 1B, no bottleneck); b: 3B-like (grouped kv 3:1,
 # untied lm_head, a bottleneck before the flow head, 4 duration bits).
 VARIANTS = {
     "a": dict(
-        lm=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                tie_word_embeddings=True, acoustic_dim=16, num_time_classes=8,
-                head_layers=2, head_ffn_ratio=3.0, bottleneck_dim=None),
-        encoder=dict(hidden_dim=32, embed_dim=16, num_attn_layers=1, num_attn_heads=2,
-                     attn_dim_feedforward=64),
-        decoder=dict(embed_dim=16, hidden_dim=32, num_attn_layers=2, num_attn_heads=4,
-                     attn_dim_feedforward=64, wav_decoder_channels=32),
-        wav2vec2=dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                      intermediate_size=32, conv_dim=[16] * 7, num_conv_pos_embeddings=8,
-                      num_conv_pos_embedding_groups=2),
+        lm=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            tie_word_embeddings=True,
+            acoustic_dim=16,
+            num_time_classes=8,
+            head_layers=2,
+            head_ffn_ratio=3.0,
+            bottleneck_dim=None,
+        ),
+        encoder=dict(
+            hidden_dim=32,
+            embed_dim=16,
+            num_attn_layers=1,
+            num_attn_heads=2,
+            attn_dim_feedforward=64,
+        ),
+        decoder=dict(
+            embed_dim=16,
+            hidden_dim=32,
+            num_attn_layers=2,
+            num_attn_heads=4,
+            attn_dim_feedforward=64,
+            wav_decoder_channels=32,
+        ),
+        wav2vec2=dict(
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            conv_dim=[16] * 7,
+            num_conv_pos_embeddings=8,
+            num_conv_pos_embedding_groups=2,
+        ),
         sizes=dict(wav_encoder_width=4, max_seq_len=320),
     ),
     "b": dict(
-        lm=dict(hidden_size=48, intermediate_size=80, num_hidden_layers=3,
-                num_attention_heads=6, num_key_value_heads=2, head_dim=8,
-                tie_word_embeddings=False, acoustic_dim=24, num_time_classes=16,
-                head_layers=3, head_ffn_ratio=2.0, bottleneck_dim=40),
-        encoder=dict(hidden_dim=24, embed_dim=24, num_attn_layers=2, num_attn_heads=3,
-                     attn_dim_feedforward=48),
-        decoder=dict(embed_dim=24, hidden_dim=24, num_attn_layers=1, num_attn_heads=3,
-                     attn_dim_feedforward=40, wav_decoder_channels=48),
-        wav2vec2=dict(hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
-                      intermediate_size=40, conv_dim=[12] * 7, num_conv_pos_embeddings=4,
-                      num_conv_pos_embedding_groups=3),
+        lm=dict(
+            hidden_size=48,
+            intermediate_size=80,
+            num_hidden_layers=3,
+            num_attention_heads=6,
+            num_key_value_heads=2,
+            head_dim=8,
+            tie_word_embeddings=False,
+            acoustic_dim=24,
+            num_time_classes=16,
+            head_layers=3,
+            head_ffn_ratio=2.0,
+            bottleneck_dim=40,
+        ),
+        encoder=dict(
+            hidden_dim=24,
+            embed_dim=24,
+            num_attn_layers=2,
+            num_attn_heads=3,
+            attn_dim_feedforward=48,
+        ),
+        decoder=dict(
+            embed_dim=24,
+            hidden_dim=24,
+            num_attn_layers=1,
+            num_attn_heads=3,
+            attn_dim_feedforward=40,
+            wav_decoder_channels=48,
+        ),
+        wav2vec2=dict(
+            hidden_size=24,
+            num_hidden_layers=2,
+            num_attention_heads=3,
+            intermediate_size=40,
+            conv_dim=[12] * 7,
+            num_conv_pos_embeddings=4,
+            num_conv_pos_embedding_groups=3,
+        ),
         sizes=dict(wav_encoder_width=2, max_seq_len=320),
     ),
-}  # fmt: skip
+}
 
 
 def build_tokenizer(folder: Path) -> int:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tokenizer = Tokenizer(models.BPE(ignore_merges=True))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])  # fmt: skip
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=BPE_SIZE, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=BPE_SIZE,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
-    )  # fmt: skip
+    )
     tokenizer.train_from_iterator(CORPUS, trainer)
     assert tokenizer.get_vocab_size() == BPE_SIZE, tokenizer.get_vocab_size()
     from tokenizers import AddedToken
 
     tokenizer.add_special_tokens([AddedToken(s, normalized=False, special=True) for s in SPECIALS])
     bos = SPECIALS[0]
-    tokenizer.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=False),
-        processors.TemplateProcessing(single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
-                                      special_tokens=[(bos, BPE_SIZE)]),
-    ])  # fmt: skip
+    tokenizer.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{bos}:0 $A:0",
+                pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+                special_tokens=[(bos, BPE_SIZE)],
+            ),
+        ]
+    )
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(folder / "tokenizer.json"))
-    config = {"bos_token": SPECIALS[0], "eos_token": SPECIALS[1],
-              "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 131072}  # fmt: skip
+    config = {
+        "bos_token": SPECIALS[0],
+        "eos_token": SPECIALS[1],
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 131072,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     return tokenizer.get_vocab_size()
 
@@ -151,8 +238,11 @@ def _normal_(tensor: torch.Tensor, std: float) -> None:
 
 def _randomize(module: torch.nn.Module) -> None:
     """Re-draw every parameter (see the module docstring)."""
-    embeddings = {f"{name}.weight" for name, sub in module.named_modules()
-                  if isinstance(sub, torch.nn.Embedding)}  # fmt: skip
+    embeddings = {
+        f"{name}.weight"
+        for name, sub in module.named_modules()
+        if isinstance(sub, torch.nn.Embedding)
+    }
     with torch.no_grad():
         for name, param in module.named_parameters():
             leaf = name.rsplit(".", 1)[-1]
@@ -195,8 +285,9 @@ def _damp_residuals(module: torch.nn.Module) -> None:
 
 def build_lm(spec: dict, vocab: int, folder: Path) -> TadaForCausalLM:
     lm = dict(spec["lm"])
-    config = TadaConfig(vocab_size=vocab, bos_token_id=BPE_SIZE, eos_token_id=BPE_SIZE + 1,
-                        **lm, **LLAMA_COMMON)  # fmt: skip
+    config = TadaConfig(
+        vocab_size=vocab, bos_token_id=BPE_SIZE, eos_token_id=BPE_SIZE + 1, **lm, **LLAMA_COMMON
+    )
     model = TadaForCausalLM(config).eval()
     _randomize(model)
     if config.tie_word_embeddings:
@@ -211,8 +302,9 @@ def build_lm(spec: dict, vocab: int, folder: Path) -> TadaForCausalLM:
 def build_codec(spec: dict, vocab_folder: Path, folder: Path) -> None:
     from transformers import Wav2Vec2Config
 
-    wav2vec2 = Wav2Vec2Config(feat_extract_norm="group", do_stable_layer_norm=False,
-                              conv_bias=False, **spec["wav2vec2"])  # fmt: skip
+    wav2vec2 = Wav2Vec2Config(
+        feat_extract_norm="group", do_stable_layer_norm=False, conv_bias=False, **spec["wav2vec2"]
+    )
     (folder / "aligner").mkdir(parents=True, exist_ok=True)
     wav2vec2.to_json_file(folder / "aligner" / patch.WAV2VEC2_CONFIG)
     patch.redirect(folder, vocab_folder)

@@ -73,18 +73,22 @@ def convert(model_path: Path):
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     converter = TikTokenConverter(
-        vocab_file=str(model_path), pattern=Reference.pat_str,
+        vocab_file=str(model_path),
+        pattern=Reference.pat_str,
         additional_special_tokens=special_tokens(),
-    )  # fmt: skip
+    )
     tokenizer = converter.converted()
     bos = "<|begin_of_text|>"
-    tokenizer.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=False),
-        processors.TemplateProcessing(
-            single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
-            special_tokens=[(bos, 128000)],
-        ),
-    ])  # fmt: skip
+    tokenizer.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{bos}:0 $A:0",
+                pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+                special_tokens=[(bos, 128000)],
+            ),
+        ]
+    )
     return tokenizer
 
 
@@ -115,9 +119,14 @@ def check(tokenizer, folder: Path) -> int:
         "Hello", bos=False, eos=False
     )
     print(f"'.Hello' jointly {seam} vs separately {split} (TADA's seam: joint encoding differs)")
-    checks = {"<|begin_of_text|>": 128000, "<|end_of_text|>": 128001, "<|eot_id|>": 128009,
-              "<|start_header_id|>": 128006, "<|end_header_id|>": 128007,
-              "<|finetune_right_pad_id|>": 128004}  # fmt: skip
+    checks = {
+        "<|begin_of_text|>": 128000,
+        "<|end_of_text|>": 128001,
+        "<|eot_id|>": 128009,
+        "<|start_header_id|>": 128006,
+        "<|end_header_id|>": 128007,
+        "<|finetune_right_pad_id|>": 128004,
+    }
     for name, want_id in checks.items():
         if tokenizer.token_to_id(name) != want_id or ours.token_id(name) != want_id:
             print(f"BAD special {name}: {tokenizer.token_to_id(name)} != {want_id}")
@@ -136,8 +145,12 @@ def main() -> None:
     tokenizer = convert(model_path)
     args.out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(args.out / "tokenizer.json"))
-    config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",
-              "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 131072}  # fmt: skip
+    config = {
+        "bos_token": "<|begin_of_text|>",
+        "eos_token": "<|end_of_text|>",
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 131072,
+    }
     (args.out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
     bad = check(tokenizer, args.out)
     print(f"wrote {args.out}/tokenizer.json; {bad} mismatches")

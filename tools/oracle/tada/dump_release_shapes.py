@@ -30,13 +30,27 @@ from tada.modules.tada import TadaConfig, TadaForCausalLM  # noqa: E402
 REPO = HERE.parents[2]
 # Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json)
 LLAMA_32_1B = dict(
-    vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-    num_attention_heads=32, num_key_value_heads=8, head_dim=64, rms_norm_eps=1e-5,
-    rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=True,
-    rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
-                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    bos_token_id=128000, eos_token_id=128001,
-)  # fmt: skip
+    vocab_size=128256,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=64,
+    rms_norm_eps=1e-5,
+    rope_theta=500000.0,
+    max_position_embeddings=131072,
+    tie_word_embeddings=True,
+    rope_scaling={
+        "rope_type": "llama3",
+        "factor": 32.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    bos_token_id=128000,
+    eos_token_id=128001,
+)
 
 
 def shapes(module: torch.nn.Module) -> dict[str, list[int]]:
@@ -54,9 +68,12 @@ def main() -> None:
         lm_shapes = shapes(lm)
         if lm.config.tie_word_embeddings:  # save_pretrained leaves the tied head out
             lm_shapes.pop("lm_head.weight")
-        out = {"llama_config": LLAMA_32_1B, "model": lm_shapes,
-               "decoder": shapes(Decoder(DecoderConfig())),
-               "encoder": shapes(Encoder(EncoderConfig()))}  # fmt: skip
+        out = {
+            "llama_config": LLAMA_32_1B,
+            "model": lm_shapes,
+            "decoder": shapes(Decoder(DecoderConfig())),
+            "encoder": shapes(Encoder(EncoderConfig())),
+        }
     args.out.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     print(f"{args.out}: {sum(len(v) for k, v in out.items() if k != 'llama_config')} keys")
 

@@ -48,8 +48,13 @@ from tada.modules.tada import InferenceOptions, TadaForCausalLM  # noqa: E402
 from tada.utils.gray_code import decode_gray_code_to_time, encode_time_with_gray_code  # noqa: E402
 
 REPO = HERE.parents[2]
-TEXTS = ["Hello there, this is a tiny test.", ".Hello", "Please call Stella, 12345!",
-         "Ünïcödé — “quotes” and 日本語", "<|start_header_id|>assistant<|end_header_id|>"]  # fmt: skip
+TEXTS = [
+    "Hello there, this is a tiny test.",
+    ".Hello",
+    "Please call Stella, 12345!",
+    "Ünïcödé — “quotes” and 日本語",
+    "<|start_header_id|>assistant<|end_header_id|>",
+]
 PROMPT_TEXT = "Hello there, this is a tiny test."
 PROMPT_SECONDS = 2.0
 GEN_TEXT = "Please call Stella. Ask her to bring these things."
@@ -107,8 +112,11 @@ def float32_noise():
 
 def tokenizer_cases(model) -> dict:
     ids = [model.tokenizer.encode(t, add_special_tokens=False) for t in TEXTS]
-    return {"tok_texts": np.array(TEXTS), "tok_lengths": np.array([len(i) for i in ids]),
-            "tok_ids": np.array([x for i in ids for x in i], dtype=np.int64)}  # fmt: skip
+    return {
+        "tok_texts": np.array(TEXTS),
+        "tok_lengths": np.array([len(i) for i in ids]),
+        "tok_ids": np.array([x for i in ids for x in i], dtype=np.int64),
+    }
 
 
 def gray_cases(model) -> dict:
@@ -117,9 +125,12 @@ def gray_cases(model) -> dict:
     code = encode_time_with_gray_code(values, bits)
     torch.manual_seed(3)
     noisy = code + 0.4 * torch.randn(code.shape)
-    return {"gray_values": values.numpy(), "gray_code": code.numpy(),
-            "gray_noisy": noisy.numpy(), "gray_noisy_decoded":
-            decode_gray_code_to_time(noisy, bits).numpy()}  # fmt: skip
+    return {
+        "gray_values": values.numpy(),
+        "gray_code": code.numpy(),
+        "gray_noisy": noisy.numpy(),
+        "gray_noisy_decoded": decode_gray_code_to_time(noisy, bits).numpy(),
+    }
 
 
 def prompt_cases(model, encoder) -> tuple[dict, object]:
@@ -132,17 +143,20 @@ def prompt_cases(model, encoder) -> tuple[dict, object]:
     torch.manual_seed(SEEDS["encoder"])
     prompt = encoder(audio, text=[PROMPT_TEXT], audio_length=length, sample_rate=24000)
     out = {
-        "prompt_audio": audio.numpy(), "prompt_text": np.array(PROMPT_TEXT),
-        "aligner_text_tokens": text_tokens.numpy(), "aligner_logits": align.logits.numpy(),
+        "prompt_audio": audio.numpy(),
+        "prompt_text": np.array(PROMPT_TEXT),
+        "aligner_text_tokens": text_tokens.numpy(),
+        "aligner_logits": align.logits.numpy(),
         "aligner_positions": align.token_positions.numpy(),
         "aligner_masks": align.token_masks.numpy(),
-        "encoder_hidden": enc_out.numpy(), "encoder_masks": masks.numpy(),
+        "encoder_hidden": enc_out.numpy(),
+        "encoder_masks": masks.numpy(),
         "prompt_token_values": prompt.token_values.numpy(),
         "prompt_token_positions": prompt.token_positions.numpy(),
         "prompt_text_tokens": prompt.text_tokens.numpy(),
         "prompt_audio_len": prompt.audio_len.numpy(),
         "prompt_normalized_text": np.array(prompt.text[0]),
-    }  # fmt: skip
+    }
     return out, prompt
 
 
@@ -164,19 +178,29 @@ def lm_run(model, inputs: dict, prefill: int = 5) -> dict:
     dtype = next(model.parameters()).dtype
     ids, ac = inputs["ids"], inputs["acoustic"].to(dtype)
     masks, before, after = inputs["masks"], inputs["before"], inputs["after"]
-    embeds = (model.model.embed_tokens(ids) + model.acoustic_proj(ac)
-              + model.acoustic_mask_emb(masks) + model.time_start_embed(before)
-              + model.time_end_embed(after))  # fmt: skip
-    out = model.model(inputs_embeds=embeds[:, :prefill], use_cache=True,
-                      cache_position=torch.arange(prefill))  # fmt: skip
+    embeds = (
+        model.model.embed_tokens(ids)
+        + model.acoustic_proj(ac)
+        + model.acoustic_mask_emb(masks)
+        + model.time_start_embed(before)
+        + model.time_end_embed(after)
+    )
+    out = model.model(
+        inputs_embeds=embeds[:, :prefill], use_cache=True, cache_position=torch.arange(prefill)
+    )
     hidden, cache = [out.last_hidden_state], out.past_key_values
     for t in range(prefill, ids.shape[1]):
         step = model.forward_one_step(
-            input_ids=ids[:, t : t + 1], acoustic_features=ac[:, t : t + 1],
-            acoustic_masks=masks[:, t : t + 1], time_len_before=before[:, t : t + 1],
-            time_len_after=after[:, t : t + 1], past_key_values=cache, use_cache=True,
-            cache_position=torch.tensor([t]), position_ids=torch.tensor([[t]]),
-        )  # fmt: skip
+            input_ids=ids[:, t : t + 1],
+            acoustic_features=ac[:, t : t + 1],
+            acoustic_masks=masks[:, t : t + 1],
+            time_len_before=before[:, t : t + 1],
+            time_len_after=after[:, t : t + 1],
+            past_key_values=cache,
+            use_cache=True,
+            cache_position=torch.tensor([t]),
+            position_ids=torch.tensor([[t]]),
+        )
         hidden.append(step.hidden_states[-1])
         cache = step.past_key_values
     hidden = torch.cat(hidden, dim=1)
@@ -187,10 +211,13 @@ def head_inputs(model, seed: int, rows: int = 3) -> dict:
     cfg = model.config
     g = torch.Generator().manual_seed(seed)
     latent = cfg.acoustic_dim + model.time_dim
-    return {"x": torch.randn(rows, latent, generator=g), "t": torch.rand(rows, generator=g),
-            "cond": torch.randn(rows, 1, cfg.hidden_size, generator=g),
-            "neg_cond": torch.randn(rows, 1, cfg.hidden_size, generator=g),
-            "noise": torch.randn(rows, latent, generator=g) * 0.9}  # fmt: skip
+    return {
+        "x": torch.randn(rows, latent, generator=g),
+        "t": torch.rand(rows, generator=g),
+        "cond": torch.randn(rows, 1, cfg.hidden_size, generator=g),
+        "neg_cond": torch.randn(rows, 1, cfg.hidden_size, generator=g),
+        "noise": torch.randn(rows, latent, generator=g) * 0.9,
+    }
 
 
 def head_run(model, inputs: dict) -> dict:
@@ -199,11 +226,15 @@ def head_run(model, inputs: dict) -> dict:
     velocity = model.prediction_head(x, t, condition=model.bottleneck_proj(cond.squeeze(1)))
     opts = InferenceOptions()
     solved = model._solve_flow_matching(
-        speech=inputs["noise"].to(dtype), cond=cond, neg_cond=neg,
-        num_steps=opts.num_flow_matching_steps, acoustic_cfg_scale=opts.acoustic_cfg_scale,
-        duration_cfg_scale=opts.duration_cfg_scale, cfg_schedule=opts.cfg_schedule,
+        speech=inputs["noise"].to(dtype),
+        cond=cond,
+        neg_cond=neg,
+        num_steps=opts.num_flow_matching_steps,
+        acoustic_cfg_scale=opts.acoustic_cfg_scale,
+        duration_cfg_scale=opts.duration_cfg_scale,
+        cfg_schedule=opts.cfg_schedule,
         time_schedule=opts.time_schedule,
-    )  # fmt: skip
+    )
     return {"velocity": velocity, "solved": solved}
 
 
@@ -234,9 +265,13 @@ def generate(model, prompt, seed: int, **kwargs) -> dict:
     prompt = replace(prompt)  # generate() casts the prompt's tensors in place
     torch.manual_seed(seed)
     out = model.generate(prompt=prompt, text=GEN_TEXT, inference_options=GEN_OPTIONS, **kwargs)
-    return {"input_ids": out.input_text_ids, "output_ids": out.output_text_ids,
-            "time_before": out.time_before, "acoustic": out.acoustic_features,
-            "audio": out.audio[0]}  # fmt: skip
+    return {
+        "input_ids": out.input_text_ids,
+        "output_ids": out.output_text_ids,
+        "time_before": out.time_before,
+        "acoustic": out.acoustic_features,
+        "audio": out.audio[0],
+    }
 
 
 def run_all(model, encoder, prompt, golden: dict | None) -> dict:
@@ -262,8 +297,7 @@ def run_all(model, encoder, prompt, golden: dict | None) -> dict:
 
 
 def as_numpy(values: dict) -> dict:
-    return {k: v.detach().numpy() if isinstance(v, torch.Tensor) else v
-            for k, v in values.items()}  # fmt: skip
+    return {k: v.detach().numpy() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
 
 
 def make(root: Path, out_path: Path) -> None:
@@ -279,8 +313,12 @@ def make(root: Path, out_path: Path) -> None:
             exact = as_numpy(run_all(model64, encoder64, prompt64, golden))
             torch.manual_seed(SEEDS["encoder"])
             audio = reference_audio().double()
-            enc64 = encoder64(audio, text=[PROMPT_TEXT], audio_length=torch.tensor(
-                [audio.shape[1]]), sample_rate=24000)  # fmt: skip
+            enc64 = encoder64(
+                audio,
+                text=[PROMPT_TEXT],
+                audio_length=torch.tensor([audio.shape[1]]),
+                sample_rate=24000,
+            )
             exact["encoder_hidden"] = encoder64.get_encoder_outputs(
                 audio, torch.from_numpy(golden["aligner_masks"])
             )[0].numpy()
@@ -300,8 +338,10 @@ def make(root: Path, out_path: Path) -> None:
         error = float(np.max(np.abs(np.asarray(value) - golden[key]))) if np.size(value) else 0.0
         golden[f"fp32_error_{key}"] = np.array(error)
     for case in ("gen", "extra"):
-        same = all(np.array_equal(exact[f"{case}_{k}"], golden[f"{case}_{k}"])
-                   for k in ("output_ids", "time_before"))  # fmt: skip
+        same = all(
+            np.array_equal(exact[f"{case}_{k}"], golden[f"{case}_{k}"])
+            for k in ("output_ids", "time_before")
+        )
         print(
             f"  {case}: float64 rerun ids/durations equal: {same}; "
             f"{golden[f'{case}_audio'].shape[-1]} samples"

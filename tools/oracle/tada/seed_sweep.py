@@ -40,8 +40,9 @@ def prompts(encoder) -> dict:
     for name, seconds, text in (("golden", 2.0, PROMPT_TEXT), ("app", None, APP_TRANSCRIPT)):
         clip = torch.from_numpy(audio[: int(seconds * rate)] if seconds else audio)[None]
         torch.manual_seed(PROMPT_SEED)
-        out[name] = encoder(clip, text=[text], audio_length=torch.tensor([clip.shape[1]]),
-                            sample_rate=rate)  # fmt: skip
+        out[name] = encoder(
+            clip, text=[text], audio_length=torch.tensor([clip.shape[1]]), sample_rate=rate
+        )
     return out
 
 
@@ -52,8 +53,11 @@ def outcome(model, prompt, text: str, steps: int, seed: int) -> dict:
         out = model.generate(prompt=replace(prompt), text=text, inference_options=options)
     except Exception as error:  # noqa: BLE001 - the outcome recorded
         return {"error": type(error).__name__, "message": str(error)}
-    return {"output_ids": out.output_text_ids[0].tolist(),
-            "time_before": out.time_before[0].tolist(), "samples": int(out.audio[0].numel())}  # fmt: skip
+    return {
+        "output_ids": out.output_text_ids[0].tolist(),
+        "time_before": out.time_before[0].tolist(),
+        "samples": int(out.audio[0].numel()),
+    }
 
 
 def sweep(root: Path, seeds: int) -> dict:
@@ -64,8 +68,9 @@ def sweep(root: Path, seeds: int) -> dict:
             result["prompts"][name] = {
                 "token_values": prompt.token_values[0].tolist(),
                 "token_positions": prompt.token_positions[0].tolist(),
-                "text": prompt.text[0], "audio_len": int(prompt.audio_len[0]),
-            }  # fmt: skip
+                "text": prompt.text[0],
+                "audio_len": int(prompt.audio_len[0]),
+            }
             for text in TEXTS:
                 for steps in FLOW_STEPS:
                     for seed in range(seeds):

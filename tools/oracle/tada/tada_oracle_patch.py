@@ -59,11 +59,13 @@ def redirect(codec: str | Path, tokenizer: str | Path) -> None:
     tokenizer (tokenizer.json + tokenizer_config.json), and the aligner's wav2vec2 config (the
     codec's aligner/encoder_config.json)."""
     codec = Path(codec)
-    _REDIRECTS.update({
-        HUB_CODEC: str(codec),
-        HUB_TOKENIZER: str(tokenizer),
-        HUB_WAV2VEC2: str(codec / "aligner" / WAV2VEC2_CONFIG),
-    })  # fmt: skip
+    _REDIRECTS.update(
+        {
+            HUB_CODEC: str(codec),
+            HUB_TOKENIZER: str(tokenizer),
+            HUB_WAV2VEC2: str(codec / "aligner" / WAV2VEC2_CONFIG),
+        }
+    )
 
 
 tada_module.AutoTokenizer = _Redirected(AutoTokenizer)

@@ -22,10 +22,23 @@ VE_FILE = "ve.safetensors"
 CONDS_FILE = "conds.pt"
 TOKENIZER_FILES = ("vocab.json", "merges.txt")
 REQUIRED_FILES: tuple[str | tuple[str, ...], ...] = (
-    VE_FILE, (TURBO_T3_FILE, NANO_T3_FILE), S3GEN_FILE, *TOKENIZER_FILES)  # fmt: skip
-DOWNLOAD_PATTERNS = (VE_FILE, TURBO_T3_FILE, NANO_T3_FILE, S3GEN_FILE, *TOKENIZER_FILES,
-                     "added_tokens.json", "special_tokens_map.json",
-                     "tokenizer_config.json", CONDS_FILE, "chatterbox_sizes.json")  # fmt: skip
+    VE_FILE,
+    (TURBO_T3_FILE, NANO_T3_FILE),
+    S3GEN_FILE,
+    *TOKENIZER_FILES,
+)
+DOWNLOAD_PATTERNS = (
+    VE_FILE,
+    TURBO_T3_FILE,
+    NANO_T3_FILE,
+    S3GEN_FILE,
+    *TOKENIZER_FILES,
+    "added_tokens.json",
+    "special_tokens_map.json",
+    "tokenizer_config.json",
+    CONDS_FILE,
+    "chatterbox_sizes.json",
+)
 T3_UNUSED = ("tfmr.wte.weight", "text_head.weight")
 
 __all__ = ["CheckpointError", "load_part", "resolve_folder"]

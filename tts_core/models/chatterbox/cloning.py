@@ -51,8 +51,10 @@ def make_voice(
     passed as t3_prompt_seconds / t3_prompt_tokens)."""
     ref24 = to_24k(audio, sr)
     if turbo and len(ref24) / SAMPLE_RATE <= MIN_SECONDS:
-        raise ValueError(f"the reference clip must be longer than {MIN_SECONDS:g} s "
-                         f"(got {len(ref24) / SAMPLE_RATE:.2f} s)")  # fmt: skip
+        raise ValueError(
+            f"the reference clip must be longer than {MIN_SECONDS:g} s "
+            f"(got {len(ref24) / SAMPLE_RATE:.2f} s)"
+        )
     if turbo:
         ref24 = norm_loudness(ref24, SAMPLE_RATE)
     ref16 = librosa_resample(ref24, SAMPLE_RATE, S3_RATE)
@@ -64,7 +66,8 @@ def make_voice(
     if feat.shape[1] != 2 * prompt_token.shape[1]:  # clip not a multiple of 40 ms
         log.warning("reference mel length is not 2 x its token count: tokens cut to mel // 2")
         prompt_token = prompt_token[:, : feat.shape[1] // 2]
-    t3_tokens = tokenizer(torch.from_numpy(ref16[: t3_prompt_seconds * S3_RATE].copy()),
-                          max_tokens=t3_prompt_tokens)  # fmt: skip
+    t3_tokens = tokenizer(
+        torch.from_numpy(ref16[: t3_prompt_seconds * S3_RATE].copy()), max_tokens=t3_prompt_tokens
+    )
     speaker = ve.embed(ref16)
     return ChatterboxVoice(speaker, t3_tokens, prompt_token, feat, embedding).to(device)

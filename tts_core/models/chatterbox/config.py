@@ -105,8 +105,14 @@ class ChatterboxSizes:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ChatterboxSizes:
-        parts = {"t3": T3Sizes, "s3tok": S3TokSizes, "encoder": EncoderSizes,
-                 "decoder": DecoderSizes, "campplus": CampPlusSizes, "hift": HiftSizes}  # fmt: skip
+        parts = {
+            "t3": T3Sizes,
+            "s3tok": S3TokSizes,
+            "encoder": EncoderSizes,
+            "decoder": DecoderSizes,
+            "campplus": CampPlusSizes,
+            "hift": HiftSizes,
+        }
         try:
             kwargs: dict[str, Any] = {name: kind(**data[name]) for name, kind in parts.items()}
             kwargs["ve_hidden"] = int(data["ve_hidden"])

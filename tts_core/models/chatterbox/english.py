@@ -77,9 +77,20 @@ S3TOK_BUFFERS = ("_mel_filters", "window")
 ENC_COND_SECONDS, ENC_COND_TOKENS = 6, 150  # tts.py ENC_COND_LEN, speech_cond_prompt_len
 MAX_POSITIONS = COND_POSITIONS + TEXT_POSITIONS + 2 + MAX_NEW_TOKENS
 # punc_norm of tts.py: Turbo's replacements plus "...", " - " and ";", in its order.
-EN_PUNCTUATION = (("...", ", "), ("…", ", "), (":", ","), (" - ", ", "), (";", ", "),
-                  ("—", "-"), ("–", "-"), (" ,", ","), ("“", '"'), ("”", '"'), ("‘", "'"),
-                  ("’", "'"))  # fmt: skip
+EN_PUNCTUATION = (
+    ("...", ", "),
+    ("…", ", "),
+    (":", ","),
+    (" - ", ", "),
+    (";", ", "),
+    ("—", "-"),
+    ("–", "-"),
+    (" ,", ","),
+    ("“", '"'),
+    ("”", '"'),
+    ("‘", "'"),
+    ("’", "'"),
+)
 SPACE, START_TOKEN, STOP_TOKEN = "[SPACE]", "[START]", "[STOP]"
 
 
@@ -179,16 +190,19 @@ class EnglishSequence(ChatterboxSequence):
         *,
         outbox: Any = None,
     ) -> None:
-        super().__init__(model, voice, seed, chunking, max_new_tokens, int(max_new_tokens),
-                         should_stop, outbox)  # fmt: skip
+        super().__init__(
+            model, voice, seed, chunking, max_new_tokens, int(max_new_tokens), should_stop, outbox
+        )
         self.text_ids = model.text_ids(text)  # (1, Lt); ValueError past T3's text positions
         self.exaggeration, self.sampling = float(exaggeration), sampling or EnglishSampling()
         self.restarted = False  # a start id was drawn: S3Gen started over
         # T3's prompt: cond, text, start + bos (T3English.prompt), then one position a draw
         positions = COND_POSITIONS + self.text_ids.shape[1] + 2 + self.limit
         if positions > model.t3.rope.cos.shape[0]:
-            raise ValueError(f"text too long: {positions} T3 positions > the model's "
-                             f"{model.t3.rope.cos.shape[0]}")  # fmt: skip
+            raise ValueError(
+                f"text too long: {positions} T3 positions > the model's "
+                f"{model.t3.rope.cos.shape[0]}"
+            )
 
     def open_draws(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
         voice, t3 = self.voice, self.model.t3
@@ -270,8 +284,9 @@ class ChatterboxEnglishModel(S3GenSpeech):
         module.window.copy_(torch.hann_window(N_FFT))
         return module.eval()
 
-    def create_voice(self, audio: np.ndarray | str | Path, sr: int | None = None,
-                     ref_text: str | None = None) -> ChatterboxVoice:  # fmt: skip
+    def create_voice(
+        self, audio: np.ndarray | str | Path, sr: int | None = None, ref_text: str | None = None
+    ) -> ChatterboxVoice:
         """A voice from a reference clip (samples at `sr`, or a path to an audio file):
         tts.py's prepare_conditionals (no loudness step, no length check; T3 prompt: S3 tokens
         of the first 6 s, <= 150). No random draws. `ref_text` is accepted and not used."""
@@ -281,9 +296,17 @@ class ChatterboxEnglishModel(S3GenSpeech):
         if audio.size == 0:
             raise ValueError("the reference clip is empty")
         ve, tokenizer, campplus = self._front_end()
-        return make_voice(audio, int(sr), ve, tokenizer, campplus, self.device, turbo=False,
-                          t3_prompt_seconds=ENC_COND_SECONDS,
-                          t3_prompt_tokens=ENC_COND_TOKENS)  # fmt: skip
+        return make_voice(
+            audio,
+            int(sr),
+            ve,
+            tokenizer,
+            campplus,
+            self.device,
+            turbo=False,
+            t3_prompt_seconds=ENC_COND_SECONDS,
+            t3_prompt_tokens=ENC_COND_TOKENS,
+        )
 
     def text_ids(self, text: str) -> torch.Tensor:
         """(1, Lt): start 255, the tokenizer's ids, stop 0; ValueError past the 2050 positions."""
@@ -313,8 +336,9 @@ class ChatterboxEnglishModel(S3GenSpeech):
         `stream_noise`: S3Gen and HiFT take `stream`'s pre-drawn noise instead (the same
         tokens): the whole-utterance clip that `stream` approximates chunk by chunk. seed None:
         a random one (`result.seed`); `knobs`: EnglishSampling's fields by name."""
-        sampling, _ = knobs_by_name("Chatterbox English", sampling or EnglishSampling(), knobs,
-                                    streamed=False)  # fmt: skip
+        sampling, _ = knobs_by_name(
+            "Chatterbox English", sampling or EnglishSampling(), knobs, streamed=False
+        )
         voice, seed = self.resolve_voice(voice), resolve_seed(seed)
         generator = torch.Generator().manual_seed(seed)
         cond, ids = self._t3_inputs(text, voice, exaggeration)
@@ -354,9 +378,18 @@ class ChatterboxEnglishModel(S3GenSpeech):
         (`run_alone`); the request is checked here (ValueError), before the first chunk.
         seed None: a random one (`.seed` of the returned stream); `knobs` by name:
         EnglishSampling's fields and first_chunk_tokens / chunk_tokens."""
-        sampling, chunking = knobs_by_name("Chatterbox English", sampling or EnglishSampling(),
-                                           knobs, chunking)  # fmt: skip
+        sampling, chunking = knobs_by_name(
+            "Chatterbox English", sampling or EnglishSampling(), knobs, chunking
+        )
         seed = resolve_seed(seed)
-        seq = self.request(text, voice, seed, exaggeration, sampling, max_new_tokens, chunking,
-                           outbox=InlineOutbox())  # fmt: skip
+        seq = self.request(
+            text,
+            voice,
+            seed,
+            exaggeration,
+            sampling,
+            max_new_tokens,
+            chunking,
+            outbox=InlineOutbox(),
+        )
         return SeededStream(self.run_alone(seq), seed)

@@ -32,8 +32,12 @@ COND_POSITIONS = 1 + PERCEIVER_QUERIES + 1  # speaker, perceiver, emotion
 MAX_NEW_TOKENS = 1000  # tts.py's max_new_tokens: at most 1000 draws
 RMS_EPS = 1e-5
 ROPE_THETA = 500000.0
-LLAMA3_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 8192}  # fmt: skip
+LLAMA3_ROPE = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
 
 
 @dataclass(frozen=True)
@@ -216,8 +220,9 @@ class T3English(nn.Module):
     def __init__(self, sizes: LlamaSizes, perceiver_heads: int, max_positions: int) -> None:
         super().__init__()
         dim = sizes.hidden
-        geometry = _Geometry(dim, sizes.intermediate, sizes.heads, sizes.kv_heads,
-                             sizes.n_layer, sizes.head_dim)  # fmt: skip
+        geometry = _Geometry(
+            dim, sizes.intermediate, sizes.heads, sizes.kv_heads, sizes.n_layer, sizes.head_dim
+        )
         self.tfmr = DecoderStack(geometry, qk_norm=False)
         self.cond_enc = CondEnc(dim, perceiver_heads)
         self.text_emb = nn.Embedding(TEXT_VOCAB_EN, dim)
@@ -253,8 +258,9 @@ class T3English(nn.Module):
         start = torch.full_like(text_ids[:, :1], START_SPEECH)
         speech = self.speech_emb(start) + self.speech_pos_emb(1, text.device)
         cond = cond.expand(rows, -1, -1)
-        embeds = torch.stack([torch.cat((c, t, s)) for c, t, s in zip(cond, text, speech,
-                                                                     strict=True)])  # fmt: skip
+        embeds = torch.stack(
+            [torch.cat((c, t, s)) for c, t, s in zip(cond, text, speech, strict=True)]
+        )
         bos = self.speech_emb(torch.tensor([[START_SPEECH]], device=text.device))
         bos = bos + self.speech_pos_emb.at(0, text.device)
         return torch.cat([embeds, torch.cat([bos] * rows)], dim=1)
@@ -272,8 +278,17 @@ class T3English(nn.Module):
         """T3.inference: up to max_new_tokens draws, STOP ends it (kept in `draws`). forced
         (N,): teacher forcing, those tokens fed instead of drawn, raw logits recorded."""
         logits: list[torch.Tensor] = []
-        drawn = list(self.draws(cond, text_ids, sampling, generator, max_new_tokens, forced,
-                                logits if forced is not None else None))  # fmt: skip
+        drawn = list(
+            self.draws(
+                cond,
+                text_ids,
+                sampling,
+                generator,
+                max_new_tokens,
+                forced,
+                logits if forced is not None else None,
+            )
+        )
         tokens = torch.cat(drawn, dim=1)[0] if drawn else text_ids.new_zeros(0)
         eos = len(tokens) > 0 and int(tokens[-1]) == STOP_SPEECH
         reason = "eos" if eos or forced is not None else "max_tokens"
@@ -295,10 +310,13 @@ class T3English(nn.Module):
         rows, length, _ = embeds.shape
         steps = max_new_tokens if forced is None else len(forced)
         if length + steps > self.rope.cos.shape[0]:
-            raise ValueError(f"T3 prompt of {length} positions + {steps} tokens exceeds the "
-                             f"{self.rope.cos.shape[0]} positions this model was set up for")  # fmt: skip
-        caches: list[KVCache] = self.tfmr.new_caches(rows, length + steps, embeds.dtype,
-                                                     embeds.device)  # fmt: skip
+            raise ValueError(
+                f"T3 prompt of {length} positions + {steps} tokens exceeds the "
+                f"{self.rope.cos.shape[0]} positions this model was set up for"
+            )
+        caches: list[KVCache] = self.tfmr.new_caches(
+            rows, length + steps, embeds.dtype, embeds.device
+        )
         hidden = self.tfmr(embeds, Span(caches, 0), self.rope)  # (rows, L, H)
         logits = self.speech_head(hidden)[:, -1, :]  # the official projects every position
         position = length

@@ -159,8 +159,9 @@ class ConditionalDecoder(nn.Module):
         ch, time_dim = sizes.channels, 4 * sizes.channels
         self.time_mlp = TimeMLP(time_dim)
         self.down_blocks = nn.ModuleList([Stage(IN_CHANNELS, sizes, time_dim, conv=True)])
-        self.mid_blocks = nn.ModuleList(Stage(ch, sizes, time_dim, conv=False)
-                                        for _ in range(sizes.mid_blocks))  # fmt: skip
+        self.mid_blocks = nn.ModuleList(
+            Stage(ch, sizes, time_dim, conv=False) for _ in range(sizes.mid_blocks)
+        )
         self.up_blocks = nn.ModuleList([Stage(2 * ch, sizes, time_dim, conv=True)])
         self.final_block = CausalBlock1D(ch, ch)
         self.final_proj = nn.Conv1d(ch, MELS, 1)

@@ -25,10 +25,20 @@ def prompt_mel(wav24k: torch.Tensor) -> torch.Tensor:
     basis = torch.from_numpy(mel_filters(24000, MEL_FFT, MELS, fmin=0, fmax=MEL_FMAX))  # librosa's
     pad = (MEL_FFT - MEL_HOP) // 2
     y = F.pad(wav24k.unsqueeze(1), (pad, pad), mode="reflect").squeeze(1)
-    spec = torch.view_as_real(torch.stft(y, MEL_FFT, hop_length=MEL_HOP, win_length=MEL_FFT,
-                                         window=torch.hann_window(MEL_FFT), center=False,
-                                         pad_mode="reflect", normalized=False, onesided=True,
-                                         return_complex=True))  # fmt: skip
+    spec = torch.view_as_real(
+        torch.stft(
+            y,
+            MEL_FFT,
+            hop_length=MEL_HOP,
+            win_length=MEL_FFT,
+            window=torch.hann_window(MEL_FFT),
+            center=False,
+            pad_mode="reflect",
+            normalized=False,
+            onesided=True,
+            return_complex=True,
+        )
+    )
     spec = torch.sqrt(spec.pow(2).sum(-1) + 1e-9)
     spec = torch.matmul(basis, spec)
     return torch.log(torch.clamp(spec, min=1e-5) * 1).transpose(1, 2)
@@ -71,8 +81,12 @@ def kaldi_fbank(wav16k: torch.Tensor) -> torch.Tensor:
     shifted = F.pad(strided.unsqueeze(0), (1, 0), mode="replicate").squeeze(0)
     strided = strided - PREEMPH * shifted[:, :-1]
     window = torch.hann_window(FBANK_SIZE, periodic=False, dtype=wav16k.dtype).pow(0.85)
-    strided = F.pad((strided * window.unsqueeze(0)).unsqueeze(0), (0, FBANK_PADDED - FBANK_SIZE),
-                    mode="constant", value=0).squeeze(0)  # fmt: skip
+    strided = F.pad(
+        (strided * window.unsqueeze(0)).unsqueeze(0),
+        (0, FBANK_PADDED - FBANK_SIZE),
+        mode="constant",
+        value=0,
+    ).squeeze(0)
     spectrum = torch.fft.rfft(strided).abs().pow(2.0)
     banks = F.pad(_mel_banks().to(dtype=wav16k.dtype), (0, 1), mode="constant", value=0)
     return torch.max(torch.mm(spectrum, banks.T), EPSILON.to(wav16k.dtype)).log()

@@ -108,8 +108,9 @@ class Flow(nn.Module):
             t_in[:1] = t_in[1:] = t
             spks_in[:1] = spks
             cond_in[:1] = cond
-            v, v_uncond = torch.split(estimator(x_in, mask_in, mu_in, t_in, spks_in, cond_in),
-                                      [1, 1], dim=0)  # fmt: skip
+            v, v_uncond = torch.split(
+                estimator(x_in, mask_in, mu_in, t_in, spks_in, cond_in), [1, 1], dim=0
+            )
             v = (1.0 + CFG_RATE) * v - CFG_RATE * v_uncond
             x = x + (r - t) * v
         return x

@@ -72,8 +72,10 @@ class RelPositionAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         batch, steps, dim = x.shape
-        q, k, v = (proj(x).view(batch, -1, self.heads, self.d_k)
-                   for proj in (self.linear_q, self.linear_k, self.linear_v))  # fmt: skip
+        q, k, v = (
+            proj(x).view(batch, -1, self.heads, self.d_k)
+            for proj in (self.linear_q, self.linear_k, self.linear_v)
+        )
         k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, d)
         p = self.linear_pos(pos).view(pos.shape[0], -1, self.heads, self.d_k).transpose(1, 2)
         ac = torch.matmul((q + self.pos_bias_u).transpose(1, 2), k.transpose(-2, -1))

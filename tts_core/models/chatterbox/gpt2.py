@@ -58,8 +58,12 @@ class GPT2Attention(nn.Module):
             t.view(batch, steps, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v)
         )
         if isinstance(start, list):
-            out = torch.cat([self._attend(q[b : b + 1], k[b : b + 1], v[b : b + 1], cache[b],
-                                          start[b]) for b in range(batch)])  # fmt: skip
+            out = torch.cat(
+                [
+                    self._attend(q[b : b + 1], k[b : b + 1], v[b : b + 1], cache[b], start[b])
+                    for b in range(batch)
+                ]
+            )
         else:
             out = self._attend(q, k, v, cache, start)  # (B, heads, T, D)
         return self.c_proj(out.transpose(1, 2).reshape(batch, steps, hidden))
@@ -118,8 +122,9 @@ class GPT2Stack(nn.Module):
         hidden = self.wpe.weight.shape[1]
         if max_len > self.wpe.weight.shape[0]:
             raise ValueError(f"{max_len} positions > the model's {self.wpe.weight.shape[0]}")
-        return [KVCache(batch, self.heads, max_len, hidden // self.heads, dtype, device)
-                for _ in self.h]  # fmt: skip
+        return [
+            KVCache(batch, self.heads, max_len, hidden // self.heads, dtype, device) for _ in self.h
+        ]
 
     def forward(self, embeds: torch.Tensor, caches: list, start: int | list[int]) -> torch.Tensor:
         """embeds (B, T, H) at positions [start, start+T) -> ln_f hidden states (B, T, H).

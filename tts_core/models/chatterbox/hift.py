@@ -53,8 +53,11 @@ class Snake(nn.Module):
 
 
 def _wn_conv(c_in: int, c_out: int, kernel: int, dilation: int = 1) -> nn.Module:
-    return weight_norm(nn.Conv1d(c_in, c_out, kernel, 1, dilation=dilation,
-                                 padding=(kernel * dilation - dilation) // 2))  # fmt: skip
+    return weight_norm(
+        nn.Conv1d(
+            c_in, c_out, kernel, 1, dilation=dilation, padding=(kernel * dilation - dilation) // 2
+        )
+    )
 
 
 class ResBlock(nn.Module):
@@ -66,8 +69,9 @@ class ResBlock(nn.Module):
         self.activations2 = nn.ModuleList(Snake(channels) for _ in DILATIONS)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for conv1, conv2, act1, act2 in zip(self.convs1, self.convs2, self.activations1,
-                                            self.activations2, strict=True):  # fmt: skip
+        for conv1, conv2, act1, act2 in zip(
+            self.convs1, self.convs2, self.activations1, self.activations2, strict=True
+        ):
             x = conv2(act2(conv1(act1(x)))) + x
         return x
 
@@ -79,8 +83,10 @@ class F0Predictor(nn.Module):
         super().__init__()
         layers: list[nn.Module] = []
         for i in range(5):
-            layers += [weight_norm(nn.Conv1d(MELS if i == 0 else channels, channels, 3, padding=1)),
-                       nn.ELU()]  # fmt: skip
+            layers += [
+                weight_norm(nn.Conv1d(MELS if i == 0 else channels, channels, 3, padding=1)),
+                nn.ELU(),
+            ]
         self.condnet = nn.Sequential(*layers)
         self.classifier = nn.Linear(channels, 1)
 
@@ -193,8 +199,9 @@ class HiFTGenerator(nn.Module):
     def decode(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """mel (B, 80, T), source (B, 1, L) -> waveform (B, L)."""
         window = self._window(x.device)
-        spec = torch.view_as_real(torch.stft(source.squeeze(1), N_FFT, HOP, N_FFT, window=window,
-                                             return_complex=True))  # fmt: skip
+        spec = torch.view_as_real(
+            torch.stft(source.squeeze(1), N_FFT, HOP, N_FFT, window=window, return_complex=True)
+        )
         s_stft = torch.cat([spec[..., 0], spec[..., 1]], dim=1)  # (B, 18, L/4 + 1)
         x = self.conv_pre(x)
         kernels = len(RESBLOCK_KERNELS)

@@ -44,8 +44,10 @@ def integrated_loudness(wav: np.ndarray, rate: int) -> float:
     data = wav.copy().reshape(-1, 1)
     if data.shape[0] < BLOCK_S * rate:
         raise ValueError("Audio must have length greater than the block size.")
-    for kind, gain_db, q, fc in (("high_shelf", 4.0, 1 / np.sqrt(2), 1500.0),
-                                 ("high_pass", 0.0, 0.5, 38.0)):  # fmt: skip
+    for kind, gain_db, q, fc in (
+        ("high_shelf", 4.0, 1 / np.sqrt(2), 1500.0),
+        ("high_pass", 0.0, 0.5, 38.0),
+    ):
         b, a = _biquad(kind, gain_db, q, fc, rate)
         data[:, 0] = 1.0 * scipy_signal().lfilter(b, a, data[:, 0])  # passband gain, data's dtype
     step = 1.0 - OVERLAP

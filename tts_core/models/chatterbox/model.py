@@ -66,9 +66,13 @@ CHUNK_KNOBS = {"first_chunk_tokens": "first_tokens", "chunk_tokens": "chunk_toke
 Sampling = TypeVar("Sampling")
 
 
-def knobs_by_name(model: str, sampling: Sampling, knobs: dict[str, Any],
-                  chunking: StreamChunking | None = None, streamed: bool = True,
-                  ) -> tuple[Sampling, StreamChunking | None]:  # fmt: skip
+def knobs_by_name(
+    model: str,
+    sampling: Sampling,
+    knobs: dict[str, Any],
+    chunking: StreamChunking | None = None,
+    streamed: bool = True,
+) -> tuple[Sampling, StreamChunking | None]:
     """`sampling` (a TurboSampling / EnglishSampling) and `chunking` with the knobs given by
     name (`temperature=0.7`, `first_chunk_tokens=8`, ...) set on them: each checked against its
     declaration in engine/knobs.py where it has one (a ValueError naming it); a name the model
@@ -78,8 +82,10 @@ def knobs_by_name(model: str, sampling: Sampling, knobs: dict[str, Any],
     own = [field.name for field in fields(sampling)]
     chunk_names = list(CHUNK_KNOBS) if streamed else []
     refuse_unknown(model, knobs, [*own, *chunk_names])
-    checked = {name: SAMPLING_KNOBS[name].parse(value) if name in SAMPLING_KNOBS else value
-               for name, value in knobs.items()}  # fmt: skip
+    checked = {
+        name: SAMPLING_KNOBS[name].parse(value) if name in SAMPLING_KNOBS else value
+        for name, value in knobs.items()
+    }
     sampling = replace(sampling, **{n: v for n, v in checked.items() if n in own})
     cuts = {CHUNK_KNOBS[n]: int(v) for n, v in checked.items() if n in CHUNK_KNOBS}
     if cuts:
@@ -152,8 +158,9 @@ class S3GenSpeech:
     ) -> torch.Tensor:
         """(1, T) S3 tokens -> (1, 80, 2T) mel (the flow: Turbo's meanflow makes 2 random draws,
         the English model's CFM 1)."""
-        return self.flow.inference(speech, voice.prompt_token, voice.prompt_feat, voice.embedding,
-                                   generator)  # fmt: skip
+        return self.flow.inference(
+            speech, voice.prompt_token, voice.prompt_feat, voice.embedding, generator
+        )
 
     @torch.inference_mode()
     def vocode(self, mel: torch.Tensor, generator) -> torch.Tensor:
@@ -182,21 +189,37 @@ class TurboSequence(ChatterboxSequence):
         *,
         outbox: Any = None,
     ) -> None:
-        super().__init__(model, voice, seed, chunking, max_new_tokens, int(max_new_tokens) + 1,
-                         should_stop, outbox)  # fmt: skip
+        super().__init__(
+            model,
+            voice,
+            seed,
+            chunking,
+            max_new_tokens,
+            int(max_new_tokens) + 1,
+            should_stop,
+            outbox,
+        )
         self.noise_tokens = self.limit + SILENCE_TOKENS
         self.text_ids = model.text_ids(text)
         self.sampling = sampling or TurboSampling()
         positions = 2 + self.voice.t3_prompt_tokens.shape[1] + self.text_ids.shape[1] + self.limit
         if positions > model.t3.tfmr.wpe.weight.shape[0]:
-            raise ValueError(f"text too long: {positions} T3 positions > the model's "
-                             f"{model.t3.tfmr.wpe.weight.shape[0]}")  # fmt: skip
+            raise ValueError(
+                f"text too long: {positions} T3 positions > the model's "
+                f"{model.t3.tfmr.wpe.weight.shape[0]}"
+            )
 
     def open_draws(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
         voice, self.t3_row = self.voice, TurboRow()
-        return self.model.t3.draws(voice.speaker_emb, voice.t3_prompt_tokens, self.text_ids,
-                                   self.sampling, generator, self.max_new_tokens,
-                                   row=self.t3_row)  # fmt: skip
+        return self.model.t3.draws(
+            voice.speaker_emb,
+            voice.t3_prompt_tokens,
+            self.text_ids,
+            self.sampling,
+            generator,
+            self.max_new_tokens,
+            row=self.t3_row,
+        )
 
     def stops(self, token: int) -> bool:
         # the official checks STOP inside its step loop only: a first-draw STOP is fed back
@@ -270,8 +293,9 @@ class ChatterboxTurboModel(S3GenSpeech):
             )
         return self._frontend
 
-    def create_voice(self, audio: np.ndarray | str | Path, sr: int | None = None,
-                     ref_text: str | None = None) -> ChatterboxVoice:  # fmt: skip
+    def create_voice(
+        self, audio: np.ndarray | str | Path, sr: int | None = None, ref_text: str | None = None
+    ) -> ChatterboxVoice:
         """A voice from a reference clip (mono or (S, C) float array at `sr`, or a path to an
         audio file; > 5 s): the official `prepare_conditionals` (Turbo, norm_loudness on). No
         random draws. `ref_text` is accepted and not used (cloned from the clip alone)."""
@@ -296,12 +320,19 @@ class ChatterboxTurboModel(S3GenSpeech):
         pre-drawn noise instead (the same tokens), giving the whole-utterance clip that
         `stream(text, voice, seed, ...)` approximates chunk by chunk. seed None: a random one
         (`result.seed`); `knobs`: TurboSampling's fields by name (temperature=, top_k=, ...)."""
-        sampling, _ = knobs_by_name("Chatterbox Turbo", sampling or TurboSampling(), knobs,
-                                    streamed=False)  # fmt: skip
+        sampling, _ = knobs_by_name(
+            "Chatterbox Turbo", sampling or TurboSampling(), knobs, streamed=False
+        )
         voice, seed = self.resolve_voice(voice), resolve_seed(seed)
         generator = torch.Generator().manual_seed(seed)  # CPU: the official's stream
-        out = self.t3.generate(voice.speaker_emb, voice.t3_prompt_tokens, self.text_ids(text),
-                               sampling, generator, max_new_tokens)  # fmt: skip
+        out = self.t3.generate(
+            voice.speaker_emb,
+            voice.t3_prompt_tokens,
+            self.text_ids(text),
+            sampling,
+            generator,
+            max_new_tokens,
+        )
         speech = torch.cat([out.tokens[out.tokens < S3_VOCAB], silence(self.device)])[None]
         if stream_noise:  # noise over the longest input: max_new_tokens + 1 draws, the silence
             noise = StreamNoise.for_voice(seed, voice, max_new_tokens + 1 + SILENCE_TOKENS)
@@ -334,11 +365,13 @@ class ChatterboxTurboModel(S3GenSpeech):
         is checked here (ValueError), before the first chunk. seed None: a random one (`.seed`
         of the returned stream); `knobs` by name: TurboSampling's fields and first_chunk_tokens
         / chunk_tokens (`chunking`'s)."""
-        sampling, chunking = knobs_by_name("Chatterbox Turbo", sampling or TurboSampling(),
-                                           knobs, chunking)  # fmt: skip
+        sampling, chunking = knobs_by_name(
+            "Chatterbox Turbo", sampling or TurboSampling(), knobs, chunking
+        )
         seed = resolve_seed(seed)
-        seq = self.request(text, voice, seed, sampling, max_new_tokens, chunking,
-                           outbox=InlineOutbox())  # fmt: skip
+        seq = self.request(
+            text, voice, seed, sampling, max_new_tokens, chunking, outbox=InlineOutbox()
+        )
         return SeededStream(self.run_alone(seq), seed)
 
     def text_ids(self, text: str) -> torch.Tensor:

@@ -161,8 +161,9 @@ def _conv_masked(conv, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def _resblock_masked(block: ResBlock, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """ResBlock.forward with every conv's output re-zeroed past each row's end (so the next
     conv's input there is the zeros its own padding would give the row alone)."""
-    for conv1, conv2, act1, act2 in zip(block.convs1, block.convs2, block.activations1,
-                                        block.activations2, strict=True):  # fmt: skip
+    for conv1, conv2, act1, act2 in zip(
+        block.convs1, block.convs2, block.activations1, block.activations2, strict=True
+    ):
         x = _conv_masked(conv2, act2(_conv_masked(conv1, act1(x), mask)), mask) + x
     return x
 
@@ -186,8 +187,9 @@ def padded_hift_decode(
 
     specs = []
     for source in sources:
-        spec = torch.view_as_real(torch.stft(source.squeeze(1), N_FFT, HOP, N_FFT, window=window,
-                                             return_complex=True))  # fmt: skip
+        spec = torch.view_as_real(
+            torch.stft(source.squeeze(1), N_FFT, HOP, N_FFT, window=window, return_complex=True)
+        )
         specs.append(torch.cat([spec[..., 0], spec[..., 1]], dim=1))  # (1, 18, 120 F + 1)
     spec_len = 120 * longest + 1
     s_stft = torch.cat([F.pad(s, (0, spec_len - s.shape[2])) for s in specs], dim=0)
@@ -229,15 +231,18 @@ def padded_s3gen_push(
     and their HiFT decoder calls as one padded call (module doc)."""
     rows = [cfm_row(flow, stream.flow, tokens) for stream, tokens, _ in jobs]
     mels = padded_cfm(flow, rows)
-    news = [flow_finish(stream.flow, mel, row, final)
-            for (stream, _, final), mel, row in zip(jobs, mels, rows, strict=True)]  # fmt: skip
-    windows = [hift_window(stream.hift, new, final)
-               for (stream, _, final), new in zip(jobs, news, strict=True)]  # fmt: skip
+    news = [
+        flow_finish(stream.flow, mel, row, final)
+        for (stream, _, final), mel, row in zip(jobs, mels, rows, strict=True)
+    ]
+    windows = [
+        hift_window(stream.hift, new, final)
+        for (stream, _, final), new in zip(jobs, news, strict=True)
+    ]
     due = [i for i, w in enumerate(windows) if w is not None]
     out = [news[i].new_zeros(0) for i in range(len(jobs))]
     if due:
-        waves = padded_hift_decode(hift, [windows[i][0] for i in due],
-                                   [windows[i][1] for i in due])  # fmt: skip
+        waves = padded_hift_decode(hift, [windows[i][0] for i in due], [windows[i][1] for i in due])
         for i, wav in zip(due, waves, strict=True):
             out[i] = hift_finish(jobs[i][0].hift, wav, windows[i][2], windows[i][3])
     return out
@@ -268,17 +273,23 @@ def _probe(model: Any, rows: int) -> bool:
     cfm_rows, mels, sources = [], [], []
     for i in range(rows):
         frames = TOKEN_MEL_RATIO * (12 + 4 * i)  # rows 8 frames apart
-        z, mu, cond = (torch.randn(1, MELS, frames, generator=generator).to(device)
-                       for _ in range(3))  # fmt: skip
+        z, mu, cond = (
+            torch.randn(1, MELS, frames, generator=generator).to(device) for _ in range(3)
+        )
         spks = torch.randn(1, MELS, generator=generator).to(device)
         cfm_rows.append(CfmRow(z, mu, spks, cond, 4, torch.tensor([[2]]), 10 + 4 * i))
         mels.append(torch.randn(1, MELS, frames, generator=generator).to(device))
         sources.append(0.1 * torch.randn(1, 1, 480 * frames, generator=generator).to(device))
     together = padded_cfm(flow, cfm_rows)
     for row, mel in zip(cfm_rows, together, strict=True):
-        if not torch.equal(flow._euler(row.z, row.mu, torch.ones_like(row.mu[:, :1]), row.spks,
-                                       row.cond)[..., row.prompt_mels :], mel):  # fmt: skip
+        if not torch.equal(
+            flow._euler(row.z, row.mu, torch.ones_like(row.mu[:, :1]), row.spks, row.cond)[
+                ..., row.prompt_mels :
+            ],
+            mel,
+        ):
             return False
     waves = padded_hift_decode(hift, mels, sources)
-    return all(torch.equal(hift.decode(m, s)[0], w)
-               for m, s, w in zip(mels, sources, waves, strict=True))  # fmt: skip
+    return all(
+        torch.equal(hift.decode(m, s)[0], w) for m, s, w in zip(mels, sources, waves, strict=True)
+    )

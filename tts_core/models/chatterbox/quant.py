@@ -81,8 +81,14 @@ ROWS_KEPT = 64  # per call recorded (the prefill: ~400 positions at the released
 NORMS = ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias")  # smoothing folded in
 # The files the int8 T3 is computed from: its weights and sizes, the calibration voice, the
 # tokenizer that reads CALIBRATION_TEXT.
-IDENTITY_FILES = (CONDS_FILE, *TOKENIZER_FILES, "added_tokens.json", "special_tokens_map.json",
-                  "tokenizer_config.json", SIZES_FILE)  # fmt: skip
+IDENTITY_FILES = (
+    CONDS_FILE,
+    *TOKENIZER_FILES,
+    "added_tokens.json",
+    "special_tokens_map.json",
+    "tokenizer_config.json",
+    SIZES_FILE,
+)
 
 
 @dataclass
@@ -122,8 +128,9 @@ def quantize_turbo(model, quantize: str | None) -> T3QuantizationReport | None:
         return target
 
     try:
-        _, report = load_int8(T3Int8, model.folder, torch.float32,
-                              MIN_SQNR_DB if auto else None, auto, load)  # fmt: skip
+        _, report = load_int8(
+            T3Int8, model.folder, torch.float32, MIN_SQNR_DB if auto else None, auto, load
+        )
     finally:  # voice prefixes computed by the calibration or with the old weights
         model.t3.forget_prefixes()
     model.t3_quantization = report if report.applied else None
@@ -143,8 +150,10 @@ def calibration_voice(model) -> tuple[torch.Tensor, torch.Tensor]:
     if voice is not None:
         return voice.speaker_emb, voice.t3_prompt_tokens
     g = torch.Generator().manual_seed(0)
-    return (torch.randn(1, 256, generator=g).to(model.device),
-            torch.randint(0, 6561, (1, 375), generator=g).to(model.device))  # fmt: skip
+    return (
+        torch.randn(1, 256, generator=g).to(model.device),
+        torch.randint(0, 6561, (1, 375), generator=g).to(model.device),
+    )
 
 
 def quantize_t3(
@@ -175,8 +184,13 @@ class T3Int8(Int8Target):
     float_dtype = torch.float32
     speed_rows = (1,)  # T3 decodes every request as its own row (runner.py)
 
-    def __init__(self, t3: nn.Module, speaker_emb: torch.Tensor, prompt_tokens: torch.Tensor,
-                 text_ids: torch.Tensor) -> None:  # fmt: skip
+    def __init__(
+        self,
+        t3: nn.Module,
+        speaker_emb: torch.Tensor,
+        prompt_tokens: torch.Tensor,
+        text_ids: torch.Tensor,
+    ) -> None:
         self.root = t3
         self.device = t3.speech_head.weight.device
         self.voice = (speaker_emb, prompt_tokens, text_ids)
@@ -188,8 +202,11 @@ class T3Int8(Int8Target):
 
     def speed_key(self) -> dict:
         block = self.root.tfmr.h[0]
-        return {"model": "chatterbox_turbo_t3", "layers": len(self.root.tfmr.h),
-                "shapes": [tuple(block.get_submodule(n).weight.shape) for n in PROJECTIONS]}  # fmt: skip
+        return {
+            "model": "chatterbox_turbo_t3",
+            "layers": len(self.root.tfmr.h),
+            "shapes": [tuple(block.get_submodule(n).weight.shape) for n in PROJECTIONS],
+        }
 
     # ---------------------------------------------------------------- quantizing
     def forced(self) -> torch.Tensor:
@@ -246,8 +263,11 @@ class T3Int8(Int8Target):
     def code_paths(cls) -> list[Path]:
         """The package (T3 and its calibration run), the shared layers and checkpoint loader."""
         package = Path(__file__).resolve().parent
-        return [*sorted(package.glob("*.py")), package.parent / "layers.py",
-                package.parent / "checkpoint.py"]  # fmt: skip
+        return [
+            *sorted(package.glob("*.py")),
+            package.parent / "layers.py",
+            package.parent / "checkpoint.py",
+        ]
 
     @classmethod
     def calibration_key(cls) -> dict:
@@ -260,8 +280,11 @@ class T3Int8(Int8Target):
         return cls(T3Turbo(ChatterboxSizes.of_folder(checkpoint).t3), None, None, None)
 
     def saved_floats(self) -> dict[str, torch.Tensor]:
-        return {f"tfmr.h.{index}.{name}": block.get_parameter(name)
-                for index, block in enumerate(self.root.tfmr.h) for name in NORMS}  # fmt: skip
+        return {
+            f"tfmr.h.{index}.{name}": block.get_parameter(name)
+            for index, block in enumerate(self.root.tfmr.h)
+            for name in NORMS
+        }
 
 
 def calibration_tokens(prompt_tokens: torch.Tensor) -> torch.Tensor:
@@ -288,13 +311,23 @@ def calibrate(
     t3.forget_prefixes()  # the voice's positions computed (and recorded) by these weights
     modules = {}
     if record:
-        modules = {(index, name): block.get_submodule(name)
-                   for index, block in enumerate(t3.tfmr.h) for name in PROJECTIONS}  # fmt: skip
+        modules = {
+            (index, name): block.get_submodule(name)
+            for index, block in enumerate(t3.tfmr.h)
+            for name in PROJECTIONS
+        }
     logits: list[torch.Tensor] = []
 
     def run() -> None:
-        for _ in t3.draws(speaker_emb, prompt_tokens, text_ids, TurboSampling(), None,
-                          forced=forced, logits_seen=logits):  # fmt: skip
+        for _ in t3.draws(
+            speaker_emb,
+            prompt_tokens,
+            text_ids,
+            TurboSampling(),
+            None,
+            forced=forced,
+            logits_seen=logits,
+        ):
             pass
 
     inputs = record_inputs(modules, run, keep=lambda x: spread(x, ROWS_KEPT))
@@ -338,10 +371,16 @@ def smoothed_weights(
 def _install(block: GPT2Block, scales: dict[str, torch.Tensor], modules: dict) -> dict:
     """Fold c_attn's / c_fc's input scales into ln_1 / ln_2 and put the int8 modules in place;
     returns what `_restore` needs to put the float block back."""
-    saved = {"modules": {name: block.get_submodule(name) for name in PROJECTIONS},
-             "norms": {n: (block.get_submodule(n).weight.detach().clone(),
-                           block.get_submodule(n).bias.detach().clone())
-                       for n in ("ln_1", "ln_2")}}  # fmt: skip
+    saved = {
+        "modules": {name: block.get_submodule(name) for name in PROJECTIONS},
+        "norms": {
+            n: (
+                block.get_submodule(n).weight.detach().clone(),
+                block.get_submodule(n).bias.detach().clone(),
+            )
+            for n in ("ln_1", "ln_2")
+        },
+    }
     with torch.no_grad():
         for norm, name in ((block.ln_1, "attn.c_attn"), (block.ln_2, "mlp.c_fc")):
             if name in scales:

@@ -108,8 +108,9 @@ class ChatterboxSequence(Request):
     ) -> None:
         # limit: T3 draws at most; chunk_due is this model's own rule (below), so the cadence
         # is unused
-        super().__init__(Cadence(1, 1), should_stop or (lambda: False), limit, "max_tokens",
-                         outbox=outbox)  # fmt: skip
+        super().__init__(
+            Cadence(1, 1), should_stop or (lambda: False), limit, "max_tokens", outbox=outbox
+        )
         self.model = model
         self.voice = model.resolve_voice(voice)
         self.seed, self.chunking = int(seed), chunking or StreamChunking()

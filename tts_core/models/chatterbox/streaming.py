@@ -107,9 +107,15 @@ class FlowChunker:
     def push(self, tokens: torch.Tensor, final: bool) -> torch.Tensor:
         """tokens (1, n): every speech token so far (+ the silence tokens when final)."""
         window = self.window(tokens)
-        mel = self.flow.inference(window.tokens, window.prompt_token, window.prompt_feat,
-                                  self.voice.embedding, None, noise=window.noise,
-                                  prompt_noise=window.prompt_noise)  # fmt: skip
+        mel = self.flow.inference(
+            window.tokens,
+            window.prompt_token,
+            window.prompt_feat,
+            self.voice.embedding,
+            None,
+            noise=window.noise,
+            prompt_noise=window.prompt_noise,
+        )
         return self.take(mel, window, tokens.shape[1], final)
 
     def window(self, tokens: torch.Tensor) -> FlowWindow:
@@ -219,8 +225,9 @@ class S3GenStream:
         noise: StreamNoise,
         chunking: StreamChunking,
     ) -> None:
-        self.flow = FlowChunker(flow, voice, noise, chunking.holdback, chunking.flow_prompt,
-                                chunking.flow_context)  # fmt: skip
+        self.flow = FlowChunker(
+            flow, voice, noise, chunking.holdback, chunking.flow_prompt, chunking.flow_context
+        )
         self.hift = HiftStream(hift, noise, chunking.hift_left, chunking.hift_right)
 
     def push(self, tokens: torch.Tensor, final: bool) -> torch.Tensor:

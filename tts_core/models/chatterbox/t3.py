@@ -102,9 +102,11 @@ class T3Turbo(nn.Module):
         """Each layer's keys and values (1, heads, 1+P, D) of the voice's positions, kept for
         the last VOICE_PREFIXES voices (by content: the same embedding and tokens hit)."""
         weights = self.speech_head.weight  # where and in what the prefix was computed
-        key = (speaker_emb.detach().float().cpu().numpy().tobytes(),
-               prompt_tokens.detach().cpu().numpy().astype("int64").tobytes(),
-               f"{weights.dtype} {weights.device}")  # fmt: skip
+        key = (
+            speaker_emb.detach().float().cpu().numpy().tobytes(),
+            prompt_tokens.detach().cpu().numpy().astype("int64").tobytes(),
+            f"{weights.dtype} {weights.device}",
+        )
         found = self._prefixes.pop(key, None)
         if found is None:
             embeds = self.voice_embeds(speaker_emb, prompt_tokens)
@@ -135,8 +137,18 @@ class T3Turbo(nn.Module):
         dropped from `tokens`) or max_new_tokens + 1 draws. `forced` (N,): teacher forcing, the
         given tokens are fed instead of drawn (no draws; for logit parity tests)."""
         logits_seen: list[torch.Tensor] = []
-        drawn = list(self.draws(speaker_emb, prompt_tokens, text_ids, sampling, generator,
-                                max_new_tokens, forced, logits_seen))  # fmt: skip
+        drawn = list(
+            self.draws(
+                speaker_emb,
+                prompt_tokens,
+                text_ids,
+                sampling,
+                generator,
+                max_new_tokens,
+                forced,
+                logits_seen,
+            )
+        )
         tokens = torch.cat(drawn, dim=1)[0]
         steps = max_new_tokens + 1 if forced is None else len(forced)
         reason = "max_tokens" if len(drawn) == steps and forced is None else "eos"
@@ -164,8 +176,9 @@ class T3Turbo(nn.Module):
         draws; a drawn token not yet fed is fed at the next draw)."""
         steps = max_new_tokens + 1 if forced is None else len(forced)
         row = TurboRow() if row is None else row
-        row.caches, row.hidden, row.position = self.prefill(speaker_emb, prompt_tokens,
-                                                            text_ids, steps)  # fmt: skip
+        row.caches, row.hidden, row.position = self.prefill(
+            speaker_emb, prompt_tokens, text_ids, steps
+        )
         device = row.hidden.device
         history = torch.full((1, 1), START_SPEECH, dtype=torch.long, device=device)
         drawn: list[torch.Tensor] = []

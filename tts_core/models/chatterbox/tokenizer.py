@@ -11,8 +11,17 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 EMPTY_TEXT = "You need to add some text for me to talk."
-PUNCTUATION = (("…", ", "), (":", ","), ("—", "-"), ("–", "-"), (" ,", ","),
-               ("“", '"'), ("”", '"'), ("‘", "'"), ("’", "'"))  # fmt: skip
+PUNCTUATION = (
+    ("…", ", "),
+    (":", ","),
+    ("—", "-"),
+    ("–", "-"),
+    (" ,", ","),
+    ("“", '"'),
+    ("”", '"'),
+    ("‘", "'"),
+    ("’", "'"),
+)
 SENTENCE_ENDS = (".", "!", "?", "-", ",")
 DEFAULT_MAX_LENGTH = 1024  # GPT-2's model_max_length: `truncation=True` cuts there
 

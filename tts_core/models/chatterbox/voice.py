@@ -39,5 +39,15 @@ class ChatterboxVoice:
             raise VoiceFileError(f"{path}: not a Chatterbox conds file ({error})") from error
 
     def to(self, device: torch.device | str) -> ChatterboxVoice:
-        return ChatterboxVoice(*(t.to(device) for t in (self.speaker_emb, self.t3_prompt_tokens,
-                                 self.prompt_token, self.prompt_feat, self.embedding)))  # fmt: skip
+        return ChatterboxVoice(
+            *(
+                t.to(device)
+                for t in (
+                    self.speaker_emb,
+                    self.t3_prompt_tokens,
+                    self.prompt_token,
+                    self.prompt_feat,
+                    self.embedding,
+                )
+            )
+        )

@@ -62,8 +62,9 @@ class VoiceEncoder(nn.Module):
         n_partials, target = partial_count(mel.shape[0])
         if target > mel.shape[0]:
             mel = torch.cat([mel, torch.zeros(target - mel.shape[0], N_MELS, dtype=mel.dtype)])
-        partials = torch.stack([mel[i * FRAME_STEP : i * FRAME_STEP + PARTIAL_FRAMES]
-                                for i in range(n_partials)])  # fmt: skip
+        partials = torch.stack(
+            [mel[i * FRAME_STEP : i * FRAME_STEP + PARTIAL_FRAMES] for i in range(n_partials)]
+        )
         device = self.proj.weight.device
         chunks = partials.to(device).chunk(-(-n_partials // BATCH))  # the official batch_size 32
         embeds = torch.cat([self(chunk) for chunk in chunks]).cpu()

@@ -93,8 +93,13 @@ def _compile(cc: str, source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         built = Path(scratch) / target.name
-        subprocess.run([cc, *CFLAGS, str(source), "-o", str(built)], check=True,
-                       capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)  # fmt: skip
+        subprocess.run(
+            [cc, *CFLAGS, str(source), "-o", str(built)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=BUILD_TIMEOUT_S,
+        )
         os.replace(built, target)
 
 
@@ -124,8 +129,9 @@ def build(source: Path) -> Path | None:
         log.info("no C compiler (cc) and no prebuilt %s: it runs on its torch path", source.name)
         return None
     try:
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True,
-                                 timeout=BUILD_TIMEOUT_S).stdout  # fmt: skip
+        version = subprocess.run(
+            [cc, "--version"], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+        ).stdout
         key = hashlib.sha256(_source_bytes(source) + version.encode())
         target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
         if target.exists():
@@ -133,8 +139,9 @@ def build(source: Path) -> Path | None:
         _compile(cc, source, target)
     except (subprocess.SubprocessError, OSError, RuntimeError) as error:  # RuntimeError: no home
         stderr = getattr(error, "stderr", "") or ""
-        log.warning("could not build %s (%s); using the torch path. %s",
-                    source.name, error, stderr[-2000:])  # fmt: skip
+        log.warning(
+            "could not build %s (%s); using the torch path. %s", source.name, error, stderr[-2000:]
+        )
         return None
     log.info("built %s", target)
     return target
@@ -167,16 +174,35 @@ ARM64 = ("aarch64", "arm64")
 INT8_ISAS = {
     isa.name: isa
     for isa in (
-        Int8Isa("avx512vnni", "int8_linear.c", "int8_linear", Int8Layout(16, 4, 4),
-                ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"), X86),
-        Int8Isa("avxvnni", "int8_linear_avxvnni.c", "int8_linear_avxvnni", Int8Layout(8, 4, 8),
-                ("avx2", "avx_vnni"), X86),
-        Int8Isa("avx2", "int8_linear_avx2.c", "int8_linear_avx2", Int8Layout(8, 2, 8),
-                ("avx2",), X86),
-        Int8Isa("neon", "int8_linear_neon.c", "int8_linear_neon", Int8Layout(16, 4, 16),
-                ("asimddp",), ARM64),
+        Int8Isa(
+            "avx512vnni",
+            "int8_linear.c",
+            "int8_linear",
+            Int8Layout(16, 4, 4),
+            ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
+            X86,
+        ),
+        Int8Isa(
+            "avxvnni",
+            "int8_linear_avxvnni.c",
+            "int8_linear_avxvnni",
+            Int8Layout(8, 4, 8),
+            ("avx2", "avx_vnni"),
+            X86,
+        ),
+        Int8Isa(
+            "avx2", "int8_linear_avx2.c", "int8_linear_avx2", Int8Layout(8, 2, 8), ("avx2",), X86
+        ),
+        Int8Isa(
+            "neon",
+            "int8_linear_neon.c",
+            "int8_linear_neon",
+            Int8Layout(16, 4, 16),
+            ("asimddp",),
+            ARM64,
+        ),
     )
-}  # fmt: skip
+}
 ISA_ENV = "TTS_CORE_NATIVE_ISA"
 TORCH_ISA = "torch"  # TTS_CORE_NATIVE_ISA value: no kernel
 
@@ -226,9 +252,18 @@ def int8_kernel(isa: str) -> Int8Kernel | None:
         log.info("this CPU has no %s: its 8-bit kernel cannot run", isa)
         return None
     function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                         ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+    function.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_void_p,
+        ctypes.c_int,
+    ]
     return Int8Kernel(spec, function)
 
 
@@ -242,13 +277,17 @@ def _chosen_int8_kernel() -> Int8Kernel | None:
         return None
     if forced:
         if forced not in INT8_ISAS:
-            log.warning("%s=%s is none of %s; ignored", ISA_ENV, forced,
-                        ", ".join([*INT8_ISAS, TORCH_ISA]))  # fmt: skip
+            log.warning(
+                "%s=%s is none of %s; ignored", ISA_ENV, forced, ", ".join([*INT8_ISAS, TORCH_ISA])
+            )
         else:
             kernel = int8_kernel(forced)
             if kernel is None:
-                log.warning("%s=%s: that kernel cannot run here; 8-bit layers run on "
-                            "torch._int_mm", ISA_ENV, forced)  # fmt: skip
+                log.warning(
+                    "%s=%s: that kernel cannot run here; 8-bit layers run on torch._int_mm",
+                    ISA_ENV,
+                    forced,
+                )
             return kernel
     for isa in int8_isas_here():
         kernel = int8_kernel(isa)

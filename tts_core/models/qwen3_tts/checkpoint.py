@@ -36,8 +36,15 @@ from ..checkpoint import (  # re-exported: this model's loaders and tests use th
 )
 from ..state_check import mismatches, shapes_of
 
-__all__ = ["STREAM_WINDOW_BYTES", "CheckpointError", "SafetensorsFile", "_storage_free_build",
-           "check_files", "load_strict", "resolve_checkpoint"]  # fmt: skip
+__all__ = [
+    "STREAM_WINDOW_BYTES",
+    "CheckpointError",
+    "SafetensorsFile",
+    "_storage_free_build",
+    "check_files",
+    "load_strict",
+    "resolve_checkpoint",
+]
 
 # Files the model needs (the speech tokenizer's encoder weights live in the same file).
 REQUIRED_FILES = (

@@ -150,8 +150,9 @@ class Qwen3TTSModel:
             text_tokenizer = TextTokenizer.from_folder(folder)
             codec = load_speech_tokenizer(folder / "speech_tokenizer", device, dtype)
             quantized = int8 is not None and int8.report.applied
-            talker = load_talker(config, weights, device, dtype,
-                                 drop=int8.drop if quantized else None)  # fmt: skip
+            talker = load_talker(
+                config, weights, device, dtype, drop=int8.drop if quantized else None
+            )
             if quantized:
                 int8.install(talker)
             speaker_encoder = load_speaker_encoder(config, weights, device, dtype)
@@ -283,8 +284,9 @@ class Qwen3TTSModel:
         chunks = list(stream)
         audio = np.concatenate([chunk.audio for chunk in chunks])
         codes = torch.cat([chunk.codes for chunk in chunks])
-        return GenerationResult(audio=audio, codes=codes, stop_reason=chunks[-1].stop_reason,
-                                seed=stream.seed)  # fmt: skip
+        return GenerationResult(
+            audio=audio, codes=codes, stop_reason=chunks[-1].stop_reason, seed=stream.seed
+        )
 
     def stream(
         self,
@@ -348,8 +350,16 @@ class Qwen3TTSModel:
         """The (G,) int64 code frames of a planned request (`plan`), without audio: the same
         engine as `stream`, on the calling thread, and no codec needed (calibration, accuracy
         runs). Closing the generator frees the request's caches at once."""
-        seq = Sequence(self.talker, prompt, settings, None, Cadence(1, 1), _never, audio=False,
-                       outbox=InlineOutbox())  # fmt: skip
+        seq = Sequence(
+            self.talker,
+            prompt,
+            settings,
+            None,
+            Cadence(1, 1),
+            _never,
+            audio=False,
+            outbox=InlineOutbox(),
+        )
         chunks = self._stepped_alone(seq)
 
         def frames() -> Iterator[torch.Tensor]:
@@ -399,8 +409,9 @@ class Qwen3TTSModel:
         cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
         prompt, settings = self.plan(text, voice, language, **kwargs)
         self._codec()  # no codec: fail now, not at the first chunk
-        seq = Sequence(self.talker, prompt, settings, voice, cadence, should_stop or _never,
-                       outbox=outbox)  # fmt: skip
+        seq = Sequence(
+            self.talker, prompt, settings, voice, cadence, should_stop or _never, outbox=outbox
+        )
         return seq.fit(cache_positions)
 
     def plan(
@@ -459,8 +470,16 @@ class Qwen3TTSModel:
         prompt.trailing = prompt.trailing[:-1]  # tts_eos: at done
         decoding = resolve_settings(self.generation_defaults, None, **settings)  # cap: at done
         self._codec()  # no codec: fail now, not at the first chunk
-        seq = FedSequence(self.talker, prompt, decoding, voice, cadence, should_stop or _never,
-                          text_tokens=len(target_ids), length_cap=length_cap)  # fmt: skip
+        seq = FedSequence(
+            self.talker,
+            prompt,
+            decoding,
+            voice,
+            cadence,
+            should_stop or _never,
+            text_tokens=len(target_ids),
+            length_cap=length_cap,
+        )
         return seq.fit(cache_positions)
 
     def new_decoder_state(self, voice: Voice) -> DecoderState:
@@ -693,11 +712,15 @@ def _load_int8(name_or_path: str | Path, device: str, dtype: torch.dtype, auto: 
 
     folder = resolve_checkpoint(name_or_path)
     target, report = load_int8(
-        quantize.Qwen3Int8, folder, dtype, quantize.MIN_SQNR_DB if auto else None, auto,
+        quantize.Qwen3Int8,
+        folder,
+        dtype,
+        quantize.MIN_SQNR_DB if auto else None,
+        auto,
         lambda saved: quantize.Qwen3Int8(
             Qwen3TTSModel.from_pretrained(folder, device=device, dtype=dtype, int8=saved)
         ),
-    )  # fmt: skip
+    )
     model = target.model
     model.quantization = report if report.applied else None
     model.format_decision = report.described

@@ -53,12 +53,22 @@ CALIBRATION_FRAMES = 4  # + the prefill: each code-predictor layer sees 60 passe
 MAX_ROWS_KEPT = 32  # per call recorded
 # Each input is recorded once, at one of the projections that read it: q/k/v share theirs, as
 # do gate/up (the keys are the groups smoothing_scales and fused_weights use).
-RECORD_AT = {"attn_in": "self_attn.q_proj", "o_in": "self_attn.o_proj",
-             "mlp_in": "mlp.gate_proj", "down_in": "mlp.down_proj"}  # fmt: skip
+RECORD_AT = {
+    "attn_in": "self_attn.q_proj",
+    "o_in": "self_attn.o_proj",
+    "mlp_in": "mlp.gate_proj",
+    "down_in": "mlp.down_proj",
+}
 # The files the quantized talker is computed from: the weights, the architecture, and what the
 # calibration run reads (the prompt's tokens, the generation defaults). Not the codec.
-IDENTITY_FILES = ("config.json", "generation_config.json", "model.safetensors", "vocab.json",
-                  "merges.txt", "tokenizer_config.json")  # fmt: skip
+IDENTITY_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer_config.json",
+)
 STACK_PATHS = {"talker": "model", "code_predictor": "code_predictor.model"}  # in the talker
 PROJECTION = "code_predictor.small_to_mtp_projection"
 
@@ -89,8 +99,10 @@ class Qwen3Int8(Int8Target):
     # ---------------------------------------------------------------- speed check
     def timed_stacks(self) -> list[TimedStack]:
         passes = {"talker": 1, "code_predictor": len(self.model.talker.code_predictor.lm_head)}
-        return [TimedStack(list(stack.layers), passes[name], _timed_floats, _timed_int8s)
-                for name, stack in stacks(self.model).items()]  # fmt: skip
+        return [
+            TimedStack(list(stack.layers), passes[name], _timed_floats, _timed_int8s)
+            for name, stack in stacks(self.model).items()
+        ]
 
     def speed_key(self) -> dict:
         shapes = {
@@ -100,8 +112,11 @@ class Qwen3Int8(Int8Target):
             ]
             for name, stack in stacks(self.model).items()
         }
-        return {"dtype": str(self.float_dtype), "shapes": shapes,
-                "passes": len(self.model.talker.code_predictor.lm_head)}  # fmt: skip
+        return {
+            "dtype": str(self.float_dtype),
+            "shapes": shapes,
+            "passes": len(self.model.talker.code_predictor.lm_head),
+        }
 
     # ---------------------------------------------------------------- quantizing
     def calibrate(self) -> dict[tuple, torch.Tensor]:
@@ -112,8 +127,11 @@ class Qwen3Int8(Int8Target):
         for stack_name, stack in stacks(self.model).items():
             for index, layer in enumerate(stack.layers):
                 prefix = f"{stack_name}.layers.{index}"
-                mine = {g: inputs[(stack_name, index, g)]
-                        for g in RECORD_AT if (stack_name, index, g) in inputs}  # fmt: skip
+                mine = {
+                    g: inputs[(stack_name, index, g)]
+                    for g in RECORD_AT
+                    if (stack_name, index, g) in inputs
+                }
                 scales = smoothing_scales(layer, mine) if smooth else {}
                 for group, (attr, weight) in fused_weights(layer, scales).items():
                     x = mine.get(group)
@@ -129,8 +147,9 @@ class Qwen3Int8(Int8Target):
         projection = predictor.small_to_mtp_projection
         if isinstance(projection, nn.Linear):
             x = inputs.get(("code_predictor", "projection"))
-            candidates.append(Candidate(PROJECTION, *_float(projection), x=x,
-                                        optional_bound=MIN_SQNR_DB))  # fmt: skip
+            candidates.append(
+                Candidate(PROJECTION, *_float(projection), x=x, optional_bound=MIN_SQNR_DB)
+            )
         return Plan(candidates, layers)
 
     def install(self, plan: Plan, modules: dict[str, Int8Linear]) -> None:
@@ -157,13 +176,20 @@ class Qwen3Int8(Int8Target):
         the shared layers and checkpoint loader, and the engine."""
         package = Path(__file__).resolve().parent
         models = package.parent
-        return [*sorted(package.rglob("*.py")), models / "layers.py", models / "checkpoint.py",
-                *sorted((models.parent / "serving").glob("*.py"))]  # fmt: skip
+        return [
+            *sorted(package.rglob("*.py")),
+            models / "layers.py",
+            models / "checkpoint.py",
+            *sorted((models.parent / "serving").glob("*.py")),
+        ]
 
     @classmethod
     def calibration_key(cls) -> dict:
-        return {"text": CALIBRATION_TEXT, "frames": CALIBRATION_FRAMES,
-                "max_rows_kept": MAX_ROWS_KEPT}  # fmt: skip
+        return {
+            "text": CALIBRATION_TEXT,
+            "frames": CALIBRATION_FRAMES,
+            "max_rows_kept": MAX_ROWS_KEPT,
+        }
 
     @classmethod
     def storage_free(cls, checkpoint: Path, dtype: torch.dtype) -> Qwen3Int8:
@@ -177,10 +203,12 @@ class Qwen3Int8(Int8Target):
         _put(talker, name, module)
 
     def saved_floats(self) -> dict[str, torch.Tensor]:
-        return {f"{STACK_PATHS[name]}.layers.{index}.{norm}.weight": getattr(layer, norm).weight
-                for name, stack in stacks(self.model).items()
-                for index, layer in enumerate(stack.layers)
-                for norm in ("input_layernorm", "post_attention_layernorm")}  # fmt: skip
+        return {
+            f"{STACK_PATHS[name]}.layers.{index}.{norm}.weight": getattr(layer, norm).weight
+            for name, stack in stacks(self.model).items()
+            for index, layer in enumerate(stack.layers)
+            for norm in ("input_layernorm", "post_attention_layernorm")
+        }
 
 
 FUSED = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
@@ -210,8 +238,14 @@ def calibrate(model: Qwen3TTSModel) -> dict[tuple, torch.Tensor]:
 
     def run() -> None:
         voice = model.silent_voice()
-        prompt, settings = model.plan(CALIBRATION_TEXT, voice, "english", greedy=True,
-                                      length_cap=False, max_new_tokens=CALIBRATION_FRAMES + 1)  # fmt: skip
+        prompt, settings = model.plan(
+            CALIBRATION_TEXT,
+            voice,
+            "english",
+            greedy=True,
+            length_cap=False,
+            max_new_tokens=CALIBRATION_FRAMES + 1,
+        )
         for _ in model.frames(prompt, settings):
             pass
 
@@ -299,8 +333,15 @@ def _shared_per_kv_head(s: torch.Tensor, attn: nn.Module) -> torch.Tensor:
 # ------------------------------------------------------------------------------ speed check
 def _float_projections(layer: DecoderLayer) -> list[nn.Linear]:
     attn, mlp = layer.self_attn, layer.mlp
-    return [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj,
-            mlp.gate_proj, mlp.up_proj, mlp.down_proj]  # fmt: skip
+    return [
+        attn.q_proj,
+        attn.k_proj,
+        attn.v_proj,
+        attn.o_proj,
+        mlp.gate_proj,
+        mlp.up_proj,
+        mlp.down_proj,
+    ]
 
 
 def _timed_floats(layer: DecoderLayer) -> list[tuple[nn.Module, int]]:
@@ -318,8 +359,9 @@ def _put(talker: nn.Module, name: str, module: nn.Module) -> None:
     parent_name, _, attr = name.rpartition(".")
     parent = talker.get_submodule(parent_name)
     if attr == "qkv_proj" and "q_proj" in parent._modules:
-        parent.qkv_sizes = tuple(getattr(parent, p).out_features
-                                 for p in ("q_proj", "k_proj", "v_proj"))  # fmt: skip
+        parent.qkv_sizes = tuple(
+            getattr(parent, p).out_features for p in ("q_proj", "k_proj", "v_proj")
+        )
         del parent.q_proj, parent.k_proj, parent.v_proj
     elif attr == "gate_up_proj" and "gate_proj" in parent._modules:
         del parent.gate_proj, parent.up_proj

@@ -56,21 +56,34 @@ class Wav2Vec2Config:
     def from_file(cls, path: Path) -> Wav2Vec2Config:
         raw = json.loads(Path(path).read_text())
         if raw.get("feat_extract_norm") != "group" or raw.get("do_stable_layer_norm", False):
-            raise AlignerConfigError(f"{path}: only feat_extract_norm 'group' with post-norm "
-                                     "layers (wav2vec2-large's) is built")  # fmt: skip
-        if raw.get("hidden_act", "gelu") != "gelu" or raw.get("feat_extract_activation",
-                                                               "gelu") != "gelu":  # fmt: skip
+            raise AlignerConfigError(
+                f"{path}: only feat_extract_norm 'group' with post-norm "
+                "layers (wav2vec2-large's) is built"
+            )
+        if (
+            raw.get("hidden_act", "gelu") != "gelu"
+            or raw.get("feat_extract_activation", "gelu") != "gelu"
+        ):
             raise AlignerConfigError(f"{path}: only GELU activations are built")
-        return cls(raw["hidden_size"], raw["num_hidden_layers"], raw["num_attention_heads"],
-                   raw["intermediate_size"], tuple(raw["conv_dim"]), tuple(raw["conv_kernel"]),
-                   tuple(raw["conv_stride"]), bool(raw.get("conv_bias", False)),
-                   raw["num_conv_pos_embeddings"], raw["num_conv_pos_embedding_groups"],
-                   float(raw.get("layer_norm_eps", 1e-5)))  # fmt: skip
+        return cls(
+            raw["hidden_size"],
+            raw["num_hidden_layers"],
+            raw["num_attention_heads"],
+            raw["intermediate_size"],
+            tuple(raw["conv_dim"]),
+            tuple(raw["conv_kernel"]),
+            tuple(raw["conv_stride"]),
+            bool(raw.get("conv_bias", False)),
+            raw["num_conv_pos_embeddings"],
+            raw["num_conv_pos_embedding_groups"],
+            float(raw.get("layer_norm_eps", 1e-5)),
+        )
 
 
 class ConvLayer(nn.Module):
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int, bias: bool,
-                 group_norm: bool) -> None:  # fmt: skip
+    def __init__(
+        self, cin: int, cout: int, kernel: int, stride: int, bias: bool, group_norm: bool
+    ) -> None:
         super().__init__()
         self.conv = nn.Conv1d(cin, cout, kernel, stride=stride, bias=bias)
         if group_norm:
@@ -89,10 +102,11 @@ class FeatureExtractor(nn.Module):
         super().__init__()
         dims = (1, *cfg.conv_dim)
         self.conv_layers = nn.ModuleList(
-            ConvLayer(dims[i], dims[i + 1], cfg.conv_kernel[i], cfg.conv_stride[i],
-                      cfg.conv_bias, i == 0)
+            ConvLayer(
+                dims[i], dims[i + 1], cfg.conv_kernel[i], cfg.conv_stride[i], cfg.conv_bias, i == 0
+            )
             for i in range(len(cfg.conv_dim))
-        )  # fmt: skip
+        )
 
     def forward(self, audio: torch.Tensor) -> torch.Tensor:
         x = audio[:, None]
@@ -115,8 +129,13 @@ class PositionalConv(nn.Module):
     def __init__(self, cfg: Wav2Vec2Config) -> None:
         super().__init__()
         k = cfg.num_conv_pos_embeddings
-        conv = nn.Conv1d(cfg.hidden_size, cfg.hidden_size, k, padding=k // 2,
-                         groups=cfg.num_conv_pos_embedding_groups)  # fmt: skip
+        conv = nn.Conv1d(
+            cfg.hidden_size,
+            cfg.hidden_size,
+            k,
+            padding=k // 2,
+            groups=cfg.num_conv_pos_embedding_groups,
+        )
         self.conv = weight_norm(conv, name="weight", dim=2)
         self.trim = 1 if k % 2 == 0 else 0  # SamePad
 
@@ -140,8 +159,9 @@ class SelfAttention(nn.Module):
         def heads(t: torch.Tensor) -> torch.Tensor:
             return t.reshape(batch, steps, self.heads, -1).transpose(1, 2)
 
-        out = scaled_dot_product(heads(self.q_proj(x)), heads(self.k_proj(x)),
-                                 heads(self.v_proj(x)))  # fmt: skip
+        out = scaled_dot_product(
+            heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
+        )
         return self.out_proj(out.transpose(1, 2).reshape(batch, steps, hidden))
 
 

@@ -54,8 +54,9 @@ def _trace(back: torch.Tensor, i: int, j: int) -> list[int]:
     return positions
 
 
-def token_alignment(logits: torch.Tensor, tokens: torch.Tensor, frames: int,
-                    end_of_text: int) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def token_alignment(
+    logits: torch.Tensor, tokens: torch.Tensor, frames: int, end_of_text: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One clip: logits (L, V) of the CTC head, tokens (N,) of the transcript, `frames` = ceil(
     seconds x 50) -> 1-based token positions (N',) and the frame marks (frames,) in {0, 1}.
 

@@ -23,22 +23,27 @@ from .config import CodecStackConfig
 WEIGHTS = "model.safetensors"
 MODEL_FILES = ("config.json", WEIGHTS)
 TOKENIZER_FILES = ("tokenizer.json",)
-CODEC_FILES = tuple(f"{part}/{name}" for part in ("encoder", "decoder", "aligner")
-                    for name in ("config.json", WEIGHTS))  # fmt: skip
+CODEC_FILES = tuple(
+    f"{part}/{name}"
+    for part in ("encoder", "decoder", "aligner")
+    for name in ("config.json", WEIGHTS)
+)
 # the official tokenizer_name default (TadaForCausalLM.from_pretrained, AlignerConfig): gated
 DEFAULT_TOKENIZER = "meta-llama/Llama-3.2-1B"
 
 
-def resolve_folders(model: str | Path, codec: str | Path,
-                    tokenizer: str | Path | None = None) -> tuple[Path, Path, Path]:  # fmt: skip
+def resolve_folders(
+    model: str | Path, codec: str | Path, tokenizer: str | Path | None = None
+) -> tuple[Path, Path, Path]:
     """Hub ids or local folders -> (model, codec, tokenizer) folders, each checked for its files
     (models/checkpoint.resolve_checkpoint: the shared errors for no network, an unknown or
     gated repo, a missing file). The tokenizer is the model folder's tokenizer.json when it has
     one, else `tokenizer` (default the official meta-llama/Llama-3.2-1B, gated on the Hub)."""
     from ..checkpoint import resolve_checkpoint
 
-    model_dir = resolve_checkpoint(model, MODEL_FILES, (*MODEL_FILES, *TOKENIZER_FILES,
-                                                        "tokenizer_config.json"))  # fmt: skip
+    model_dir = resolve_checkpoint(
+        model, MODEL_FILES, (*MODEL_FILES, *TOKENIZER_FILES, "tokenizer_config.json")
+    )
     codec_dir = resolve_checkpoint(codec, CODEC_FILES, (*CODEC_FILES, "aligner/*.json"))
     if tokenizer is None and (model_dir / TOKENIZER_FILES[0]).is_file():
         return model_dir, codec_dir, model_dir
@@ -119,8 +124,10 @@ def load_aligner(codec: Path, vocab: int, dtype: torch.dtype = torch.float32):
     folder = Path(codec) / "aligner"
     config_path = folder / WAV2VEC2_CONFIG
     if not config_path.is_file():
-        raise FileNotFoundError(f"{config_path}: the aligner's wav2vec2 config (the release "
-                                "reads facebook/wav2vec2-large's config.json) is required")  # fmt: skip
+        raise FileNotFoundError(
+            f"{config_path}: the aligner's wav2vec2 config (the release "
+            "reads facebook/wav2vec2-large's config.json) is required"
+        )
     aligner = TadaAligner(Wav2Vec2Config.from_file(config_path), vocab)
     load_module(aligner, folder)
     return aligner.after_load().to(dtype)

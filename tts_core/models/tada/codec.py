@@ -172,9 +172,11 @@ class ResidualUnit(nn.Module):
         super().__init__()
         pad = (6 * dilation) // 2
         self.block = nn.Sequential(
-            Snake1d(dim), wn_conv(dim, dim, 7, dilation=dilation, padding=pad),
-            Snake1d(dim), wn_conv(dim, dim, 1),
-        )  # fmt: skip
+            Snake1d(dim),
+            wn_conv(dim, dim, 7, dilation=dilation, padding=pad),
+            Snake1d(dim),
+            wn_conv(dim, dim, 1),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.block(x)
@@ -192,10 +194,13 @@ class DecoderBlock(nn.Module):
         super().__init__()
         self.block = nn.Sequential(
             Snake1d(in_dim),
-            wn_conv_transpose(in_dim, out_dim, 2 * stride, stride=stride,
-                              padding=math.ceil(stride / 2)),
-            ResidualUnit(out_dim, 1), ResidualUnit(out_dim, 3), ResidualUnit(out_dim, 9),
-        )  # fmt: skip
+            wn_conv_transpose(
+                in_dim, out_dim, 2 * stride, stride=stride, padding=math.ceil(stride / 2)
+            ),
+            ResidualUnit(out_dim, 1),
+            ResidualUnit(out_dim, 3),
+            ResidualUnit(out_dim, 9),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.block(x)
@@ -238,11 +243,14 @@ class TadaDecoder(nn.Module):
         self.config = config
         self.decoder_proj = nn.Linear(config.embed_dim, config.hidden_dim)
         self.local_attention_decoder = LocalAttentionStack(
-            config.hidden_dim, config.num_attn_layers, config.num_attn_heads,
+            config.hidden_dim,
+            config.num_attn_layers,
+            config.num_attn_heads,
             config.attn_dim_feedforward,
-        )  # fmt: skip
-        self.wav_decoder = DACDecoder(config.hidden_dim, config.wav_decoder_channels,
-                                      config.strides)  # fmt: skip
+        )
+        self.wav_decoder = DACDecoder(
+            config.hidden_dim, config.wav_decoder_channels, config.strides
+        )
 
     def after_load(self) -> TadaDecoder:
         fold_weight_norm(self)
@@ -266,9 +274,12 @@ class EncoderBlock(nn.Module):
         super().__init__()
         half = dim // 2
         self.block = nn.Sequential(
-            ResidualUnit(half, 1), ResidualUnit(half, 3), ResidualUnit(half, 9), Snake1d(half),
+            ResidualUnit(half, 1),
+            ResidualUnit(half, 3),
+            ResidualUnit(half, 9),
+            Snake1d(half),
             wn_conv(half, dim, 2 * stride, stride=stride, padding=math.ceil(stride / 2)),
-        )  # fmt: skip
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.block(x)
@@ -306,9 +317,11 @@ class TadaEncoder(nn.Module):
         self.config = config
         self.wav_encoder = WavEncoder(width, config.strides, config.hidden_dim)
         self.local_attention_encoder = LocalAttentionStack(
-            config.hidden_dim, config.num_attn_layers, config.num_attn_heads,
+            config.hidden_dim,
+            config.num_attn_layers,
+            config.num_attn_heads,
             config.attn_dim_feedforward,
-        )  # fmt: skip
+        )
         if config.hidden_dim != config.embed_dim:
             self.hidden_linear = nn.Linear(config.hidden_dim, config.embed_dim)
         self.pos_emb = nn.Embedding(2, config.hidden_dim)
@@ -329,8 +342,13 @@ class TadaEncoder(nn.Module):
             x = self.hidden_linear(x)
         return x, masks
 
-    def token_values(self, hidden: torch.Tensor, masks: torch.Tensor, positions: torch.Tensor,
-                     generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    def token_values(
+        self,
+        hidden: torch.Tensor,
+        masks: torch.Tensor,
+        positions: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """Encoder.forward's tail: the token frames (zeros elsewhere) plus N(0, std^2) noise
         (drawn over the whole (B, T, E) tensor, as randn_like), the frame before each 1-based
         position gathered, normalised with acoustic_mean/std -> (B, N, E)."""

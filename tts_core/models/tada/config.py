@@ -83,9 +83,12 @@ class LMConfig:
             kind = s.text("rope_type", s.get("type", "default"))
             if kind != "llama3":
                 raise TadaConfigError(f"{path}: rope_scaling type {kind!r} (expected 'llama3')")
-            rope = Llama3Rope(s.number("factor"), s.number("low_freq_factor"),
-                              s.number("high_freq_factor"),
-                              s.integer("original_max_position_embeddings"))  # fmt: skip
+            rope = Llama3Rope(
+                s.number("factor"),
+                s.number("low_freq_factor"),
+                s.number("high_freq_factor"),
+                s.integer("original_max_position_embeddings"),
+            )
         return cls(
             vocab_size=f.integer("vocab_size"),
             hidden_size=hidden,
@@ -145,8 +148,10 @@ class CodecStackConfig:
             acoustic_std=f.number("acoustic_std", 1.5),
         )
         if config.block_attention != "v2":
-            raise TadaConfigError(f"{path}: block_attention {config.block_attention!r} "
-                                  "(the released codec uses 'v2', the only one built here)")  # fmt: skip
+            raise TadaConfigError(
+                f"{path}: block_attention {config.block_attention!r} "
+                "(the released codec uses 'v2', the only one built here)"
+            )
         if config.hidden_dim % config.num_attn_heads:
             raise TadaConfigError(f"{path}: hidden_dim not divisible by num_attn_heads")
         return config

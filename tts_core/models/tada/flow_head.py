@@ -37,8 +37,11 @@ class TimestepEmbedder(nn.Module):
     def __init__(self, hidden: int) -> None:
         super().__init__()
         # mlp.0 Linear(256, H), mlp.1 SiLU, mlp.2 Linear(H, H), no biases
-        self.mlp = nn.Sequential(nn.Linear(FREQUENCY_SIZE, hidden, bias=False), nn.SiLU(),
-                                 nn.Linear(hidden, hidden, bias=False))  # fmt: skip
+        self.mlp = nn.Sequential(
+            nn.Linear(FREQUENCY_SIZE, hidden, bias=False),
+            nn.SiLU(),
+            nn.Linear(hidden, hidden, bias=False),
+        )
 
     def forward(self, t: torch.Tensor) -> torch.Tensor:
         return self.mlp(timestep_embedding(t).to(self.mlp[0].weight.dtype))
@@ -88,8 +91,9 @@ class FlowHead(nn.Module):
     """velocity(x (N, L), t (N,), condition (N, H)) -> (N, L); L = latent size, H = head width
     (the LM's hidden size, or its bottleneck)."""
 
-    def __init__(self, hidden: int, latent: int, layers: int, ffn_ratio: float,
-                 eps: float = 1e-5) -> None:  # fmt: skip
+    def __init__(
+        self, hidden: int, latent: int, layers: int, ffn_ratio: float, eps: float = 1e-5
+    ) -> None:
         super().__init__()
         ffn = int(hidden * ffn_ratio)
         self.noisy_images_proj = nn.Linear(latent, hidden, bias=False)
@@ -144,9 +148,17 @@ def scheduled_cfg(base: float, t: float, kind: str) -> float:
     raise ValueError(f"unknown cfg schedule {kind!r}")
 
 
-def guided_velocity(head: FlowHead, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor,
-                    neg: torch.Tensor, acoustic_cfg: float, duration_cfg: float,
-                    acoustic_dim: int, project: Projection) -> torch.Tensor:  # fmt: skip
+def guided_velocity(
+    head: FlowHead,
+    x: torch.Tensor,
+    t: torch.Tensor,
+    cond: torch.Tensor,
+    neg: torch.Tensor,
+    acoustic_cfg: float,
+    duration_cfg: float,
+    acoustic_dim: int,
+    project: Projection,
+) -> torch.Tensor:
     """TadaForCausalLM._compute_velocity: x (N, L), t scalar tensor, cond/neg (N, H) hidden
     states, `project` the bottleneck (identity without one). With guidance, the conditional and
     unconditional rows run as one batch [cond; neg] (the official call, bottleneck included) and
@@ -158,15 +170,24 @@ def guided_velocity(head: FlowHead, x: torch.Tensor, t: torch.Tensor, cond: torc
         return head(x, t.repeat(rows).to(x), project(cond))
     both = head(torch.cat([x, x]), t.repeat(2 * rows).to(x), project(torch.cat([cond, neg])))
     pos, negative = both.chunk(2, dim=0)
-    return torch.cat([
-        (negative + acoustic_cfg * (pos - negative))[..., :acoustic_dim],
-        (negative + duration_cfg * (pos - negative))[..., acoustic_dim:],
-    ], dim=-1)  # fmt: skip
+    return torch.cat(
+        [
+            (negative + acoustic_cfg * (pos - negative))[..., :acoustic_dim],
+            (negative + duration_cfg * (pos - negative))[..., acoustic_dim:],
+        ],
+        dim=-1,
+    )
 
 
-def solve(head: FlowHead, noise: torch.Tensor, cond: torch.Tensor, neg: torch.Tensor,
-          options: FlowOptions, acoustic_dim: int,
-          project: Projection | None = None) -> torch.Tensor:  # fmt: skip
+def solve(
+    head: FlowHead,
+    noise: torch.Tensor,
+    cond: torch.Tensor,
+    neg: torch.Tensor,
+    options: FlowOptions,
+    acoustic_dim: int,
+    project: Projection | None = None,
+) -> torch.Tensor:
     """Euler steps from `noise` (N, L) at t = 0 to t = 1 (TadaForCausalLM._solve_flow_matching
     without forced durations); cond/neg (N, H) hidden states, `project` the bottleneck."""
     project = project or _identity
@@ -176,11 +197,16 @@ def solve(head: FlowHead, noise: torch.Tensor, cond: torch.Tensor, neg: torch.Te
         dt = times[i] - t
         value = t.item()
         velocity = guided_velocity(
-            head, x, t, cond, neg,
+            head,
+            x,
+            t,
+            cond,
+            neg,
             scheduled_cfg(options.acoustic_cfg, value, options.cfg_schedule),
-            scheduled_cfg(options.duration_cfg, value, options.cfg_schedule), acoustic_dim,
+            scheduled_cfg(options.duration_cfg, value, options.cfg_schedule),
+            acoustic_dim,
             project,
-        )  # fmt: skip
+        )
         x = x + dt * velocity
         t = times[i]
     return x

@@ -40,8 +40,10 @@ from .flow_head import FlowOptions, solve
 from .lm import TadaLM
 from .tokenizer import TadaTokenizer
 
-CHAT_PREFIX = ("<|start_header_id|>system<|end_header_id|><|eot_id|>"
-               "<|start_header_id|>assistant<|end_header_id|>")  # fmt: skip
+CHAT_PREFIX = (
+    "<|start_header_id|>system<|end_header_id|><|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>"
+)
 FRAME_RATE = 50
 SAMPLE_RATE = 24000
 
@@ -105,11 +107,18 @@ class Generated:
     input_ids: torch.Tensor  # (1, S') the sequence, sampled tokens appended
 
 
-def build_inputs(tokenizer: TadaTokenizer, lm: TadaLM, prompt: Prompt, text: str,
-                 transition: int, joint_text: bool = False) -> Inputs:  # fmt: skip
+def build_inputs(
+    tokenizer: TadaTokenizer,
+    lm: TadaLM,
+    prompt: Prompt,
+    text: str,
+    transition: int,
+    joint_text: bool = False,
+) -> Inputs:
     cfg = lm.cfg
-    return _layout(tokenizer, cfg, prompt, text_tokens(tokenizer, prompt.text, text, joint_text),
-                   transition)  # fmt: skip
+    return _layout(
+        tokenizer, cfg, prompt, text_tokens(tokenizer, prompt.text, text, joint_text), transition
+    )
 
 
 def text_tokens(tokenizer: TadaTokenizer, prompt_text: str, text: str, joint: bool) -> list[int]:
@@ -123,8 +132,9 @@ def text_tokens(tokenizer: TadaTokenizer, prompt_text: str, text: str, joint: bo
     return tokenizer.encode(prompt_text) + tokenizer.encode(text)
 
 
-def _layout(tokenizer: TadaTokenizer, cfg, prompt: Prompt, tokens: list[int],
-            transition: int) -> Inputs:  # fmt: skip
+def _layout(
+    tokenizer: TadaTokenizer, cfg, prompt: Prompt, tokens: list[int], transition: int
+) -> Inputs:
     prefix = tokenizer.encode(CHAT_PREFIX)
     ids = [tokenizer.bos_id, *prefix, *tokens] + [tokenizer.eot_id] * cfg.shift_acoustic
     frames = math.ceil(prompt.audio_samples / prompt.sample_rate * FRAME_RATE)
@@ -203,12 +213,20 @@ def prefill_embeds(lm: TadaLM, ids: torch.Tensor, inputs: Inputs, length: int) -
         before[:, shift + 1 : shift + 1 + n_t] = inputs.before[:, 1 : 1 + n_t]
         after[:, shift + 1 : shift + 1 + n_t] = inputs.after[:, 1 : 1 + n_t]
     token = lm.model.embed_tokens(ids[:, :length])
-    return (token + (lm.acoustic_proj(acoustic) + lm.acoustic_mask_emb(masks))
-            + (lm.time_start_embed(before) + lm.time_end_embed(after)))  # fmt: skip
+    return (
+        token
+        + (lm.acoustic_proj(acoustic) + lm.acoustic_mask_emb(masks))
+        + (lm.time_start_embed(before) + lm.time_end_embed(after))
+    )
 
 
-def sample_token(logits: torch.Tensor, ids: torch.Tensor, pad_id: int, options: TextSampling,
-                 generator: torch.Generator | None) -> torch.Tensor:  # fmt: skip
+def sample_token(
+    logits: torch.Tensor,
+    ids: torch.Tensor,
+    pad_id: int,
+    options: TextSampling,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
     """The official draw: logits (1, V), ids (1, S) the sequence so far -> (1, 1)."""
     logits = logits.clone()
     logits[:, pad_id] = float("-inf")
@@ -216,14 +234,16 @@ def sample_token(logits: torch.Tensor, ids: torch.Tensor, pad_id: int, options: 
         return logits.argmax(dim=-1, keepdim=True)
     if options.repetition_penalty != 1.0:
         score = torch.gather(logits, 1, ids)
-        score = torch.where(score < 0, score * options.repetition_penalty,
-                            score / options.repetition_penalty)  # fmt: skip
+        score = torch.where(
+            score < 0, score * options.repetition_penalty, score / options.repetition_penalty
+        )
         logits = logits.scatter(1, ids, score)
     logits = logits / options.temperature
     if options.top_k > 0:
         k = min(options.top_k, logits.size(-1))
-        logits = logits.masked_fill(logits < torch.topk(logits, k, dim=-1).values[..., -1:],
-                                    float("-inf"))  # fmt: skip
+        logits = logits.masked_fill(
+            logits < torch.topk(logits, k, dim=-1).values[..., -1:], float("-inf")
+        )
     if 0.0 < options.top_p < 1.0:
         ordered, order = torch.sort(logits, descending=True, dim=-1)
         cumulative = torch.cumsum(torch.softmax(ordered, dim=-1), dim=-1)
@@ -264,9 +284,14 @@ class Frame:
     before: int
 
 
-def generate(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
-             options: GenerateOptions = DEFAULT_OPTIONS,
-             generator: torch.Generator | None = None) -> Generated:  # fmt: skip
+def generate(
+    lm: TadaLM,
+    tokenizer: TadaTokenizer,
+    prompt: Prompt,
+    text: str,
+    options: GenerateOptions = DEFAULT_OPTIONS,
+    generator: torch.Generator | None = None,
+) -> Generated:
     """Prompt continuation with `text` (already normalised): see the module docstring."""
     steps = generate_steps(lm, tokenizer, prompt, text, options, generator)
     while True:
@@ -276,9 +301,14 @@ def generate(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
             return stop.value
 
 
-def generate_steps(lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
-                   options: GenerateOptions = DEFAULT_OPTIONS,
-                   generator: torch.Generator | None = None):  # fmt: skip
+def generate_steps(
+    lm: TadaLM,
+    tokenizer: TadaTokenizer,
+    prompt: Prompt,
+    text: str,
+    options: GenerateOptions = DEFAULT_OPTIONS,
+    generator: torch.Generator | None = None,
+):
     """`generate` as a generator: yields a `Frame` per step that produces an acoustic vector,
     returns the `Generated` (StopIteration.value)."""
     run = Generation(lm, tokenizer, prompt, text, options, generator)
@@ -296,14 +326,21 @@ class Generation:
     next frame that is decoded (index >= decode_from). Every tensor op and random draw is the
     one the official loop makes, in its order."""
 
-    def __init__(self, lm: TadaLM, tokenizer: TadaTokenizer, prompt: Prompt, text: str,
-                 options: GenerateOptions = DEFAULT_OPTIONS,
-                 generator: torch.Generator | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        lm: TadaLM,
+        tokenizer: TadaTokenizer,
+        prompt: Prompt,
+        text: str,
+        options: GenerateOptions = DEFAULT_OPTIONS,
+        generator: torch.Generator | None = None,
+    ) -> None:
         cfg = lm.cfg
         self.lm, self.tokenizer, self.options, self.generator = lm, tokenizer, options, generator
         self.dtype = lm.acoustic_proj.weight.dtype
-        inputs = build_inputs(tokenizer, lm, prompt, text, options.transition_steps,
-                              options.joint_text)  # fmt: skip
+        inputs = build_inputs(
+            tokenizer, lm, prompt, text, options.transition_steps, options.joint_text
+        )
         inputs.acoustic = inputs.acoustic.to(self.dtype)
         self.inputs = inputs
         self.prompt_tokens = inputs.acoustic.shape[1]
@@ -377,23 +414,35 @@ class Generation:
         token = ids[:, step : step + 1] if step < ids.shape[1] else ids[:, -1:]
         batch_ids = token
         if self.guided:
-            neg = (token if token.item() in self.structural
-                   else torch.full_like(token, tokenizer.pad_id))  # fmt: skip
+            neg = (
+                token
+                if token.item() in self.structural
+                else torch.full_like(token, tokenizer.pad_id)
+            )
             batch_ids = torch.cat([token, neg])
         check_durations(self.before, self.after, cfg.num_time_classes)
-        embeds = lm.embed(batch_ids, self.acoustic.expand(rows, -1, -1),
-                          self.masks.expand(rows, -1), self.before.expand(rows, -1),
-                          self.after.expand(rows, -1))  # fmt: skip
+        embeds = lm.embed(
+            batch_ids,
+            self.acoustic.expand(rows, -1, -1),
+            self.masks.expand(rows, -1),
+            self.before.expand(rows, -1),
+            self.after.expand(rows, -1),
+        )
         hidden = lm.hidden(embeds, Span(self.caches, step))[:, 0]  # (rows, H)
         cond = hidden[:1]
         neg_cond = hidden[1:] if self.guided else torch.zeros_like(cond)
         generator = self.generator
-        noise = torch.cat([
-            torch.randn(1, cfg.acoustic_dim, generator=generator).to(cond) * flow.noise_temperature,
-            torch.randn(1, 2 * bits, generator=generator).to(cond) * flow.noise_temperature,
-        ], dim=-1)  # fmt: skip
-        speech = solve(lm.prediction_head, noise, cond, neg_cond, flow, cfg.acoustic_dim,
-                       lm.condition)  # fmt: skip
+        noise = torch.cat(
+            [
+                torch.randn(1, cfg.acoustic_dim, generator=generator).to(cond)
+                * flow.noise_temperature,
+                torch.randn(1, 2 * bits, generator=generator).to(cond) * flow.noise_temperature,
+            ],
+            dim=-1,
+        )
+        speech = solve(
+            lm.prediction_head, noise, cond, neg_cond, flow, cfg.acoustic_dim, lm.condition
+        )
         durations = speech[..., -2 * bits :]
         predicted_before = gray_code.decode(durations[..., :bits], bits)[None]  # (1, 1)
         predicted_after = gray_code.decode(durations[..., bits:], bits)[None]
@@ -434,8 +483,13 @@ class Generation:
         acoustic_all = torch.cat(self.acoustic_out, dim=1) * cfg.acoustic_std + cfg.acoustic_mean
         start = self.decode_from
         time_before = torch.cat(before_out, dim=1)[:, start:]
-        return Generated(torch.cat(self.outputs, dim=1), time_before, acoustic_all,
-                         acoustic_all[0, start:], self.ids)  # fmt: skip
+        return Generated(
+            torch.cat(self.outputs, dim=1),
+            time_before,
+            acoustic_all,
+            acoustic_all[0, start:],
+            self.ids,
+        )
 
 
 def expand_for_decoder(encoded: torch.Tensor, time_before: torch.Tensor):

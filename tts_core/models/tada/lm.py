@@ -41,9 +41,14 @@ def llama3_table(cfg: LMConfig, positions: int) -> RotaryTable:
         inv_freq = inverse_frequencies(cfg.head_dim, cfg.rope_theta)
     else:
         r = cfg.rope_scaling
-        inv_freq = llama3_inverse_frequencies(cfg.head_dim, cfg.rope_theta, r.factor,
-                                              r.low_freq_factor, r.high_freq_factor,
-                                              r.original_max_position_embeddings)  # fmt: skip
+        inv_freq = llama3_inverse_frequencies(
+            cfg.head_dim,
+            cfg.rope_theta,
+            r.factor,
+            r.low_freq_factor,
+            r.high_freq_factor,
+            r.original_max_position_embeddings,
+        )
     table.cos, table.sin = rope_cos_sin(inv_freq, positions, torch.float32)
     return table
 
@@ -62,8 +67,9 @@ class TadaLM(nn.Module):
         self.acoustic_mask_emb = Embedding(2, hidden)
         if cfg.bottleneck_dim is not None:
             self.bottleneck_proj = nn.Linear(hidden, cfg.bottleneck_dim)
-        self.prediction_head = FlowHead(cfg.head_hidden, cfg.latent_size, cfg.head_layers,
-                                        cfg.head_ffn_ratio)  # fmt: skip
+        self.prediction_head = FlowHead(
+            cfg.head_hidden, cfg.latent_size, cfg.head_layers, cfg.head_ffn_ratio
+        )
         self.rope = llama3_table(cfg, MAX_POSITIONS)
 
     def rope_table(self, positions: int) -> RotaryTable:
@@ -73,12 +79,22 @@ class TadaLM(nn.Module):
             self.rope = llama3_table(self.cfg, size).to(self.rope.cos.device)
         return self.rope
 
-    def embed(self, ids: torch.Tensor, acoustic: torch.Tensor, acoustic_masks: torch.Tensor,
-              before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    def embed(
+        self,
+        ids: torch.Tensor,
+        acoustic: torch.Tensor,
+        acoustic_masks: torch.Tensor,
+        before: torch.Tensor,
+        after: torch.Tensor,
+    ) -> torch.Tensor:
         """ids, masks, before, after (B, T) int; acoustic (B, T, A) -> (B, T, H)."""
-        return (self.model.embed_tokens(ids) + self.acoustic_proj(acoustic)
-                + self.acoustic_mask_emb(acoustic_masks.long()) + self.time_start_embed(before)
-                + self.time_end_embed(after))  # fmt: skip
+        return (
+            self.model.embed_tokens(ids)
+            + self.acoustic_proj(acoustic)
+            + self.acoustic_mask_emb(acoustic_masks.long())
+            + self.time_start_embed(before)
+            + self.time_end_embed(after)
+        )
 
     def hidden(self, embeds: torch.Tensor, ctx) -> torch.Tensor:
         """Final-norm hidden states (B, T, H) of `embeds` under the step context `ctx`

@@ -62,33 +62,53 @@ class TadaModel:
     aligner: torch.nn.Module
 
     @classmethod
-    def from_folders(cls, model: str | Path, codec: str | Path,
-                     dtype: torch.dtype = torch.float32) -> TadaModel:  # fmt: skip
+    def from_folders(
+        cls, model: str | Path, codec: str | Path, dtype: torch.dtype = torch.float32
+    ) -> TadaModel:
         """`model`: a HumeAI/tada-1b-like folder (config.json, model.safetensors, tokenizer.json);
         `codec`: a HumeAI/tada-codec-like folder (encoder/, decoder/, aligner/)."""
         model, codec = Path(model), Path(codec)
         tokenizer = TadaTokenizer.from_folder(model)
-        return cls(tokenizer, load_lm(model, dtype), load_decoder(codec, dtype),
-                   load_encoder(codec, dtype), load_aligner(codec, tokenizer.vocab_size, dtype))  # fmt: skip
+        return cls(
+            tokenizer,
+            load_lm(model, dtype),
+            load_decoder(codec, dtype),
+            load_encoder(codec, dtype),
+            load_aligner(codec, tokenizer.vocab_size, dtype),
+        )
 
     @classmethod
-    def from_pretrained(cls, model: str | Path = "HumeAI/tada-1b",
-                        codec: str | Path = "HumeAI/tada-codec",
-                        tokenizer: str | Path | None = None,
-                        dtype: torch.dtype = torch.float32) -> TadaModel:  # fmt: skip
+    def from_pretrained(
+        cls,
+        model: str | Path = "HumeAI/tada-1b",
+        codec: str | Path = "HumeAI/tada-codec",
+        tokenizer: str | Path | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> TadaModel:
         """Hub ids or folders (checkpoint.resolve_folders), loaded strictly."""
         model_dir, codec_dir, tokenizer_dir = resolve_folders(model, codec, tokenizer)
         tokens = TadaTokenizer.from_folder(tokenizer_dir)
-        return cls(tokens, load_lm(model_dir, dtype), load_decoder(codec_dir, dtype),
-                   load_encoder(codec_dir, dtype), load_aligner(codec_dir, tokens.vocab_size, dtype))  # fmt: skip
+        return cls(
+            tokens,
+            load_lm(model_dir, dtype),
+            load_decoder(codec_dir, dtype),
+            load_encoder(codec_dir, dtype),
+            load_aligner(codec_dir, tokens.vocab_size, dtype),
+        )
 
     @torch.no_grad()
-    def create_voice(self, audio: np.ndarray | torch.Tensor, sample_rate: int, ref_text: str,
-                     seed: int | None = None) -> Prompt:  # fmt: skip
+    def create_voice(
+        self,
+        audio: np.ndarray | torch.Tensor,
+        sample_rate: int,
+        ref_text: str,
+        seed: int | None = None,
+    ) -> Prompt:
         """A mono clip (S,) and its transcript -> the prompt generate() continues."""
         if not ref_text or not ref_text.strip():
-            raise MissingTranscriptError("ref_text is required to clone a voice: the transcript "
-                                         "of the reference clip")  # fmt: skip
+            raise MissingTranscriptError(
+                "ref_text is required to clone a voice: the transcript of the reference clip"
+            )
         generator = torch.Generator()
         if seed is not None:
             generator.manual_seed(seed)
@@ -108,8 +128,13 @@ class TadaModel:
         return Prompt(values[0], positions, text, round(samples))
 
     @torch.no_grad()
-    def generate(self, voice: Prompt, text: str, options: GenerateOptions = DEFAULT_OPTIONS,
-                 seed: int | None = None) -> np.ndarray:  # fmt: skip
+    def generate(
+        self,
+        voice: Prompt,
+        text: str,
+        options: GenerateOptions = DEFAULT_OPTIONS,
+        seed: int | None = None,
+    ) -> np.ndarray:
         generator = torch.Generator()
         if seed is not None:
             generator.manual_seed(seed)
@@ -119,10 +144,18 @@ class TadaModel:
         wav = self.decoder.decode(expanded, masks)[0, 0, trim:]
         return wav.numpy()
 
-    def stream(self, voice: Prompt, text: str, options: GenerateOptions = DEFAULT_OPTIONS,
-               seed: int | None = None, context: int = 20, lookahead: int = 15,
-               chunk_tokens: int = 4, first_chunk_tokens: int = 2,
-               should_stop: Callable[[], bool] | None = None) -> Iterator[TadaChunk]:  # fmt: skip
+    def stream(
+        self,
+        voice: Prompt,
+        text: str,
+        options: GenerateOptions = DEFAULT_OPTIONS,
+        seed: int | None = None,
+        context: int = 20,
+        lookahead: int = 15,
+        chunk_tokens: int = 4,
+        first_chunk_tokens: int = 2,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Iterator[TadaChunk]:
         """`generate` as TadaChunks (float32 audio at 24 kHz) while it runs: the first after
         `first_chunk_tokens` tokens, then every `chunk_tokens`; each chunk's tokens go through
         the KV-cached decoder transformer and the windowed CNN (streaming.StreamingDecoder:
@@ -134,8 +167,18 @@ class TadaModel:
         The engine with one row (`self.runner(1)`) on the thread that iterates: the chunks
         are those a served loop of `self.runner(n)` gives the same request, whatever else it
         serves."""
-        seq = self.request(voice, text, options, seed, context, lookahead, chunk_tokens,
-                           first_chunk_tokens, should_stop, outbox=InlineOutbox())  # fmt: skip
+        seq = self.request(
+            voice,
+            text,
+            options,
+            seed,
+            context,
+            lookahead,
+            chunk_tokens,
+            first_chunk_tokens,
+            should_stop,
+            outbox=InlineOutbox(),
+        )
         return run_alone(lambda: BatchEngine(self.runner(1), isolate_failures=False), seq)
 
     def runner(self, max_batch: int | None = None) -> TadaRunner:
@@ -143,11 +186,21 @@ class TadaModel:
         (None: DEFAULT_MAX_BATCH)."""
         return TadaRunner(self, DEFAULT_MAX_BATCH if max_batch is None else max_batch)
 
-    def request(self, voice: Prompt, text: str, options: GenerateOptions = DEFAULT_OPTIONS,
-                seed: int | None = None, context: int = 20, lookahead: int = 15,
-                chunk_tokens: int = 4, first_chunk_tokens: int = 2,
-                should_stop: Callable[[], bool] | None = None, *, audio: bool = True,
-                outbox: Any = None) -> TadaSequence:  # fmt: skip
+    def request(
+        self,
+        voice: Prompt,
+        text: str,
+        options: GenerateOptions = DEFAULT_OPTIONS,
+        seed: int | None = None,
+        context: int = 20,
+        lookahead: int = 15,
+        chunk_tokens: int = 4,
+        first_chunk_tokens: int = 2,
+        should_stop: Callable[[], bool] | None = None,
+        *,
+        audio: bool = True,
+        outbox: Any = None,
+    ) -> TadaSequence:
         """A checked request for the engine (`stream`'s arguments; ValueError on bad input).
         `outbox` None: for a consumer on another thread (a served EngineLoop)."""
         cadence = Cadence(first_chunk_tokens, chunk_tokens)  # ValueError below 1
@@ -155,10 +208,17 @@ class TadaModel:
         generator = torch.Generator()
         if seed is not None:
             generator.manual_seed(seed)
-        generation = Generation(self.lm, self.tokenizer, voice, normalize_text(text), options,
-                                generator)  # fmt: skip
-        return TadaSequence(generation, (int(context), int(lookahead)), cadence,
-                            should_stop or _never, audio=audio, outbox=outbox)  # fmt: skip
+        generation = Generation(
+            self.lm, self.tokenizer, voice, normalize_text(text), options, generator
+        )
+        return TadaSequence(
+            generation,
+            (int(context), int(lookahead)),
+            cadence,
+            should_stop or _never,
+            audio=audio,
+            outbox=outbox,
+        )
 
 
 def _never() -> bool:

@@ -74,8 +74,9 @@ class TadaSequence(Request):
         audio: bool = True,
         outbox: Any = None,
     ) -> None:
-        super().__init__(cadence, should_stop, generation.decoded_frames, END, audio=audio,
-                         outbox=outbox)  # fmt: skip
+        super().__init__(
+            cadence, should_stop, generation.decoded_frames, END, audio=audio, outbox=outbox
+        )
         self.generation = generation
         self.window = window  # (context, lookahead) frames of the CNN
         self.decoder_state = None
@@ -169,8 +170,7 @@ class TadaRunner:
         cut = min(seq.trim or 0, audio.shape[0])
         if seq.trim is not None:
             seq.trim -= cut
-        return TadaChunk(audio[cut:].float().numpy(), SAMPLE_RATE, len(frames), stop_reason,
-                         batch)  # fmt: skip
+        return TadaChunk(audio[cut:].float().numpy(), SAMPLE_RATE, len(frames), stop_reason, batch)
 
     def release(self, seq: TadaSequence) -> None:
         seq.generation.caches = None

@@ -51,8 +51,9 @@ def check_window(left: int, lookahead: int) -> None:
     samples short of its input's last frame (6 on both tiny decoders: the full decode of T
     frames gives T x 480 - 6 samples), so every window with no lookahead would lose them."""
     if left < 0 or lookahead < 1:
-        raise ValueError(f"context must be >= 0 and lookahead >= 1 frames (got {left}, "
-                         f"{lookahead})")  # fmt: skip
+        raise ValueError(
+            f"context must be >= 0 and lookahead >= 1 frames (got {left}, {lookahead})"
+        )
 
 
 class StreamingDecoder:
@@ -117,8 +118,11 @@ class StreamingDecoder:
         stop = min(until + self.lookahead, stream.position)
         wav = self.decoder.wav_decoder(hidden[start:stop].T[None])[0, 0]
         first = (stream.emitted_frames - start) * SAMPLES_PER_FRAME
-        last = wav.shape[0] if stream.done and stop == stream.position else (
-            (until - start) * SAMPLES_PER_FRAME)  # fmt: skip
+        last = (
+            wav.shape[0]
+            if stream.done and stop == stream.position
+            else ((until - start) * SAMPLES_PER_FRAME)
+        )
         stream.emitted_frames = until
         return wav[first:last]
 

@@ -196,10 +196,14 @@ class EulerCFM(nn.Module):
                 t_in = t.reshape(1).expand(2)
                 dt_in = dt.reshape(1).expand(2) if self.mean_mode else torch.zeros_like(t_in)
                 time = estimator.time_token(t_in, dt_in)
-                tokens = [estimator.tokens(torch.cat([x, x]), mu_in, time, cond_in)
-                          for x, mu_in, cond_in in zip(xs, mu_ins, cond_ins, strict=True)]  # fmt: skip
-                velocities = [guided_velocity(estimator.velocity(hidden, patch), cfg)
-                              for hidden, cfg in zip(run_decoder(tokens), cfg_values, strict=True)]  # fmt: skip
+                tokens = [
+                    estimator.tokens(torch.cat([x, x]), mu_in, time, cond_in)
+                    for x, mu_in, cond_in in zip(xs, mu_ins, cond_ins, strict=True)
+                ]
+                velocities = [
+                    guided_velocity(estimator.velocity(hidden, patch), cfg)
+                    for hidden, cfg in zip(run_decoder(tokens), cfg_values, strict=True)
+                ]
             xs = [x - dt * velocity for x, velocity in zip(xs, velocities, strict=True)]
             t = t - dt
             if step < steps:

@@ -202,8 +202,16 @@ class VoxCPMModel:
         (`result.seed`)."""
         refuse_unknown("VoxCPM2", knobs, KNOB_NAMES)
         seed = resolve_seed(seed)
-        seq = self.request(text, voice, seed, cfg_value, inference_timesteps, max_len,
-                           audio=False, outbox=InlineOutbox())  # fmt: skip
+        seq = self.request(
+            text,
+            voice,
+            seed,
+            cfg_value,
+            inference_timesteps,
+            max_len,
+            audio=False,
+            outbox=InlineOutbox(),
+        )
         chunks = list(self._alone(seq))
         generated = torch.stack([patch for chunk in chunks for patch in chunk.patches])
         context = None if voice is None else voice.context_patches  # (ctx, P, D) or None
@@ -249,9 +257,18 @@ class VoxCPMModel:
         chunk_patches = knobs.get("chunk_frames", chunk_patches)
         first_chunk_patches = knobs.get("first_chunk_frames", first_chunk_patches)
         seed = resolve_seed(seed)
-        seq = self.request(text, voice, seed, cfg_value, inference_timesteps, max_len,
-                           chunk_patches, first_chunk_patches, should_stop,
-                           outbox=InlineOutbox())  # fmt: skip
+        seq = self.request(
+            text,
+            voice,
+            seed,
+            cfg_value,
+            inference_timesteps,
+            max_len,
+            chunk_patches,
+            first_chunk_patches,
+            should_stop,
+            outbox=InlineOutbox(),
+        )
         return SeededStream(self._alone(seq), seed)
 
     def request(
@@ -278,8 +295,9 @@ class VoxCPMModel:
             raise ValueError("max_len and inference_timesteps must be >= 1")
         prompt = self._prompt(text, voice, max_len)
         sampling = (int(seed), float(cfg_value), int(inference_timesteps))
-        return VoxSequence(prompt, voice, sampling, cadence, should_stop or _never, audio=audio,
-                           outbox=outbox)  # fmt: skip
+        return VoxSequence(
+            prompt, voice, sampling, cadence, should_stop or _never, audio=audio, outbox=outbox
+        )
 
     def runner(self, max_batch: int) -> VoxRunner:
         """The engine's StepModel for this model, `max_batch` rows at most (the served loop:
@@ -291,8 +309,7 @@ class VoxCPMModel:
         that iterates; its whole prompt prefilled in one step."""
 
         def engine() -> BatchEngine:
-            return BatchEngine(self.runner(1), prefill_chunk=seq.prompt_len,
-                               isolate_failures=False)  # fmt: skip
+            return BatchEngine(self.runner(1), prefill_chunk=seq.prompt_len, isolate_failures=False)
 
         return run_alone(engine, seq)
 

@@ -85,8 +85,7 @@ class VoxSequence(Request):
         audio: bool = True,
         outbox: Any = None,
     ) -> None:
-        super().__init__(cadence, should_stop, prompt.cap, "length_cap", audio=audio,
-                         outbox=outbox)  # fmt: skip
+        super().__init__(cadence, should_stop, prompt.cap, "length_cap", audio=audio, outbox=outbox)
         seed, self.cfg_value, self.timesteps = sampling
         self.prompt = prompt
         self.voice = voice
@@ -123,8 +122,15 @@ class VoxRunner:
         self.dit_rows = 2 * (2 * model.patch_size + 3)  # a CFM row pair's tokens
         first = self.dit.layers[0]
         attention, mlp = first.self_attn, first.mlp
-        self.dit_linears = [attention.q_proj, attention.k_proj, attention.v_proj,
-                            attention.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]  # fmt: skip
+        self.dit_linears = [
+            attention.q_proj,
+            attention.k_proj,
+            attention.v_proj,
+            attention.o_proj,
+            mlp.gate_proj,
+            mlp.up_proj,
+            mlp.down_proj,
+        ]
 
     def admit(self, seq: VoxSequence) -> bool:
         seq.decoder_state = self.model.new_decoder_state(seq.voice) if seq.audio else None

@@ -83,8 +83,9 @@ def audio_snr_db(
     """SNR (dB) of `quantized`'s waveform against `decoder`'s over the same seeded random codes."""
     cfg = decoder.config
     generator = torch.Generator().manual_seed(0)
-    codes = torch.randint(0, cfg.codebook_size, (1, cfg.num_quantizers, frames),
-                          generator=generator)  # fmt: skip
+    codes = torch.randint(
+        0, cfg.codebook_size, (1, cfg.num_quantizers, frames), generator=generator
+    )
     return sqnr_db(decoder(codes), quantized(codes))
 
 

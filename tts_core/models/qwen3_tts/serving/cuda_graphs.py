@@ -163,8 +163,13 @@ class GraphedStep:
         for row, seq in enumerate(seqs):
             window = penalty_window(seq)
             buffers.history[row, : window.shape[-1]].copy_(window[0])
-            predraw(seq.generator, seq.settings.talker, seq.settings.subtalker,
-                    buffers.noise_c0[row], buffers.noise_codes[row])  # fmt: skip
+            predraw(
+                seq.generator,
+                seq.settings.talker,
+                seq.settings.subtalker,
+                buffers.noise_c0[row],
+                buffers.noise_codes[row],
+            )
 
 
 def penalty_window(seq: Sequence) -> torch.Tensor:
@@ -183,9 +188,14 @@ def capture_or_none(talker: Talker, arena: SlotArena, max_batch: int) -> Graphed
     try:
         graphed = GraphedStep(talker, arena, max_batch, capture)
     except Exception as error:  # any capture failure means "serve eagerly"
-        log.warning("CUDA graph capture failed, decoding eagerly: %s: %s",
-                    type(error).__name__, error)  # fmt: skip
+        log.warning(
+            "CUDA graph capture failed, decoding eagerly: %s: %s", type(error).__name__, error
+        )
         return None
-    log.info("static decode step for batch buckets %s (%s; %.2f GB of slot KV)", graphed.sizes,
-             "CUDA graphs" if capture else "eager", arena.nbytes / 1e9)  # fmt: skip
+    log.info(
+        "static decode step for batch buckets %s (%s; %.2f GB of slot KV)",
+        graphed.sizes,
+        "CUDA graphs" if capture else "eager",
+        arena.nbytes / 1e9,
+    )
     return graphed

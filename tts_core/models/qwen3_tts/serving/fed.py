@@ -137,8 +137,9 @@ class FedRequest:
                 self._seq.push(rest, done=True)
                 self._loop.wake()
                 return
-            self._stream = self._loop.submit(self._feed.text, self._voice, self._language,
-                                             **self._kwargs)  # fmt: skip
+            self._stream = self._loop.submit(
+                self._feed.text, self._voice, self._language, **self._kwargs
+            )
             self._ready.set()
 
     @property
@@ -183,8 +184,15 @@ class FedRequest:
         loop, committed = self._loop, self._feed.committed
         used = max(self._need, 1 if self._voice.ref_codes is None else 0)
         arena = loop.runner.capacity
-        seq = loop.call(self._model.fed_request, self._feed.role, committed[:used], self._voice,
-                        self._language, cache_positions=arena, **self._kwargs)  # fmt: skip
+        seq = loop.call(
+            self._model.fed_request,
+            self._feed.role,
+            committed[:used],
+            self._voice,
+            self._language,
+            cache_positions=arena,
+            **self._kwargs,
+        )
         seq.push(committed[used:])
         self._seq = seq
         self._stream = loop.enqueue(seq)

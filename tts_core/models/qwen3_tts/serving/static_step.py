@@ -65,8 +65,10 @@ class SlotCache:
 
     def slot_caches(self, slot: int, length: int) -> list[KVCache]:
         """Per-layer (1, kv, length, D) views of one slot: a row's prefill and eager steps."""
-        return [KVCache.over(k[slot : slot + 1, :, :length], v[slot : slot + 1, :, :length])
-                for k, v in zip(self.k, self.v, strict=True)]  # fmt: skip
+        return [
+            KVCache.over(k[slot : slot + 1, :, :length], v[slot : slot + 1, :, :length])
+            for k, v in zip(self.k, self.v, strict=True)
+        ]
 
     @property
     def nbytes(self) -> int:
@@ -211,8 +213,7 @@ def static_step(
     ctx = StaticRows.make(kv.k, kv.v, buffers.slots, buffers.positions)
     hidden = talker.model(buffers.embeds, ctx, talker.rope)[:, -1]  # (B, H)
     logits = talker.codec_head(hidden).float()
-    c0 = choose_c0(logits, buffers.history, buffers.frames, buffers.talker, rules,
-                   buffers.noise_c0)  # fmt: skip
+    c0 = choose_c0(logits, buffers.history, buffers.frames, buffers.talker, rules, buffers.noise_c0)
     passes = iter(range(buffers.noise_codes.shape[1]))  # pass j consumes noise_codes[:, j]
 
     def choose(pass_logits: torch.Tensor) -> torch.Tensor:
