@@ -1,6 +1,7 @@
 """The layers the imports draw (issue 39): no import circle anywhere in `tts_core` (imports at
-the top, in functions and under TYPE_CHECKING all count), and the generic engine
-(`tts_core/serving`) imports no model package: the models plug into it, never the reverse."""
+the top, in functions and under TYPE_CHECKING all count); the generic engine (`tts_core/serving`)
+imports no model package, and no model imports its served loop: the models plug into the engine
+(their runner and request), and the backend above both serves them."""
 
 from __future__ import annotations
 
@@ -98,3 +99,12 @@ def test_the_engine_imports_no_model():
     serving = {m: t for m, t in edges.items() if m.startswith("tts_core.serving")}
     reached = {t for targets in serving.values() for t in targets}
     assert not {t for t in reached if t.startswith("tts_core.models")}
+
+
+def test_no_model_imports_the_served_loop():
+    """A model steps its own requests alone (serving.alone, serving.engine); the loop that serves
+    many (serving.loop, or the package's face, which loads it) is the backend's."""
+    edges = graph()
+    loop = {"tts_core.serving", "tts_core.serving.loop"}
+    models = {m: t & loop for m, t in edges.items() if m.startswith("tts_core.models")}
+    assert {m: t for m, t in models.items() if t} == {}

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ...audio.analysis import mel_filters
-from ...serving import InlineOutbox
+from ...serving.alone import InlineOutbox
 from ..contract import SeededStream, resolve_seed
 from .checkpoint import CheckpointError, check_unused, load_part
 from .chunking import WHOLE_UTTERANCE, StreamChunking

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from ...serving import BatchEngine, InlineOutbox, alone
+from ...serving.alone import InlineOutbox, run_alone
+from ...serving.engine import BatchEngine
 from ..checkpoint import CheckpointError
 from ..contract import SeededStream, reference_audio, refuse_unknown, resolve_seed
 from .checkpoint import (
@@ -150,7 +151,7 @@ class S3GenSpeech:
     def run_alone(self, request: ChatterboxSequence) -> Iterator[ChatterboxChunk]:
         """`request` (made with outbox=InlineOutbox()) stepped by a private one-row engine on the
         thread that iterates: `stream`'s chunks."""
-        return alone.run_alone(lambda: BatchEngine(self.runner(1), isolate_failures=False), request)
+        return run_alone(lambda: BatchEngine(self.runner(1), isolate_failures=False), request)
 
     @torch.inference_mode()
     def tokens_to_mel(

@@ -29,7 +29,8 @@ import torch
 
 from ...audio.cadence import Cadence
 from ...audio.sinc import resample
-from ...serving import BatchEngine, InlineOutbox, run_alone
+from ...serving.alone import InlineOutbox, run_alone
+from ...serving.engine import BatchEngine
 from .alignment import token_alignment
 from .checkpoint import load_aligner, load_decoder, load_encoder, load_lm, resolve_folders
 from .generate import (
