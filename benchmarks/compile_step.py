@@ -79,10 +79,18 @@ def int8_linear_op(
     Int8Linear._native calls it."""
     rows, kernel = rows.contiguous(), native.int8_kernel(isa)
     out = torch.empty(rows.shape[0], out_features, dtype=torch.float32)
-    status = kernel.function(rows.data_ptr(), rows.shape[0], rows.shape[1], out_features,
-                             packed.data_ptr(), sum128.data_ptr(), scale.data_ptr(),
-                             None if bias is None else bias.data_ptr(), out.data_ptr(),
-                             torch.get_num_threads())  # fmt: skip
+    status = kernel.function(
+        rows.data_ptr(),
+        rows.shape[0],
+        rows.shape[1],
+        out_features,
+        packed.data_ptr(),
+        sum128.data_ptr(),
+        scale.data_ptr(),
+        None if bias is None else bias.data_ptr(),
+        out.data_ptr(),
+        torch.get_num_threads(),
+    )
     if status != 0:
         raise MemoryError("int8_linear: no memory for its scratch rows")
     return out
@@ -98,8 +106,15 @@ def traceable_forward(self: Int8Linear, x: torch.Tensor) -> torch.Tensor:
     rows = x.reshape(-1, self.in_features).float()
     if not self.packed:
         return self._shaped(self._reference(rows), x)
-    out = int8_linear_op(rows, self.weight_packed, self.weight_sum128, self.weight_scale,
-                         self.bias, self.out_features, self.kernel_isa)  # fmt: skip
+    out = int8_linear_op(
+        rows,
+        self.weight_packed,
+        self.weight_sum128,
+        self.weight_scale,
+        self.bias,
+        self.out_features,
+        self.kernel_isa,
+    )
     return self._shaped(out, x)
 
 
@@ -122,8 +137,9 @@ class StepState:
         self.model, self.rows, self.kv, self.buffers = model, rows, kv, buffers
         self.predictor = model.talker.code_predictor.new_caches(len(rows))
         cfg = model.talker.cfg
-        self.rules = C0Rules(cfg.codec_eos_token_id,
-                             suppressed_ids(cfg.vocab_size, cfg.codec_eos_token_id, "cpu"))  # fmt: skip
+        self.rules = C0Rules(
+            cfg.codec_eos_token_id, suppressed_ids(cfg.vocab_size, cfg.codec_eos_token_id, "cpu")
+        )
 
     def step(self) -> tuple[torch.Tensor, ...]:
         out = static_step(self.model.talker, self.kv, self.predictor, self.rules, self.buffers)
@@ -167,15 +183,23 @@ def row_alone(full: StepState, row: int) -> StepState:
     """Bucket 1 holding `row` of `full`, over (a copy of) the same slot cache."""
     b = full.buffers
     one = StepBuffers(
-        embeds=b.embeds[row : row + 1].clone(), slots=b.slots[row : row + 1].clone(),
-        positions=b.positions[row : row + 1].clone(), history=b.history[row : row + 1].clone(),
+        embeds=b.embeds[row : row + 1].clone(),
+        slots=b.slots[row : row + 1].clone(),
+        positions=b.positions[row : row + 1].clone(),
+        history=b.history[row : row + 1].clone(),
         frames=b.frames[row : row + 1].clone(),
-        talker=RowSampling(*(getattr(b.talker, f)[row : row + 1].clone()
-                             for f in RowSampling.__dataclass_fields__)),
-        subtalker=RowSampling(*(getattr(b.subtalker, f)[row : row + 1].clone()
-                                for f in RowSampling.__dataclass_fields__)),
-        noise_c0=b.noise_c0[row : row + 1].clone(), noise_codes=b.noise_codes[row : row + 1].clone(),
-    )  # fmt: skip
+        talker=RowSampling(
+            *(getattr(b.talker, f)[row : row + 1].clone() for f in RowSampling.__dataclass_fields__)
+        ),
+        subtalker=RowSampling(
+            *(
+                getattr(b.subtalker, f)[row : row + 1].clone()
+                for f in RowSampling.__dataclass_fields__
+            )
+        ),
+        noise_c0=b.noise_c0[row : row + 1].clone(),
+        noise_codes=b.noise_codes[row : row + 1].clone(),
+    )
     return StepState(full.model, [row], copy.deepcopy(full.kv), one)
 
 
@@ -195,9 +219,11 @@ def compare_runs(eager: StepState, compiled: StepState, run_compiled: Callable) 
     with torch.inference_mode():
         ours = eager.step()
         theirs = run_compiled(compiled)
-    caches = first_difference(tuple(eager.kv.k + eager.kv.v),
-                              tuple(compiled.kv.k + compiled.kv.v),
-                              tuple(f"slot cache {i}" for i in range(2 * len(eager.kv.k))))  # fmt: skip
+    caches = first_difference(
+        tuple(eager.kv.k + eager.kv.v),
+        tuple(compiled.kv.k + compiled.kv.v),
+        tuple(f"slot cache {i}" for i in range(2 * len(eager.kv.k))),
+    )
     diff = first_difference(ours, theirs) or caches
     return {"identical": diff is None, "first_difference": diff}
 
@@ -267,8 +293,9 @@ def measure_threads(model, threads: int, args: argparse.Namespace) -> dict:  # n
     torch.set_num_threads(threads)
     torch._dynamo.reset()
     full = filled_state(model, max(args.batches))
-    states = {b: (full if b == full.rows.__len__() else filled_state(model, b))
-              for b in args.batches}  # fmt: skip
+    states = {
+        b: (full if b == full.rows.__len__() else filled_state(model, b)) for b in args.batches
+    }
     result = {"compile_s": {}, "recompile_s": {}, "vs_eager": {}, "across_batch": {}}
     runs = {"eager": eager_run}
     for mode in args.modes:
@@ -291,8 +318,9 @@ def measure_threads(model, threads: int, args: argparse.Namespace) -> dict:  # n
     return result
 
 
-def interleaved(runs: dict[str, Callable], states: dict[int, StepState], rounds: int,
-                steps: int) -> dict:  # fmt: skip
+def interleaved(
+    runs: dict[str, Callable], states: dict[int, StepState], rounds: int, steps: int
+) -> dict:
     """Per batch: each round times every variant once (median of `steps` calls), in turn."""
     out = {}
     for batch, state in states.items():
@@ -306,9 +334,13 @@ def interleaved(runs: dict[str, Callable], states: dict[int, StepState], rounds:
 def summary(rounds: list[dict]) -> dict:
     """Median ms per variant and the median over rounds of each variant / eager."""
     names = rounds[0].keys()
-    return {name: {"ms": statistics.median(r[name] for r in rounds),
-                   "vs_eager": statistics.median(r[name] / r["eager"] for r in rounds)}
-            for name in names}  # fmt: skip
+    return {
+        name: {
+            "ms": statistics.median(r[name] for r in rounds),
+            "vs_eager": statistics.median(r[name] / r["eager"] for r in rounds),
+        }
+        for name in names
+    }
 
 
 def run(args: argparse.Namespace, model=None) -> dict:  # noqa: ANN001
@@ -316,12 +348,21 @@ def run(args: argparse.Namespace, model=None) -> dict:  # noqa: ANN001
     start = time.perf_counter()
     model = model or load(args.checkpoint, "int8", torch.float32, ())
     load_s = time.perf_counter() - start
-    result = {"checkpoint": str(args.checkpoint), "cpu": cpu_model(), "torch": torch.__version__,
-              "modes": args.modes, "batches": args.batches, "rounds": args.rounds,
-              "steps": args.steps, "load_s": load_s,
-              "int8_kernel": next((m.kernel_isa for m in model.talker.modules()
-                                   if isinstance(m, Int8Linear)), None),
-              "untraceable_as_is": untraceable_error(filled_state(model, 1)), "threads": {}}  # fmt: skip
+    result = {
+        "checkpoint": str(args.checkpoint),
+        "cpu": cpu_model(),
+        "torch": torch.__version__,
+        "modes": args.modes,
+        "batches": args.batches,
+        "rounds": args.rounds,
+        "steps": args.steps,
+        "load_s": load_s,
+        "int8_kernel": next(
+            (m.kernel_isa for m in model.talker.modules() if isinstance(m, Int8Linear)), None
+        ),
+        "untraceable_as_is": untraceable_error(filled_state(model, 1)),
+        "threads": {},
+    }
     for threads in args.threads:
         measured = measure_threads(model, threads, args)
         measured["summary"] = {b: summary(r) for b, r in measured["rounds"].items()}
@@ -332,8 +373,11 @@ def run(args: argparse.Namespace, model=None) -> dict:  # noqa: ANN001
 
 # ---------------------------------------------------------------- report
 def table(result: dict) -> str:
-    lines = ["| threads | batch | variant | ms / step | / eager | compile s | 2nd start s | "
-             "= eager | rows = alone |", "|--:|--:|---|--:|--:|--:|--:|---|---|"]  # fmt: skip
+    lines = [
+        "| threads | batch | variant | ms / step | / eager | compile s | 2nd start s | "
+        "= eager | rows = alone |",
+        "|--:|--:|---|--:|--:|--:|--:|---|---|",
+    ]
     for threads, measured in result["threads"].items():
         for batch, rows in measured["summary"].items():
             for name, row in rows.items():
@@ -352,20 +396,24 @@ def table(result: dict) -> str:
 
 
 def report(result: dict) -> str:
-    notes = [f"{result['checkpoint']} int8 ({result['int8_kernel']} kernel) on {result['cpu']}, "
-             f"torch {result['torch']}; load average {result['load_average_before']} -> "
-             f"{result['load_average_after']}",
-             "step as it is under fullgraph=True: "
-             + (result["untraceable_as_is"] or "compiles")]  # fmt: skip
+    notes = [
+        f"{result['checkpoint']} int8 ({result['int8_kernel']} kernel) on {result['cpu']}, "
+        f"torch {result['torch']}; load average {result['load_average_before']} -> "
+        f"{result['load_average_after']}",
+        "step as it is under fullgraph=True: " + (result["untraceable_as_is"] or "compiles"),
+    ]
     for threads, measured in result["threads"].items():
         for key, check in measured["vs_eager"].items():
             if not check["identical"]:
-                notes.append(f"{threads} threads {key}: differs from eager: "
-                             f"{check['first_difference']}")  # fmt: skip
+                notes.append(
+                    f"{threads} threads {key}: differs from eager: {check['first_difference']}"
+                )
         for name, check in measured["across_batch"].items():
             if not check["identical"]:
-                notes.append(f"{threads} threads {name}: rows in a batch differ from alone: "
-                             f"{check['rows_differing']}")  # fmt: skip
+                notes.append(
+                    f"{threads} threads {name}: rows in a batch differ from alone: "
+                    f"{check['rows_differing']}"
+                )
     return "\n".join([*notes, table(result)])
 
 

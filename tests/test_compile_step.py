@@ -4,12 +4,16 @@ It compiles the static decode step with Inductor (the int8 layers behind the scr
 op), steps it and the eager step from equal states, and reports whether they are equal bit for
 bit, and whether each row of a batch equals the same row stepped alone. Only that the verdicts
 are reported (and well-formed) is asserted, not what they are or any timing: on another CPU or
-torch, Inductor may generate other code. Skipped where torch.compile cannot build CPU code.
+torch, Inductor may generate other code. Skipped where torch.compile cannot build CPU code, and
+unless TTS_CORE_INDUCTOR_TESTS=1: a cold Inductor build of the step takes minutes on 2 cores
+(268 s measured, most of it compiling), too long for every run of the suite; the compiled step is
+not used by the app (it is not bit-identical to eager: BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from functools import cache
 from pathlib import Path
@@ -32,13 +36,23 @@ def _inductor_runs() -> bool:
         return False
 
 
+@pytest.mark.skipif(
+    os.environ.get("TTS_CORE_INDUCTOR_TESTS") != "1", reason="set TTS_CORE_INDUCTOR_TESTS=1"
+)
 def test_the_compiled_step_is_checked_against_eager_and_across_batch_sizes() -> None:
     if not _inductor_runs():
         pytest.skip("torch.compile cannot build CPU code here")
     import compile_step
 
-    args = argparse.Namespace(checkpoint=TINY, modes=["default"], threads=[torch.get_num_threads()],
-                              batches=[1, 2], rounds=1, steps=1, recompile=False)  # fmt: skip
+    args = argparse.Namespace(
+        checkpoint=TINY,
+        modes=["default"],
+        threads=[torch.get_num_threads()],
+        batches=[1, 2],
+        rounds=1,
+        steps=1,
+        recompile=False,
+    )
     result = compile_step.run(args)
     measured = result["threads"][torch.get_num_threads()]
     for key in ("default/b1", "default/b2"):
