@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from websockets.protocol import State
 from websockets.sync.client import ClientConnection, connect
 
 from tts_core.engine import Engine, EngineConfig, EngineSlot
+from tts_core.engine.awaiting import wait_future
 from tts_core.server import AccessPolicy, VoiceRegistry, page_text_ws
 from tts_core.server.http_server import server_config
 from tts_core.server.speech_ws import ROUTE as API_ROUTE
@@ -277,17 +279,30 @@ def test_the_page_route_refuses_with_a_clear_error(
 
 class GatedOpenEngine(CountingEngine):
     """A CountingEngine whose requests for text in pieces open once `gate` is set: a session
-    busy with one message (as a loaded machine or a wait in the engine's line makes it)
-    while its client sends more."""
+    busy with one message (as a wait in the engine's line or for the model thread makes it)
+    while its client sends more. The wait is one the engine's code makes (a future of the
+    model thread's, awaited on the event loop under awaiting.run_awaiting), so the session
+    waits as a real one does, without holding the loop."""
 
     def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
         super().__init__(*args, **kwargs)
-        self.opening, self.gate = threading.Event(), threading.Event()
+        self.opening, self.gate = threading.Event(), OpenGate()
 
     def open_fed(self, request, cancel=None):  # noqa: ANN001, ANN201
         self.opening.set()
-        self.gate.wait()
+        wait_future(self.gate.future)
         return super().open_fed(request, cancel)
+
+
+class OpenGate:
+    """`set()` lets every open waiting on `future` go on (any thread)."""
+
+    def __init__(self) -> None:
+        self.future: Future = Future()
+
+    def set(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
 
 
 class PingCountingConnection(ClientConnection):
