@@ -103,8 +103,9 @@ def test_the_engine_imports_no_model():
 
 def test_no_model_imports_the_served_loop():
     """A model steps its own requests alone (serving.alone, serving.engine); the loop that serves
-    many (serving.loop, or the package's face, which loads it) is the backend's."""
+    many (serving.loop, or the package's face, which loads it) and the thread placement of a
+    served model's work (engine.model_thread) are the backend's."""
     edges = graph()
-    loop = {"tts_core.serving", "tts_core.serving.loop"}
+    loop = {"tts_core.serving", "tts_core.serving.loop", "tts_core.engine.model_thread"}
     models = {m: t & loop for m, t in edges.items() if m.startswith("tts_core.models")}
     assert {m: t for m, t in models.items() if t} == {}

@@ -35,6 +35,7 @@ from ..engine.backend import (
 from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
 from ..engine.knobs import sampling_knobs
+from ..engine.model_thread import run_on_passing_thread
 from .device import resolve_device, resolve_dtype
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ def served_loop(
     `cache_positions`, default max_batch * 1024) and its checked requests, held to that arena."""
     from ..serving import DEFAULT_PREFILL_CHUNK, EngineLoop
 
-    runner = model.runner(max_batch, cache_positions)
+    # built on a thread that ends: its RoPE table is a parallel op (engine/model_thread.py)
+    runner = run_on_passing_thread(lambda: model.runner(max_batch, cache_positions))
     request = functools.partial(model.request, cache_positions=runner.capacity)
     return EngineLoop(
         runner,

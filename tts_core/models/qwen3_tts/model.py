@@ -29,7 +29,6 @@ import torch
 
 from ...audio.analysis import resample
 from ...audio.cadence import Cadence
-from ...engine.model_thread import run_on_passing_thread
 from ...serving.alone import InlineOutbox, run_alone
 from ..checkpoint import load_safetensors
 from ..contract import SeededStream, reference_audio, resolve_seed
@@ -383,10 +382,10 @@ class Qwen3TTSModel:
     def runner(self, max_batch: int = 8, cache_positions: int | None = None) -> Qwen3Runner:
         """The StepModel of a served EngineLoop (serving/runner.py): `max_batch` rows over one
         talker KV arena of `cache_positions` (default max_batch * 1024), where a request
-        reserves its prompt + frame limit when admitted. Built on a thread that ends: its RoPE
-        table is a parallel op (tts_core/engine/model_thread.py)."""
+        reserves its prompt + frame limit when admitted. Its RoPE table is a parallel op: a server
+        builds it on a thread that ends (backends/qwen3.py, engine/model_thread.py)."""
         capacity = cache_positions or max_batch * DEFAULT_POSITIONS_PER_ROW
-        return run_on_passing_thread(lambda: Qwen3Runner(self, max_batch, capacity))
+        return Qwen3Runner(self, max_batch, capacity)
 
     def request(
         self,
