@@ -244,3 +244,30 @@ def test_int8_stream_is_its_full_pass_with_the_real_transformer_on_two_threads()
             outputs.clear()
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize(
+    ("cap", "allowed"),
+    [(None, True), ("ALL", True), ("AVX512_CORE_VNNI", False), ("AVX2", False),
+     ("AVX512_CORE_BF16", True), ("avx512_core_amx", True)],
+)  # fmt: skip
+def test_onednn_cap_hides_native_bf16(monkeypatch, cap, allowed):
+    """ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 takes bf16 arithmetic from oneDNN, so `auto`
+    must not pick a bf16 decoder there (how a CPU without native bf16 is emulated)."""
+    from tts_core.backends import qwen3
+
+    if cap is None:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    else:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert qwen3._onednn_allows("AVX512_CORE_BF16") is allowed
+    if not allowed:
+        assert qwen3._native_bf16_cpu() is None
+
+
+def test_onednn_cap_unknown_is_named(monkeypatch):
+    from tts_core.backends import qwen3
+
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX9000")
+    with pytest.raises(ValueError, match="ONEDNN_MAX_CPU_ISA='AVX9000'"):
+        qwen3._onednn_allows("AVX512_CORE_BF16")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -67,18 +68,38 @@ def _choose_decoder_dtype(model: Any, device: str, dtype: str, quantize: str = "
     return codec.choose_decoder_format(_native_bf16_cpu(), int8=str(quantize).lower() != "none")
 
 
+# oneDNN's instruction-set names, lowest first (its ONEDNN_MAX_CPU_ISA values; AVX10_1_512 is
+# AVX512_CORE_FP16's newer name): a cap below AVX512_CORE_BF16 leaves oneDNN no bf16 arithmetic.
+ONEDNN_ISAS = (
+    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+    "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512", "AVX512_CORE_AMX",
+    "AVX10_1_512_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX_FP16",
+)  # fmt: skip
+
+
+def _onednn_allows(isa: str) -> bool:
+    """Whether ONEDNN_MAX_CPU_ISA (unset, ALL or DEFAULT: no cap) lets oneDNN use `isa`: how a
+    CPU without native bf16 (a 2-vCPU Xeon VM, a Zen 3) is emulated on one that has it."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    if cap in ("ALL", "DEFAULT", ""):
+        return True
+    if cap not in ONEDNN_ISAS:
+        raise ValueError(f"ONEDNN_MAX_CPU_ISA={cap!r}: not one of oneDNN's ISAs {ONEDNN_ISAS}")
+    return ONEDNN_ISAS.index(cap) >= ONEDNN_ISAS.index(isa)
+
+
 def _native_bf16_cpu() -> str | None:
     """The native bf16 instruction set of this CPU ("AMX" or "AVX512_BF16"), else None
-    (also where oneDNN has no bf16 path at all)."""
+    (also where oneDNN has no bf16 path at all, or ONEDNN_MAX_CPU_ISA caps it below)."""
     import torch
 
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return None
-    for name, check in (
-        ("AMX", "_is_amx_tile_supported"),
-        ("AVX512_BF16", "_is_avx512_bf16_supported"),
+    for name, check, isa in (
+        ("AMX", "_is_amx_tile_supported", "AVX512_CORE_AMX"),
+        ("AVX512_BF16", "_is_avx512_bf16_supported", "AVX512_CORE_BF16"),
     ):
-        if getattr(torch.cpu, check, lambda: False)():
+        if getattr(torch.cpu, check, lambda: False)() and _onednn_allows(isa):
             return name
     return None
 
