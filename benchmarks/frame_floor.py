@@ -1,7 +1,7 @@
 """Our frame beside its floor on this machine, both measured in the same run (issue 38, item 1).
 
     .venv/bin/python benchmarks/frame_floor.py --checkpoint assets/checkpoints/Qwen3-TTS-12Hz-0.6B-Base \
-        [--format int8] [--decoder-dtype auto] [--frames 26] [--threads 2] [--json out.json]
+        [--format int8] [--decoder-dtype auto|float32|bfloat16|int8] [--frames 26] [--threads 2] [--json out.json]
 
 `--checkpoint` is a folder in the released layout: with model.safetensors (e.g. from
 make_random_checkpoint.py) it loads as the app does (`load_model`, int8 calibrated and saved
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -145,7 +146,8 @@ def cache_verdict(pass_bytes: float, pass_ms: float, read_gbps: float) -> dict:
 
 
 # ---------------------------------------------------------------- the model and our frame
-def load(folder: Path, fmt: str, decoder_dtype: torch.dtype, chunks: tuple[int, int]):  # noqa: ANN201
+def load(folder: Path, fmt: str, chunks: tuple[int, int]):  # noqa: ANN201
+    """The model with a float32 decoder (its format is chosen after its FLOPs are counted)."""
     import tts_core
     from tts_core.models.qwen3_tts.model import Qwen3TTSModel
     from tts_core.models.qwen3_tts.quantize import quantize_model
@@ -154,22 +156,32 @@ def load(folder: Path, fmt: str, decoder_dtype: torch.dtype, chunks: tuple[int, 
         return tts_core.load_model(
             folder,
             quantize="int8" if fmt == "int8" else None,
-            decoder_dtype=decoder_dtype,
+            decoder_dtype=torch.float32,
             warm_chunks=chunks,
         )
     model = Qwen3TTSModel.from_config(folder, dtype=torch.float32)
     if fmt == "int8":
         quantize_model(model)
-    model.speech_tokenizer.set_decoder_dtype(decoder_dtype)
-    model.speech_tokenizer.decoder.warm_up(chunks)
     return model
 
 
-def default_decoder_dtype() -> torch.dtype:
-    """The app's CPU choice (backends/qwen3.py): bfloat16 where the CPU has it natively."""
+def set_decoder_format(model, fmt: str, decoder_format: str, chunks: tuple[int, int]) -> str:  # noqa: ANN001
+    """Put the decoder in `decoder_format` (auto: the app's choice, backends/qwen3.py: bfloat16
+    with native bf16, else int8 on VNNI where its audio holds the 30 dB gate, else float32;
+    ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16 emulates a CPU without native bf16); returns the
+    format it runs in."""
     from tts_core.backends.qwen3 import _native_bf16_cpu
+    from tts_core.models.qwen3_tts.codec.int8 import quantize_decoder
 
-    return torch.bfloat16 if _native_bf16_cpu() else torch.float32
+    codec = model.speech_tokenizer
+    if decoder_format == "auto":
+        print("decoder:", codec.choose_decoder_format(_native_bf16_cpu(), int8=fmt == "int8"))
+    elif decoder_format == "int8":
+        quantize_decoder(codec.decoder)
+    else:
+        codec.set_decoder_dtype(getattr(torch, decoder_format))
+    codec.decoder.warm_up(chunks)
+    return codec.decoder.weight_format or str(codec.decoder.dtype).removeprefix("torch.")
 
 
 def decoder_flops_per_frame(decoder, chunk: int, prefix: int = 8) -> float:  # noqa: ANN001
@@ -210,16 +222,15 @@ def time_frame(model, frames: int, first: int, chunk: int) -> dict:  # noqa: ANN
 
 
 def floors_of(
-    folder: Path, model, fmt: str, decoder_dtype: torch.dtype, chunk: int, rates: dict
-) -> tuple[dict, dict]:  # noqa: ANN001
-    """(floors per part, the code predictor's bytes per pass)."""
+    folder: Path, fmt: str, decoder_name: str, decoder_flops: float, chunk: int, rates: dict
+) -> tuple[dict, dict]:
+    """(floors per part, the code predictor's bytes per pass). An int8 decoder's floor counts
+    every weight at 1 byte and its FLOPs at the int8 kernel's rate (its float64 attention and
+    norms left out): a floor it cannot go below."""
     params = frame_params(folder)
     sizes = params.bytes(fmt)
-    decoder_name = str(decoder_dtype).removeprefix("torch.")
-    gemm = rates["gemm_gflops"]
+    gemm = {**rates["gemm_gflops"], "int8": rates["int8_gops"] or rates["gemm_gflops"]["float32"]}
     step_rate = rates["int8_gops"] if fmt == "int8" and rates["int8_gops"] else gemm["float32"]
-    with torch.inference_mode():
-        decoder_flops = decoder_flops_per_frame(model.speech_tokenizer.decoder, chunk)
     read = rates["read_gbps"]
     floors = {
         "talker_step": part_floor(sizes["talker_step"], 2 * params.talker_step, read, step_rate),
@@ -227,7 +238,9 @@ def floors_of(
             sizes["code_predictor"], 2 * params.code_predictor, read, step_rate
         ),
         "decoder": part_floor(
-            DTYPE_BYTES[decoder_name] * params.decoder_frame / chunk,
+            (1 if decoder_name == "int8" else DTYPE_BYTES[decoder_name])
+            * params.decoder_frame
+            / chunk,
             decoder_flops,
             read,
             gemm[decoder_name],
@@ -273,15 +286,14 @@ def cpu_model() -> str:
 def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     load_before = load_average()
-    decoder_dtype = (
-        default_decoder_dtype()
-        if args.decoder_dtype == "auto"
-        else {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.decoder_dtype]
-    )
     rates = machine_rates(args.size_mb, args.repeats)
-    model = load(args.checkpoint, args.format, decoder_dtype, (args.first_chunk, args.chunk))
+    chunks = (args.first_chunk, args.chunk)
+    model = load(args.checkpoint, args.format, chunks)
+    with torch.inference_mode():  # counted in float32: torch does not count our int8 ops
+        decoder_flops = decoder_flops_per_frame(model.speech_tokenizer.decoder, args.chunk)
+    decoder_name = set_decoder_format(model, args.format, args.decoder_dtype, chunks)
     floors, predictor = floors_of(
-        args.checkpoint, model, args.format, decoder_dtype, args.chunk, rates
+        args.checkpoint, args.format, decoder_name, decoder_flops, args.chunk, rates
     )
     ours = time_frame(model, args.frames, args.first_chunk, args.chunk)
     rows = compare(ours, floors)
@@ -292,7 +304,8 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "checkpoint": str(args.checkpoint),
         "format": args.format,
-        "decoder_dtype": str(decoder_dtype).removeprefix("torch."),
+        "decoder_dtype": decoder_name,
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "threads": args.threads,
         "frames": args.frames,
         "first_chunk": args.first_chunk,
@@ -337,7 +350,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", type=Path, required=True)
     ap.add_argument("--format", choices=["int8", "float32"], default="int8")
-    ap.add_argument("--decoder-dtype", choices=["auto", "float32", "bfloat16"], default="auto")
+    ap.add_argument(
+        "--decoder-dtype", choices=["auto", "float32", "bfloat16", "int8"], default="auto"
+    )
     ap.add_argument("--frames", type=int, default=26)
     ap.add_argument("--first-chunk", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=6)

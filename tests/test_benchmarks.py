@@ -350,9 +350,11 @@ def test_decoder_ab_chunk_options_decode_the_same_stream(tmp_path: Path) -> None
         assert row["snr_db"] > 100 and row["ms_per_frame"] > 0
 
 
-def test_frame_floor_runs_end_to_end_on_the_tiny_checkpoint(tmp_path: Path) -> None:
+@pytest.mark.parametrize("decoder", ["auto", "int8"])
+def test_frame_floor_runs_end_to_end_on_the_tiny_checkpoint(tmp_path: Path, decoder: str) -> None:
     """A smoke run (no figure): the machine's rates, our frame's parts and the floor land in the
-    JSON, and each ratio is ours over the floor of the same row."""
+    JSON, and each ratio is ours over the floor of the same row; an int8 decoder is timed and
+    floored as int8."""
     out = tmp_path / "floor.json"
     command = [
         sys.executable,
@@ -369,12 +371,15 @@ def test_frame_floor_runs_end_to_end_on_the_tiny_checkpoint(tmp_path: Path) -> N
         "1",
         "--json",
         str(out),
+        "--decoder-dtype",
+        decoder,
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
     assert result["rates"]["read_gbps"] > 0 and result["rates"]["gemm_gflops"]["float32"] > 0
     rows = result["rows"]
+    assert decoder == "auto" or result["decoder_dtype"] == "int8"
     assert set(rows) == {"talker_step", "code_predictor", "decoder", "other", "total"}
     for part in ("talker_step", "code_predictor", "decoder", "total"):
         row = rows[part]
