@@ -10,13 +10,12 @@ of the whole text's token count; the KV span is reserved for `max_new_tokens` fr
 the text's length is not known at admission.
 
 `FedRequest` (over the model's served EngineLoop) is the consumer's handle: `feed(piece)`,
-`done()`, `stream`. The feeder's calls hand the text over and return: they never wait (so a
-feeder may call them holding its lock, as TextInlet does, and on the event loop). The consumer
-does every wait: for the prompt's text, for the loop thread to build the row, for chunks; under
-run_awaiting (engine/awaiting.py: a server request) each is awaited on the event loop, on a
-plain thread it blocks. The row is queued once the prefill's text is committed: x-vector mode
-one target token, ICL mode T2 - len(ref_text) tokens (T2 = reference frames + 1); a text done
-before the consumer queued it is submitted whole, exactly as a one-shot request.
+`done()`, `stream`. The feeder's calls never wait (a TextInlet makes them under its lock); the
+consumer does every wait (for the prompt's text, the row built on the loop thread, the chunks),
+awaited on the event loop under run_awaiting (engine/awaiting.py), blocking elsewhere. The row is
+queued once the prefill's text is committed: x-vector mode one target token, ICL mode T2 -
+len(ref_text) tokens (T2 = reference frames + 1); a text done before that is submitted whole,
+exactly as a one-shot request.
 """
 
 from __future__ import annotations
@@ -121,15 +120,9 @@ class FedRequest:
         self._kwargs = {**kwargs, **cadence, **layout}
         self._feed = TextFeed(self._model.text_tokenizer)
         self._need = loop.call(self._model.fed_prefill_tokens, voice)
-        # guards the feed, _seq and _stream; the consumer's wait for text is awaited on the
-        # event loop (it releases the lock meanwhile); never held across a wait
-        self._text_in = Condition()
+        self._text_in = Condition()  # guards the feed, _seq and _stream; no wait holds it
         self._seq: FedSequence | None = None  # the row, once queued with the prompt's text
         self._stream: Any = None  # the loop's RequestStream, once queued
-
-    @property
-    def text(self) -> str:
-        return self._feed.text
 
     @property
     def settled(self) -> bool:
