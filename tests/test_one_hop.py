@@ -13,7 +13,9 @@ threads: the event loop, asyncio's pool (the saved voice's clip), a "tts-first-e
 engine's and the backend's generators advanced on both) and the model's thread
 ("tts-scheduler"; Chatterbox's "tts-chatterbox"; eSpeak: an "espeak-synth" thread per request
 instead); a WebSocket utterance on eSpeak ran on four ("tts-ws-stream", "espeak-synth", the
-pool, the loop). Now two each.
+pool, the loop). Now two each; and a WebSocket utterance on Qwen3-TTS, which reads its text as
+it arrives, too (before: four, its pipeline on a "tts-backend" thread of its own and each piece
+of text handed over on asyncio's pool, waiting there for the model's thread).
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ import httpx
 import numpy as np
 import pytest
 from test_openai_api import make_api, serve
-from test_speech_ws import speak
+from test_speech_ws import speak, until
 
 from tts_core.engine import BackendChunk, Engine, EngineConfig, SynthesisRequest
 from tts_core.engine.admission import Admission
 from tts_core.engine.capabilities import Capabilities
+from tts_core.models.qwen3_tts.serving.fed import FedRequest
 from tts_core.server.voices import VoiceRegistry
 from tts_core.serving.engine import BatchEngine
 
@@ -208,6 +211,56 @@ def test_an_espeak_websocket_utterance_runs_on_the_event_loop_and_one_synthesis_
     for place in ("turn in line", "saved voice read"):
         assert log.places[place] == loop, log.report()
     assert log.threads() == loop | synthesis, log.report()
+
+
+@pytest.mark.slow
+def test_a_text_fed_qwen3_websocket_utterance_runs_on_the_event_loop_and_the_model_thread(
+    monkeypatch, tmp_path
+):
+    """WebSocket /v1/audio/speech/stream on Qwen3-TTS, which reads the text as it arrives: the
+    session, each piece handed to the model's request, the request's waits for more text and
+    its pipeline on the event loop; the row (built once the prompt's text is in, before
+    input.done: the text really streams), its steps and the voice on the model thread."""
+    backend = load_qwen3()
+    log = ThreadLog()
+    note_request(monkeypatch, log, backend)
+    monkeypatch.setattr(backend, "stream_fed", log.generator("backend stream", backend.stream_fed))
+    monkeypatch.setattr(FedRequest, "feed", log.call("text piece", FedRequest.feed))
+    monkeypatch.setattr(FedRequest, "done", log.call("text piece", FedRequest.done))
+    monkeypatch.setattr(BatchEngine, "step", log.call("model step", BatchEngine.step))
+    model = backend.model
+    monkeypatch.setattr(model, "create_voice", log.call("model voice", model.create_voice))
+    share = log.call("model prompt share", model.fed_prefill_tokens)
+    monkeypatch.setattr(model, "fed_prefill_tokens", share)
+    monkeypatch.setattr(model, "fed_request", log.call("model row", model.fed_request))
+    config = {"voice": "alloy", "x_vector_only_mode": True, "response_format": "pcm", "seed": 5}
+    pieces = [word + " " for word in TEXT.split(" ")]
+
+    def row_built() -> None:
+        until(lambda: bool(log.places.get("model row")), "the row built before input.done")
+
+    try:
+        with serve(NotedBody(make_api(Engine(backend), tmp_path), log)) as url:
+            host = url.removeprefix("http://")
+            audio, messages = speak(host, config, pieces, before_done=row_built)
+    finally:
+        backend.scheduler.close()
+    assert len(audio) > 0 and messages[-1]["type"] == "session.done", messages
+    loop = log.places["response body"]
+    model_thread = log.places["model step"]
+    assert len(loop) == 1 and len(model_thread) == 1, log.report()
+    for place in ("model voice", "model prompt share", "model row"):
+        assert log.places[place] == model_thread, log.report()
+    for place in (
+        "engine pipeline",
+        "backend stream",
+        "backend voice",
+        "text piece",
+        "turn in line",
+        "saved voice read",
+    ):
+        assert log.places[place] == loop, log.report()
+    assert log.threads() == loop | model_thread, log.report()
 
 
 class ModelChunks:

@@ -179,8 +179,9 @@ def until(condition: Callable[[], bool], what: str) -> None:
 
 def idle_pause(engine: FedRecordingEngine, scheduler) -> Callable[[str], None]:  # noqa: ANN001
     """After a piece: the model's request has taken all the text sent so far (cleaned as the
-    engine cleans it), and the model's loop has nothing to step (the row, once its prompt's
-    text is in, has used up its text and waits)."""
+    engine cleans it) and its row is queued once its prompt's text is in (the request's own
+    pipeline queues it: `settled`), and the model's loop has nothing to step (the row has used
+    up its text and waits)."""
 
     opened = len(engine.fed)  # the request of this utterance comes after these
 
@@ -189,6 +190,8 @@ def idle_pause(engine: FedRecordingEngine, scheduler) -> Callable[[str], None]: 
             return len(engine.fed) > opened and engine.fed[-1].text == printable(sent)
 
         until(lambda: arrived() and engine.fed[-1].forwarded, "the model has the text")
+        request = engine.fed[-1]._inlet._sink  # the backend's FedRequest (qwen3_tts/serving)
+        until(lambda: request.settled, "the row queued once its prompt's text is in")
 
         def idle() -> bool:
             with scheduler._cond:

@@ -142,7 +142,8 @@ def _feed_and_collect(scheduler, voice, text, pieces, kwargs, pause: bool):  # n
     for piece in pieces:
         fed.feed(piece)
         if pause:  # the row waits for text: the loop goes idle (no step) before the next piece
-            _wait_idle(scheduler)
+            _wait_idle(scheduler, fed)
+    _wait_settled(fed)
     assert fed._seq is not None  # it started before the text was done
     fed.done()
     consumer.join(120)
@@ -150,7 +151,19 @@ def _feed_and_collect(scheduler, voice, text, pieces, kwargs, pause: bool):  # n
     return out["r"]
 
 
-def _wait_idle(scheduler) -> None:  # noqa: ANN001
+def _wait_settled(fed: FedRequest) -> None:
+    """The consumer (another thread) queued the row once the prompt's text was in: feed hands
+    the text over and returns, the consumer waits for it and builds the row."""
+    deadline = time.monotonic() + 60
+    while not fed.settled:
+        assert time.monotonic() < deadline, "the row was never queued"
+        time.sleep(0.005)
+
+
+def _wait_idle(scheduler, fed: FedRequest | None = None) -> None:  # noqa: ANN001
+    """The loop has nothing to step (after `fed`, if given, has its text in its row)."""
+    if fed is not None:
+        _wait_settled(fed)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with scheduler._cond:

@@ -272,11 +272,8 @@ class Engine:
         text = job.text
         if isinstance(text, str):
             return self.backend.stream(text, voice, job.params, cancel)
-        if self.capabilities.takes_text_pieces:  # (its wait for text blocks: off the loop)
-            return off_the_loop(
-                lambda: self.backend.stream_fed(text, voice, job.params, cancel),  # type: ignore[attr-defined]
-                "tts-backend",
-            )
+        if self.capabilities.takes_text_pieces:  # its waits for text awaited, as any other
+            return self.backend.stream_fed(text, voice, job.params, cancel)  # type: ignore[attr-defined]
         whole = text.wait_whole(cancel)
         return None if whole is None else self.backend.stream(whole, voice, job.params, cancel)
 

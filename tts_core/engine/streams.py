@@ -48,7 +48,8 @@ class EngineStream:
 
 class FedStream(EngineStream):
     """The events of a request whose text arrives in pieces (Engine.open_fed). `feed` and
-    `done` may be called from any thread (one feeder), while another iterates the events."""
+    `done` hand the text over without waiting (one feeder: any thread, or the event loop),
+    while the events are iterated elsewhere (the request's waits for text are there)."""
 
     def __init__(self, events: Iterator[StreamEvent], ticket: Ticket, inlet: TextInlet) -> None:
         super().__init__(events, ticket)

@@ -367,7 +367,7 @@ class SpeechSession:
         else:
             self._progressed()
             self.utterance.done = True
-            await self._engine_call(self.utterance.stream.done, text_in=True)
+            await self._engine_call(self.utterance.stream.done)
             if self.utterance.sender.done():  # it ended before its text did
                 await self._finish_utterance()
         return True
@@ -425,7 +425,7 @@ class SpeechSession:
         if self.utterance is None:
             self.utterance = await self._open()
             self.utterance.pieces = 1
-        await self._engine_call(self.utterance.stream.feed, text, text_in=True)
+        await self._engine_call(self.utterance.stream.feed, text)
 
     async def _open(self) -> _Utterance:
         assert self.config is not None
@@ -435,14 +435,11 @@ class SpeechSession:
         sender = asyncio.ensure_future(self._send_audio(index, stream, response_format))
         return _Utterance(index, stream, sender, time.monotonic())
 
-    async def _engine_call(self, fn: Any, *args: Any, text_in: bool = False) -> Any:
+    async def _engine_call(self, fn: Any, *args: Any) -> Any:
         """`fn(*args)` on the event loop, its waits awaited (awaiting.py), its engine errors as
-        ApiErrors. A piece of text (`text_in`) for a backend that reads it as it arrives goes
-        to the model's request under its locks (a piece may wait for the model's thread): on
-        a worker thread, as no greenlet may switch out holding a lock."""
+        ApiErrors. A piece of text is handed to the request without a wait (the request's
+        own pipeline, in its sender, waits for the text and the model)."""
         try:
-            if text_in and self.state.engine.capabilities.takes_text_pieces:
-                return await asyncio.to_thread(fn, *args)
             return await run_awaiting(fn, *args)
         except InputError as exc:
             status = 413 if isinstance(exc, TextTooLong) else 400

@@ -10,21 +10,24 @@ of the whole text's token count; the KV span is reserved for `max_new_tokens` fr
 the text's length is not known at admission.
 
 `FedRequest` (over the model's served EngineLoop) is the consumer's handle: `feed(piece)`,
-`done()`, `stream`. It queues the row once the prefill's text is committed: x-vector mode one
-target token, ICL mode T2 - len(ref_text) tokens (T2 = reference frames + 1); a text done
-before that is submitted whole, exactly as a one-shot request.
+`done()`, `stream`. The feeder's calls never wait (a TextInlet makes them under its lock); the
+consumer does every wait (for the prompt's text, the row built on the loop thread, the chunks),
+awaited on the event loop under run_awaiting (engine/awaiting.py), blocking elsewhere. The row is
+queued once the prefill's text is committed: x-vector mode one target token, ICL mode T2 -
+len(ref_text) tokens (T2 = reference frames + 1); a text done before that is submitted whole,
+exactly as a one-shot request.
 """
 
 from __future__ import annotations
 
 import queue
-import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ....audio.cadence import Cadence
+from ....engine.awaiting import Condition
 from ..decode_settings import length_cap_frames
 from ..text_feed import TextFeed
 from .sequence import Sequence
@@ -32,39 +35,39 @@ from .sequence import Sequence
 if TYPE_CHECKING:
     from ..voice import Voice
 
+_DONE = None  # in a FedSequence's arrivals: the text is complete
+
 
 class FedSequence(Sequence):
     """A Sequence whose trailing text vectors arrive while it runs."""
 
     def __init__(self, *args: Any, text_tokens: int, length_cap: bool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._lock = threading.Lock()
-        self._new_ids: list[int] = []  # committed, not yet embedded (any thread appends)
-        self._done = False  # the feeder said done (under _lock)
+        # committed ids not yet embedded, then _DONE: any thread puts, the loop thread takes
+        # (a SimpleQueue: the loop thread never waits for a feeder's lock)
+        self._arrivals: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
         self._eos_added = False  # loop thread only
         self.text_tokens = text_tokens
         self._length_cap = length_cap
 
     def push(self, ids: list[int], done: bool = False) -> None:
         """Committed target ids (any thread); done: nothing more comes."""
-        with self._lock:
-            self._new_ids.extend(ids)
-            self._done = self._done or done
+        if ids:
+            self._arrivals.put(ids)
+        if done:
+            self._arrivals.put(_DONE)
 
     @property
     def input_ready(self) -> bool:
         if self._eos_added or self.frames - 1 < self.prompt.trailing.shape[0]:
             return True
-        with self._lock:
-            return bool(self._new_ids) or self._done
+        return not self._arrivals.empty()
 
     @torch.inference_mode()
     def sync(self, talker: Any, eos: torch.Tensor) -> None:
         """Embed the ids pushed since the last step (loop thread); after done, tts_eos and the
         whole text's length cap."""
-        with self._lock:
-            ids, self._new_ids = self._new_ids, []
-            done = self._done
+        ids, done = self._arrived()
         parts = [self.prompt.trailing]
         if ids:
             ids_t = torch.tensor([ids], dtype=torch.long, device=self.prompt.trailing.device)
@@ -79,6 +82,13 @@ class FedSequence(Sequence):
                     self.limit, self.limit_reason = cap, "length_cap"
         if len(parts) > 1:
             self.prompt.trailing = torch.cat(parts, 0)
+
+    def _arrived(self) -> tuple[list[int], bool]:
+        """(the ids pushed since the last call, whether done came); the one taker."""
+        items = []
+        while not self._arrivals.empty():
+            items.append(self._arrivals.get_nowait())
+        return [i for item in items if item is not _DONE for i in item], _DONE in items
 
 
 class FedRequest:
@@ -100,7 +110,7 @@ class FedRequest:
         of `loop.submit(whole text, voice, language, ...)` with the same arguments."""
         Cadence(first_chunk_frames, chunk_frames)  # ValueError now
         # text that arrives after the first frame has the streaming-text layout only (also
-        # for the whole-text fallback in `done`, whatever the checkpoint type's default)
+        # for the whole-text fallback, whatever the checkpoint type's default)
         if kwargs.get("non_streaming_mode"):
             raise ValueError("text fed in pieces needs non_streaming_mode=False")
         self._loop, self._model = loop, loop.runner.model
@@ -110,47 +120,43 @@ class FedRequest:
         self._kwargs = {**kwargs, **cadence, **layout}
         self._feed = TextFeed(self._model.text_tokenizer)
         self._need = loop.call(self._model.fed_prefill_tokens, voice)
-        self._seq: FedSequence | None = None
-        self._stream: Any = None  # the loop's RequestStream
-        self._ready = threading.Event()  # the stream exists
-        self._lock = threading.Lock()
+        self._text_in = Condition()  # guards the feed, _seq and _stream; no wait holds it
+        self._seq: FedSequence | None = None  # the row, once queued with the prompt's text
+        self._stream: Any = None  # the loop's RequestStream, once queued
 
     @property
-    def text(self) -> str:
-        return self._feed.text
+    def settled(self) -> bool:
+        """No text so far is on its way to the model: the request is queued with all of it,
+        or the prompt's text has not come yet (nothing to queue)."""
+        with self._text_in:
+            return self._stream is not None or not self._can_queue()
 
     def feed(self, piece: str) -> None:
         """More text (any piece: a word, a character, half a word)."""
-        with self._lock:
+        with self._text_in:
             ids = self._feed.feed(piece)
-            if self._seq is not None:
-                self._seq.push(ids)
-                self._loop.wake()
-            elif len(self._feed.committed) >= max(self._need, 1):
-                self._open()
+            seq = self._seq
+            if seq is None:
+                self._text_in.notify_all()
+                return
+            seq.push(ids)
+        self._loop.wake()
 
     def done(self) -> None:
         """No more text: the rest is committed, then tts_eos."""
-        with self._lock:
+        with self._text_in:
             rest = self._feed.finish()
-            if self._seq is not None:
-                self._seq.push(rest, done=True)
-                self._loop.wake()
+            seq = self._seq
+            if seq is None:
+                self._text_in.notify_all()
                 return
-            self._stream = self._loop.submit(
-                self._feed.text, self._voice, self._language, **self._kwargs
-            )
-            self._ready.set()
+            seq.push(rest, done=True)
+        self._loop.wake()
 
     @property
     def stream(self) -> Any:
-        """The chunks (blocks until the request is queued: enough text, or done)."""
-        self._ready.wait()
-        assert self._stream is not None
-        return self._stream
-
-    def wait_stream(self, timeout: float | None) -> Any:
-        return self._stream if self._ready.wait(timeout) else None
+        """The chunks (waits until the request can be queued: enough text, or done)."""
+        return self._queued(None)
 
     def chunks(self, stop: Callable[[], bool], poll_s: float) -> Iterator[Any]:
         """`stream`'s chunks, asking `stop` every `poll_s` while none comes: a row waiting for
@@ -158,13 +164,13 @@ class FedRequest:
         answers True the request is closed (its row freed at the loop's next step) and the
         iteration ends."""
         try:
-            while (stream := self.wait_stream(poll_s)) is None:
+            while (stream := self._queued(poll_s)) is None:
                 if stop():
                     return
             while True:
                 try:
                     # a fed row's outbox directly (with a timeout); a whole-text request
-                    # (done before the prompt's text was in) steps anyway: its stream
+                    # (done before the row was queued) steps anyway: its stream
                     chunk = next(stream) if self._seq is None else self._seq.outbox.get(poll_s)
                 except queue.Empty:
                     if stop():
@@ -180,20 +186,34 @@ class FedRequest:
         if self._stream is not None:
             self._stream.close()
 
-    def _open(self) -> None:
-        loop, committed = self._loop, self._feed.committed
+    def _can_queue(self) -> bool:
+        return self._feed.finished or len(self._feed.committed) >= max(self._need, 1)
+
+    def _queued(self, timeout: float | None) -> Any:
+        """The loop's stream, the request queued now if its text allows; None when `timeout`
+        passed with too little text (consumer side: waits)."""
+        with self._text_in:
+            if self._stream is not None:
+                return self._stream
+            if not self._text_in.wait_for(self._can_queue, timeout):
+                return None
+            whole = self._feed.text if self._feed.finished else None
+            role, committed = self._feed.role, list(self._feed.committed)
+        if whole is not None:
+            self._stream = self._loop.submit(whole, self._voice, self._language, **self._kwargs)
+            return self._stream
         used = max(self._need, 1 if self._voice.ref_codes is None else 0)
-        arena = loop.runner.capacity
-        seq = loop.call(
+        seq = self._loop.call(
             self._model.fed_request,
-            self._feed.role,
+            role,
             committed[:used],
             self._voice,
             self._language,
-            cache_positions=arena,
+            cache_positions=self._loop.runner.capacity,
             **self._kwargs,
         )
-        seq.push(committed[used:])
-        self._seq = seq
-        self._stream = loop.enqueue(seq)
-        self._ready.set()
+        with self._text_in:  # what came while the row was built goes with it
+            seq.push(self._feed.committed[used:], done=self._feed.finished)
+            self._stream = self._loop.enqueue(seq)
+            self._seq = seq
+        return self._stream
