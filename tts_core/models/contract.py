@@ -5,19 +5,22 @@
   used is returned (`result.seed`, `stream(...).seed`), and passing it back gives the same
   audio byte for byte at the same device and torch thread count;
 - the reference: an array at `sr`, or a path to an audio file (`reference_audio`);
-- knobs by name: a model reads the names it declares and refuses any other with a TypeError
-  that lists its own (`refuse_unknown`).
+- knobs by name: a model declares them once, as a frozen dataclass (names, defaults, checks),
+  reads the names it declares into it and refuses any other with a TypeError that lists its
+  own (`read_knobs`, `refuse_unknown`).
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+Knobs = TypeVar("Knobs")
 SEED_LIMIT = 2**32  # the seed knob's range is [0, 2**32 - 1] (engine/knobs.py; -1: random)
 
 
@@ -95,3 +98,16 @@ def refuse_unknown(model: str, given: Mapping[str, Any], known: Iterable[str]) -
         raise TypeError(
             f"{model} does not read {', '.join(unknown)}; its knobs by name: {', '.join(known)}"
         )
+
+
+def read_knobs(
+    model: str, knobs: type[Knobs], given: Mapping[str, Any], aliases: Mapping[str, str] = {}
+) -> Knobs:
+    """`knobs` (a model's dataclass of knobs) with the values `given` by name, the others at
+    their defaults; `aliases` maps another name to a field (it wins over the field's own name).
+    An unknown name is `refuse_unknown`'s TypeError; a bad value, the dataclass's own error."""
+    names = [field.name for field in fields(knobs)]
+    refuse_unknown(model, given, [*names, *aliases])
+    named = {name: value for name, value in given.items() if name not in aliases}
+    named.update((aliases[name], value) for name, value in given.items() if name in aliases)
+    return knobs(**named)

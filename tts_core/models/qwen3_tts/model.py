@@ -31,7 +31,7 @@ from ...audio.analysis import resample
 from ...audio.cadence import Cadence
 from ...serving.alone import InlineOutbox, run_alone
 from ..checkpoint import load_safetensors
-from ..contract import SeededStream, reference_audio, resolve_seed
+from ..contract import SeededStream, read_knobs, reference_audio, resolve_seed
 from ..layers import compile_stack
 from .checkpoint import (
     build_talker,
@@ -44,7 +44,7 @@ from .checkpoint import (
 )
 from .chunk import SAMPLE_RATE, AudioChunk, GenerationResult
 from .config import GenerationDefaults, Qwen3TTSConfig, load_config, load_generation_defaults
-from .decode_settings import DecodeSettings, length_cap_frames, resolve_settings
+from .decode_settings import DecodeSettings, Knobs, length_cap_frames
 from .prompt import (
     Prompt,
     SpecialTextVectors,
@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 __all__ = ["SAMPLE_RATE", "AudioChunk", "GenerationResult", "Qwen3TTSModel", "Voice", "load_model"]
 
 log = logging.getLogger(__name__)
+MODEL = "Qwen3-TTS"  # in the errors that list its knobs
 
 
 class Qwen3TTSModel:
@@ -276,7 +277,7 @@ class Qwen3TTSModel:
         self, text: str, voice: Voice, language: str | None = "auto", **kwargs: Any
     ) -> GenerationResult:
         """Whole utterance: the stream collected (same engine, same numbers); takes the same
-        keyword arguments as `stream`."""
+        keyword arguments as `stream` (its chunks: 25 frames unless given)."""
         chunk_frames = kwargs.pop("chunk_frames", 25)
         kwargs.setdefault("first_chunk_frames", chunk_frames)
         stream = self.stream(text, voice, language, chunk_frames=chunk_frames, **kwargs)
@@ -288,60 +289,25 @@ class Qwen3TTSModel:
         )
 
     def stream(
-        self,
-        text: str,
-        voice: Voice,
-        language: str | None = "auto",
-        *,
-        first_chunk_frames: int = 2,
-        chunk_frames: int = 6,
-        greedy: bool = False,
-        seed: int | None = None,
-        stop_ids: tuple[int, ...] = (),
-        repetition_window: int | None = None,
-        length_cap: bool = True,
-        should_stop: Callable[[], bool] | None = None,
-        non_streaming_mode: bool | None = None,
-        **sampling: Any,
+        self, text: str, voice: Voice, *args: Any, seed: int | None = None, **kwargs: Any
     ) -> SeededStream:
         """Iterator of AudioChunks (`.seed`: the seed used); validates everything before the
-        first `next()`.
+        first `next()`. `args` / `kwargs`: `request`'s (language, should_stop and the knobs by
+        name: decode_settings.Knobs' chunk sizes, greedy, sampling with the official names,
+        ...); another name is a TypeError listing them.
 
         The decode engine with one row (tts_core.serving.run_alone), stepped on the thread
         that iterates: no thread is started, and the chunks are those a served EngineLoop
         gives the same request. Its talker cache (prompt + frame limit positions) is made at
         the first `next()`.
 
-        Sampling kwargs use the official names (temperature, top_k, top_p, repetition_penalty,
-        do_sample, subtalker_*, max_new_tokens; defaults from generation_config.json).
-        greedy: argmax in talker and sub-talker, no repetition penalty. seed: per-request
-        torch.Generator (None: a random one, returned as `.seed`). stop_ids: extra c0 ids that end the utterance like EOS.
-        repetition_window: penalize only the last N frames' c0. length_cap: stop at
-        `length_cap_frames(text tokens)` frames (reason "length_cap"). should_stop: asked
-        before every frame; when it answers True the stream ends there without a final chunk
-        (a Stop frees the model within one frame, not one chunk). Closing the generator frees
-        the request's caches at once. non_streaming_mode: the official text layout (True: the
-        whole text in the prompt; False: one text token per frame); None: the official
-        default of the checkpoint's type (Base False, CustomVoice / VoiceDesign True).
-        """
+        seed: per-request torch.Generator (None: a random one, returned as `.seed`).
+        should_stop: asked before every frame; when it answers True the stream ends there
+        without a final chunk (a Stop frees the model within one frame, not one chunk).
+        Closing the generator frees the request's caches at once."""
         started = time.perf_counter()
         seed = resolve_seed(seed)
-        seq = self.request(
-            text,
-            voice,
-            language,
-            first_chunk_frames=first_chunk_frames,
-            chunk_frames=chunk_frames,
-            should_stop=should_stop,
-            outbox=InlineOutbox(),
-            greedy=greedy,
-            seed=seed,
-            stop_ids=stop_ids,
-            repetition_window=repetition_window,
-            length_cap=length_cap,
-            non_streaming_mode=non_streaming_mode,
-            **sampling,
-        )
+        seq = self.request(text, voice, *args, seed=seed, outbox=InlineOutbox(), **kwargs)
         seq.chunk_started = started  # the first chunk's compute includes this setup
         return SeededStream(self._stepped_alone(seq), seed)
 
@@ -393,43 +359,39 @@ class Qwen3TTSModel:
         voice: Voice,
         language: str | None = "auto",
         *,
-        first_chunk_frames: int = 2,
-        chunk_frames: int = 6,
+        seed: int | None = None,
         should_stop: Callable[[], bool] | None = None,
         cache_positions: int | None = None,
         outbox: Any = None,
-        **kwargs: Any,
+        **knobs: Any,
     ) -> Sequence:
-        """A checked request for the engine (ValueError / TypeError now, as `stream`; `kwargs`:
-        `plan`'s), whose chunks are AudioChunks: a served EngineLoop's `make_request`, run on
-        its thread. cache_positions: the served runner's arena (`runner.capacity`): a prompt
-        it cannot hold with one frame is refused, the frame limit capped to it. outbox: where
-        the chunks go (None: a Handoff to a consumer on another thread)."""
-        cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
-        prompt, settings = self.plan(text, voice, language, **kwargs)
+        """A checked request for the engine (ValueError / TypeError now, as `stream`), whose
+        chunks are AudioChunks: a served EngineLoop's `make_request`, run on its thread.
+        cache_positions: the served runner's arena (`runner.capacity`): a prompt it cannot
+        hold with one frame is refused, the frame limit capped to it. outbox: where the chunks
+        go (None: a Handoff to a consumer on another thread)."""
+        chosen = read_knobs(MODEL, Knobs, knobs)
+        prompt, settings = self._plan(text, voice, language, chosen, seed)
         self._codec()  # no codec: fail now, not at the first chunk
-        seq = Sequence(
-            self.talker, prompt, settings, voice, cadence, should_stop or _never, outbox=outbox
-        )
+        stop = should_stop or _never
+        seq = Sequence(self.talker, prompt, settings, voice, chosen.cadence(), stop, outbox=outbox)
         return seq.fit(cache_positions)
 
     def plan(
-        self,
-        text: str,
-        voice: Voice,
-        language: str | None = "auto",
-        *,
-        length_cap: bool = True,
-        non_streaming_mode: bool | None = None,
-        **settings: Any,
+        self, text: str, voice: Voice, language: str | None = "auto", **knobs: Any
     ) -> tuple[Prompt, DecodeSettings]:
         """Validate a request and build its prompt and decode settings (what `request` starts
-        from); raises ValueError / TypeError on bad input. `settings`: greedy, seed, stop_ids,
-        repetition_window and the sampling kwargs, as `stream` takes them."""
+        from); raises ValueError / TypeError on bad input. `knobs`: `stream`'s seed and knobs."""
+        seed = knobs.pop("seed", None)
+        return self._plan(text, voice, language, read_knobs(MODEL, Knobs, knobs), seed)
+
+    def _plan(
+        self, text: str, voice: Voice, language: str | None, knobs: Knobs, seed: int | None
+    ) -> tuple[Prompt, DecodeSettings]:
         with torch.inference_mode():
-            prompt = self._prompt(text, voice, language, non_streaming_mode)
-        cap = length_cap_frames(prompt.text_tokens) if length_cap else None
-        return prompt, resolve_settings(self.generation_defaults, cap, **settings)
+            prompt = self._prompt(text, voice, language, knobs.non_streaming_mode)
+        cap = length_cap_frames(prompt.text_tokens) if knobs.length_cap else None
+        return prompt, knobs.settings(self.generation_defaults, cap, seed)
 
     def fed_prefill_tokens(self, voice: Voice) -> int:
         """Target-text tokens the prompt's prefill holds (text fed in pieces, issue #27): one in
@@ -446,38 +408,35 @@ class Qwen3TTSModel:
         voice: Voice,
         language: str | None = "auto",
         *,
-        first_chunk_frames: int = 2,
-        chunk_frames: int = 6,
+        seed: int | None = None,
         should_stop: Callable[[], bool] | None = None,
         cache_positions: int | None = None,
-        length_cap: bool = True,
-        non_streaming_mode: bool = False,
-        **settings: Any,
+        **knobs: Any,
     ) -> FedSequence:
         """`request` for text fed in pieces (serving/fed.py): the prompt from the role ids and
         the `fed_prefill_tokens` first target ids, its trailing vectors those that follow them
         (tts_eos comes with done); no length cap until done (then from the whole text, when
-        `length_cap`); `settings`: `plan`'s. Fed text is always in the streaming-text layout:
-        non_streaming_mode=True (the whole text first) is a ValueError."""
-        if non_streaming_mode:
+        `length_cap`). Fed text is always in the streaming-text layout: non_streaming_mode=True
+        (the whole text first) is a ValueError."""
+        chosen = read_knobs(MODEL, Knobs, knobs)
+        if chosen.non_streaming_mode:
             raise ValueError("text fed in pieces needs non_streaming_mode=False")
-        cadence = Cadence(first_chunk_frames, chunk_frames)  # ValueError below 1
         language = _checked_language(language)
         tail = self.text_tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n")
         with torch.inference_mode():
             prompt = self._build(voice, [*role_ids, *target_ids, *tail], language, False)
         prompt.trailing = prompt.trailing[:-1]  # tts_eos: at done
-        decoding = resolve_settings(self.generation_defaults, None, **settings)  # cap: at done
+        decoding = chosen.settings(self.generation_defaults, None, seed)  # cap: at done
         self._codec()  # no codec: fail now, not at the first chunk
         seq = FedSequence(
             self.talker,
             prompt,
             decoding,
             voice,
-            cadence,
+            chosen.cadence(),
             should_stop or _never,
             text_tokens=len(target_ids),
-            length_cap=length_cap,
+            length_cap=chosen.length_cap,
         )
         return seq.fit(cache_positions)
 
@@ -537,10 +496,6 @@ class Qwen3TTSModel:
         language = _checked_language(language)
         if non_streaming_mode is None:
             non_streaming_mode = self.config.default_non_streaming_mode
-        elif not isinstance(non_streaming_mode, bool):
-            raise ValueError(
-                f"non_streaming_mode must be True or False, got {non_streaming_mode!r}"
-            )
         ids = target_text_ids(self.text_tokenizer, text)
         return self._build(voice, ids, language, non_streaming_mode)
 

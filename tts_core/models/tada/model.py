@@ -31,6 +31,7 @@ from ...audio.cadence import Cadence
 from ...audio.sinc import resample
 from ...serving.alone import InlineOutbox, run_alone
 from ...serving.engine import BatchEngine
+from ..contract import read_knobs
 from .alignment import token_alignment
 from .checkpoint import load_aligner, load_decoder, load_encoder, load_lm, resolve_folders
 from .generate import (
@@ -52,6 +53,25 @@ from .tokenizer import TadaTokenizer
 
 class MissingTranscriptError(ValueError):
     """Cloning without `ref_text`."""
+
+
+@dataclass(frozen=True)
+class StreamKnobs:
+    """How `stream` / `request` cut and decode (besides `options` and `seed`), by name: a chunk
+    after `first_chunk_tokens` tokens, then every `chunk_tokens`; the decoder's window of
+    `context` / `lookahead` frames (streaming.StreamingDecoder)."""
+
+    context: int = 20
+    lookahead: int = 15
+    chunk_tokens: int = 4
+    first_chunk_tokens: int = 2
+
+    def __post_init__(self) -> None:
+        self.cadence()  # ValueError below 1
+        check_window(self.context, self.lookahead)
+
+    def cadence(self) -> Cadence:
+        return Cadence(self.first_chunk_tokens, self.chunk_tokens)
 
 
 @dataclass
@@ -110,9 +130,7 @@ class TadaModel:
             raise MissingTranscriptError(
                 "ref_text is required to clone a voice: the transcript of the reference clip"
             )
-        generator = torch.Generator()
-        if seed is not None:
-            generator.manual_seed(seed)
+        generator = _generator(seed)
         clip = torch.as_tensor(np.asarray(audio, dtype=np.float32))[None]
         samples = clip.shape[1] * SAMPLE_RATE / sample_rate  # the official rescales the length
         if sample_rate != SAMPLE_RATE:
@@ -136,50 +154,26 @@ class TadaModel:
         options: GenerateOptions = DEFAULT_OPTIONS,
         seed: int | None = None,
     ) -> np.ndarray:
-        generator = torch.Generator()
-        if seed is not None:
-            generator.manual_seed(seed)
+        generator = _generator(seed)
         out = generate(self.lm, self.tokenizer, voice, normalize_text(text), options, generator)
         expanded, masks = expand_for_decoder(out.encoded, out.time_before[0])
         trim = leading_silence(out.time_before[0], options.min_trim_frames)
         wav = self.decoder.decode(expanded, masks)[0, 0, trim:]
         return wav.numpy()
 
-    def stream(
-        self,
-        voice: Prompt,
-        text: str,
-        options: GenerateOptions = DEFAULT_OPTIONS,
-        seed: int | None = None,
-        context: int = 20,
-        lookahead: int = 15,
-        chunk_tokens: int = 4,
-        first_chunk_tokens: int = 2,
-        should_stop: Callable[[], bool] | None = None,
-    ) -> Iterator[TadaChunk]:
-        """`generate` as TadaChunks (float32 audio at 24 kHz) while it runs: the first after
-        `first_chunk_tokens` tokens, then every `chunk_tokens`; each chunk's tokens go through
-        the KV-cached decoder transformer and the windowed CNN (streaming.StreamingDecoder:
-        `context` / `lookahead` frames), so a chunk holds the samples whose lookahead is there
-        and the last one the rest; the first chunk waits until it has samples. The leading silence (the first token's
-        duration, at least `options.min_trim_frames`) is dropped. The last chunk carries
-        stop_reason "end_of_text"; `should_stop` is asked before every step.
+    def stream(self, voice: Prompt, text: str, *args: Any, **kwargs: Any) -> Iterator[TadaChunk]:
+        """`generate` as TadaChunks (float32 audio at 24 kHz) while it runs; `args` / `kwargs`:
+        `request`'s (options, seed, should_stop and StreamKnobs' by name, which cut it). Each
+        chunk's tokens go through the KV-cached decoder transformer and the windowed CNN, so a
+        chunk holds the samples whose lookahead is there and the last one the rest; the first
+        chunk waits until it has samples. The leading silence (the first token's duration, at
+        least `options.min_trim_frames`) is dropped. The last chunk carries stop_reason
+        "end_of_text"; `should_stop` is asked before every step.
 
         The engine with one row (`self.runner(1)`) on the thread that iterates: the chunks
         are those a served loop of `self.runner(n)` gives the same request, whatever else it
         serves."""
-        seq = self.request(
-            voice,
-            text,
-            options,
-            seed,
-            context,
-            lookahead,
-            chunk_tokens,
-            first_chunk_tokens,
-            should_stop,
-            outbox=InlineOutbox(),
-        )
+        seq = self.request(voice, text, *args, outbox=InlineOutbox(), **kwargs)
         return run_alone(lambda: BatchEngine(self.runner(1), isolate_failures=False), seq)
 
     def runner(self, max_batch: int | None = None) -> TadaRunner:
@@ -193,33 +187,29 @@ class TadaModel:
         text: str,
         options: GenerateOptions = DEFAULT_OPTIONS,
         seed: int | None = None,
-        context: int = 20,
-        lookahead: int = 15,
-        chunk_tokens: int = 4,
-        first_chunk_tokens: int = 2,
-        should_stop: Callable[[], bool] | None = None,
         *,
+        should_stop: Callable[[], bool] | None = None,
         audio: bool = True,
         outbox: Any = None,
+        **knobs: Any,
     ) -> TadaSequence:
         """A checked request for the engine (`stream`'s arguments; ValueError on bad input).
         `outbox` None: for a consumer on another thread (a served EngineLoop)."""
-        cadence = Cadence(first_chunk_tokens, chunk_tokens)  # ValueError below 1
-        check_window(context, lookahead)
-        generator = torch.Generator()
-        if seed is not None:
-            generator.manual_seed(seed)
+        chosen = read_knobs("TADA", StreamKnobs, knobs)
+        generator = _generator(seed)
         generation = Generation(
             self.lm, self.tokenizer, voice, normalize_text(text), options, generator
         )
-        return TadaSequence(
-            generation,
-            (int(context), int(lookahead)),
-            cadence,
-            should_stop or _never,
-            audio=audio,
-            outbox=outbox,
-        )
+        window = (int(chosen.context), int(chosen.lookahead))
+        stop = should_stop or _never
+        return TadaSequence(generation, window, chosen.cadence(), stop, audio=audio, outbox=outbox)
+
+
+def _generator(seed: int | None) -> torch.Generator:
+    """A call's own generator, seeded with `seed` (None: a new generator's default seed; TADA
+    does not draw one with models/contract.py's resolve_seed yet)."""
+    generator = torch.Generator()
+    return generator if seed is None else generator.manual_seed(seed)
 
 
 def _never() -> bool:

@@ -34,7 +34,7 @@ import torch
 from ...audio.cadence import Cadence
 from ...serving.alone import InlineOutbox, run_alone
 from ...serving.engine import BatchEngine
-from ..contract import SeededStream, reference_audio, refuse_unknown, resolve_seed
+from ..contract import SeededStream, read_knobs, reference_audio, resolve_seed
 from .audiovae import AudioVAE
 from .checkpoint import load_model_state, resolve_folder
 from .config import VoxCPM2Config
@@ -49,12 +49,40 @@ AUDIO_START, REF_AUDIO_START, REF_AUDIO_END = 101, 103, 104
 LENGTH_RATIO = 6.0  # retry_badcase_ratio_threshold: caps the length even with retries off
 LENGTH_EXTRA = 10
 CONTEXT_PATCHES = 3  # streaming_prefix_len (4) - 1
-
-
-# the knobs `generate` and `stream` read by name (backends/voxcpm.py declares their ranges)
-KNOB_NAMES = ("cfg_value", "inference_timesteps")
+MODEL = "VoxCPM2"  # in the errors that list its knobs
 # the shared chunk sizes (engine/knobs.py), which `stream` reads as its patch counts
 CHUNK_NAMES = {"first_chunk_frames": "first_chunk_patches", "chunk_frames": "chunk_patches"}
+
+
+@dataclass(frozen=True)
+class VoxKnobs:
+    """What `generate` reads by name, with the official generate()'s defaults (backends/voxcpm.py
+    declares the served ranges of the first two)."""
+
+    cfg_value: float = 2.0
+    inference_timesteps: int = 10
+    max_len: int = 4096  # patches at most (besides the cap from the text's length)
+
+    def __post_init__(self) -> None:
+        if self.max_len < 1 or self.inference_timesteps < 1:
+            raise ValueError("max_len and inference_timesteps must be >= 1")
+
+
+@dataclass(frozen=True)
+class VoxStreamKnobs(VoxKnobs):
+    """What `stream` and `request` read by name: a chunk every `chunk_patches` patches, the
+    first after `first_chunk_patches` (None: the same); also as CHUNK_NAMES."""
+
+    chunk_patches: int = 1
+    first_chunk_patches: int | None = None
+
+    def __post_init__(self) -> None:
+        self.cadence()  # ValueError below 1
+        super().__post_init__()
+
+    def cadence(self) -> Cadence:
+        first = self.first_chunk_patches
+        return Cadence(self.chunk_patches if first is None else first, self.chunk_patches)
 
 
 @dataclass
@@ -125,9 +153,9 @@ class VoxCPMModel:
         sample_rate: int | None = None,
         ref_text: str | None = None,
     ) -> Voice:
-        """A voice from a clip at any rate ((N,) or (N, channels)), or a path to an audio file. With `ref_text` (its
-        transcript) the clip is also the continuation prompt and the decoder is warmed on the
-        context patches once here (spec section 13)."""
+        """A voice from a clip at any rate ((N,) or (N, channels)), or a path to an audio file.
+        With `ref_text` (its transcript) the clip is also the continuation prompt and the
+        decoder is warmed on the context patches once here (spec section 13)."""
         if not isinstance(audio, torch.Tensor):
             audio, sample_rate = reference_audio(audio, sample_rate)
         elif sample_rate is None:
@@ -188,30 +216,14 @@ class VoxCPMModel:
         )
 
     def generate(
-        self,
-        text: str,
-        voice: Voice | None = None,
-        seed: int | None = None,
-        cfg_value: float = 2.0,
-        inference_timesteps: int = 10,
-        max_len: int = 4096,
-        **knobs: Any,
+        self, text: str, voice: Voice | None = None, seed: int | None = None, **knobs: Any
     ) -> GenerationResult:
         """The whole utterance: the patches of `stream`'s engine (one row, this thread), then
         decoded in one VAE pass after the context patches. seed None: a random one
-        (`result.seed`)."""
-        refuse_unknown("VoxCPM2", knobs, KNOB_NAMES)
+        (`result.seed`); `knobs`: VoxKnobs' by name (a stream's chunk sizes are a TypeError)."""
+        read_knobs(MODEL, VoxKnobs, knobs)
         seed = resolve_seed(seed)
-        seq = self.request(
-            text,
-            voice,
-            seed,
-            cfg_value,
-            inference_timesteps,
-            max_len,
-            audio=False,
-            outbox=InlineOutbox(),
-        )
+        seq = self.request(text, voice, seed, audio=False, outbox=InlineOutbox(), **knobs)
         chunks = list(self._alone(seq))
         generated = torch.stack([patch for chunk in chunks for patch in chunk.patches])
         context = None if voice is None else voice.context_patches  # (ctx, P, D) or None
@@ -228,47 +240,23 @@ class VoxCPMModel:
         )
 
     def stream(
-        self,
-        text: str,
-        voice: Voice | None = None,
-        seed: int | None = None,
-        cfg_value: float = 2.0,
-        inference_timesteps: int = 10,
-        max_len: int = 4096,
-        chunk_patches: int = 1,
-        first_chunk_patches: int | None = None,
-        should_stop: Callable[[], bool] | None = None,
-        **knobs: Any,
+        self, text: str, voice: Voice | None = None, seed: int | None = None, **kwargs: Any
     ) -> SeededStream:
         """The same audio as `generate`, decoded every `chunk_patches` patches (the first chunk
         after `first_chunk_patches`, default the same) with a per-stream decoder state (the
-        voice's warm state cloned, or a fresh one). `should_stop` is asked before every patch:
-        True ends the stream there, without decoding the patches not yet handed out. The last
-        chunk of a stream that was not stopped carries `stop_reason`.
+        voice's warm state cloned, or a fresh one). `kwargs`: `request`'s should_stop and
+        VoxStreamKnobs' by name (first_chunk_frames / chunk_frames, the shared knobs, are read
+        as the patch counts; a knob of another model, e.g. temperature, is a TypeError listing
+        this model's). `should_stop` is asked before every patch: True ends the stream there,
+        without decoding the patches not yet handed out. The last chunk of a stream that was
+        not stopped carries `stop_reason`.
 
         The serving engine with one row (runner.py), stepped on the thread that iterates: the
         chunks are those the served loop gives the same request, whatever else it serves. Bad
         input raises now; closing the generator frees the request's caches. seed None: a
-        random one (`.seed` of the returned stream). The shared knobs
-        first_chunk_frames / chunk_frames are read as the patch counts; a knob of another
-        model (e.g. temperature) is a TypeError listing this model's."""
-        refuse_unknown("VoxCPM2", knobs, (*KNOB_NAMES, *CHUNK_NAMES))
-        # first_chunk_frames / chunk_frames by name: one frame is one patch here
-        chunk_patches = knobs.get("chunk_frames", chunk_patches)
-        first_chunk_patches = knobs.get("first_chunk_frames", first_chunk_patches)
+        random one (`.seed` of the returned stream)."""
         seed = resolve_seed(seed)
-        seq = self.request(
-            text,
-            voice,
-            seed,
-            cfg_value,
-            inference_timesteps,
-            max_len,
-            chunk_patches,
-            first_chunk_patches,
-            should_stop,
-            outbox=InlineOutbox(),
-        )
+        seq = self.request(text, voice, seed, outbox=InlineOutbox(), **kwargs)
         return SeededStream(self._alone(seq), seed)
 
     def request(
@@ -276,28 +264,20 @@ class VoxCPMModel:
         text: str,
         voice: Voice | None = None,
         seed: int = 0,
-        cfg_value: float = 2.0,
-        inference_timesteps: int = 10,
-        max_len: int = 4096,
-        chunk_patches: int = 1,
-        first_chunk_patches: int | None = None,
-        should_stop: Callable[[], bool] | None = None,
         *,
+        should_stop: Callable[[], bool] | None = None,
         audio: bool = True,
         outbox: Any = None,
+        **knobs: Any,
     ) -> VoxSequence:
         """A checked request for the engine (`stream`'s arguments; ValueError on bad input):
         its prompt, sampling and chunk cadence. `outbox` None: for a consumer on another
         thread (the served EngineLoop); audio False: patches only (`generate`)."""
-        first = chunk_patches if first_chunk_patches is None else first_chunk_patches
-        cadence = Cadence(first, chunk_patches)  # ValueError below 1
-        if max_len < 1 or inference_timesteps < 1:
-            raise ValueError("max_len and inference_timesteps must be >= 1")
-        prompt = self._prompt(text, voice, max_len)
-        sampling = (int(seed), float(cfg_value), int(inference_timesteps))
-        return VoxSequence(
-            prompt, voice, sampling, cadence, should_stop or _never, audio=audio, outbox=outbox
-        )
+        chosen = read_knobs(MODEL, VoxStreamKnobs, knobs, CHUNK_NAMES)
+        prompt = self._prompt(text, voice, chosen.max_len)
+        sampling = (int(seed), float(chosen.cfg_value), int(chosen.inference_timesteps))
+        cadence, stop = chosen.cadence(), should_stop or _never
+        return VoxSequence(prompt, voice, sampling, cadence, stop, audio=audio, outbox=outbox)
 
     def runner(self, max_batch: int) -> VoxRunner:
         """The engine's StepModel for this model, `max_batch` rows at most (the served loop:
