@@ -1,9 +1,9 @@
-"""The generic part of the backends of neural models served on one engine loop (VoxCPM2, TADA,
-Chatterbox), written once. A model's backend declares what it is and how the engine's settings become its
-model's request (`submit`); `NeuralBackend` loads the model, serves it on
-`EngineLoop(model.runner(n), make_request=model.request)` (one thread steps every stream and
-makes the voices: serving/loop.py), checks clips, and streams chunks (one stateful decoder pass
-per stream: never independent), freeing a row as soon as its stream ends or is cancelled."""
+"""The generic part of the backends of neural models served on one engine loop (Qwen3-TTS,
+VoxCPM2, TADA, Chatterbox), written once. A model's backend declares what it is and how the
+engine's settings become its model's request (`submit`); `NeuralBackend` loads the model, serves
+it on `EngineLoop(model.runner(n), make_request=model.request)` (one thread steps every stream
+and makes the voices: serving/loop.py), checks clips, and streams chunks (one stateful decoder
+pass per stream: never independent), freeing a row as soon as its stream ends or is cancelled."""
 
 from __future__ import annotations
 
@@ -119,18 +119,18 @@ class NeuralBackend:
             voice = self.scheduler.call(self.model.create_voice, clip, SAMPLE_RATE, reference_text)
         except ValueError as exc:  # the model's own checks on the clip
             raise InputError(f"Reference clip: {exc}", "reference") from exc
+        return Voice(self.name, voice, self.voice_summary(voice, reference_text))
+
+    def voice_summary(self, voice: Any, reference_text: str | None) -> dict[str, Any]:
+        """What the user is told of a cloned voice (the request's stats)."""
         if self.reference.transcript == "ignored":  # cloned from the clip alone
-            return Voice(
-                self.name,
-                voice,
-                {
-                    "mode": "reference",
-                    "transcript": False,
-                    "transcript_ignored": bool(reference_text),
-                },
-            )
+            return {
+                "mode": "reference",
+                "transcript": False,
+                "transcript_ignored": bool(reference_text),
+            }
         mode = "continuation" if reference_text else "reference"
-        return Voice(self.name, voice, {"mode": mode, "transcript": bool(reference_text)})
+        return {"mode": mode, "transcript": bool(reference_text)}
 
     def voice_without_clip(self, reference_text: str | None) -> Voice:
         """No clip: the model's own voice (`voice=None`: it makes one up), or, where a clip is
@@ -174,8 +174,16 @@ class NeuralBackend:
             return
         try:
             chunks = self.submit(text, voice.data, params, cancel)
+        except InputError:
+            raise
         except ValueError as exc:  # the model's checks of this request (e.g. prompt too long)
             raise InputError(str(exc)) from exc
+        yield from self.delivered(chunks, params, cancel)
+
+    def delivered(
+        self, chunks: RequestStream, params: SynthesisParams, cancel: threading.Event
+    ) -> Iterator[BackendChunk]:
+        """The request's chunks until its end or a cancel; its row freed either way."""
         try:
             for chunk in self.backend_chunks(chunks, params):
                 yield chunk
