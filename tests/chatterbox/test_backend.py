@@ -89,13 +89,13 @@ def test_engine_stream_equals_generate(backend: ChatterboxBackend, cloned: bool)
 
 def test_knobs_reach_the_model(backend: ChatterboxBackend, monkeypatch) -> None:
     seen = []
-    submit = backend.scheduler.submit  # takes model.stream's arguments (chatterbox/runner.py)
+    submit = backend.loop.submit  # takes model.stream's arguments (chatterbox/runner.py)
 
     def spy(*args, **kwargs):
         seen.append((kwargs["sampling"], kwargs["chunking"]))
         return submit(*args, **kwargs)
 
-    monkeypatch.setattr(backend.scheduler, "submit", spy)
+    monkeypatch.setattr(backend.loop, "submit", spy)
     params = SynthesisParams(
         seed=1,
         top_k=1,

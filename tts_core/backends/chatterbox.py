@@ -165,7 +165,7 @@ class ChatterboxBackend(NeuralBackend):
         chunking = StreamChunking(
             first_tokens=values["first_chunk_tokens"], chunk_tokens=values["chunk_tokens"]
         )
-        return self.scheduler.submit(
+        return self.loop.submit(
             text,
             voice,
             seed=params.seed,
@@ -184,9 +184,7 @@ class ChatterboxBackend(NeuralBackend):
 
         mark = stream_marker(self.knob_values(params)["watermark"], self.sample_rate)
         for chunk in chunks:
-            audio = self.scheduler.call(
-                mark, chunk.audio.astype(np.float32, copy=False), chunk.final
-            )
+            audio = self.loop.call(mark, chunk.audio.astype(np.float32, copy=False), chunk.final)
             yield BackendChunk(
                 audio,
                 frames=audio.size // SAMPLES_PER_TOKEN,

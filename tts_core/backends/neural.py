@@ -51,8 +51,8 @@ class NeuralBackend:
         self.model = model
         self.model_name = model_name
         self.device = device
-        self.scheduler = self.served_loop(model, max_batch or self.default_max_batch)
-        self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
+        self.loop = self.served_loop(model, max_batch or self.default_max_batch)
+        self.default_concurrency = self.loop.max_batch  # the engine admits as many
 
     def served_loop(self, model: Any, max_batch: int) -> EngineLoop:
         """The loop every request of this backend goes through (its thread starts on
@@ -63,7 +63,7 @@ class NeuralBackend:
 
     def close(self) -> None:
         """Stop the loop's thread; streams still running end without a final chunk."""
-        self.scheduler.close()
+        self.loop.close()
 
     # --- loading ----------------------------------------------------------------------------
     @classmethod
@@ -116,7 +116,7 @@ class NeuralBackend:
             )
         clip = reference_clip(audio)
         try:
-            voice = self.scheduler.call(self.model.create_voice, clip, SAMPLE_RATE, reference_text)
+            voice = self.loop.call(self.model.create_voice, clip, SAMPLE_RATE, reference_text)
         except ValueError as exc:  # the model's own checks on the clip
             raise InputError(f"Reference clip: {exc}", "reference") from exc
         return Voice(self.name, voice, self.voice_summary(voice, reference_text))
@@ -160,7 +160,7 @@ class NeuralBackend:
     def submit(
         self, text: str, voice: Any, params: SynthesisParams, cancel: threading.Event
     ) -> RequestStream:
-        """The model's request for these settings queued on the loop (`self.scheduler.submit`
+        """The model's request for these settings queued on the loop (`self.loop.submit`
         with the model's `request` arguments); its stream of chunks (each backend's)."""
         raise NotImplementedError
 

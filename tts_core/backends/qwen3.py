@@ -154,7 +154,7 @@ class Qwen3Backend(NeuralBackend):
         codec = model.speech_tokenizer
         self.frame_samples = int(getattr(codec, "samples_per_frame", 1920))
         self.sample_rate = int(getattr(codec, "sample_rate", SAMPLE_RATE))
-        self.decode_step = decode_step_of(self.scheduler)  # "CUDA graphs" or "eager" (info)
+        self.decode_step = decode_step_of(self.loop)  # "CUDA graphs" or "eager" (info)
         defaults = model.generation_defaults
         self.knob_defaults = {knob.name: getattr(defaults, knob.name) for knob in self.knobs}
         # the checkpoint's type (#41): a CustomVoice / VoiceDesign model speaks with voices
@@ -255,7 +255,7 @@ class Qwen3Backend(NeuralBackend):
     def submit(
         self, text: str, voice: Any, params: SynthesisParams, cancel: threading.Event
     ) -> RequestStream:
-        return self.scheduler.submit(text, voice, **self.request_args(params, cancel))
+        return self.loop.submit(text, voice, **self.request_args(params, cancel))
 
     def stream_fed(
         self, text: TextInlet, voice: Voice, params: SynthesisParams, cancel: threading.Event
@@ -263,7 +263,7 @@ class Qwen3Backend(NeuralBackend):
         """`stream` for text that arrives in pieces: the same chunks as the whole text's."""
         from ..models.qwen3_tts.serving.fed import FedRequest
 
-        fed = FedRequest(self.scheduler, voice.data, **self.request_args(params, cancel))
+        fed = FedRequest(self.loop, voice.data, **self.request_args(params, cancel))
         text.attach(fed)  # the text so far now, later pieces as they are pushed
         # a cancel, or a piece the model refused (failure: e.g. a prompt over the cache), ends
         # the request even while its row waits for text
