@@ -225,7 +225,7 @@ def run_http(model, args, voices) -> dict:  # noqa: ANN001
     for i in range(clients):
         post(i, alone)
     server.should_exit = True
-    backend.scheduler.close()
+    backend.loop.close()
     ok = [together[i][0] == 200 and alone[i][0] == 200 for i in range(clients)]
     same = [together[i][1] == alone[i][1] for i in range(clients)]
     audio_s = sum(len(together[i][1]) / 2 / 24000 for i in range(clients))

@@ -71,9 +71,9 @@ def test_the_cuda_graphs_flag_reaches_the_engine_as_an_argument(monkeypatch, cap
     for engine in (auto, off):
         backend = engine.backend
         assert backend.model.cuda_graphs is False  # graphs exist only on CUDA
-        assert backend.scheduler.runner.graphs is None  # the row-by-row eager step serves
+        assert backend.loop.runner.graphs is None  # the row-by-row eager step serves
         assert engine.info()["decode_step"] == "eager"
-        backend.scheduler.close()
+        backend.loop.close()
     assert "decode step: eager (cuda_graphs auto on cpu)" in caplog.text
 
 
@@ -130,4 +130,4 @@ def test_one_load_reads_config_json_once(folder):
         reads = OpenCounter.stop()
     assert notice is None
     assert reads == 1
-    backend.scheduler.close()
+    backend.loop.close()

@@ -31,7 +31,7 @@ def api(tmp_path_factory):
     app = make_api(engine, tmp_path_factory.mktemp("voices"))
     with serve(app) as url:
         yield url, engine
-    backend.scheduler.close()
+    backend.loop.close()
 
 
 def body(i: int) -> dict:

@@ -67,7 +67,7 @@ def test_stop_during_the_first_chunk_ends_as_cancelled(tiny_backend, reference):
     cancel = threading.Event()
     params = SynthesisParams(seed=1, first_chunk_frames=60, chunk_frames=60)
     asked = []
-    scheduler = tiny_backend.scheduler
+    scheduler = tiny_backend.loop
     real_submit = scheduler.submit
 
     def counting_submit(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202

@@ -4,10 +4,15 @@
 engine, taken by /v1/audio/speech and the page's PCM route (out of range: a 400 naming it), shown
 in the page as a slider with its label and help, and passed by name through gradio_client; its
 value reaches the backend's stream each time. The declarations of the real backends make the
-same surfaces: their ranges, the page's controls and the Gradio API's parameter order.
+same surfaces: their ranges, the page's controls and the Gradio API's parameter order. A shared
+knob a model declares it does not read (Chatterbox's first_chunk_frames / chunk_frames) is not
+offered (the page, /v1/models) and a request that sets it is refused naming it (the engine,
+/v1, gradio_client), while the page's own hidden controls are left out.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -15,8 +20,9 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 from test_openai_api import assert_error, free_port, make_api, serve
 
+from tts_core.backends.espeak import EspeakBackend
 from tts_core.engine import Engine, InputError, Knob, SynthesisParams, SynthesisRequest
-from tts_core.engine.knobs import merge_knobs, parse_knobs, shared_knobs
+from tts_core.engine.knobs import merge_knobs, parse_knobs, served_knobs, shared_knobs
 from tts_core.ui import build_demo, handlers
 
 BREATHINESS = Knob(
@@ -204,6 +210,72 @@ def test_gradio_client_passes_the_knob_by_name(breathy, tmp_path):
         # the knob's own check, naming it (not a slider's bound)
         with pytest.raises(AppError, match=r"breathiness must be in \[0, 1\]; got 1.5"):
             client.predict(text="Hello.", breathiness=1.5, api_name="/synthesize_full")
+    finally:
+        demo.close()
+
+
+# ------------------------------------------------------------- shared knobs a model does not read
+class Chunkless(Breathy):
+    """Breathy declaring, as Chatterbox does, that of the shared knobs it reads the seed alone
+    (a chunk is a pass of its own: first_chunk_frames / chunk_frames mean nothing to it)."""
+
+    capabilities = replace(EspeakBackend.capabilities, shared_knobs=("seed",))
+
+
+@pytest.fixture()
+def chunkless(espeak_backend) -> Chunkless:
+    return Chunkless(espeak_backend)
+
+
+def test_the_chatterbox_declarations_leave_out_the_shared_chunk_sizes():
+    from tts_core.backends.chatterbox import ChatterboxBackend
+    from tts_core.backends.chatterbox_english import ChatterboxEnglishBackend
+
+    for backend in (ChatterboxBackend, ChatterboxEnglishBackend):
+        names = [knob.name for knob in served_knobs(backend)]
+        assert names[0] == "seed" and "first_chunk_tokens" in names and "chunk_tokens" in names
+        assert "first_chunk_frames" not in names and "chunk_frames" not in names
+
+
+def test_an_unread_shared_knob_is_refused_by_name_and_not_offered(chunkless, tmp_path):
+    engine = Engine(chunkless)
+    for name in ("first_chunk_frames", "chunk_frames"):
+        with pytest.raises(InputError, match=f"{name} does not apply") as refused:
+            engine.prepare(request(**{name: 3}))
+        assert refused.value.param == name
+    assert engine.prepare(request(seed=4, first_chunk_frames="")).params.seed == 4  # blank: unset
+    with serve(make_api(engine, tmp_path)) as url:
+        body = {"input": "Hello.", "voice": "alloy", "response_format": "pcm"}
+        answer = httpx.post(f"{url}/v1/audio/speech", json={**body, "chunk_frames": 3}, timeout=60)
+        error = assert_error(answer, 400, "chunk_frames")
+        assert "its settings: seed, breathiness" in error["message"]
+        assert httpx.post(f"{url}/v1/audio/speech", json=body, timeout=60).status_code == 200
+        info = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][-1]["info"]
+        assert set(info["knobs"]) == {"seed", "breathiness"}
+        # the page's route: it sends its hidden controls too, which are not the request's
+        page = {"text": "Hello.", "first_chunk_frames": 2, "chunk_frames": 6, "breathiness": 0.3}
+        answer = httpx.post(f"{url}/tts_stream/pcm", json=page, timeout=60)
+        assert answer.status_code == 200, answer.text[:300]
+    seen = chunkless.seen[-1]
+    assert seen.values == {"breathiness": 0.3, "seed": seen.seed}
+
+
+def test_the_page_hides_an_unread_shared_knob_and_its_api_refuses_it(chunkless, tmp_path):
+    from tts_core.server import VoiceRegistry
+
+    demo = build_demo(Engine(chunkless), VoiceRegistry(tmp_path / "voices"))
+    controls = components_by_label(demo.get_config_file())
+    assert controls["First chunk (frames)"]["props"]["visible"] is False
+    assert controls["Later chunks (frames)"]["props"]["visible"] is False
+    assert controls["Seed (-1: random)"]["props"]["visible"] is not False
+    _, url, _ = demo.queue().launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True
+    )
+    try:
+        client = Client(url, verbose=False)
+        with pytest.raises(AppError, match="first_chunk_frames does not apply"):
+            client.predict(text="Hello.", first_chunk_frames=3, api_name="/synthesize_full")
+        assert client.predict(text="Hello.", seed=2, api_name="/synthesize_full")[1]["done"]
     finally:
         demo.close()
 

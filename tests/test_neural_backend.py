@@ -83,7 +83,7 @@ class TickBackend(NeuralBackend):
     sample_rate, frame_samples, weight_format = 24_000, 1, "float32"
 
     def submit(self, text, voice, params, cancel):  # noqa: ANN001, ANN201
-        return self.scheduler.submit(
+        return self.loop.submit(
             text,
             voice,
             seed=params.seed,
@@ -106,7 +106,7 @@ CLIP = np.full(100, 0.1, np.float32)
 
 def test_a_declaration_is_a_backend(backend):
     assert isinstance(backend, Backend)
-    assert backend.default_concurrency == backend.scheduler.max_batch == 2
+    assert backend.default_concurrency == backend.loop.max_batch == 2
     assert backend.sampling_defaults() == {"level": 1.5}
 
 
@@ -152,7 +152,7 @@ def test_a_refused_request_is_an_input_error_and_queues_nothing(backend):
     voice = backend.create_voice(CLIP, "the words")
     with pytest.raises(InputError, match="nothing to say"):
         next(backend.stream("", voice, SynthesisParams(), threading.Event()))
-    assert backend.scheduler.waiting == 0 and backend.scheduler.active == 0
+    assert backend.loop.waiting == 0 and backend.loop.active == 0
 
 
 def test_a_cancelled_stream_ends_after_its_chunk_and_frees_its_row(backend):
@@ -162,15 +162,15 @@ def test_a_cancelled_stream_ends_after_its_chunk_and_frees_its_row(backend):
     cancel.set()
     assert list(stream) == []  # the chunk in hand was the last
     # two loop calls in a row: the second runs after a whole step, which drops a stopped row
-    backend.scheduler.call(lambda: None)
-    backend.scheduler.call(lambda: None)
-    assert backend.scheduler.active == 0 and backend.scheduler.waiting == 0
+    backend.loop.call(lambda: None)
+    backend.loop.call(lambda: None)
+    assert backend.loop.active == 0 and backend.loop.waiting == 0
 
 
 def test_a_stream_cancelled_before_it_starts_queues_nothing(backend, monkeypatch):
     voice, cancel = backend.create_voice(CLIP, "the words"), threading.Event()
     submitted = []
-    monkeypatch.setattr(backend.scheduler, "submit", lambda *a, **k: submitted.append(a))
+    monkeypatch.setattr(backend.loop, "submit", lambda *a, **k: submitted.append(a))
     cancel.set()
     assert list(backend.stream("abcd", voice, SynthesisParams(), cancel)) == []
     assert submitted == []

@@ -151,7 +151,7 @@ def test_a_v1_stream_runs_on_the_event_loop_and_the_model_thread(monkeypatch, tm
         with serve(NotedBody(make_api(Engine(backend), tmp_path), log)) as url:
             data = stream_speech(url, voice="alloy")
     finally:
-        backend.scheduler.close()
+        backend.loop.close()
     assert len(data) > 0
     loop = log.places["response body"]
     model_thread = log.places["model step"]

@@ -303,8 +303,8 @@ def qwen3(tmp_path_factory):
                 files={"file": ("short.wav", clip, "audio/wav")},
             )
         assert made.status_code == 201, made.text
-        yield host, engine, backend.scheduler
-    backend.scheduler.close()
+        yield host, engine, backend.loop
+    backend.loop.close()
 
 
 SHORT_VOICE = "short-slt"

@@ -87,10 +87,10 @@ def qwen3_site(tmp_path_factory):
         patch.setattr(page_text_ws, "LIMITS", StreamLimits(idle_timeout_s=10 * FAIL_AFTER_S))
         demo, url = serve_page(EngineSlot.holding(engine), voices)
     try:
-        yield url, engine, backend.scheduler
+        yield url, engine, backend.loop
     finally:
         demo.close()
-        backend.scheduler.close()
+        backend.loop.close()
 
 
 @pytest.fixture(scope="module")

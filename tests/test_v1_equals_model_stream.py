@@ -40,7 +40,7 @@ def served(tmp_path_factory):
     engine = Engine(backend, EngineConfig(fade_ms=0.0))
     with serve(make_api(engine, tmp_path_factory.mktemp("voices"))) as url:
         yield url, backend
-    backend.scheduler.close()
+    backend.loop.close()
 
 
 @pytest.mark.parametrize(("text", "name", "seed", "knobs"), CASES)

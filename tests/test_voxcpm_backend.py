@@ -55,7 +55,7 @@ def test_backend_contract(backend: VoxCPMBackend) -> None:
     assert isinstance(backend, Backend)
     assert (backend.name, backend.can_clone, backend.needs_reference) == ("voxcpm", True, False)
     assert backend.capabilities.independent_phrases is False
-    assert backend.default_concurrency == backend.scheduler.max_batch == 8  # --max-batch's default
+    assert backend.default_concurrency == backend.loop.max_batch == 8  # --max-batch's default
     assert backend.sample_rate == model.sample_rate == 48000
     assert backend.frame_samples == model.patch_size * model.vae.decode_hop_length == 90
     assert backend.weight_format == "float32" and backend.sampling_defaults() == {
@@ -126,7 +126,7 @@ def test_cancel_stops_within_one_patch(backend: VoxCPMBackend, monkeypatch) -> N
     )
     assert len(made) == 2  # the tiny model's stop head can end no earlier than the 4th patch
     assert [p.frames for p in pieces] == [1]
-    _wait_until(lambda: backend.scheduler.active == 0)
+    _wait_until(lambda: backend.loop.active == 0)
 
 
 def test_cancel_through_the_engine_frees_the_slot(backend: VoxCPMBackend) -> None:
@@ -207,7 +207,7 @@ def test_the_model_computes_on_its_one_thread(backend: VoxCPMBackend, goldens) -
         for hook in hooks:
             hook.remove()
     assert len(results) == 2 and all(results)
-    assert seen == {backend.scheduler._thread.ident}
+    assert seen == {backend.loop._thread.ident}
 
 
 # ------------------------------------------------------------------------- concurrent streams
@@ -245,15 +245,15 @@ class JoinGate(threading.Event):
 
     def __init__(self, backend: VoxCPMBackend, started: threading.Event) -> None:
         super().__init__()
-        self.scheduler, self.started, self.joined = backend.scheduler, started, False
+        self.loop, self.started, self.joined = backend.loop, started, False
 
     def is_set(self) -> bool:
         if (
             not self.joined
             and self.started.is_set()
-            and threading.current_thread() is self.scheduler._thread
+            and threading.current_thread() is self.loop._thread
         ):
-            scheduler = self.scheduler  # all four requests in it: the joiners are queued
+            scheduler = self.loop  # all four requests in it: the joiners are queued
             _wait_until(lambda: scheduler._run_calls() or scheduler.waiting + scheduler.active == 4)
             self.joined = True
         return super().is_set()
@@ -302,7 +302,7 @@ def test_four_concurrent_streams_give_each_its_audio_alone(backend_b: VoxCPMBack
     assert len(lengths) == 4
     assert {results[i][-1].stats["stop_reason"] for i in range(4)} == {"stop_head", "length_cap"}
     assert max(max(_batches(results[i][-1].stats)) for i in range(4)) >= 3
-    _wait_until(lambda: backend_b.scheduler.active == 0)
+    _wait_until(lambda: backend_b.loop.active == 0)
     assert engine.active_requests == 0
 
 

@@ -27,7 +27,7 @@ from tts_core.models.chatterbox.sampling import TurboSampling
 from .conftest import FIXTURES, ref_clip, shared_model
 
 TINY = FIXTURES / "chatterbox-turbo-tiny-a"
-FIRST, STEADY = 2, 5  # frames in the first and in every later engine event
+FIRST = 2  # a shared chunk size: the backend does not read it
 S3GEN_FIRST, S3GEN_STEADY = 6, 10  # tokens before the first and between later S3Gen passes
 
 
@@ -63,10 +63,10 @@ def test_engine_stream_equals_generate(backend: ChatterboxBackend, cloned: bool)
     if cloned:
         audio, sr = ref_clip()
         clip = librosa.resample(audio, orig_sr=sr, target_sr=24000)  # as the engine hands it
+    # (the shared first_chunk_frames / chunk_frames are not Chatterbox's: the engine refuses
+    # them, tests/test_knobs.py)
     params = SynthesisParams(
         seed=7,
-        first_chunk_frames=FIRST,
-        chunk_frames=STEADY,
         first_chunk_tokens=S3GEN_FIRST,
         chunk_tokens=S3GEN_STEADY,
         watermark=0,
@@ -89,13 +89,13 @@ def test_engine_stream_equals_generate(backend: ChatterboxBackend, cloned: bool)
 
 def test_knobs_reach_the_model(backend: ChatterboxBackend, monkeypatch) -> None:
     seen = []
-    submit = backend.scheduler.submit  # takes model.stream's arguments (chatterbox/runner.py)
+    submit = backend.loop.submit  # takes model.stream's arguments (chatterbox/runner.py)
 
     def spy(*args, **kwargs):
         seen.append((kwargs["sampling"], kwargs["chunking"]))
         return submit(*args, **kwargs)
 
-    monkeypatch.setattr(backend.scheduler, "submit", spy)
+    monkeypatch.setattr(backend.loop, "submit", spy)
     params = SynthesisParams(
         seed=1,
         top_k=1,

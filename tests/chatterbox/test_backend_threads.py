@@ -35,6 +35,6 @@ def test_the_stream_watermark_runs_on_the_model_thread(monkeypatch) -> None:
     chunks = list(
         backend.stream("Hi there.", backend.create_voice(None, None), params, threading.Event())
     )
-    model_thread = backend.scheduler.call(threading.current_thread)
+    model_thread = backend.loop.call(threading.current_thread)
     assert len(threads) == len(chunks) > 1
     assert all(t is model_thread for t in threads) and model_thread is not consumer

@@ -374,7 +374,7 @@ def test_concurrent_v1_requests_are_batched_and_each_is_model_stream(served) -> 
         ("Hello there, this is a tiny test.", 8, {"first_chunk_tokens": 4, "chunk_tokens": 7}),
         ("Okay.", 11, {"temperature": 0.7, "top_k": 50}),
     ]
-    released = _hold_until_queued(backend.scheduler, len(cases))
+    released = _hold_until_queued(backend.loop, len(cases))
     responses: list = [None] * len(cases)
 
     def post(k: int) -> None:
@@ -395,7 +395,7 @@ def test_concurrent_v1_requests_are_batched_and_each_is_model_stream(served) -> 
     for thread in threads:
         thread.join()
     assert released.is_set()
-    assert backend.scheduler.runner.most_rows == len(cases)  # T3 steps of the 3 rows together
+    assert backend.loop.runner.most_rows == len(cases)  # T3 steps of the 3 rows together
 
     _, clip = VoiceRegistry(voices).load("cb-batch")  # the clip as the server hands it over
     model = backend.model

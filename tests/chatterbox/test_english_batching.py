@@ -227,7 +227,7 @@ def test_concurrent_v1_requests_are_batched_and_each_is_model_stream(served) -> 
         ),
         ("Okay.", 11, {"cfg_weight": 0.0, "min_p": 0.1, "temperature": 0.7}),
     ]
-    released = _hold_until_queued(backend.scheduler, len(cases))
+    released = _hold_until_queued(backend.loop, len(cases))
 
     def post(case: tuple) -> httpx.Response:
         text, seed, knobs = case
@@ -243,7 +243,7 @@ def test_concurrent_v1_requests_are_batched_and_each_is_model_stream(served) -> 
 
     with ThreadPoolExecutor(len(cases)) as pool:  # all at once: batched by the hold above
         responses = list(pool.map(post, cases))
-    assert released.is_set() and backend.scheduler.runner.most_rows == len(cases)
+    assert released.is_set() and backend.loop.runner.most_rows == len(cases)
 
     _, clip = VoiceRegistry(voices).load("en-batch")  # the clip as the server hands it over
     voice = backend.model.create_voice(clip, 24000)

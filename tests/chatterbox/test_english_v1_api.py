@@ -84,13 +84,13 @@ def test_backend_contract(backend) -> None:
 
 def test_uploaded_voice_is_cloned_with_the_knobs(backend, server, voices_dir, monkeypatch):
     seen = []
-    submit = backend.scheduler.submit  # model.stream's arguments, served
+    submit = backend.loop.submit  # model.stream's arguments, served
 
     def spy(*args, **kwargs):
         seen.append((kwargs["exaggeration"], kwargs["sampling"]))
         return submit(*args, **kwargs)
 
-    monkeypatch.setattr(backend.scheduler, "submit", spy)
+    monkeypatch.setattr(backend.loop, "submit", spy)
     with REF_CLIP.open("rb") as f:
         made = httpx.post(
             f"{server}/v1/audio/voices",

@@ -97,6 +97,6 @@ def test_max_batch_reaches_both_chatterbox_backends(hub: FakeHub, repo: str) -> 
 
     backend, _ = load_backend(repo, device="cpu", allow_fallback=False, max_batch=3)
     try:
-        assert backend.default_concurrency == backend.scheduler.max_batch == 3
+        assert backend.default_concurrency == backend.loop.max_batch == 3
     finally:
         backend.close()

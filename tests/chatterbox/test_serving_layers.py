@@ -54,7 +54,7 @@ def test_a_backend_serves_its_model_on_the_generic_loop(backend_class, load, fol
     model = load(FIXTURES / folder)
     backend = backend_class(model, folder, "cpu", max_batch=3)
     try:
-        loop = backend.scheduler
+        loop = backend.loop
         assert type(loop) is EngineLoop and loop.max_batch == 3
         assert loop.call(lambda: threading.current_thread().name) == thread
         served = loop.submit("Hello there.", None, seed=4, max_new_tokens=12)

@@ -372,11 +372,11 @@ def test_the_served_model_computes_on_the_scheduler_thread_only():
         for thread in threads:
             thread.join()
         assert len(results) == 6 and results[0] is not None
-        assert seen == {backend.scheduler._thread.ident}
+        assert seen == {backend.loop._thread.ident}
     finally:
         for hook in hooks:
             hook.remove()
-        backend.scheduler.close()
+        backend.loop.close()
 
 
 def test_scheduler_call_returns_raises_and_refuses_after_close():

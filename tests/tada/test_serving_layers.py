@@ -36,7 +36,7 @@ def test_the_backend_serves_its_model_on_the_generic_loop(tiny_folder, goldens) 
     model, voice = model_of({}, tiny_folder), prompt_of(goldens)
     backend = TadaBackend(model, tiny_folder.name, "cpu", max_batch=3)
     try:
-        loop = backend.scheduler
+        loop = backend.loop
         assert type(loop) is EngineLoop and loop.max_batch == 3
         assert loop.call(lambda: threading.current_thread().name) == "tts-tada"
         served = list(loop.submit(voice, **request_args(0)))

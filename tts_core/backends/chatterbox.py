@@ -53,8 +53,8 @@ WATERMARK_KNOB = Knob(
 # sampling_defaults), then the streaming chunk sizes; declared once here for page, API, checks.
 KNOBS = (
     *sampling_knobs(*SAMPLING_KNOBS),
-    # S3Gen's chunking (StreamChunking): a chunk is a pass, so the shared first_chunk_frames /
-    # chunk_frames are not read here (the engine regroups only eSpeak's phrases). One token = 40 ms of audio; each pass re-runs the flow.
+    # S3Gen's chunking (StreamChunking): a chunk is a pass, in place of the shared chunk sizes
+    # (`capabilities`). One token = 40 ms of audio; each pass re-runs the flow.
     Knob(
         "first_chunk_tokens",
         int,
@@ -110,6 +110,9 @@ class ChatterboxBackend(NeuralBackend):
     reads_transcript = False
     description = DESCRIPTION
     knobs = KNOBS
+    # of the shared knobs the seed alone: a chunk is an S3Gen pass (first_chunk_tokens /
+    # chunk_tokens), so first_chunk_frames / chunk_frames are neither offered nor taken
+    capabilities = dataclasses.replace(NeuralBackend.capabilities, shared_knobs=("seed",))
     default_max_batch = DEFAULT_MAX_BATCH
     frame_samples = SAMPLES_PER_TOKEN  # a chunk's frames: its tokens' worth of audio
 
@@ -165,7 +168,7 @@ class ChatterboxBackend(NeuralBackend):
         chunking = StreamChunking(
             first_tokens=values["first_chunk_tokens"], chunk_tokens=values["chunk_tokens"]
         )
-        return self.scheduler.submit(
+        return self.loop.submit(
             text,
             voice,
             seed=params.seed,
@@ -184,9 +187,7 @@ class ChatterboxBackend(NeuralBackend):
 
         mark = stream_marker(self.knob_values(params)["watermark"], self.sample_rate)
         for chunk in chunks:
-            audio = self.scheduler.call(
-                mark, chunk.audio.astype(np.float32, copy=False), chunk.final
-            )
+            audio = self.loop.call(mark, chunk.audio.astype(np.float32, copy=False), chunk.final)
             yield BackendChunk(
                 audio,
                 frames=audio.size // SAMPLES_PER_TOKEN,

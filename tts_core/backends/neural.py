@@ -1,9 +1,9 @@
-"""The generic part of the backends of neural models served on one engine loop (VoxCPM2, TADA,
-Chatterbox), written once. A model's backend declares what it is and how the engine's settings become its
-model's request (`submit`); `NeuralBackend` loads the model, serves it on
-`EngineLoop(model.runner(n), make_request=model.request)` (one thread steps every stream and
-makes the voices: serving/loop.py), checks clips, and streams chunks (one stateful decoder pass
-per stream: never independent), freeing a row as soon as its stream ends or is cancelled."""
+"""The generic part of the backends of neural models served on one engine loop (Qwen3-TTS,
+VoxCPM2, TADA, Chatterbox), written once. A model's backend declares what it is and how the
+engine's settings become its model's request (`submit`); `NeuralBackend` loads the model, serves
+it on `EngineLoop(model.runner(n), make_request=model.request)` (one thread steps every stream
+and makes the voices: serving/loop.py), checks clips, and streams chunks (one stateful decoder
+pass per stream: never independent), freeing a row as soon as its stream ends or is cancelled."""
 
 from __future__ import annotations
 
@@ -51,8 +51,8 @@ class NeuralBackend:
         self.model = model
         self.model_name = model_name
         self.device = device
-        self.scheduler = self.served_loop(model, max_batch or self.default_max_batch)
-        self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
+        self.loop = self.served_loop(model, max_batch or self.default_max_batch)
+        self.default_concurrency = self.loop.max_batch  # the engine admits as many
 
     def served_loop(self, model: Any, max_batch: int) -> EngineLoop:
         """The loop every request of this backend goes through (its thread starts on
@@ -63,7 +63,7 @@ class NeuralBackend:
 
     def close(self) -> None:
         """Stop the loop's thread; streams still running end without a final chunk."""
-        self.scheduler.close()
+        self.loop.close()
 
     # --- loading ----------------------------------------------------------------------------
     @classmethod
@@ -116,21 +116,21 @@ class NeuralBackend:
             )
         clip = reference_clip(audio)
         try:
-            voice = self.scheduler.call(self.model.create_voice, clip, SAMPLE_RATE, reference_text)
+            voice = self.loop.call(self.model.create_voice, clip, SAMPLE_RATE, reference_text)
         except ValueError as exc:  # the model's own checks on the clip
             raise InputError(f"Reference clip: {exc}", "reference") from exc
+        return Voice(self.name, voice, self.voice_summary(voice, reference_text))
+
+    def voice_summary(self, voice: Any, reference_text: str | None) -> dict[str, Any]:
+        """What the user is told of a cloned voice (the request's stats)."""
         if self.reference.transcript == "ignored":  # cloned from the clip alone
-            return Voice(
-                self.name,
-                voice,
-                {
-                    "mode": "reference",
-                    "transcript": False,
-                    "transcript_ignored": bool(reference_text),
-                },
-            )
+            return {
+                "mode": "reference",
+                "transcript": False,
+                "transcript_ignored": bool(reference_text),
+            }
         mode = "continuation" if reference_text else "reference"
-        return Voice(self.name, voice, {"mode": mode, "transcript": bool(reference_text)})
+        return {"mode": mode, "transcript": bool(reference_text)}
 
     def voice_without_clip(self, reference_text: str | None) -> Voice:
         """No clip: the model's own voice (`voice=None`: it makes one up), or, where a clip is
@@ -160,7 +160,7 @@ class NeuralBackend:
     def submit(
         self, text: str, voice: Any, params: SynthesisParams, cancel: threading.Event
     ) -> RequestStream:
-        """The model's request for these settings queued on the loop (`self.scheduler.submit`
+        """The model's request for these settings queued on the loop (`self.loop.submit`
         with the model's `request` arguments); its stream of chunks (each backend's)."""
         raise NotImplementedError
 
@@ -174,8 +174,16 @@ class NeuralBackend:
             return
         try:
             chunks = self.submit(text, voice.data, params, cancel)
+        except InputError:
+            raise
         except ValueError as exc:  # the model's checks of this request (e.g. prompt too long)
             raise InputError(str(exc)) from exc
+        yield from self.delivered(chunks, params, cancel)
+
+    def delivered(
+        self, chunks: RequestStream, params: SynthesisParams, cancel: threading.Event
+    ) -> Iterator[BackendChunk]:
+        """The request's chunks until its end or a cancel; its row freed either way."""
         try:
             for chunk in self.backend_chunks(chunks, params):
                 yield chunk

@@ -1,9 +1,8 @@
-"""Adapter: our Qwen3-TTS model (tts_core.load_model) -> the engine's Backend interface.
-
-Every request goes through the model's served loop (`served_loop`: continuous batching, up to
-`max_batch` streams step together; see models/qwen3_tts/serving). Chunks of one stream come
-from one exact, stateful decoder pass, so they are never marked independent: the engine
-concatenates them without crossfades.
+"""Qwen3-TTS (tts_core.models.qwen3_tts) as a declaration over NeuralBackend (backends/neural.py:
+load, the served EngineLoop, voices, streams), with what is its own: the codec decoder's format
+chosen at load (`_choose_decoder_dtype`), the served runner's KV arena (`cache_positions`) and
+CUDA graphs (`decode_step`), the language, text fed in pieces, and the CustomVoice /
+VoiceDesign checkpoints' own voices.
 
 Text may arrive in pieces (`stream_fed`, issue #27): the request is a row that waits for its
 next text token (qwen3_tts/serving/fed.py FedRequest), so speech starts after the first words
@@ -22,8 +21,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from ..audio import SAMPLE_RATE
 from ..engine.backend import (
     CANCEL_POLL_S,
@@ -37,7 +34,8 @@ from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
 from ..engine.knobs import sampling_knobs
 from ..engine.model_thread import run_on_passing_thread
-from .device import resolve_device, resolve_dtype
+from ..serving import DEFAULT_PREFILL_CHUNK, EngineLoop, RequestStream
+from .neural import NeuralBackend
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +43,11 @@ DESCRIPTION = (
     "Qwen3-TTS voice cloning. With a transcript of the reference the clone is conditioned on "
     "the reference audio and its words (best); without one, only on a speaker embedding."
 )
-DEFAULT_MAX_BATCH = 8
 TASK_TYPES = {"base": "Base", "custom_voice": "CustomVoice", "voice_design": "VoiceDesign"}
+OWN_VOICES = {
+    "CustomVoice": "name a preset voice",
+    "VoiceDesign": "describe the voice in instructions",
+}
 # The request knobs this backend reads (besides the shared seed and chunk sizes): the shared
 # sampling knobs; their defaults are the checkpoint's generation_config.json (sampling_defaults).
 KNOBS = sampling_knobs("temperature", "top_k", "top_p", "repetition_penalty")
@@ -106,15 +107,13 @@ def _native_bf16_cpu() -> str | None:
 
 def served_loop(
     model: Any,
-    max_batch: int = DEFAULT_MAX_BATCH,
+    max_batch: int = NeuralBackend.default_max_batch,
     cache_positions: int | None = None,
     prefill_chunk: int | None = None,
-) -> Any:
+) -> EngineLoop:
     """The model's requests stepped together on one loop thread (tts_core/serving/loop.py: its
     thread starts on first use): its runner (`max_batch` rows over a KV arena of
     `cache_positions`, default max_batch * 1024) and its checked requests, held to that arena."""
-    from ..serving import DEFAULT_PREFILL_CHUNK, EngineLoop
-
     # built on a thread that ends: its RoPE table is a parallel op (engine/model_thread.py)
     runner = run_on_passing_thread(lambda: model.runner(max_batch, cache_positions))
     request = functools.partial(model.request, cache_positions=runner.capacity)
@@ -126,54 +125,54 @@ def served_loop(
     )
 
 
-def decode_step_of(scheduler: Any) -> str:
+def decode_step_of(loop: EngineLoop) -> str:
     """How the served decode step runs: "CUDA graphs" when its runner captured them, else
     "eager" (a CPU, cuda_graphs "off", or a capture that failed: logged by cuda_graphs.py)."""
-    graphs = getattr(scheduler.runner, "graphs", None)
+    graphs = getattr(loop.runner, "graphs", None)
     buckets = getattr(graphs, "buckets", {}) if graphs is not None else {}
     captured = any(getattr(b, "graph", None) is not None for b in buckets.values())
     return "CUDA graphs" if captured else "eager"
 
 
-class Qwen3Backend:
-    name = "qwen3"
-    can_clone = True
-    needs_reference = True
+class Qwen3Backend(NeuralBackend):
+    name, title = "qwen3", "Qwen3-TTS"
+    needs_reference = True  # a Base checkpoint clones; CustomVoice / VoiceDesign: see __init__
     # the transcript makes the closest clone (ICL); without it the speaker embedding alone
     reference = ReferenceNeeds(sample_rate=24_000, transcript="used")
     description = DESCRIPTION
-    knobs = KNOBS
-    # stream_fed: speaks while the text arrives; one exact stateful decoder pass: no crossfade
+    knobs = KNOBS  # their defaults: the checkpoint's generation_config.json
+    chunk_frames = "frames"  # codec frames of 1920 samples
+    # reads the language; stream_fed: speaks while the text arrives
     capabilities = Capabilities(takes_text_pieces=True, waits_on_loop=True)
 
     def __init__(
-        self, model: Any, model_name: str, device: str, max_batch: int = DEFAULT_MAX_BATCH
+        self, model: Any, model_name: str, device: str, max_batch: int | None = None
     ) -> None:
-        self.model = model
-        self.model_name = model_name
-        self.device = device
-        self.weight_format = getattr(model, "weight_format", None)  # "int8", "float32", ...
-        self.weight_format_reason = getattr(model, "format_decision", "")  # quantize "auto"
-        codec = getattr(model, "speech_tokenizer", None)
+        super().__init__(model, model_name, device, max_batch)
+        self.weight_format = model.weight_format  # "int8", "float32", ...
+        self.weight_format_reason = model.format_decision  # quantize "auto"'s, in words
+        codec = model.speech_tokenizer
         self.frame_samples = int(getattr(codec, "samples_per_frame", 1920))
         self.sample_rate = int(getattr(codec, "sample_rate", SAMPLE_RATE))
-        self.scheduler = served_loop(model, max_batch)  # its thread starts on first use
-        self.default_concurrency = self.scheduler.max_batch  # the engine admits as many
-        self.decode_step = decode_step_of(self.scheduler)  # "CUDA graphs" or "eager" (info)
+        self.decode_step = decode_step_of(self.loop)  # "CUDA graphs" or "eager" (info)
+        defaults = model.generation_defaults
+        self.knob_defaults = {knob.name: getattr(defaults, knob.name) for knob in self.knobs}
         # the checkpoint's type (#41): a CustomVoice / VoiceDesign model speaks with voices
         # it makes itself (`model_voice`), never from a clip
-        kind = getattr(model, "model_type", "base")
+        kind = model.model_type
         self.task_type = TASK_TYPES[kind]  # vLLM-Omni's name of what this checkpoint does
         self.can_clone = self.needs_reference = kind == "base"
-        self.speakers = tuple(getattr(model, "speakers", ()))
+        self.speakers = tuple(model.speakers)
         self.capabilities = replace(
             self.capabilities, task_type=self.task_type, speakers=self.speakers
         )
         # False on a 0.6B CustomVoice: its instructions are refused (the official drops them)
-        self.instruct_supported = kind != "base" and bool(
-            getattr(model, "instruct_supported", True)
-        )
+        self.instruct_supported = kind != "base" and bool(model.instruct_supported)
 
+    def served_loop(self, model: Any, max_batch: int) -> EngineLoop:
+        return served_loop(model, max_batch)
+
+    # --- loading ----------------------------------------------------------------------------
     @classmethod
     def load(
         cls,
@@ -181,52 +180,58 @@ class Qwen3Backend:
         device: str = "auto",
         dtype: str = "auto",
         quantize: str = "auto",
-        max_batch: int = DEFAULT_MAX_BATCH,
+        max_batch: int | None = None,
         cuda_graphs: str = "auto",
     ) -> Qwen3Backend:
-        """dtype "auto": bfloat16 on a GPU with native bf16, else float32; quantize "auto":
-        8-bit layers on a CPU where they are faster and keep >= 30 dB SQNR (see load_model);
-        max_batch: streams decoded together (the KV arena is sized for it at load);
-        cuda_graphs: "auto" = the served decode step captured as CUDA graphs on CUDA (eager
-        elsewhere, or where capture fails), "off" = eager (`decode_step` says which)."""
-        import torch
-
-        import tts_core
-
-        device = resolve_device(device)
-        dtype = resolve_dtype(dtype, device)
-        model = tts_core.load_model(
-            name_or_path,
-            device=device,
-            dtype=getattr(torch, dtype),
-            quantize=quantize,
-            cuda_graphs=cuda_graphs,
+        """NeuralBackend.load with quantize "auto": 8-bit layers on a CPU where they are faster
+        and keep >= 30 dB SQNR (see load_model); max_batch: the KV arena is sized for it at
+        load; cuda_graphs: "auto" = the served decode step captured as CUDA graphs on CUDA
+        (eager elsewhere, or where capture fails), "off" = eager (`decode_step` says which)."""
+        backend = super().load(
+            name_or_path, device, dtype, max_batch, quantize=quantize, cuda_graphs=cuda_graphs
         )
-        decoder_choice = _choose_decoder_dtype(model, device, dtype, quantize)
-        report = model.quantization
-        if report is not None:
-            log.info(
-                "quantized to int8: min layer SQNR %.1f dB (worst: %s)",
-                report.min_sqnr_db,
-                ", ".join(f"{n} {v:.1f}" for n, v in report.worst()),
-            )
-        elif model.format_decision:
-            log.info("weights: %s", model.format_decision)
-        log.info(
-            "loaded %s on %s (%s, weights %s, codec decoder %s)",
-            name_or_path,
-            device,
-            dtype,
-            model.weight_format,
-            decoder_choice,
-        )
-        backend = cls(model, str(name_or_path), device, max_batch=max_batch)
         log.info("decode step: %s (cuda_graphs %s on %s)", backend.decode_step, cuda_graphs, device)
         return backend
 
-    def sampling_defaults(self) -> dict[str, Any]:
-        defaults = self.model.generation_defaults
-        return {knob.name: getattr(defaults, knob.name) for knob in self.knobs}
+    @staticmethod
+    def load_model(
+        name_or_path: str,
+        device: str,
+        dtype: Any,
+        quantize: str = "auto",
+        cuda_graphs: str = "auto",
+    ) -> Any:
+        """The library's model, its codec decoder's format chosen (`_choose_decoder_dtype`)."""
+        from ..models.qwen3_tts.model import load_model
+
+        model = load_model(
+            name_or_path, device=device, dtype=dtype, quantize=quantize, cuda_graphs=cuda_graphs
+        )
+        dtype_name = str(dtype).removeprefix("torch.")
+        decoder = _choose_decoder_dtype(model, device, dtype_name, quantize)
+        report = model.quantization
+        if report is not None:
+            worst = ", ".join(f"{n} {v:.1f}" for n, v in report.worst())
+            log.info(
+                "quantized to int8: min layer SQNR %.1f dB (worst: %s)", report.min_sqnr_db, worst
+            )
+        elif model.format_decision:
+            log.info("weights: %s", model.format_decision)
+        log.info("%s: weights %s, codec decoder %s", name_or_path, model.weight_format, decoder)
+        return model
+
+    # --- voices -----------------------------------------------------------------------------
+    def create_voice(self, audio: Any, reference_text: str | None) -> Voice:
+        """A Base checkpoint's clone (NeuralBackend's); the others make their own voices."""
+        if self.task_type != "Base":
+            how = OWN_VOICES[self.task_type]
+            raise InputError(
+                f"This {self.task_type} checkpoint makes its own voices: {how}.", "voice"
+            )
+        return super().create_voice(audio, reference_text)
+
+    def voice_summary(self, voice: Any, reference_text: str | None) -> dict[str, Any]:
+        return {"mode": voice.mode, "transcript": bool(reference_text)}  # "icl" / "xvector"
 
     def model_voice(self, spec: Any) -> Voice:
         """A CustomVoice preset (`spec.speaker`, optional `spec.instruct`) or a VoiceDesign
@@ -246,36 +251,11 @@ class Qwen3Backend:
         summary = {"mode": voice.mode, "speaker": voice.speaker, "instruct": bool(voice.instruct)}
         return Voice(self.name, voice, summary)
 
-    def create_voice(self, audio: np.ndarray | None, reference_text: str | None) -> Voice:
-        if self.task_type != "Base":
-            raise InputError(
-                f"This {self.task_type} checkpoint makes its own voices: "
-                + (
-                    "name a preset voice."
-                    if self.task_type == "CustomVoice"
-                    else "describe the voice in instructions."
-                ),
-                "voice",
-            )
-        if audio is None:
-            raise InputError(
-                "This voice needs a reference clip: upload or record 3-10 s of speech."
-            )
-        try:
-            # on the scheduler's thread, as every computation of the model (see its module doc)
-            voice = self.scheduler.call(
-                self.model.create_voice, audio, SAMPLE_RATE, ref_text=reference_text
-            )
-        except ValueError as exc:  # the model's own checks on the clip
-            raise InputError(f"Reference clip: {exc}") from exc
-        mode = getattr(voice, "mode", "icl" if reference_text else "xvector")
-        return Voice(self.name, voice, {"mode": mode, "transcript": bool(reference_text)})
-
-    def stream(
-        self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
-    ) -> Iterator[BackendChunk]:
-        chunks = self.scheduler.submit(text, voice.data, **self._request(params, cancel))
-        yield from self._chunks(chunks, cancel)
+    # --- requests ---------------------------------------------------------------------------
+    def submit(
+        self, text: str, voice: Any, params: SynthesisParams, cancel: threading.Event
+    ) -> RequestStream:
+        return self.loop.submit(text, voice, **self.request_args(params, cancel))
 
     def stream_fed(
         self, text: TextInlet, voice: Voice, params: SynthesisParams, cancel: threading.Event
@@ -283,20 +263,21 @@ class Qwen3Backend:
         """`stream` for text that arrives in pieces: the same chunks as the whole text's."""
         from ..models.qwen3_tts.serving.fed import FedRequest
 
-        fed = FedRequest(self.scheduler, voice.data, **self._request(params, cancel))
+        fed = FedRequest(self.loop, voice.data, **self.request_args(params, cancel))
         text.attach(fed)  # the text so far now, later pieces as they are pushed
         # a cancel, or a piece the model refused (failure: e.g. a prompt over the cache), ends
         # the request even while its row waits for text
         stop = lambda: cancel.is_set() or text.failure is not None  # noqa: E731
-        yield from self._chunks(fed.chunks(stop, CANCEL_POLL_S), cancel)
+        yield from self.delivered(fed.chunks(stop, CANCEL_POLL_S), params, cancel)
         if text.failure is not None:
             raise text.failure
 
-    def _request(self, params: SynthesisParams, cancel: threading.Event) -> dict[str, Any]:
-        """The scheduler's keywords for a request with `params`."""
+    def request_args(self, params: SynthesisParams, cancel: threading.Event) -> dict[str, Any]:
+        """model.request's keywords besides the text and the voice; the knobs that are set by
+        name (the others: the checkpoint's generation_config.json, as the model resolves)."""
         language = params.language
         if language != "auto" and language not in self.model.languages:
-            raise InputError(f"This model does not speak '{language}'.")
+            raise InputError(f"This model does not speak '{language}'.", "language")
         return dict(
             language=language,
             # the streaming-text layout for every served row: the shortest prompt (earliest
@@ -307,22 +288,5 @@ class Qwen3Backend:
             chunk_frames=params.chunk_frames,
             seed=params.seed,
             should_stop=cancel.is_set,  # a Stop frees the row at the next step
-            **params.values_of(self.knobs),  # by name: the model's own keywords
+            **params.values_of(self.knobs),
         )
-
-    def _chunks(self, chunks: Any, cancel: threading.Event) -> Iterator[BackendChunk]:
-        """A scheduler stream's AudioChunks as BackendChunks; closes it at the end."""
-        try:
-            for chunk in chunks:
-                reason = chunk.stop_reason if chunk.final else None
-                yield BackendChunk(
-                    chunk.audio,
-                    independent=False,
-                    frames=chunk.frames,
-                    stop_reason=reason,
-                    batch_size=chunk.batch_size,
-                )
-                if cancel.is_set():
-                    return
-        finally:
-            chunks.close()  # frees the row and its cache span now, not at garbage collection

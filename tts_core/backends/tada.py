@@ -159,7 +159,7 @@ class TadaBackend(NeuralBackend):
     ) -> RequestStream:
         """model.request's arguments: the knobs as GenerateOptions, the chunk sizes in tokens
         (`language` is ignored)."""
-        return self.scheduler.submit(
+        return self.loop.submit(
             voice,
             text,
             options=self.options(params),

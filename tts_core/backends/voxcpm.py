@@ -100,7 +100,7 @@ class VoxCPMBackend(NeuralBackend):
     ) -> RequestStream:
         """model.request's arguments: the knobs by name, the chunk sizes in patches (`language`
         is ignored)."""
-        return self.scheduler.submit(
+        return self.loop.submit(
             text,
             voice,
             seed=params.seed,

@@ -47,6 +47,11 @@ class SynthesisParams:
         """The set values of `knobs`, by name: keyword arguments for a model call."""
         return {knob.name: self.values[knob.name] for knob in knobs if knob.name in self.values}
 
+    def only(self, knobs: Iterable[Knob]) -> SynthesisParams:
+        """These settings with the values of `knobs` alone (the page sends every control's
+        value, the hidden ones' too: it keeps those of the knobs the served model reads)."""
+        return SynthesisParams(self.language, **self.values_of(knobs))
+
     # the shared knobs, which the engine and every backend read
     @property
     def seed(self) -> int | None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .knobs import SHARED_NAMES
+
 TASK_TYPES = ("Base", "CustomVoice", "VoiceDesign")  # vLLM-Omni's names of what a model does
 
 
@@ -29,7 +31,13 @@ class Capabilities:
     # remote server, a test's gated backend): on the event loop the engine gives the request
     # one thread of its own for its voice and stream
     waits_on_loop: bool = False
+    # the shared knobs (knobs.shared_knobs) it reads: the surfaces offer only these, and a
+    # request that sets another is refused naming it (Chatterbox: a chunk is an S3Gen pass, so
+    # not first_chunk_frames / chunk_frames)
+    shared_knobs: tuple[str, ...] = SHARED_NAMES
 
     def __post_init__(self) -> None:
         if self.task_type not in TASK_TYPES:
             raise ValueError(f"task_type must be one of {TASK_TYPES}, not {self.task_type!r}")
+        if not set(self.shared_knobs) <= set(SHARED_NAMES):
+            raise ValueError(f"shared_knobs must be among {SHARED_NAMES}: {self.shared_knobs}")

@@ -24,7 +24,7 @@ from .admission import Admission, Ticket
 from .backend import Backend, BackendChunk, Notice, TextInlet, Voice, reads_transcript
 from .errors import BackendError, EngineBusy, InputError
 from .handoff import off_the_loop
-from .knobs import backend_knobs
+from .knobs import backend_knobs, refuse_unread_shared
 from .requests import EngineConfig, ModelVoice, Prepared, SynthesisRequest, seeded
 from .stats import RequestStats
 from .streams import EngineStream, FedStream, StreamEvent
@@ -106,6 +106,7 @@ class Engine:
 
     def _prepare(self, text: str | TextInlet, request: SynthesisRequest) -> Prepared:
         limits = self.config.limits
+        refuse_unread_shared(request.params.values, self.backend)  # InputError naming it
         params = seeded(check_params(request.params, limits, backend_knobs(self.backend)))
         reference, ref_text, notices = self._reference(request.reference, request.reference_text)
         if request.model_voice is not None:  # built now: a refusal is the request's 400

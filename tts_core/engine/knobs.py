@@ -2,9 +2,10 @@
 shows it.
 
 Every backend class declares the knobs it reads (`Backend.knobs`: VoxCPM2's guidance and
-diffusion steps, Chatterbox's S3Gen chunk sizes); the ones every backend shares (the seed and
-the chunk sizes, whose maxima are the engine's `Limits`) and the sampling knobs the
-token-drawing backends pick from (`sampling_knobs`: one meaning per name) are declared here.
+diffusion steps, Chatterbox's S3Gen chunk sizes); the shared ones (the seed and the chunk
+sizes, whose maxima are the engine's `Limits`: each backend's capabilities say which of them it
+reads, `served_knobs`) and the sampling knobs the token-drawing backends pick from
+(`sampling_knobs`: one meaning per name) are declared here.
 Everything else is made from these declarations: the engine's validation (`Knob.parse`, with
 messages naming the knob), the extra fields of the `/v1/audio/speech` body, the page's PCM
 route, the page's sliders and the Gradio API's parameters. A request carries its knob values by name
@@ -185,6 +186,7 @@ def shared_knobs(max_chunk_frames: int = 100) -> tuple[Knob, ...]:
 
 
 SHARED_KNOBS = shared_knobs()  # with the default Limits (the engine uses its own limits)
+SHARED_NAMES = tuple(knob.name for knob in SHARED_KNOBS)
 
 # Practical floors: below them the sampler's arithmetic leaves float32 (logits / 1e-45 is inf,
 # and softmax of inf is NaN) while no audible difference from greedy remains to be had.
@@ -264,6 +266,28 @@ def sampling_knobs(*names: str) -> tuple[Knob, ...]:
 def backend_knobs(backend: object) -> tuple[Knob, ...]:
     """The knobs `backend` declares (none for a backend without a `knobs` attribute)."""
     return tuple(getattr(backend, "knobs", ()) or ())
+
+
+def served_knobs(backend: Any, max_chunk_frames: int = 100) -> tuple[Knob, ...]:
+    """The knobs `backend` reads, which its surfaces offer: the shared ones its capabilities
+    name (`shared_knobs`), then its own."""
+    read = backend.capabilities.shared_knobs
+    shared = tuple(knob for knob in shared_knobs(max_chunk_frames) if knob.name in read)
+    return (*shared, *backend_knobs(backend))
+
+
+def refuse_unread_shared(values: Mapping[str, Any], backend: Any) -> None:
+    """InputError naming a shared knob set in `values` that `backend` does not read, as a model
+    refuses what it cannot use (not dropped silently: the caller would think it applied)."""
+    for name in SHARED_NAMES:
+        value = values.get(name)
+        unset = value is None or (isinstance(value, str) and not value.strip())
+        if not unset and name not in backend.capabilities.shared_knobs:
+            own = ", ".join(knob.name for knob in served_knobs(backend))
+            raise InputError(
+                f"{name} does not apply to this model ({backend.name}); its settings: {own}.",
+                name,
+            )
 
 
 def merge_knobs(*groups: Iterable[Knob]) -> tuple[Knob, ...]:

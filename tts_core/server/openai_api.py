@@ -12,11 +12,13 @@ so that a saved file is valid, every other format streams), language, and the kn
 (tts_core.backends.request_knobs: seed, first_chunk_frames, chunk_frames; Qwen3-TTS's
 temperature, top_k, top_p, repetition_penalty; VoxCPM2's cfg_value, inference_timesteps; and any
 the served backend declares), each checked against its declaration (400 naming it); a knob of
-another model than the served one is checked, then ignored. Audio keeps the model's native
-rate (header X-Sample-Rate): `pcm` is raw 16-bit little-endian mono, 24 kHz for Qwen3-TTS as
-OpenAI's, 48 kHz for VoxCPM2. GET /v1/models lists the served model's knobs as JSON Schema
-properties (`info.knobs`) and the torch threads it runs with (`info.torch_threads`: a seed gives
-the same bytes at the same thread count; --replicas start theirs with this process's).
+another model than the served one is checked, then ignored; a shared one the served model
+does not read (Chatterbox's first_chunk_frames, chunk_frames) is a 400 naming it. Audio keeps
+the model's native rate (header X-Sample-Rate): `pcm` is raw 16-bit little-endian mono, 24 kHz
+for Qwen3-TTS as OpenAI's, 48 kHz for VoxCPM2. GET /v1/models lists the knobs the served model
+reads as JSON Schema properties (`info.knobs`) and the torch threads it runs with
+(`info.torch_threads`: a seed gives the same bytes at the same thread count; --replicas start
+theirs with this process's).
 
 vLLM-Omni's fields, so that its clients work unchanged: `ref_audio` (the clip itself, a base64
 data URL "data:audio/wav;base64,..."; a URL is never fetched, so no request makes this server
@@ -50,7 +52,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ..audio.decode import base64_length
 from ..engine import Engine, SynthesisParams
 from ..engine.awaiting import run_awaiting
-from ..engine.knobs import Knob, backend_knobs, knob_defaults, shared_knobs
+from ..engine.knobs import knob_defaults, served_knobs
 from ..engine.requests import seeded
 from .audio_formats import CONTENT_TYPES
 from .route_utils import MAX_JSON_BYTES, api_errors, read_json, request_values, served_engine
@@ -169,7 +171,7 @@ def make_openai_router(state: ServerState) -> APIRouter:
             defaults = knob_defaults(engine.backend)
             info["knobs"] = {
                 knob.name: knob.json_schema(defaults.get(knob.name))
-                for knob in (*_shared_knobs(engine), *backend_knobs(engine.backend))
+                for knob in served_knobs(engine.backend, engine.config.limits.max_chunk_frames)
             }
         if engine is not None:  # a seed's bytes follow the torch thread count (float sums)
             info["torch_threads"] = _torch_threads(engine)
@@ -189,7 +191,3 @@ def _torch_threads(engine: Engine) -> int:
     import torch
 
     return getattr(engine.backend, "torch_threads", None) or torch.get_num_threads()
-
-
-def _shared_knobs(engine: Engine) -> tuple[Knob, ...]:
-    return shared_knobs(engine.config.limits.max_chunk_frames)

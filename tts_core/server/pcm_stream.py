@@ -34,6 +34,7 @@ from fastapi.responses import StreamingResponse
 from ..audio import SAMPLE_RATE
 from ..engine import BackendError, EngineBusy, InputError, SynthesisParams, SynthesisRequest
 from ..engine.awaiting import run_awaiting
+from ..engine.knobs import served_knobs
 from ..engine.requests import ModelVoice
 from ..engine.streams import StreamEvent
 from .audio_formats import pcm16_bytes
@@ -93,7 +94,9 @@ async def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
     On a checkpoint that makes its own voices (Qwen3-TTS CustomVoice / VoiceDesign) the voice
     is `speaker` and `instructions` (ModelVoice); the clip fields are not read."""
     language = str(payload.get("language") or "auto")
-    params = SynthesisParams(language, **request_values(payload, state.slot))
+    # the page sends its hidden controls too: only the served model's knobs are set
+    values = SynthesisParams(language, **request_values(payload, state.slot))
+    params = values.only(served_knobs(state.engine.backend))
     with engine_errors():
         spec = model_voice_of(
             getattr(state.engine.backend, "task_type", "Base"),

@@ -42,7 +42,7 @@ from ..engine import (
     SynthesisRequest,
 )
 from ..engine.handoff import run_on_thread
-from ..engine.knobs import parse_knobs
+from ..engine.knobs import parse_knobs, served_knobs
 from ..server.pcm_stream import model_voice_of
 from ..server.state import ApiConfig
 from ..server.streaming import chain_events, open_streams
@@ -230,6 +230,8 @@ def stream_to_page(
         request = make_request(
             *inputs, voices=voices, api=api, viewer=viewer, task_type=task_type_of(engine), **named
         )
+        # the page sends its hidden controls too: only the served model's knobs are set
+        request.params = request.params.only(served_knobs(engine.backend))
         handle = api.open(engine, request)
     pieces: list[np.ndarray] = []
     last_chunk_at: float | None = None  # set while a chunk waits to be flushed by a nudge

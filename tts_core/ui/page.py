@@ -23,7 +23,7 @@ from starlette.middleware import Middleware
 
 from ..engine import LANGUAGES, SHARED_KNOBS, Engine, EngineSlot, Knob
 from ..engine.backend import reads_transcript, reference_needs
-from ..engine.knobs import knob_defaults
+from ..engine.knobs import knob_defaults, served_knobs
 from ..server import ApiConfig, VoiceRegistry, as_slot, make_router, open_voice_registry
 from ..server.disk_guard import CachePolicy, DiskGuard
 from ..server.gradio_guard import EventGuard
@@ -49,7 +49,7 @@ API_ENDPOINTS = ("synthesize", "synthesize_full")
 FIRST_RELEASE = len(handlers.FIRST_RELEASE_ORDER)  # values every positional caller has sent
 CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API endpoints
 FALLBACK_CONCURRENCY = 8  # before the model is known
-SHARED_NAMES = frozenset(knob.name for knob in SHARED_KNOBS)  # shown whatever the model
+SHARED_NAMES = frozenset(knob.name for knob in SHARED_KNOBS)  # shown where the model reads them
 RUN_STATUS = (
     '<p class="run-status" data-state="idle" role="status" aria-live="polite">'
     "</p>"
@@ -235,11 +235,7 @@ def build_demo(
             outputs[1],
             editable=_page_may_write(api),
         )
-        model_knobs = {
-            knob: knob_controls[knob.name]
-            for knob in parameters.knobs
-            if knob.name not in SHARED_NAMES
-        }
+        model_knobs = {knob: knob_controls[knob.name] for knob in parameters.knobs}
         model_voice_parts = model_voice_state(model_voice, info, set_values=False)
         refresh = {
             "fn": lambda: page_state(slot, parts, model_knobs, voices, model_voice),
@@ -282,9 +278,10 @@ def page_state(
     model_voice: ModelVoiceInputs | None = None,
 ) -> dict:
     """What depends on the model, from the slot: {component: update}. `model_knobs`: the
-    page's control of each backend knob (the shared ones always show); `voices`: for the
-    examples that fit the served model; `model_voice`: the preset / instruction inputs (shown
-    on a CustomVoice or VoiceDesign checkpoint, in place of the clone voice's)."""
+    page's control of each knob (those the served model reads show: `offered_knobs`);
+    `voices`: for the examples that fit the served model; `model_voice`: the preset /
+    instruction inputs (shown on a CustomVoice or VoiceDesign checkpoint, in place of the
+    clone voice's)."""
     info = slot.info()
     engine = served_engine(slot)
     backend = engine.backend if engine is not None else None
@@ -305,14 +302,23 @@ def page_state(
     if "examples" in parts and voices is not None and backend is not None:
         updates[parts["examples"]] = examples_update(voices, backend)
     served = knob_defaults(engine.backend) if engine is not None else {}
+    offered = offered_knobs(engine)
     for knob, control in model_knobs.items():
-        update: dict[str, Any] = {"visible": knob.name in served}
+        update: dict[str, Any] = {"visible": knob.name in offered}
         default = served.get(knob.name)
         # the model's default, once known (never over a user's edits while the timer polls)
         if default is not None and not _loading(info):
             update.update(_control_values(knob, default))
         updates[control] = gr.update(**update)
     return updates
+
+
+def offered_knobs(engine: Engine | None) -> set[str]:
+    """The knobs the page shows: those the served model reads (engine/knobs.py served_knobs);
+    while it loads, the shared ones."""
+    if engine is None:
+        return set(SHARED_NAMES)
+    return {knob.name for knob in served_knobs(engine.backend)}
 
 
 def _clones(info: dict[str, Any]) -> bool:
@@ -332,10 +338,11 @@ def model_dependent(info: dict[str, Any], backend: object | None = None) -> dict
         "",  # None while loading
     )
     frame_ms = info.get("frame_ms", 80)
+    reads_frames = backend is None or "chunk_frames" in backend.capabilities.shared_knobs
+    frames = f", and the chunk sizes in frames (1 frame = {frame_ms:g} ms of audio)"
     return {
         "reference": f"Reference clip: {reference_needs(backend).length_text()}{needed}",
-        "frames": f"**Every model:** the seed, and the chunk sizes in frames (1 frame = "
-        f"{frame_ms:g} ms of audio)",
+        "frames": f"**Every model:** the seed{frames if reads_frames else ''}",
     }
 
 
@@ -383,17 +390,19 @@ def _voice_inputs(
 def _knob_controls(
     knobs: tuple[Knob, ...], engine: Engine | None, info: dict[str, Any], parts: dict[str, Any]
 ) -> dict[str, Any]:
-    """A control per knob, by name, made from its declaration: the backends' own first (only
-    the served model's show; none while it loads), then the shared ones."""
+    """A control per knob, by name, made from its declaration: the backends' own first, then
+    the shared ones; only those the served model reads show (while it loads: the shared)."""
     served = knob_defaults(engine.backend) if engine is not None else {}
+    offered = offered_knobs(engine)
     controls = {}
     for knob in knobs:
         if knob.name not in SHARED_NAMES:
-            controls[knob.name] = _control(knob, served.get(knob.name), knob.name in served)
-    parts["frames"] = gr.Markdown(model_dependent(info)["frames"])
+            controls[knob.name] = _control(knob, served.get(knob.name), knob.name in offered)
+    backend = engine.backend if engine is not None else None
+    parts["frames"] = gr.Markdown(model_dependent(info, backend)["frames"])
     for knob in knobs:
         if knob.name in SHARED_NAMES:
-            controls[knob.name] = _control(knob, None, True)
+            controls[knob.name] = _control(knob, None, knob.name in offered)
     return controls
 
 
