@@ -244,7 +244,7 @@ def test_a_text_fed_qwen3_websocket_utterance_runs_on_the_event_loop_and_the_mod
             host = url.removeprefix("http://")
             audio, messages = speak(host, config, pieces, before_done=row_built)
     finally:
-        backend.scheduler.close()
+        backend.loop.close()
     assert len(audio) > 0 and messages[-1]["type"] == "session.done", messages
     loop = log.places["response body"]
     model_thread = log.places["model step"]
