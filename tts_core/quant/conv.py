@@ -19,7 +19,9 @@ from torch import nn
 
 from .linear import Int8Linear
 
-IM2COL_BYTES = 4 << 20  # the float im2col rows copied at a time (1-16 MB: the same speed)
+# the rows quantized (native: int8 bytes) or copied (im2col: float bytes) at a time: a long
+# input (a voice's reference frames) would otherwise need k x its own size at once
+ROWS_BYTES = 4 << 20
 
 
 class Int8Conv1d(nn.Module):
@@ -37,21 +39,32 @@ class Int8Conv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, channels, steps = x.shape
-        out_steps = steps - (self.kernel_size - 1) * self.dilation
+        span = (self.kernel_size - 1) * self.dilation
+        out_steps = steps - span
         time_major = x.transpose(1, 2).contiguous()  # (B, T, C_in)
-        windows = time_major.as_strided(
-            (batch, out_steps, self.kernel_size, channels),
-            (steps * channels, channels, self.dilation * channels, 1),
-        )  # (B, T_out, k, C_in), a view: row t starts at step t, taps d steps apart
-        # the rows are copied (im2col) a block of steps at a time: a long input (a voice's
-        # reference frames) would otherwise need k x its own size at once
-        block = max(1, IM2COL_BYTES // (batch * self.kernel_size * channels * 4))
-        if out_steps <= block:
-            return self._rows(windows).transpose(1, 2)
         out = x.new_empty(batch, out_steps, self.out_channels)
-        for start in range(0, out_steps, block):
-            out[:, start : start + block] = self._rows(windows[:, start : start + block])
+        in_place = self.linear.windows_native(time_major)
+        row_bytes = self.kernel_size * channels * (1 if in_place else 4 * batch)
+        for start, stop in _blocks(out_steps, max(1, ROWS_BYTES // row_bytes)):
+            if in_place:  # the kernel reads each window in x itself
+                for b in range(batch):
+                    window_steps = time_major[b, start : stop + span]
+                    self.linear.windows(
+                        window_steps, self.kernel_size, self.dilation, out[b, start:stop]
+                    )
+            else:  # the rows copied (im2col), then the linear layer
+                out[:, start:stop] = self._rows(self._windows(time_major[:, start : stop + span]))
         return out.transpose(1, 2)  # (B, C_out, T_out), time-major in memory
+
+    def _windows(self, time_major: torch.Tensor) -> torch.Tensor:
+        """(B, T, C_in) -> (B, T - span, k, C_in), a view: row t starts at step t, taps d steps
+        apart."""
+        batch, steps, channels = time_major.shape
+        return time_major.as_strided(
+            (batch, steps - (self.kernel_size - 1) * self.dilation, self.kernel_size, channels),
+            (time_major.stride(0), channels, self.dilation * channels, 1),
+            time_major.storage_offset(),
+        )
 
     def _rows(self, windows: torch.Tensor) -> torch.Tensor:
         """(B, t, k, C_in) windows -> (B, t, C_out)."""
@@ -64,3 +77,11 @@ class Int8Conv1d(nn.Module):
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
             f"dilation={self.dilation}, {self.linear.extra_repr()}"
         )
+
+
+def _blocks(steps: int, most: int) -> list[tuple[int, int]]:
+    """[start, stop) ranges of at most `most` steps covering `steps`, of even sizes (each call's
+    rows split over the threads alike)."""
+    count = -(-steps // most)
+    size = -(-steps // count) if steps else 0
+    return [(start, min(start + size, steps)) for start in range(0, steps, max(size, 1))]

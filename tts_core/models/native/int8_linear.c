@@ -8,6 +8,10 @@
  *   packed[ob][kg][j][t] = W[16 ob + j][4 kg + t]   (zero padded to out16 x in4)
  * Each 64-byte load of weights is used for every row of the batch (up to 8 at a time), so
  * the weights are read from memory once per call whatever the number of rows.
+ *
+ * int8_linear_windows (int8_common.h) reads a conv's rows as windows of its time-major input:
+ * each input step's peak is taken once and each window quantized straight from the input, on
+ * every thread, with the same arithmetic per row as int8_linear (which is its one-tap case).
  */
 #include <immintrin.h>
 
@@ -21,38 +25,58 @@ int int8_linear_supported(void) {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
-/* One row: s_x and q + 128, padded with 128 (a zero) to in4. NaN anywhere -> s_x = NaN, so the
- * row's output is NaN, as the torch path's is. A NaN quotient converts to 0x80000000, whose low
- * byte + 128 is 128: a zero, as quantize_scalar gives. */
-KERNEL static void quantize_row(const float *x, int64_t in, int64_t in4, uint8_t *q, float *s_x) {
+/* A step's peak |x| over its `width` floats, NaN where it holds a NaN: a row's peak is the
+ * max of its steps' peaks (a conv's window reads `taps` steps), exact: max rounds nothing. */
+KERNEL static float step_peak(const float *x, int64_t width) {
   __m512 peak = _mm512_setzero_ps();
   __mmask16 nan = 0;
   int64_t k = 0;
-  for (; k + 16 <= in; k += 16) {
+  for (; k + 16 <= width; k += 16) {
     __m512 v = _mm512_loadu_ps(x + k);
     peak = _mm512_max_ps(peak, _mm512_abs_ps(v));
     nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   }
-  if (k < in) {
-    __mmask16 m = (__mmask16)((1u << (in - k)) - 1);
+  if (k < width) {
+    __mmask16 m = (__mmask16)((1u << (width - k)) - 1);
     __m512 v = _mm512_maskz_loadu_ps(m, x + k);
     peak = _mm512_max_ps(peak, _mm512_abs_ps(v));
     nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
   }
-  float scale = row_scale(_mm512_reduce_max_ps(peak), nan != 0);
-  *s_x = scale;
-  __m512 s = _mm512_set1_ps(scale);
-  __m512i offset = _mm512_set1_epi32(128);
-  for (k = 0; k < in4; k += 16) {
-    int64_t left = in - k;
-    __mmask16 m = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+  return nan ? NAN : _mm512_reduce_max_ps(peak);
+}
+
+/* q + 128 of `width` floats at scale s. A NaN quotient converts to 0x80000000, whose low byte
+ * + 128 is 128: a zero, as quantize_scalar gives. */
+KERNEL static void quantize_segment(const float *x, int64_t width, __m512 s, uint8_t *q) {
+  const __m512i offset = _mm512_set1_epi32(128);
+  for (int64_t k = 0; k < width; k += 16) {
+    __mmask16 m = width - k >= 16 ? 0xFFFF : (__mmask16)((1u << (width - k)) - 1);
     __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), s);
     v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(v), offset);
-    u = _mm512_mask_mov_epi32(offset, m, u);  /* padding quantizes to zero */
-    __mmask16 store = in4 - k >= 16 ? 0xFFFF : (__mmask16)((1u << (in4 - k)) - 1);
-    _mm_mask_storeu_epi8(q + k, store, _mm512_cvtepi32_epi8(u));
+    _mm_mask_storeu_epi8(q + k, m, _mm512_cvtepi32_epi8(u));
   }
+}
+
+/* Row t, the window of steps t, t + gap, ..., t + (taps - 1) gap of x (steps, width) laid end
+ * to end: its s_x from the steps' peaks, and q + 128 padded with 128 (a zero) to in4. A NaN
+ * anywhere -> s_x = NaN, so the row's output is NaN, as the torch path's is. */
+KERNEL static void quantize_window(const float *x, const float *peaks, int64_t t, int64_t width,
+                                   int64_t taps, int64_t gap, int64_t in4, uint8_t *q,
+                                   float *s_x) {
+  float peak = 0.0f;
+  int has_nan = 0;
+  for (int64_t j = 0; j < taps; j++) {
+    float p = peaks[t + j * gap];
+    if (p != p) has_nan = 1;
+    else if (p > peak) peak = p;
+  }
+  float scale = row_scale(peak, has_nan);
+  *s_x = scale;
+  __m512 s = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < taps; j++)
+    quantize_segment(x + (t + j * gap) * width, width, s, q + j * width);
+  for (int64_t k = taps * width; k < in4; k++) q[k] = 128;
 }
 
 /* NR rows x 16 output channels over all of in4. */
@@ -90,16 +114,30 @@ INLINE KERNEL void tile(int NR, const uint8_t *q, int64_t in4, const int8_t *w, 
   }
 }
 
-/* The entry point (int8_common.h): x (rows, in) float32 contiguous; packed weights as above. */
-KERNEL int int8_linear(const float *x, int64_t rows, int64_t in, int64_t out,
-                       const int8_t *packed, const int32_t *w_sum128, const float *s_w,
-                       const float *bias, float *y, int threads) {
-  int64_t in4 = (in + 3) / 4 * 4, blocks = (out + 15) / 16;
-  struct scratch *scratch = reserve(rows, rows * in4);
+/* Every window of x (steps, width) float32 contiguous, time-major: row t is steps t, t + gap,
+ * ..., t + (taps - 1) gap end to end (a stride-1 conv's im2col row, tap-major), so
+ * rows = steps - (taps - 1) gap and in = taps width; y (rows, out). The rows are quantized
+ * straight from x, without the float copy, each one as int8_linear quantizes it (the same
+ * bits), on every thread where there are enough of them. */
+KERNEL int int8_linear_windows(const float *x, int64_t steps, int64_t width, int64_t taps,
+                               int64_t gap, int64_t out, const int8_t *packed,
+                               const int32_t *w_sum128, const float *s_w, const float *bias,
+                               float *y, int threads) {
+  int64_t rows = steps - (taps - 1) * gap, in4 = (taps * width + 3) / 4 * 4;
+  int64_t blocks = (out + 15) / 16;
+  if (rows <= 0) return 0;
+  struct scratch *scratch = reserve(rows + steps, rows * in4);
   if (!scratch) return -1;
   uint8_t *q = scratch->q;
-  float *s_x = scratch->s_x;
-  for (int64_t r = 0; r < rows; r++) quantize_row(x + r * in, in, in4, q + r * in4, s_x + r);
+  float *s_x = scratch->s_x, *peaks = s_x + rows;
+#pragma omp parallel if (rows * in4 >= PARALLEL_QUANTIZE_BYTES) num_threads(threads)
+  {
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < steps; u++) peaks[u] = step_peak(x + u * width, width);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < rows; t++)
+      quantize_window(x, peaks, t, width, taps, gap, in4, q + t * in4, s_x + t);
+  }
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t ob = 0; ob < blocks; ob++) {
     const int8_t *w = packed + ob * in4 * 16;
@@ -113,4 +151,12 @@ KERNEL int int8_linear(const float *x, int64_t rows, int64_t in, int64_t out,
     }
   }
   return 0;
+}
+
+/* The entry point (int8_common.h): x (rows, in) float32 contiguous; packed weights as above.
+ * Each row is a window of one step. */
+KERNEL int int8_linear(const float *x, int64_t rows, int64_t in, int64_t out,
+                       const int8_t *packed, const int32_t *w_sum128, const float *s_w,
+                       const float *bias, float *y, int threads) {
+  return int8_linear_windows(x, rows, in, 1, 1, out, packed, w_sum128, s_w, bias, y, threads);
 }
