@@ -79,38 +79,48 @@ KERNEL static void quantize_window(const float *x, const float *peaks, int64_t t
   for (int64_t k = taps * width; k < in4; k++) q[k] = 128;
 }
 
-/* NR rows x 16 output channels over all of in4. */
-INLINE KERNEL void tile(int NR, const uint8_t *q, int64_t in4, const int8_t *w, const float *s_x,
-                        const int32_t *w_sum128, const float *s_w, const float *bias, float *y,
-                        int64_t out, int64_t o0) {
-  __m512i acc[MAX_TILE_ROWS];
-  for (int i = 0; i < NR; i++) acc[i] = _mm512_setzero_si512();
+/* NR rows x NB blocks of 16 output channels (NB blocks side by side in `packed`) over all of
+ * in4. Two blocks (calls of many rows: a conv's windows) give each load of activations twice
+ * the independent sums, enough to hide vpdpbusd's latency; the sums are exact integers either
+ * way, so the outputs are the same bits. */
+INLINE KERNEL void tile(int NR, int NB, const uint8_t *q, int64_t in4, const int8_t *w,
+                        const float *s_x, const int32_t *w_sum128, const float *s_w,
+                        const float *bias, float *y, int64_t out, int64_t o0) {
+  __m512i acc[2][MAX_TILE_ROWS];
+  for (int h = 0; h < NB; h++)
+    for (int i = 0; i < NR; i++) acc[h][i] = _mm512_setzero_si512();
   for (int64_t kg = 0; kg < in4 / 4; kg++) {
-    /* With several rows the vpdpbusd work per weight byte hides the memory stream from the
-     * hardware prefetcher's pace: asking 2 KB ahead overlaps them again (0.6B code predictor's
-     * layers, weights from memory, 8 rows: 12.3 -> 10.0 ms; 1 row unchanged). The address is
-     * formed as an integer: near the end it lies past the weights, where a prefetch never
-     * faults but a pointer may not point. */
-    _mm_prefetch((const char *)((uintptr_t)(w + 64 * kg) + PREFETCH_BYTES), _MM_HINT_T0);
-    __m512i wv = _mm512_loadu_si512(w + 64 * kg);
+    __m512i wv[2];
+    for (int h = 0; h < NB; h++) {
+      const int8_t *wk = w + h * in4 * 16 + 64 * kg;
+      /* With several rows the vpdpbusd work per weight byte hides the memory stream from the
+       * hardware prefetcher's pace: asking 2 KB ahead overlaps them again (0.6B code
+       * predictor's layers, weights from memory, 8 rows: 12.3 -> 10.0 ms; 1 row unchanged).
+       * The address is formed as an integer: near the end it lies past the weights, where a
+       * prefetch never faults but a pointer may not point. */
+      _mm_prefetch((const char *)((uintptr_t)wk + PREFETCH_BYTES), _MM_HINT_T0);
+      wv[h] = _mm512_loadu_si512(wk);
+    }
     for (int i = 0; i < NR; i++) {
       int32_t four;  /* 4 activation bytes; memcpy: no aliasing through an int32_t pointer */
       memcpy(&four, q + i * in4 + 4 * kg, sizeof four);
       __m512i a = _mm512_set1_epi32(four);
-      acc[i] = _mm512_dpbusd_epi32(acc[i], a, wv);
+      for (int h = 0; h < NB; h++) acc[h][i] = _mm512_dpbusd_epi32(acc[h][i], a, wv[h]);
     }
   }
-  int64_t valid = out - o0;
-  __mmask16 m = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
-  __m512i sums = _mm512_maskz_loadu_epi32(m, w_sum128 + o0);
-  __m512 scale_w = _mm512_maskz_loadu_ps(m, s_w + o0);
-  __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + o0) : _mm512_setzero_ps();
-  for (int i = 0; i < NR; i++) {
-    __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i], sums));
-    v = _mm512_mul_ps(v, _mm512_set1_ps(s_x[i]));
-    v = _mm512_mul_ps(v, scale_w);
-    if (bias) v = _mm512_add_ps(v, b);
-    _mm512_mask_storeu_ps(y + i * out + o0, m, v);
+  for (int h = 0; h < NB; h++) {
+    int64_t ob = o0 + 16 * h, valid = out - ob;
+    __mmask16 m = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
+    __m512i sums = _mm512_maskz_loadu_epi32(m, w_sum128 + ob);
+    __m512 scale_w = _mm512_maskz_loadu_ps(m, s_w + ob);
+    __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + ob) : _mm512_setzero_ps();
+    for (int i = 0; i < NR; i++) {
+      __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][i], sums));
+      v = _mm512_mul_ps(v, _mm512_set1_ps(s_x[i]));
+      v = _mm512_mul_ps(v, scale_w);
+      if (bias) v = _mm512_add_ps(v, b);
+      _mm512_mask_storeu_ps(y + i * out + ob, m, v);
+    }
   }
 }
 
@@ -138,16 +148,28 @@ KERNEL int int8_linear_windows(const float *x, int64_t steps, int64_t width, int
     for (int64_t t = 0; t < rows; t++)
       quantize_window(x, peaks, t, width, taps, gap, in4, q + t * in4, s_x + t);
   }
+  /* many rows: blocks in pairs (a last odd one alone); a decode step's few rows: one at a time,
+   * as measured for the talker */
+  int64_t per = rows > 2 * MAX_TILE_ROWS ? 2 : 1, groups = (blocks + per - 1) / per;
 #pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t ob = 0; ob < blocks; ob++) {
+  for (int64_t g = 0; g < groups; g++) {
+    int64_t ob = g * per;
     const int8_t *w = packed + ob * in4 * 16;
+    int two = ob + 1 < blocks && per == 2;
     for (int64_t r0 = 0; r0 < rows; r0 += MAX_TILE_ROWS) {
       const uint8_t *qt = q + r0 * in4;
       const float *st = s_x + r0;
       float *yt = y + r0 * out;
-#define TILE(n) tile(n, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16)
-      FOR_TILE_ROWS(rows - r0 >= MAX_TILE_ROWS ? MAX_TILE_ROWS : rows - r0, TILE)
-#undef TILE
+      int64_t left = rows - r0 >= MAX_TILE_ROWS ? MAX_TILE_ROWS : rows - r0;
+#define TILE1(n) tile(n, 1, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16)
+#define TILE2(n) tile(n, 2, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16)
+      if (two) {
+        FOR_TILE_ROWS(left, TILE2)
+      } else {
+        FOR_TILE_ROWS(left, TILE1)
+      }
+#undef TILE1
+#undef TILE2
     }
   }
   return 0;
