@@ -136,15 +136,22 @@ def test_windows_read_in_place_equal_the_copied_rows_at_1_and_2_threads(
     outputs bit for bit, NaN and inf windows included, at 1 and 2 threads: every row is
     quantized with the same arithmetic whichever thread takes it (300 steps: past the size from
     which the rows are quantized on every thread). Widths not a multiple of 4 or 16 exercise the
-    masked tails of each tap."""
+    masked tails of each tap, 300 steps the tail of the 16 x 16 transposition; the input comes
+    channel-major (transposed in the kernel), time-major (read as it is) and with neither stride
+    1 (copied first)."""
     conv = nn.Conv1d(c_in, c_out, taps, dilation=dilation)
     quantized = Int8Conv1d(conv)
     x = _steps_over_decades(2, c_in, 300, seed=c_in)
+    layouts = [
+        x,
+        x.transpose(1, 2).contiguous().transpose(1, 2),
+        x.repeat_interleave(2, 2)[..., ::2],
+    ]
     with torch.no_grad():
         outputs = []
         for count in (1, 2):
             with _threads(count):
-                outputs.append(quantized(x))
+                outputs += [quantized(layout) for layout in layouts]
         with monkeypatch.context() as patch:
             _copied_rows(patch)
             copied = quantized(x)

@@ -41,18 +41,20 @@ class Int8Conv1d(nn.Module):
         batch, channels, steps = x.shape
         span = (self.kernel_size - 1) * self.dilation
         out_steps = steps - span
-        time_major = x.transpose(1, 2).contiguous()  # (B, T, C_in)
         out = x.new_empty(batch, out_steps, self.out_channels)
-        in_place = self.linear.windows_native(time_major)
+        in_place = self.linear.windows_native(x)
+        # the native kernel reads each window in x itself (channel- or time-major); else the
+        # rows are copied (im2col) from a time-major copy, then go through the linear layer
+        time_major = None if in_place else x.transpose(1, 2).contiguous()  # (B, T, C_in)
         row_bytes = self.kernel_size * channels * (1 if in_place else 4 * batch)
         for start, stop in _blocks(out_steps, max(1, ROWS_BYTES // row_bytes)):
-            if in_place:  # the kernel reads each window in x itself
+            if in_place:
                 for b in range(batch):
-                    window_steps = time_major[b, start : stop + span]
+                    steps_read = x[b, :, start : stop + span]  # (C_in, steps)
                     self.linear.windows(
-                        window_steps, self.kernel_size, self.dilation, out[b, start:stop]
+                        steps_read, self.kernel_size, self.dilation, out[b, start:stop]
                     )
-            else:  # the rows copied (im2col), then the linear layer
+            else:
                 out[:, start:stop] = self._rows(self._windows(time_major[:, start : stop + span]))
         return out.transpose(1, 2)  # (B, C_out, T_out), time-major in memory
 

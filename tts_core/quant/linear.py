@@ -110,12 +110,16 @@ class Int8Linear(nn.Module):
         return kernel is not None and kernel.windows is not None
 
     def windows(self, x: torch.Tensor, taps: int, gap: int, out: torch.Tensor) -> None:
-        """out (T - (taps - 1) gap, out_features) = the layer on every window of x (T, width)
-        (both float32 contiguous, time-major; taps * width = in_features): row t is x[t],
-        x[t + gap], ..., x[t + (taps - 1) gap] end to end, a stride-1 conv's im2col row, read in
-        place by the kernel (where `windows_native(x)`): the same bits as the rows copied."""
+        """out (T - (taps - 1) gap, out_features) = the layer on every window of x (C, T) float32,
+        a conv's input (taps * C = in_features; out contiguous): row t is steps t, t + gap, ...,
+        t + (taps - 1) gap end to end, a stride-1 conv's im2col row, read in place by the kernel
+        (where `windows_native(x)`), channel-major or time-major: the same bits as the rows
+        copied."""
+        if 1 not in x.stride():
+            x = x.contiguous()
         kernel = native.int8_kernel(self.kernel_isa)
-        self._call(kernel.windows, x, out, x.shape[0], x.shape[1], taps, gap)
+        steps, width = x.shape[1], x.shape[0]
+        self._call(kernel.windows, x, out, steps, width, x.stride(1), x.stride(0), taps, gap)
 
     def _call(self, entry, x: torch.Tensor, out: torch.Tensor, *shape: int) -> None:  # noqa: ANN001
         """A kernel entry (int8_common.h) on x into out: (x, *shape, out_features, weights...)."""
@@ -132,8 +136,10 @@ class Int8Linear(nn.Module):
                 out.data_ptr(),
                 torch.get_num_threads(),
             )
-            if status != 0:
+            if status == -1:
                 raise MemoryError("int8_linear: no memory for its scratch rows")
+            if status != 0:
+                raise ValueError(f"int8_linear: the kernel refused its input ({status})")
 
     def _reference(self, rows: torch.Tensor) -> torch.Tensor:
         """rows (R, in) float32 -> (R, out) float32 in torch ops."""

@@ -15,9 +15,10 @@
  *   when scratch memory ran out. `packed` is W in the kernel's own layout (see its file);
  *   w_sum128[o] = 128 * sum_k W[o, k] (used by the kernels that feed activations as q + 128).
  * A kernel may also offer
- *   int <prefix>_windows(x, steps, width, taps, gap, out, packed, w_sum128, s_w, bias, y,
- *   threads): the rows are the windows of a time-major x (steps, width), row t being steps t,
- *   t + gap, ..., t + (taps - 1) gap end to end (a stride-1 conv's im2col row), read in place.
+ *   int <prefix>_windows(x, steps, width, step_stride, channel_stride, taps, gap, out, packed,
+ *   w_sum128, s_w, bias, y, threads): the rows are the windows of x (a conv's input, steps x
+ *   width, one of the strides 1), row t being steps t, t + gap, ..., t + (taps - 1) gap end to
+ *   end (a stride-1 conv's im2col row), read in place (-2: neither stride is 1).
  * Threads: torch.get_num_threads() (OpenMP's own default would be every core).
  */
 #ifndef TTS_CORE_INT8_COMMON_H

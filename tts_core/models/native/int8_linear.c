@@ -58,12 +58,13 @@ KERNEL static void quantize_segment(const float *x, int64_t width, __m512 s, uin
   }
 }
 
-/* Row t, the window of steps t, t + gap, ..., t + (taps - 1) gap of x (steps, width) laid end
- * to end: its s_x from the steps' peaks, and q + 128 padded with 128 (a zero) to in4. A NaN
- * anywhere -> s_x = NaN, so the row's output is NaN, as the torch path's is. */
+/* Row t, the window of steps t, t + gap, ..., t + (taps - 1) gap of x (steps, width; steps
+ * `stride` floats apart) laid end to end: its s_x from the steps' peaks, and q + 128 padded with
+ * 128 (a zero) to in4. A NaN anywhere -> s_x = NaN, so the row's output is NaN, as the torch
+ * path's is. */
 KERNEL static void quantize_window(const float *x, const float *peaks, int64_t t, int64_t width,
-                                   int64_t taps, int64_t gap, int64_t in4, uint8_t *q,
-                                   float *s_x) {
+                                   int64_t stride, int64_t taps, int64_t gap, int64_t in4,
+                                   uint8_t *q, float *s_x) {
   float peak = 0.0f;
   int has_nan = 0;
   for (int64_t j = 0; j < taps; j++) {
@@ -75,7 +76,7 @@ KERNEL static void quantize_window(const float *x, const float *peaks, int64_t t
   *s_x = scale;
   __m512 s = _mm512_set1_ps(scale);
   for (int64_t j = 0; j < taps; j++)
-    quantize_segment(x + (t + j * gap) * width, width, s, q + j * width);
+    quantize_segment(x + (t + j * gap) * stride, width, s, q + j * width);
   for (int64_t k = taps * width; k < in4; k++) q[k] = 128;
 }
 
@@ -124,30 +125,72 @@ INLINE KERNEL void tile(int NR, int NB, const uint8_t *q, int64_t in4, const int
   }
 }
 
-/* Every window of x (steps, width) float32 contiguous, time-major: row t is steps t, t + gap,
- * ..., t + (taps - 1) gap end to end (a stride-1 conv's im2col row, tap-major), so
- * rows = steps - (taps - 1) gap and in = taps width; y (rows, out). The rows are quantized
- * straight from x, without the float copy, each one as int8_linear quantizes it (the same
- * bits), on every thread where there are enough of them. */
-KERNEL int int8_linear_windows(const float *x, int64_t steps, int64_t width, int64_t taps,
-                               int64_t gap, int64_t out, const int8_t *packed,
-                               const int32_t *w_sum128, const float *s_w, const float *bias,
-                               float *y, int threads) {
+/* 16 vectors of 16 floats transposed in registers: r[i][j] -> r[j][i]. */
+INLINE KERNEL void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 16; i += 8) {
+    for (int j = 0; j < 4; j++) {
+      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xDD);
+    }
+  }
+  for (int j = 0; j < 8; j++) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xDD);
+  }
+}
+
+/* Steps t0 .. t0 + 15 (those below `steps`) of a channel-major x (width, steps; rows `stride`
+ * floats apart) into the time-major xt (steps, width), 16 x 16 floats at a time, and their
+ * peaks (step_peak's: the same maxima over the same values). */
+KERNEL static void transpose_steps(const float *x, int64_t steps, int64_t width, int64_t stride,
+                                   int64_t t0, float *xt, float *peaks) {
+  int64_t n = steps - t0 < 16 ? steps - t0 : 16;
+  __mmask16 step_mask = (__mmask16)((1u << n) - 1);
+  __m512 peak[16];
+  __mmask16 nan = 0; /* bit i: step t0 + i holds a NaN */
+  for (int i = 0; i < 16; i++) peak[i] = _mm512_setzero_ps();
+  for (int64_t c0 = 0; c0 < width; c0 += 16) {
+    int64_t nc = width - c0 < 16 ? width - c0 : 16;
+    __m512 r[16];
+    for (int i = 0; i < 16; i++)
+      r[i] = i < nc ? _mm512_maskz_loadu_ps(step_mask, x + (c0 + i) * stride + t0)
+                    : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i++) nan |= _mm512_cmp_ps_mask(r[i], r[i], _CMP_UNORD_Q);
+    transpose16(r);
+    __mmask16 channel_mask = (__mmask16)((1u << nc) - 1);
+    for (int i = 0; i < n; i++) {
+      peak[i] = _mm512_max_ps(peak[i], _mm512_abs_ps(r[i]));
+      _mm512_mask_storeu_ps(xt + (t0 + i) * width + c0, channel_mask, r[i]);
+    }
+  }
+  for (int i = 0; i < n; i++) peaks[t0 + i] = nan >> i & 1 ? NAN : _mm512_reduce_max_ps(peak[i]);
+}
+
+/* The windows of the time-major xt (rows `stride` floats apart) quantized (peaks: each step's),
+ * then multiplied: y (rows, out) with rows = steps - (taps - 1) gap, in = taps width. */
+KERNEL static int multiply_windows(const float *xt, int64_t steps, int64_t width, int64_t stride,
+                                   int64_t taps, int64_t gap, int64_t out, const int8_t *packed,
+                                   const int32_t *w_sum128, const float *s_w, const float *bias,
+                                   float *y, int threads, struct scratch *scratch) {
   int64_t rows = steps - (taps - 1) * gap, in4 = (taps * width + 3) / 4 * 4;
   int64_t blocks = (out + 15) / 16;
-  if (rows <= 0) return 0;
-  struct scratch *scratch = reserve(rows + steps, rows * in4);
-  if (!scratch) return -1;
   uint8_t *q = scratch->q;
   float *s_x = scratch->s_x, *peaks = s_x + rows;
-#pragma omp parallel if (rows * in4 >= PARALLEL_QUANTIZE_BYTES) num_threads(threads)
-  {
-#pragma omp for schedule(static)
-    for (int64_t u = 0; u < steps; u++) peaks[u] = step_peak(x + u * width, width);
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < rows; t++)
-      quantize_window(x, peaks, t, width, taps, gap, in4, q + t * in4, s_x + t);
-  }
+#pragma omp parallel for schedule(static) num_threads(threads) \
+    if (rows * in4 >= PARALLEL_QUANTIZE_BYTES)
+  for (int64_t t = 0; t < rows; t++)
+    quantize_window(xt, peaks, t, width, stride, taps, gap, in4, q + t * in4, s_x + t);
   /* many rows: blocks in pairs (a last odd one alone); a decode step's few rows: one at a time,
    * as measured for the talker */
   int64_t per = rows > 2 * MAX_TILE_ROWS ? 2 : 1, groups = (blocks + per - 1) / per;
@@ -175,10 +218,44 @@ KERNEL int int8_linear_windows(const float *x, int64_t steps, int64_t width, int
   return 0;
 }
 
+/* Every window of a conv's input x, its rows read in place: row t is steps t, t + gap, ...,
+ * t + (taps - 1) gap end to end (a stride-1 conv's im2col row, tap-major), quantized straight
+ * from x, each as int8_linear quantizes a row (the same bits), on every thread where there are
+ * enough of them. x holds (width, steps) channel-major (step_stride 1, rows channel_stride
+ * apart: a torch (C, T) slice; transposed here 16 x 16 at a time) or time-major
+ * (channel_stride 1, steps step_stride apart). y (steps - (taps - 1) gap, out). */
+KERNEL int int8_linear_windows(const float *x, int64_t steps, int64_t width,
+                               int64_t step_stride, int64_t channel_stride, int64_t taps,
+                               int64_t gap, int64_t out, const int8_t *packed,
+                               const int32_t *w_sum128, const float *s_w, const float *bias,
+                               float *y, int threads) {
+  int64_t rows = steps - (taps - 1) * gap, in4 = (taps * width + 3) / 4 * 4;
+  int channel_major = channel_stride != 1;
+  if (rows <= 0) return 0;
+  if (channel_major && step_stride != 1) return -2;
+  /* floats: s_x (rows), peaks (steps), the time-major copy of a channel-major x */
+  struct scratch *scratch = reserve(rows + steps + (channel_major ? steps * width : 0), rows * in4);
+  if (!scratch) return -1;
+  float *peaks = scratch->s_x + rows, *xt = peaks + steps;
+#pragma omp parallel num_threads(threads) if (rows * in4 >= PARALLEL_QUANTIZE_BYTES)
+  if (channel_major) {
+#pragma omp for schedule(static)
+    for (int64_t t0 = 0; t0 < steps; t0 += 16)
+      transpose_steps(x, steps, width, channel_stride, t0, xt, peaks);
+  } else {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < steps; t++) peaks[t] = step_peak(x + t * step_stride, width);
+  }
+  if (channel_major) x = xt, step_stride = width;
+  return multiply_windows(x, steps, width, step_stride, taps, gap, out, packed, w_sum128, s_w,
+                          bias, y, threads, scratch);
+}
+
 /* The entry point (int8_common.h): x (rows, in) float32 contiguous; packed weights as above.
  * Each row is a window of one step. */
 KERNEL int int8_linear(const float *x, int64_t rows, int64_t in, int64_t out,
                        const int8_t *packed, const int32_t *w_sum128, const float *s_w,
                        const float *bias, float *y, int threads) {
-  return int8_linear_windows(x, rows, in, 1, 1, out, packed, w_sum128, s_w, bias, y, threads);
+  return int8_linear_windows(x, rows, in, in, 1, 1, 1, out, packed, w_sum128, s_w, bias, y,
+                             threads);
 }
