@@ -9,9 +9,11 @@
  * Each 64-byte load of weights is used for every row of the batch (up to 8 at a time), so
  * the weights are read from memory once per call whatever the number of rows.
  *
- * int8_linear_windows (int8_common.h) reads a conv's rows as windows of its time-major input:
- * each input step's peak is taken once and each window quantized straight from the input, on
- * every thread, with the same arithmetic per row as int8_linear (which is its one-tap case).
+ * int8_linear_windows (int8_common.h) reads a conv's rows as windows of its input: a
+ * channel-major input is transposed once (16 x 16 in registers; a time-major one is read as it
+ * is), each step's peak taken once, and each window quantized straight from it, on every
+ * thread, with the same arithmetic per row as int8_linear (its one-tap case): no k-fold float
+ * im2col copy.
  */
 #include <immintrin.h>
 
