@@ -9,7 +9,8 @@ The decoder is real size with random weights (speech_tokenizer/config.json; spee
 depend on the values). Every option decodes the same random codes after the same 8-frame
 prefix, each on its own stateful stream (decode_step, every frame exactly once); a round gives
 each option its next chunk in turn, and each option's time per frame is the median over rounds.
-Options: float32, int8 (`--int8`; codec/int8.py: auto's choice with VNNI and no native bf16)
+Options: float32, int8 (`--int8`; codec/int8.py: auto's choice with VNNI and no native bf16;
+"rows copied": its convs' im2col rows copied in torch, as before the kernel read them in place)
 and bfloat16 (the app's choice where the CPU has native bf16), steady chunks of 6 (the app's) /
 12 / 24 frames, and oneDNN off (torch's own convolutions). The audio of each option is compared
 with float32 chunk 6 over the frames both decoded (int8 and bf16: their SNR), and with its own
@@ -37,6 +38,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from tts_core.models.qwen3_tts.checkpoint import random_speech_tokenizer
 from tts_core.models.qwen3_tts.codec.int8 import quantize_decoder
+from tts_core.quant.linear import Int8Linear
 
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = 8
@@ -69,11 +71,26 @@ def options(decoder, dtype_bf16: bool, int8: bool = False) -> list[Option]:  # n
     ]
     if int8:
         quantized = quantize_decoder(copy.deepcopy(decoder))
-        made += [Option("int8 chunk 6", quantized, 6), Option("int8 chunk 12", quantized, 12)]
+        made += [
+            Option("int8 chunk 6", quantized, 6),
+            Option("int8 chunk 12", quantized, 12),
+            Option("int8 chunk 6, rows copied", quantized, 6, _rows_copied),
+        ]
     if dtype_bf16:
         bf16 = copy.deepcopy(decoder).set_dtype(torch.bfloat16)
         made += [Option("bfloat16 chunk 6", bf16, 6), Option("bfloat16 chunk 12", bf16, 12)]
     return made
+
+
+@contextlib.contextmanager
+def _rows_copied():
+    """Int8Conv1d as before its kernel read the windows in place: im2col rows copied in torch."""
+    saved = Int8Linear.windows_native
+    Int8Linear.windows_native = lambda self, x: False
+    try:
+        yield
+    finally:
+        Int8Linear.windows_native = saved
 
 
 def step(option: Option, codes: torch.Tensor) -> None:
@@ -209,9 +226,9 @@ def main() -> None:
     print(f"decoder A/B, {args.threads} threads, {args.rounds} interleaved rounds; load {load}")
     print(
         "| option | ms a frame (median) | ratio to float32 chunk 6 | CPU ms a frame | CPU ratio "
-        "| max abs diff | SNR dB |"
+        "| max abs diff | SNR dB | diff to its format's chunk 6 |"
     )
-    print("|---|--:|--:|--:|--:|--:|--:|")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|")
     for row in result["rows"]:
         print(
             f"| {row['option']} | {row['ms_per_frame']:.1f} | {row['ratio_to_first']:.2f} | "

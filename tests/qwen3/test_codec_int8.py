@@ -11,6 +11,7 @@ channel out of place) gives ~0 dB.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from pathlib import Path
@@ -91,8 +92,106 @@ def test_int8_conv_in_blocks_of_steps_is_the_same(monkeypatch) -> None:
     x = torch.randn(2, 32, 200)
     with torch.no_grad():
         whole = quantized(x)
-        monkeypatch.setattr(conv_module, "IM2COL_BYTES", 7 * 32 * 4 * 2 * 5)  # 5 steps a block
+        # 5 steps a block where the kernel reads the windows in place, 1 where rows are copied
+        monkeypatch.setattr(conv_module, "ROWS_BYTES", 7 * 32 * 5)
         assert torch.equal(quantized(x), whole)
+
+
+def _copied_rows(monkeypatch) -> None:
+    """Int8Conv1d as before the kernel read windows in place: im2col rows, then Int8Linear."""
+    monkeypatch.setattr(Int8Linear, "windows_native", lambda self, x: False)
+
+
+@contextlib.contextmanager
+def _threads(count: int):
+    saved = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
+
+
+def _steps_over_decades(batch: int, channels: int, steps: int, seed: int) -> torch.Tensor:
+    """(B, C, T) whose steps span 6 decades of scale (each window sets its own), with an
+    all-zero step, a NaN and an inf (their windows' outputs are NaN, as the torch path's)."""
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.logspace(-3, 3, steps)[torch.randperm(steps, generator=g)]
+    x = torch.randn(batch, channels, steps, generator=g) * scale
+    x[0, :, 5] = 0
+    x[-1, 1, steps // 2] = float("nan")
+    x[0, 2, steps - 9] = float("inf")
+    return x
+
+
+WINDOW_SHAPES = [(192, 64, 7, 1), (37, 21, 7, 3), (5, 16, 7, 9), (96, 48, 1, 1), (130, 17, 3, 2)]
+
+
+@pytest.mark.skipif(not (VNNI and native.int8_linear().windows), reason="no in-place windows")
+@pytest.mark.parametrize(("c_in", "c_out", "taps", "dilation"), WINDOW_SHAPES)
+def test_windows_read_in_place_equal_the_copied_rows_at_1_and_2_threads(
+    monkeypatch, c_in, c_out, taps, dilation
+) -> None:
+    """The kernel reading each window in the input (int8_linear_windows) gives the im2col rows'
+    outputs bit for bit, NaN and inf windows included, at 1 and 2 threads: every row is
+    quantized with the same arithmetic whichever thread takes it (300 steps: past the size from
+    which the rows are quantized on every thread). Widths not a multiple of 4 or 16 exercise the
+    masked tails of each tap, 300 steps the tail of the 16 x 16 transposition; the input comes
+    channel-major (transposed in the kernel), time-major (read as it is) and with neither stride
+    1 (copied first)."""
+    conv = nn.Conv1d(c_in, c_out, taps, dilation=dilation)
+    quantized = Int8Conv1d(conv)
+    x = _steps_over_decades(2, c_in, 300, seed=c_in)
+    layouts = [
+        x,
+        x.transpose(1, 2).contiguous().transpose(1, 2),
+        x.repeat_interleave(2, 2)[..., ::2],
+    ]
+    with torch.no_grad():
+        outputs = []
+        for count in (1, 2):
+            with _threads(count):
+                outputs += [quantized(layout) for layout in layouts]
+        with monkeypatch.context() as patch:
+            _copied_rows(patch)
+            copied = quantized(x)
+    assert torch.isnan(outputs[0]).any() and torch.isfinite(outputs[0]).any()
+    for out in outputs:
+        assert torch.equal(out.nan_to_num(), copied.nan_to_num())
+        assert torch.equal(out.isnan(), copied.isnan())
+
+
+@pytest.mark.skipif(not (VNNI and native.int8_linear().windows), reason="no in-place windows")
+def test_int8_conv_is_the_same_at_every_chunk_split_and_thread_count() -> None:
+    """A causal stream hands the conv its history ++ the new steps: at every split of a long
+    input, the two chunks' outputs are the whole pass's, bit for bit, at 1 and 2 threads (200
+    steps of 7 x 192 inputs: the longer chunks are quantized on every thread)."""
+    quantized = Int8Conv1d(_conv(192, 48, 3, seed=9))
+    span = 6 * 3
+    x = _steps_over_decades(1, 192, 200, seed=3).nan_to_num(posinf=7.0)
+    with torch.no_grad():
+        whole = quantized(x)
+        for count in (1, 2):
+            with _threads(count):
+                for split in range(span + 1, x.shape[-1]):
+                    first, rest = quantized(x[..., :split]), quantized(x[..., split - span :])
+                    assert torch.equal(torch.cat([first, rest], dim=-1), whole), (count, split)
+
+
+@pytest.mark.skipif(not (VNNI and native.int8_linear().windows), reason="no in-place windows")
+def test_int8_decoder_audio_is_unchanged_by_reading_windows_in_place(monkeypatch) -> None:
+    """The int8 decoder's audio, full pass and streamed in chunks of 1, 2, 5 and 12 frames, is
+    the same bit for bit whether its convs copy their rows (the code before the in-place
+    windows) or the kernel reads them, at 1 and 2 threads."""
+    decoder = _int8_decoder()
+    codes = _codes(24, decoder.config.codebook_size, seed=11)
+    for count in (1, 2):
+        with _threads(count):
+            in_place = [decoder(codes)[:, 0], _stream(decoder, codes, [1, 2, 5, 12])]
+            with monkeypatch.context() as patch:
+                _copied_rows(patch)
+                copied = [decoder(codes)[:, 0], _stream(decoder, codes, [1, 2, 5, 12])]
+        assert all(torch.equal(a, b) for a, b in zip(in_place, copied, strict=True)), count
 
 
 def test_int8_conv_refuses_what_it_does_not_compute() -> None:

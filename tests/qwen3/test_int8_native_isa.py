@@ -128,6 +128,25 @@ def test_a_row_is_the_same_alone_and_in_any_batch(isa):
         assert torch.equal(layer(x[:count]), alone[:count]), count
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_many_rows_equal_the_torch_path_on_every_thread_count(isa, threads):
+    """Past PARALLEL_QUANTIZE_BYTES (int8_common.h: 64 KB of quantized rows) each kernel
+    quantizes its rows on every thread: the same bits as the torch path, whichever thread took
+    a row (and wrote its part of a tile of interleaved rows)."""
+    g = torch.Generator().manual_seed(threads)
+    layer = Int8Linear(torch.randn(40, 1030, generator=g), torch.randn(40, generator=g))
+    x = _rows(203, 1030, g)  # 203 x 1032 bytes: past 64 KB; NaN and inf rows below
+    x[7, 3], x[150, 1029] = float("nan"), float("inf")
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        out, expected = layer(x), layer.forward_reference(x)
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(out.nan_to_num(), expected.nan_to_num())
+    assert torch.equal(out.isnan(), expected.isnan()) and out[7].isnan().all()
+
+
 def test_kernel_takes_bf16_strided_and_batched_inputs(isa):
     g = torch.Generator().manual_seed(5)
     layer = Int8Linear(torch.randn(64, 96, generator=g))

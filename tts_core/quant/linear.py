@@ -99,12 +99,35 @@ class Int8Linear(nn.Module):
     def _native(self, kernel: native.Int8Kernel, rows: torch.Tensor) -> torch.Tensor:
         """rows (R, in) float32 contiguous -> (R, out) float32 through the C kernel."""
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32, device="cpu")
-        if rows.shape[0]:
+        self._call(kernel.function, rows, out, rows.shape[0], self.in_features)
+        return out
+
+    def windows_native(self, x: torch.Tensor) -> bool:
+        """Whether `windows` runs here on x: a float32 CPU input and a kernel with that entry."""
+        if not (self._native_ready(x) and x.dtype == torch.float32):
+            return False
+        kernel = native.int8_kernel(self.kernel_isa)
+        return kernel is not None and kernel.windows is not None
+
+    def windows(self, x: torch.Tensor, taps: int, gap: int, out: torch.Tensor) -> None:
+        """out (T - (taps - 1) gap, out_features) = the layer on every window of x (C, T) float32,
+        a conv's input (taps * C = in_features; out contiguous): row t is steps t, t + gap, ...,
+        t + (taps - 1) gap end to end, a stride-1 conv's im2col row, read in place by the kernel
+        (where `windows_native(x)`), channel-major or time-major: the same bits as the rows
+        copied."""
+        if 1 not in x.stride():
+            x = x.contiguous()
+        kernel = native.int8_kernel(self.kernel_isa)
+        steps, width = x.shape[1], x.shape[0]
+        self._call(kernel.windows, x, out, steps, width, x.stride(1), x.stride(0), taps, gap)
+
+    def _call(self, entry, x: torch.Tensor, out: torch.Tensor, *shape: int) -> None:  # noqa: ANN001
+        """A kernel entry (int8_common.h) on x into out: (x, *shape, out_features, weights...)."""
+        if out.shape[0]:
             bias = None if self.bias is None else self.bias.data_ptr()
-            status = kernel.function(
-                rows.data_ptr(),
-                rows.shape[0],
-                self.in_features,
+            status = entry(
+                x.data_ptr(),
+                *shape,
                 self.out_features,
                 self.weight_packed.data_ptr(),
                 self.weight_sum128.data_ptr(),
@@ -113,9 +136,10 @@ class Int8Linear(nn.Module):
                 out.data_ptr(),
                 torch.get_num_threads(),
             )
-            if status != 0:
+            if status == -1:
                 raise MemoryError("int8_linear: no memory for its scratch rows")
-        return out
+            if status != 0:
+                raise ValueError(f"int8_linear: the kernel refused its input ({status})")
 
     def _reference(self, rows: torch.Tensor) -> torch.Tensor:
         """rows (R, in) float32 -> (R, out) float32 in torch ops."""

@@ -210,10 +210,14 @@ TORCH_ISA = "torch"  # TTS_CORE_NATIVE_ISA value: no kernel
 @dataclass(frozen=True)
 class Int8Kernel:
     """One loaded 8-bit linear kernel; called as the C function (int8_common.h):
-    (x, rows, in, out, packed, w_sum128, s_w, bias or None, y, threads) -> 0 or -1."""
+    (x, rows, in, out, packed, w_sum128, s_w, bias or None, y, threads) -> 0 or -1. `windows`:
+    its entry over a conv's windows read in place (x, steps, width, step_stride, channel_stride,
+    taps, gap, out, ...), or
+    None where the kernel has none."""
 
     isa: Int8Isa
     function: ctypes._CFuncPtr
+    windows: ctypes._CFuncPtr | None = None
 
     @property
     def layout(self) -> Int8Layout:
@@ -264,7 +268,11 @@ def int8_kernel(isa: str) -> Int8Kernel | None:
         ctypes.c_void_p,
         ctypes.c_int,
     ]
-    return Int8Kernel(spec, function)
+    windows = getattr(library, f"{spec.symbol}_windows", None)  # a conv's rows read in place
+    if windows is not None:
+        windows.restype = ctypes.c_int
+        windows.argtypes = [function.argtypes[0], *[ctypes.c_int64] * 7, *function.argtypes[4:]]
+    return Int8Kernel(spec, function, windows)
 
 
 @functools.cache

@@ -14,6 +14,11 @@
  *   int <prefix>(x, rows, in, out, packed, w_sum128, s_w, bias or NULL, y, threads): 0, or -1
  *   when scratch memory ran out. `packed` is W in the kernel's own layout (see its file);
  *   w_sum128[o] = 128 * sum_k W[o, k] (used by the kernels that feed activations as q + 128).
+ * A kernel may also offer
+ *   int <prefix>_windows(x, steps, width, step_stride, channel_stride, taps, gap, out, packed,
+ *   w_sum128, s_w, bias, y, threads): the rows are the windows of x (a conv's input, steps x
+ *   width, one of the strides 1), row t being steps t, t + gap, ..., t + (taps - 1) gap end to
+ *   end (a stride-1 conv's im2col row), read in place (-2: neither stride is 1).
  * Threads: torch.get_num_threads() (OpenMP's own default would be every core).
  */
 #ifndef TTS_CORE_INT8_COMMON_H
@@ -29,6 +34,9 @@
 #define MAX_TILE_ROWS 8     /* rows sharing each load of weights */
 #define PREFETCH_BYTES 2048 /* how far ahead of the weight stream to ask for it */
 #define MIN_SCALE 1e-30f
+/* quantized bytes from which the rows are quantized on every thread: below it (a decode step's
+ * few rows) the fork costs more than it saves */
+#define PARALLEL_QUANTIZE_BYTES (64 << 10)
 
 /* The row's scale from its peak |x| and whether it held a NaN (torch's amax propagates it). */
 INLINE float row_scale(float peak, int has_nan) {

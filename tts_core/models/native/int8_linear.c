@@ -8,6 +8,12 @@
  *   packed[ob][kg][j][t] = W[16 ob + j][4 kg + t]   (zero padded to out16 x in4)
  * Each 64-byte load of weights is used for every row of the batch (up to 8 at a time), so
  * the weights are read from memory once per call whatever the number of rows.
+ *
+ * int8_linear_windows (int8_common.h) reads a conv's rows as windows of its input: a
+ * channel-major input is transposed once (16 x 16 in registers; a time-major one is read as it
+ * is), each step's peak taken once, and each window quantized straight from it, on every
+ * thread, with the same arithmetic per row as int8_linear (its one-tap case): no k-fold float
+ * im2col copy.
  */
 #include <immintrin.h>
 
@@ -21,96 +27,237 @@ int int8_linear_supported(void) {
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 
-/* One row: s_x and q + 128, padded with 128 (a zero) to in4. NaN anywhere -> s_x = NaN, so the
- * row's output is NaN, as the torch path's is. A NaN quotient converts to 0x80000000, whose low
- * byte + 128 is 128: a zero, as quantize_scalar gives. */
-KERNEL static void quantize_row(const float *x, int64_t in, int64_t in4, uint8_t *q, float *s_x) {
+/* A step's peak |x| over its `width` floats, NaN where it holds a NaN: a row's peak is the
+ * max of its steps' peaks (a conv's window reads `taps` steps), exact: max rounds nothing. */
+KERNEL static float step_peak(const float *x, int64_t width) {
   __m512 peak = _mm512_setzero_ps();
   __mmask16 nan = 0;
   int64_t k = 0;
-  for (; k + 16 <= in; k += 16) {
+  for (; k + 16 <= width; k += 16) {
     __m512 v = _mm512_loadu_ps(x + k);
     peak = _mm512_max_ps(peak, _mm512_abs_ps(v));
     nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
   }
-  if (k < in) {
-    __mmask16 m = (__mmask16)((1u << (in - k)) - 1);
+  if (k < width) {
+    __mmask16 m = (__mmask16)((1u << (width - k)) - 1);
     __m512 v = _mm512_maskz_loadu_ps(m, x + k);
     peak = _mm512_max_ps(peak, _mm512_abs_ps(v));
     nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
   }
-  float scale = row_scale(_mm512_reduce_max_ps(peak), nan != 0);
-  *s_x = scale;
-  __m512 s = _mm512_set1_ps(scale);
-  __m512i offset = _mm512_set1_epi32(128);
-  for (k = 0; k < in4; k += 16) {
-    int64_t left = in - k;
-    __mmask16 m = left >= 16 ? 0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+  return nan ? NAN : _mm512_reduce_max_ps(peak);
+}
+
+/* q + 128 of `width` floats at scale s. A NaN quotient converts to 0x80000000, whose low byte
+ * + 128 is 128: a zero, as quantize_scalar gives. */
+KERNEL static void quantize_segment(const float *x, int64_t width, __m512 s, uint8_t *q) {
+  const __m512i offset = _mm512_set1_epi32(128);
+  for (int64_t k = 0; k < width; k += 16) {
+    __mmask16 m = width - k >= 16 ? 0xFFFF : (__mmask16)((1u << (width - k)) - 1);
     __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), s);
     v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(v), offset);
-    u = _mm512_mask_mov_epi32(offset, m, u);  /* padding quantizes to zero */
-    __mmask16 store = in4 - k >= 16 ? 0xFFFF : (__mmask16)((1u << (in4 - k)) - 1);
-    _mm_mask_storeu_epi8(q + k, store, _mm512_cvtepi32_epi8(u));
+    _mm_mask_storeu_epi8(q + k, m, _mm512_cvtepi32_epi8(u));
   }
 }
 
-/* NR rows x 16 output channels over all of in4. */
-INLINE KERNEL void tile(int NR, const uint8_t *q, int64_t in4, const int8_t *w, const float *s_x,
-                        const int32_t *w_sum128, const float *s_w, const float *bias, float *y,
-                        int64_t out, int64_t o0) {
-  __m512i acc[MAX_TILE_ROWS];
-  for (int i = 0; i < NR; i++) acc[i] = _mm512_setzero_si512();
+/* Row t, the window of steps t, t + gap, ..., t + (taps - 1) gap of x (steps, width; steps
+ * `stride` floats apart) laid end to end: its s_x from the steps' peaks, and q + 128 padded with
+ * 128 (a zero) to in4. A NaN anywhere -> s_x = NaN, so the row's output is NaN, as the torch
+ * path's is. */
+KERNEL static void quantize_window(const float *x, const float *peaks, int64_t t, int64_t width,
+                                   int64_t stride, int64_t taps, int64_t gap, int64_t in4,
+                                   uint8_t *q, float *s_x) {
+  float peak = 0.0f;
+  int has_nan = 0;
+  for (int64_t j = 0; j < taps; j++) {
+    float p = peaks[t + j * gap];
+    if (p != p) has_nan = 1;
+    else if (p > peak) peak = p;
+  }
+  float scale = row_scale(peak, has_nan);
+  *s_x = scale;
+  __m512 s = _mm512_set1_ps(scale);
+  for (int64_t j = 0; j < taps; j++)
+    quantize_segment(x + (t + j * gap) * stride, width, s, q + j * width);
+  for (int64_t k = taps * width; k < in4; k++) q[k] = 128;
+}
+
+/* NR rows x NB blocks of 16 output channels (NB blocks side by side in `packed`) over all of
+ * in4. Two blocks (calls of many rows: a conv's windows) give each load of activations twice
+ * the independent sums, enough to hide vpdpbusd's latency; the sums are exact integers either
+ * way, so the outputs are the same bits. */
+INLINE KERNEL void tile(int NR, int NB, const uint8_t *q, int64_t in4, const int8_t *w,
+                        const float *s_x, const int32_t *w_sum128, const float *s_w,
+                        const float *bias, float *y, int64_t out, int64_t o0) {
+  __m512i acc[2][MAX_TILE_ROWS];
+  for (int h = 0; h < NB; h++)
+    for (int i = 0; i < NR; i++) acc[h][i] = _mm512_setzero_si512();
   for (int64_t kg = 0; kg < in4 / 4; kg++) {
-    /* With several rows the vpdpbusd work per weight byte hides the memory stream from the
-     * hardware prefetcher's pace: asking 2 KB ahead overlaps them again (0.6B code predictor's
-     * layers, weights from memory, 8 rows: 12.3 -> 10.0 ms; 1 row unchanged). The address is
-     * formed as an integer: near the end it lies past the weights, where a prefetch never
-     * faults but a pointer may not point. */
-    _mm_prefetch((const char *)((uintptr_t)(w + 64 * kg) + PREFETCH_BYTES), _MM_HINT_T0);
-    __m512i wv = _mm512_loadu_si512(w + 64 * kg);
+    __m512i wv[2];
+    for (int h = 0; h < NB; h++) {
+      const int8_t *wk = w + h * in4 * 16 + 64 * kg;
+      /* With several rows the vpdpbusd work per weight byte hides the memory stream from the
+       * hardware prefetcher's pace: asking 2 KB ahead overlaps them again (0.6B code
+       * predictor's layers, weights from memory, 8 rows: 12.3 -> 10.0 ms; 1 row unchanged).
+       * The address is formed as an integer: near the end it lies past the weights, where a
+       * prefetch never faults but a pointer may not point. */
+      _mm_prefetch((const char *)((uintptr_t)wk + PREFETCH_BYTES), _MM_HINT_T0);
+      wv[h] = _mm512_loadu_si512(wk);
+    }
     for (int i = 0; i < NR; i++) {
       int32_t four;  /* 4 activation bytes; memcpy: no aliasing through an int32_t pointer */
       memcpy(&four, q + i * in4 + 4 * kg, sizeof four);
       __m512i a = _mm512_set1_epi32(four);
-      acc[i] = _mm512_dpbusd_epi32(acc[i], a, wv);
+      for (int h = 0; h < NB; h++) acc[h][i] = _mm512_dpbusd_epi32(acc[h][i], a, wv[h]);
     }
   }
-  int64_t valid = out - o0;
-  __mmask16 m = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
-  __m512i sums = _mm512_maskz_loadu_epi32(m, w_sum128 + o0);
-  __m512 scale_w = _mm512_maskz_loadu_ps(m, s_w + o0);
-  __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + o0) : _mm512_setzero_ps();
-  for (int i = 0; i < NR; i++) {
-    __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i], sums));
-    v = _mm512_mul_ps(v, _mm512_set1_ps(s_x[i]));
-    v = _mm512_mul_ps(v, scale_w);
-    if (bias) v = _mm512_add_ps(v, b);
-    _mm512_mask_storeu_ps(y + i * out + o0, m, v);
+  for (int h = 0; h < NB; h++) {
+    int64_t ob = o0 + 16 * h, valid = out - ob;
+    __mmask16 m = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
+    __m512i sums = _mm512_maskz_loadu_epi32(m, w_sum128 + ob);
+    __m512 scale_w = _mm512_maskz_loadu_ps(m, s_w + ob);
+    __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + ob) : _mm512_setzero_ps();
+    for (int i = 0; i < NR; i++) {
+      __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][i], sums));
+      v = _mm512_mul_ps(v, _mm512_set1_ps(s_x[i]));
+      v = _mm512_mul_ps(v, scale_w);
+      if (bias) v = _mm512_add_ps(v, b);
+      _mm512_mask_storeu_ps(y + i * out + ob, m, v);
+    }
   }
 }
 
-/* The entry point (int8_common.h): x (rows, in) float32 contiguous; packed weights as above. */
-KERNEL int int8_linear(const float *x, int64_t rows, int64_t in, int64_t out,
-                       const int8_t *packed, const int32_t *w_sum128, const float *s_w,
-                       const float *bias, float *y, int threads) {
-  int64_t in4 = (in + 3) / 4 * 4, blocks = (out + 15) / 16;
-  struct scratch *scratch = reserve(rows, rows * in4);
-  if (!scratch) return -1;
+/* 16 vectors of 16 floats transposed in registers: r[i][j] -> r[j][i]. */
+INLINE KERNEL void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 16; i += 8) {
+    for (int j = 0; j < 4; j++) {
+      t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xDD);
+    }
+  }
+  for (int j = 0; j < 8; j++) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xDD);
+  }
+}
+
+/* Steps t0 .. t0 + 15 (those below `steps`) of a channel-major x (width, steps; rows `stride`
+ * floats apart) into the time-major xt (steps, width), 16 x 16 floats at a time, and their
+ * peaks (step_peak's: the same maxima over the same values). */
+KERNEL static void transpose_steps(const float *x, int64_t steps, int64_t width, int64_t stride,
+                                   int64_t t0, float *xt, float *peaks) {
+  int64_t n = steps - t0 < 16 ? steps - t0 : 16;
+  __mmask16 step_mask = (__mmask16)((1u << n) - 1);
+  __m512 peak[16];
+  __mmask16 nan = 0; /* bit i: step t0 + i holds a NaN */
+  for (int i = 0; i < 16; i++) peak[i] = _mm512_setzero_ps();
+  for (int64_t c0 = 0; c0 < width; c0 += 16) {
+    int64_t nc = width - c0 < 16 ? width - c0 : 16;
+    __m512 r[16];
+    for (int i = 0; i < 16; i++)
+      r[i] = i < nc ? _mm512_maskz_loadu_ps(step_mask, x + (c0 + i) * stride + t0)
+                    : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i++) nan |= _mm512_cmp_ps_mask(r[i], r[i], _CMP_UNORD_Q);
+    transpose16(r);
+    __mmask16 channel_mask = (__mmask16)((1u << nc) - 1);
+    for (int i = 0; i < n; i++) {
+      peak[i] = _mm512_max_ps(peak[i], _mm512_abs_ps(r[i]));
+      _mm512_mask_storeu_ps(xt + (t0 + i) * width + c0, channel_mask, r[i]);
+    }
+  }
+  for (int i = 0; i < n; i++) peaks[t0 + i] = nan >> i & 1 ? NAN : _mm512_reduce_max_ps(peak[i]);
+}
+
+/* The windows of the time-major xt (rows `stride` floats apart) quantized (peaks: each step's),
+ * then multiplied: y (rows, out) with rows = steps - (taps - 1) gap, in = taps width. */
+KERNEL static int multiply_windows(const float *xt, int64_t steps, int64_t width, int64_t stride,
+                                   int64_t taps, int64_t gap, int64_t out, const int8_t *packed,
+                                   const int32_t *w_sum128, const float *s_w, const float *bias,
+                                   float *y, int threads, struct scratch *scratch) {
+  int64_t rows = steps - (taps - 1) * gap, in4 = (taps * width + 3) / 4 * 4;
+  int64_t blocks = (out + 15) / 16;
   uint8_t *q = scratch->q;
-  float *s_x = scratch->s_x;
-  for (int64_t r = 0; r < rows; r++) quantize_row(x + r * in, in, in4, q + r * in4, s_x + r);
+  float *s_x = scratch->s_x, *peaks = s_x + rows;
+#pragma omp parallel for schedule(static) num_threads(threads) \
+    if (rows * in4 >= PARALLEL_QUANTIZE_BYTES)
+  for (int64_t t = 0; t < rows; t++)
+    quantize_window(xt, peaks, t, width, stride, taps, gap, in4, q + t * in4, s_x + t);
+  /* many rows: blocks in pairs (a last odd one alone); a decode step's few rows: one at a time,
+   * as measured for the talker */
+  int64_t per = rows > 2 * MAX_TILE_ROWS ? 2 : 1, groups = (blocks + per - 1) / per;
 #pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t ob = 0; ob < blocks; ob++) {
+  for (int64_t g = 0; g < groups; g++) {
+    int64_t ob = g * per;
     const int8_t *w = packed + ob * in4 * 16;
+    int two = ob + 1 < blocks && per == 2;
     for (int64_t r0 = 0; r0 < rows; r0 += MAX_TILE_ROWS) {
       const uint8_t *qt = q + r0 * in4;
       const float *st = s_x + r0;
       float *yt = y + r0 * out;
-#define TILE(n) tile(n, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16)
-      FOR_TILE_ROWS(rows - r0 >= MAX_TILE_ROWS ? MAX_TILE_ROWS : rows - r0, TILE)
-#undef TILE
+      int64_t left = rows - r0 >= MAX_TILE_ROWS ? MAX_TILE_ROWS : rows - r0;
+#define TILE1(n) tile(n, 1, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16)
+#define TILE2(n) tile(n, 2, qt, in4, w, st, w_sum128, s_w, bias, yt, out, ob * 16)
+      if (two) {
+        FOR_TILE_ROWS(left, TILE2)
+      } else {
+        FOR_TILE_ROWS(left, TILE1)
+      }
+#undef TILE1
+#undef TILE2
     }
   }
   return 0;
+}
+
+/* Every window of a conv's input x, its rows read in place: row t is steps t, t + gap, ...,
+ * t + (taps - 1) gap end to end (a stride-1 conv's im2col row, tap-major), quantized straight
+ * from x, each as int8_linear quantizes a row (the same bits), on every thread where there are
+ * enough of them. x holds (width, steps) channel-major (step_stride 1, rows channel_stride
+ * apart: a torch (C, T) slice; transposed here 16 x 16 at a time) or time-major
+ * (channel_stride 1, steps step_stride apart). y (steps - (taps - 1) gap, out). */
+KERNEL int int8_linear_windows(const float *x, int64_t steps, int64_t width,
+                               int64_t step_stride, int64_t channel_stride, int64_t taps,
+                               int64_t gap, int64_t out, const int8_t *packed,
+                               const int32_t *w_sum128, const float *s_w, const float *bias,
+                               float *y, int threads) {
+  int64_t rows = steps - (taps - 1) * gap, in4 = (taps * width + 3) / 4 * 4;
+  int channel_major = channel_stride != 1;
+  if (rows <= 0) return 0;
+  if (channel_major && step_stride != 1) return -2;
+  /* floats: s_x (rows), peaks (steps), the time-major copy of a channel-major x */
+  struct scratch *scratch = reserve(rows + steps + (channel_major ? steps * width : 0), rows * in4);
+  if (!scratch) return -1;
+  float *peaks = scratch->s_x + rows, *xt = peaks + steps;
+#pragma omp parallel num_threads(threads) if (rows * in4 >= PARALLEL_QUANTIZE_BYTES)
+  if (channel_major) {
+#pragma omp for schedule(static)
+    for (int64_t t0 = 0; t0 < steps; t0 += 16)
+      transpose_steps(x, steps, width, channel_stride, t0, xt, peaks);
+  } else {
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < steps; t++) peaks[t] = step_peak(x + t * step_stride, width);
+  }
+  if (channel_major) x = xt, step_stride = width;
+  return multiply_windows(x, steps, width, step_stride, taps, gap, out, packed, w_sum128, s_w,
+                          bias, y, threads, scratch);
+}
+
+/* The entry point (int8_common.h): x (rows, in) float32 contiguous; packed weights as above.
+ * Each row is a window of one step. */
+KERNEL int int8_linear(const float *x, int64_t rows, int64_t in, int64_t out,
+                       const int8_t *packed, const int32_t *w_sum128, const float *s_w,
+                       const float *bias, float *y, int threads) {
+  return int8_linear_windows(x, rows, in, in, 1, 1, 1, out, packed, w_sum128, s_w, bias, y,
+                             threads);
 }

@@ -13,6 +13,7 @@
  * row of the batch (up to 8 at a time), so the weights are read from memory once per call.
  */
 #include <immintrin.h>
+#include <omp.h>
 
 #include "int8_common.h"
 
@@ -81,10 +82,14 @@ INLINE KERNEL void tile(int NR, const int16_t *q, int64_t in8, const int8_t *w, 
 
 /* Every row quantized into q, tile by tile (MAX_TILE_ROWS rows, the last one fewer): a tile of
  * nr rows starting at row r0 holds q[r0 + i][2 kg + t] at q + r0 in8 + 2 (kg nr + i) + t, the
- * pairs of its rows side by side. `row`: room for one row (in8). */
+ * pairs of its rows side by side. `row_buffers`: room for one row (in8) per thread:
+ * rows are quantized on every thread past PARALLEL_QUANTIZE_BYTES. */
 KERNEL static void quantize_rows(const float *x, int64_t rows, int64_t in, int64_t in8, int16_t *q,
-                                 int16_t *row, float *s_x) {
+                                 int16_t *row_buffers, float *s_x, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) \
+    if (rows * in8 >= PARALLEL_QUANTIZE_BYTES)
   for (int64_t r = 0; r < rows; r++) {
+    int16_t *row = row_buffers + omp_get_thread_num() * in8;
     int64_t r0 = r / MAX_TILE_ROWS * MAX_TILE_ROWS, i = r - r0;
     int64_t nr = rows - r0 < MAX_TILE_ROWS ? rows - r0 : MAX_TILE_ROWS;
     int16_t *tile_q = q + r0 * in8;
@@ -104,11 +109,11 @@ KERNEL int int8_linear_avx2(const float *x, int64_t rows, int64_t in, int64_t ou
                             const float *bias, float *y, int threads) {
   (void)w_sum128;
   int64_t in8 = (in + 7) / 8 * 8, blocks = (out + 7) / 8;
-  struct scratch *scratch = reserve(rows, (rows + 1) * in8 * (int64_t)sizeof(int16_t));
+  struct scratch *scratch = reserve(rows, (rows + threads) * in8 * (int64_t)sizeof(int16_t));
   if (!scratch) return -1;
   int16_t *q = scratch->q;
   float *s_x = scratch->s_x;
-  quantize_rows(x, rows, in, in8, q, q + rows * in8, s_x);
+  quantize_rows(x, rows, in, in8, q, q + rows * in8, s_x, threads);
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t ob = 0; ob < blocks; ob++) {
     const int8_t *w = packed + ob * in8 * 8;

@@ -39,7 +39,10 @@ from .decoder import CodecDecoder
 from .layers import CausalConv1d, CausalTransConv1d, ConvNeXtBlock
 
 # Narrower convs stay float: at 96 channels (11520 steps a 6-frame chunk) the int8 conv's
-# im2col copy and row quantization cost what the float conv does (~8 ms each, 1 thread)
+# im2col copy and row quantization cost what the float conv did (~8 ms each, 1 thread). Since
+# the kernel reads the windows in place the int8 k7 conv there is ~0.6x the float one (CPU time,
+# 1 thread, busy box: 4.8 vs 8.2 ms); lowering this changes the int8 decoder's audio, so it
+# waits for its own gate measurement.
 MIN_CONV_CHANNELS = 192
 MIN_AUDIO_SNR_DB = MIN_SQNR_DB  # the gate `auto` uses for the 8-bit layers, on the audio
 GATE_FRAMES = 16  # codes decoded for the gate: 1.3 s of audio, past every conv's history
