@@ -204,19 +204,26 @@ def main() -> None:
     four = int4_predictor(model.talker.code_predictor)
     report["int4_convert_s"] = time.perf_counter() - t0
     print(f"code predictor to int4 in {report['int4_convert_s']:.1f} s", flush=True)
+
+    def save() -> None:  # after each part: a run cut short keeps what it measured
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1))
+
     if "kernels" not in skip:
         cp = model.talker.cfg.code_predictor
         shapes = layer_shapes(cp.stack) + [(cp.vocab_size, cp.stack.hidden_size)]
         report["kernels"] = bench_kernels("code predictor pass", shapes, args.rounds, (1, 8))
+        save()
+    if "predictor" not in skip:
+        report["predictor"] = bench_predictor(model, four, args.rounds)
+        save()
+    if "gate" not in skip:
+        report["gate"] = bench_gate(args.checkpoint, model, four, args.frames)
+        save()
     if "talker" not in skip:
         shapes = layer_shapes(model.talker.cfg.stack)
         report["talker"] = bench_kernels("talker step", shapes, args.rounds, (1,))
-    if "predictor" not in skip:
-        report["predictor"] = bench_predictor(model, four, args.rounds)
-    if "gate" not in skip:
-        report["gate"] = bench_gate(args.checkpoint, model, four, args.frames)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
+        save()
 
 
 if __name__ == "__main__":

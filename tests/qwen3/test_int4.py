@@ -9,6 +9,7 @@ depend on the other rows; the fallback where the kernel does not run gives the s
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import pytest
@@ -191,3 +192,26 @@ def test_auto_keeps_an_8_bit_predictor_that_stays_in_cache():
     assert not any(isinstance(m, Int4Linear) for m in model.talker.modules())
     why = "stays in cache" if native.int4_linear() is not None else "no 4-bit kernel"
     assert why in model.format_decision
+
+
+@needs_kernel
+def test_auto_measures_the_gate_once_and_follows_it(monkeypatch, tmp_path):
+    """With the size bound lifted, `auto` runs the gate on the tiny checkpoint, keeps its
+    outcome, and a later load follows the kept outcome without measuring again."""
+    monkeypatch.setenv("TTS_CORE_CACHE", str(tmp_path))
+    monkeypatch.setattr(predictor_int4, "MIN_STREAMED_BYTES", 0)
+    first = load_model(TINY, quantize="auto", warm_chunks=())
+    if first.quantization is None:
+        pytest.skip("auto kept float here: no int8 to start 4 bits from")
+    (record,) = (tmp_path / "int4").iterdir()
+    holds = json.loads(record.read_text())["holds"]
+    four = any(isinstance(m, Int4Linear) for m in first.talker.code_predictor.modules())
+    assert four == holds and "int4 against int8: greedy codes" in first.format_decision
+
+    def never(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(predictor_int4, "compare_predictors", never)
+    second = load_model(TINY, quantize="auto", warm_chunks=())
+    again = any(isinstance(m, Int4Linear) for m in second.talker.code_predictor.modules())
+    assert again == holds and "(measured at an earlier load)" in second.format_decision

@@ -22,15 +22,20 @@ weights, never by timing; "int4" forces it (no gate), "int8" forbids it.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from ...quant import int4 as quant_int4
 from ...quant.int4 import int4_in_place
 from ...quant.linear import Int8Linear, sqnr_db
-from ..native import int4_linear
+from ..native import INT4_SOURCE, SOURCE_DIR, cache_root, int4_linear
 from .code_predictor import CodePredictor
 
 GATE_TEXT = (
@@ -159,23 +164,60 @@ def _forced(codes: torch.Tensor, chosen: list) -> Callable[[torch.Tensor], torch
 
 def predictor_format(model: Qwen3TTSModel, forced: bool) -> str:
     """Put the 4-bit code predictor in place where `forced` ("int4") or, for `auto`, where the
-    4-bit kernel runs and the gate holds on this checkpoint; returns the choice in words."""
+    4-bit kernel runs and the gate holds on this checkpoint; returns the choice in words. The
+    gate's outcome is kept (`gate_record`): a later load neither converts to measure nor runs it."""
     kernel = int4_linear() is not None
     if not forced and not kernel:
         return "code predictor int8 (no 4-bit kernel on this CPU)"
     streamed = _int8_bytes(model.talker.code_predictor)
     if not forced and streamed < MIN_STREAMED_BYTES:
         return f"code predictor int8 ({streamed / 1e6:.1f} MB: stays in cache)"
-    four = int4_predictor(model.talker.code_predictor)
-    if not forced:
-        agreement = compare_predictors(model, {"int4": four})[0]["int4"]
-        if not agreement.holds():
-            return (
-                f"code predictor int8 (int4 {agreement.describe()}: below "
-                f"{100 * MIN_CODE_AGREEMENT:g} % / {MIN_AUDIO_SNR_DB:g} dB)"
-            )
-        why = f"int4 {agreement.describe()} against int8"
-    else:
+    if forced:
         why = "int4 asked for" + ("" if kernel else " (no 4-bit kernel here: int8's speed)")
-    model.talker.code_predictor = four
+    else:
+        holds, why = _gate(model)
+        if not holds:
+            return f"code predictor int8 ({why})"
+    model.talker.code_predictor = int4_predictor(model.talker.code_predictor)
     return f"code predictor {why}"
+
+
+def _gate(model: Qwen3TTSModel) -> tuple[bool, str]:
+    """(whether the 4-bit predictor holds the gate, in words), measured now or kept earlier."""
+    record = gate_record(model)
+    if record is not None and record.is_file():
+        kept = json.loads(record.read_text())
+        return bool(kept["holds"]), f"{kept['why']} (measured at an earlier load)"
+    agreement = compare_predictors(model, {"int4": int4_predictor(model.talker.code_predictor)})
+    int4 = agreement[0]["int4"]
+    holds = int4.holds()
+    bounds = f"{100 * MIN_CODE_AGREEMENT:g} % and {MIN_AUDIO_SNR_DB:g} dB"
+    why = f"int4 against int8: {int4.describe()}; " + ("holds " if holds else "below ") + bounds
+    if record is not None:
+        try:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            scratch = record.with_suffix(f".{os.getpid()}.tmp")
+            scratch.write_text(json.dumps({"holds": holds, "why": why}))
+            os.replace(scratch, record)
+        except OSError:
+            pass  # not kept: the next load measures again
+    return holds, why
+
+
+def gate_record(model: Qwen3TTSModel) -> Path | None:
+    """Where the gate's outcome for this model is kept ($TTS_CORE_CACHE/int4/<key>.json; None
+    without a cache folder): the key hashes the code predictor's int8 buffers, the talker's
+    head (the run that drives the gate) and the code that measures and computes the format."""
+    try:
+        root = cache_root()
+    except RuntimeError:  # no home directory
+        return None
+    digest = hashlib.sha256()
+    for source in (Path(__file__), Path(quant_int4.__file__), SOURCE_DIR / INT4_SOURCE):
+        digest.update(source.read_bytes())
+    predictor = model.talker.code_predictor
+    tensors = [b for m in predictor.modules() if isinstance(m, Int8Linear) for b in m.buffers()]
+    for tensor in [*tensors, model.talker.codec_head.weight]:
+        if tensor is not None:
+            digest.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return root / "int4" / f"{digest.hexdigest()[:32]}.json"
