@@ -28,6 +28,7 @@ from tts_core.quant.int4 import (
 )
 from tts_core.quant.linear import int8_matmul_available
 
+from . import test_batching
 from .conftest import fixture_path
 
 pytestmark = pytest.mark.skipif(not int8_matmul_available(), reason="no int8 matmul here")
@@ -215,3 +216,9 @@ def test_auto_measures_the_gate_once_and_follows_it(monkeypatch, tmp_path):
     second = load_model(TINY, quantize="auto", warm_chunks=())
     again = any(isinstance(m, Int4Linear) for m in second.talker.code_predictor.modules())
     assert again == holds and "(measured at an earlier load)" in second.format_decision
+
+
+def test_eight_served_requests_with_the_4_bit_predictor_give_what_they_give_alone():
+    """The served engine's batch invariance, checked by test_batching's own test, with the
+    code predictor in 4 bits (the tiny checkpoint's o_proj layers: see above)."""
+    test_batching.test_eight_requests_in_a_batch_give_what_they_give_alone("qwen3-tiny-a", "int4")
