@@ -24,7 +24,10 @@ best calls of interleaved pairs; benchmarks/results/int4_bench-busy.json): one p
 code predictor's linears (5 layers + a head, 81.2 MB int8 / 43.4 MB int4) 1 row 1.80 -> 1.10 ms
 (0.61x; 45 -> 39 GB/s), 8 rows 2.11 -> 1.60 ms (0.76x); the talker's 28 layers at 1 row
 (443 / 237 MB) 37.7 -> 19.3 ms (0.51x; the median pair 0.53x). The 4-bit pass (43 MB) still
-exceeds the 32 MB L3, so it streams from memory as the 8-bit one does.
+exceeds the 32 MB L3, so it streams from memory as the 8-bit one does. The loaded 0.6B's code
+predictor, a frame's 15 passes on 1 thread (load 12; 2 threads wait on preempted OpenMP workers
+there): 1 row 112 -> 81 ms (median pair 0.72x, rounds 0.70-0.77), 8 rows 0.80x (0.74-0.84);
+results/int4_bench-predictor-1thread-busy.json. Converting its layers from int8: 1.3 s.
 
 Rounding (`quantize_int4`): per group, m is the smallest multiplier whose range holds the group's
 largest weight, or one less (its largest weights then clip to -8 / 7) where that gives the group
