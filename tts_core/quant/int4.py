@@ -17,7 +17,7 @@ row, an exact integer sum, ((float)sum * s_x) * s_w (+ bias). Hence
 
 The kernel (models/native/int4_linear.c, AVX-512 VNNI) unpacks nibbles to bytes, sums each group
 with vpdpbusd into int32 and adds m times that sum: integers, exact (|sum| < 2^31 for
-in < 8,000: 255 * 128 per product, see the kernel).
+in < 65,000: at most 255 * 128 per product, as for Int8Linear).
 
 Measured on the busy 2-core Zen 5 (load average 6-11, benchmarks/int4_bench.py, 2 threads,
 best calls of interleaved pairs; benchmarks/results/int4_bench-busy.json): one pass of the 0.6B
@@ -27,7 +27,7 @@ code predictor's linears (5 layers + a head, 81.2 MB int8 / 43.4 MB int4) 1 row 
 exceeds the 32 MB L3, so it streams from memory as the 8-bit one does. The loaded 0.6B's code
 predictor, a frame's 15 passes on 1 thread (load 12; 2 threads wait on preempted OpenMP workers
 there): 1 row 112 -> 81 ms (median pair 0.72x, rounds 0.70-0.77), 8 rows 0.80x (0.74-0.84);
-results/int4_bench-predictor-1thread-busy.json. Converting its layers from int8: 1.3 s.
+benchmarks/results/int4_bench-predictor-1thread-busy.json. Converting its layers from int8: 1.3 s.
 
 Rounding (`quantize_int4`): per group, m is the smallest multiplier whose range holds the group's
 largest weight, or one less (its largest weights then clip to -8 / 7) where that gives the group

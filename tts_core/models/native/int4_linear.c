@@ -3,7 +3,8 @@
  * the definition of int8_common.h over W_eff, bit for bit:
  *   y[r, o] = ((float)(sum_k q[r, k] * W_eff[o, k]) * s_x[r]) * s_w[o]  (+ bias[o])
  * the integer sum taken per group with vpdpbusd and then m times it added: exact in int32
- * (per group |sum| <= 32 * 255 * 8, times 16, times in / 32 groups < 2^31 for in < 8,000).
+ * (each product (q + 128) * W_eff is at most 255 * 128 in size, so every partial sum < 2^31
+ * for in < 65,000).
  *
  * vpdpbusd multiplies unsigned by signed bytes, so q is stored as q + 128 (1..255) and
  * w_sum128[o] = 128 * sum_k W_eff[o, k] is subtracted from each sum.
