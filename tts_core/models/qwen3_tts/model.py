@@ -671,9 +671,10 @@ def load_model(
 
     quantize: None/"none" keeps the weights in `dtype`; "int8" makes the talker's and the code
     predictor's layers 8-bit (CPU; see quantize.py); "int4" as "int8", then the code predictor
-    4-bit (int4.py); "auto" does so on a CPU where the int8
+    4-bit (int4.py); "auto" does as "int8" on a CPU where the int8
     matmul runs faster than the float layers (quant/speed.py) and every layer keeps
-    >= 30 dB SQNR on a calibration run, else keeps `dtype` (`model.format_decision` says why).
+    >= 30 dB SQNR on a calibration run, else keeps `dtype` (`model.format_decision` says why),
+    and makes the code predictor 4-bit where int4.py's gate holds on this checkpoint.
     `model.quantization` holds the report (None when not quantized). The outcome of "int8" and
     "auto" is saved at the first load and read by the next ones (quant/store.py: no calibration
     then; TTS_CORE_INT8_CACHE=0 turns it off).
