@@ -140,7 +140,7 @@ def test_load_model_switch(tiny_checkpoint: Path, monkeypatch):
     auto = load_model(tiny_checkpoint, quantize="auto").weight_format
     assert auto == ("int8" if int8_available() else "float32")  # no int8 matmul: float
     with pytest.raises(ValueError, match="one of"):
-        load_model(tiny_checkpoint, quantize="int4")
+        load_model(tiny_checkpoint, quantize="int2")  # "int4": the 4-bit code predictor
     with pytest.raises(ValueError, match="CPU path"):
         load_model(tiny_checkpoint, device="cuda", quantize="int8")
 

@@ -313,9 +313,44 @@ def int8_linear() -> Int8Kernel | None:
     return _chosen_int8_kernel()
 
 
+INT4_SOURCE = "int4_linear.c"  # AVX-512 VNNI only (../../quant/int4.py: the format)
+INT4_ISA = "avx512vnni"
+
+
+@functools.cache
+def int4_linear() -> ctypes._CFuncPtr | None:
+    """The 4-bit linear kernel (int4_linear.c), or None: native code off, not x86-64, no build,
+    no AVX-512 VNNI here, or TTS_CORE_NATIVE_ISA naming another kernel (then the 4-bit layers
+    run as Int8Linear over their effective int8 weights: the same numbers)."""
+    forced = os.environ.get(ISA_ENV, "").strip().lower()
+    if not enabled() or forced not in ("", INT4_ISA) or platform.machine().lower() not in X86:
+        return None
+    path = build(SOURCE_DIR / INT4_SOURCE)
+    try:
+        library = None if path is None else ctypes.CDLL(str(path))
+        supported = library is not None and library.int4_linear_supported()
+    except (OSError, AttributeError) as error:
+        log.warning("could not load %s (%s); 4-bit layers run as int8", path, error)
+        return None
+    if not supported:
+        return None
+    function = library.int4_linear
+    function.restype = ctypes.c_int
+    function.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        *[ctypes.c_void_p] * 6,
+        ctypes.c_int,
+    ]
+    return function
+
+
 def _forget_kernels() -> None:
     _chosen_int8_kernel.cache_clear()
     int8_kernel.cache_clear()
+    int4_linear.cache_clear()
 
 
 int8_linear.cache_clear = _forget_kernels  # type: ignore[attr-defined]

@@ -625,9 +625,11 @@ def load_model(
     serving/cuda_graphs.py; `model.stream` decodes eagerly; "off" / False: eager).
 
     quantize: None/"none" keeps the weights in `dtype`; "int8" makes the talker's and the code
-    predictor's layers 8-bit (CPU; see quantize.py); "auto" does so on a CPU where the int8
+    predictor's layers 8-bit (CPU; see quantize.py); "int4" as "int8", then the code predictor
+    4-bit (int4.py); "auto" does as "int8" on a CPU where the int8
     matmul runs faster than the float layers (quant/speed.py) and every layer keeps
-    >= 30 dB SQNR on a calibration run, else keeps `dtype` (`model.format_decision` says why).
+    >= 30 dB SQNR on a calibration run, else keeps `dtype` (`model.format_decision` says why),
+    and makes the code predictor 4-bit where int4.py's gate holds on this checkpoint.
     `model.quantization` holds the report (None when not quantized). The outcome of "int8" and
     "auto" is saved at the first load and read by the next ones (quant/store.py: no calibration
     then; TTS_CORE_INT8_CACHE=0 turns it off).
@@ -639,10 +641,15 @@ def load_model(
     from .serving.cuda_graphs import resolve_cuda_graphs
 
     graphs = resolve_cuda_graphs(cuda_graphs, device)  # a bad value fails before the load
-    mode = requested_mode(quantize)
+    four_bit = str(quantize).lower() == "int4"  # int8, the code predictor in 4 bits (int4.py)
+    mode = requested_mode("int8" if four_bit else quantize)
     why_not = why_not_int8(mode, device, "; on a GPU use dtype=torch.bfloat16")
     if mode != "none" and not why_not:
         model = _load_int8(name_or_path, device, dtype, auto=mode == "auto")
+        if model.quantization is not None and (four_bit or mode == "auto"):
+            from .int4 import predictor_format
+
+            model.format_decision += f"; {predictor_format(model, forced=four_bit)}"
     else:
         model = Qwen3TTSModel.from_pretrained(name_or_path, device=device, dtype=dtype)
         if why_not:
