@@ -10,7 +10,8 @@ requests one after another for the same built-in voice, streaming raw PCM (16-bi
 rate), and times each from the request to its first body byte and to its last. The first
 request of a voice also builds the voice prompt (reference codes, speaker embedding); later
 ones reuse it. RTF after the first byte = (last byte - first byte) / audio after the first
-chunk. Prints a table with the load average and the app's weight-format line, writes JSON.
+chunk. Prints a table with the load average, the app's weight-format line and how often its
+event loop woke (idle for 5 s, then while serving; `wakeups`), writes JSON.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ TEXT = (
     "The quick brown fox jumps over the lazy dog while the evening light fades slowly "
     "over the quiet harbour, and somewhere a radio plays an old song."
 )
+IDLE_SAMPLE_S = 5.0  # how long the idle app's event loop is watched before the requests
 READY_TIMEOUT_S = 900  # a hang detector for the first start of a 1.7B int8 model on 2 cores
 
 
@@ -42,6 +44,19 @@ def free_port() -> int:
 
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def wakeups(pid: int) -> tuple[int, float]:
+    """(voluntary context switches, perf_counter) of the app's main thread: its event loop.
+    Idle, Gradio's queue polling at 1 ms woke it ~900 times a second (app.py
+    GRADIO_QUEUE_POLL_S), each wake-up taking the GIL and a core from the model thread."""
+    status = Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines()
+    line = next(line for line in status if line.startswith("voluntary_ctxt_switches"))
+    return int(line.split()[1]), time.perf_counter()
+
+
+def wakeups_per_s(before: tuple[int, float], after: tuple[int, float]) -> float:
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def start_app(args: argparse.Namespace, port: int, log_path: Path) -> subprocess.Popen:
@@ -124,7 +139,14 @@ def main() -> None:
     try:
         start_s = time.perf_counter() - began
         info = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][-1]["info"]
+        idle = wakeups(app.pid)
+        time.sleep(IDLE_SAMPLE_S)
+        busy = wakeups(app.pid)
         runs = [one_request(url, seed, info["sample_rate"]) for seed in range(args.requests)]
+        loop_wakeups = {
+            "idle": wakeups_per_s(idle, busy),
+            "serving": wakeups_per_s(busy, wakeups(app.pid)),
+        }
     finally:
         app.terminate()
         app.wait(timeout=60)
@@ -140,6 +162,7 @@ def main() -> None:
         "load_average_before": load_before,
         "load_average_after": load_average(),
         "requests": runs,
+        "event_loop_wakeups_per_s": loop_wakeups,
     }
     print(
         f"model {args.model} {' '.join(args.env)} {' '.join(args.app_arg)}; ready after "
@@ -147,6 +170,10 @@ def main() -> None:
     )
     print(f"weights: {info.get('weight_format')} ({info.get('weight_format_reason')})")
     print(result["load_line"])
+    print(
+        f"the app's event loop woke {loop_wakeups['idle']:.0f} times a second idle, "
+        f"{loop_wakeups['serving']:.0f} while serving"
+    )
     print("| request | first byte ms | audio s | RTF after first byte | RTF whole |")
     print("|--:|--:|--:|--:|--:|")
     for i, run in enumerate(runs):

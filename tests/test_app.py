@@ -337,3 +337,14 @@ def test_plain_http_with_too_few_values_is_told_what_the_endpoint_takes(app_serv
         f"in this order: {names} (null: the default); got 2."
     )
     assert "Traceback" not in log_path.read_text()[logged:]
+
+
+def test_the_page_queue_lets_the_event_loop_sleep(tmp_path):
+    """Gradio's queue looks for page events every 1 ms while idle (progress every 10 ms): ~900
+    wake-ups a second of the app's event loop with no request at all, measured, each taking the
+    GIL and a core from the model thread. The app's queue looks every 20 ms (progress 100 ms)."""
+    import app
+
+    args = app.parse_args(["--model", "espeak", "--wait-for-model", "--voices-dir", str(tmp_path)])
+    queue = app.build_app(args)._queue
+    assert queue.sleep_when_free >= 0.02 and queue.progress_update_sleep_when_free >= 0.1
