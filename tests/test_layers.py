@@ -85,7 +85,7 @@ def without_faces(edges: dict[str, set[str]]) -> dict[str, set[str]]:
 
 def test_the_import_graph_is_read():
     edges = graph()
-    assert "tts_core.serving.engine" in edges["tts_core.serving.loop"]
+    assert "tts_core.serving.batch" in edges["tts_core.serving.loop"]
     assert "tts_core.models.qwen3_tts.config" in edges["tts_core.models.qwen3_tts.model"]
 
 
@@ -102,7 +102,7 @@ def test_the_engine_imports_no_model():
 
 
 def test_no_model_imports_the_served_loop():
-    """A model steps its own requests alone (serving.alone, serving.engine); the loop that serves
+    """A model steps its own requests alone (serving.alone, serving.batch); the loop that serves
     many (serving.loop, or the package's face, which loads it) and the thread placement of a
     served model's work (engine.model_thread) are the backend's."""
     edges = graph()

@@ -37,7 +37,7 @@ from tts_core.engine.admission import Admission
 from tts_core.engine.capabilities import Capabilities
 from tts_core.models.qwen3_tts.serving.fed import FedRequest
 from tts_core.server.voices import VoiceRegistry
-from tts_core.serving.engine import BatchEngine
+from tts_core.serving.batch import BatchEngine
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TEXT = "Two threads: the event loop and the model's."

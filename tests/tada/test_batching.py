@@ -22,7 +22,7 @@ from tts_core.models.tada.model import TadaModel
 from tts_core.models.tada.runner import TadaRunner
 from tts_core.models.tada.text import normalize_text
 from tts_core.serving.alone import InlineOutbox
-from tts_core.serving.engine import BatchEngine
+from tts_core.serving.batch import BatchEngine
 from tts_core.serving.loop import EngineLoop
 
 from .test_generate import TEXT, prompt_of

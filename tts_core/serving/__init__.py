@@ -2,7 +2,7 @@
 
 * request.py  `Request`: the books the engine keeps of every request (cadence, frame limit,
               pending frames, stop, outbox); a model's request subclasses it
-* engine.py   `BatchEngine`: one step = drop stopped -> admit -> one prefill chunk -> one
+* batch.py    `BatchEngine`: one step = drop stopped -> admit -> one prefill chunk -> one
               decode step of the rows; `StepModel`: what a model implements to plug in
 * loop.py     `EngineLoop`: the engine stepped on its own thread for a served model, `call`
               for the model's other work on that thread; `RequestStream` for the consumer
@@ -17,7 +17,7 @@ runner.py).
 """
 
 from .alone import InlineOutbox, run_alone
-from .engine import DEFAULT_PREFILL_CHUNK, FIRST_CHUNK_PRIORITY_FRAMES, BatchEngine, StepModel
+from .batch import DEFAULT_PREFILL_CHUNK, FIRST_CHUNK_PRIORITY_FRAMES, BatchEngine, StepModel
 from .loop import EngineLoop, RequestStream
 from .request import Request, Status
 

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .engine import BatchEngine
+from .batch import BatchEngine
 from .request import Request, Status
 
 

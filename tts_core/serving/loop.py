@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from ..engine.awaiting import wait_future
-from .engine import DEFAULT_PREFILL_CHUNK, BatchEngine, StepModel
+from .batch import DEFAULT_PREFILL_CHUNK, BatchEngine, StepModel
 from .request import Request
 
 log = logging.getLogger(__name__)

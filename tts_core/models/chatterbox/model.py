@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ...serving.alone import InlineOutbox, run_alone
-from ...serving.engine import BatchEngine
+from ...serving.batch import BatchEngine
 from ..checkpoint import CheckpointError
 from ..contract import SeededStream, reference_audio, refuse_unknown, resolve_seed
 from .checkpoint import (

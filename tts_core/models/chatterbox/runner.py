@@ -60,7 +60,7 @@ import torch
 
 from ...audio.cadence import Cadence
 from ...quant.linear import Int8Linear
-from ...serving.engine import BatchEngine
+from ...serving.batch import BatchEngine
 from ...serving.request import Request
 from .chunking import StreamChunking
 from .config import S3_VOCAB, STOP_SPEECH
@@ -169,7 +169,7 @@ class ChatterboxSequence(Request):
 
 
 class ChatterboxRunner:
-    """The engine's StepModel for either Chatterbox model (tts_core/serving/engine.py): the
+    """The engine's StepModel for either Chatterbox model (tts_core/serving/batch.py): the
     steps are the same, the rows' ChatterboxSequences carry what differs."""
 
     def __init__(self, model: ChatterboxModel, max_batch: int, s3gen_batching: str = "auto"):

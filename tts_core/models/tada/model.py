@@ -30,7 +30,7 @@ import torch
 from ...audio.cadence import Cadence
 from ...audio.sinc import resample
 from ...serving.alone import InlineOutbox, run_alone
-from ...serving.engine import BatchEngine
+from ...serving.batch import BatchEngine
 from ..contract import read_knobs
 from .alignment import token_alignment
 from .checkpoint import load_aligner, load_decoder, load_encoder, load_lm, resolve_folders

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ...audio.cadence import Cadence
-from ...serving.engine import BatchEngine
+from ...serving.batch import BatchEngine
 from ...serving.request import Request
 from .generate import SAMPLE_RATE, Frame, Generation, trim_samples
 from .streaming import StreamingDecoder
@@ -108,7 +108,7 @@ class TadaSequence(Request):
 
 
 class TadaRunner:
-    """The engine's StepModel for TADA (tts_core/serving/engine.py). `model`: the TadaModel
+    """The engine's StepModel for TADA (tts_core/serving/batch.py). `model`: the TadaModel
     whose `decoder` the rows' streaming decoders wrap (their LM is in each request)."""
 
     def __init__(self, model: Any, max_batch: int) -> None:

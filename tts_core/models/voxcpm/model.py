@@ -33,7 +33,7 @@ import torch
 
 from ...audio.cadence import Cadence
 from ...serving.alone import InlineOutbox, run_alone
-from ...serving.engine import BatchEngine
+from ...serving.batch import BatchEngine
 from ..contract import SeededStream, read_knobs, reference_audio, resolve_seed
 from .audiovae import AudioVAE
 from .checkpoint import load_model_state, resolve_folder

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from ...audio.cadence import Cadence
-from ...serving.engine import BatchEngine
+from ...serving.batch import BatchEngine
 from ...serving.request import Request, Status
 from ...serving.rows import rows_invariant
 from .network import DecodeState
@@ -107,7 +107,7 @@ class VoxSequence(Request):
 
 
 class VoxRunner:
-    """The engine's StepModel for VoxCPM2 (tts_core/serving/engine.py)."""
+    """The engine's StepModel for VoxCPM2 (tts_core/serving/batch.py)."""
 
     def __init__(self, model: Any, max_batch: int) -> None:
         """model: the VoxCPMModel whose steps these are (its public methods: prefill,

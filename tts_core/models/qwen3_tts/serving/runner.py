@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from ....quant.linear import rowwise
-from ....serving.engine import BatchEngine
+from ....serving.batch import BatchEngine
 from ...layers import rows_context
 from ..chunk import AudioChunk
 from ..prompt import step_input
