@@ -297,8 +297,9 @@ def test_a_window_below_its_minimum_is_refused(field: str) -> None:
 
 
 def test_the_passes_ramp_up_to_chunk_tokens() -> None:
-    """Early passes double (each after as many tokens as the stream has), then every
-    chunk_tokens; without the ramp, every chunk_tokens from the first."""
-    assert StreamChunking(12, 50).pass_points(200) == [12, 24, 48, 96, 146, 196]
+    """The second pass 2 first_tokens after the first, each later step ramp_growth (4) tokens
+    longer, up to chunk_tokens; without the ramp, every chunk_tokens from the first."""
+    assert StreamChunking(12, 50).pass_points(200) == [12, 36, 64, 96, 132, 172]
+    assert StreamChunking(12, 50).pass_points(400)[-3:] == [264, 314, 364]
     assert StreamChunking(12, 50, ramp=False).pass_points(200) == [12, 62, 112, 162]
     assert StreamChunking(10, 10).pass_points(35) == [10, 20, 30]
