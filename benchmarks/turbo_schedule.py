@@ -6,12 +6,13 @@ seconds + seconds per token, least squares over the non-first chunks) with the s
 default schedule is predicted to have at those costs, over streams of 60-400 tokens.
 
     .venv/bin/python benchmarks/turbo_schedule.py [--folder /tmp/chatterbox-turbo-real-random]
-        [--seeds 3,4,5] [--threads 2] [--variants default,doubling,first=10,growth=6]
+        [--seeds 3,4,5] [--threads 2] [--tokens 250] [--variants default,doubling,growth=6]
         [--json /tmp/turbo_schedule.json]
 
 Variants: `default` (StreamChunking()), `doubling` (the ramp before: each step as many tokens
 as the stream has, 12, 24, 48, 96, then every 50), `first=N`, `growth=N`, `chunk=N`. The
-machine is shared: `uptime` is printed with the figures; read them as ratios.
+machine is shared: `uptime` is printed with the figures; read them as ratios. Random weights
+do not stop on their own: each stream is cut at `--tokens` draws (250: 10 s of speech).
 """
 
 from __future__ import annotations
@@ -51,10 +52,13 @@ def chunking_for(variant: str):  # noqa: ANN201 - StreamChunking, imported late
     return StreamChunking(**{field: int(value)})
 
 
-def timed_stream(model, voice, text: str, seed: int, chunking) -> list[tuple[float, float, int]]:
+def timed_stream(model, voice, seed: int, chunking, tokens: int) -> list[tuple[float, float, int]]:
     """(arrival s, audio s, tokens) of each chunk of one stream."""
+    from served_bench import TEXT
+
     start, chunks = time.perf_counter(), []
-    for chunk in model.stream(text, voice, seed=seed, chunking=chunking):
+    stream = model.stream(TEXT, voice, seed=seed, chunking=chunking, max_new_tokens=tokens)
+    for chunk in stream:
         chunks.append((time.perf_counter() - start, len(chunk.audio) / 24000, chunk.tokens.numel()))
     return chunks
 
@@ -82,6 +86,7 @@ def main() -> None:
     parser.add_argument("--folder", default="/tmp/chatterbox-turbo-real-random")
     parser.add_argument("--seeds", default="3,4,5")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=250)
     parser.add_argument("--variants", default="default,doubling")
     parser.add_argument("--buffer", type=float, default=0.25)
     parser.add_argument("--json", type=Path)
@@ -89,7 +94,6 @@ def main() -> None:
 
     import soundfile as sf
     import torch
-    from served_bench import TEXT
 
     import tts_core
     from tts_core.models.chatterbox.chunking import chunk_timeline, stall_s
@@ -103,7 +107,7 @@ def main() -> None:
     results, by_variant = [], {v: [] for v in variants}
     for seed in (int(s) for s in args.seeds.split(",")):
         for variant in variants:  # interleaved: the machine's load falls on every variant
-            chunks = timed_stream(model, voice, TEXT, seed, chunking_for(variant))
+            chunks = timed_stream(model, voice, seed, chunking_for(variant), args.tokens)
             arrivals = [(at, audio) for at, audio, _ in chunks]
             audio = sum(a for _, a in arrivals)
             row = {
