@@ -102,7 +102,7 @@ def main() -> None:
     model = tts_core.load_model(args.folder, quantize="auto")
     clip, rate = sf.read(VOICE_CLIP, dtype="float32")
     voice = model.create_voice(clip, rate)
-    list(model.stream("Hello there.", voice, seed=1))  # warm: the voice's T3 prefix, kernels
+    list(model.stream("Hello there.", voice, seed=1, max_new_tokens=40))  # warm: T3 prefix, kernels
     variants = args.variants.split(",")
     results, by_variant = [], {v: [] for v in variants}
     for seed in (int(s) for s in args.seeds.split(",")):
