@@ -17,8 +17,8 @@ class StreamChunking:
     """How a stream cuts S3Gen's work. Defaults from benchmarks/chatterbox_stream_bench.py
     (BENCHMARKS.md): a pass bounded to the prompt's last 25 tokens and 10 tokens of left context
     costs ~90 tokens of flow work instead of prompt (up to 250) + every token so far; against
-    the whole pass, 37.8-46.8 dB with the ramp and 50-token passes (tiny; 41.9 real size) where
-    the unbounded stream has 38.2-52.6 (48.9). The first chunk holds first_tokens - holdback -
+    the whole pass, 38.9-48.6 dB with the ramp and 50-token passes (tiny; the doubling ramp
+    before: 37.8-48.6, 41.9 real size) where the unbounded stream has 38.2-52.6 (48.9). The first chunk holds first_tokens - holdback -
     hift_right / 2 tokens (5: 200 ms, under a 250 ms player buffer, so a player starts at the
     second chunk); the ramp (`next_pass`) is chosen by `stall_s` (benchmarks/turbo_schedule.py)."""
 
