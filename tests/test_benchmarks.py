@@ -387,3 +387,26 @@ def test_frame_floor_runs_end_to_end_on_the_tiny_checkpoint(tmp_path: Path, deco
         assert row["ratio"] == pytest.approx(row["ours_ms"] / row["floor_ms"])
     assert result["code_predictor_cache"]["pass_bytes"] > 0
     assert "| total |" in done.stdout
+
+
+def test_turbo_schedule_fits_the_costs_it_was_given() -> None:
+    """benchmarks/turbo_schedule.py's fit on chunks made by chunking.py's time model from
+    known costs: each later interval is exactly pass_s + token_s x its tokens, so least squares
+    gives them back to float rounding (1e-9), and the prefill is what the first chunk leaves."""
+    import turbo_schedule
+
+    from tts_core.models.chatterbox.chunking import StreamChunking, StreamCost, chunk_timeline
+
+    given = StreamCost(prefill_s=0.08, token_s=0.021, pass_s=0.33)
+    runs = []
+    for total in (90, 160, 250):
+        chunking = StreamChunking()
+        points = [*chunking.pass_points(total), total]
+        tokens = [b - a for a, b in zip([0, *points], points, strict=False)]
+        timeline = chunk_timeline(chunking, total, given)
+        runs.append([(at, audio, n) for (at, audio), n in zip(timeline, tokens, strict=True)])
+    fitted = turbo_schedule.fit_cost(runs)
+    for field in ("prefill_s", "token_s", "pass_s"):
+        assert getattr(fitted, field) == pytest.approx(getattr(given, field), abs=1e-9)
+    assert turbo_schedule.chunking_for("doubling").pass_points(100) == [12, 24, 48, 96]
+    assert turbo_schedule.chunking_for("growth=6").ramp_growth == 6

@@ -1,5 +1,7 @@
 """How a Chatterbox stream cuts its S3Gen work (`StreamChunking`): plain numbers, no torch, so
-the backends declare their knobs from these defaults without loading the model's code."""
+the backends declare their knobs from these defaults without loading the model's code. Beside
+it, what a listener hears of a schedule (`chunk_timeline`, `stall_s`): the condition the
+default ramp was chosen by."""
 
 from __future__ import annotations
 
@@ -7,16 +9,18 @@ from dataclasses import dataclass
 
 from .config import LOOKAHEAD
 
+TOKEN_SECONDS = 0.04  # audio per speech token: 2 mel frames of 480 samples at 24 kHz
+
 
 @dataclass(frozen=True)
 class StreamChunking:
     """How a stream cuts S3Gen's work. Defaults from benchmarks/chatterbox_stream_bench.py
     (BENCHMARKS.md): a pass bounded to the prompt's last 25 tokens and 10 tokens of left context
     costs ~90 tokens of flow work instead of prompt (up to 250) + every token so far; against
-    the whole pass, 37.8-46.8 dB with the ramp and 50-token passes (tiny; 41.9 real size) where
-    the unbounded stream has 38.2-52.6 (48.9). 50 tokens between passes halve the passes' cost
-    per second of audio against 25; the ramp (`next_pass`) makes the first ones come sooner.
-    The first chunk holds first_tokens - holdback - hift_right / 2 tokens (5: 200 ms)."""
+    the whole pass, 38.9-48.6 dB with the ramp and 50-token passes (tiny; the doubling ramp
+    before: 37.8-48.6, 41.9 real size) where the unbounded stream has 38.2-52.6 (48.9). The first chunk holds first_tokens - holdback -
+    hift_right / 2 tokens (5: 200 ms, under a 250 ms player buffer, so a player starts at the
+    second chunk); the ramp (`next_pass`) is chosen by `stall_s` (benchmarks/turbo_schedule.py)."""
 
     first_tokens: int = 12  # speech tokens before the first S3Gen pass
     chunk_tokens: int = 50  # speech tokens between later passes (after the ramp)
@@ -26,14 +30,20 @@ class StreamChunking:
     flow_prompt: int | None = 25  # prompt tokens (its last ones) a pass sees; None: all
     flow_context: int | None = 10  # emitted tokens a pass re-runs as left context; None: all
     ramp: bool = True  # early later-passes come sooner (next_pass)
+    ramp_growth: int = 4  # tokens each ramped step adds to the one before
 
     def next_pass(self, tokens: int) -> int:
-        """The token count of the pass after one made at `tokens`: chunk_tokens later, or
-        sooner while the stream is young (`ramp`: as many tokens as it has, so the early chunks
-        double, 12, 24, 48, ..., up to chunk_tokens: the first chunks come out while little
-        audio is queued ahead of them, the later ones cost fewer passes)."""
-        step = min(self.chunk_tokens, max(1, tokens)) if self.ramp else self.chunk_tokens
-        return tokens + step
+        """The token count of the pass after one made at `tokens` (a pass point). Ramped: the
+        second pass comes 2 first_tokens after the first (with the first chunk it is what a
+        player starts on, so it must outlast the third pass's fixed cost), and each later step
+        is `ramp_growth` tokens longer than the one before, up to chunk_tokens (a pass's fixed
+        cost is paid back by the audio of a long step: `stall_s`); unramped: chunk_tokens."""
+        if not self.ramp:
+            return tokens + self.chunk_tokens
+        point, step = self.first_tokens, 2 * self.first_tokens
+        while point <= tokens:
+            point, step = point + min(self.chunk_tokens, step), step + self.ramp_growth
+        return point
 
     def pass_points(self, total: int) -> list[int]:
         """The token counts of the non-final passes of a `total`-token stream."""
@@ -43,13 +53,65 @@ class StreamChunking:
             n = self.next_pass(n)
         return points
 
+    def emitted_tokens(self, tokens: int) -> int:
+        """Tokens' worth of audio handed out after a non-final pass at `tokens`: the last
+        holdback tokens' mel waits, and HiFT holds back hift_right frames of that."""
+        return max(0, tokens - self.holdback - self.hift_right // 2)
+
     def __post_init__(self) -> None:
         for name in ("flow_prompt", "flow_context"):
             value = getattr(self, name)
             if value is not None and value < (1 if name == "flow_prompt" else 0):
                 raise ValueError(f"{name} must be None or >= {1 if name == 'flow_prompt' else 0}")
+        if self.ramp_growth < 0:
+            raise ValueError("ramp_growth must be >= 0")
 
 
 # The whole-utterance pass (`generate(stream_noise=True)`, the streams' reference): one final
 # push over the whole prompt and every token.
 WHOLE_UTTERANCE = StreamChunking(flow_prompt=None, flow_context=None)
+
+
+@dataclass(frozen=True)
+class StreamCost:
+    """A stream's time on one machine: T3's prefill and each draw, and each S3Gen pass (flow
+    + HiFT) as a fixed part plus a part per new token; T3 and S3Gen run in turn."""
+
+    prefill_s: float
+    token_s: float
+    pass_s: float
+    pass_token_s: float = 0.0
+
+
+def chunk_timeline(
+    chunking: StreamChunking, total: int, cost: StreamCost, silence: int = 3
+) -> list[tuple[float, float]]:
+    """(arrival s, audio s) of each chunk of a `total`-token stream under `cost`; the final
+    pass adds `silence` tokens (model.py's silence) and hands out the rest."""
+    arrivals, clock, made, emitted = [], cost.prefill_s, 0, 0
+    for point in [*chunking.pass_points(total), total]:
+        clock += (point - made) * (cost.token_s + cost.pass_token_s) + cost.pass_s
+        upto = total + silence if point == total else chunking.emitted_tokens(point)
+        arrivals.append((clock, (upto - emitted) * TOKEN_SECONDS))
+        made, emitted = point, max(emitted, upto)
+    return arrivals
+
+
+def stall_s(arrivals: list[tuple[float, float]], buffer_s: float = 0.25) -> float:
+    """How long a player stalls in all, given (arrival s, audio s) in order: it starts at the
+    arrival that brings its buffer to `buffer_s` (the last one if never) and plays at real time;
+    chunk j must arrive by start + the audio before j + the stalls so far, so the total stall
+    is the largest lateness max_j(a_j - start - sum_{i<j} d_i), or 0 (benchmarks/
+    listeners_bench.py `playback` counts the same). Negative: the least time an arrival came
+    before the buffer ran dry (the schedule's margin)."""
+    buffered, start = 0.0, len(arrivals) - 1
+    for index, (_, audio) in enumerate(arrivals):
+        buffered += audio
+        if buffered >= buffer_s:
+            start = index
+            break
+    played_by, lateness = arrivals[start][0], []
+    for index in range(start + 1, len(arrivals)):
+        played_by += arrivals[index - 1][1] if index - 1 > start else buffered
+        lateness.append(arrivals[index][0] - played_by)
+    return max(lateness, default=0.0)
