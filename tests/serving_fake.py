@@ -8,12 +8,12 @@ import threading
 from collections.abc import Callable
 
 from tts_core.audio.cadence import Cadence
-from tts_core.serving import Request
+from tts_core.serving import Sequence
 
 CADENCE = Cadence(first=2, steady=3)
 
 
-class FakeRequest(Request):
+class FakeRequest(Sequence):
     """`wanted` frames, then the model's stop ("end"); a prompt of `prompt` positions; its
     decode raises at frame `fail_at`; `ready` cleared: it waits for input (text still to come);
     `size`: the runner's room it takes (cache blocks)."""

@@ -17,7 +17,7 @@ from tts_core.backends.neural import NeuralBackend
 from tts_core.engine.backend import Backend, ReferenceNeeds, SynthesisParams
 from tts_core.engine.errors import InputError
 from tts_core.engine.knobs import Knob
-from tts_core.serving import Request
+from tts_core.serving import Sequence
 
 
 @dataclass
@@ -33,20 +33,20 @@ class TickRunner:
 
     max_batch = 2
 
-    def admit(self, seq: Request) -> bool:
+    def admit(self, seq: Sequence) -> bool:
         return True
 
-    def prefill(self, seq: Request, positions: int) -> bool:
+    def prefill(self, seq: Sequence, positions: int) -> bool:
         return True
 
-    def decode(self, seqs: list[Request], out) -> None:  # noqa: ANN001
+    def decode(self, seqs: list[Sequence], out) -> None:  # noqa: ANN001
         for seq in seqs:
             out.emit(seq, seq.level, len(seqs), "done" if seq.frames + 1 == seq.length else None)
 
     def deliver(self, seq, frames, compute_s, stop_reason, batch) -> TickChunk:  # noqa: ANN001
         return TickChunk(np.array(frames, np.float32), len(frames), stop_reason, batch)
 
-    def release(self, seq: Request) -> None:
+    def release(self, seq: Sequence) -> None:
         pass
 
 
@@ -60,7 +60,7 @@ class TickModel:
     def request(self, text, voice, seed=None, level=1.0, first=1, every=1, should_stop=None):  # noqa: ANN001, ANN201
         if not text:
             raise ValueError("nothing to say")
-        seq = Request(Cadence(first, every), should_stop or (lambda: False), 100, "cap")
+        seq = Sequence(Cadence(first, every), should_stop or (lambda: False), 100, "cap")
         seq.length, seq.level = len(text), level * voice
         return seq
 

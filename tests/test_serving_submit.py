@@ -6,7 +6,7 @@ import threading
 import pytest
 
 from tts_core.audio.cadence import Cadence
-from tts_core.serving import EngineLoop, Request
+from tts_core.serving import EngineLoop, Sequence
 
 
 class CountingRunner:
@@ -32,11 +32,11 @@ class CountingRunner:
         pass
 
 
-def counting_request(frames: int, built_on: list) -> Request:
+def counting_request(frames: int, built_on: list) -> Sequence:
     if frames < 1:
         raise ValueError("frames must be >= 1")
     built_on.append(threading.current_thread().name)
-    seq = Request(Cadence(1, 2), lambda: False, limit=100, limit_reason="limit")
+    seq = Sequence(Cadence(1, 2), lambda: False, limit=100, limit_reason="limit")
     seq.wanted = frames
     return seq
 

@@ -27,7 +27,7 @@ from tts_core.backends.qwen3 import served_loop
 from tts_core.models.qwen3_tts.model import load_model
 from tts_core.models.qwen3_tts.serving.kv_arena import Span, SpanAllocator
 from tts_core.models.qwen3_tts.serving.runner import Qwen3Runner
-from tts_core.models.qwen3_tts.serving.sequence import Sequence
+from tts_core.models.qwen3_tts.serving.sequence import Qwen3Sequence
 from tts_core.serving import EngineLoop
 
 from .conftest import (
@@ -157,7 +157,7 @@ def test_each_row_of_a_batched_step_is_the_row_alone(name, weights):
     for i in range(4):
         text, voice, kwargs = request(i, name)
         prompt, settings = model.plan(text, voice, **kwargs)
-        seq = Sequence(model.talker, prompt, settings, voice, (2, 6), lambda: False)
+        seq = Qwen3Sequence(model.talker, prompt, settings, voice, (2, 6), lambda: False)
         assert runner.admit(seq) and runner.prefill(seq, 10_000)
         for frames in range(1, 1 + i):  # i frames out: rows at different positions, whose
             seq.frames = frames  # keys are written (the arena is never cleared)
@@ -167,7 +167,7 @@ def test_each_row_of_a_batched_step_is_the_row_alone(name, weights):
     embeds = torch.randn(4, 1, hidden, generator=torch.Generator().manual_seed(0))
     c0 = torch.tensor([5, 17, 300, 42])
 
-    def run(rows: list[Sequence], rows_embeds: torch.Tensor, rows_c0: torch.Tensor) -> tuple:
+    def run(rows: list[Qwen3Sequence], rows_embeds: torch.Tensor, rows_c0: torch.Tensor) -> tuple:
         seen: list[torch.Tensor] = []
 
         def choose(logits: torch.Tensor) -> torch.Tensor:
@@ -399,10 +399,10 @@ def test_a_joiner_steps_alone_until_its_first_chunk_and_changes_no_codes():
     name = "qwen3-tiny-a"
     model = served_model(name)
     scheduler = served_loop(model, max_batch=3)
-    steps: list[tuple[list[Sequence], list[Sequence]]] = []  # (stepped, decoding then)
+    steps: list[tuple[list[Qwen3Sequence], list[Qwen3Sequence]]] = []  # (stepped, decoding then)
     original = scheduler._decode_step
 
-    def recording(seqs: list[Sequence]) -> None:
+    def recording(seqs: list[Qwen3Sequence]) -> None:
         steps.append((list(seqs), list(scheduler._decoding)))
         original(seqs)
 
@@ -432,10 +432,10 @@ def test_a_joiner_steps_alone_until_its_first_chunk_and_changes_no_codes():
 
 def test_joiners_never_hold_the_running_rows_back_more_than_the_cap():
     """However many fresh rows there are, a full step comes after at most the cap."""
-    from tts_core.serving import engine as module
+    from tts_core.serving import batch as module
 
     scheduler = served_loop(served_model("qwen3-tiny-a"), max_batch=4)
-    row = {"input_ready": True}  # what every Request has (serving/request.py)
+    row = {"input_ready": True}  # what every Sequence has (serving/sequence.py)
     running = type("Row", (), {**row, "before_first_chunk": False, "frames": 10})()
     fresh = [type("Row", (), {**row, "before_first_chunk": True, "frames": 0})() for _ in range(3)]
     scheduler._decoding = [running, *fresh]

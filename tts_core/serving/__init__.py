@@ -1,7 +1,7 @@
 """The one decode engine every neural model runs on (nano-vllm's engine/ shape), model-agnostic.
 
-* request.py  `Request`: the books the engine keeps of every request (cadence, frame limit,
-              pending frames, stop, outbox); a model's request subclasses it
+* sequence.py `Sequence`: the books the engine keeps of every request (cadence, frame limit,
+              pending frames, stop, outbox); a model's row subclasses it
 * batch.py    `BatchEngine`: one step = drop stopped -> admit -> one prefill chunk -> one
               decode step of the rows; `StepModel`: what a model implements to plug in
 * loop.py     `EngineLoop`: the engine stepped on its own thread for a served model, `call`
@@ -19,7 +19,7 @@ runner.py).
 from .alone import InlineOutbox, run_alone
 from .batch import DEFAULT_PREFILL_CHUNK, FIRST_CHUNK_PRIORITY_FRAMES, BatchEngine, StepModel
 from .loop import EngineLoop, RequestStream
-from .request import Request, Status
+from .sequence import Sequence, Status
 
 __all__ = [
     "DEFAULT_PREFILL_CHUNK",
@@ -27,7 +27,7 @@ __all__ = [
     "BatchEngine",
     "EngineLoop",
     "InlineOutbox",
-    "Request",
+    "Sequence",
     "RequestStream",
     "Status",
     "StepModel",

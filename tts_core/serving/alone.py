@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .batch import BatchEngine
-from .request import Request, Status
+from .sequence import Sequence, Status
 
 
 class InlineOutbox:
@@ -29,7 +29,7 @@ class InlineOutbox:
         self.ended, self.error = True, error
 
 
-def run_alone(make_engine: Callable[[], BatchEngine], seq: Request) -> Iterator[Any]:
+def run_alone(make_engine: Callable[[], BatchEngine], seq: Sequence) -> Iterator[Any]:
     """What `seq` hands out (chunks; lists of frames for `audio=False`), stepped on the thread
     that iterates by the private engine `make_engine()` (one row, made for this request, whose
     step raises its errors: `isolate_failures=False`) made at the first `next()`. `seq` must
@@ -40,7 +40,7 @@ def run_alone(make_engine: Callable[[], BatchEngine], seq: Request) -> Iterator[
     return _stepped_alone(make_engine, seq)
 
 
-def _stepped_alone(make_engine: Callable[[], BatchEngine], seq: Request) -> Iterator[Any]:
+def _stepped_alone(make_engine: Callable[[], BatchEngine], seq: Sequence) -> Iterator[Any]:
     engine = make_engine()
     engine.add(seq)
     outbox: InlineOutbox = seq.outbox

@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .request import Request, Status
+from .sequence import Sequence, Status
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +80,13 @@ class BatchEngine:
         self.max_batch = runner.max_batch
         self.prefill_chunk = int(prefill_chunk)
         self.isolate_failures = isolate_failures
-        self._waiting: deque[Request] = deque()
-        self._prefilling: list[Request] = []
-        self._decoding: list[Request] = []
+        self._waiting: deque[Sequence] = deque()
+        self._prefilling: list[Sequence] = []
+        self._decoding: list[Sequence] = []
         self._cond = threading.Condition()  # guards _waiting (requests arrive from any thread)
         self._held_back = 0  # consecutive steps that left running rows out (priority steps)
 
-    def add(self, seq: Request) -> None:
+    def add(self, seq: Sequence) -> None:
         """Queue a request (any thread); it joins at a step when a row is free."""
         with self._cond:
             self._waiting.append(seq)
@@ -127,8 +127,8 @@ class BatchEngine:
             return True
         return any(seq.input_ready or seq.cancelled.is_set() for seq in self._decoding)
 
-    def _rows_to_step(self) -> list[Request]:
-        """The rows whose input is there (`Request.input_ready`; the others wait, holding their
+    def _rows_to_step(self) -> list[Sequence]:
+        """The rows whose input is there (`Sequence.input_ready`; the others wait, holding their
         cache and state); of those, rows before their first chunk alone (see
         FIRST_CHUNK_PRIORITY_FRAMES), else all."""
         # (getattr: rows that are not Requests, e.g. the test doubles of the priority test, are
@@ -146,7 +146,7 @@ class BatchEngine:
         self._held_back = 0
         return ready
 
-    def _guarded(self, seqs: list[Request], work: Callable[[list[Request]], None]) -> None:
+    def _guarded(self, seqs: list[Sequence], work: Callable[[list[Sequence]], None]) -> None:
         """Run `work`; if it raises, the rows it touched fail with the error, the rest go on."""
         if not self.isolate_failures:
             work(seqs)
@@ -192,17 +192,17 @@ class BatchEngine:
             seq.status = Status.PREFILL
             self._prefilling.append(seq)
 
-    def _prefill(self, seqs: list[Request]) -> None:
+    def _prefill(self, seqs: list[Sequence]) -> None:
         seq = seqs[0]
         if self.runner.prefill(seq, self.prefill_chunk):
             self._prefilling.remove(seq)
             seq.status = Status.DECODING
             self._decoding.append(seq)
 
-    def _decode_step(self, seqs: list[Request]) -> None:
+    def _decode_step(self, seqs: list[Sequence]) -> None:
         self.runner.decode(seqs, self)
 
-    def emit(self, seq: Request, frame: Any, batch: int, stop_reason: str | None = None) -> None:
+    def emit(self, seq: Sequence, frame: Any, batch: int, stop_reason: str | None = None) -> None:
         """One row's outcome of a decode step: its new `frame` (made in a batch of `batch`
         rows), or None when it ends without one; `stop_reason`: the model ended it (after the
         frame, if any). The frame limit ends it too; a due chunk is handed out now."""
@@ -215,14 +215,14 @@ class BatchEngine:
         elif seq.chunk_due:
             self._deliver(seq, None)
 
-    def _deliver(self, seq: Request, stop_reason: str | None) -> None:
+    def _deliver(self, seq: Sequence, stop_reason: str | None) -> None:
         """The pending frames as the next chunk; with a stop reason it is the last."""
         frames, waited_s, batch = seq.take_chunk()
         seq.outbox.put(self.runner.deliver(seq, frames, waited_s, stop_reason, batch))
         if stop_reason is not None:
             self._finish(seq)
 
-    def _finish(self, seq: Request, failure: BaseException | None = None) -> None:
+    def _finish(self, seq: Sequence, failure: BaseException | None = None) -> None:
         """Take `seq` out of the batch, free its row, and end its stream (with `failure`
         raised to its consumer)."""
         for group in (self._prefilling, self._decoding):

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..engine.awaiting import wait_future
 from .batch import DEFAULT_PREFILL_CHUNK, BatchEngine, StepModel
-from .request import Request
+from .sequence import Sequence
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class EngineLoop(BatchEngine):
         runner: StepModel,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
         thread_name: str = "tts-scheduler",
-        make_request: Callable[..., Request] | None = None,
+        make_request: Callable[..., Sequence] | None = None,
     ) -> None:
         """make_request: what `submit` calls (on the loop thread) with its arguments to build a
         checked request. The loop thread starts on first use, so a loop never used holds no
@@ -56,7 +56,7 @@ class EngineLoop(BatchEngine):
             raise TypeError("this loop was made without make_request: use enqueue")
         return self.enqueue(self.call(self._make_request, *args, **kwargs))
 
-    def enqueue(self, seq: Request) -> RequestStream:
+    def enqueue(self, seq: Sequence) -> RequestStream:
         """Queue a checked request; its chunks come through the returned stream."""
         with self._cond:
             if self._closed:
@@ -67,7 +67,7 @@ class EngineLoop(BatchEngine):
         return RequestStream(seq, self._cond)
 
     def wake(self) -> None:
-        """Input arrived for a waiting row (Request.input_ready): step again (any thread)."""
+        """Input arrived for a waiting row (Sequence.input_ready): step again (any thread)."""
         with self._cond:
             self._cond.notify_all()
 
@@ -142,7 +142,7 @@ class RequestStream:
     """The chunks of one enqueued request, in order. Closing it (or dropping it) stops the
     request: the loop frees its row at its next step."""
 
-    def __init__(self, seq: Request, wake: threading.Condition) -> None:
+    def __init__(self, seq: Sequence, wake: threading.Condition) -> None:
         self._seq = seq
         self._wake = wake
         self._closed = False

@@ -145,7 +145,7 @@ class S3GenSpeech:
 
     def request(self, *args: Any, **kwargs: Any) -> ChatterboxSequence:
         """A checked request (ValueError when it cannot run) of `stream`'s arguments (no knobs
-        by name, seed an int) plus `should_stop` and `outbox` (serving/request.py's)."""
+        by name, seed an int) plus `should_stop` and `outbox` (serving/sequence.py's)."""
         return self.request_type(self, *args, **kwargs)
 
     def run_alone(self, request: ChatterboxSequence) -> Iterator[ChatterboxChunk]:

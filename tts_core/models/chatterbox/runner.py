@@ -61,7 +61,7 @@ import torch
 from ...audio.cadence import Cadence
 from ...quant.linear import Int8Linear
 from ...serving.batch import BatchEngine
-from ...serving.request import Request
+from ...serving.sequence import Sequence
 from .chunking import StreamChunking
 from .config import S3_VOCAB, STOP_SPEECH
 from .padded_s3gen import padded_s3gen_exact, padded_s3gen_push
@@ -90,7 +90,7 @@ class ChatterboxChunk:
     batch_size: int = 1  # the most rows stepped together while its draws were made
 
 
-class ChatterboxSequence(Request):
+class ChatterboxSequence(Sequence):
     """One request of either Chatterbox model: voice, seed, chunking, its T3 draw generator
     (made at prefill, caches inside), the stream's pre-drawn S3Gen noise and state. A model's
     request subclasses it with its T3 call (`open_draws`), its STOP rule and its final pass."""

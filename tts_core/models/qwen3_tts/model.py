@@ -55,7 +55,7 @@ from .prompt import (
 )
 from .serving.fed import FedSequence
 from .serving.runner import DEFAULT_POSITIONS_PER_ROW, Qwen3Runner
-from .serving.sequence import Sequence
+from .serving.sequence import Qwen3Sequence
 from .text_tokenizer import TextTokenizer
 from .voice import Voice
 
@@ -315,7 +315,7 @@ class Qwen3TTSModel:
         """The (G,) int64 code frames of a planned request (`plan`), without audio: the same
         engine as `stream`, on the calling thread, and no codec needed (calibration, accuracy
         runs). Closing the generator frees the request's caches at once."""
-        seq = Sequence(
+        seq = Qwen3Sequence(
             self.talker,
             prompt,
             settings,
@@ -336,7 +336,7 @@ class Qwen3TTSModel:
 
         return frames()
 
-    def _stepped_alone(self, seq: Sequence) -> Iterator[Any]:
+    def _stepped_alone(self, seq: Qwen3Sequence) -> Iterator[Any]:
         """What `seq` hands out, stepped on the thread that iterates by a private one-row
         engine (`Qwen3Runner.alone`) made at the first `next()`; its size is checked against
         the talker now. `seq` must have been made with an InlineOutbox."""
@@ -364,7 +364,7 @@ class Qwen3TTSModel:
         cache_positions: int | None = None,
         outbox: Any = None,
         **knobs: Any,
-    ) -> Sequence:
+    ) -> Qwen3Sequence:
         """A checked request for the engine (ValueError / TypeError now, as `stream`), whose
         chunks are AudioChunks: a served EngineLoop's `make_request`, run on its thread.
         cache_positions: the served runner's arena (`runner.capacity`): a prompt it cannot
@@ -374,7 +374,9 @@ class Qwen3TTSModel:
         prompt, settings = self._plan(text, voice, language, chosen, seed)
         self._codec()  # no codec: fail now, not at the first chunk
         stop = should_stop or _never
-        seq = Sequence(self.talker, prompt, settings, voice, chosen.cadence(), stop, outbox=outbox)
+        seq = Qwen3Sequence(
+            self.talker, prompt, settings, voice, chosen.cadence(), stop, outbox=outbox
+        )
         return seq.fit(cache_positions)
 
     def plan(

@@ -30,7 +30,7 @@ import torch
 
 from ...audio.cadence import Cadence
 from ...serving.batch import BatchEngine
-from ...serving.request import Request
+from ...serving.sequence import Sequence
 from .generate import SAMPLE_RATE, Frame, Generation, trim_samples
 from .streaming import StreamingDecoder
 
@@ -59,7 +59,7 @@ class FrameChunk:
     stop_reason: str | None
 
 
-class TadaSequence(Request):
+class TadaSequence(Sequence):
     """One TADA request: its generation (prompt, options, generator), decoder window settings,
     and while it runs its streaming decoder state, the samples of leading silence still to drop
     and the last token's duration (the decoder's tail block)."""

@@ -33,8 +33,8 @@ import torch
 
 from ...audio.cadence import Cadence
 from ...serving.batch import BatchEngine
-from ...serving.request import Request, Status
 from ...serving.rows import rows_invariant
+from ...serving.sequence import Sequence, Status
 from .network import DecodeState
 from .voice import Voice
 
@@ -69,7 +69,7 @@ class PatchChunk:
     stop_reason: str | None
 
 
-class VoxSequence(Request):
+class VoxSequence(Sequence):
     """One VoxCPM2 request: prompt, voice, sampling (seed -> its own generator, cfg value,
     diffusion steps), and while it runs its LM caches and hidden states, last patch, pending LM
     step and VAE decoder state. The frame limit is the prompt's length cap."""

@@ -36,7 +36,7 @@ from .static_step import (
 
 if TYPE_CHECKING:
     from ..talker import Talker
-    from .sequence import Sequence
+    from .sequence import Qwen3Sequence
 
 log = logging.getLogger(__name__)
 WARMUP_STEPS = 3
@@ -138,7 +138,9 @@ class GraphedStep:
         return Bucket(buffers, step, graph, outputs)
 
     @torch.inference_mode()
-    def run(self, seqs: list[Sequence], embeds: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+    def run(
+        self, seqs: list[Qwen3Sequence], embeds: torch.Tensor
+    ) -> tuple[list[int], torch.Tensor]:
         """embeds (R, 1, H) after each row's last frame -> (c0 ids of the R rows, their codes
         1..G-1 (R, G-1)): one step of the rows' bucket."""
         rows = len(seqs)
@@ -147,7 +149,7 @@ class GraphedStep:
         out = bucket()
         return out.c0[:rows].tolist(), out.codes[:rows].clone()  # .tolist(): the one sync
 
-    def _fill(self, buffers: StepBuffers, seqs: list[Sequence], embeds: torch.Tensor) -> None:
+    def _fill(self, buffers: StepBuffers, seqs: list[Qwen3Sequence], embeds: torch.Tensor) -> None:
         rows, size = len(seqs), buffers.slots.shape[0]
         pad = [self.arena.cache.scratch] * (size - rows)
         buffers.embeds[:rows].copy_(embeds)
@@ -172,7 +174,7 @@ class GraphedStep:
             )
 
 
-def penalty_window(seq: Sequence) -> torch.Tensor:
+def penalty_window(seq: Qwen3Sequence) -> torch.Tensor:
     """(1, n) the c0 ids the row's repetition penalty reads now (TalkerSampler's window)."""
     history = seq.history[:, : seq.frames]
     window = seq.settings.penalty_window

@@ -30,7 +30,7 @@ from ....audio.cadence import Cadence
 from ....engine.awaiting import Condition
 from ..decode_settings import length_cap_frames
 from ..text_feed import TextFeed
-from .sequence import Sequence
+from .sequence import Qwen3Sequence
 
 if TYPE_CHECKING:
     from ..voice import Voice
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 _DONE = None  # in a FedSequence's arrivals: the text is complete
 
 
-class FedSequence(Sequence):
-    """A Sequence whose trailing text vectors arrive while it runs."""
+class FedSequence(Qwen3Sequence):
+    """A Qwen3Sequence whose trailing text vectors arrive while it runs."""
 
     def __init__(self, *args: Any, text_tokens: int, length_cap: bool, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

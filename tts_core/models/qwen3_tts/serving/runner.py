@@ -36,7 +36,7 @@ from ..sampling import draw_rows
 from .cuda_graphs import GraphedStep, SlotArena, capture_or_none
 from .fed import FedSequence
 from .kv_arena import KVArena, RequestKV, Span
-from .sequence import Sequence, Status
+from .sequence import Qwen3Sequence, Status
 
 DEFAULT_POSITIONS_PER_ROW = 1024  # arena size per row of --max-batch: ~80 s of audio per row
 
@@ -71,7 +71,7 @@ class Qwen3Runner:
         self.by_row = model.quantization is not None
 
     @classmethod
-    def alone(cls, model: Any, seq: Sequence) -> BatchEngine:
+    def alone(cls, model: Any, seq: Qwen3Sequence) -> BatchEngine:
         """`model.stream`'s private engine for `seq`: one row whose talker cache is made for it
         (prompt + frame limit positions) and released with it, the whole prompt in one prefill
         call (nothing else waits for it), the step's errors raised to the caller."""
@@ -84,7 +84,7 @@ class Qwen3Runner:
         return self.arena.capacity
 
     # ------------------------------------------------------------------ a row's resources
-    def admit(self, seq: Sequence) -> bool:
+    def admit(self, seq: Qwen3Sequence) -> bool:
         """Give `seq` its span and decoder state; False when the arena has no room yet."""
         span = self.arena.allocate(seq.fit(self.capacity).positions_needed())
         if span is None:
@@ -97,14 +97,14 @@ class Qwen3Runner:
         seq.admit(span, self.arena.caches(span), state)
         return True
 
-    def release(self, seq: Sequence) -> None:
+    def release(self, seq: Qwen3Sequence) -> None:
         span: Span | None = seq.release()
         if span is not None:
             self.arena.free(span)
 
     # ------------------------------------------------------------------ the batched calls
     @torch.inference_mode()
-    def prefill(self, seq: Sequence, positions: int) -> bool:
+    def prefill(self, seq: Qwen3Sequence, positions: int) -> bool:
         """Run up to `positions` more prompt positions of `seq`; True when its prompt is done
         (its first logits and hidden are then set)."""
         start = seq.prefilled
@@ -118,7 +118,7 @@ class Qwen3Runner:
 
     @torch.inference_mode()
     def predict(
-        self, seqs: list[Sequence], c0: torch.Tensor, choose: Callable[..., torch.Tensor]
+        self, seqs: list[Qwen3Sequence], c0: torch.Tensor, choose: Callable[..., torch.Tensor]
     ) -> torch.Tensor:
         """c0 (R,) of the rows' next frames -> their codes 1..G-1, (R, G-1) int64."""
         rows = len(seqs)
@@ -131,7 +131,7 @@ class Qwen3Runner:
         return predictor.predict(hidden, c0_embed, caches, choose, by_row=self.by_row)
 
     @torch.inference_mode()
-    def talker_step(self, seqs: list[Sequence], embeds: torch.Tensor) -> None:
+    def talker_step(self, seqs: list[Qwen3Sequence], embeds: torch.Tensor) -> None:
         """embeds (R, 1, H), row r after seqs[r]'s last frame -> each row's next logits/hidden."""
         positions = [seq.next_position for seq in seqs]
         ctx = rows_context([seq.caches for seq in seqs], positions)
@@ -143,7 +143,7 @@ class Qwen3Runner:
 
     # ------------------------------------------------------------------ a decode step
     @torch.inference_mode()
-    def decode(self, seqs: list[Sequence], out: BatchEngine) -> None:
+    def decode(self, seqs: list[Qwen3Sequence], out: BatchEngine) -> None:
         if self.graphs is not None and all(seq.awaiting_step is not None for seq in seqs):
             return self._decode_graphed(seqs, out)
         behind = [seq for seq in seqs if seq.awaiting_step is not None]
@@ -166,7 +166,7 @@ class Qwen3Runner:
         codes = self.predict(going, c0, _row_chooser(going))
         _emit_frames(out, list(enumerate(going)), c0, codes)
 
-    def _decode_graphed(self, seqs: list[Sequence], out: BatchEngine) -> None:
+    def _decode_graphed(self, seqs: list[Qwen3Sequence], out: BatchEngine) -> None:
         """The same step as `decode` by one replay of the captured static step (CUDA): talker
         step, c0 and the predictor for every row; a row whose c0 stops discards its codes."""
         inputs = [self._step_input(seq) for seq in seqs]
@@ -180,7 +180,7 @@ class Qwen3Runner:
                 going.append((row, seq))
         _emit_frames(out, going, torch.tensor(c0s, device=codes.device), codes)
 
-    def _step_input(self, seq: Sequence) -> torch.Tensor:
+    def _step_input(self, seq: Qwen3Sequence) -> torch.Tensor:
         """The talker's input for `seq`'s last frame (index frames - 1)."""
         special = self.model.special
         if isinstance(seq, FedSequence):  # text that arrived since its last step
@@ -190,7 +190,7 @@ class Qwen3Runner:
 
     def deliver(
         self,
-        seq: Sequence,
+        seq: Qwen3Sequence,
         frames: list[torch.Tensor],
         compute_s: float,
         stop_reason: str | None,
@@ -204,7 +204,7 @@ class Qwen3Runner:
 
 
 def _emit_frames(
-    out: BatchEngine, going: list[tuple[int, Sequence]], c0: torch.Tensor, codes: torch.Tensor
+    out: BatchEngine, going: list[tuple[int, Qwen3Sequence]], c0: torch.Tensor, codes: torch.Tensor
 ) -> None:
     """Each going row's frame (its c0 and codes at its `row`) to the engine; a row still
     decoding (not ended at its limit) has its talker step pending on that frame."""
@@ -215,7 +215,7 @@ def _emit_frames(
             seq.awaiting_step = frame
 
 
-def _row_chooser(seqs: list[Sequence]) -> Callable[[torch.Tensor], torch.Tensor]:
+def _row_chooser(seqs: list[Qwen3Sequence]) -> Callable[[torch.Tensor], torch.Tensor]:
     """(R, V) logits of one code-predictor pass -> (R,) ids, each row with its own sampling
     parameters and generator (draw_rows: the same ids as each row drawn alone)."""
     params = [seq.settings.subtalker for seq in seqs]

@@ -1,6 +1,6 @@
 """One Qwen3-TTS request inside the engine: everything that differs from row to row.
 
-On top of the engine's books (tts_core/serving/request.py: cadence, frame limit, pending frames,
+On top of the engine's books (tts_core/serving/sequence.py: cadence, frame limit, pending frames,
 stop, outbox): its own prompt and position, sampling parameters, random generator, c0 history
 (repetition penalty), stop ids, span of the KV cache and codec-decoder state. A request made
 with `audio=False` (`model.frames`) has no decoder state: its outbox receives lists of code
@@ -15,17 +15,17 @@ import torch
 
 from ....audio.cadence import Cadence
 from ....engine.handoff import Handoff
-from ....serving.request import Request, Status
+from ....serving.sequence import Sequence, Status
 from ..decode_settings import DecodeSettings, stop_id_tensor, talker_sampler
 from ..prompt import Prompt
 from ..sampling import make_generator
 from ..talker import Talker
 from .kv_arena import Span
 
-__all__ = ["Sequence", "Status"]
+__all__ = ["Qwen3Sequence", "Status"]
 
 
-class Sequence(Request):
+class Qwen3Sequence(Sequence):
     def __init__(
         self,
         talker: Talker,
@@ -64,7 +64,7 @@ class Sequence(Request):
     def positions_needed(self) -> int:
         return self.prompt_len + max(self.limit, 1)
 
-    def fit(self, capacity: int | None) -> Sequence:
+    def fit(self, capacity: int | None) -> Qwen3Sequence:
         """This request held to a cache of `capacity` positions (None: one made for it): its
         frame limit shortened so prompt + frames fit; ValueError when not even one frame does."""
         if capacity is None:

@@ -1,7 +1,7 @@
 """What the engine keeps of every request, whatever the model: its place in the engine, its
 frame limit, chunk cadence and pending frames, how it is stopped and where its chunks go.
 
-A model's own request (Qwen3's `Sequence`, VoxCPM2's `VoxSequence`) subclasses `Request` and adds
+A model's own row (Qwen3's `Qwen3Sequence`, VoxCPM2's `VoxSequence`) subclasses `Sequence` and adds
 its prompt, sampling state, cache and decoder state. The stepping thread (the loop's, or the
 caller's for `model.stream`) owns every field except `cancelled` and the outbox, which the
 consumer uses to stop the request and to read its chunks.
@@ -26,7 +26,7 @@ class Status(enum.Enum):
     DONE = "done"
 
 
-class Request:
+class Sequence:
     def __init__(
         self,
         cadence: Cadence,
