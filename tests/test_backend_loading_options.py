@@ -131,3 +131,23 @@ def test_one_load_reads_config_json_once(folder):
     assert notice is None
     assert reads == 1
     backend.loop.close()
+
+
+def test_quantize_int4_reaches_the_model(monkeypatch):
+    """--quantize int4 (the app's choice of the 4-bit code predictor) reaches load_model: the
+    predictor's layers are 4-bit and the decision says it was asked for."""
+    needs(QWEN3)
+    from tts_core.quant.int4 import Int4Linear
+
+    monkeypatch.setattr(app, "warm_builtin_voices", lambda engine: None)
+    args = app.parse_args(
+        ["--model", str(QWEN3), "--device", "cpu", "--quantize", "int4", "--no-fallback"]
+    )
+    engine = app.build_engine(args, lambda *a, **k: None)
+    try:
+        model = engine.backend.model
+        predictor = model.talker.code_predictor
+        assert any(isinstance(m, Int4Linear) for m in predictor.modules())
+        assert "code predictor int4 asked for" in model.format_decision
+    finally:
+        engine.backend.loop.close()
