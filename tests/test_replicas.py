@@ -189,10 +189,13 @@ def test_a_client_that_goes_away_frees_the_replicas_slot(replicas):
 
 
 def test_without_replicas_nothing_of_ray_is_imported(tmp_path):
-    """The extra is optional: an app without --replicas (page, routes, engine) never loads it."""
+    """The extra is optional: an app without --replicas (page, routes, engine) never loads it.
+    The model is loaded before the script ends (--wait-for-model): a background load still in
+    a C++ call when the interpreter exits aborts it (pthread_exit through a noexcept frame:
+    "terminate called without an active exception", seen once on a loaded CI box)."""
     code = (
         "import sys, app\n"
-        "args = app.parse_args(['--model', 'espeak'])\n"
+        "args = app.parse_args(['--model', 'espeak', '--wait-for-model'])\n"
         "engine = app.build_engine(args, lambda *a, **k: None)\n"
         "demo = app.build_app(args)\n"
         "import tts_core.server.openai_api\n"
