@@ -34,7 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINT = ROOT / "tests" / "fixtures" / "qwen3-tiny-a"
 CLIP = ROOT / "tests" / "fixtures" / "ref_clip_24k.wav"
 TEXTS = [f"Request number {i} for the replicas." for i in range(8)]
-LONG = "A much longer request, so that it is still speaking when its replica is stopped. " * 2
+# long enough that it is still speaking when its replica is stopped, or when its client goes
+# away after the first bytes (twice the sentence finished first once on a loaded box)
+LONG = "A much longer request, so that it is still speaking when its replica is stopped. " * 8
 # --max-batch 1: each replica decodes one request at a time, so what is compared is the path
 # through Ray, not the engine's batch invariance (which rests on the BLAS giving a request's
 # rows the same bits in any batch, serving/rows.py: a random check, and seen to differ in the

@@ -5,15 +5,19 @@ does not depend on how fast the machine is; every wait has HANG_S as a hang dete
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from serving_fake import FakeRequest, FakeRunner, expected_chunks
 
 from tts_core.serving import EngineLoop
+
+ROOT = Path(__file__).resolve().parents[1]
 
 HANG_S = 30.0  # only a stuck loop takes this long; every wait below ends on an event
 THREAD = "tts-serving-test"
@@ -161,3 +165,32 @@ def test_closing_the_loop_ends_every_request_without_a_final_chunk():
     assert sorted(runner.released) == [1, 2] and runner.admitted == [1]
     with pytest.raises(RuntimeError, match="closed"):
         loop.enqueue(FakeRequest(3))
+
+
+def test_a_loop_left_running_is_stopped_at_interpreter_exit(tmp_path):
+    """A script that ends without closing its loop: the loop's thread is stopped and joined at
+    exit (atexit), before the interpreter cuts daemon threads off, since one cut off inside a
+    torch op aborts the process ("terminate called without an active exception", -6). Seen by
+    an exit hook registered before the loop module's, so it runs after it."""
+    import subprocess
+
+    code = (
+        "import atexit, threading\n"
+        "atexit.register(lambda: print('left', [t.name for t in threading.enumerate()"
+        " if t.name == 'test-loop']))\n"
+        "from serving_fake import FakeRunner\n"
+        "from tts_core.serving import EngineLoop\n"
+        "loop = EngineLoop(FakeRunner(), thread_name='test-loop')\n"
+        "loop.call(lambda: None)\n"
+        "print('running', [t.name for t in threading.enumerate() if t.name == 'test-loop'])\n"
+    )
+    tests = str(Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([tests, str(ROOT)])},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["running ['test-loop']", "left []"], done.stdout

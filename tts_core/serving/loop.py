@@ -16,8 +16,10 @@ run one parallel op, even with that thread idle.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -28,6 +30,18 @@ from .batch import DEFAULT_PREFILL_CHUNK, BatchEngine, StepModel
 from .sequence import Sequence
 
 log = logging.getLogger(__name__)
+
+# Loops whose thread runs: stopped at interpreter exit, before daemon threads are cut off. A
+# loop thread still inside a torch op then would be ended by pthread_exit unwinding through a
+# C++ noexcept frame: "terminate called without an active exception", exit status -6 (seen
+# when a script exited right after its last request, on a loaded box).
+_RUNNING: weakref.WeakSet[EngineLoop] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running_loops() -> None:
+    for loop in list(_RUNNING):
+        loop.close()
 
 
 class EngineLoop(BatchEngine):
@@ -99,6 +113,7 @@ class EngineLoop(BatchEngine):
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name=self._thread_name, daemon=True)
             self._thread.start()
+            _RUNNING.add(self)
 
     def _has_work(self) -> bool:
         return bool(self._calls) or self.has_work()
