@@ -16,39 +16,18 @@
  * so one 64-byte load gives two vpdpbusd steps (16 channels x 4 inputs each) after masking. The
  * weights are read once per call whatever the number of rows (up to 8 rows share each load).
  */
-#include <immintrin.h>
+#include "int8_avx512.h"
 
-#include "int8_common.h"
-
-#define KERNEL __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 #define GROUP 32
 
-int int4_linear_supported(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-}
+int int4_linear_supported(void) { return avx512vnni_supported(); }
 
-/* One row: s_x and q + 128 (in is a multiple of GROUP: no padding). NaN anywhere -> s_x = NaN,
- * as int8_linear.c's quantize_row (the same steps). */
+/* One row: s_x and q + 128 (in is a multiple of GROUP: no padding), as int8_linear.c's
+ * quantize_window quantizes a one-step row (the same steps). */
 KERNEL static void quantize_row(const float *x, int64_t in, uint8_t *q, float *s_x) {
-  __m512 peak = _mm512_setzero_ps();
-  __mmask16 nan = 0;
-  for (int64_t k = 0; k < in; k += 16) {
-    __m512 v = _mm512_loadu_ps(x + k);
-    peak = _mm512_max_ps(peak, _mm512_abs_ps(v));
-    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  }
-  float scale = row_scale(_mm512_reduce_max_ps(peak), nan != 0);
-  *s_x = scale;
-  __m512 s = _mm512_set1_ps(scale);
-  __m512i offset = _mm512_set1_epi32(128);
-  for (int64_t k = 0; k < in; k += 16) {
-    __m512 v = _mm512_div_ps(_mm512_loadu_ps(x + k), s);
-    v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(v), offset);
-    _mm_storeu_si128((__m128i *)(q + k), _mm512_cvtepi32_epi8(u));
-  }
+  float peak = step_peak(x, in);
+  *s_x = row_scale(peak, peak != peak);
+  quantize_segment(x, in, _mm512_set1_ps(*s_x), q);
 }
 
 /* NR rows x 16 output channels over all groups. */
@@ -81,18 +60,7 @@ INLINE KERNEL void tile(int NR, const uint8_t *q, int64_t in, const uint8_t *nib
     for (int i = 0; i < NR; i++)
       acc[i] = _mm512_add_epi32(acc[i], _mm512_mullo_epi32(_mm512_add_epi32(lo[i], hi[i]), m));
   }
-  int64_t valid = out - o0;
-  __mmask16 mk = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
-  __m512i sums = _mm512_maskz_loadu_epi32(mk, w_sum128 + o0);
-  __m512 scale_w = _mm512_maskz_loadu_ps(mk, s_w + o0);
-  __m512 b = bias ? _mm512_maskz_loadu_ps(mk, bias + o0) : _mm512_setzero_ps();
-  for (int i = 0; i < NR; i++) {
-    __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[i], sums));
-    v = _mm512_mul_ps(v, _mm512_set1_ps(s_x[i]));
-    v = _mm512_mul_ps(v, scale_w);
-    if (bias) v = _mm512_add_ps(v, b);
-    _mm512_mask_storeu_ps(y + i * out + o0, mk, v);
-  }
+  store_outputs(NR, acc, s_x, w_sum128, s_w, bias, y, out, o0);
 }
 
 /* x (rows, in) float32 contiguous, in a multiple of GROUP; nibbles, mult as above; w_sum128,

@@ -15,50 +15,9 @@
  * thread, with the same arithmetic per row as int8_linear (its one-tap case): no k-fold float
  * im2col copy.
  */
-#include <immintrin.h>
+#include "int8_avx512.h"
 
-#include "int8_common.h"
-
-#define KERNEL __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
-
-int int8_linear_supported(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-}
-
-/* A step's peak |x| over its `width` floats, NaN where it holds a NaN: a row's peak is the
- * max of its steps' peaks (a conv's window reads `taps` steps), exact: max rounds nothing. */
-KERNEL static float step_peak(const float *x, int64_t width) {
-  __m512 peak = _mm512_setzero_ps();
-  __mmask16 nan = 0;
-  int64_t k = 0;
-  for (; k + 16 <= width; k += 16) {
-    __m512 v = _mm512_loadu_ps(x + k);
-    peak = _mm512_max_ps(peak, _mm512_abs_ps(v));
-    nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-  }
-  if (k < width) {
-    __mmask16 m = (__mmask16)((1u << (width - k)) - 1);
-    __m512 v = _mm512_maskz_loadu_ps(m, x + k);
-    peak = _mm512_max_ps(peak, _mm512_abs_ps(v));
-    nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
-  }
-  return nan ? NAN : _mm512_reduce_max_ps(peak);
-}
-
-/* q + 128 of `width` floats at scale s. A NaN quotient converts to 0x80000000, whose low byte
- * + 128 is 128: a zero, as quantize_scalar gives. */
-KERNEL static void quantize_segment(const float *x, int64_t width, __m512 s, uint8_t *q) {
-  const __m512i offset = _mm512_set1_epi32(128);
-  for (int64_t k = 0; k < width; k += 16) {
-    __mmask16 m = width - k >= 16 ? 0xFFFF : (__mmask16)((1u << (width - k)) - 1);
-    __m512 v = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + k), s);
-    v = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512i u = _mm512_add_epi32(_mm512_cvtps_epi32(v), offset);
-    _mm_mask_storeu_epi8(q + k, m, _mm512_cvtepi32_epi8(u));
-  }
-}
+int int8_linear_supported(void) { return avx512vnni_supported(); }
 
 /* Row t, the window of steps t, t + gap, ..., t + (taps - 1) gap of x (steps, width; steps
  * `stride` floats apart) laid end to end: its s_x from the steps' peaks, and q + 128 padded with
@@ -111,20 +70,8 @@ INLINE KERNEL void tile(int NR, int NB, const uint8_t *q, int64_t in4, const int
       for (int h = 0; h < NB; h++) acc[h][i] = _mm512_dpbusd_epi32(acc[h][i], a, wv[h]);
     }
   }
-  for (int h = 0; h < NB; h++) {
-    int64_t ob = o0 + 16 * h, valid = out - ob;
-    __mmask16 m = valid >= 16 ? 0xFFFF : (__mmask16)((1u << valid) - 1);
-    __m512i sums = _mm512_maskz_loadu_epi32(m, w_sum128 + ob);
-    __m512 scale_w = _mm512_maskz_loadu_ps(m, s_w + ob);
-    __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + ob) : _mm512_setzero_ps();
-    for (int i = 0; i < NR; i++) {
-      __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[h][i], sums));
-      v = _mm512_mul_ps(v, _mm512_set1_ps(s_x[i]));
-      v = _mm512_mul_ps(v, scale_w);
-      if (bias) v = _mm512_add_ps(v, b);
-      _mm512_mask_storeu_ps(y + i * out + ob, m, v);
-    }
-  }
+  store_outputs(NR, acc[0], s_x, w_sum128, s_w, bias, y, out, o0);
+  if (NB == 2) store_outputs(NR, acc[1], s_x, w_sum128, s_w, bias, y, out, o0 + 16);
 }
 
 /* 16 vectors of 16 floats transposed in registers: r[i][j] -> r[j][i]. */
