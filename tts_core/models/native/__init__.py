@@ -1,24 +1,21 @@
 """CPU kernels in C, compiled on first use with the machine's C compiler and loaded by ctypes.
 
 Each kernel has an exact pure-torch twin (tests hold them equal bit for bit), so a machine
-without a C compiler, or without the instructions a kernel needs, runs the same numbers
-more slowly. The shared library is built once per source (and the headers beside it) and
-compiler into `$TTS_CORE_CACHE` (default `~/.cache/tts_core`)/native and reused by later
-processes. Set TTS_CORE_NATIVE=0 to use the torch paths only.
+without a C compiler, or without the instructions a kernel needs, runs the same numbers more
+slowly. A library is built once per source, headers and compiler into `$TTS_CORE_CACHE`
+(default `~/.cache/tts_core`)/native. TTS_CORE_NATIVE=0: the torch paths only.
 
 Prebuilt kernels: `prebuild(directory)` compiles every kernel of this architecture into a
 directory, each file named by a hash of its source, headers and flags; a process whose
 TTS_CORE_NATIVE_PREBUILT names that directory loads them from there and needs no compiler (the
-container image builds them in a stage with gcc and ships only the .so files). A prebuilt file
-of other sources has another name and is never loaded; with none for this source, the compiler
-path above applies.
+container image ships only the .so files). A prebuilt file of other sources has another name
+and is never loaded.
 
 The 8-bit linear kernel comes in one C file per instruction set (int8_linear*.c), each built
-only when it is asked for; `int8_linear()` takes the best this CPU runs: on x86-64 AVX-512
-VNNI, then AVX-VNNI, then AVX2; on 64-bit ARM NEON with the dot product; else None (the torch
-path). TTS_CORE_NATIVE_ISA=avx512vnni|avxvnni|avx2|neon forces one (for tests and benchmarks
-on a CPU that has more; where the CPU lacks it: the torch path, with a warning),
-TTS_CORE_NATIVE_ISA=torch forces the torch path.
+only when it is asked for; `int8_linear()` takes the best this CPU runs (INT8_ISAS, best
+first), else None (the torch path). TTS_CORE_NATIVE_ISA=avx512vnni|avxvnni|avx2|neon forces one
+(where the CPU lacks it: the torch path, with a warning), TTS_CORE_NATIVE_ISA=torch the torch
+path.
 
 Kernels run on torch's own OpenMP threads: torch is imported first and has loaded its
 libgomp.so.1, which the dynamic linker then gives our library too (one thread pool, sized by
@@ -60,8 +57,12 @@ def cache_root() -> Path:
     return Path(os.environ.get("TTS_CORE_CACHE") or Path.home() / ".cache" / "tts_core")
 
 
-def cache_dir() -> Path:
-    return cache_root() / "native"
+def cache_path(*parts: str) -> Path | None:
+    """`cache_root()`/parts, or None where there is no home directory to default to."""
+    try:
+        return cache_root().joinpath(*parts)
+    except RuntimeError:
+        return None
 
 
 def compiler() -> str | None:
@@ -133,7 +134,7 @@ def build(source: Path) -> Path | None:
             [cc, "--version"], capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
         ).stdout
         key = hashlib.sha256(_source_bytes(source) + version.encode())
-        target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
+        target = cache_root() / "native" / f"{source.stem}-{key.hexdigest()[:16]}.so"
         if target.exists():
             return target
         _compile(cc, source, target)
@@ -161,46 +162,27 @@ class Int8Layout:
 @dataclass(frozen=True)
 class Int8Isa:
     name: str  # the TTS_CORE_NATIVE_ISA value
-    source: str  # C file in this folder
-    symbol: str  # entry point; `symbol`_supported checks the CPU
+    source: str  # C file in this folder, named as its entry point (`symbol`_supported: the CPU)
     layout: Int8Layout
     cpu_flags: tuple[str, ...]  # as /proc/cpuinfo names them (tests, reports)
     machines: tuple[str, ...]  # platform.machine() values (lower case) it can be built for
 
+    @property
+    def symbol(self) -> str:
+        return Path(self.source).stem
+
 
 X86 = ("x86_64", "amd64")
 ARM64 = ("aarch64", "arm64")
+AVX512VNNI = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")
 # best first: the order int8_linear() tries them in
 INT8_ISAS = {
     isa.name: isa
     for isa in (
-        Int8Isa(
-            "avx512vnni",
-            "int8_linear.c",
-            "int8_linear",
-            Int8Layout(16, 4, 4),
-            ("avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
-            X86,
-        ),
-        Int8Isa(
-            "avxvnni",
-            "int8_linear_avxvnni.c",
-            "int8_linear_avxvnni",
-            Int8Layout(8, 4, 8),
-            ("avx2", "avx_vnni"),
-            X86,
-        ),
-        Int8Isa(
-            "avx2", "int8_linear_avx2.c", "int8_linear_avx2", Int8Layout(8, 2, 8), ("avx2",), X86
-        ),
-        Int8Isa(
-            "neon",
-            "int8_linear_neon.c",
-            "int8_linear_neon",
-            Int8Layout(16, 4, 16),
-            ("asimddp",),
-            ARM64,
-        ),
+        Int8Isa("avx512vnni", "int8_linear.c", Int8Layout(16, 4, 4), AVX512VNNI, X86),
+        Int8Isa("avxvnni", "int8_linear_avxvnni.c", Int8Layout(8, 4, 8), ("avx2", "avx_vnni"), X86),
+        Int8Isa("avx2", "int8_linear_avx2.c", Int8Layout(8, 2, 8), ("avx2",), X86),
+        Int8Isa("neon", "int8_linear_neon.c", Int8Layout(16, 4, 16), ("asimddp",), ARM64),
     )
 }
 ISA_ENV = "TTS_CORE_NATIVE_ISA"
@@ -209,11 +191,8 @@ TORCH_ISA = "torch"  # TTS_CORE_NATIVE_ISA value: no kernel
 
 @dataclass(frozen=True)
 class Int8Kernel:
-    """One loaded 8-bit linear kernel; called as the C function (int8_common.h):
-    (x, rows, in, out, packed, w_sum128, s_w, bias or None, y, threads) -> 0 or -1. `windows`:
-    its entry over a conv's windows read in place (x, steps, width, step_stride, channel_stride,
-    taps, gap, out, ...), or
-    None where the kernel has none."""
+    """One loaded 8-bit linear kernel: `function` and `windows` (None where the kernel has no
+    entry over a conv's windows) are its C entry points (int8_common.h)."""
 
     isa: Int8Isa
     function: ctypes._CFuncPtr
@@ -223,7 +202,7 @@ class Int8Kernel:
     def layout(self) -> Int8Layout:
         return self.isa.layout
 
-    def __call__(self, *args: object) -> int:
+    def __call__(self, *args: object) -> int:  # benchmarks/membw.py
         return self.function(*args)
 
 
@@ -234,6 +213,38 @@ def int8_isas_here() -> list[str]:
     return [name for name, isa in INT8_ISAS.items() if machine in isa.machines]
 
 
+def _load(source: str, symbol: str, fallback: str) -> ctypes.CDLL | None:
+    """The library built from `source` where this CPU runs its `symbol` (`symbol`_supported()),
+    else None (logged with what runs instead, `fallback`)."""
+    path = build(SOURCE_DIR / source)
+    if path is None:
+        return None
+    try:
+        library = ctypes.CDLL(str(path))
+        supported = getattr(library, f"{symbol}_supported")()
+    except (OSError, AttributeError) as error:  # e.g. a damaged file in the cache
+        log.warning("could not load %s (%s); %s", path, error, fallback)
+        return None
+    if not supported:
+        log.info("this CPU lacks the instructions of %s; %s", source, fallback)
+        return None
+    return library
+
+
+def _entry(library: ctypes.CDLL, symbol: str, sizes: int, pointers: int) -> ctypes._CFuncPtr:
+    """`symbol` declared as int8_common.h's entry points: (x, `sizes` int64, `pointers` weight
+    and output pointers, threads) -> int."""
+    function = getattr(library, symbol)
+    function.restype = ctypes.c_int
+    function.argtypes = [
+        ctypes.c_void_p,
+        *[ctypes.c_int64] * sizes,
+        *[ctypes.c_void_p] * pointers,
+        ctypes.c_int,
+    ]
+    return function
+
+
 @functools.cache
 def int8_kernel(isa: str) -> Int8Kernel | None:
     """The 8-bit linear kernel for `isa` (a key of INT8_ISAS), built on first use; None where
@@ -242,36 +253,14 @@ def int8_kernel(isa: str) -> Int8Kernel | None:
     spec = INT8_ISAS[isa]
     if not enabled() or isa not in int8_isas_here():
         return None
-    path = build(SOURCE_DIR / spec.source)
-    if path is None:
+    library = _load(spec.source, spec.symbol, "using the torch path")
+    if library is None:
         return None
-    try:
-        library = ctypes.CDLL(str(path))
-        supported = getattr(library, f"{spec.symbol}_supported")()
-        function = getattr(library, spec.symbol)
-    except (OSError, AttributeError) as error:  # e.g. a damaged file in the cache
-        log.warning("could not load %s (%s); using the torch path", path, error)
-        return None
-    if not supported:
-        log.info("this CPU has no %s: its 8-bit kernel cannot run", isa)
-        return None
-    function.restype = ctypes.c_int
-    function.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-        ctypes.c_int,
-    ]
-    windows = getattr(library, f"{spec.symbol}_windows", None)  # a conv's rows read in place
-    if windows is not None:
-        windows.restype = ctypes.c_int
-        windows.argtypes = [function.argtypes[0], *[ctypes.c_int64] * 7, *function.argtypes[4:]]
+    # (x, rows, in, out, packed, w_sum128, s_w, bias, y, threads)
+    function = _entry(library, spec.symbol, 3, 5)
+    windows = None  # a conv's rows read in place: (x, steps, width, strides, taps, gap, out, ...)
+    if hasattr(library, f"{spec.symbol}_windows"):
+        windows = _entry(library, f"{spec.symbol}_windows", 7, 5)
     return Int8Kernel(spec, function, windows)
 
 
@@ -325,26 +314,9 @@ def int4_linear() -> ctypes._CFuncPtr | None:
     forced = os.environ.get(ISA_ENV, "").strip().lower()
     if not enabled() or forced not in ("", INT4_ISA) or platform.machine().lower() not in X86:
         return None
-    path = build(SOURCE_DIR / INT4_SOURCE)
-    try:
-        library = None if path is None else ctypes.CDLL(str(path))
-        supported = library is not None and library.int4_linear_supported()
-    except (OSError, AttributeError) as error:
-        log.warning("could not load %s (%s); 4-bit layers run as int8", path, error)
-        return None
-    if not supported:
-        return None
-    function = library.int4_linear
-    function.restype = ctypes.c_int
-    function.argtypes = [
-        ctypes.c_void_p,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        *[ctypes.c_void_p] * 6,
-        ctypes.c_int,
-    ]
-    return function
+    library = _load(INT4_SOURCE, "int4_linear", "4-bit layers run as int8")
+    # (x, rows, in, out, nibbles, mult, w_sum128, s_w, bias, y, threads)
+    return None if library is None else _entry(library, "int4_linear", 3, 6)
 
 
 def _forget_kernels() -> None:
