@@ -12,12 +12,9 @@ same windows as the whole-utterance pass, and the exact int32 sums give the same
 the same windows (no per-tensor scale that would depend on the chunk or on the batch).
 
 Where the native kernel has its windows entry (AVX-512 VNNI: int8_linear_windows) it reads
-those rows in the conv's input itself: each step's peak is taken once, each window quantized
-straight from the input (transposed 16 x 16 in the kernel where it comes channel-major), on every
-thread; the same arithmetic per row, so the same bits as the rows copied (tests/qwen3/
-test_codec_int8.py). Elsewhere the rows are copied (im2col) and go through Int8Linear. Measured
-on a busy 2-core Zen 5 (CPU time, 1 thread, the 6-frame chunk's k7 convs): in place 0.7-0.8x
-the copied rows' time.
+those rows in the conv's input itself, with the same arithmetic per row, so the same bits as the
+rows copied (im2col) through Int8Linear elsewhere (tests/qwen3/test_codec_int8.py); measured on
+a busy 2-core Zen 5 (the 6-frame chunk's k7 convs, 1 thread): 0.7-0.8x the copied rows' time.
 """
 
 from __future__ import annotations

@@ -19,15 +19,11 @@ The kernel (models/native/int4_linear.c, AVX-512 VNNI) unpacks nibbles to bytes,
 with vpdpbusd into int32 and adds m times that sum: integers, exact (|sum| < 2^31 for
 in < 65,000: at most 255 * 128 per product, as for Int8Linear).
 
-Measured on the busy 2-core Zen 5 (load average 6-11, benchmarks/int4_bench.py, 2 threads,
-best calls of interleaved pairs; benchmarks/results/int4_bench-busy.json): one pass of the 0.6B
-code predictor's linears (5 layers + a head, 81.2 MB int8 / 43.4 MB int4) 1 row 1.80 -> 1.10 ms
-(0.61x; 45 -> 39 GB/s), 8 rows 2.11 -> 1.60 ms (0.76x); the talker's 28 layers at 1 row
-(443 / 237 MB) 37.7 -> 19.3 ms (0.51x; the median pair 0.53x). The 4-bit pass (43 MB) still
-exceeds the 32 MB L3, so it streams from memory as the 8-bit one does. The loaded 0.6B's code
-predictor, a frame's 15 passes on 1 thread (load 12; 2 threads wait on preempted OpenMP workers
-there): 1 row 112 -> 81 ms (median pair 0.72x, rounds 0.70-0.77), 8 rows 0.80x (0.74-0.84);
-benchmarks/results/int4_bench-predictor-1thread-busy.json. Converting its layers from int8: 1.3 s.
+Measured on the busy 2-core Zen 5 (benchmarks/int4_bench.py, results/int4_bench-*.json): one
+pass of the 0.6B code predictor's linears (81 MB int8, 43 MB int4: both beyond the 32 MB
+L3) 0.61x the int8 time at 1 row, 0.76x at 8; the talker's 28 layers at 1 row 0.51x; the loaded
+0.6B's code predictor, a frame's 15 passes on 1 thread, 0.72x (112 -> 81 ms). Converting its
+layers from int8: 1.3 s.
 
 Rounding (`quantize_int4`): per group, m is the smallest multiplier whose range holds the group's
 largest weight, or one less (its largest weights then clip to -8 / 7) where that gives the group

@@ -15,8 +15,9 @@ import platform
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from torch import nn
@@ -60,12 +61,7 @@ class SpeedCheck:
         return f"int8 on {self.kernel} vs {self.float_dtype}: {times} a frame, {self.source}"
 
     def to_json(self) -> dict:
-        return {
-            "kernel": self.kernel,
-            "float_dtype": self.float_dtype,
-            "int8_ms": self.int8_ms,
-            "float_ms": self.float_ms,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "source"}
 
     @classmethod
     def from_json(cls, entry: dict, source: str) -> SpeedCheck:
@@ -118,7 +114,7 @@ def speed_check(target: Timed) -> SpeedCheck | None:
     if sum(s.layer_bytes(layer) for s in stacks for layer in s.layers) < MIN_TIMED_BYTES:
         return None
     key = _speed_key(target)
-    path = _speed_cache_path()
+    path = native.cache_path(SPEED_CACHE_FILE)
     cached = read_json(path).get(key) if path is not None else None
     if cached is not None:
         try:
@@ -131,7 +127,7 @@ def speed_check(target: Timed) -> SpeedCheck | None:
             break
         check = _best_of(check, measure_speed(target))
     if path is not None:
-        _write_json_entry(path, key, check.to_json())
+        update_json(path, lambda data: {**data, key: check.to_json()})
     return check
 
 
@@ -245,13 +241,6 @@ def _speed_key(target: Timed) -> str:
     )
 
 
-def _speed_cache_path() -> Path | None:
-    try:
-        return native.cache_root() / SPEED_CACHE_FILE
-    except RuntimeError:  # no home directory
-        return None
-
-
 def read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
@@ -260,15 +249,25 @@ def read_json(path: Path) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _write_json_entry(path: Path, key: str, entry: dict) -> None:
-    """Add one entry, written beside the file and renamed (readers never see half a file); a
-    cache that cannot be written is only logged: the next load measures again."""
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """`write` into a temp file beside `path`, then rename it over `path`: a reader sees the
+    old file or the new one, whole; writers at once each rename a whole file."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def update_json(path: Path, change: Callable[[dict], dict]) -> None:
+    """The JSON object in `path` (a cache: {} where unreadable) replaced by `change` of it,
+    written whole; a cache that cannot be written is only logged (it is made again)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = read_json(path)
-        data[key] = entry
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-            json.dump(data, f, indent=1)
-        os.replace(f.name, path)
+        text = json.dumps(change(read_json(path)), indent=1).encode()
+        write_atomically(path, lambda f: f.write(text))
     except OSError as error:
-        log.info("could not cache the int8 speed check in %s (%s)", path, error)
+        log.info("could not write %s (%s)", path, error)

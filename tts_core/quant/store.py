@@ -1,50 +1,43 @@
 """An int8 model, saved once, for any model: the first `quantize="int8" | "auto"` load
 calibrates and quantizes (quantize.py) and saves the outcome; later loads read it and skip the
 calibration run, SmoothQuant, the SQNR measurement, the rounding and (`auto`) the speed check.
-`load_int8` is that flow, written once; the model's Int8Target declares what is saved (its
-checkpoint's files, its int8 layers and folded float tensors, its calibration's constants).
+`load_int8` is that flow; the model's Int8Target declares what is saved.
 
 Where: `$TTS_CORE_CACHE` (default ~/.cache/tts_core)/int8/, one file per checkpoint, dtype,
 request and key: `<weights file sha256[:12]>-<dtype>-<int8|auto>-<key sha256[:16]>
-.safetensors` (the weights file: Qwen3-TTS's model.safetensors, Chatterbox's T3 file).
-`TTS_CORE_INT8_CACHE=0` turns it off (every load calibrates, nothing is read or written).
+.safetensors`. `TTS_CORE_INT8_CACHE=0` turns it off (every load calibrates, nothing is read or
+written).
 
 A file is a standard safetensors file:
-* metadata `report`: the QuantizationReport (per-layer SQNR, applied, the speed check, the
-  decision in words), so the model's report and the log say what they said at the first load;
-  `key`: everything the outcome depends on (below), compared in full on reading; `checksum`:
-  sha256 of the data, checked on reading;
-* where int8 was applied, each Int8Linear under the target's root module as
-  `<module>.weight_q` (out, in) int8, `.weight_scale` (out,) float32 and `.bias` float32, and
-  the float tensors SmoothQuant folded its scales into (the target's `saved_floats`: norms), in
-  their own dtype. A float decision of `auto` (int8 slower here, or a layer below the SQNR
-  bound) is a file with the report alone: it too skips the calibration.
-* The int8 weights are saved unpacked, (out, in) as `Int8Linear.int8_weight()` gives them, and
-  packed at load for the kernel that runs (native.Int8Layout: AVX-512 VNNI 16 x 4, AVX2 8 x 2,
-  NEON 16 x 4 padded to 16, ...; the torch._int_mm path reads the unpacked layout as it is).
-  The kernel is chosen per process (the CPU, TTS_CORE_NATIVE, TTS_CORE_NATIVE_ISA) while the
-  weights are the same for all: one file serves them all, and packing is one permuted copy per
-  layer as it is read (the whole int8 read and pack: ~1 s for the 0.6B's 0.53 GB).
+* metadata `report` (the QuantizationReport: the log says what it said at the first load),
+  `key` (everything the outcome depends on, compared in full on reading) and `checksum`
+  (sha256 of the data, checked on reading);
+* where int8 was applied, each Int8Linear under the target's root as `<module>.weight_q`
+  (out, in) int8, `.weight_scale` (out,) float32 and `.bias` float32, and the float tensors
+  SmoothQuant folded its scales into (`saved_floats`: norms) in their own dtype. A float
+  decision of `auto` is a file with the report alone: it too skips the calibration.
+* The int8 weights are saved unpacked, (out, in), and packed at load for the kernel that runs
+  (native.Int8Layout), which is chosen per process: one file serves every kernel, at one
+  permuted copy per layer (the whole int8 read and pack: ~1 s for the 0.6B's 0.53 GB).
 
 A model may read the file before its checkpoint (Qwen3-TTS does): the float projections it
 replaces are taken out of the storage-free module first (`SavedInt8.drop`), so they are neither
 allocated nor read, and the peak resident size stays below the float model's.
 
-A missing file is made; a truncated, garbled or corrupt file (checksum), or one whose key or
-tensors do not match, is ignored with a log line and made again. Files are written beside
-their final name and renamed (`os.replace`), so two processes starting at once both write a
-whole file and a reader only ever opens a whole one; the checksum also catches a file a crash
-left half written on disk (no fsync is paid: such a file is made again).
+A truncated, garbled or corrupt file, or one whose key or tensors do not match, is ignored with
+a log line and made again. Files are written beside their final name and renamed, so a reader
+only ever opens a whole one; the checksum catches a file a crash left half written (no fsync).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import logging
+import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -97,30 +90,20 @@ def enabled() -> bool:
 
 def folder() -> Path | None:
     """Where the files go; None where the store is off or there is no home directory."""
-    if not enabled():
-        return None
-    try:
-        return native.cache_root() / FOLDER
-    except RuntimeError:
-        return None
+    return native.cache_path(FOLDER) if enabled() else None
 
 
 # ------------------------------------------------------------------------------ the key
-# The checkpoint's identity is the sha256 of each of the target's `identity_files`: what the
-# quantized layers are computed from (weights, architecture, what the calibration run reads).
-# Anything cheaper can match a changed checkpoint: a fine-tune saved by the same code has the
-# same config, the same safetensors header and the same file sizes (only the values differ),
-# and a Hub etag or commit is a name in the Hub's cache folder, which a file edited or replaced
-# in place keeps. The full hash of a multi-GB model.safetensors costs about 0.55 s a GB (sha256
-# on the CPU's SHA instructions: 1.05 s for the 0.6B's 1.8 GB, 2.05 s for the 1.7B's 3.9 GB
-# from the page cache on the 2-core EPYC), paid once per file: it is remembered
-# in HASHES_FILE under the file's real path with its size, mtime, ctime, inode and device. A
-# write to the file changes its ctime, which only the kernel sets (no copy tool can set it
-# back, unlike the mtime), and a file replaced by another has another inode: a remembered hash
-# is never used for other contents. The file is stat'ed before and after hashing, and a hash
-# is remembered only if nothing changed meanwhile (a file still being written); only files of
-# HASH_MEMO_BYTES or more are remembered, whose hashing outlasts the kernel's timestamp tick
-# (a few ms), so a later write cannot share the remembered ctime.
+# The checkpoint's identity is the sha256 of each of the target's `identity_files`. Anything
+# cheaper can match a changed checkpoint: a fine-tune saved by the same code has the same
+# config, safetensors header and file sizes, and a Hub etag or commit is a folder name, which a
+# file edited in place keeps. The full hash costs ~0.55 s a GB (1.05 s for the 0.6B's 1.8 GB
+# on the 2-core EPYC), paid once per file: it is remembered in HASHES_FILE under the file's
+# real path with its size, mtime, ctime, inode and device. A write changes the ctime, which no
+# copy tool can set back, and a replaced file has another inode: a remembered hash is never
+# used for other contents. A hash is remembered only if the file's stat did not change while
+# it was hashed, and only for files of HASH_MEMO_BYTES or more, whose hashing outlasts the
+# kernel's timestamp tick (a later write cannot share the remembered ctime).
 def checkpoint_identity(folder: Path, names: Iterable[str], memo: Path | None) -> dict[str, str]:
     """{file name: sha256} of the checkpoint's files `names` that exist."""
     return {name: file_sha256(folder / name, memo) for name in names if (folder / name).is_file()}
@@ -140,8 +123,11 @@ def file_sha256(path: Path, memo: Path | None) -> str:
     ):
         return remembered["sha256"]
     digest = _hash_file(real)
-    if _identity_stat(real) == before:
-        _remember(memo, str(real), {**before, "sha256": digest})
+    if _identity_stat(real) == before:  # not written meanwhile (entries of deleted files go)
+        entry = {str(real): {**before, "sha256": digest}}
+        speed.update_json(
+            memo, lambda data: {p: e for p, e in data.items() if Path(p).exists()} | entry
+        )
     return digest
 
 
@@ -159,17 +145,6 @@ def _identity_stat(path: Path) -> dict[str, int]:
 def _hash_file(path: Path) -> str:
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _remember(memo: Path, real: str, entry: dict) -> None:
-    """Add one hash; entries of files that no longer exist are dropped (temp checkpoints)."""
-    data = {path: e for path, e in speed.read_json(memo).items() if Path(path).exists()}
-    data[real] = entry
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomically(memo, lambda f: f.write(json.dumps(data, indent=1).encode()))
-    except OSError as error:
-        log.info("could not remember the checkpoint hash in %s (%s)", memo, error)
 
 
 @functools.cache
@@ -238,31 +213,24 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 # ------------------------------------------------------------------------------ what is saved
+def _linear_tensors(name: str, out: int, inp: int, bias: bool) -> dict[str, tuple]:
+    """{tensor name: (dtype, shape)} of a saved Int8Linear at `name`."""
+    tensors = {
+        f"{name}.weight_q": (torch.int8, (out, inp)),
+        f"{name}.weight_scale": (torch.float32, (out,)),
+    }
+    return tensors | ({f"{name}.bias": (torch.float32, (out,))} if bias else {})
+
+
+@dataclass
 class Layout:
     """Every tensor a file of a target may hold, {name: (dtype, shape)}; the names it must hold
     where int8 was applied; each int8 module's tensor names (a file holds all of a module's or
     none: a layer that is optional may be absent)."""
 
-    def __init__(self) -> None:
-        self.allowed: dict[str, tuple[torch.dtype, tuple[int, ...]]] = {}
-        self.required: set[str] = set()
-        self.modules: dict[str, set[str]] = {}
-
-    def linear(self, name: str, out: int, inp: int, bias: bool, required: bool = True) -> None:
-        names = {
-            f"{name}.weight_q": (torch.int8, (out, inp)),
-            f"{name}.weight_scale": (torch.float32, (out,)),
-        }
-        if bias:
-            names[f"{name}.bias"] = (torch.float32, (out,))
-        self.allowed.update(names)
-        self.modules[name] = set(names)
-        if required:
-            self.required.update(names)
-
-    def tensor(self, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
-        self.allowed[name] = (dtype, tuple(shape))
-        self.required.add(name)
+    allowed: dict[str, tuple] = field(default_factory=dict)
+    required: set[str] = field(default_factory=set)
+    modules: dict[str, set[str]] = field(default_factory=dict)
 
 
 def layout_of(target: type[Int8Target], checkpoint: Path, dtype: torch.dtype) -> Layout:
@@ -274,16 +242,15 @@ def layout_of(target: type[Int8Target], checkpoint: Path, dtype: torch.dtype) ->
         storage_free = target.storage_free(checkpoint, dtype)
         planned = storage_free.plan({}, smooth=False).candidates
     for layer in planned:
-        out, inp = layer.weight.shape
-        layout.linear(
-            layer.path or layer.name,
-            out,
-            inp,
-            bias=layer.bias is not None,
-            required=layer.optional_bound is None,
-        )
-    for name, value in storage_free.saved_floats().items():
-        layout.tensor(name, value.dtype, tuple(value.shape))
+        name = layer.path or layer.name
+        tensors = _linear_tensors(name, *layer.weight.shape, bias=layer.bias is not None)
+        layout.allowed |= tensors
+        layout.modules[name] = set(tensors)
+        if layer.optional_bound is None:
+            layout.required |= set(tensors)
+    floats = {name: (v.dtype, tuple(v.shape)) for name, v in storage_free.saved_floats().items()}
+    layout.allowed |= floats
+    layout.required |= set(floats)
     return layout
 
 
@@ -318,15 +285,13 @@ def _saved_tensors(target: Int8Target) -> list[tuple[str, torch.dtype, tuple, Ca
     """(name, dtype, shape, make) of every tensor a file of this quantized target holds; `make`
     gives the tensor when it is written (unpacking one layer at a time)."""
     items = []
-    for name, module in target.root.named_modules():
-        if isinstance(module, Int8Linear):
-            out, inp = module.out_features, module.in_features
-            items.append((f"{name}.weight_q", torch.int8, (out, inp), module.int8_weight))
-            items.append(
-                (f"{name}.weight_scale", torch.float32, (out,), module.weight_scale.detach)
-            )
-            if module.bias is not None:
-                items.append((f"{name}.bias", torch.float32, (out,), module.bias.detach))
+    for name, m in target.root.named_modules():
+        if isinstance(m, Int8Linear):
+            out = m.out_features
+            items.append((f"{name}.weight_q", torch.int8, (out, m.in_features), m.int8_weight))
+            items.append((f"{name}.weight_scale", torch.float32, (out,), m.weight_scale.detach))
+            if m.bias is not None:
+                items.append((f"{name}.bias", torch.float32, (out,), m.bias.detach))
     for name, value in target.saved_floats().items():
         items.append((name, value.dtype, tuple(value.shape), value.detach))
     return items
@@ -340,8 +305,7 @@ class Int8Store:
         self, target: type[Int8Target], checkpoint: Path, dtype: torch.dtype, path: Path, key: dict
     ) -> None:
         self.target, self.checkpoint, self.dtype = target, checkpoint, dtype
-        self.path = path
-        self.key = key
+        self.path, self.key = path, key
         self.key_text = json.dumps(key, sort_keys=True)
 
     @classmethod
@@ -402,7 +366,8 @@ class Int8Store:
         except (StoreError, OSError, ValueError, KeyError, TypeError, AttributeError) as error:
             log.warning("ignoring the saved int8 model %s (%s); quantizing again", self.path, error)
             return None
-        _touch(self.path)  # most recently used: kept when the folder is pruned
+        with contextlib.suppress(OSError):
+            os.utime(self.path)  # most recently used: kept when the folder is pruned
         log.info("quantize: %s (saved in %s at an earlier load)", report.decision, self.path)
         return saved
 
@@ -419,7 +384,7 @@ class Int8Store:
         started = time.perf_counter()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(self.path, lambda f: _write_safetensors(f, items, metadata))
+            speed.write_atomically(self.path, lambda f: _write_safetensors(f, items, metadata))
         except OSError as error:
             log.info("could not save the int8 model in %s (%s)", self.path, error)
             return
@@ -472,13 +437,6 @@ class Int8Store:
             return True
 
 
-def _touch(path: Path) -> None:
-    try:
-        os.utime(path)
-    except OSError:
-        pass
-
-
 # ------------------------------------------------------------------------------ the file
 def _read_header(f: BinaryIO, size: int) -> tuple[dict, list, int]:
     """(metadata, [(name, dtype, shape, start, end)] in file order, data start) of a
@@ -500,10 +458,7 @@ def _read_header(f: BinaryIO, size: int) -> tuple[dict, list, int]:
     for name, info in header.items():
         dtype = _DTYPE_NAMES.get(info.get("dtype"))
         shape, (start, end) = tuple(int(n) for n in info["shape"]), info["data_offsets"]
-        count = 1
-        for n in shape:
-            count *= n
-        if dtype is None or end - start != count * dtype.itemsize:
+        if dtype is None or end - start != math.prod(shape) * dtype.itemsize:
             raise StoreError(f"garbled entry {name}")
         entries.append((name, dtype, shape, int(start), int(end)))
     entries.sort(key=lambda e: e[3])
@@ -586,15 +541,13 @@ def _write_safetensors(f: BinaryIO, items: list, metadata: dict[str, str]) -> No
     header: dict = {"__metadata__": {**metadata, "checksum": _CHECKSUM_PLACEHOLDER}}
     offset = 0
     for name, dtype, shape, _ in items:
-        count = 1
-        for n in shape:
-            count *= n
+        size = math.prod(shape) * dtype.itemsize
         header[name] = {
             "dtype": _DTYPES[dtype],
             "shape": list(shape),
-            "data_offsets": [offset, offset + count * dtype.itemsize],
+            "data_offsets": [offset, offset + size],
         }
-        offset += count * dtype.itemsize
+        offset += size
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned, as safetensors pads it
     f.write(len(text).to_bytes(8, "little") + text)
@@ -608,19 +561,6 @@ def _write_safetensors(f: BinaryIO, items: list, metadata: dict[str, str]) -> No
     marker = f'"checksum":"{_CHECKSUM_PLACEHOLDER}"'.encode()
     f.seek(8 + text.index(marker) + len(b'"checksum":"'))
     f.write(digest.hexdigest().encode())
-
-
-def _write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """`write` into a temp file beside `path`, then rename it over `path`: a reader sees the
-    old file or the new one, whole; writers at once each rename a whole file."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
 
 def saved_files(where: Path | None = None) -> Iterable[Path]:

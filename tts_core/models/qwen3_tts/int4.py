@@ -1,9 +1,9 @@
 """The code predictor in 4 bits (quant/int4.py) and `auto`'s gate for it.
 
-The code predictor's 5 layers and its heads are read at each of its 15 passes a frame: on a CPU
-where they do not stay in cache (0.6B: 81 MB in int8 against a 32 MB L3) the passes are
-bandwidth work, and 4-bit weights halve their bytes. `int4_predictor` converts the loaded 8-bit
-predictor's layers (their weights as they compute, smoothing folded in); its heads stay 8-bit.
+The code predictor's 5 layers are read at each of its 15 passes a frame: where they do not stay
+in cache (0.6B: 81 MB in int8 against a 32 MB L3) the passes are bandwidth work, and 4-bit
+weights halve their bytes. `int4_predictor` converts the loaded 8-bit predictor's layers (their
+weights as they compute, smoothing folded in); its heads stay 8-bit.
 
 The gate (`compare_predictors`, measured at load on the checkpoint's own weights): a greedy run
 of GATE_FRAMES frames drives the model with its loaded (int8) code predictor; at every frame the
@@ -12,16 +12,13 @@ of GATE_FRAMES frames drives the model with its loaded (int8) code predictor; at
   `agreement` = the share of those codes equal to the reference's;
 * free (fed its own codes, as it would run), gives the frame's 15 codes: the audio decoded from
   the frames with its codes beside the reference's gives `audio_snr_db`.
-Measured on the random 0.6B (busy 2-core Zen 5; benchmarks/results/int4_bench-busy.json): int4
-against int8 59.1 % of the codes, against float32 55.9 % (int8 against float32: 93.6 %), audio
-SNR under 2 dB for every pair: `auto` keeps int8 there. Random weights prove the measure runs and
-what it gives on Gaussian weights (logits std ~4, no outliers); not what a trained checkpoint,
-with its own margins and codebooks, gives: the gate measures that at its first load.
-`auto` takes int4 only where both hold their bound (MIN_CODE_AGREEMENT, MIN_AUDIO_SNR_DB), the
-4-bit kernel runs here (native.int4_linear: AVX-512 VNNI, where it was measured faster;
-elsewhere the format would compute the same numbers at int8's speed) and the predictor's int8
-layers are too large to stay in cache (MIN_STREAMED_BYTES). Decided by the CPU's flags and the
-weights, never by timing; "int4" forces it (no gate), "int8" forbids it.
+On the random 0.6B (benchmarks/results/int4_bench-busy.json) int4 agrees with int8 on 59.1 % of
+the codes (int8 with float32: 93.6 %), audio SNR under 2 dB: `auto` keeps int8 there. Random
+weights (logits std ~4, no outliers) prove the measure runs, not what a trained checkpoint gives:
+the gate measures that at its first load. `auto` takes int4 only where both bounds hold
+(MIN_CODE_AGREEMENT, MIN_AUDIO_SNR_DB), the 4-bit kernel runs here (native.int4_linear, where it
+was measured faster) and the predictor's int8 layers do not stay in cache (MIN_STREAMED_BYTES):
+decided by the CPU's flags and the weights, never by timing. "int4" forces it, "int8" forbids it.
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +36,8 @@ import torch
 from ...quant import int4 as quant_int4
 from ...quant.int4 import int4_in_place
 from ...quant.linear import Int8Linear, sqnr_db
-from ..native import INT4_SOURCE, SOURCE_DIR, cache_root, int4_linear
+from ...quant.speed import update_json
+from ..native import INT4_SOURCE, SOURCE_DIR, cache_path, int4_linear
 from .code_predictor import CodePredictor
 
 GATE_TEXT = (
@@ -90,14 +87,8 @@ class PredictorAgreement:
         )
 
 
-def _int8_bytes(predictor: CodePredictor) -> int:
-    return sum(
-        b.numel() * b.element_size()
-        for m in predictor.modules()
-        if isinstance(m, Int8Linear)
-        for b in m.buffers()
-        if b is not None
-    )
+def _int8_buffers(predictor: CodePredictor) -> list[torch.Tensor]:
+    return [b for m in predictor.modules() if isinstance(m, Int8Linear) for b in m.buffers()]
 
 
 def int4_predictor(predictor: CodePredictor) -> CodePredictor:
@@ -179,7 +170,7 @@ def predictor_format(model: Qwen3TTSModel, forced: bool) -> str:
     kernel = int4_linear() is not None
     if not forced and not kernel:
         return "code predictor int8 (no 4-bit kernel on this CPU)"
-    streamed = _int8_bytes(model.talker.code_predictor)
+    streamed = sum(b.nbytes for b in _int8_buffers(model.talker.code_predictor))
     if not forced and streamed < MIN_STREAMED_BYTES:
         return f"code predictor int8 ({streamed / 1e6:.1f} MB: stays in cache)"
     if forced:
@@ -203,14 +194,8 @@ def _gate(model: Qwen3TTSModel) -> tuple[bool, str]:
     holds = int4.holds()
     bounds = f"{100 * MIN_CODE_AGREEMENT:g} % and {MIN_AUDIO_SNR_DB:g} dB"
     why = f"int4 against int8: {int4.describe()}; " + ("holds " if holds else "below ") + bounds
-    if record is not None:
-        try:
-            record.parent.mkdir(parents=True, exist_ok=True)
-            scratch = record.with_suffix(f".{os.getpid()}.tmp")
-            scratch.write_text(json.dumps({"holds": holds, "why": why}))
-            os.replace(scratch, record)
-        except OSError:
-            pass  # not kept: the next load measures again
+    if record is not None:  # where it cannot be written, the next load measures again
+        update_json(record, lambda _: {"holds": holds, "why": why})
     return holds, why
 
 
@@ -218,16 +203,12 @@ def gate_record(model: Qwen3TTSModel) -> Path | None:
     """Where the gate's outcome for this model is kept ($TTS_CORE_CACHE/int4/<key>.json; None
     without a cache folder): the key hashes the code predictor's int8 buffers, the talker's
     head (the run that drives the gate) and the code that measures and computes the format."""
-    try:
-        root = cache_root()
-    except RuntimeError:  # no home directory
+    folder = cache_path("int4")
+    if folder is None:
         return None
     digest = hashlib.sha256()
     for source in (Path(__file__), Path(quant_int4.__file__), SOURCE_DIR / INT4_SOURCE):
         digest.update(source.read_bytes())
-    predictor = model.talker.code_predictor
-    tensors = [b for m in predictor.modules() if isinstance(m, Int8Linear) for b in m.buffers()]
-    for tensor in [*tensors, model.talker.codec_head.weight]:
-        if tensor is not None:
-            digest.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
-    return root / "int4" / f"{digest.hexdigest()[:32]}.json"
+    for tensor in [*_int8_buffers(model.talker.code_predictor), model.talker.codec_head.weight]:
+        digest.update(tensor.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return folder / f"{digest.hexdigest()[:32]}.json"

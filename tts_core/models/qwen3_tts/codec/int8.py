@@ -2,26 +2,23 @@
 the decoder's format.
 
 `quantize_decoder` puts int8 layers in place of the float ones that carry the decoder's FLOPs:
-the dense convs of the upsampling stack down to MIN_CONV_CHANNELS output channels (kernel 7 and
-1), the transposed convs (their matmul), the ConvNeXt blocks' linear layers; and of every layer
-with a sum over features ahead of them (the quantizer's projections, the pre-conv, the
-transformer's linears), though those cost little: on 2 threads a float GEMM or oneDNN conv
-rounds by how many steps it is given, and an int8 layer behind it would turn that ulp into a
-quantum that grows through the stack (1.4e-3 between chunk sizes, measured). What stays float:
-the transformer's attention and norms (in float64: CodecDecoder._transformer_dtype), depthwise
-convs, the last stage's narrow convs, elementwise steps (SnakeBeta, GELU, adds). Every int8 layer scales its activations per
-row (a conv: per output step's input window; a matmul: per time step), so the stream computes
-what one pass over all frames does, bit for bit (the int8 full pass is that one step: see
-CodecDecoder.forward).
+the dense convs of the upsampling stack down to MIN_CONV_CHANNELS output channels, the
+transposed convs (their matmul), the ConvNeXt blocks' linear layers; and of every layer with a
+sum over features ahead of them (the quantizer's projections, the pre-conv, the transformer's
+linears), though those cost little: on 2 threads a float GEMM rounds by how many steps it is
+given, and an int8 layer behind it would turn that ulp into a quantum that grows through the
+stack (1.4e-3 between chunk sizes, measured). The transformer's attention and norms (float64),
+depthwise convs, the last stage's narrow convs and elementwise steps stay float. Every int8
+layer scales its activations per row (a conv: per output step's window), so the stream computes
+what one pass over all frames does, bit for bit.
 
-Measured on a 2-core AMD EPYC (Zen 5), a steady 6-frame chunk of a real-size random decoder
-(benchmarks/decoder_ab.py --int8, interleaved, 1 thread): float32 46.8 ms a frame, int8 23.2
-(0.50x), bfloat16 22.7 (0.48x); audio SNR against float32: int8 44.5 dB, bfloat16 45.2 dB. So
-`auto` (`choose_decoder_format`) keeps bfloat16 where the CPU has it natively (as fast, more
-accurate), takes int8 where the VNNI kernel runs and the checkpoint's own audio holds
-MIN_AUDIO_SNR_DB (the tiny test checkpoints, which amplify rounding ~700x: ~20 dB, refused),
-and float32 elsewhere. It is decided by the CPU's flags and the weights, never by timing: a
-seeded request's bytes must not depend on how busy the machine was at load.
+Measured on a 2-core Zen 5, a steady 6-frame chunk of a real-size random decoder
+(benchmarks/decoder_ab.py --int8, 1 thread): float32 46.8 ms a frame, int8 23.2, bfloat16 22.7;
+audio SNR against float32: int8 44.5 dB, bfloat16 45.2 dB. So `auto` (`choose_decoder_format`)
+keeps bfloat16 where the CPU has it natively (as fast, more accurate), takes int8 where a VNNI
+kernel runs and the checkpoint's own audio holds MIN_AUDIO_SNR_DB (the tiny test checkpoints,
+which amplify rounding ~700x, do not), and float32 elsewhere: decided by the CPU's flags and the
+weights, never by timing (a seeded request's bytes must not depend on the load's timing).
 """
 
 from __future__ import annotations
