@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -32,7 +32,7 @@ from torch import nn
 from ..models import native
 from . import speed
 from .linear import Int8Linear, int8_matmul_available, sqnr_db
-from .speed import SpeedCheck, Timed
+from .speed import SpeedCheck, Timed, TimedStack
 
 log = logging.getLogger(__name__)
 
@@ -61,28 +61,20 @@ class QuantizationReport:
         return f"{self.decision} (saved in {self.saved_in} at an earlier load)"
 
     def to_json(self) -> dict:
-        """Everything but `saved_in` (store.py keeps it beside the weights); floats as JSON
+        """Every field but `saved_in` (store.py keeps it beside the weights); floats as JSON
         writes them (repr: they read back exactly, infinities included)."""
-        speed = self.speed and {**self.speed.to_json(), "source": self.speed.source}
-        return {
-            "mode": self.mode,
-            "layer_sqnr_db": self.layer_sqnr_db,
-            "applied": self.applied,
-            "speed": speed,
-            "decision": self.decision,
-        }
+        entry = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "saved_in"}
+        entry["speed"] = self.speed and {**self.speed.to_json(), "source": self.speed.source}
+        return entry
 
     @classmethod
     def from_json(cls, entry: dict, saved_in: str | None = None) -> QuantizationReport:
+        report = cls(**{f.name: entry.get(f.name) for f in fields(cls) if f.name in entry})
+        report.layer_sqnr_db = {str(k): float(v) for k, v in entry["layer_sqnr_db"].items()}
         speed = entry["speed"]
-        return cls(
-            mode=str(entry["mode"]),
-            layer_sqnr_db={str(k): float(v) for k, v in entry["layer_sqnr_db"].items()},
-            applied=bool(entry["applied"]),
-            speed=None if speed is None else SpeedCheck.from_json(speed, str(speed["source"])),
-            decision=str(entry["decision"]),
-            saved_in=saved_in,
-        )
+        report.speed = speed and SpeedCheck.from_json(speed, str(speed["source"]))
+        report.saved_in = saved_in
+        return report
 
     def worst(self, count: int = 3) -> list[tuple[str, float]]:
         return sorted(self.layer_sqnr_db.items(), key=lambda item: item[1])[:count]
@@ -104,10 +96,20 @@ class Candidate:
 
 @dataclass
 class Plan:
-    """The model's candidates, and whatever its `install` needs besides (e.g. the scales)."""
-
     candidates: list[Candidate]
-    extra: object = None
+    folds: list[tuple[str, torch.Tensor]]  # (parameter under the root, the scale it is divided by)
+
+
+@dataclass
+class Block:
+    """A layer whose projections are smoothed together: `name` prefixes their names in the
+    report, `path` is where it sits under the target's root, and its recorded inputs are keyed
+    `key` + (input group,)."""
+
+    name: str
+    path: str
+    module: nn.Module
+    key: tuple
 
 
 def set_module(root: nn.Module, name: str, module: nn.Module) -> None:
@@ -119,12 +121,18 @@ def set_module(root: nn.Module, name: str, module: nn.Module) -> None:
 class Int8Target(Timed):
     """A model's declaration: a loaded float model offered to the flow (what it quantizes and
     how it calibrates, `root`: the module its int8 layers live under) and, on the class, what
-    store.py keys and checks a saved outcome by."""
+    store.py keys and checks a saved outcome by.
+
+    Its layers are Blocks of projections, each projection's input recorded at `record_at` (one
+    of the float projections that read it) and smoothed where the block folds its 1/s into
+    parameters (`folds`: norms); a model may add layers of its own (`other_candidates`)."""
 
     part = ""  # what the decision names before "int8: ", e.g. "T3 "
     report_type: type[QuantizationReport] = QuantizationReport
     root: nn.Module
     replace = staticmethod(set_module)  # puts a saved int8 module (or a placeholder) in place
+    record_at: dict[str, str] = {}  # projection -> the float module (in a block) recorded
+    folds: dict[str, tuple[str, ...]] = {}  # projection -> the block's parameters divided by s
 
     # ---------------------------------------------------------------- the store (class-level)
     @classmethod
@@ -154,22 +162,28 @@ class Int8Target(Timed):
         raise NotImplementedError
 
     def saved_floats(self) -> dict[str, torch.Tensor]:
-        """The float tensors under `root` that quantizing changed (smoothing folded in)."""
-        return {}
+        """The float tensors under `root` that quantizing changes (smoothing folded in)."""
+        return {
+            f"{block.path}.{name}": block.module.get_parameter(name)
+            for block in self.blocks()
+            for names in self.folds.values()
+            for name in names
+        }
 
-    # ---------------------------------------------------------------- the flow
-    def calibrate(self) -> object:
-        """The inputs `plan` reads, from the model's calibration run."""
+    # ---------------------------------------------------------------- the model's part
+    # (block, {projection: its recorded inputs (rows, in)}) -> {projection: (in,) scale}
+    smoothing_scales: Callable[[nn.Module, dict], dict[str, torch.Tensor]]
+    # (block, scales) -> {projection: ((out, in) float32 weight, bias)}, the scales folded in
+    smoothed_weights: Callable[[nn.Module, dict], dict[str, tuple]]
+
+    def blocks(self) -> list[Block]:
         raise NotImplementedError
 
-    def plan(self, inputs: object, smooth: bool) -> Plan:
-        """The layers to quantize, smoothed with `inputs` where `smooth` (inputs {}: the
-        layers as they are; store.layout_of reads their names and shapes)."""
-        raise NotImplementedError
+    def other_candidates(self, inputs: dict) -> list[Candidate]:
+        return []
 
-    def install(self, plan: Plan, modules: dict[str, Int8Linear]) -> Callable[[], None] | None:
-        """Put the int8 `modules` (by candidate name; optional ones that failed are absent) in
-        place of the float ones, smoothing folded; returns what puts the float model back."""
+    def calibrate(self) -> dict:
+        """The recorded inputs `plan` reads, from the model's calibration run."""
         raise NotImplementedError
 
     def check_output(
@@ -178,6 +192,71 @@ class Int8Target(Timed):
         """After install: (what the decision adds, why int8 fails the model's end-to-end check
         or "") (e.g. its logits' SNR against the float run's)."""
         return "", ""
+
+    # ---------------------------------------------------------------- the flow's steps
+    def recorded_modules(self) -> dict[tuple, nn.Module]:
+        """{block key + (group,): the projection whose input calibration records}."""
+        return {
+            (*block.key, group): block.module.get_submodule(at)
+            for block in self.blocks()
+            for group, at in self.record_at.items()
+        }
+
+    def plan(self, inputs: dict, smooth: bool) -> Plan:
+        """The layers to quantize, smoothed with `inputs` where `smooth` (inputs {}: the
+        layers as they are; store.layout_of reads their names and shapes)."""
+        candidates, folds = [], []
+        for block in self.blocks():
+            mine = {g: inputs[(*block.key, g)] for g in self.record_at if (*block.key, g) in inputs}
+            scales = self.smoothing_scales(block.module, mine) if smooth else {}
+            for attr, (weight, bias) in self.smoothed_weights(block.module, scales).items():
+                x = mine.get(attr)
+                if x is not None and attr in scales:
+                    x = x / scales[attr]
+                name, path = f"{block.name}.{attr}", f"{block.path}.{attr}"
+                candidates.append(Candidate(name, weight, bias, x, path=path))
+            for group, names in self.folds.items():
+                folds += [(f"{block.path}.{n}", scales[group]) for n in names if group in scales]
+        return Plan(candidates + self.other_candidates(inputs), folds)
+
+    @torch.no_grad()
+    def install(self, plan: Plan, modules: dict[str, Int8Linear]) -> Callable[[], None] | None:
+        """Fold the scales and put the int8 `modules` (by candidate name; optional ones that
+        failed are absent) in place; returns what puts the float model back (None where a
+        layer was fused: no float module to put back)."""
+        placed = {c.path or c.name: modules[c.name] for c in plan.candidates if c.name in modules}
+        restore = self._restorer(placed, plan.folds)
+        for name, scale in plan.folds:
+            parameter = self.root.get_parameter(name)
+            parameter.div_(scale.to(parameter.dtype))
+        for path, module in placed.items():
+            self.replace(self.root, path, module)
+        return restore
+
+    def _restorer(self, placed: dict, folds: list) -> Callable[[], None] | None:
+        try:
+            floats = {path: self.root.get_submodule(path) for path in placed}
+        except AttributeError:  # fused: qkv_proj is made of q/k/v_proj
+            return None
+        folded = {name: self.root.get_parameter(name).clone() for name, _ in folds}
+
+        @torch.no_grad()
+        def restore() -> None:
+            for path, module in floats.items():
+                self.replace(self.root, path, module)
+            for name, value in folded.items():
+                self.root.get_parameter(name).copy_(value)
+
+        return restore
+
+    def timed_stack(self, layers: list[nn.Module], passes: int, floats: Callable) -> TimedStack:
+        """The speed check's stack: `floats` as the float model runs them, against the int8
+        layers quantizing installs (unsmoothed)."""
+
+        def int8s(layer: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+            return list(self.smoothed_weights(layer, {}).values())
+
+        return TimedStack(list(layers), passes, floats, int8s)
 
 
 @torch.inference_mode()

@@ -1,44 +1,33 @@
-"""Chatterbox Turbo's T3 (GPT-2 medium) on the project's 8-bit CPU path: the projections of every
-GPT-2 block become the shared toolkit's `Int8Linear` (tts_core/quant: int8 weights per output
-channel, int8 activations per row, exact int32 sums on the models/native kernel this CPU runs:
-AVX-512 VNNI, AVX-VNNI, AVX2, NEON, else torch._int_mm; all equal bit for bit), with the
-toolkit's SmoothQuant scale where GPT-2 has something linear to fold it into. This module is
-the declaration (T3Int8: which layers, how calibration runs); the flow is the toolkit's.
-
-`quantize_turbo(model, quantize)` (ChatterboxTurboModel.from_pretrained's `quantize`, the same
-modes as Qwen3-TTS's load_model: None / "none", "int8", "auto"):
+"""Chatterbox Turbo's T3 (GPT-2 medium) on the shared 8-bit CPU path (tts_core/quant): this
+module is the declaration (T3Int8: which layers, how calibration runs); the flow is the
+toolkit's. `quantize_turbo(model, quantize)` takes the modes of Qwen3-TTS's load_model (None /
+"none", "int8", "auto"):
 
 1. calibrate: T3 teacher-forced on CALIBRATION_TEXT in the checkpoint's built-in voice (its
    speech prompt tokens are the forced tokens), the prefill and CALIBRATION_STEPS steps in
    float32; the inputs of every projection and the speech head's logits are kept;
-2. smooth (alpha 0.5, quant/calibration.py's scale): c_attn's input folded into ln_1 (weight
-   and bias), c_fc's into ln_2, attn.c_proj's into the value columns of c_attn (attention mixes
-   positions, not channels, so a value channel's scale passes through it exactly). mlp.c_proj
-   reads gelu(c_fc(x)), which is not linear: no smoothing there;
+2. smooth: c_attn's input folded into ln_1 (weight and bias), c_fc's into ln_2, attn.c_proj's
+   into the value columns of c_attn (attention mixes positions, not channels, so a value
+   channel's scale passes through it exactly). mlp.c_proj reads gelu(c_fc(x)), which is not
+   linear: no smoothing there;
 3. every c_attn, attn.c_proj, c_fc and mlp.c_proj becomes an Int8Linear over the (out, in)
-   transpose of GPT-2's [in, out] Conv1D weight and its bias. wpe, the embeddings, the layer
-   norms, cond_enc and the speech head stay float32 (the head makes the logits directly and is
-   2% of T3's weight bytes);
-4. report each layer's output SQNR on the calibration inputs, and the SNR of the int8 speech
-   head logits against the float32 ones over the same forced run (`logits_snr_db`).
+   transpose of GPT-2's [in, out] Conv1D weight. wpe, the embeddings, the layer norms, cond_enc
+   and the speech head stay float32 (the head makes the logits directly and is 2% of T3's
+   weight bytes);
+4. report each layer's output SQNR and the SNR of the int8 speech head logits against the
+   float32 ones over the same forced run (`logits_snr_db`).
 
-"auto" keeps int8 only on a CPU where it is faster than float32 at one row (T3 decodes each
-request as one row; quant/speed.py's speed check, cached in int8_speed.json under its own
-key) and where every layer AND the logits hold MIN_SQNR_DB (30 dB); otherwise T3 stays exactly
-as loaded (the float modules are put back). "int8" quantizes whatever the figures (they are
-still reported). `model.t3_quantization` holds the report (None: float32), the model's
-`format_decision` why, in words. The outcome is saved once per checkpoint like Qwen3-TTS's
-(quant/store.py: T3's int8 layers and folded layer norms, or a float decision alone, keyed by
-the T3 file, conds.pt, the tokenizer files and chatterbox_sizes.json): a later start reads it
-(logged "quantize: ... (saved in ... at an earlier load)") instead of the work of the first
-start: the speed check (cached), a float32 and an int8 teacher-forced pass over ~400 positions
-+ 16 steps and the rounding, 11.7 s in all at the released size, one thread.
+"auto" keeps int8 only where it is faster than float32 at one row (T3 decodes each request as
+one row) and every layer AND the logits hold MIN_SQNR_DB; otherwise T3 stays exactly as loaded
+(the float modules are put back). `model.t3_quantization` holds the report (None: float32),
+`model.format_decision` why. The outcome is saved once per checkpoint (quant/store.py, keyed by
+the T3 file, conds.pt, the tokenizer files and chatterbox_sizes.json): a later start skips the
+11.7 s of the first (released size, one thread).
 
 Measured (BENCHMARKS.md, benchmarks/chatterbox_int8_bench.py): logits 38.8-39.5 dB on the tiny
-checkpoints, 31.6-32.7 dB at the released size with random weights, and 2.5x faster per token
-at one thread (100 -> 40 ms). Int8Linear rows are independent of their batch, as T3's float
-1-row addmm is not (runner.py): so the served engine runs one T3 step for every row where T3
-is int8, each row's bits those of its step alone (attention per row over its own cache).
+checkpoints, 31.6-32.7 dB at the released size with random weights, 2.5x faster per token at
+one thread (100 -> 40 ms). Int8Linear rows are independent of their batch, as T3's float 1-row
+addmm is not (runner.py): so the served engine runs one T3 step for every row where T3 is int8.
 """
 
 from __future__ import annotations
@@ -54,9 +43,8 @@ from ...quant.calibration import record_inputs, smoothing_scale, spread
 from ...quant.linear import Int8Linear, sqnr_db
 from ...quant.quantize import (
     MIN_SQNR_DB,
-    Candidate,
+    Block,
     Int8Target,
-    Plan,
     QuantizationReport,
     requested_mode,
     why_not_int8,
@@ -78,7 +66,6 @@ CALIBRATION_STEPS = 16  # forced draws after the prefill: decode rows in every l
 # and 17 rows of logits for the end-to-end SNR
 PROJECTIONS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 ROWS_KEPT = 64  # per call recorded (the prefill: ~400 positions at the released size)
-NORMS = ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias")  # smoothing folded in
 # The files the int8 T3 is computed from: its weights and sizes, the calibration voice, the
 # tokenizer that reads CALIBRATION_TEXT.
 IDENTITY_FILES = (
@@ -97,16 +84,6 @@ class T3QuantizationReport(QuantizationReport):
 
     logits_snr_db: float | None = None  # int8 vs float32 speech-head logits, calibration run
 
-    def to_json(self) -> dict:
-        return {**super().to_json(), "logits_snr_db": self.logits_snr_db}
-
-    @classmethod
-    def from_json(cls, entry: dict, saved_in: str | None = None) -> T3QuantizationReport:
-        report = super().from_json(entry, saved_in)
-        snr = entry.get("logits_snr_db")
-        report.logits_snr_db = None if snr is None else float(snr)
-        return report
-
 
 def quantize_turbo(model, quantize: str | None) -> T3QuantizationReport | None:
     """Apply `quantize` to `model.t3` in place (module doc): the outcome saved at an earlier
@@ -120,7 +97,7 @@ def quantize_turbo(model, quantize: str | None) -> T3QuantizationReport | None:
         return None
     auto = mode == "auto"
     speaker_emb, prompt_tokens = calibration_voice(model)
-    target = T3Int8(model.t3, speaker_emb, prompt_tokens, model.text_ids(CALIBRATION_TEXT))
+    target = T3Int8(model.t3, (speaker_emb, prompt_tokens, model.text_ids(CALIBRATION_TEXT)))
 
     def load(saved):  # noqa: ANN001, ANN202 - the float T3 is loaded already
         if saved is not None:
@@ -169,122 +146,11 @@ def quantize_t3(
     `min_sqnr_db` only if every layer and the logits hold it (T3 is left exactly as loaded
     otherwise); `check_speed` (default: with `min_sqnr_db`) first times int8 against float32
     and keeps float32 where int8 is not faster."""
-    target = T3Int8(t3, speaker_emb, prompt_tokens, text_ids)
+    target = T3Int8(t3, (speaker_emb, prompt_tokens, text_ids))
     try:
         return toolkit.quantize(target, smooth, min_sqnr_db, check_speed)
     finally:  # voice prefixes computed by the calibration or with the old weights
         t3.forget_prefixes()
-
-
-class T3Int8(Int8Target):
-    """T3's GPT-2 blocks (module doc), calibrated teacher-forced in one voice."""
-
-    part = "T3 "
-    report_type = T3QuantizationReport
-    float_dtype = torch.float32
-    speed_rows = (1,)  # T3 decodes every request as its own row (runner.py)
-
-    def __init__(
-        self,
-        t3: nn.Module,
-        speaker_emb: torch.Tensor,
-        prompt_tokens: torch.Tensor,
-        text_ids: torch.Tensor,
-    ) -> None:
-        self.root = t3
-        self.device = t3.speech_head.weight.device
-        self.voice = (speaker_emb, prompt_tokens, text_ids)
-        self.float_logits: torch.Tensor | None = None
-
-    # ---------------------------------------------------------------- speed check
-    def timed_stacks(self) -> list[TimedStack]:
-        return [TimedStack(list(self.root.tfmr.h), 1, _timed_floats, _timed_int8s)]
-
-    def speed_key(self) -> dict:
-        block = self.root.tfmr.h[0]
-        return {
-            "model": "chatterbox_turbo_t3",
-            "layers": len(self.root.tfmr.h),
-            "shapes": [tuple(block.get_submodule(n).weight.shape) for n in PROJECTIONS],
-        }
-
-    # ---------------------------------------------------------------- quantizing
-    def forced(self) -> torch.Tensor:
-        return calibration_tokens(self.voice[1])
-
-    def calibrate(self) -> dict[tuple[int, str], torch.Tensor]:
-        inputs, self.float_logits = calibrate(self.root, *self.voice, self.forced())
-        return inputs
-
-    def plan(self, inputs: dict[tuple[int, str], torch.Tensor], smooth: bool) -> Plan:
-        candidates, blocks = [], []
-        for index, block in enumerate(self.root.tfmr.h):
-            mine = {name: inputs[(index, name)] for name in PROJECTIONS if (index, name) in inputs}
-            scales = smoothing_scales(block, mine) if smooth else {}
-            for name, (weight, bias) in smoothed_weights(block, scales).items():
-                x = mine.get(name)
-                if x is not None and name in scales:
-                    x = x / scales[name]
-                candidates.append(Candidate(f"tfmr.h.{index}.{name}", weight, bias, x))
-            blocks.append((index, block, scales))
-        return Plan(candidates, blocks)
-
-    def install(self, plan: Plan, modules: dict[str, Int8Linear]):  # noqa: ANN201
-        saved = [
-            (block, _install(block, scales, {n: modules[f"tfmr.h.{i}.{n}"] for n in PROJECTIONS}))
-            for i, block, scales in plan.extra
-        ]
-
-        def restore() -> None:
-            for block, original in saved:
-                _restore(block, original)
-
-        return restore
-
-    def check_output(self, report: T3QuantizationReport, min_sqnr_db: float | None):  # noqa: ANN201
-        """The int8 speech head's logits against the float32 ones over the same forced run."""
-        _, int8_logits = calibrate(self.root, *self.voice, self.forced(), record=False)
-        snr = report.logits_snr_db = sqnr_db(self.float_logits, int8_logits)
-        failed = ""
-        if min_sqnr_db is not None and snr < min_sqnr_db:
-            failed = f"the int8 logits keep {snr:.1f} dB SNR < {min_sqnr_db:g} dB"
-        return f", logits {snr:.1f} dB SNR", failed
-
-    # ---------------------------------------------------------------- the store
-    @classmethod
-    def identity_files(cls, checkpoint: Path) -> tuple[str, ...]:
-        return (t3_file(checkpoint), *IDENTITY_FILES)
-
-    @classmethod
-    def weights_file(cls, checkpoint: Path) -> str:
-        return t3_file(checkpoint)
-
-    @classmethod
-    def code_paths(cls) -> list[Path]:
-        """The package (T3 and its calibration run), the shared layers and checkpoint loader."""
-        package = Path(__file__).resolve().parent
-        return [
-            *sorted(package.glob("*.py")),
-            package.parent / "layers.py",
-            package.parent / "checkpoint.py",
-        ]
-
-    @classmethod
-    def calibration_key(cls) -> dict:
-        return {"text": CALIBRATION_TEXT, "steps": CALIBRATION_STEPS, "rows_kept": ROWS_KEPT}
-
-    @classmethod
-    def storage_free(cls, checkpoint: Path, dtype: torch.dtype) -> T3Int8:
-        from .t3 import T3Turbo
-
-        return cls(T3Turbo(ChatterboxSizes.of_folder(checkpoint).t3), None, None, None)
-
-    def saved_floats(self) -> dict[str, torch.Tensor]:
-        return {
-            f"tfmr.h.{index}.{name}": block.get_parameter(name)
-            for index, block in enumerate(self.root.tfmr.h)
-            for name in NORMS
-        }
 
 
 def calibration_tokens(prompt_tokens: torch.Tensor) -> torch.Tensor:
@@ -309,13 +175,7 @@ def calibrate(
     spaced rows are kept: the prefill's first positions (speaker, voice prompt) as well as its
     last."""
     t3.forget_prefixes()  # the voice's positions computed (and recorded) by these weights
-    modules = {}
-    if record:
-        modules = {
-            (index, name): block.get_submodule(name)
-            for index, block in enumerate(t3.tfmr.h)
-            for name in PROJECTIONS
-        }
+    modules = T3Int8(t3).recorded_modules() if record else {}
     logits: list[torch.Tensor] = []
 
     def run() -> None:
@@ -368,45 +228,90 @@ def smoothed_weights(
     return out
 
 
-def _install(block: GPT2Block, scales: dict[str, torch.Tensor], modules: dict) -> dict:
-    """Fold c_attn's / c_fc's input scales into ln_1 / ln_2 and put the int8 modules in place;
-    returns what `_restore` needs to put the float block back."""
-    saved = {
-        "modules": {name: block.get_submodule(name) for name in PROJECTIONS},
-        "norms": {
-            n: (
-                block.get_submodule(n).weight.detach().clone(),
-                block.get_submodule(n).bias.detach().clone(),
-            )
-            for n in ("ln_1", "ln_2")
-        },
-    }
-    with torch.no_grad():
-        for norm, name in ((block.ln_1, "attn.c_attn"), (block.ln_2, "mlp.c_fc")):
-            if name in scales:
-                norm.weight.div_(scales[name].to(norm.weight.dtype))
-                norm.bias.div_(scales[name].to(norm.bias.dtype))
-    for name, module in modules.items():
-        parent, attr = name.split(".")
-        setattr(block.get_submodule(parent), attr, module)
-    return saved
-
-
-def _restore(block: GPT2Block, saved: dict) -> None:
-    for name, module in saved["modules"].items():
-        parent, attr = name.split(".")
-        setattr(block.get_submodule(parent), attr, module)
-    with torch.no_grad():
-        for name, (weight, bias) in saved["norms"].items():
-            block.get_submodule(name).weight.copy_(weight)
-            block.get_submodule(name).bias.copy_(bias)
-
-
 # ------------------------------------------------------------------------------ speed check
 def _timed_floats(block: GPT2Block) -> list[tuple[nn.Module, int]]:
     """The float32 Conv1D projections ([in, out] weights: the input width is dim 0)."""
     return [(block.get_submodule(n), block.get_submodule(n).weight.shape[0]) for n in PROJECTIONS]
 
 
-def _timed_int8s(block: GPT2Block) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    return [(m.weight.detach().t(), m.bias.detach()) for m, _ in _timed_floats(block)]
+class T3Int8(Int8Target):
+    """T3's GPT-2 blocks (module doc), calibrated teacher-forced in one voice: `voice` is
+    (speaker_emb, prompt tokens, text ids)."""
+
+    part = "T3 "
+    report_type = T3QuantizationReport
+    float_dtype = torch.float32
+    speed_rows = (1,)  # T3 decodes every request as its own row (runner.py)
+    record_at = {name: name for name in PROJECTIONS}
+    folds = {"attn.c_attn": ("ln_1.weight", "ln_1.bias"), "mlp.c_fc": ("ln_2.weight", "ln_2.bias")}
+    smoothing_scales = staticmethod(smoothing_scales)
+    smoothed_weights = staticmethod(smoothed_weights)
+
+    def __init__(self, t3: nn.Module, voice: tuple[torch.Tensor, ...] | None = None) -> None:
+        self.root = t3
+        self.device = t3.speech_head.weight.device
+        self.voice = voice
+        self.float_logits: torch.Tensor | None = None
+
+    def blocks(self) -> list[Block]:
+        return [
+            Block(f"tfmr.h.{i}", f"tfmr.h.{i}", b, (i,)) for i, b in enumerate(self.root.tfmr.h)
+        ]
+
+    # ---------------------------------------------------------------- speed check
+    def timed_stacks(self) -> list[TimedStack]:
+        return [self.timed_stack(self.root.tfmr.h, 1, _timed_floats)]
+
+    def speed_key(self) -> dict:
+        block = self.root.tfmr.h[0]
+        return {
+            "model": "chatterbox_turbo_t3",
+            "layers": len(self.root.tfmr.h),
+            "shapes": [tuple(block.get_submodule(n).weight.shape) for n in PROJECTIONS],
+        }
+
+    # ---------------------------------------------------------------- quantizing
+    def forced(self) -> torch.Tensor:
+        return calibration_tokens(self.voice[1])
+
+    def calibrate(self) -> dict[tuple[int, str], torch.Tensor]:
+        inputs, self.float_logits = calibrate(self.root, *self.voice, self.forced())
+        return inputs
+
+    def check_output(self, report: T3QuantizationReport, min_sqnr_db: float | None):  # noqa: ANN201
+        """The int8 speech head's logits against the float32 ones over the same forced run."""
+        _, int8_logits = calibrate(self.root, *self.voice, self.forced(), record=False)
+        snr = report.logits_snr_db = sqnr_db(self.float_logits, int8_logits)
+        failed = ""
+        if min_sqnr_db is not None and snr < min_sqnr_db:
+            failed = f"the int8 logits keep {snr:.1f} dB SNR < {min_sqnr_db:g} dB"
+        return f", logits {snr:.1f} dB SNR", failed
+
+    # ---------------------------------------------------------------- the store
+    @classmethod
+    def identity_files(cls, checkpoint: Path) -> tuple[str, ...]:
+        return (t3_file(checkpoint), *IDENTITY_FILES)
+
+    @classmethod
+    def weights_file(cls, checkpoint: Path) -> str:
+        return t3_file(checkpoint)
+
+    @classmethod
+    def code_paths(cls) -> list[Path]:
+        """The package (T3 and its calibration run), the shared layers and checkpoint loader."""
+        package = Path(__file__).resolve().parent
+        return [
+            *sorted(package.glob("*.py")),
+            package.parent / "layers.py",
+            package.parent / "checkpoint.py",
+        ]
+
+    @classmethod
+    def calibration_key(cls) -> dict:
+        return {"text": CALIBRATION_TEXT, "steps": CALIBRATION_STEPS, "rows_kept": ROWS_KEPT}
+
+    @classmethod
+    def storage_free(cls, checkpoint: Path, dtype: torch.dtype) -> T3Int8:
+        from .t3 import T3Turbo
+
+        return cls(T3Turbo(ChatterboxSizes.of_folder(checkpoint).t3))

@@ -1,25 +1,23 @@
 """Qwen3-TTS's declaration for the shared 8-bit toolkit (tts_core/quant: the flow, Int8Linear,
 the speed check, the store): which layers become int8 and how its calibration runs.
 
-1. calibrate: a short greedy generation in the loaded float dtype records, per linear layer,
-   the inputs it saw (the prefill and a few frames: talker and code-predictor activations);
+1. calibrate: a short greedy generation in the loaded float dtype records the inputs of every
+   projection (the prefill and a few frames: talker and code-predictor activations);
 2. smooth (SmoothQuant, quant/calibration.py): the 1/s is folded exactly into what produces x:
    the RMSNorm weight before q/k/v and before gate/up, the rows of v_proj before o_proj (per kv
    head, shared by the query heads that read it), the rows of up_proj before down_proj;
-3. fuse q/k/v and gate/up, and replace every projection of the talker's and the code
-   predictor's layers by an Int8Linear (per-row activation scales: quant/linear.py);
-4. the code predictor's 15 lm_heads become Int8Linear too (each is read once a frame: 15 of
-   them weigh as much as 1.6 of its layers); the talker's codec_head, the embeddings and the
-   text projection stay in the float dtype;
+3. q/k/v and gate/up are fused, and every projection of the talker's and the code predictor's
+   layers becomes an Int8Linear;
+4. so do the code predictor's 15 lm_heads (each is read once a frame: 15 of them weigh as much
+   as 1.6 of its layers); the talker's codec_head, the embeddings and the text projection stay
+   in the float dtype;
 5. the talker -> code predictor projection (1.7B: 2048 -> 1024, run by all 15 passes, ~13 ms
    of a float32 frame) becomes Int8Linear only where it holds MIN_SQNR_DB on its own: it has
    no norm to fold smoothing into, so it never decides for the other layers.
 
-`auto`'s speed check times the talker step and the code predictor's 15 passes at 1 and 8 rows
-(one stream, and the default batch of streams decoded together). load_model saves the outcome
-once per checkpoint (quant/store.py: the talker's int8 layers and folded norms, or a float
-decision alone) and later loads read it before the checkpoint (SavedInt8.drop: the float
-projections it replaces are never loaded).
+`auto`'s speed check times the talker step and the code predictor's 15 passes at 1 and 8 rows.
+The store reads a saved outcome before the checkpoint (SavedInt8.drop: the float projections it
+replaces are never loaded).
 """
 
 from __future__ import annotations
@@ -33,8 +31,7 @@ from torch import nn
 
 from ...quant import quantize as toolkit
 from ...quant.calibration import record_inputs, smoothing_scale
-from ...quant.linear import Int8Linear
-from ...quant.quantize import MIN_SQNR_DB, Candidate, Int8Target, Plan, QuantizationReport
+from ...quant.quantize import MIN_SQNR_DB, Block, Candidate, Int8Target, QuantizationReport
 from ...quant.speed import TimedStack
 from ..layers import DecoderLayer, DecoderStack
 
@@ -51,14 +48,14 @@ CALIBRATION_TEXT = (
 CALIBRATION_FRAMES = 4  # + the prefill: each code-predictor layer sees 60 passes, each talker
 # layer the prompt (~50 positions) and 4 steps: enough rows for channel maxima and SQNR
 MAX_ROWS_KEPT = 32  # per call recorded
-# Each input is recorded once, at one of the projections that read it: q/k/v share theirs, as
-# do gate/up (the keys are the groups smoothing_scales and fused_weights use).
+# Each fused projection's input is recorded at one of the float projections that read it
 RECORD_AT = {
-    "attn_in": "self_attn.q_proj",
-    "o_in": "self_attn.o_proj",
-    "mlp_in": "mlp.gate_proj",
-    "down_in": "mlp.down_proj",
+    "self_attn.qkv_proj": "self_attn.q_proj",
+    "self_attn.o_proj": "self_attn.o_proj",
+    "mlp.gate_up_proj": "mlp.gate_proj",
+    "mlp.down_proj": "mlp.down_proj",
 }
+QKV, OUT, GATE_UP, DOWN = RECORD_AT
 # The files the quantized talker is computed from: the weights, the architecture, and what the
 # calibration run reads (the prompt's tokens, the generation defaults). Not the codec.
 IDENTITY_FILES = (
@@ -87,20 +84,139 @@ def quantize_model(
     return toolkit.quantize(Qwen3Int8(model), smooth, min_sqnr_db, check_speed)
 
 
+@torch.inference_mode()
+def calibrate(model: Qwen3TTSModel) -> dict:
+    """(rows, in) float32 inputs from a greedy run, keyed (stack, layer index, projection)
+    for the layers (RECORD_AT) and by name for the heads (Qwen3Int8.heads)."""
+    target = Qwen3Int8(model)
+
+    def run() -> None:
+        voice = model.silent_voice()
+        prompt, settings = model.plan(
+            CALIBRATION_TEXT,
+            voice,
+            "english",
+            greedy=True,
+            length_cap=False,
+            max_new_tokens=CALIBRATION_FRAMES + 1,
+        )
+        for _ in model.frames(prompt, settings):
+            pass
+
+    modules = {**target.recorded_modules(), **target.heads()}
+    return record_inputs(modules, run, keep=lambda x: x[-MAX_ROWS_KEPT:])
+
+
+def smoothing_scales(
+    layer: DecoderLayer, inputs: dict[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """Per input channel of each projection group, the SmoothQuant scale (module doc)."""
+    attn, mlp = layer.self_attn, layer.mlp
+
+    def scale(group: str, *consumers: nn.Linear) -> torch.Tensor:
+        return smoothing_scale(inputs[group], [c.weight for c in consumers])
+
+    scales = {}
+    if QKV in inputs:
+        scales[QKV] = scale(QKV, attn.q_proj, attn.k_proj, attn.v_proj)
+    if GATE_UP in inputs:
+        scales[GATE_UP] = scale(GATE_UP, mlp.gate_proj, mlp.up_proj)
+    if OUT in inputs:
+        scales[OUT] = _shared_per_kv_head(scale(OUT, attn.o_proj), attn)
+    if DOWN in inputs:
+        scales[DOWN] = scale(DOWN, mlp.down_proj)
+    return scales
+
+
+def fused_weights(
+    layer: DecoderLayer, scales: dict[str, torch.Tensor]
+) -> dict[str, tuple[torch.Tensor, None]]:
+    """{projection: ((out, in) float32 weight, no bias)} of the fused, smoothed projections:
+    the columns times the input's scale, and the rows of v / up divided by the scale of the
+    input they produce (o_proj's / down_proj's)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    one = torch.ones(())
+
+    def w(linear: nn.Linear) -> torch.Tensor:
+        return linear.weight.detach().float()
+
+    s_attn, s_mlp = scales.get(QKV, one), scales.get(GATE_UP, one)
+    s_o, s_down = scales.get(OUT, one), scales.get(DOWN, one)
+    v_rows = (
+        s_o.view(attn.kv_heads, attn.heads // attn.kv_heads, attn.head_dim)[:, 0]
+        if s_o.dim()
+        else one
+    )
+    qkv = (
+        torch.cat([w(attn.q_proj), w(attn.k_proj), w(attn.v_proj) / v_rows.reshape(-1, 1)]) * s_attn
+    )
+    gate_up = torch.cat([w(mlp.gate_proj), w(mlp.up_proj) / s_down.reshape(-1, 1)]) * s_mlp
+    return {
+        QKV: (qkv, None),
+        OUT: (w(attn.o_proj) * s_o, None),
+        GATE_UP: (gate_up, None),
+        DOWN: (w(mlp.down_proj) * s_down, None),
+    }
+
+
+def _shared_per_kv_head(s: torch.Tensor, attn: nn.Module) -> torch.Tensor:
+    """o_proj's input channel (head h, dim d) comes from v row (kv head h // group, d), as
+    SDPA's enable_gqa pairs them: heads that share a kv head share the scale (the largest)."""
+    group = attn.heads // attn.kv_heads
+    per_kv = s.view(attn.kv_heads, group, attn.head_dim).amax(dim=1, keepdim=True)
+    return per_kv.expand(attn.kv_heads, group, attn.head_dim).reshape(-1)
+
+
+def _float_projections(layer: DecoderLayer) -> list[nn.Linear]:
+    attn, mlp = layer.self_attn, layer.mlp
+    return [
+        attn.q_proj,
+        attn.k_proj,
+        attn.v_proj,
+        attn.o_proj,
+        mlp.gate_proj,
+        mlp.up_proj,
+        mlp.down_proj,
+    ]
+
+
+def _timed_floats(layer: DecoderLayer) -> list[tuple[nn.Module, int]]:
+    return [(m, m.in_features) for m in _float_projections(layer)]
+
+
 class Qwen3Int8(Int8Target):
     """The talker's decoder stacks and the code predictor's heads (module doc)."""
 
     speed_rows = (1, 8)  # one stream, and the default batch of streams decoded together
+    record_at = RECORD_AT
+    folds = {QKV: ("input_layernorm.weight",), GATE_UP: ("post_attention_layernorm.weight",)}
+    smoothing_scales = staticmethod(smoothing_scales)
+    smoothed_weights = staticmethod(fused_weights)
 
     def __init__(self, model: Qwen3TTSModel) -> None:
         self.model, self.root = model, model.talker
         self.float_dtype, self.device = model.talker.dtype, model.talker.device
 
+    def blocks(self) -> list[Block]:
+        return [
+            Block(f"{name}.layers.{i}", f"{STACK_PATHS[name]}.layers.{i}", layer, (name, i))
+            for name, stack in stacks(self.model).items()
+            for i, layer in enumerate(stack.layers)
+        ]
+
+    def heads(self) -> dict[str, nn.Linear]:
+        """The code predictor's heads and its input projection (where it has one), by name."""
+        predictor = self.model.talker.code_predictor
+        heads = {f"code_predictor.lm_head.{i}": head for i, head in enumerate(predictor.lm_head)}
+        if isinstance(predictor.small_to_mtp_projection, nn.Linear):
+            heads[PROJECTION] = predictor.small_to_mtp_projection
+        return heads
+
     # ---------------------------------------------------------------- speed check
     def timed_stacks(self) -> list[TimedStack]:
         passes = {"talker": 1, "code_predictor": len(self.model.talker.code_predictor.lm_head)}
         return [
-            TimedStack(list(stack.layers), passes[name], _timed_floats, _timed_int8s)
+            self.timed_stack(stack.layers, passes[name], _timed_floats)
             for name, stack in stacks(self.model).items()
         ]
 
@@ -119,47 +235,20 @@ class Qwen3Int8(Int8Target):
         }
 
     # ---------------------------------------------------------------- quantizing
-    def calibrate(self) -> dict[tuple, torch.Tensor]:
+    def calibrate(self) -> dict:
         return calibrate(self.model)
 
-    def plan(self, inputs: dict[tuple, torch.Tensor], smooth: bool) -> Plan:
-        candidates, layers = [], []
-        for stack_name, stack in stacks(self.model).items():
-            for index, layer in enumerate(stack.layers):
-                prefix = f"{stack_name}.layers.{index}"
-                mine = {
-                    g: inputs[(stack_name, index, g)]
-                    for g in RECORD_AT
-                    if (stack_name, index, g) in inputs
-                }
-                scales = smoothing_scales(layer, mine) if smooth else {}
-                for group, (attr, weight) in fused_weights(layer, scales).items():
-                    x = mine.get(group)
-                    if x is not None and group in scales:
-                        x = x / scales[group]
-                    path = f"{STACK_PATHS[stack_name]}.layers.{index}.{attr}"
-                    candidates.append(Candidate(f"{prefix}.{attr}", weight, x=x, path=path))
-                layers.append((layer, scales, prefix))
-        predictor = self.model.talker.code_predictor
-        for index, head in enumerate(predictor.lm_head):
-            x = inputs.get(("code_predictor", "lm_head", index))
-            candidates.append(Candidate(f"code_predictor.lm_head.{index}", *_float(head), x=x))
-        projection = predictor.small_to_mtp_projection
-        if isinstance(projection, nn.Linear):
-            x = inputs.get(("code_predictor", "projection"))
-            candidates.append(
-                Candidate(PROJECTION, *_float(projection), x=x, optional_bound=MIN_SQNR_DB)
+    def other_candidates(self, inputs: dict) -> list[Candidate]:
+        return [
+            Candidate(
+                name,
+                head.weight.detach().float(),
+                None if head.bias is None else head.bias.detach().float(),
+                inputs.get(name),
+                optional_bound=MIN_SQNR_DB if name == PROJECTION else None,
             )
-        return Plan(candidates, layers)
-
-    def install(self, plan: Plan, modules: dict[str, Int8Linear]) -> None:
-        for layer, scales, prefix in plan.extra:
-            _install(layer, scales, {attr: modules[f"{prefix}.{attr}"] for attr in FUSED})
-        predictor = self.model.talker.code_predictor
-        for index in range(len(predictor.lm_head)):
-            predictor.lm_head[index] = modules[f"code_predictor.lm_head.{index}"]
-        if PROJECTION in modules:
-            predictor.small_to_mtp_projection = modules[PROJECTION]
+            for name, head in self.heads().items()
+        ]
 
     # ---------------------------------------------------------------- the store
     @classmethod
@@ -200,169 +289,14 @@ class Qwen3Int8(Int8Target):
 
     @staticmethod
     def replace(talker: nn.Module, name: str, module: nn.Module) -> None:
-        _put(talker, name, module)
-
-    def saved_floats(self) -> dict[str, torch.Tensor]:
-        return {
-            f"{STACK_PATHS[name]}.layers.{index}.{norm}.weight": getattr(layer, norm).weight
-            for name, stack in stacks(self.model).items()
-            for index, layer in enumerate(stack.layers)
-            for norm in ("input_layernorm", "post_attention_layernorm")
-        }
-
-
-FUSED = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
-
-
-def _float(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-    bias = None if linear.bias is None else linear.bias.detach().float()
-    return linear.weight.detach().float(), bias
-
-
-# ------------------------------------------------------------------------------ calibration
-@torch.inference_mode()
-def calibrate(model: Qwen3TTSModel) -> dict[tuple, torch.Tensor]:
-    """(rows, in) float32 inputs from a greedy run, keyed (stack, layer index, input group)
-    for the layers (see RECORD_AT), ("code_predictor", "lm_head", i) for the heads and
-    ("code_predictor", "projection")."""
-    modules = {}
-    for stack_name, stack in stacks(model).items():
-        for index, layer in enumerate(stack.layers):
-            for group, name in RECORD_AT.items():
-                modules[(stack_name, index, group)] = layer.get_submodule(name)
-    for index, head in enumerate(model.talker.code_predictor.lm_head):
-        modules[("code_predictor", "lm_head", index)] = head
-    projection = model.talker.code_predictor.small_to_mtp_projection
-    if isinstance(projection, nn.Linear):
-        modules[("code_predictor", "projection")] = projection
-
-    def run() -> None:
-        voice = model.silent_voice()
-        prompt, settings = model.plan(
-            CALIBRATION_TEXT,
-            voice,
-            "english",
-            greedy=True,
-            length_cap=False,
-            max_new_tokens=CALIBRATION_FRAMES + 1,
-        )
-        for _ in model.frames(prompt, settings):
-            pass
-
-    return record_inputs(modules, run, keep=lambda x: x[-MAX_ROWS_KEPT:])
-
-
-# ------------------------------------------------------------------------------ smoothing
-def smoothing_scales(
-    layer: DecoderLayer, inputs: dict[str, torch.Tensor]
-) -> dict[str, torch.Tensor]:
-    """Per input channel of each projection group, the SmoothQuant scale (module doc)."""
-    attn, mlp = layer.self_attn, layer.mlp
-
-    def scale(group: str, *consumers: nn.Linear) -> torch.Tensor:
-        return smoothing_scale(inputs[group], [c.weight for c in consumers])
-
-    scales = {}
-    if "attn_in" in inputs:
-        scales["attn_in"] = scale("attn_in", attn.q_proj, attn.k_proj, attn.v_proj)
-    if "mlp_in" in inputs:
-        scales["mlp_in"] = scale("mlp_in", mlp.gate_proj, mlp.up_proj)
-    if "o_in" in inputs:
-        scales["o_in"] = _shared_per_kv_head(scale("o_in", attn.o_proj), attn)
-    if "down_in" in inputs:
-        scales["down_in"] = scale("down_in", mlp.down_proj)
-    return scales
-
-
-def fused_weights(
-    layer: DecoderLayer, scales: dict[str, torch.Tensor]
-) -> dict[str, tuple[str, torch.Tensor]]:
-    """{input group: (attribute, (out, in) float32 weight)} of the fused, smoothed projections:
-    the columns times the input's scale, and the rows of v / up divided by the scale of the
-    input they produce (o_proj's / down_proj's)."""
-    attn, mlp = layer.self_attn, layer.mlp
-    one = torch.ones(())
-
-    def w(linear: nn.Linear) -> torch.Tensor:
-        return linear.weight.detach().float()
-
-    s_attn, s_mlp = scales.get("attn_in", one), scales.get("mlp_in", one)
-    s_o, s_down = scales.get("o_in", one), scales.get("down_in", one)
-    v_rows = (
-        s_o.view(attn.kv_heads, attn.heads // attn.kv_heads, attn.head_dim)[:, 0]
-        if s_o.dim()
-        else one
-    )
-    qkv = (
-        torch.cat([w(attn.q_proj), w(attn.k_proj), w(attn.v_proj) / v_rows.reshape(-1, 1)]) * s_attn
-    )
-    gate_up = torch.cat([w(mlp.gate_proj), w(mlp.up_proj) / s_down.reshape(-1, 1)]) * s_mlp
-    return {
-        "attn_in": ("self_attn.qkv_proj", qkv),
-        "o_in": ("self_attn.o_proj", w(attn.o_proj) * s_o),
-        "mlp_in": ("mlp.gate_up_proj", gate_up),
-        "down_in": ("mlp.down_proj", w(mlp.down_proj) * s_down),
-    }
-
-
-def _install(layer: DecoderLayer, scales: dict[str, torch.Tensor], modules: dict) -> None:
-    """Fold the input scales of q/k/v and gate/up into their RMSNorm weights and put the int8
-    modules in place of the float projections."""
-    attn, mlp = layer.self_attn, layer.mlp
-    with torch.no_grad():
-        for norm, group in (
-            (layer.input_layernorm, "attn_in"),
-            (layer.post_attention_layernorm, "mlp_in"),
-        ):
-            if group in scales:
-                norm.weight.div_(scales[group].to(norm.weight.dtype))
-    attn.qkv_sizes = (attn.q_proj.out_features, attn.k_proj.out_features, attn.v_proj.out_features)
-    del attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj
-    attn.qkv_proj, attn.o_proj = modules["self_attn.qkv_proj"], modules["self_attn.o_proj"]
-    mlp.gate_up_proj, mlp.down_proj = modules["mlp.gate_up_proj"], modules["mlp.down_proj"]
-
-
-def _shared_per_kv_head(s: torch.Tensor, attn: nn.Module) -> torch.Tensor:
-    """o_proj's input channel (head h, dim d) comes from v row (kv head h // group, d), as
-    SDPA's enable_gqa pairs them: heads that share a kv head share the scale (the largest)."""
-    group = attn.heads // attn.kv_heads
-    per_kv = s.view(attn.kv_heads, group, attn.head_dim).amax(dim=1, keepdim=True)
-    return per_kv.expand(attn.kv_heads, group, attn.head_dim).reshape(-1)
-
-
-# ------------------------------------------------------------------------------ speed check
-def _float_projections(layer: DecoderLayer) -> list[nn.Linear]:
-    attn, mlp = layer.self_attn, layer.mlp
-    return [
-        attn.q_proj,
-        attn.k_proj,
-        attn.v_proj,
-        attn.o_proj,
-        mlp.gate_proj,
-        mlp.up_proj,
-        mlp.down_proj,
-    ]
-
-
-def _timed_floats(layer: DecoderLayer) -> list[tuple[nn.Module, int]]:
-    return [(m, m.in_features) for m in _float_projections(layer)]
-
-
-def _timed_int8s(layer: DecoderLayer) -> list[tuple[torch.Tensor, None]]:
-    """The fused projections quantizing installs (qkv, o, gate_up, down), unsmoothed."""
-    return [(weight, None) for _, weight in fused_weights(layer, {}).values()]
-
-
-# ------------------------------------------------------------------------------ the store
-def _put(talker: nn.Module, name: str, module: nn.Module) -> None:
-    """A saved module (or a placeholder) in place; q/k/v and gate/up go where they are fused."""
-    parent_name, _, attr = name.rpartition(".")
-    parent = talker.get_submodule(parent_name)
-    if attr == "qkv_proj" and "q_proj" in parent._modules:
-        parent.qkv_sizes = tuple(
-            getattr(parent, p).out_features for p in ("q_proj", "k_proj", "v_proj")
-        )
-        del parent.q_proj, parent.k_proj, parent.v_proj
-    elif attr == "gate_up_proj" and "gate_proj" in parent._modules:
-        del parent.gate_proj, parent.up_proj
-    setattr(parent, attr, module)
+        """A module (or a placeholder) in place; q/k/v and gate/up go where they are fused."""
+        parent_name, _, attr = name.rpartition(".")
+        parent = talker.get_submodule(parent_name)
+        if attr == "qkv_proj" and "q_proj" in parent._modules:
+            parent.qkv_sizes = tuple(
+                getattr(parent, p).out_features for p in ("q_proj", "k_proj", "v_proj")
+            )
+            del parent.q_proj, parent.k_proj, parent.v_proj
+        elif attr == "gate_up_proj" and "gate_proj" in parent._modules:
+            del parent.gate_proj, parent.up_proj
+        setattr(parent, attr, module)
