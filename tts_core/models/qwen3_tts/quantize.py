@@ -34,6 +34,7 @@ from ...quant.calibration import record_inputs, smoothing_scale
 from ...quant.quantize import MIN_SQNR_DB, Block, Candidate, Int8Target, QuantizationReport
 from ...quant.speed import TimedStack
 from ..layers import DecoderLayer, DecoderStack
+from .checkpoint import REQUIRED_FILES
 
 __all__ = ["MIN_SQNR_DB", "Qwen3Int8", "calibrate", "quantize_model"]
 
@@ -58,14 +59,7 @@ RECORD_AT = {
 QKV, OUT, GATE_UP, DOWN = RECORD_AT
 # The files the quantized talker is computed from: the weights, the architecture, and what the
 # calibration run reads (the prompt's tokens, the generation defaults). Not the codec.
-IDENTITY_FILES = (
-    "config.json",
-    "generation_config.json",
-    "model.safetensors",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer_config.json",
-)
+IDENTITY_FILES = tuple(f for f in REQUIRED_FILES if not f.startswith("speech_tokenizer/"))
 STACK_PATHS = {"talker": "model", "code_predictor": "code_predictor.model"}  # in the talker
 PROJECTION = "code_predictor.small_to_mtp_projection"
 
