@@ -1,4 +1,4 @@
-"""The image's 8-bit CPU kernels, built ahead (tts_core/models/native: prebuild).
+"""The image's 8-bit and 4-bit CPU kernels, built ahead (tts_core/models/native: prebuild).
 
     python docker/native_kernels.py build   in the build stage (gcc): compile every kernel of
                                             this architecture into $TTS_CORE_NATIVE_PREBUILT
@@ -34,13 +34,14 @@ def check() -> list[str]:
     if native.compiler() is not None:
         raise SystemExit(f"a C compiler is in this image: {native.compiler()}")
     found = []
-    for isa in native.int8_isas_here():
-        source = native.SOURCE_DIR / native.INT8_ISAS[isa].source
+    for name, source in native.kernels_here():
         path = native.build(source)
         if path is None or path.parent != native.prebuilt_dir():
-            raise SystemExit(f"no prebuilt {isa} kernel ({source.name}) in {native.prebuilt_dir()}")
+            raise SystemExit(
+                f"no prebuilt {name} kernel ({source.name}) in {native.prebuilt_dir()}"
+            )
         ctypes.CDLL(str(path))  # OSError where it cannot be loaded
-        found.append(f"{isa}: {path}")
+        found.append(f"{name}: {path}")
     if not found:
         raise SystemExit("no native kernel for this architecture")
     return found

@@ -5,6 +5,7 @@ of other sources."""
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,9 @@ def prebuilt(tmp_path, monkeypatch):
 
 
 def test_every_kernel_of_the_architecture_is_prebuilt(prebuilt, tmp_path) -> None:
-    sources = [native.SOURCE_DIR / native.INT8_ISAS[isa].source for isa in ISAS]
+    sources = [source for _, source in native.kernels_here()]
+    if platform.machine().lower() in native.X86:  # the 4-bit code predictor's kernel too
+        assert native.SOURCE_DIR / native.INT4_SOURCE in sources
     assert prebuilt == [tmp_path / "prebuilt" / native.prebuilt_name(s) for s in sources]
     assert sorted((tmp_path / "prebuilt").iterdir()) == sorted(prebuilt)  # no scratch left
     for source, path in zip(sources, prebuilt, strict=True):
@@ -86,3 +89,13 @@ def test_prebuild_needs_a_compiler(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("CC", "/nonexistent/cc")
     with pytest.raises(RuntimeError, match="no C compiler"):
         native.prebuild(tmp_path)
+
+
+def test_without_a_compiler_the_prebuilt_4bit_kernel_loads(prebuilt) -> None:
+    """The image has no compiler: the 4-bit code predictor's kernel comes from its prebuilt file
+    (before, only the 8-bit kernels were prebuilt, so an image ran 4-bit layers as int8)."""
+    native.int4_linear.cache_clear()
+    needs = set(native.INT8_ISAS[native.INT4_ISA].cpu_flags)
+    if platform.machine().lower() not in native.X86 or not needs <= _cpu_flags():
+        pytest.skip("this CPU runs no 4-bit kernel")
+    assert native.int4_linear() is not None

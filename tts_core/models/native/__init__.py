@@ -104,15 +104,23 @@ def _compile(cc: str, source: Path, target: Path) -> None:
         os.replace(built, target)
 
 
+def kernels_here() -> list[tuple[str, Path]]:
+    """(name, source) of every kernel of this architecture, whether this CPU runs it or not:
+    the 8-bit ones best first, then the 4-bit one on x86-64."""
+    kernels = [(isa, SOURCE_DIR / INT8_ISAS[isa].source) for isa in int8_isas_here()]
+    if platform.machine().lower() in X86:
+        kernels.append(("int4", SOURCE_DIR / INT4_SOURCE))
+    return kernels
+
+
 def prebuild(directory: Path) -> list[Path]:
-    """Compile every 8-bit kernel of this architecture into `directory` under its
-    `prebuilt_name` (whether this CPU runs it or not); raises where one does not build."""
+    """Compile every kernel of this architecture (`kernels_here`) into `directory` under its
+    `prebuilt_name`; raises where one does not build."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler (cc) to prebuild the native kernels with")
     built = []
-    for isa in int8_isas_here():
-        source = SOURCE_DIR / INT8_ISAS[isa].source
+    for _, source in kernels_here():
         built.append(directory / prebuilt_name(source))
         _compile(cc, source, built[-1])
     return built
