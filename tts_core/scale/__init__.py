@@ -80,11 +80,5 @@ def _init_on_lasting_thread(**options: Any) -> None:
         raise failure
 
 
-def shutdown() -> None:
-    from ray import serve
-
-    serve.delete(APP_NAME)
-
-
 def _plain(value: object) -> bool:
     return value is None or isinstance(value, str | int | float | bool)

@@ -57,12 +57,9 @@ def open_voice_registry(
     max_per_owner: int = 20,
     max_per_address: int = 50,
 ) -> VoiceRegistry:
-    """The registry of `root` (default: $TTS_VOICES_DIR or the user data folder); warns at
+    """The registry of `root` (default: $TTS_VOICES_DIR or the user data folder), warning at
     start-up when it cannot take new voices. One per process and root: the page and the API
-    share it (its lock is per process). `private`: a saved voice is listed to, and usable by,
-    the browser (or X-Voice-Owner) that saved it and the API's key holder only;
-    `max_per_owner`: how many voices one such owner may keep; `max_per_address`: one client
-    address (voices.py's quotas)."""
+    share it. `private` and the quotas: VoiceRegistry's (voices.py)."""
     voices = VoiceRegistry(
         root or default_voices_dir(),
         private=private,

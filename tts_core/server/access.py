@@ -1,18 +1,15 @@
 """Who may call the HTTP routes: Host allow-list, Origin check, optional API key.
 
-- Host: when the server is bound to a loopback address, a request must name a loopback host
-  (`localhost`, `127.0.0.1`, `[::1]`) or one of the allowed origins' hosts. A page on another
-  site that re-points its own DNS name at 127.0.0.1 (DNS rebinding) sends its own name and is
-  refused.
-- Origin: a browser sends `Origin` with every cross-site POST, including the "simple" ones a
-  page may send without asking first (a form, or JSON labelled text/plain). A state-changing
-  request whose Origin is present must come from the server's own origin (same host and port
-  as the request's Host) or from `--allowed-origins`. Clients without an Origin (curl, the
-  openai SDK, gradio_client) are not browsers and pass.
+- Host: bound to a loopback address, a request must name a loopback host or an allowed
+  origin's host: a page on another site that re-points its DNS name at 127.0.0.1 (DNS
+  rebinding) sends its own name and is refused.
+- Origin: a browser sends `Origin` with every cross-site POST, the "simple" ones a page sends
+  without asking included (a form, JSON labelled text/plain). A state-changing request with an
+  Origin must come from the server's own origin (the Host's host and port) or
+  `--allowed-origins`. Clients without one (curl, the openai SDK, gradio_client) pass.
 - API key: with `--api-key`, /v1 needs `Authorization: Bearer <key>`, as OpenAI clients send it.
-- Owner keys (`OwnerKeys`): the secrets visitors prove their saved voices with are issued and
-  signed by the server, carrying the client address they were issued to, so quotas on them
-  are the server's, not the client's choosing.
+- Owner keys (`OwnerKeys`): signed by the server with the client address they were issued to,
+  so the quotas on them are the server's choosing, not the client's.
 """
 
 from __future__ import annotations
@@ -173,14 +170,9 @@ class IssuedKey:
 
 
 class OwnerKeys:
-    """Owner keys signed by a server secret: `vo1.<issuer>.<identity>.<signature>`.
-
-    A visitor proves it owns a voice with a secret key; the server counts voices per key and
-    per client address, so a client that picks its own keys could mint a fresh quota at will.
-    An issued key carries the (tagged) address it was issued to and a signature over both,
-    so the quota behind it is one the server chose. `issue(address, keep=old)` signs a
-    browser's earlier self-made key as the identity, so the voices it saved stay its own.
-    """
+    """Owner keys signed by a server secret: `vo1.<issuer>.<identity>.<signature>`. A client
+    picking its own keys could mint a fresh quota at will; an issued key carries the (tagged)
+    address it was issued to, signed, so the quota behind it is one the server chose."""
 
     def __init__(self, secret: bytes) -> None:
         if len(secret) < 16:

@@ -44,16 +44,8 @@ def wav_header(data_bytes: int = UNKNOWN_SIZE, rate: int = SAMPLE_RATE) -> bytes
     """44-byte header of a 16-bit mono PCM WAV; UNKNOWN_SIZE for a stream of unknown length."""
     riff_size = UNKNOWN_SIZE if data_bytes == UNKNOWN_SIZE else 36 + data_bytes
     fmt = struct.pack("<HHIIHH", 1, 1, rate, rate * 2, 2, 16)  # PCM, mono, 16-bit
-    return (
-        b"RIFF"
-        + struct.pack("<I", riff_size)
-        + b"WAVE"
-        + b"fmt "
-        + struct.pack("<I", len(fmt))
-        + fmt
-        + b"data"
-        + struct.pack("<I", data_bytes)
-    )
+    riff = struct.pack("<4sI4s4sI", b"RIFF", riff_size, b"WAVE", b"fmt ", len(fmt))
+    return riff + fmt + b"data" + struct.pack("<I", data_bytes)
 
 
 def pcm16_bytes(audio: np.ndarray) -> bytes:

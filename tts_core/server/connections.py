@@ -1,32 +1,25 @@
 """Connection hygiene for the HTTP server: what Gradio's own `launch()` does not bound.
 
 uvicorn closes an idle keep-alive connection, but not a fresh one that never sends a request,
-nor one that trickles its request head (slowloris) or its body a byte at a time; and nothing
-caps how many sockets stay open, so a few hundred idle connections exhaust the open-files
-limit and the server stops answering anyone. `guarded_protocol(guard)` is uvicorn's h11
-protocol with:
+nor one that trickles its head (slowloris) or body; and nothing caps open sockets, so a few
+hundred idle connections exhaust the open-files limit. `guarded_protocol(guard)` is uvicorn's
+h11 protocol with:
 
-* a deadline for the whole request head, counted from the connection's first moment (or from
-  the first byte of the next request on a kept-alive connection);
-* an idle deadline between body chunks while a request body is still arriving;
-* a deadline for a whole request body (a byte every few seconds renews the idle deadline, not
-  this one);
-* a cap on open connections: past it, the oldest connection still waiting for a request head
-  is closed to make room (a visitor's real request keeps its socket); only when every
-  connection is busy with a request is the new one refused;
-* a share of that cap per client address (an IPv6 address counts by its /64, what one client
-  gets): past it, that address's own oldest idle connection makes room, or the new one is
-  refused; other visitors keep theirs;
-* a send timeout: a peer that stops reading (the write buffer above its high-water mark, or a
-  closed connection whose buffer does not drain) is aborted after `send_timeout_s`, not kept
-  ESTABLISHED with its bytes queued (a close waits for the buffer to drain, forever);
-* at most one log line a minute about any of this, however many connections it closes.
+* a deadline for the request head (from the connection's first moment, or from the first byte
+  of the next request on a kept-alive one), an idle deadline between body chunks and one for
+  the whole body;
+* a cap on open connections: past it, the oldest connection still waiting for a head is closed
+  to make room; only when every connection is busy is the new one refused;
+* a share of that cap per client address (an IPv6 /64 as one): past it, that address's own
+  oldest idle connection makes room, or the new one is refused;
+* a send timeout: a peer that stops reading (or a closed connection whose buffer does not
+  drain) is aborted after `send_timeout_s`, not kept ESTABLISHED with its bytes queued;
+* at most one log line a minute about any of this.
 
-A WebSocket upgrade (`guarded_ws_protocol`: uvicorn's websockets sans-I/O protocol) keeps its
-place under the cap: the head deadline ends with the upgrade request, the count passes to the
-WebSocket protocol, which gives it back when the connection is lost (uvicorn swaps the
-transport's protocol, so the h11 protocol never hears of the close). An upgraded connection is
-busy, never closed to make room; the route bounds its idle time; the send timeout applies.
+A WebSocket upgrade (`guarded_ws_protocol`) keeps its place under the cap: uvicorn swaps the
+transport's protocol, so the count passes to the WebSocket protocol, which gives it back when
+the connection is lost. An upgraded connection is busy, never closed to make room; the route
+bounds its idle time; the send timeout applies.
 """
 
 from __future__ import annotations
@@ -224,14 +217,11 @@ class ConnectionGuard:
 
 
 class SendWatch:
-    """Aborts a connection whose peer does not read (see the module docstring): armed while
-    the transport's writes are paused, and when the connection is closed with bytes still
-    queued; a drained buffer or the connection's end disarms it. It aborts when a whole
-    `timeout_s` passed with no progress: a slow reader (a 14 MB WAV to a phone) keeps taking
-    bytes, so what waits for it (our write buffer and the kernel's send queue, up to 4 MB that
-    a slow link takes a while to drain) shrinks from one check to the next and it is left
-    alone. The protocol is given `watched` as its transport: the same transport, whose close()
-    tells the watch."""
+    """Aborts a connection whose peer does not read: armed while the transport's writes are
+    paused, and when it is closed with bytes still queued; it aborts after a whole `timeout_s`
+    with no progress (a slow reader keeps taking bytes: our buffer plus the kernel's send
+    queue shrinks from one check to the next). The protocol gets `watched` as its transport:
+    the same transport, whose close() tells the watch."""
 
     def __init__(
         self, transport: asyncio.Transport, timeout_s: float, notes: RateLimitedLog

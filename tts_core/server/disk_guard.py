@@ -1,48 +1,28 @@
 """Bounded disk use for Gradio's cache: a byte cap, a file age limit and an upload rate per client.
 
-Gradio 6 writes every upload (`POST /gradio_api/upload`) and every file a result carries (the
-WAV of `/synthesize_full`, each chunk of `/synthesize`, the page's full clip) into one folder,
-`cache_root(blocks)`; its own `delete_cache` keeps them for as long as it is told (the page had
-24 h) with no limit on bytes or on how many one client sends, so anyone could fill the disk.
-Here:
+Gradio 6 writes every upload and every result file into one folder, `cache_root(blocks)`, and its
+own `delete_cache` bounds neither bytes nor how many files one client sends. Here:
 
-* `CacheJanitor(root, policy).sweep()` deletes files older than `policy.max_age_s`, then the
-  oldest files until what is left fits in `policy.max_bytes`; `start()` sweeps at once, then
-  every `policy.sweep_every_s` on a daemon thread until `stop()`.
-* `UploadGuard`, a pure ASGI middleware (a streamed response passes through unbuffered),
-  answers a client's upload beyond `policy.uploads_per_window` per `policy.window_s` with 429
-  + Retry-After, and sweeps after each upload, so the byte cap holds as soon as the client has
-  its answer, not only at the next period. The limit counts files, not requests: one request
-  may carry up to `policy.max_files_per_upload` files (Gradio itself takes 1000), each counted,
-  and `policy.max_upload_bytes` in all. The multipart body is watched as it streams to Gradio:
-  past a limit Gradio is told the client left (what it wrote so far is an upload leftover, swept
-  at once) and the client gets 413 or 429.
-
-What a serving path calls (Gradio's `launch()` in `VoicePage`, or our own uvicorn with
-`gr.mount_gradio_app`), once the page is built and before it serves::
+* `CacheJanitor.sweep()` deletes files older than `max_age_s`, then the oldest until the rest
+  fits in `max_bytes`; `start()` sweeps now, then every `sweep_every_s` on a daemon thread.
+* `UploadGuard`, a pure ASGI middleware (streamed responses pass unbuffered), answers uploads
+  past `uploads_per_window` per `window_s` from one client with 429 + Retry-After, counting
+  files, not requests, and sweeps before the upload's answer ends, so the cap holds as soon as
+  the client has it. The multipart body is counted as it streams: past `max_upload_bytes` or
+  `max_files_per_upload` Gradio is told the client left and the client gets 413 or 429.
 
     app = FastAPI(middleware=[disk_guard_middleware(blocks, policy), ...])
 
-or, to keep a handle (tests, an explicit stop)::
-
-    guard = DiskGuard.for_blocks(blocks, policy)
-    app = FastAPI(middleware=[guard.middleware(), ...])
-    ...
-    guard.stop()  # idempotent
-
-The middleware starts the janitor on the ASGI lifespan's startup and stops it on its shutdown,
-so a server that runs the lifespan (uvicorn's default, Gradio's launch) needs nothing else.
-Pass no `delete_cache` to the Blocks: Gradio's own sweep would run beside this one.
-
-Only what Gradio writes is touched: files under a content-hash folder of the root (Gradio names
-every cache folder after a SHA-256) and upload leftovers (`tmp...`, a client that left mid-upload)
-directly in it; anything else there (another program's files, when GRADIO_TEMP_DIR is a shared
-folder) is neither counted nor deleted. Files the page put there while it was built (example
-clips) are kept: the page hands out their paths for as long as it runs.
+The middleware starts the janitor on the ASGI lifespan's startup and stops it on shutdown;
+pass no `delete_cache` to the Blocks. Only what Gradio writes is touched: files under a
+content-hash folder of the root and upload leftovers (`tmp...`) directly in it, so a shared
+GRADIO_TEMP_DIR's other files are neither counted nor deleted; the files the page put there
+while it was built (example clips) are pinned.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
@@ -82,23 +62,18 @@ NO_SPACE = "The server's disk is full; please try the upload again later."
 class CachePolicy:
     """Limits for Gradio's cache, sized for a public demo with 20 MB uploads (`--max-file-size`).
 
-    * max_bytes 512 MB: room for ~25 uploads at the size limit or ~3 h of 24 kHz 16-bit result
-      audio at once, a small share of a demo machine's disk (an HF Space has 50 GB); a flood
-      can evict other visitors' older files, never grow the folder past it.
-    * max_age_s 15 min: a visit (upload a clip, try several texts, download the result) fits
-      in it; voice clips are personal data and should not outlive it. Saved voices live in the
-      voice store, not here. A clip used after that must be uploaded again.
-    * 20 uploads per client per 10 min: far above what a person does on the page (one clip per
-      voice tried), while one address alone cannot churn the whole cache in a window at 20 MB
-      a file (400 MB < 512 MB). Scripts that reuse a voice should save it (`voice=`).
-    * sweep_every_s 30 s: result files are not uploads, so between sweeps they can pass the cap
-      by what the engine writes in 30 s; a sweep only lists the folder, so it costs little.
-    * max_clients 10 000: the most clients remembered at once (each at most
-      `uploads_per_window` timestamps, well under 1 MB in all); the least recent go first.
+    * max_bytes 512 MB: ~25 uploads at the size limit or ~3 h of 24 kHz 16-bit results, a small
+      share of a demo machine's disk (an HF Space has 50 GB); a flood evicts older files only.
+    * max_age_s 15 min: a visit fits in it; voice clips are personal data and should not
+      outlive it (saved voices live in the voice store, not here).
+    * 20 uploads per client per 10 min: far above what a person does, while one address cannot
+      churn the whole cache in a window (400 MB < 512 MB). Scripts should save a voice.
+    * sweep_every_s 30 s: results can pass the cap by what the engine writes in 30 s between
+      sweeps; a sweep only lists the folder.
+    * max_clients 10 000: clients remembered at once (well under 1 MB); the least recent go.
     * max_files_per_upload 4: the page and gradio_client send one file per request.
     * max_upload_bytes 64 MB: one request's whole body, three files at the 20 MB
-      `--max-file-size` (Gradio bounds each file by that; with no `--max-file-size`, this bounds
-      a file too). Several such requests still count against `uploads_per_window` and the cap.
+      `--max-file-size` (with none, this bounds a file too).
     """
 
     max_bytes: int = 512 * MB
@@ -111,16 +86,7 @@ class CachePolicy:
     max_upload_bytes: int = 64 * MB
 
     def __post_init__(self) -> None:
-        for name in (
-            "max_bytes",
-            "max_age_s",
-            "uploads_per_window",
-            "window_s",
-            "sweep_every_s",
-            "max_clients",
-            "max_files_per_upload",
-            "max_upload_bytes",
-        ):
+        for name in (f.name for f in dataclasses.fields(self)):
             if not getattr(self, name) > 0:
                 raise ValueError(f"CachePolicy.{name} must be > 0, got {getattr(self, name)!r}")
 
@@ -422,14 +388,9 @@ def disk_guard_middleware(blocks: Any, policy: CachePolicy | None = None) -> Mid
 
 
 def cache_root(blocks: Any) -> Path:
-    """The folder Gradio 6 writes a Blocks' uploads and result files into.
-
-    Results: each component's `GRADIO_CACHE` (set in `Block.__init__` from
-    `gradio.utils.get_upload_folder()`), used by `processing_utils.save_*_to_cache` and
-    `Block.move_resource_to_block_cache`. Uploads: `App.uploaded_file_dir`, also
-    `get_upload_folder()` (read when the app is created). Both are `$GRADIO_TEMP_DIR`, else
-    `<system temp>/gradio`: the same folder unless the variable changes between building and
-    serving the page."""
+    """The folder Gradio 6 writes a Blocks' uploads and result files into: the components'
+    `GRADIO_CACHE` and the app's upload folder are both `gradio.utils.get_upload_folder()`
+    ($GRADIO_TEMP_DIR, else `<system temp>/gradio`)."""
     folder = getattr(blocks, "GRADIO_CACHE", None)
     if not folder:
         from gradio.utils import get_upload_folder

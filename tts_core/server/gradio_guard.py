@@ -2,38 +2,30 @@
 index, the public API by name.
 
 * Gradio 6 registers ~70 routes; some read or write the server's disk for anyone who asks
-  (`POST /gradio_api/process_recording` runs ffmpeg on an uploaded "video", and ffmpeg follows
-  a DASH manifest to local files; `vibe-edit` rewrites the app's source in dev mode). Only the
-  routes in `SERVED` are passed on (an allow-list: a route a later Gradio adds is refused until
-  it is listed); any other path under `/gradio_api/`, and Gradio's top-level routes the page
-  does not use (`UNUSED_TOP_LEVEL`), get 404 before Gradio sees them.
+  (`process_recording` runs ffmpeg on an uploaded "video", which follows a DASH manifest to
+  local files; `vibe-edit` rewrites the app's source in dev mode). Only the routes in `SERVED`
+  pass (an allow-list: a route a later Gradio adds is refused until listed); any other path
+  under `/gradio_api/`, and the top-level routes the page does not use, get 404.
+* An unknown `fn_index` (`queue/join`, `run/predict`) raised KeyError inside Gradio (a 500 and
+  a traceback for a client's mistake): a 404 here.
+* Gradio runs any event called by its name, `api_visibility="private"` included (that only
+  hides it from the docs). The page sends its events by index, so a call by name is for the
+  public API only; any other name is a 404.
 
-* Gradio looks `fn_index` up in a dict without a check (`route_utils.get_fn`), so a POST to
-  `/gradio_api/queue/join` (or `/run/predict`) naming an unknown index raised KeyError inside
-  the route: a 500 and a traceback for a client's mistake. Now a 404.
-* Gradio runs any event called by its name (`/gradio_api/call/<name>`, `/call/v2/<name>`,
-  `/run/<name>`, `/api/<name>`), `api_visibility="private"` included: that only hides it from
-  the API docs. The page sends its own events by index, so a call by name is for the public API
-  (`/synthesize`, `/synthesize_full`) only; any other name is a 404 before Gradio sees it.
-
-The middleware reads such a request's JSON body (small: the inputs, files go by reference) and
-hands every request it lets through on untouched, body included.
+The middleware reads such a request's JSON body (small: files go by reference) and hands
+every request it lets through on untouched, body included.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import TypeAdapter
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from .disk_guard import ASGIApp, Message, Receive, Scope, Send, send_json
 
 BY_INDEX = re.compile(r"/gradio_api/queue/join/?$")
 BY_NAME = re.compile(r"/gradio_api/(?:call/v2|call|run|api)/([^/]+)/?$")
@@ -93,7 +85,7 @@ class EventGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not served(scope):
-            await _send_json(send, 404, {"detail": "Not Found"})
+            await send_json(send, 404, "Not Found")
             return
         name = _event_route(scope)
         if name is None:
@@ -102,12 +94,12 @@ class EventGuard:
         body, complete = await _read_body(receive)
         if len(body) > MAX_INSPECTED_BYTES:
             limit = MAX_INSPECTED_BYTES // 1024
-            await _send_json(send, 413, {"detail": f"An event's body is at most {limit} KB."})
+            await send_json(send, 413, f"An event's body is at most {limit} KB.")
             return
         index = _fn_index(body) if complete else None
         refusal = self._refusal(name, index)
         if refusal is not None:
-            await _send_json(send, 404, {"detail": refusal})
+            await send_json(send, 404, refusal)
             return
         await self.app(scope, _replay(body, complete, receive), send)
 
@@ -178,10 +170,3 @@ def _replay(body: bytes, complete: bool, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-
-
-async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
-    data = json.dumps(payload).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": data})

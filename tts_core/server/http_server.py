@@ -4,19 +4,17 @@ Gradio's `launch()` runs uvicorn with no deadline for a request head, no cap on 
 no graceful shutdown (SIGTERM ends the process at once). `serve()` mounts the same Blocks app
 on a FastAPI app of ours and runs it with
 
-* connections bounded (`connections.py`: head and body deadlines, keep-alive, a cap below the
-  open-files limit, which is raised to the hard limit first, a share of it per client address,
-  a send timeout for peers that do not read), WebSocket upgrades included
-  (websockets' sans-I/O protocol, messages up to `speech_ws.MAX_MESSAGE_BYTES`, no
-  per-message compression: PCM does not compress and the CPU is the model's);
+* connections bounded (`connections.py`; the open-files limit raised to the hard limit first),
+  WebSocket upgrades included (websockets' sans-I/O protocol, messages up to
+  `speech_ws.MAX_MESSAGE_BYTES`, no per-message compression: PCM does not compress and the
+  CPU is the model's);
 * an unknown Gradio event answered with 404 (`gradio_guard.py`), the disk cache bounded
   (`disk_guard.py`), the API routes installed before the page;
-* the endless streams bounded per client address (`StreamShare`: Gradio's heartbeat, one per
-  open tab, streams for as long as the tab; a client opening them by the hundred gets 429);
-* on SIGTERM or SIGINT: stop admitting (every new request: 503 + Retry-After), let the
-  requests in flight finish for up to `shutdown_timeout_s`, cancel the rest, wait for voice
-  writes, then close the server and return (the process exits 0, `atexit` runs). A second
-  SIGINT exits at once.
+* Gradio's endless heartbeat streams (one per open tab) bounded per client address
+  (`StreamShare`: 429 past it);
+* on SIGTERM or SIGINT: new requests get 503 + Retry-After, those in flight finish for up to
+  `shutdown_timeout_s`, the rest are cancelled, voice writes end, then the server closes and
+  `serve` returns (exit 0, `atexit` runs). A second SIGINT exits at once.
 """
 
 from __future__ import annotations
@@ -50,6 +48,7 @@ from .connections import (
     quiet_accept_errors,
     raise_open_files_limit,
 )
+from .disk_guard import send_json
 from .gradio_guard import EventGuard
 from .speech_ws import MAX_MESSAGE_BYTES
 
@@ -81,7 +80,8 @@ class StreamShare:
         client = scope.get("client")
         key = address_key(client[0] if client else None)
         if self.open.get(key, 0) >= self.per_address:
-            await _too_many_streams(send, self.per_address)
+            detail = f"At most {self.per_address} such streams per client at once."
+            await send_json(send, 429, detail, [(b"retry-after", b"15")])
             return
         self.open[key] = self.open.get(key, 0) + 1
         try:
@@ -90,22 +90,6 @@ class StreamShare:
             self.open[key] -= 1
             if not self.open[key]:
                 del self.open[key]
-
-
-async def _too_many_streams(send: Any, per_address: int) -> None:
-    body = (f'{{"detail": "At most {per_address} such streams per client at once."}}').encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 429,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"retry-after", b"15"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,8 @@
-"""WebSocket /tts_stream/text: the page's "speak while the text arrives" (issue #27 item 5).
+"""WebSocket /tts_stream/text: the page's "speak while the text arrives".
 
-This route is to WebSocket /v1/audio/speech/stream what POST /tts_stream/pcm is to POST
-/v1/audio/speech: the same session (speech_ws.SpeechSession: its messages, bounds, errors and
-close codes), with the page's access rules and the page's request fields.
-
-- Access: the Host and Origin checks at the handshake, always (no CORS protects a WebSocket);
-  no API key, which a page cannot keep secret (SpeechSession's `access="page"`).
-- `session.config` takes the PCM route's fields (pcm_stream.page_request): language, the
-  uploaded `reference` (a path Gradio gave the upload, accepted only under its upload folder or
-  the app's assets) with `reference_text`, or a saved `voice` with the browser's `owner_key`,
-  and the knobs by name. The audio is always `pcm` (16-bit little-endian mono; the rate is in
-  `audio.start`).
-- `input.text`, `input.done`, `session.close` and the server's messages: as the /v1 route's.
+The /v1 text-stream session (speech_ws.SpeechSession: messages, bounds, errors, close codes)
+with the page's access rules (Host and Origin at the handshake, no API key) and the PCM
+route's request fields in `session.config` (pcm_stream.page_request); the audio is always pcm.
 """
 
 from __future__ import annotations
@@ -54,6 +45,3 @@ class PageTextSession(SpeechSession):
     async def _configure(self, message: dict[str, Any]) -> tuple[str, SynthesisRequest]:
         payload = {k: v for k, v in message.items() if k not in _NOT_REQUEST_FIELDS}
         return FORMAT, await page_request(self.state, {**payload, "text": ""})
-
-
-__all__ = ["ROUTE", "PageTextSession", "make_page_text_router"]

@@ -1,21 +1,12 @@
 """POST /tts_stream/pcm: the page's low-latency player reads raw PCM as it is generated.
 
-Request JSON: text, language, reference (the path Gradio gave the uploaded clip, or
-{"path": ...}; only files under Gradio's upload folder or the app's assets are accepted),
-reference_text, voice (a registered/built-in voice name instead of a clip), owner_key (the
-browser's key: which private voices it may use), speaker and instructions (a Qwen3-TTS
-CustomVoice checkpoint's preset and how to speak; VoiceDesign: instructions describe the
-voice; `model_voice_of`), and the knobs by
-name, as /v1/audio/speech takes them (route_utils.request_values: a bad value is a 400 naming
-it; the page sends the values of all its knob controls, and each backend reads its own).
-
-Response: application/octet-stream of frames, each an 8-byte header (uint32 LE type, uint32 LE
-payload length) and the payload:
+Request JSON: the page's fields (README.md beside this file); `reference` is accepted only
+under Gradio's upload folder or the app's assets. Errors found before the response starts are
+a 400 with the OpenAI error JSON. Response: application/octet-stream of frames, each an 8-byte
+header (uint32 LE type, uint32 LE payload length) and the payload:
     1 PCM   int16 LE mono samples at the model's rate, header X-Sample-Rate (one chunk)
     2 STATS JSON: the engine's stats after that chunk (the last one has "done": true)
     3 ERROR JSON {"message": ...}: the synthesis failed after the response started
-The engine validates the request before the response starts (bad text, bad clip, a transcript
-without its clip for VoxCPM2, ...): those errors are a 400 with the OpenAI error JSON.
 """
 
 from __future__ import annotations
@@ -119,8 +110,8 @@ async def page_request(state: ServerState, payload: dict) -> SynthesisRequest:
 
 def model_voice_of(task_type: str, speaker: object, instructions: object) -> ModelVoice | None:
     """The page's `speaker` / `instructions` as the served checkpoint reads them: None on a Base
-    (cloning) model, where a value in them is an InputError; else a ModelVoice (the engine checks it: a preset the
-    checkpoint lacks, instructions a 0.6B refuses, a VoiceDesign without a description)."""
+    (cloning) model, where a value in them is an InputError; else a ModelVoice (the engine
+    checks it: a preset the checkpoint lacks, instructions a 0.6B refuses, ...)."""
     if task_type == "Base":
         if speaker or instructions:  # not dropped silently: this model would not read them
             raise InputError(

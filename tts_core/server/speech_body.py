@@ -164,16 +164,12 @@ def speech_task(body: SpeechBody, backend: Backend) -> ModelVoice | None:
     reference = body.ref_audio is not None or (named and body.voice.lower() not in presets)
     asked = body.task_type or ("Base" if reference or served == "Base" else "CustomVoice")
     if asked != served:
-        why = (
-            ""
-            if body.task_type
-            else " (task_type left out: "
-            + (
-                "a reference clip or saved voice means Base)"
-                if reference
-                else "no reference means CustomVoice; VoiceDesign must be named)"
-            )
+        rule = (
+            "a reference clip or saved voice means Base"
+            if reference
+            else "no reference means CustomVoice; VoiceDesign must be named"
         )
+        why = "" if body.task_type else f" (task_type left out: {rule})"
         offer = f" Its preset voices: {', '.join(names)}." if served == "CustomVoice" else ""
         raise ApiError(
             400,

@@ -69,17 +69,11 @@ async def speech_bytes(
     def put(data: object) -> None:  # from the loop, or from an ffmpeg encoder's reader
         loop.call_soon_threadsafe(out.put_nowait, data)
 
+    def put_delta(data: bytes) -> None:
+        put(_sse("speech.audio.delta", audio=_b64(data), response_format=response_format))
+
     async def encode() -> None:
-        sink = (
-            (
-                lambda data: put(
-                    _sse("speech.audio.delta", audio=_b64(data), response_format=response_format)
-                )
-            )
-            if sse
-            else put
-        )
-        encoder = make_encoder(response_format, sink, rate, streamed=streamed)
+        encoder = make_encoder(response_format, put_delta if sse else put, rate, streamed=streamed)
         stats: dict = {}
         samples = 0
         try:

@@ -16,29 +16,22 @@ Server messages, per utterance:
     {"type": "audio.done", "utterance_index", "sentence_index": 0, "total_bytes", "error"}
     {"type": "session.done", "utterance_index", "total_sentences": 1, "stats"}
     {"type": "error", "message", "code", "param", "status"}   then the server closes
-Unlike vLLM-Omni, which buffers the text (or cuts it into sentences, each its own utterance),
-an utterance here is one engine request (Engine.open_fed): a backend that takes text in pieces
-(Qwen3-TTS) speaks while the text arrives, the audio byte-identical to POST /v1/audio/speech
-with the whole text and the same settings; the others buffer until input.done.
+An utterance is one engine request (Engine.open_fed): a backend that takes text in pieces
+(Qwen3-TTS) speaks while the text arrives, byte-identical to POST /v1/audio/speech with the
+whole text; the others buffer until input.done (vLLM-Omni buffers, or cuts sentences).
 `response_format` is `pcm` or `wav` (default `wav`, as vLLM-Omni); `stream_audio` and
-`split_granularity` are accepted and ignored: audio always streams, and the text is not cut.
+`split_granularity` are accepted and ignored.
 
-Bounds, as the other routes: the Host / Origin checks and the API key of /v1 at the handshake
-(a browser may open a WebSocket to any site: the Origin check always applies); the engine's
-admission (a place in line per utterance); the engine's text limit per utterance and
-`max_input_chars` (4096) per session; message sizes; and time (StreamLimits), as an utterance
-holds an engine slot from its first piece to input.done: an idle timeout renewed only by
-progress (a non-empty piece, input.done, audio sent, the first session.config since) and not
-running while the audio of a completed utterance is still being sent; an empty piece opens no
-utterance and renews nothing; an utterance gets a time limit and a count of pieces; a session
-a time limit. Every error is an `error` message and a close (codes: 1008 refused or bad
+Bounds (README.md beside this file): /v1's Host / Origin checks and API key at the handshake
+(no CORS protects a WebSocket), the engine's admission per utterance, text limits, message
+sizes and time (StreamLimits: an utterance holds an engine slot from its first piece to
+input.done). Every error is an `error` message and a close (codes: 1008 refused or bad
 message, 1009 too large, 1013 busy, 1011 server error, 1000 idle or past a time limit).
 
-The client's messages are read as they come, while the session still acts on an earlier one
-(a config's reference clip, a wait for the engine): uvicorn stops reading a socket whose app
-has not asked for the message it holds, and its keepalive pongs with it, so a session busier
-than the ping timeout (20 s; a loaded machine) had its client dropped (1011, or 1006 in a
-browser) although that client had answered every ping. Up to MAX_PENDING_BYTES wait unread.
+The client's messages are read ahead while the session acts on an earlier one: uvicorn stops
+reading a socket whose app has not asked for the message it holds, and its keepalive pongs
+with it, so a busy session had its client dropped (1011) though it answered every ping. Up to
+MAX_PENDING_BYTES wait unread.
 """
 
 from __future__ import annotations
@@ -57,7 +50,7 @@ from starlette.websockets import WebSocketDisconnect, WebSocketState
 from ..engine import BackendError, EngineBusy, InputError, SynthesisParams, SynthesisRequest
 from ..engine.awaiting import run_awaiting
 from ..engine.backend import TextTooLong
-from ..engine.streams import FedStream, StreamEvent
+from ..engine.streams import FedStream
 from .audio_formats import make_encoder
 from .errors import ApiError
 from .route_utils import busy_error, request_values
@@ -246,40 +239,20 @@ class SpeechSession:
         idle timeout from the last progress (not while a completed utterance's audio is being
         sent), the open utterance's time limit, the session's."""
         limits, utterance = self.limits, self.utterance
-        bounds = [
-            (
-                self._started_at + limits.max_session_s,
-                ApiError(
-                    408, f"Session time limit: {limits.max_session_s:g} s.", None, "session_timeout"
-                ),
-            )
-        ]
+        session = f"Session time limit: {limits.max_session_s:g} s."
+        bounds = [(self._started_at + limits.max_session_s, session, None, "session_timeout")]
         if not (utterance and utterance.sending):
-            bounds.append(
-                (
-                    self._progress_at + limits.idle_timeout_s,
-                    ApiError(
-                        408,
-                        f"Idle timeout: nothing new for {limits.idle_timeout_s:g} s.",
-                        None,
-                        "idle_timeout",
-                    ),
-                )
-            )
+            idle = f"Idle timeout: nothing new for {limits.idle_timeout_s:g} s."
+            bounds.append((self._progress_at + limits.idle_timeout_s, idle, None, "idle_timeout"))
         if utterance is not None and not utterance.done:
-            bounds.append(
-                (
-                    utterance.opened_at + limits.max_utterance_s,
-                    ApiError(
-                        408,
-                        f"An utterance may take at most {limits.max_utterance_s:g} s from its "
-                        "first piece to input.done.",
-                        "text",
-                        "utterance_timeout",
-                    ),
-                )
+            slow = (
+                f"An utterance may take at most {limits.max_utterance_s:g} s from its "
+                "first piece to input.done."
             )
-        return min(bounds, key=lambda bound: bound[0])
+            end = utterance.opened_at + limits.max_utterance_s
+            bounds.append((end, slow, "text", "utterance_timeout"))
+        at, message, param, code = min(bounds, key=lambda bound: bound[0])
+        return at, ApiError(408, message, param, code)
 
     def _progressed(self) -> None:
         """The session moved on (text, input.done, audio sent): the idle clock restarts."""
@@ -522,14 +495,3 @@ class SpeechSession:
             await self.ws.close(_CLOSE_CODES.get(error.status, 1011))
         except Exception:  # noqa: BLE001 - the client went away meanwhile
             log.debug("could not send the error to a closed WebSocket", exc_info=True)
-
-
-__all__ = [
-    "MAX_MESSAGE_BYTES",
-    "ROUTE",
-    "Access",
-    "SpeechSession",
-    "StreamEvent",
-    "StreamLimits",
-    "add_speech_stream_route",
-]

@@ -1,12 +1,11 @@
 """Cut an input longer than the engine's per-request limit into pieces it accepts.
 
-Every surface (the page, gradio_client, /v1/audio/speech) takes up to one limit per deployment,
-`ApiConfig.max_input_chars` (4096, like OpenAI: `split_request` refuses more, naming it), while
-the engine may be configured for fewer per synthesis (--max-chars); the pieces are synthesized one after the other into the same response. The input is
-cleaned first, as the engine's validation cleans a text (`printable`: control and zero-width
-characters dropped, whitespace collapsed), so the limit counts what the engine counts and no
-piece is made only of invisible characters. Cuts fall after a sentence end when possible, else
-between words, else anywhere.
+Every surface takes up to one limit per deployment, `ApiConfig.max_input_chars` (4096, as
+OpenAI: `split_request` refuses more, naming it), while the engine may take fewer per synthesis
+(--max-chars); the pieces are spoken one after the other into the same response. The input is
+cleaned first as the engine cleans a text (`printable`), so the limit counts what the engine
+counts and no piece is only invisible characters. Cuts fall after a sentence end when possible,
+else between words, else anywhere.
 """
 
 from __future__ import annotations

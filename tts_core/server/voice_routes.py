@@ -1,26 +1,8 @@
-"""Voice routes: GET /v1/audio/voices (each voice with its clip's length and whether it fits
-the served model: `fits_model`, null while it loads, and `unfit_reason`; the served model's
-reference needs under `reference`; on a Qwen3-TTS CustomVoice checkpoint its presets first,
-`kind` "preset", and on it or a VoiceDesign one no clip fits), POST /v1/audio/voices, DELETE /v1/audio/voices/{name},
-POST /v1/audio/voices/owner_key.
+"""GET/POST/DELETE /v1/audio/voices and POST /v1/audio/voices/owner_key.
 
-Registration is multipart/form-data: `name`, the clip as `file` (or `audio_sample`, OpenAI's
-field name), optional `transcript` (or `reference_text`), optional `replace=true`. The body is
-counted while it arrives and refused past `--max-file-size`; the clip is decoded from memory,
-checked like a synthesis reference and stored as 24 kHz mono WAV; answers 201 with the voice.
-
-Private voices (`VoiceRegistry.private`, `--private-voices`): with an API key the caller is
-the operator and sees, replaces and deletes every voice; without one a caller is a visitor
-(ServerState.api_viewer): it lists and uses the built-in voices and those registered with its
-X-Voice-Owner header, must send that header to register, and replaces or deletes only its own
-(anyone else's answer as unknown).
-
-Quotas (issue #37 M5): without an API key every registration counts against the client
-address it came from (`--voices-per-address`, an IPv6 /64 as one), and a visitor registers
-only with an owner key this server issued: `POST /v1/audio/voices/owner_key` answers
-`{"owner_key": ...}` (send the key you hold as X-Voice-Owner to have it kept inside the new
-one, so the voices it saved stay yours). A self-chosen X-Voice-Owner still lists, uses and
-deletes what it saved, but registers nothing (403 `owner_key_not_issued`).
+The listing's fields (fits_model, presets), the multipart registration, private voices and the
+per-address quotas are described in README.md beside this file. The multipart body is counted
+while it arrives and refused past `--max-file-size`.
 """
 
 from __future__ import annotations
@@ -224,21 +206,20 @@ async def _register(
     state: ServerState,
     name: str,
     clip: bytes,
-    transcript,
-    replace,  # noqa: ANN001, ANN202
+    transcript: str | None,
+    replace: bool,
     viewer: Viewer,
     address: str | None,
-):
-    limits = state.engine.config.limits
+) -> NamedVoice:
+    register = partial(
+        state.voices.register,
+        limits=state.engine.config.limits,
+        replace=replace,
+        owner_key=viewer.owner_key,
+        viewer=viewer,
+        address=address,
+    )
     try:
-        register = partial(
-            state.voices.register,
-            limits=limits,
-            replace=replace,
-            owner_key=viewer.owner_key,
-            viewer=viewer,
-            address=address,
-        )
         return await asyncio.to_thread(register, name, clip, transcript)
     except InputError as exc:
         param = "transcript" if exc.param == "reference_text" else "file"

@@ -1,26 +1,20 @@
 """Named voices: the built-in ones shipped in assets/voices and the ones users register.
 
-A voice is a reference clip (+ optional transcript) that the engine clones. Built-in voices
-carry OpenAI's stock names so unmodified OpenAI clients work. Registered voices are kept on
-disk, one folder per voice (`<root>/<name>/reference.wav` + `meta.json`), written by
-voice_store so that a crash or a full disk never loses a voice or leaves files behind.
-Readers take the same lock as a replace, and `load()` reads the clip into memory, so a
-replace or delete never pulls a file from under a request. The lock is per process: one
-registry per root. Hand-damaged folders are listed as "damaged" so they can be deleted.
+A voice is a reference clip (+ optional transcript) that the engine clones; built-in voices
+carry OpenAI's stock names. Registered voices live one folder each (`<root>/<name>/` with
+reference.wav and meta.json), written by voice_store so that a crash or a full disk never loses
+a voice. Readers take the same lock as a replace and `load()` reads the clip into memory, so a
+replace never pulls a file from under a request; the lock is per process: one registry per
+root. Hand-damaged folders are listed as "damaged" so they can be deleted.
 
-Who sees a saved voice: everyone, or with `private=True` (`--private-voices`) only the
-visitor whose owner key saved it (a `Viewer`) and the operator (`OPERATOR`: the /v1 API behind
-its key, and in-process callers); built-in voices are everyone's. To anyone else a private
-voice does not exist: `get`, `load` and `delete` raise VoiceNotFound, as for an unknown name.
+With `private=True` a saved voice is seen only by the visitor whose owner key saved it (a
+`Viewer`) and the operator (`OPERATOR`); to anyone else it does not exist (VoiceNotFound).
 
-Quotas (issue #37 M5) are keyed on what the server can trust, not on a key a client picks: a
-registration counts against its owner's identity (`max_per_owner`) and against its issuer
-(`max_per_address`): the client address of the request when the caller knows it (the /v1
-route passes it; the page's save runs in a Gradio event, whose request Gradio keeps in a
-context variable: `event_client_address`), else the address an issued owner key was issued to
-(access.OwnerKeys: signed by the server), else one shared bucket for every self-made key
-whose address is unknown. So rotating self-made keys from one client fills at most one
-address's share, never the store.
+Quotas are keyed on what the server can trust, not on a key a client picks: a registration
+counts against its owner (`max_per_owner`) and its issuer (`max_per_address`): the request's
+client address when known (the /v1 route; the page's save: `event_client_address`), else the
+address an issued owner key carries (access.OwnerKeys, signed), else one shared bucket for all
+self-made keys. So rotating self-made keys fills at most one address's share, never the store.
 """
 
 from __future__ import annotations
@@ -189,12 +183,9 @@ class VoiceRegistry:
             return self._get(name, viewer)
 
     def load(self, name: str, viewer: Viewer = OPERATOR) -> tuple[NamedVoice, np.ndarray]:
-        """The voice and its whole clip as float32 mono 24 kHz samples.
-
-        Read under the lock, so the clip matches the voice's transcript and a concurrent
-        replace or delete cannot pull it away. Raises VoiceNotFound (also for a voice `viewer`
-        may not see), or VoiceDamaged.
-        """
+        """The voice and its whole clip as float32 mono 24 kHz samples, read under the lock
+        (the clip matches the transcript); VoiceNotFound (also for a voice `viewer` may not
+        see), or VoiceDamaged."""
         with self._lock:
             voice = self._get(name, viewer)
             if voice.status == "ok":

@@ -1,17 +1,13 @@
 """Gradio event handlers: inputs -> engine request -> yields for the page and the API.
 
-Each handler takes the engine from the slot per request (a request while the model loads gets
-its "still loading" message). Errors the user can fix become gr.Error with the engine's or the
-voice registry's message; anything unexpected is logged with its traceback and reported as a
-short internal error. Either way the server keeps serving.
+Each handler takes the engine from the slot per request (while the model loads: its "still
+loading" message). Errors the user can fix become gr.Error with the engine's or the voice
+registry's message; anything unexpected is logged and reported as a short internal error.
 
 The inputs are the API's parameters (ApiParameters: the request's fields and the knobs every
-known backend declares, by name); each handler takes them by position, in `names` order, or by
-name, and the page's inputs and the handlers' signature are made from the same list.
-
-Named voices are looked up as a `Viewer`: the page's own event passes its browser's owner key
-(with private voices it may use the voices that browser saved); the API endpoints have no key,
-so with private voices they take the built-in voices only.
+known backend declares), by position in `names` order or by name. Named voices are looked up
+as a `Viewer`: the page's own event passes its browser's owner key; the API endpoints have
+none, so with private voices they take the built-in voices only.
 """
 
 from __future__ import annotations
@@ -79,10 +75,10 @@ MODEL_VOICE_FIELDS = ("speaker", "instructions")
 FIELDS = ("text", "language", "reference", "reference_text", "voice", *MODEL_VOICE_FIELDS)
 ANYONE = Viewer()  # a caller without an owner key (gradio_client, plain HTTP)
 OWNER_KEY = "owner_key"  # the page's own event: its browser's key, after the API's values
-# gradio_client and plain HTTP callers may pass every value by position: this was the order of
-# the first release, kept so that their calls keep working. Knobs declared since come after
-# `voice` (SECOND_RELEASE_ORDER, then in the order request_knobs gives). Nothing else depends on this order: the page's
-# inputs and the handlers' signature are both made from ApiParameters.names.
+# gradio_client and plain HTTP callers may pass every value by position: the first release's
+# order, kept so their calls keep working; knobs declared since come after `voice`
+# (SECOND_RELEASE_ORDER, then as request_knobs gives them). The page's inputs and the
+# handlers' signature are both made from ApiParameters.names.
 FIRST_RELEASE_ORDER = (
     "text",
     "language",
@@ -186,17 +182,9 @@ def make_request(
     task_type: str = "Base",
     **named: Any,
 ) -> SynthesisRequest:
-    """The API's values (`api`'s parameters, default: those of every known backend's knobs)
-    -> a SynthesisRequest.
-    `voice` names a built-in or saved voice (from `voices`, one `viewer` may use) used instead
-    of the reference clip and its transcript; `task_type`: the served checkpoint's (other than
-    Base: `speaker` / `instructions` make the voice)."""
+    """The API's values (`api`'s parameters, default: every known backend's knobs) -> a
+    SynthesisRequest (ApiParameters.request)."""
     return (api or ApiParameters.for_engine()).request(inputs, named, voices, viewer, task_type)
-
-
-def task_type_of(engine: Engine) -> str:
-    """What the served checkpoint does (vLLM-Omni's task_type; every cloning model: Base)."""
-    return getattr(engine.backend, "task_type", "Base")
 
 
 @contextmanager
@@ -215,6 +203,27 @@ def user_errors() -> Iterator[None]:
         raise gr.Error(f"Internal error ({type(exc).__name__}); see the server log.") from None
 
 
+def _open(
+    engine: Engine,
+    inputs: tuple,
+    named: dict[str, Any],
+    voices: VoiceRegistry | None,
+    api: ApiParameters | None,
+    viewer: Viewer,
+    served_only: bool = False,
+) -> StreamHandle:
+    """A handle on the API's values' request (`served_only`: the served model's knobs only)."""
+    with user_errors():
+        api = api or ApiParameters.for_engine(engine)
+        task_type = getattr(engine.backend, "task_type", "Base")  # vLLM-Omni's; cloning: Base
+        request = make_request(
+            *inputs, voices=voices, api=api, viewer=viewer, task_type=task_type, **named
+        )
+        if served_only:
+            request.params = request.params.only(served_knobs(engine.backend))
+        return api.open(engine, request)
+
+
 def stream_to_page(
     engine: Engine,
     *inputs: Any,
@@ -225,14 +234,8 @@ def stream_to_page(
 ) -> Iterator[tuple]:
     """Outputs: live audio, full clip, stats (the page's stats panel draws them)."""
     skip = gr.skip()
-    with user_errors():
-        api = api or ApiParameters.for_engine(engine)
-        request = make_request(
-            *inputs, voices=voices, api=api, viewer=viewer, task_type=task_type_of(engine), **named
-        )
-        # the page sends its hidden controls too: only the served model's knobs are set
-        request.params = request.params.only(served_knobs(engine.backend))
-        handle = api.open(engine, request)
+    # the page sends its hidden controls too: only the served model's knobs are set
+    handle = _open(engine, inputs, named, voices, api, viewer, served_only=True)
     pieces: list[np.ndarray] = []
     last_chunk_at: float | None = None  # set while a chunk waits to be flushed by a nudge
     stats: dict[str, Any] = {}
@@ -285,12 +288,7 @@ def stream_to_api(
     **named: Any,
 ) -> Iterator[tuple]:
     """/synthesize: one (chunk WAV, stats) per chunk; the last one's stats have done=true."""
-    with user_errors():
-        api = api or ApiParameters.for_engine(engine)
-        request = make_request(
-            *inputs, voices=voices, api=api, viewer=viewer, task_type=task_type_of(engine), **named
-        )
-        handle = api.open(engine, request)
+    handle = _open(engine, inputs, named, voices, api, viewer)
     try:
         for event in _events_with_timeouts(handle):
             if event is None:
@@ -310,19 +308,10 @@ def synthesize_full(
     **named: Any,
 ) -> Iterator[tuple]:
     """/synthesize_full: the finished clip (WAV) and the final stats (`predict` returns them).
-
-    A generator that yields `gr.skip()` while it works: Gradio looks for a lost client, and
-    stops a job, only between messages, so without them a request whose client went away
-    would run on to its end, holding the engine. Stop/cancel and a lost client end it within
-    PUBLISH_NUDGE_S.
-    """
+    It yields `gr.skip()` while it works: Gradio notices a lost client, and stops a job, only
+    between messages, so a Stop or a lost client ends it within PUBLISH_NUDGE_S."""
     skip = gr.skip()
-    with user_errors():
-        api = api or ApiParameters.for_engine(engine)
-        request = make_request(
-            *inputs, voices=voices, api=api, viewer=viewer, task_type=task_type_of(engine), **named
-        )
-        handle = api.open(engine, request)
+    handle = _open(engine, inputs, named, voices, api, viewer)
     pieces, stats = [], {}
     try:
         for event in _events_with_timeouts(handle):
@@ -342,10 +331,8 @@ def bind(
     api: ApiParameters | None = None,
 ) -> Callable[..., Iterator]:
     """fn(engine, *inputs, voices=, api=) -> a Gradio handler that takes the engine from `slot`
-    per request and whose signature is `api`'s (default: every known backend's knobs): its
-    parameter names are the API's, which gradio_client calls by (every handler here is a
-    generator, and stays one: Gradio decides streaming from that). Its callers have no owner
-    key (ANYONE: with private voices, the built-in voices only)."""
+    per request, with `api`'s signature (gradio_client calls by its names). It stays a
+    generator: Gradio decides streaming from that. Its callers have no owner key (ANYONE)."""
     api = api or ApiParameters.for_engine()
 
     def handler(*inputs: Any) -> Iterator:

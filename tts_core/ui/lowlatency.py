@@ -1,29 +1,17 @@
 """The page's low-latency player: raw PCM over a streamed fetch, played with the Web Audio API.
 
-Integration point: inside a `gr.Blocks`, after creating the input components and the
-Generate/Stop buttons,
+Inside a `gr.Blocks`, after the input components and the Generate/Stop buttons,
 
     player = build_lowlatency_player(fields, generate, stop)
 
-renders a player-mode toggle, the player, and a hidden "standard" button, and binds a
-front-end-only handler to Generate (the click is the user gesture that starts the
-AudioContext) and to Stop. `fields` maps the PCM route's request names (the Gradio API's
-parameter names: text, language, reference, reference_text, voice and the knobs) to the
-components that hold them; the player sends each value under its name. On Generate the
-handler either streams through the low-latency player (default) or, when the toggle says
-"Standard", clicks
-`player.standard_trigger`: bind the standard streaming gr.Audio handler to that button instead
-of `generate.click`, so that exactly one of the two players synthesizes per click and the
-Gradio queue is not involved in low-latency mode. The player reports to the page's stats panel
-(stats_panel.py) when there is one. The PCM route itself comes from
-`tts_core.server.install_routes` (the page's launch installs it).
-
-"Speak while the text arrives" (a checkbox and a words-per-second slider under the toggle):
-Generate then opens the page's text-stream WebSocket (`tts_core.server.page_text_ws`, also
-installed by install_routes) with the same fields, feeds the text box word by word at that
-rate as `input.text` messages, then `input.done`, and plays the PCM frames it answers with the
-same Web Audio scheduling. A backend that takes text in pieces (Qwen3-TTS) speaks before the
-last word is sent; the others wait for `input.done`.
+renders a player-mode toggle, the player and a hidden "standard" button, and binds a
+front-end-only handler to Generate (its click is the user gesture that starts the AudioContext)
+and to Stop. `fields` maps the PCM route's request names (the Gradio API's parameter names) to
+the components holding them. When the toggle says "Standard" the handler clicks
+`player.standard_trigger` instead: bind the gr.Audio handler to that button, not to Generate,
+so exactly one player synthesizes per click. With "Speak while the text arrives" Generate opens
+the page's text-stream WebSocket (TEXT_ROUTE) instead and feeds the text box word by word at
+the chosen rate. Both routes come with `tts_core.server.install_routes`.
 """
 
 from __future__ import annotations

@@ -50,10 +50,9 @@ FIRST_RELEASE = len(handlers.FIRST_RELEASE_ORDER)  # values every positional cal
 CONCURRENCY_ID = "synthesis"  # one queue slot pool for the page and both API endpoints
 FALLBACK_CONCURRENCY = 8  # before the model is known
 SHARED_NAMES = frozenset(knob.name for knob in SHARED_KNOBS)  # shown where the model reads them
-RUN_STATUS = (
-    '<p class="run-status" data-state="idle" role="status" aria-live="polite">'
-    "</p>"
-)  # page.js / stats_panel.js: Generating…, Done, Error: …
+# page.js / stats_panel.js write into it: Generating…, Done, Error: …
+RUN_STATUS = '<p class="run-status" data-state="idle" role="status" aria-live="polite"></p>'
+GREETING = "Hello! This is a streaming voice demo. The audio plays while it is being generated."
 EXAMPLES = [  # (label, text, language, built-in voice): real recordings (assets/voices)
     (
         "English, female (recorded)",
@@ -137,11 +136,7 @@ def build_demo(
     """The page for an engine, or for the slot it is loading into. `voices`: the registry
     shared with /v1/audio/voices (default: `open_voice_registry()`); `assets`: where the
     example clips are (none: no examples); `api`: the routes' config; `concurrency`: Gradio's
-    limit on the synthesis events (default: the engine's, or 8 while it loads).
-
-    The knob controls and the Gradio API's parameters are made from the knob declarations
-    (tts_core.backends.request_knobs): every known backend's, and the served backend's when
-    the engine is there already; only the served model's own show."""
+    limit on the synthesis events (default: the engine's, or 8 while it loads)."""
     slot = as_slot(source)
     voices = voices if voices is not None else open_voice_registry()
     engine = served_engine(slot)  # None while the model loads
@@ -158,12 +153,12 @@ def build_demo(
         )
         parts: dict[str, Any] = {
             "status": gr.HTML(
-                status_html(info), elem_id="model-status", css_template=_css("page.css")
+                status_html(info), elem_id="model-status", css_template=_static("page.css")
             ),
             "notice": gr.HTML(
                 notice_html(info),
                 elem_id="fallback-notice",
-                css_template=_css("page.css"),
+                css_template=_static("page.css"),
                 visible=bool(info.get("notice")),
             ),
         }
@@ -171,7 +166,9 @@ def build_demo(
             with gr.Column(scale=1):
                 # the text and Generate first: in view without scrolling on a desktop or a
                 # phone screen; the voice and the knobs below them
-                controls = {"text": _text_box(info, parts)}
+                # no max_length: Gradio's cuts a paste silently; the count below says the limit
+                parts["text"] = gr.Textbox(label="Text", lines=3, elem_id="text", value=GREETING)
+                controls = {"text": parts["text"]}
                 # the count against the deployment's one text limit, said before the cut
                 gr.HTML(
                     count_html(max_input_chars),
@@ -277,11 +274,9 @@ def page_state(
     voices: VoiceRegistry | None = None,
     model_voice: ModelVoiceInputs | None = None,
 ) -> dict:
-    """What depends on the model, from the slot: {component: update}. `model_knobs`: the
-    page's control of each knob (those the served model reads show: `offered_knobs`);
-    `voices`: for the examples that fit the served model; `model_voice`: the preset /
-    instruction inputs (shown on a CustomVoice or VoiceDesign checkpoint, in place of the
-    clone voice's)."""
+    """What depends on the model, from the slot: {component: update}. `model_knobs`: each
+    knob's control (shown: `offered_knobs`); `voices`: for the examples that fit the model;
+    `model_voice`: the preset / instruction inputs (CustomVoice, VoiceDesign)."""
     info = slot.info()
     engine = served_engine(slot)
     backend = engine.backend if engine is not None else None
@@ -344,17 +339,6 @@ def model_dependent(info: dict[str, Any], backend: object | None = None) -> dict
         "reference": f"Reference clip: {reference_needs(backend).length_text()}{needed}",
         "frames": f"**Every model:** the seed{frames if reads_frames else ''}",
     }
-
-
-def _text_box(info: dict[str, Any], parts: dict[str, Any]) -> gr.Textbox:
-    # no max_length: Gradio's cuts a paste silently; the count under the box says the limit
-    parts["text"] = gr.Textbox(
-        label="Text",
-        lines=3,
-        elem_id="text",
-        value="Hello! This is a streaming voice demo. The audio plays while it is being generated.",
-    )
-    return parts["text"]
 
 
 def _voice_inputs(
@@ -463,16 +447,6 @@ def _wire_synthesis(
         "show_progress": "minimal",
     }
 
-    def wire(trigger: Any, fn: Any, outs: list, api_name: str) -> Any:
-        return trigger(
-            handlers.bind(fn, slot, voices, parameters),
-            inputs=api_inputs,
-            outputs=outs,
-            api_name=api_name,
-            api_visibility="public",
-            **pool,
-        )
-
     # Generate runs the low-latency player in the browser; the page clicks this hidden
     # trigger instead when the player toggle says "Standard" (one synthesis per click).
     # "always_last": a click while the last run is still pending (its clip shown, its
@@ -505,11 +479,17 @@ def _wire_synthesis(
         (handlers.stream_to_api, "chunk", "synthesize"),
         (handlers.synthesize_full, "audio", "synthesize_full"),
     ):
-        outs = [
-            gr.Audio(type="numpy", visible=False, label=audio_label),
-            gr.JSON(visible=False, label="stats"),
-        ]
-        wire(api_only.click, fn, outs, api_name)
+        api_only.click(
+            handlers.bind(fn, slot, voices, parameters),
+            inputs=api_inputs,
+            outputs=[
+                gr.Audio(type="numpy", visible=False, label=audio_label),
+                gr.JSON(visible=False, label="stats"),
+            ],
+            api_name=api_name,
+            api_visibility="public",
+            **pool,
+        )
 
 
 def _api_voice_input() -> gr.Dropdown:
@@ -531,10 +511,8 @@ def _api_text_input(name: str) -> gr.Textbox:
 
 
 def _api_knob_input(knob: Knob) -> gr.Number:
-    """A knob's parameter of the API-only endpoints: no value, so a caller who leaves it out
-    gets the served backend's default (a slider's value is whatever the page showed when it
-    was built, e.g. before the model had loaded), and no bounds of a slider's (its range may
-    be narrower than the valid one; Knob.parse checks that and names the knob)."""
+    """A knob's parameter of the API-only endpoints: no value (left out: the served backend's
+    default, not what a slider showed) and no slider bounds (Knob.parse checks the range)."""
     return gr.Number(None, label=knob.label or knob.name, visible=False)
 
 
@@ -595,10 +573,6 @@ def _examples(
 def count_html(max_chars: int) -> str:
     """The text count line (page.js fills in the count as the visitor types)."""
     return f'<p class="text-count" data-max="{max_chars}">Up to {max_chars} characters</p>'
-
-
-def _css(name: str) -> str:
-    return _static(name)
 
 
 def _static(name: str) -> str:

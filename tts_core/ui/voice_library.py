@@ -1,18 +1,11 @@
 """The page's voice library: pick a built-in or saved voice, save the current clip as a voice,
 delete a voice this browser saved.
 
-It is the same VoiceRegistry as /v1/audio/voices, so a voice saved here is usable through the
-API at once, and the other way round. Who saved a voice is told by an owner key: a random
-secret made once per browser and kept in its localStorage (gr.BrowserState); the registry
-stores only its digest. Voices registered through the API have no owner: the page cannot
-delete them. With private voices (`VoiceRegistry.private`, `--private-voices`) a browser is
-shown, and may use, only the built-in voices and the ones it saved; to it, anyone else's do
-not exist. Saving and deleting say so in a line under the picker, not in a toast (a toast
-would cover the player's status at the top of the other column).
-
-These events are the page's own, not an API: they are "private", and the server's EventGuard
-(server/gradio_guard.py) answers a call of a private event by its name with 404; the page
-sends them by index.
+The same VoiceRegistry as /v1/audio/voices. A browser is known by its owner key, a random
+secret kept in its localStorage (gr.BrowserState; the registry stores its digest); voices
+registered through the API have no owner, so the page cannot delete them. Saving and deleting
+say so in a line under the picker, not in a toast, which would cover the player's status.
+These events are the page's own ("private": EventGuard answers a call by name with 404).
 """
 
 from __future__ import annotations
@@ -385,12 +378,10 @@ def voice_errors() -> Iterator[None]:
         raise gr.Error(exc.message, print_exception=False) from None
     except (InputError, EngineBusy, BackendError) as exc:
         raise gr.Error(str(exc), print_exception=False) from None
-    except (PermissionError, FileExistsError) as exc:
-        if exc.errno is None and exc.filename is None:  # the registry's own, a message only
+    except Exception as exc:  # noqa: BLE001 - never a stack trace or a path in the page
+        own = isinstance(exc, PermissionError | FileExistsError)
+        if own and exc.errno is None and exc.filename is None:  # the registry's: a message only
             raise gr.Error(str(exc), print_exception=False) from None
-        log.exception("voice store error")
-        raise gr.Error("The voice store failed; see the server log.") from None
-    except Exception:  # noqa: BLE001 - never a stack trace or a path in the page
         log.exception("voice store error")
         raise gr.Error("The voice store failed; see the server log.") from None
 
