@@ -32,8 +32,9 @@ from ..engine.backend import (
 )
 from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
-from ..engine.knobs import sampling_knobs
+from ..engine.knobs import knobs_of
 from ..engine.model_thread import run_on_passing_thread
+from ..models.qwen3_tts.config import GenerationDefaults
 from ..serving import DEFAULT_PREFILL_CHUNK, EngineLoop, RequestStream
 from .neural import NeuralBackend
 
@@ -48,9 +49,9 @@ OWN_VOICES = {
     "CustomVoice": "name a preset voice",
     "VoiceDesign": "describe the voice in instructions",
 }
-# The request knobs this backend reads (besides the shared seed and chunk sizes): the shared
-# sampling knobs; their defaults are the checkpoint's generation_config.json (sampling_defaults).
-KNOBS = sampling_knobs("temperature", "top_k", "top_p", "repetition_penalty")
+# The request knobs this backend reads besides the shared ones: generation_config.json's names
+# that are sampling knobs; their defaults the checkpoint's (knob_defaults)
+KNOBS = knobs_of(GenerationDefaults)
 
 
 def _choose_decoder_dtype(model: Any, device: str, dtype: str, quantize: str = "auto") -> str:

@@ -1,22 +1,14 @@
-"""Adapter: our TADA model (tts_core.models.tada) -> the engine's Backend interface.
+"""TADA (tts_core.models.tada) as a declaration over NeuralBackend (neural.py). Audio is 24 kHz,
+one stateful decoder pass per stream (20 frames of context, 15 of lookahead); a "frame" of the
+chunk sizes is one TADA token (20 ms per codec frame of its duration).
 
-Every request goes through the backend's served loop (backends/neural.py: the one batch engine,
-up to `max_batch` streams stepped together on one loop thread, each bit-identical to the same
-request alone; models/tada/runner.py), which computes the voices too. Audio is 24 kHz from the
-KV-cached decoder transformer and the windowed CNN (20 frames of context, 15 of lookahead), one
-stateful pass per stream, so chunks are never marked independent. A "frame" of the chunk-size
-settings is one TADA token (its audio length varies with the token's duration: 20 ms per codec
-frame).
+Cloning continues the reference clip aligned to its transcript, so the transcript is required
+(upstream runs a 1.1B English ASR model without one; we refuse, naming reference_text); there
+is no voice without a clip.
 
-Cloning is prompt continuation of the reference clip aligned to its transcript: the transcript
-is REQUIRED (upstream runs a 1.1B English ASR model without one; we refuse, naming
-reference_text). There is no voice without a clip.
-
-Checkpoints (the spec in models/specs.py; `checkpoint_folders`): a TADA model folder (its
-config.json says diffusion_head_type "vibevoice") or Hub id, with the codec folder `codec`
-beside it when there is one, else the Hub's HumeAI/tada-codec; or a root folder without
-config.json holding `model/` and `codec/` (the layout tools/oracle/tada writes, e.g.
-tests/fixtures/tada-tiny-a).
+Checkpoints (`checkpoint_folders`): a TADA model folder or Hub id, with the codec folder `codec`
+beside it, else the Hub's HumeAI/tada-codec; or a root without config.json holding `model/` and
+`codec/` (tools/oracle/tada's layout, e.g. tests/fixtures/tada-tiny-a).
 """
 
 from __future__ import annotations

@@ -1,24 +1,25 @@
 """A request's knobs, each declared once: name, type, valid range, default, and how the page
 shows it.
 
-Every backend class declares the knobs it reads (`Backend.knobs`: VoxCPM2's guidance and
-diffusion steps, Chatterbox's S3Gen chunk sizes); the shared ones (the seed and the chunk
-sizes, whose maxima are the engine's `Limits`: each backend's capabilities say which of them it
-reads, `served_knobs`) and the sampling knobs the token-drawing backends pick from
-(`sampling_knobs`: one meaning per name) are declared here.
-Everything else is made from these declarations: the engine's validation (`Knob.parse`, with
-messages naming the knob), the extra fields of the `/v1/audio/speech` body, the page's PCM
-route, the page's sliders and the Gradio API's parameters. A request carries its knob values by name
-(`SynthesisParams`), and a backend reads its own by name.
+A model declares the knobs it reads as fields of its dataclass of knobs (models/contract.py
+`knob`: range and labels as field metadata); its backend's `knobs` are made from them
+(`knobs_of`). Declared here: the shared ones (the seed and the chunk sizes, whose maxima are the
+engine's `Limits`; a backend's capabilities say which of them it reads, `served_knobs`) and the
+sampling knobs of the token-drawing models (`SAMPLING_KNOBS`: one meaning per name, whichever
+model declares a field of that name). Everything else is made from these: the engine's
+validation (`Knob.parse`, messages naming the knob), the `/v1/audio/speech` body, the page's PCM
+route, sliders and Gradio API parameters. A request carries its knob values by name
+(`SynthesisParams`); a backend reads its own by name.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import Field, dataclass, fields
 from typing import Any
 
+from ..models.contract import KNOB
 from .errors import InputError
 
 Number = int | float
@@ -261,6 +262,25 @@ SAMPLING_KNOBS = {
 def sampling_knobs(*names: str) -> tuple[Knob, ...]:
     """The shared sampling knobs of `names`, in that order (KeyError for an unknown one)."""
     return tuple(SAMPLING_KNOBS[name] for name in names)
+
+
+def knobs_of(declaration: type) -> tuple[Knob, ...]:
+    """The served knobs of a model's dataclass of knobs, in its field order: a field declared
+    with `contract.knob` (its type and default the field's), and a field named as a sampling
+    knob (SAMPLING_KNOBS' declaration; the field's default is the backend's `knob_defaults`)."""
+    found = []
+    for item in fields(declaration):
+        if KNOB in item.metadata:
+            found.append(Knob(item.name, _kind(item), default=item.default, **item.metadata[KNOB]))
+        elif item.name in SAMPLING_KNOBS:
+            found.append(SAMPLING_KNOBS[item.name])
+    return tuple(found)
+
+
+def _kind(item: Field) -> type:
+    """int or float, as the field is annotated ("int", "float | None", or the type itself)."""
+    annotation = getattr(item.type, "__name__", str(item.type))
+    return int if annotation.split("|")[0].strip() == "int" else float
 
 
 def backend_knobs(backend: object) -> tuple[Knob, ...]:
