@@ -17,6 +17,7 @@ from typing import Any
 from .awaiting import await_here, awaiting_loop, waker, woken_within
 
 _END = object()
+Producer = Callable[[Callable[[Any], None]], None]  # produce(put): puts its items, then returns
 
 
 class _Failure:
@@ -89,9 +90,7 @@ class Handoff:
         return self._items.get_nowait()
 
 
-def run_on_thread(
-    produce: Callable[[Callable[[Any], None]], None], name: str, handoff: Handoff | None = None
-) -> Handoff:
+def run_on_thread(produce: Producer, name: str, handoff: Handoff | None = None) -> Handoff:
     """Start `produce(put)` on a daemon thread; its items, end and error go to the handoff."""
     handoff = handoff or Handoff()
 
@@ -107,14 +106,9 @@ def run_on_thread(
     return handoff
 
 
-def off_the_loop(make_items: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
-    """The items of `make_items()`. Under run_awaiting (awaiting.py), for code that may block
-    the event loop, advanced on a thread of its own (one per call) and each awaited; once this
-    is closed that thread stops after the item in hand. Elsewhere, advanced here."""
-    if awaiting_loop() is None:
-        yield from make_items()
-        return
-    stop = threading.Event()
+def pump(make_items: Callable[[], Iterator[Any]], stop: threading.Event) -> Producer:
+    """A producer for `run_on_thread`: the items of `make_items()` (made on its thread) put one
+    by one until their end or `stop` (checked after each), then closed."""
 
     def produce(put: Callable[[Any], None]) -> None:
         items = make_items()
@@ -128,7 +122,18 @@ def off_the_loop(make_items: Callable[[], Iterator[Any]], name: str) -> Iterator
             if close is not None:
                 close()
 
+    return produce
+
+
+def off_the_loop(make_items: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
+    """The items of `make_items()`. Under run_awaiting (awaiting.py), for code that may block
+    the event loop, advanced on a thread of its own (one per call) and each awaited; once this
+    is closed that thread stops after the item in hand. Elsewhere, advanced here."""
+    if awaiting_loop() is None:
+        yield from make_items()
+        return
+    stop = threading.Event()
     try:
-        yield from run_on_thread(produce, name)
+        yield from run_on_thread(pump(make_items, stop), name)
     finally:
         stop.set()

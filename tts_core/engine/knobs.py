@@ -24,27 +24,10 @@ from .errors import InputError
 
 Number = int | float
 
-# Names a knob may not take: the request's other fields (page, Gradio API, /v1 body) and the
-# names gradio_client keeps for itself.
-RESERVED = frozenset(
-    {
-        "text",
-        "language",
-        "reference",
-        "reference_text",
-        "voice",
-        "voices",  # the page / Gradio API
-        "model",
-        "input",
-        "response_format",
-        "speed",
-        "stream_format",
-        "instructions",  # /v1
-        "api_name",
-        "fn_index",
-        "result_callbacks",  # gradio_client
-    }
-)
+# Names a knob may not take: the request's other fields and the names gradio_client keeps
+PAGE_FIELDS = ("text", "language", "reference", "reference_text", "voice", "voices")
+V1_FIELDS = ("model", "input", "response_format", "speed", "stream_format", "instructions")
+RESERVED = frozenset((*PAGE_FIELDS, *V1_FIELDS, "api_name", "fn_index", "result_callbacks"))
 CONTROLS = ("slider", "number")
 
 

@@ -131,8 +131,6 @@ class BatchEngine:
         """The rows whose input is there (`Sequence.input_ready`; the others wait, holding their
         cache and state); of those, rows before their first chunk alone (see
         FIRST_CHUNK_PRIORITY_FRAMES), else all."""
-        # (getattr: rows that are not Requests, e.g. the test doubles of the priority test, are
-        # always ready)
         ready = [seq for seq in self._decoding if seq.input_ready]
         fresh = [
             seq
