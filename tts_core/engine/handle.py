@@ -11,8 +11,10 @@ import queue
 import threading
 from collections.abc import Iterator
 
-from .engine import Engine, StreamEvent, SynthesisRequest
+from .engine import Engine
 from .handoff import Producer, pump, run_on_thread
+from .requests import SynthesisRequest
+from .streams import StreamEvent
 
 
 class StreamHandle:
