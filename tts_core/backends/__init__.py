@@ -38,7 +38,8 @@ def load_backend(
     if name == ESPEAK:
         return _espeak(), None
     try:
-        return _neural(name, device, dtype, quantize, max_batch, report, cuda_graphs), None
+        options = dict(dtype=dtype, quantize=quantize, cuda_graphs=cuda_graphs, max_batch=max_batch)
+        return _neural(name, device, options, report), None
     except Exception as exc:  # noqa: BLE001 - any load failure means "use the offline voice"
         if not allow_fallback:
             raise
@@ -107,27 +108,14 @@ def explain_load_failure(name: str, exc: BaseException) -> Notice:
     return Notice(summary, details)
 
 
-def _neural(
-    name: str,
-    device: str,
-    dtype: str,
-    quantize: str,
-    max_batch: int | None,
-    report: Report | None,
-    cuda_graphs: str = "auto",
-) -> Backend:
+def _neural(name: str, device: str, options: dict, report: Report | None) -> Backend:
+    """The backend of checkpoint or server `name`; `options`: load_backend's, by name."""
     from ..models.config_json import one_read
     from ..models.download import LOADING, reporting_to
     from ..models.registry import REMOTE, detect_architecture
     from ..models.specs import spec_of
 
     report = report or (lambda *args, **kwargs: None)
-    options = {
-        "dtype": dtype,
-        "quantize": quantize,
-        "cuda_graphs": cuda_graphs,
-        "max_batch": max_batch,
-    }
     report(LOADING)
     # config.json read once for the detection and the model's configs; a download reports
     with reporting_to(report), one_read():

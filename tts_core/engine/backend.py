@@ -30,10 +30,9 @@ LANGUAGES = (
 
 
 class SynthesisParams:
-    """One request's settings: its language and its knob values by name (engine/knobs.py:
-    the shared seed and chunk sizes, and each backend's own knobs). A knob that is left out, or
-    None, takes its default: the declared one, else the backend's own. `Engine.prepare` checks
-    the values against the shared knobs and the backend's (`check_params`)."""
+    """One request's settings: its language and its knob values by name (engine/knobs.py); a knob
+    left out, or None, takes its default (the declared one, else the backend's own). Checked by
+    `Engine.prepare` (`check_params`)."""
 
     def __init__(self, language: str = "auto", **values: Any) -> None:
         self.language = language

@@ -1,10 +1,8 @@
-"""The one bridge from a producer thread to its consumer: items in order, then the end or the
-producer's error, raised on the consumer's side.
-
-Used by the page's stream handle (waits with a timeout) and as each request's outbox of the
-engine loop. A consumer under `run_awaiting` (awaiting.py: an HTTP or WebSocket request on the
-event loop) awaits an item instead of blocking: the producer's `put` wakes it through
-`call_soon_threadsafe`, no polling.
+"""The one bridge from a producer thread to its consumer (the page's stream handle, each
+request's outbox of the engine loop): items in order, then the end or the producer's error,
+raised on the consumer's side. A consumer under `run_awaiting` (awaiting.py: an HTTP or
+WebSocket request on the event loop) awaits an item instead of blocking: the producer's `put`
+wakes it through `call_soon_threadsafe`, no polling.
 """
 
 from __future__ import annotations

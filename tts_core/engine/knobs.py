@@ -1,15 +1,10 @@
 """A request's knobs, each declared once: name, type, valid range, default, and how the page
-shows it.
-
-A model declares the knobs it reads as fields of its dataclass of knobs (models/contract.py
-`knob`: range and labels as field metadata); its backend's `knobs` are made from them
-(`knobs_of`). Declared here: the shared ones (the seed and the chunk sizes, whose maxima are the
-engine's `Limits`; a backend's capabilities say which of them it reads, `served_knobs`) and the
-sampling knobs of the token-drawing models (`SAMPLING_KNOBS`: one meaning per name, whichever
-model declares a field of that name). Everything else is made from these: the engine's
-validation (`Knob.parse`, messages naming the knob), the `/v1/audio/speech` body, the page's PCM
-route, sliders and Gradio API parameters. A request carries its knob values by name
-(`SynthesisParams`); a backend reads its own by name.
+shows it. A model declares its own as fields of its dataclass of knobs (models/contract.py
+`knob`), which its backend's `knobs` are made from (`knobs_of`). Declared here: the shared ones
+(the seed and the chunk sizes, up to the engine's `Limits`; which of them a backend reads:
+`served_knobs`) and the sampling knobs (`SAMPLING_KNOBS`: one meaning per name, whichever model
+has a field of that name). The engine's checks (`Knob.parse`), the /v1 body, the page's PCM
+route, sliders and Gradio API parameters are made from these.
 """
 
 from __future__ import annotations
@@ -176,10 +171,9 @@ SHARED_NAMES = tuple(knob.name for knob in SHARED_KNOBS)
 # and softmax of inf is NaN) while no audible difference from greedy remains to be had.
 MIN_TEMPERATURE = 0.01
 MIN_REPETITION_PENALTY = 0.1
-# The sampling knobs of the token-drawing backends (Qwen3-TTS, Chatterbox), declared once so that
-# a field means the same whichever model serves. No default here: each backend says its own
-# (`sampling_defaults()`: the checkpoint's generation_config.json, the official generate()'s);
-# `ui_value` is plain sampling (every filter off), shown only where a backend tells none.
+# The sampling knobs of the token-drawing models. No default here: each backend says its own
+# (`sampling_defaults()`: generation_config.json, the official generate()'s); `ui_value` is
+# plain sampling (every filter off), shown only where a backend tells none.
 SAMPLING_KNOBS = {
     knob.name: knob
     for knob in (
