@@ -28,7 +28,7 @@ SEED_LIMIT = 2**32  # the seed knob's range is [0, 2**32 - 1] (engine/knobs.py; 
 KNOB = "knob"  # a dataclass field's metadata key: its served range and labels (`knob`)
 
 
-def knob(default: float, low: float, high: float, **shown: Any) -> Any:
+def knob(default: float | None, low: float, high: float, **shown: Any) -> Any:
     """A knob field served to every surface: its default, its valid range [low, high] and
     `shown`: engine/knobs.py Knob's label, help, step, ui_range, ... (the field's annotation
     says int or float)."""
