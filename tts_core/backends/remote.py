@@ -33,7 +33,7 @@ import soundfile as sf
 
 from ..audio import SAMPLE_RATE
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
-from ..engine.capabilities import Capabilities
+from ..engine.capabilities import TASK_TYPES, Capabilities
 from ..engine.errors import BackendError, EngineBusy, InputError
 from ..engine.knobs import Knob
 from ..engine.requests import ModelVoice
@@ -53,7 +53,6 @@ MAX_LISTING_BYTES = 1 << 20  # GET /models: a few KB for a real server
 MAX_ERROR_BYTES = 64 << 10  # an error's body: its message is cut to this much
 MAX_SSE_LINE_BYTES = 4 << 20  # one `data:` line: base64 of ~65 s of 24 kHz int16 audio
 MAX_CONCURRENT = 64  # places in our line for the remote's, whatever it says
-TASK_TYPES = ("Base", "CustomVoice", "VoiceDesign")  # vLLM-Omni's (server/speech_body.py)
 MAX_SPEAKERS = 1000  # a remote's preset list (the released CustomVoice has 9)
 MAX_RETRY_AFTER_S = 300
 SAMPLE_RATES = (8_000, 192_000)  # the remote's rate must lie in this range (Hz)
