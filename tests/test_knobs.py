@@ -12,7 +12,7 @@ offered (the page, /v1/models) and a request that sets it is refused naming it (
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import httpx
 import pytest
@@ -22,7 +22,15 @@ from test_openai_api import assert_error, free_port, make_api, serve
 
 from tts_core.backends.espeak import EspeakBackend
 from tts_core.engine import Engine, InputError, Knob, SynthesisParams, SynthesisRequest
-from tts_core.engine.knobs import merge_knobs, parse_knobs, served_knobs, shared_knobs
+from tts_core.engine.knobs import (
+    SAMPLING_KNOBS,
+    knobs_of,
+    merge_knobs,
+    parse_knobs,
+    served_knobs,
+    shared_knobs,
+)
+from tts_core.models.contract import knob
 from tts_core.ui import build_demo, handlers
 
 BREATHINESS = Knob(
@@ -303,6 +311,41 @@ def test_the_real_backends_declarations_extend_the_first_releases_api():
         "instructions",
         *SINCE_PRESETS,
     )
+
+
+@dataclass(frozen=True)
+class ModelKnobs:
+    """A model's dataclass of knobs: what it reads by name, and what the server offers of it."""
+
+    steps: int = knob(10, 1, 100, step=1, label="Steps", help="Solver steps.")
+    scale: float | None = knob(None, 0.0, 2.0, low_open=True, label="Scale")
+    temperature: float = 0.7  # a shared sampling name: the engine's one declaration of it
+    max_len: int = 4096  # read, not served
+
+
+def test_a_models_knob_fields_are_the_served_declaration():
+    steps, scale, temperature = knobs_of(ModelKnobs)
+    assert steps == Knob(
+        "steps", int, 1, 100, default=10, step=1, label="Steps", help="Solver steps."
+    )
+    assert scale == Knob("scale", float, 0.0, 2.0, low_open=True, label="Scale")
+    assert temperature is SAMPLING_KNOBS["temperature"]  # its default: the backend's own
+    with pytest.raises(InputError, match=r"steps must be a whole number in \[1, 100\]; got 0"):
+        steps.parse(0)
+
+
+def test_the_served_backends_knobs_are_their_models_fields():
+    """VoxCPM2's are its VoxKnobs' (range and labels there); Qwen3-TTS's, the sampling names
+    of generation_config.json."""
+    from tts_core.backends.qwen3 import Qwen3Backend
+    from tts_core.backends.voxcpm import VoxCPMBackend
+
+    voxcpm = {k.name: k for k in VoxCPMBackend.knobs}
+    assert list(voxcpm) == ["cfg_value", "inference_timesteps"]
+    assert (voxcpm["cfg_value"].default, voxcpm["cfg_value"].high) == (2.0, 10.0)
+    assert voxcpm["inference_timesteps"].kind is int
+    names = ("temperature", "top_k", "top_p", "repetition_penalty")
+    assert Qwen3Backend.knobs == tuple(SAMPLING_KNOBS[name] for name in names)
 
 
 def test_a_knob_declared_twice_differently_is_refused():

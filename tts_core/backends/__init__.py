@@ -28,22 +28,18 @@ def load_backend(
     report: Report | None = None,
     cuda_graphs: str = "auto",
 ) -> tuple[Backend, Notice | None]:
-    """(backend, notice). `name` is "espeak", a Hub repo id / local folder of a checkpoint of a
-    model in MODEL_SPECS (its spec is chosen from its config.json or files, not from the name;
-    config.json is read once per load: the detection and the model's configs share that read), or
-    an http(s)://HOST:PORT/v1 server speaking vLLM-Omni's /v1/audio/speech (remote.py). `dtype`,
-    `quantize`, `max_batch` (None: its default) and `cuda_graphs` ("auto": on for CUDA, "off";
-    app.py's --cuda-graphs) go to the backend's load where its spec takes them
-    (`ModelSpec.backend_options`; max_batch to every one).
-    `report` hears of the download and loading.
-
-    When the neural model cannot be loaded and `allow_fallback` is set, returns the eSpeak
-    backend with a notice saying why (logged too).
+    """(backend, notice). `name`: "espeak", a Hub repo id or local folder of a checkpoint of a
+    model in MODEL_SPECS (detected from its config.json or files, not from the name), or an
+    http(s)://HOST:PORT/v1 server (remote.py). `dtype`, `quantize` and `cuda_graphs` go to the
+    backends whose spec takes them (`ModelSpec.backend_options`), `max_batch` (None: its
+    default) to every one; `report` hears of the download and loading. A model that cannot be
+    loaded is, with `allow_fallback`, the eSpeak voice with a notice saying why (logged too).
     """
     if name == ESPEAK:
         return _espeak(), None
     try:
-        return _neural(name, device, dtype, quantize, max_batch, report, cuda_graphs), None
+        options = dict(dtype=dtype, quantize=quantize, cuda_graphs=cuda_graphs, max_batch=max_batch)
+        return _neural(name, device, options, report), None
     except Exception as exc:  # noqa: BLE001 - any load failure means "use the offline voice"
         if not allow_fallback:
             raise
@@ -60,9 +56,8 @@ def load_backend(
 
 
 def backend_classes() -> tuple[type, ...]:
-    """Every backend load_backend may serve, for what they declare (their `knobs`): the
-    backends of MODEL_SPECS (models/specs.py), then the offline eSpeak voice. Importing them
-    loads no model and no torch."""
+    """The backends of MODEL_SPECS (models/specs.py), then eSpeak's, for what they declare (their
+    `knobs`). Importing them loads no model and no torch."""
     from ..models.specs import model_specs
     from .espeak import EspeakBackend
 
@@ -71,11 +66,9 @@ def backend_classes() -> tuple[type, ...]:
 
 def request_knobs(engine: Engine | None = None) -> tuple[Knob, ...]:
     """Every knob a request may carry, each once: the shared ones (with `engine`'s chunk limit),
-    those of every backend in backend_classes(), and those of the backend `engine` serves (a
-    backend built by the caller may declare more, or declare a known name its own way: the
-    served declaration wins). The HTTP routes and the page accept and check all of them, so
-    a request means the same whichever model is served (a value out of its range is refused
-    everywhere); each backend reads only its own, the engine leaves out the rest."""
+    every backend_classes()' and the served backend's (whose declaration of a name wins). The
+    routes and the page check all of them, so a request means the same whichever model is
+    served; each backend reads only its own, the engine leaves out the rest."""
     limits = engine.config.limits if engine is not None else Limits()
     served = backend_knobs(engine.backend) if engine is not None else ()
     taken = {knob.name for knob in served}
@@ -115,30 +108,17 @@ def explain_load_failure(name: str, exc: BaseException) -> Notice:
     return Notice(summary, details)
 
 
-def _neural(
-    name: str,
-    device: str,
-    dtype: str,
-    quantize: str,
-    max_batch: int | None,
-    report: Report | None,
-    cuda_graphs: str = "auto",
-) -> Backend:
+def _neural(name: str, device: str, options: dict, report: Report | None) -> Backend:
+    """The backend of checkpoint or server `name`; `options`: load_backend's, by name."""
     from ..models.config_json import one_read
     from ..models.download import LOADING, reporting_to
     from ..models.registry import REMOTE, detect_architecture
     from ..models.specs import spec_of
 
     report = report or (lambda *args, **kwargs: None)
-    options = {
-        "dtype": dtype,
-        "quantize": quantize,
-        "cuda_graphs": cuda_graphs,
-        "max_batch": max_batch,
-    }
     report(LOADING)
-    # one_read: config.json is read and parsed once for the detection and the model's configs
-    with reporting_to(report), one_read():  # a Hub download reports its bytes, then LOADING
+    # config.json read once for the detection and the model's configs; a download reports
+    with reporting_to(report), one_read():
         architecture = detect_architecture(name)
         if architecture == REMOTE:  # http(s)://HOST:PORT/v1: another server's /v1 speaks
             from .remote import RemoteBackend

@@ -1,14 +1,9 @@
 """Offline voice: eSpeak NG, in-process, streamed buffer by buffer and resampled to 24 kHz.
 
-The stream synthesizes the text phrase by phrase on the thread that advances it (each phrase is
-an independent eSpeak call, so the engine crossfades their joins; the engine gives a request of
-the event loop a thread of its own for it): a phrase's buffers go out once it is synthesized
-(~100x real time), so the first audio is out before later phrases are. Cancelling makes the
-library callback return "abort".
-
-Text sent in pieces (Engine.open_fed, the WebSocket /v1/audio/speech/stream) is buffered: the
-engine holds it until the sender says done, then speaks the whole text as one request (so the
-phrases and their crossfades are the whole text's).
+Each phrase is an independent eSpeak call (so the engine crossfades their joins) on the thread
+that advances the stream; its buffers go out once it is synthesized (~100x real time), before
+later phrases are. A cancel makes the library's callback abort. Text sent in pieces is held
+until done: the phrases and their crossfades are the whole text's.
 """
 
 from __future__ import annotations

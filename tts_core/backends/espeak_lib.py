@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Callable
+from ctypes import c_char_p, c_int, c_size_t, c_uint, c_void_p
 
 import numpy as np
 
@@ -24,9 +25,7 @@ PARAM_RATE, PARAM_VOLUME, PARAM_PITCH, PARAM_RANGE = 1, 2, 3, 4
 SETTABLE = (PARAM_RATE, PARAM_VOLUME, PARAM_PITCH, PARAM_RANGE)  # reset to defaults when not given
 BUFFER_MS = 40  # length of each callback buffer: the streaming granularity
 
-_Callback = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctypes.c_int, ctypes.c_void_p
-)
+_Callback = ctypes.CFUNCTYPE(c_int, ctypes.POINTER(ctypes.c_short), c_int, c_void_p)
 
 
 class EspeakError(RuntimeError):
@@ -63,24 +62,24 @@ class EspeakLibrary:
 
     def _declare(self) -> None:
         lib = self._lib
-        lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
-        lib.espeak_Initialize.restype = ctypes.c_int
+        lib.espeak_Initialize.argtypes = [c_int, c_int, c_char_p, c_int]
+        lib.espeak_Initialize.restype = c_int
         lib.espeak_SetSynthCallback.argtypes = [_Callback]
-        lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
-        lib.espeak_SetParameter.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        lib.espeak_GetParameter.argtypes = [ctypes.c_int, ctypes.c_int]
-        lib.espeak_GetParameter.restype = ctypes.c_int
+        lib.espeak_SetVoiceByName.argtypes = [c_char_p]
+        lib.espeak_SetParameter.argtypes = [c_int, c_int, c_int]
+        lib.espeak_GetParameter.argtypes = [c_int, c_int]
+        lib.espeak_GetParameter.restype = c_int
         lib.espeak_Synth.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_uint,
-            ctypes.c_int,
-            ctypes.c_uint,
-            ctypes.c_uint,
-            ctypes.c_void_p,
-            ctypes.c_void_p,
+            c_void_p,
+            c_size_t,
+            c_uint,
+            c_int,
+            c_uint,
+            c_uint,
+            c_void_p,
+            c_void_p,
         ]
-        lib.espeak_Synth.restype = ctypes.c_int
+        lib.espeak_Synth.restype = c_int
 
     def _on_buffer(self, wav, count, _events) -> int:  # noqa: ANN001 - ctypes signature
         if count <= 0 or not wav or self._sink is None:

@@ -1,12 +1,10 @@
 """What eSpeak NG can take from a reference clip: pitch, pitch range and speaking rate.
 
-eSpeak cannot clone a voice. We measure the reference's median F0, its F0 spread and its
-syllable rate, then pick the male or female variant and the pitch/range/rate parameters that
-come closest. The pitch parameter -> Hz mapping is measured on the installed library once
-(`EspeakBackend.pitch_lines`) instead of being assumed. The analysis is our numpy code
-(`audio.analysis`, equal to librosa's yin/rms/onset_detect up to rounding): librosa's first use
-JIT-compiles numba code, which kept the offline voice from starting for minutes on a fresh
-machine.
+eSpeak cannot clone a voice: from the reference's median F0, F0 spread and syllable rate we pick
+the male or female variant and the closest pitch/range/rate, the pitch parameter -> Hz mapping
+measured on the installed library once (`EspeakBackend.pitch_lines`). The analysis is numpy
+(`audio.analysis`, librosa's yin/rms/onset_detect up to rounding): librosa's first use
+JIT-compiles numba code, which kept the offline voice from starting for minutes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""The generic part of the backends of neural models served on one engine loop (Qwen3-TTS,
-VoxCPM2, TADA, Chatterbox), written once. A model's backend declares what it is and how the
-engine's settings become its model's request (`submit`); `NeuralBackend` loads the model, serves
-it on `EngineLoop(model.runner(n), make_request=model.request)` (one thread steps every stream
-and makes the voices: serving/loop.py), checks clips, and streams chunks (one stateful decoder
+"""The generic part of the neural models' backends, written once: a model's backend declares what
+it is and how the engine's settings become its model's request (`submit`); `NeuralBackend` loads
+the model, serves it on `EngineLoop(model.runner(n), make_request=model.request)` (one thread
+steps every stream and makes the voices), checks clips, and streams chunks (one stateful decoder
 pass per stream: never independent), freeing a row as soon as its stream ends or is cancelled."""
 
 from __future__ import annotations
@@ -55,8 +54,7 @@ class NeuralBackend:
         self.default_concurrency = self.loop.max_batch  # the engine admits as many
 
     def served_loop(self, model: Any, max_batch: int) -> EngineLoop:
-        """The loop every request of this backend goes through (its thread starts on
-        first use)."""
+        """The loop every request of this backend goes through (started on first use)."""
         return EngineLoop(
             model.runner(max_batch), make_request=model.request, thread_name=f"tts-{self.name}"
         )
@@ -75,9 +73,8 @@ class NeuralBackend:
         max_batch: int | None = None,
         **options: Any,
     ) -> NeuralBackend:
-        """A Hub repo id or local folder; dtype "auto": as device.resolve_dtype; max_batch:
-        streams decoded together (None: `default_max_batch`); `options`: the model's own
-        (its spec's backend_options, e.g. Chatterbox Turbo's quantize) to `load_model`."""
+        """A Hub repo id or local folder; dtype "auto": device.resolve_dtype's; max_batch None:
+        `default_max_batch`; `options`: the model's own (its spec's backend_options)."""
         import torch
 
         device = cls.resolve_device(device)
@@ -154,22 +151,20 @@ class NeuralBackend:
         return {knob.name: self.knob_defaults.get(knob.name, knob.default) for knob in self.knobs}
 
     def knob_values(self, params: SynthesisParams) -> dict[str, Any]:
-        """Every knob's value for this request: the set ones, the defaults for the rest."""
+        """Every knob's value for this request (the defaults for those not set)."""
         return {**self.sampling_defaults(), **params.values_of(self.knobs)}
 
     def submit(
         self, text: str, voice: Any, params: SynthesisParams, cancel: threading.Event
     ) -> RequestStream:
-        """The model's request for these settings queued on the loop (`self.loop.submit`
-        with the model's `request` arguments); its stream of chunks (each backend's)."""
+        """The model's request for these settings queued on the loop (`self.loop.submit`)."""
         raise NotImplementedError
 
     def stream(
         self, text: str, voice: Voice, params: SynthesisParams, cancel: threading.Event
     ) -> Iterator[BackendChunk]:
-        """Frames decoded `first_chunk_frames` then `chunk_frames` at a time; a Stop frees the
-        row at the loop's next step (after the frame in progress). Cancelled before it is
-        queued: nothing is queued."""
+        """The request's chunks; a Stop frees the row at the loop's next step (after the frame
+        in progress), before it is queued: nothing is queued."""
         if cancel.is_set():
             return
         try:
@@ -195,8 +190,7 @@ class NeuralBackend:
     def backend_chunks(
         self, chunks: RequestStream, params: SynthesisParams
     ) -> Iterator[BackendChunk]:
-        """The model's chunks as the engine's: one stateful decoder pass (never independent),
-        `chunk_frames` frames each."""
+        """The model's chunks as the engine's (`chunk_frames` frames each)."""
         for chunk in chunks:
             yield BackendChunk(
                 chunk.audio,

@@ -1,14 +1,12 @@
-"""Qwen3-TTS (tts_core.models.qwen3_tts) as a declaration over NeuralBackend (backends/neural.py:
-load, the served EngineLoop, voices, streams), with what is its own: the codec decoder's format
-chosen at load (`_choose_decoder_dtype`), the served runner's KV arena (`cache_positions`) and
-CUDA graphs (`decode_step`), the language, text fed in pieces, and the CustomVoice /
-VoiceDesign checkpoints' own voices.
+"""Qwen3-TTS (tts_core.models.qwen3_tts) as a declaration over NeuralBackend (neural.py), with
+what is its own: the codec decoder's format chosen at load (`_choose_decoder_dtype`), the served
+runner's KV arena and CUDA graphs (`decode_step`), the language, text fed in pieces, and the
+CustomVoice / VoiceDesign checkpoints' own voices.
 
-Text may arrive in pieces (`stream_fed`, issue #27): the request is a row that waits for its
-next text token (qwen3_tts/serving/fed.py FedRequest), so speech starts after the first words
-(x-vector mode: the first stable token; ICL mode: once the prompt's share of the text,
-T2 - len(ref_text) tokens, is in, or at done) and the audio is bit-identical to the whole
-text's.
+Text in pieces (`stream_fed`, issue #27) is a row that waits for its next text token
+(qwen3_tts/serving/fed.py FedRequest): speech starts after the first words (x-vector mode: the
+first stable token; ICL: once the prompt's share of the text, T2 - len(ref_text) tokens, is in)
+and the audio is bit-identical to the whole text's.
 """
 
 from __future__ import annotations
@@ -32,8 +30,9 @@ from ..engine.backend import (
 )
 from ..engine.capabilities import Capabilities
 from ..engine.errors import InputError
-from ..engine.knobs import sampling_knobs
+from ..engine.knobs import knobs_of
 from ..engine.model_thread import run_on_passing_thread
+from ..models.qwen3_tts.config import GenerationDefaults
 from ..serving import DEFAULT_PREFILL_CHUNK, EngineLoop, RequestStream
 from .neural import NeuralBackend
 
@@ -48,9 +47,9 @@ OWN_VOICES = {
     "CustomVoice": "name a preset voice",
     "VoiceDesign": "describe the voice in instructions",
 }
-# The request knobs this backend reads (besides the shared seed and chunk sizes): the shared
-# sampling knobs; their defaults are the checkpoint's generation_config.json (sampling_defaults).
-KNOBS = sampling_knobs("temperature", "top_k", "top_p", "repetition_penalty")
+# The request knobs this backend reads besides the shared ones: generation_config.json's names
+# that are sampling knobs; their defaults the checkpoint's (knob_defaults)
+KNOBS = knobs_of(GenerationDefaults)
 
 
 def _choose_decoder_dtype(model: Any, device: str, dtype: str, quantize: str = "auto") -> str:
@@ -128,9 +127,8 @@ def served_loop(
 def decode_step_of(loop: EngineLoop) -> str:
     """How the served decode step runs: "CUDA graphs" when its runner captured them, else
     "eager" (a CPU, cuda_graphs "off", or a capture that failed: logged by cuda_graphs.py)."""
-    graphs = getattr(loop.runner, "graphs", None)
-    buckets = getattr(graphs, "buckets", {}) if graphs is not None else {}
-    captured = any(getattr(b, "graph", None) is not None for b in buckets.values())
+    graphs = loop.runner.graphs
+    captured = graphs is not None and any(b.graph is not None for b in graphs.buckets.values())
     return "CUDA graphs" if captured else "eager"
 
 

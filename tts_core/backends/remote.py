@@ -1,31 +1,18 @@
-"""A backend that speaks through another server's /v1/audio/speech (vLLM-Omni's contract).
+"""A backend that speaks through another server's /v1/audio/speech (vLLM-Omni's contract):
+`--model http(s)://HOST:PORT/v1`, another instance of this app included.
 
-`--model http(s)://HOST:PORT/v1`: the page and our API in front of any server that speaks it,
-another instance of this app included. A voice is its clip and transcript, sent with each
-request as `ref_audio` (a base64 data URL of a 32-bit float WAV: the remote decodes exactly
-the samples our engine holds) and `ref_text`, or `x_vector_only_mode: true` without one;
-`task_type: "Base"` (a CustomVoice / VoiceDesign remote, as its GET /v1/models says: its
-task_type with the request's `voice` preset and `instructions`), the language and every set knob
-by name (seed, chunk sizes, the served
-model's sampling values) go along. The answer streams as raw 16-bit PCM (`stream_format:
-"audio"`, the default) or as SSE events (`"sse"`, env TTS_REMOTE_STREAM_FORMAT); its samples
-become ours exactly (v / 32767 comes back to v through tts_core.audio.to_int16).
-
-The remote's rate, frame size, knobs and defaults come from its GET /v1/models (`info`, which
-this app's server gives; a server without it is taken for Qwen3-TTS: 24 kHz, 1920-sample
-frames). Its errors become ours: 4xx -> InputError naming our field, 503 (busy, or its model
-still loading) -> EngineBusy with the remote's Retry-After, which the engine passes on as it is
-(our routes' 503 `engine_busy` with Retry-After, as our own admission's), anything else or no
-answer -> BackendError saying which server failed and how. A cancelled request closes its
-connection: the remote stops too.
+A voice is its clip, sent with each request as `ref_audio` (a base64 data URL of a 32-bit float
+WAV: the remote decodes exactly our samples), and its transcript (`ref_text`, else
+`x_vector_only_mode`); the language and every set knob go by name (`_body`). The answer is raw
+16-bit PCM (`stream_format` "audio") or SSE events ("sse", env TTS_REMOTE_STREAM_FORMAT); its
+samples become ours exactly (v / 32767 comes back to v through tts_core.audio.to_int16). The
+remote's rate, frame, knobs and defaults are its GET /v1/models `info` (none: Qwen3-TTS's).
+Its errors become ours (`_raise_for`); a cancelled request closes its connection.
 
 A remote is trusted for nothing it says (issue #37 M8, L1): every body is read with a byte
-bound (a model list, an error's message, an SSE line: MAX_*_BYTES; compression is declined), a
-200 must carry audio (`audio/*` or octet-stream; `text/event-stream` for SSE), a request's
-audio stops at `max_audio_s(text)` (BackendError past it), and the remote's numbers are
-checked or clamped: a sample rate and frame outside sane ranges refuse the remote at start,
-its `max_concurrent` becomes at most MAX_CONCURRENT places in our line, its Retry-After at
-most MAX_RETRY_AFTER_S.
+bound (MAX_*_BYTES; compression is declined), a 200 must carry audio, a request's audio stops at
+`max_audio_s(text)`, and its numbers are checked or clamped (rate and frame at start,
+MAX_CONCURRENT, MAX_RETRY_AFTER_S).
 """
 
 from __future__ import annotations
@@ -46,7 +33,7 @@ import soundfile as sf
 
 from ..audio import SAMPLE_RATE
 from ..engine.backend import BackendChunk, SynthesisParams, Voice
-from ..engine.capabilities import Capabilities
+from ..engine.capabilities import TASK_TYPES, Capabilities
 from ..engine.errors import BackendError, EngineBusy, InputError
 from ..engine.knobs import Knob
 from ..engine.requests import ModelVoice
@@ -66,7 +53,6 @@ MAX_LISTING_BYTES = 1 << 20  # GET /models: a few KB for a real server
 MAX_ERROR_BYTES = 64 << 10  # an error's body: its message is cut to this much
 MAX_SSE_LINE_BYTES = 4 << 20  # one `data:` line: base64 of ~65 s of 24 kHz int16 audio
 MAX_CONCURRENT = 64  # places in our line for the remote's, whatever it says
-TASK_TYPES = ("Base", "CustomVoice", "VoiceDesign")  # vLLM-Omni's (server/speech_body.py)
 MAX_SPEAKERS = 1000  # a remote's preset list (the released CustomVoice has 9)
 MAX_RETRY_AFTER_S = 300
 SAMPLE_RATES = (8_000, 192_000)  # the remote's rate must lie in this range (Hz)

@@ -1,22 +1,14 @@
-"""Adapter: our TADA model (tts_core.models.tada) -> the engine's Backend interface.
+"""TADA (tts_core.models.tada) as a declaration over NeuralBackend (neural.py). Audio is 24 kHz,
+one stateful decoder pass per stream (20 frames of context, 15 of lookahead); a "frame" of the
+chunk sizes is one TADA token (20 ms per codec frame of its duration).
 
-Every request goes through the backend's served loop (backends/neural.py: the one batch engine,
-up to `max_batch` streams stepped together on one loop thread, each bit-identical to the same
-request alone; models/tada/runner.py), which computes the voices too. Audio is 24 kHz from the
-KV-cached decoder transformer and the windowed CNN (20 frames of context, 15 of lookahead), one
-stateful pass per stream, so chunks are never marked independent. A "frame" of the chunk-size
-settings is one TADA token (its audio length varies with the token's duration: 20 ms per codec
-frame).
+Cloning continues the reference clip aligned to its transcript, so the transcript is required
+(upstream runs a 1.1B English ASR model without one; we refuse, naming reference_text); there
+is no voice without a clip.
 
-Cloning is prompt continuation of the reference clip aligned to its transcript: the transcript
-is REQUIRED (upstream runs a 1.1B English ASR model without one; we refuse, naming
-reference_text). There is no voice without a clip.
-
-Checkpoints (the spec in models/specs.py; `checkpoint_folders`): a TADA model folder (its
-config.json says diffusion_head_type "vibevoice") or Hub id, with the codec folder `codec`
-beside it when there is one, else the Hub's HumeAI/tada-codec; or a root folder without
-config.json holding `model/` and `codec/` (the layout tools/oracle/tada writes, e.g.
-tests/fixtures/tada-tiny-a).
+Checkpoints (`checkpoint_folders`): a TADA model folder or Hub id, with the codec folder `codec`
+beside it, else the Hub's HumeAI/tada-codec; or a root without config.json holding `model/` and
+`codec/` (tools/oracle/tada's layout, e.g. tests/fixtures/tada-tiny-a).
 """
 
 from __future__ import annotations
@@ -28,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.backend import ReferenceNeeds, SynthesisParams
-from ..engine.knobs import Knob, sampling_knobs
+from ..engine.knobs import knobs_of
+from ..models.tada.knobs import TadaKnobs
 from ..serving import RequestStream
 from .neural import NeuralBackend
 
@@ -36,45 +29,7 @@ log = logging.getLogger(__name__)
 
 HUB_CODEC = "HumeAI/tada-codec"
 TADA_RATE, TADA_FRAME_RATE = 24_000, 50
-# hume-tada 0.1.9's InferenceOptions defaults (FlowOptions / TextSampling in models/tada)
-FLOW_STEPS, ACOUSTIC_CFG, NOISE_TEMPERATURE = 10, 1.6, 0.9
-TEXT_SAMPLING = {"temperature": 0.6, "top_p": 0.9, "repetition_penalty": 1.1}
-# The request knobs this backend reads (besides the shared seed and chunk sizes)
-KNOBS = (
-    Knob(
-        "flow_steps",
-        int,
-        1,
-        100,
-        default=FLOW_STEPS,
-        step=1,
-        ui_range=(1, 50),
-        label="Flow steps",
-        help="Flow-matching steps per token: more cost more time per token.",
-    ),
-    Knob(
-        "acoustic_cfg",
-        float,
-        0.0,
-        10.0,
-        default=ACOUSTIC_CFG,
-        step=0.1,
-        ui_range=(0.0, 5.0),
-        label="Acoustic guidance (CFG)",
-        help="Classifier-free guidance of the acoustic features (cosine schedule).",
-    ),
-    Knob(
-        "noise_temperature",
-        float,
-        0.0,
-        2.0,
-        default=NOISE_TEMPERATURE,
-        step=0.05,
-        label="Noise temperature",
-        help="Scale of the flow head's starting noise: lower is steadier.",
-    ),
-    *sampling_knobs(*TEXT_SAMPLING),  # the text tokens' (defaults: sampling_defaults)
-)
+KNOBS = knobs_of(TadaKnobs)  # the flow head's and the text sampling's
 
 DESCRIPTION = (
     "TADA (Hume AI) voice cloning: it continues the reference clip, aligned to its transcript, "
@@ -115,7 +70,7 @@ class TadaBackend(NeuralBackend):
     reference = ReferenceNeeds(sample_rate=TADA_RATE, transcript="required")
     description = DESCRIPTION
     knobs = KNOBS
-    knob_defaults = TEXT_SAMPLING  # the text knobs' defaults: the official InferenceOptions'
+    knob_defaults = dataclasses.asdict(TadaKnobs())  # the text sampling's too
     default_max_batch = 4  # models/tada/runner.py's DEFAULT_MAX_BATCH
     chunk_frames = "tokens"
     sample_rate = TADA_RATE
@@ -134,25 +89,7 @@ class TadaBackend(NeuralBackend):
             log.warning("TADA runs on the CPU only for now (device %s was asked for)", device)
         return "cpu"
 
-    @staticmethod
-    def load_model(name_or_path: str, device: str, dtype: Any) -> Any:
-        return load_model(name_or_path, device, dtype)
-
-    def options(self, params: SynthesisParams) -> Any:
-        """The request's GenerateOptions: the official defaults with its knob values."""
-        from ..models.tada.generate import DEFAULT_OPTIONS
-
-        values = self.knob_values(params)
-        flow = dataclasses.replace(
-            DEFAULT_OPTIONS.flow,
-            steps=int(values["flow_steps"]),
-            acoustic_cfg=float(values["acoustic_cfg"]),
-            noise_temperature=float(values["noise_temperature"]),
-        )
-        text = dataclasses.replace(
-            DEFAULT_OPTIONS.text, **{name: float(values[name]) for name in TEXT_SAMPLING}
-        )
-        return dataclasses.replace(DEFAULT_OPTIONS, flow=flow, text=text)
+    load_model = staticmethod(load_model)
 
     def submit(
         self, text: str, voice: Any, params: SynthesisParams, cancel: threading.Event
@@ -162,7 +99,7 @@ class TadaBackend(NeuralBackend):
         return self.loop.submit(
             voice,
             text,
-            options=self.options(params),
+            options=TadaKnobs(**self.knob_values(params)).options(),
             seed=params.seed,
             first_chunk_tokens=params.first_chunk_frames,
             chunk_tokens=params.chunk_frames,

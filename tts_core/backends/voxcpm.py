@@ -1,16 +1,7 @@
-"""Adapter: our VoxCPM2 model (tts_core.models.voxcpm) -> the engine's Backend interface.
-
-Every request goes through the backend's EngineLoop (backends/neural.py: continuous batching on
-the one decode engine, up to `max_batch` streams stepped together on one loop thread, each
-bit-identical to the same request alone; models/voxcpm/runner.py), which computes the voices
-too. Audio comes at the model's own rate (48 kHz for the release) from one exact, stateful VAE
-decoder pass per stream, so chunks are never marked independent. A "frame" of the chunk-size
-settings is one patch.
-
-Text sent in pieces (Engine.open_fed, the WebSocket /v1/audio/speech/stream) is buffered: the
-engine holds it until the sender says done, then runs the normal request with the whole text
-(VoxCPM2's prompt takes the whole text before its first patch; it has no per-frame text input
-to wait on). The audio is the whole text's; the first audio comes after done.
+"""VoxCPM2 (tts_core.models.voxcpm) as a declaration over NeuralBackend (neural.py). Audio is at
+the model's rate (48 kHz for the release), one stateful VAE decoder pass per stream; a "frame"
+of the chunk sizes is one patch. Text sent in pieces is held until done: the prompt takes the
+whole text before the first patch.
 """
 
 from __future__ import annotations
@@ -20,36 +11,12 @@ import threading
 from typing import Any
 
 from ..engine.backend import ReferenceNeeds, SynthesisParams
-from ..engine.knobs import Knob
+from ..engine.knobs import knobs_of
+from ..models.voxcpm.knobs import VoxKnobs
 from ..serving import RequestStream
 from .neural import NeuralBackend
 
-CFG_VALUE, INFERENCE_TIMESTEPS = 2.0, 10  # the official generate()'s defaults
-# The request knobs this backend reads (besides the shared seed and chunk sizes)
-KNOBS = (
-    Knob(
-        "cfg_value",
-        float,
-        0.0,
-        10.0,
-        default=CFG_VALUE,
-        label="Guidance (CFG value)",
-        step=0.1,
-        ui_range=(0.0, 5.0),
-        help="Classifier-free guidance: higher follows the text and the voice more closely.",
-    ),
-    Knob(
-        "inference_timesteps",
-        int,
-        1,
-        100,
-        default=INFERENCE_TIMESTEPS,
-        step=1,
-        ui_range=(1, 50),
-        label="Diffusion steps",
-        help="Flow-matching steps per patch: more cost more time per patch.",
-    ),
-)
+KNOBS = knobs_of(VoxKnobs)  # cfg_value, inference_timesteps (besides the shared ones)
 
 DESCRIPTION = (
     "VoxCPM2 voice cloning. With a reference clip it speaks in that voice; with its transcript "

@@ -2,12 +2,14 @@
 model loads."""
 
 from .backend import LANGUAGES, Backend, BackendChunk, SynthesisParams, Voice
-from .engine import Engine, EngineConfig, EngineStream, StreamEvent, SynthesisRequest
+from .engine import Engine
 from .errors import BackendError, EngineBusy, InputError
 from .handle import StreamHandle
 from .knobs import SHARED_KNOBS, Knob
 from .loading import EngineSlot, LoadProgress, ModelLoading
+from .requests import EngineConfig, SynthesisRequest
 from .stats import RequestStats
+from .streams import EngineStream, StreamEvent
 from .validation import Limits
 
 __all__ = [

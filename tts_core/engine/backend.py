@@ -30,10 +30,9 @@ LANGUAGES = (
 
 
 class SynthesisParams:
-    """One request's settings: its language and its knob values by name (engine/knobs.py:
-    the shared seed and chunk sizes, and each backend's own knobs). A knob that is left out, or
-    None, takes its default: the declared one, else the backend's own. `Engine.prepare` checks
-    the values against the shared knobs and the backend's (`check_params`)."""
+    """One request's settings: its language and its knob values by name (engine/knobs.py); a knob
+    left out, or None, takes its default (the declared one, else the backend's own). Checked by
+    `Engine.prepare` (`check_params`)."""
 
     def __init__(self, language: str = "auto", **values: Any) -> None:
         self.language = language
@@ -184,15 +183,10 @@ class Backend(Protocol):
     frame_samples: int  # audio samples per "frame" at sample_rate, the chunk-size unit
     description: str  # what this backend does with the reference, in plain words
     default_concurrency: int
-    # the request settings it reads besides the shared ones (knobs.shared_knobs), declared once
-    # on the class: the API, the page and the validation are made from them
-    knobs: tuple[Knob, ...]
-    # what it can do (text in pieces, crossfades, language, preset voices), declared once on
-    # the class (capabilities.py); the engine reads it, never probes for attributes
-    capabilities: Capabilities
-    # what was loaded, for the model line and the stats: "float32", "int8", ... (None: no
-    # neural weights), why that format (quantize "auto"'s decision, "" if none) and how a
-    # decode step runs ("CUDA graphs" / "eager"; None where there are no such steps)
+    knobs: tuple[Knob, ...]  # what it reads besides the shared knobs (engine/knobs.py)
+    capabilities: Capabilities  # what it can do, declared on the class (capabilities.py)
+    # what was loaded: "float32", "int8", ... (None: no neural weights), why (quantize "auto"'s
+    # decision, or ""), how a decode step runs ("CUDA graphs" / "eager"; None: no such steps)
     weight_format: str | None
     weight_format_reason: str
     decode_step: str | None
@@ -214,15 +208,11 @@ class Backend(Protocol):
         model's own); empty for a backend without knobs."""
         ...
 
-    # Optional: `reference = ReferenceNeeds(...)`: what it asks of a clip (reference_needs()).
-    # (a declared transcript "ignored" (Chatterbox) hides the page's transcript box:
-    # `reads_transcript()`; a backend without the declaration may say `reads_transcript`).
-    # Optional: text that arrives in pieces (Engine.open_fed). A backend with
-    # `capabilities.takes_text_pieces` also has
-    #     stream_fed(text: TextInlet, voice, params, cancel) -> Iterator[BackendChunk]
-    # whose audio equals `stream(whole text, ...)`'s; it attaches a TextSink to `text` and may
-    # start speaking before the text is complete. Any other backend gets the whole text once
-    # the feeder says done (buffered), through `stream`.
+    # Optional: `reference` (ReferenceNeeds, what it asks of a clip: reference_needs(); its
+    # transcript "ignored" hides the page's transcript box). With
+    # `capabilities.takes_text_pieces`: stream_fed(text: TextInlet, voice, params, cancel),
+    # whose audio equals `stream`'s of the whole text (it attaches a TextSink and may speak
+    # before the text is complete); any other backend gets the whole text at done.
 
 
 class TextSink(Protocol):

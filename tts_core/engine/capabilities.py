@@ -1,11 +1,6 @@
-"""What a backend can do, declared once on its class as `capabilities` (a backend whose
-checkpoint decides some of it, Qwen3-TTS's CustomVoice / VoiceDesign, replaces those fields on
-the instance): the engine's crossfades and text in pieces, `Engine.info` (so /v1/models and
-the page) read it, never probing the backend for attributes.
-
-The other facts a request needs are declared beside it on the Backend protocol: `sample_rate`,
-`frame_samples`, `needs_reference` / `can_clone` and the knobs; what a backend asks of a
-reference clip is its `reference` (ReferenceNeeds, engine/backend.py).
+"""What a backend can do, declared once on its class as `capabilities` (a checkpoint that decides
+some of it, Qwen3-TTS's CustomVoice / VoiceDesign, replaces those fields on the instance): the
+engine, `Engine.info`, /v1/models and the page read it, never probing the backend's attributes.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The engine: admit -> validate -> (cached) voice -> backend stream -> chunks + live stats.
 
-One engine per process and model, built by the app's composition root. Its admission bounds how many requests
-run on the backend at once and how many wait; the page, gradio_client and the HTTP routes share
-it, so a request beyond the bound is refused (`EngineBusy`) wherever it comes from.
-
-A request's types are in requests.py (EngineConfig, SynthesisRequest), its events and streams
-in streams.py, the voice cache in voice_cache.py; all of them are importable from here too.
+One per process and model (app.py builds it); the page, gradio_client and the HTTP routes share
+its admission, so a request beyond its bound is refused (`EngineBusy`) wherever it comes from.
+A request's types are in requests.py, its events and streams in streams.py.
 """
 
 from __future__ import annotations
@@ -32,9 +29,6 @@ from .validation import check_params, clean_reference_text, clean_text, prepare_
 from .voice_cache import VoiceCache
 
 log = logging.getLogger(__name__)
-
-# the request and stream types, importable from here as before the split
-__all__ = ["Engine", "EngineConfig", "EngineStream", "FedStream", "StreamEvent", "SynthesisRequest"]
 
 
 class Engine:
@@ -95,13 +89,10 @@ class Engine:
         }
 
     def prepare(self, request: SynthesisRequest) -> Prepared:
-        """Validate everything that can be checked before any synthesis (raises InputError).
-
-        `stream` runs it before it returns, so an HTTP route that opens its streams before it
-        answers can still say 400. Without a clip this includes the backend's own rules on
-        the voice (VoxCPM2: no transcript without its clip): such a voice costs the backend
-        nothing to build, so it is built (and cached) here rather than once the stream runs.
-        """
+        """Validate everything that can be checked before any synthesis (InputError); `stream`
+        runs it before it returns, so a route can still say 400. A voice without a clip costs
+        nothing to build, so the backend's rules on it (VoxCPM2: no transcript without its
+        clip) are checked by building (and caching) it here."""
         return self._prepare(clean_text(request.text, self.config.limits), request)
 
     def _prepare(self, text: str | TextInlet, request: SynthesisRequest) -> Prepared:
@@ -139,12 +130,9 @@ class Engine:
     def open_fed(
         self, request: SynthesisRequest, cancel: threading.Event | None = None
     ) -> FedStream:
-        """A request whose text arrives in pieces: `feed(piece)` (any piece: a word, a
-        character), `done()`, and its events as `stream`'s, equal to those of `stream` with the
-        whole text (cleaned the same way) and the same settings. `request.text` is the first
-        piece (may be empty). Admission, validation of everything but the text, and the
-        errors are `stream`'s; the text's limit (`max_chars`) is checked as it arrives. A
-        backend whose capabilities say `takes_text_pieces` speaks while the text arrives; any
+        """`stream` for text that arrives in pieces (`request.text` the first, may be empty):
+        `feed(piece)`, `done()`; the events equal `stream`'s of the whole text. The text's limit
+        is checked as it arrives; a backend that `takes_text_pieces` speaks meanwhile, any
         other gets the whole text at `done()`."""
         ticket = self.admission.reserve(cancel)
         try:
@@ -254,11 +242,9 @@ class Engine:
         cadence: Cadence,
         index: int,
     ) -> bool:
-        """Whether the audio pending makes the next event. The one re-chunking is eSpeak's
-        (independent phrases): its short library buffers are gathered to the request's cadence
-        (counting the joiner's held-back tail: audio of this chunk, not the next). Any other
-        backend's model already chunks at the request's cadence: each chunk goes out as it
-        comes, and its last (with a stop reason) with the end."""
+        """Whether the audio pending makes the next event. Only eSpeak's short buffers
+        (independent phrases) are gathered to the request's cadence, the joiner's held-back
+        tail counted; any other backend's chunks go out as they come, its last with the end."""
         size = sum(p.size for p in pending)
         if not self.capabilities.independent_phrases:
             return size > 0 and piece.stop_reason is None

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
-from .engine import Engine, EngineStream, StreamEvent, SynthesisRequest
-from .handoff import run_on_thread
+from .engine import Engine
+from .handoff import Producer, pump, run_on_thread
+from .requests import SynthesisRequest
+from .streams import StreamEvent
 
 
 class StreamHandle:
@@ -22,17 +23,9 @@ class StreamHandle:
         events = engine.stream(request, self.cancel_event)  # validates here: may raise InputError
         self._handoff = run_on_thread(self._pump(events), "tts-stream")
 
-    def _pump(self, events: EngineStream) -> Callable[[Callable[[Any], None]], None]:
-        def pump(put: Callable[[Any], None]) -> None:
-            try:
-                for event in events:
-                    put(event)
-                    if self.cancel_event.is_set():
-                        break
-            finally:
-                events.close()  # gives the engine's slot back at once
-
-        return pump
+    def _pump(self, events: Iterator[StreamEvent]) -> Producer:
+        """The events until their end or a cancel, then closed (the engine's slot back)."""
+        return pump(lambda: events, self.cancel_event)
 
     def next_event(self, timeout: float | None = None) -> StreamEvent | None:
         """The next event; None if none came within `timeout`; StopIteration at the end."""

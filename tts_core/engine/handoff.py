@@ -1,10 +1,8 @@
-"""The one bridge from a producer thread to its consumer: items in order, then the end or the
-producer's error, raised on the consumer's side.
-
-Used by the page's stream handle (waits with a timeout) and as each request's outbox of the
-engine loop. A consumer under `run_awaiting` (awaiting.py: an HTTP or WebSocket request on the
-event loop) awaits an item instead of blocking: the producer's `put` wakes it through
-`call_soon_threadsafe`, no polling.
+"""The one bridge from a producer thread to its consumer (the page's stream handle, each
+request's outbox of the engine loop): items in order, then the end or the producer's error,
+raised on the consumer's side. A consumer under `run_awaiting` (awaiting.py: an HTTP or
+WebSocket request on the event loop) awaits an item instead of blocking: the producer's `put`
+wakes it through `call_soon_threadsafe`, no polling.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from typing import Any
 from .awaiting import await_here, awaiting_loop, waker, woken_within
 
 _END = object()
+Producer = Callable[[Callable[[Any], None]], None]  # produce(put): puts its items, then returns
 
 
 class _Failure:
@@ -89,9 +88,7 @@ class Handoff:
         return self._items.get_nowait()
 
 
-def run_on_thread(
-    produce: Callable[[Callable[[Any], None]], None], name: str, handoff: Handoff | None = None
-) -> Handoff:
+def run_on_thread(produce: Producer, name: str, handoff: Handoff | None = None) -> Handoff:
     """Start `produce(put)` on a daemon thread; its items, end and error go to the handoff."""
     handoff = handoff or Handoff()
 
@@ -107,14 +104,9 @@ def run_on_thread(
     return handoff
 
 
-def off_the_loop(make_items: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
-    """The items of `make_items()`. Under run_awaiting (awaiting.py), for code that may block
-    the event loop, advanced on a thread of its own (one per call) and each awaited; once this
-    is closed that thread stops after the item in hand. Elsewhere, advanced here."""
-    if awaiting_loop() is None:
-        yield from make_items()
-        return
-    stop = threading.Event()
+def pump(make_items: Callable[[], Iterator[Any]], stop: threading.Event) -> Producer:
+    """A producer for `run_on_thread`: the items of `make_items()` (made on its thread) put one
+    by one until their end or `stop` (checked after each), then closed."""
 
     def produce(put: Callable[[Any], None]) -> None:
         items = make_items()
@@ -128,7 +120,18 @@ def off_the_loop(make_items: Callable[[], Iterator[Any]], name: str) -> Iterator
             if close is not None:
                 close()
 
+    return produce
+
+
+def off_the_loop(make_items: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
+    """The items of `make_items()`. Under run_awaiting (awaiting.py), for code that may block
+    the event loop, advanced on a thread of its own (one per call) and each awaited; once this
+    is closed that thread stops after the item in hand. Elsewhere, advanced here."""
+    if awaiting_loop() is None:
+        yield from make_items()
+        return
+    stop = threading.Event()
     try:
-        yield from run_on_thread(produce, name)
+        yield from run_on_thread(pump(make_items, stop), name)
     finally:
         stop.set()

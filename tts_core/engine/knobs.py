@@ -1,49 +1,28 @@
 """A request's knobs, each declared once: name, type, valid range, default, and how the page
-shows it.
-
-Every backend class declares the knobs it reads (`Backend.knobs`: VoxCPM2's guidance and
-diffusion steps, Chatterbox's S3Gen chunk sizes); the shared ones (the seed and the chunk
-sizes, whose maxima are the engine's `Limits`: each backend's capabilities say which of them it
-reads, `served_knobs`) and the sampling knobs the token-drawing backends pick from
-(`sampling_knobs`: one meaning per name) are declared here.
-Everything else is made from these declarations: the engine's validation (`Knob.parse`, with
-messages naming the knob), the extra fields of the `/v1/audio/speech` body, the page's PCM
-route, the page's sliders and the Gradio API's parameters. A request carries its knob values by name
-(`SynthesisParams`), and a backend reads its own by name.
+shows it. A model declares its own as fields of its dataclass of knobs (models/contract.py
+`knob`), which its backend's `knobs` are made from (`knobs_of`). Declared here: the shared ones
+(the seed and the chunk sizes, up to the engine's `Limits`; which of them a backend reads:
+`served_knobs`) and the sampling knobs (`SAMPLING_KNOBS`: one meaning per name, whichever model
+has a field of that name). The engine's checks (`Knob.parse`), the /v1 body, the page's PCM
+route, sliders and Gradio API parameters are made from these.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import Field, dataclass, fields
 from typing import Any
 
+from ..models.contract import KNOB
 from .errors import InputError
 
 Number = int | float
 
-# Names a knob may not take: the request's other fields (page, Gradio API, /v1 body) and the
-# names gradio_client keeps for itself.
-RESERVED = frozenset(
-    {
-        "text",
-        "language",
-        "reference",
-        "reference_text",
-        "voice",
-        "voices",  # the page / Gradio API
-        "model",
-        "input",
-        "response_format",
-        "speed",
-        "stream_format",
-        "instructions",  # /v1
-        "api_name",
-        "fn_index",
-        "result_callbacks",  # gradio_client
-    }
-)
+# Names a knob may not take: the request's other fields and the names gradio_client keeps
+PAGE_FIELDS = ("text", "language", "reference", "reference_text", "voice", "voices")
+V1_FIELDS = ("model", "input", "response_format", "speed", "stream_format", "instructions")
+RESERVED = frozenset((*PAGE_FIELDS, *V1_FIELDS, "api_name", "fn_index", "result_callbacks"))
 CONTROLS = ("slider", "number")
 
 
@@ -192,10 +171,9 @@ SHARED_NAMES = tuple(knob.name for knob in SHARED_KNOBS)
 # and softmax of inf is NaN) while no audible difference from greedy remains to be had.
 MIN_TEMPERATURE = 0.01
 MIN_REPETITION_PENALTY = 0.1
-# The sampling knobs of the token-drawing backends (Qwen3-TTS, Chatterbox), declared once so that
-# a field means the same whichever model serves. No default here: each backend says its own
-# (`sampling_defaults()`: the checkpoint's generation_config.json, the official generate()'s);
-# `ui_value` is plain sampling (every filter off), shown only where a backend tells none.
+# The sampling knobs of the token-drawing models. No default here: each backend says its own
+# (`sampling_defaults()`: generation_config.json, the official generate()'s); `ui_value` is
+# plain sampling (every filter off), shown only where a backend tells none.
 SAMPLING_KNOBS = {
     knob.name: knob
     for knob in (
@@ -261,6 +239,25 @@ SAMPLING_KNOBS = {
 def sampling_knobs(*names: str) -> tuple[Knob, ...]:
     """The shared sampling knobs of `names`, in that order (KeyError for an unknown one)."""
     return tuple(SAMPLING_KNOBS[name] for name in names)
+
+
+def knobs_of(declaration: type) -> tuple[Knob, ...]:
+    """The served knobs of a model's dataclass of knobs, in its field order: a field declared
+    with `contract.knob` (its type and default the field's), and a field named as a sampling
+    knob (SAMPLING_KNOBS' declaration; the field's default is the backend's `knob_defaults`)."""
+    found = []
+    for item in fields(declaration):
+        if KNOB in item.metadata:
+            found.append(Knob(item.name, _kind(item), default=item.default, **item.metadata[KNOB]))
+        elif item.name in SAMPLING_KNOBS:
+            found.append(SAMPLING_KNOBS[item.name])
+    return tuple(found)
+
+
+def _kind(item: Field) -> type:
+    """int or float, as the field is annotated ("int", "float | None", or the type itself)."""
+    annotation = getattr(item.type, "__name__", str(item.type))
+    return int if annotation.split("|")[0].strip() == "int" else float
 
 
 def backend_knobs(backend: object) -> tuple[Knob, ...]:

@@ -5,8 +5,7 @@ lives as long as that thread. With two live teams in a process (more OpenMP thre
 libgomp stops spinning between parallel regions and every region then pays a sleep and a
 wake-up: on a 2-core box a 0.6B Qwen3 stream took ~1.7x as long per frame once another thread
 had run a single parallel op, even with that thread idle since. So a served model computes on
-one long-lived thread, whichever thread asks: the loop thread of its engine
-(tts_core/serving/loop.py `EngineLoop.call`: Qwen3's and VoxCPM2's schedulers), and one-off
+one long-lived thread, its EngineLoop's (`EngineLoop.call`), whichever thread asks; one-off
 work (loading, building caches) runs on a thread that then ends (`run_on_passing_thread`).
 """
 

@@ -14,9 +14,8 @@ from .validation import Limits
 
 
 def seeded(params: SynthesisParams) -> SynthesisParams:
-    """`params` with the seed the request runs on: its own, or one drawn now when it has none
-    (models/contract.py `resolve_seed`, the one place "no seed" becomes a number). A request cut
-    into several (/v1's long input) is seeded once, before the cut, so its pieces share it."""
+    """`params` with the seed the request runs on: its own, or one drawn now (`resolve_seed`). A
+    request cut into several (/v1's long input) is seeded once, before the cut: one seed."""
     if params.seed is not None:
         return params
     return SynthesisParams(params.language, **{**params.values, "seed": resolve_seed(None)})

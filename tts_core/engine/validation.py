@@ -78,10 +78,8 @@ def check_params(
     params: SynthesisParams, limits: Limits, knobs: Sequence[Knob] = ()
 ) -> SynthesisParams:
     """The language, and the values of the shared knobs (the chunk sizes up to
-    `limits.max_chunk_frames`) and of `knobs` (the backend's own), each checked against its
-    declaration: InputError naming the knob. Values of other knobs are left out: the backend
-    does not read them (the HTTP routes and the page check those of every known backend
-    themselves, tts_core.backends.request_knobs)."""
+    `limits.max_chunk_frames`) and of `knobs` (the backend's own), each checked: InputError
+    naming the knob. Other knobs' values are left out: the backend does not read them."""
     declared = merge_knobs(shared_knobs(limits.max_chunk_frames), knobs)
     return SynthesisParams(check_language(params.language), **parse_knobs(params.values, declared))
 

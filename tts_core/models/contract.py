@@ -7,14 +7,17 @@
 - the reference: an array at `sr`, or a path to an audio file (`reference_audio`);
 - knobs by name: a model declares them once, as a frozen dataclass (names, defaults, checks),
   reads the names it declares into it and refuses any other with a TypeError that lists its
-  own (`read_knobs`, `refuse_unknown`).
+  own (`read_knobs`, `refuse_unknown`). A field the server offers carries its valid range and
+  how the page shows it (`knob`); the engine's knobs are made from these fields
+  (engine/knobs.py `knobs_of`), the shared sampling names (temperature, top_k, ...) from the
+  engine's one declaration of each.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import fields
+from dataclasses import field, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +25,14 @@ import numpy as np
 
 Knobs = TypeVar("Knobs")
 SEED_LIMIT = 2**32  # the seed knob's range is [0, 2**32 - 1] (engine/knobs.py; -1: random)
+KNOB = "knob"  # a dataclass field's metadata key: its served range and labels (`knob`)
+
+
+def knob(default: float | None, low: float, high: float, **shown: Any) -> Any:
+    """A knob field served to every surface: its default, its valid range [low, high] and
+    `shown`: engine/knobs.py Knob's label, help, step, ui_range, ... (the field's annotation
+    says int or float)."""
+    return field(default=default, metadata={KNOB: {"low": low, "high": high, **shown}})
 
 
 def resolve_seed(seed: int | None) -> int:

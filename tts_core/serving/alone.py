@@ -30,11 +30,10 @@ class InlineOutbox:
 
 
 def run_alone(make_engine: Callable[[], BatchEngine], seq: Sequence) -> Iterator[Any]:
-    """What `seq` hands out (chunks; lists of frames for `audio=False`), stepped on the thread
-    that iterates by the private engine `make_engine()` (one row, made for this request, whose
-    step raises its errors: `isolate_failures=False`) made at the first `next()`. `seq` must
-    have been made with an InlineOutbox. Ends without a final item when the request was
-    stopped; closing the generator frees its caches at once."""
+    """What `seq` (made with an InlineOutbox) hands out, stepped on the thread that iterates by
+    `make_engine()` (one row, `isolate_failures=False`: its errors raised here), made at the
+    first `next()`. Ends without a final item when the request was stopped; closing the
+    generator frees its caches at once."""
     if not isinstance(seq.outbox, InlineOutbox):
         raise TypeError("run_alone needs a request made with outbox=InlineOutbox()")
     return _stepped_alone(make_engine, seq)

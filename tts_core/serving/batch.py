@@ -15,10 +15,6 @@ the rest, the same for Qwen3-TTS and VoxCPM2:
   frame limit or with the model's stop reason, the chunk handed out when its cadence is due;
 * failures: a step that raises ends only the requests it touched, each with the error
   (`isolate_failures`; False: the error leaves `step`, for one request on its caller's thread).
-
-Two drivers step it: `EngineLoop` (loop.py: its own thread, every request of a served model)
-and `run_alone` (alone.py: a private one-row engine on the thread that iterates, for
-`model.stream`).
 """
 
 from __future__ import annotations
@@ -34,12 +30,10 @@ from .sequence import Sequence, Status
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFILL_CHUNK = 128  # prompt positions per step while other rows decode
-# A row that has not delivered its first chunk steps alone (with other such rows) for up to this
-# many frames: a joiner hears its first audio after steps at its own batch size, not at the
-# full batch's, while the running rows wait those few steps (their gap grows by that much, far
-# less than one steady chunk). Rows are batch-invariant, so no frame changes. However many
-# requests keep joining, the running rows are never held back more than this many steps in a
-# row.
+# A row before its first chunk steps alone (with other such rows) for up to this many frames:
+# a joiner hears its first audio after steps at its own batch size, while the running rows wait
+# those few steps (far less than one steady chunk; rows are batch-invariant, so no frame
+# changes), never more than this many steps in a row however many requests keep joining.
 FIRST_CHUNK_PRIORITY_FRAMES = 4
 
 
@@ -131,8 +125,6 @@ class BatchEngine:
         """The rows whose input is there (`Sequence.input_ready`; the others wait, holding their
         cache and state); of those, rows before their first chunk alone (see
         FIRST_CHUNK_PRIORITY_FRAMES), else all."""
-        # (getattr: rows that are not Requests, e.g. the test doubles of the priority test, are
-        # always ready)
         ready = [seq for seq in self._decoding if seq.input_ready]
         fresh = [
             seq

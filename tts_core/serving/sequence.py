@@ -1,10 +1,8 @@
 """What the engine keeps of every request, whatever the model: its place in the engine, its
-frame limit, chunk cadence and pending frames, how it is stopped and where its chunks go.
-
-A model's own row (Qwen3's `Qwen3Sequence`, VoxCPM2's `VoxSequence`) subclasses `Sequence` and adds
-its prompt, sampling state, cache and decoder state. The stepping thread (the loop's, or the
-caller's for `model.stream`) owns every field except `cancelled` and the outbox, which the
-consumer uses to stop the request and to read its chunks.
+frame limit, chunk cadence and pending frames, how it is stopped and where its chunks go. A
+model's own row (`Qwen3Sequence`, `VoxSequence`, ...) subclasses `Sequence` with its prompt,
+sampling state, cache and decoder state. The stepping thread (the loop's, or the caller's for
+`model.stream`) owns every field except `cancelled` and the outbox, the consumer's.
 """
 
 from __future__ import annotations

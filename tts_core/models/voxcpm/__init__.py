@@ -2,23 +2,21 @@
 (phase 2: MiniCPM-4 stacks, LocEnc, LocDiT + CFM, FSQ, stop head, the three prompt modes,
 generate and exact streaming), equal to the official voxcpm==2.0.3 on float32 CPU."""
 
-from .audiovae import AudioVAE
-from .config import AudioVAEConfig, ConfigError, VoxCPM2Config
-from .model import GenerationResult, VoxCPMModel
-from .runner import AudioChunk
-from .vae_checkpoint import CheckpointError
-from .vae_streaming import VAEDecoderState
-from .voice import Voice
+from ...lazy import lazy_exports
 
-__all__ = [
-    "AudioChunk",
-    "AudioVAE",
-    "AudioVAEConfig",
-    "CheckpointError",
-    "ConfigError",
-    "GenerationResult",
-    "VAEDecoderState",
-    "Voice",
-    "VoxCPM2Config",
-    "VoxCPMModel",
-]
+# name -> its module, imported on first use: the package itself imports no torch, so the
+# backend reads the model's knobs (knobs.py) without loading the model's code
+_EXPORTS = {
+    "AudioChunk": ".runner",
+    "AudioVAE": ".audiovae",
+    "AudioVAEConfig": ".config",
+    "CheckpointError": ".vae_checkpoint",
+    "ConfigError": ".config",
+    "GenerationResult": ".model",
+    "VAEDecoderState": ".vae_streaming",
+    "Voice": ".voice",
+    "VoxCPM2Config": ".config",
+    "VoxCPMModel": ".model",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -31,13 +31,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...audio.cadence import Cadence
 from ...serving.alone import InlineOutbox, run_alone
 from ...serving.batch import BatchEngine
 from ..contract import SeededStream, read_knobs, reference_audio, resolve_seed
 from .audiovae import AudioVAE
 from .checkpoint import load_model_state, resolve_folder
 from .config import VoxCPM2Config
+from .knobs import CHUNK_NAMES, VoxKnobs, VoxStreamKnobs
 from .network import DecodeState, VoxCPM2Network
 from .runner import AudioChunk, PatchChunk, Prompt, VoxRunner, VoxSequence
 from .tokenizer import VoxCPMTokenizer, normalize_target_text
@@ -50,39 +50,6 @@ LENGTH_RATIO = 6.0  # retry_badcase_ratio_threshold: caps the length even with r
 LENGTH_EXTRA = 10
 CONTEXT_PATCHES = 3  # streaming_prefix_len (4) - 1
 MODEL = "VoxCPM2"  # in the errors that list its knobs
-# the shared chunk sizes (engine/knobs.py), which `stream` reads as its patch counts
-CHUNK_NAMES = {"first_chunk_frames": "first_chunk_patches", "chunk_frames": "chunk_patches"}
-
-
-@dataclass(frozen=True)
-class VoxKnobs:
-    """What `generate` reads by name, with the official generate()'s defaults (backends/voxcpm.py
-    declares the served ranges of the first two)."""
-
-    cfg_value: float = 2.0
-    inference_timesteps: int = 10
-    max_len: int = 4096  # patches at most (besides the cap from the text's length)
-
-    def __post_init__(self) -> None:
-        if self.max_len < 1 or self.inference_timesteps < 1:
-            raise ValueError("max_len and inference_timesteps must be >= 1")
-
-
-@dataclass(frozen=True)
-class VoxStreamKnobs(VoxKnobs):
-    """What `stream` and `request` read by name: a chunk every `chunk_patches` patches, the
-    first after `first_chunk_patches` (None: the same); also as CHUNK_NAMES."""
-
-    chunk_patches: int = 1
-    first_chunk_patches: int | None = None
-
-    def __post_init__(self) -> None:
-        self.cadence()  # ValueError below 1
-        super().__post_init__()
-
-    def cadence(self) -> Cadence:
-        first = self.first_chunk_patches
-        return Cadence(self.chunk_patches if first is None else first, self.chunk_patches)
 
 
 @dataclass
