@@ -96,7 +96,7 @@ def serve(app) -> Iterator[str]:  # noqa: ANN001 - an ASGI app
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + HANG_S  # a hang guard: it starts in well under a second
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.02)
     assert server.started, "uvicorn did not start"

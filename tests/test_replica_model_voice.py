@@ -1,12 +1,13 @@
 """--replicas on a Qwen3-TTS CustomVoice checkpoint (#41): the ingress forwards the request's
 ModelVoice (a preset and its instruction) to the replica, whose engine builds and speaks it.
-No Ray cluster: the deployment handle is faked by a synchronous call into a real EngineReplica
-(its engine on the tiny CustomVoice checkpoint), so what crosses the handle is exactly what the
-ingress sends. Seeded sampling: the ingress's audio is the single process's (within one int16 step).
+No Ray cluster: the deployment handle is faked by driving a real EngineReplica's stream on an
+event loop of its own, as Serve does (its engine on the tiny CustomVoice checkpoint), so what
+crosses the handle is exactly what the ingress sends. Seeded sampling: the ingress's audio is the single process's (within one int16 step).
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,23 +25,29 @@ pytestmark = pytest.mark.slow
 
 
 class _Pieces:
-    """What `handle.options(stream=True).stream.remote(...)` gives: an iterator with cancel()."""
+    """What `handle.options(stream=True).stream.remote(...)` gives: an iterator with cancel(),
+    over the replica's async generator (driven on a loop of its own, as Serve's replica does)."""
 
-    def __init__(self, generator) -> None:  # noqa: ANN001
+    def __init__(self, generator) -> None:  # noqa: ANN001 - an async generator
         self.generator = generator
+        self.loop = asyncio.new_event_loop()
 
     def __iter__(self):  # noqa: ANN204
         return self
 
     def __next__(self):  # noqa: ANN204
-        return next(self.generator)
+        try:
+            return self.loop.run_until_complete(anext(self.generator))
+        except StopAsyncIteration:
+            raise StopIteration from None
 
     def cancel(self) -> None:
-        self.generator.close()
+        self.loop.run_until_complete(self.generator.aclose())
+        self.loop.close()
 
 
 class FakeHandle:
-    """Ray Serve's deployment handle, calling the replica's generator in this thread."""
+    """Ray Serve's deployment handle, driving the replica's generator from this thread."""
 
     def __init__(self, replica) -> None:  # noqa: ANN001 - an EngineReplica
         self.replica = replica

@@ -136,7 +136,7 @@ def test_a_consumer_that_disconnects_while_its_row_waits_for_input_frees_the_row
     stream = loop.enqueue(text_in)
     wait_until(lambda: runner.prefills and loop_is_asleep(), "the loop never went to sleep")
     del stream
-    assert runner.wait_released(1, timeout=2.0)  # a hang detector: freed at once on a fix
+    assert runner.wait_released(1, HANG_S)  # a hang guard: the disconnect wakes the loop
 
 
 def test_a_failing_request_does_not_stop_the_loop(loop, runner):

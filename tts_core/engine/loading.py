@@ -9,8 +9,10 @@ captured before it is ready.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
@@ -35,6 +37,27 @@ STARTING, DOWNLOADING, LOADING, WARMING, FALLING_BACK, READY, FAILED = (
 RETRY_AFTER_S = 5  # what a request during loading is told; the page polls on its own
 SHUTTING_DOWN = "The server is shutting down; please retry in a few seconds."
 CANCEL_GRACE_S = 5.0  # cancelled requests stop within a chunk: this bounds a stuck backend
+
+# Background loads: at interpreter exit each is stopped at its next step (its next `report`
+# raises LoadCancelled) and joined, before the interpreter cuts daemon threads off: a load cut
+# off inside a torch op aborts the process (pthread_exit unwinding through a C++ noexcept frame:
+# "terminate called without an active exception"), as a loop would (serving/loop.py).
+_LOADS: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_EXITING = threading.Event()
+
+
+class LoadCancelled(BaseException):
+    """The process is exiting. Not an Exception: no `except Exception` on its way (the fallback
+    to eSpeak) takes it for a failed load."""
+
+
+@atexit.register
+def _stop_loads() -> None:
+    _EXITING.set()
+    for thread in list(_LOADS):
+        # no timeout: cutting it off is the abort avoided here. It stops at its next report
+        # (the download's next bytes, the end of reading the weights); Ctrl+C ends the wait
+        thread.join()
 
 
 @dataclass(frozen=True)
@@ -139,12 +162,15 @@ class EngineSlot:
         thread = threading.Thread(
             target=self._build, args=(build,), name="tts-model-load", daemon=True
         )
+        _LOADS.add(thread)
         thread.start()
         return thread
 
     def _build(self, build: Build, reraise: bool = False) -> None:
         try:
             self.set(build(self.report))
+        except LoadCancelled:
+            self.fail("the process is exiting")
         except BaseException as exc:  # even KeyboardInterrupt: never "loading" forever
             log.exception("the model could not be loaded")
             self.fail(f"{type(exc).__name__}: {redact_paths(str(exc))}")
@@ -154,6 +180,8 @@ class EngineSlot:
     def report(
         self, phase: str, done: float = 0.0, total: float | None = None, unit: str = "B"
     ) -> None:
+        if _EXITING.is_set():
+            raise LoadCancelled
         with self._lock:
             if self._progress.phase in (READY, FAILED):
                 return

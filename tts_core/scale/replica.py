@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import argparse
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import numpy as np
 from ray import serve
 
 from ..engine import SynthesisParams, SynthesisRequest
+from ..engine.awaiting import iterate_awaiting, run_awaiting
 from ..engine.requests import ModelVoice
 
 
@@ -50,7 +52,7 @@ class EngineReplica:
             "waiting_requests": self.engine.waiting_requests,
         }
 
-    def stream(
+    async def stream(
         self,
         text: str,
         clip: np.ndarray | None,
@@ -58,19 +60,23 @@ class EngineReplica:
         language: str,
         values: dict[str, Any],
         model_voice: ModelVoice | None = None,
-    ) -> Iterator[Any]:
-        """The replica's id first, then each chunk's (N,) float32 audio. Closing the stream
-        (the caller cancelled, or went away) cancels the engine's request. `model_voice`: a
-        preset / designed voice (Qwen3-TTS CustomVoice / VoiceDesign) in place of a clip."""
+    ) -> AsyncIterator[Any]:
+        """The replica's id first, then each chunk's (N,) float32 audio. Cancelling the stream
+        (the caller cancelled, or went away) cancels the engine's request at once. An async
+        generator, its waits awaited on the replica's loop (engine/awaiting.py): Serve cancels
+        one at its await, while a sync generator runs on in Serve's thread to its end, keeping
+        the replica's engine busy for nobody. `model_voice`: a preset / designed voice
+        (Qwen3-TTS CustomVoice / VoiceDesign) in place of a clip."""
         cancel = threading.Event()
         reference = None if clip is None else (24_000, clip)
         params = SynthesisParams(language, **values)
         request = SynthesisRequest(text, reference, transcript, params, model_voice)
-        events = self.engine.stream(request, cancel)
+        events = await run_awaiting(self.engine.stream, request, cancel)
         try:
             yield self.replica_id
-            for event in events:
-                yield event.audio
+            async with aclosing(iterate_awaiting(events)) as awaited:
+                async for event in awaited:
+                    yield event.audio
         finally:
             cancel.set()
             events.close()
