@@ -58,7 +58,6 @@ S3GEN_PARTS = ("flow.", "mel2wav.", "tokenizer.", "speaker_encoder.")
 # S3Tokenizer.ignore_state_dict_missing: rebuilt from librosa's filters and a Hann window when
 # the file lacks them (the official loads s3gen.safetensors non-strict and never reads them).
 S3TOK_BUFFERS = ("_mel_filters", "window")
-ENC_COND_SECONDS, ENC_COND_TOKENS = 6, 150  # tts.py ENC_COND_LEN, speech_cond_prompt_len
 MAX_POSITIONS = COND_POSITIONS + TEXT_POSITIONS + 2 + MAX_NEW_TOKENS
 
 
@@ -165,12 +164,8 @@ class ChatterboxEnglishModel(S3GenSpeech):
     required_files, download_patterns = REQUIRED_FILES, DOWNLOAD_PATTERNS
     sizes_type, s3gen_file, meanflow = EnglishSizes, S3GEN_FILE, False
     # tts.py's prepare_conditionals: no loudness step, no length check; T3 prompt: S3 tokens
-    # of the first 6 s, <= 150
-    cloning = {
-        "turbo": False,
-        "t3_prompt_seconds": ENC_COND_SECONDS,
-        "t3_prompt_tokens": ENC_COND_TOKENS,
-    }
+    # of the first 6 s (ENC_COND_LEN), <= 150 (speech_cond_prompt_len)
+    cloning = {"turbo": False, "t3_prompt_seconds": 6, "t3_prompt_tokens": 150}
 
     def __init__(self, folder: Path, sizes: EnglishSizes, device: str = "cpu") -> None:
         self.folder, self.sizes, self.device = folder, sizes, torch.device(device)
