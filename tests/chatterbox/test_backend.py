@@ -89,13 +89,13 @@ def test_engine_stream_equals_generate(backend: ChatterboxBackend, cloned: bool)
 
 def test_knobs_reach_the_model(backend: ChatterboxBackend, monkeypatch) -> None:
     seen = []
-    submit = backend.loop.submit  # takes model.stream's arguments (chatterbox/runner.py)
+    enqueue = backend.loop.enqueue  # the request model.request made of the knobs by name
 
-    def spy(*args, **kwargs):
-        seen.append((kwargs["sampling"], kwargs["chunking"]))
-        return submit(*args, **kwargs)
+    def spy(seq):
+        seen.append((seq.sampling, seq.chunking))
+        return enqueue(seq)
 
-    monkeypatch.setattr(backend.loop, "submit", spy)
+    monkeypatch.setattr(backend.loop, "enqueue", spy)
     params = SynthesisParams(
         seed=1,
         top_k=1,

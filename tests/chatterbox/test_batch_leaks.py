@@ -31,7 +31,6 @@ from tts_core.models.chatterbox.flow import TOKEN_MEL_RATIO
 from tts_core.models.chatterbox.hift import SAMPLES_PER_FRAME
 from tts_core.models.chatterbox.padded_s3gen import (
     cfm_row,
-    hift_window,
     make_pad_mask,
     padded_cfm,
     padded_hift_decode,
@@ -195,7 +194,7 @@ def _hift_inputs(folder):
     out = []
     for row, chunker, _ in _rows(folder, seed=2):
         stream = HiftStream(model.hift, chunker.noise)
-        mel, source, _, _ = hift_window(stream, _alone(model.flow, row), final=True)
+        mel, source, _, _ = stream.window(_alone(model.flow, row), final=True)
         out.append((mel, source))
     return out
 

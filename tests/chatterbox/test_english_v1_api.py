@@ -84,13 +84,13 @@ def test_backend_contract(backend) -> None:
 
 def test_uploaded_voice_is_cloned_with_the_knobs(backend, server, voices_dir, monkeypatch):
     seen = []
-    submit = backend.loop.submit  # model.stream's arguments, served
+    enqueue = backend.loop.enqueue  # the request model.request made of the knobs by name
 
-    def spy(*args, **kwargs):
-        seen.append((kwargs["exaggeration"], kwargs["sampling"]))
-        return submit(*args, **kwargs)
+    def spy(seq):
+        seen.append((seq.exaggeration, seq.sampling))
+        return enqueue(seq)
 
-    monkeypatch.setattr(backend.loop, "submit", spy)
+    monkeypatch.setattr(backend.loop, "enqueue", spy)
     with REF_CLIP.open("rb") as f:
         made = httpx.post(
             f"{server}/v1/audio/voices",

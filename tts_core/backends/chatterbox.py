@@ -14,7 +14,7 @@ on the one decode engine, up to `max_batch` streams stepped together on one loop
 bit-identical to the same request's `model.stream`), which makes the voices too.
 Cloning takes the reference clip alone (no transcript); with no clip the checkpoint's built-in
 voice (conds.pt) speaks. The English model's backend (chatterbox_english.py) is this class with
-its own model and knobs (`load_model`, `sampling_type`, `request_args`).
+its own model and knobs, which reach the model's request by name.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class ChatterboxBackend(NeuralBackend):
         self.weight_format = t3_weight_format(model)  # "int8": T3's blocks (quantize)
         self.weight_format_reason = getattr(model, "format_decision", "")
         # the knobs without a declared default: the model's generate()'s (its sampling's)
-        self.knob_defaults = dataclasses.asdict(self.sampling_type()())
+        self.knob_defaults = dataclasses.asdict(model.sampling_type())
         preload_watermark()
 
     @staticmethod
@@ -136,20 +136,6 @@ class ChatterboxBackend(NeuralBackend):
         from ..models.chatterbox.model import ChatterboxTurboModel
 
         return ChatterboxTurboModel.from_pretrained(name_or_path, device=device, quantize=quantize)
-
-    @staticmethod
-    def sampling_type() -> type:
-        """The model's sampling settings: a dataclass of knobs, its defaults generate()'s."""
-        from ..models.chatterbox.sampling import TurboSampling
-
-        return TurboSampling
-
-    def request_args(self, values: dict[str, Any]) -> dict[str, Any]:
-        """model.request's arguments of the knob values besides seed and chunking: the
-        sampling settings of their knobs."""
-        sampling = self.sampling_type()
-        fields = dataclasses.fields(sampling)
-        return {"sampling": sampling(**{field.name: values[field.name] for field in fields})}
 
     def voice_without_clip(self, reference_text: str | None) -> Voice:
         """The checkpoint's built-in voice (conds.pt; a transcript is not used)."""
@@ -162,20 +148,12 @@ class ChatterboxBackend(NeuralBackend):
     def submit(
         self, text: str, voice: Any, params: SynthesisParams, cancel: threading.Event
     ) -> RequestStream:
-        """model.request's arguments (model.stream's): the knobs as the model's sampling and
-        S3Gen's chunking (a chunk is a pass: the shared chunk sizes are not read)."""
+        """model.request's arguments: the knobs by name (the sampling's and S3Gen's chunk sizes:
+        a chunk is a pass, the shared chunk sizes are not read), less the watermark, which
+        `backend_chunks` applies."""
         values = self.knob_values(params)
-        chunking = StreamChunking(
-            first_tokens=values["first_chunk_tokens"], chunk_tokens=values["chunk_tokens"]
-        )
-        return self.loop.submit(
-            text,
-            voice,
-            seed=params.seed,
-            chunking=chunking,
-            should_stop=cancel.is_set,
-            **self.request_args(values),
-        )
+        del values["watermark"]
+        return self.loop.submit(text, voice, seed=params.seed, should_stop=cancel.is_set, **values)
 
     def backend_chunks(
         self, chunks: RequestStream, params: SynthesisParams

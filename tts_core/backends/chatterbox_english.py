@@ -82,12 +82,3 @@ class ChatterboxEnglishBackend(ChatterboxBackend):
         from ..models.chatterbox.english import ChatterboxEnglishModel
 
         return ChatterboxEnglishModel.from_pretrained(name_or_path, device=device)
-
-    @staticmethod
-    def sampling_type() -> type:
-        from ..models.chatterbox.english_t3 import EnglishSampling
-
-        return EnglishSampling  # with the guidance weight (cfg_weight)
-
-    def request_args(self, values: dict[str, Any]) -> dict[str, Any]:
-        return {**super().request_args(values), "exaggeration": values["exaggeration"]}

@@ -1,8 +1,7 @@
-"""Chatterbox Turbo (Resemble AI, MIT) in our own PyTorch (issue #25): T3 on GPT-2, the S3Gen
-meanflow flow and HiFT vocoder, the VoiceEncoder, S3 tokenizer and CAMPPlus for cloning, and
-conds.pt as the built-in voice; equal to the official chatterbox-tts 0.1.7 on float32 CPU.
-The original English model (Llama T3 with CFG, perceiver, exaggeration; S3Gen's 10-step CFM with
-CFG) shares those modules: english.py, english_t3.py."""
+"""Chatterbox Turbo (Resemble AI, MIT) in our own PyTorch (issue #25), equal to the official
+chatterbox-tts 0.1.7 on float32 CPU: T3 on GPT-2, S3Gen (meanflow flow, HiFT), the cloning front
+ends and conds.pt's built-in voice; and the original English model (english.py, english_t3.py:
+Llama T3 with CFG, S3Gen's 10-step CFM), which shares the rest."""
 
 from ...lazy import lazy_exports
 
@@ -13,7 +12,7 @@ _EXPORTS = {
     "ChatterboxTurboModel": ".model",
     "ChatterboxVoice": ".voice",
     "EnglishResult": ".english",
-    "EnglishSampling": ".english_t3",
+    "EnglishSampling": ".sampling",
     "TurboResult": ".model",
     "TurboSampling": ".sampling",
     "VoiceFileError": ".voice",

@@ -1,8 +1,8 @@
-"""Strict loading of a Chatterbox Turbo folder (spec chatterbox.md 2): the released file names,
-every tensor through the shared streamed loader (models/checkpoint.py), every key and shape
-checked before anything is copied. The only keys skipped are the ones the official never uses
-at inference: `tfmr.wte.weight` (deleted after the official strict load) and `text_head.weight`
-(T3), so they cost no memory here; everything else must match exactly.
+"""Strict loading of a Chatterbox folder (spec chatterbox.md 2): Turbo's released file names
+(the English model's: english.py), every tensor through the shared streamed loader
+(models/checkpoint.py), every key and shape checked before anything is copied. The only keys
+skipped are T3's that the official never uses at inference (`T3_UNUSED`: `tfmr.wte.weight`,
+deleted after the official strict load, and `text_head.weight`), so they cost no memory here.
 """
 
 from __future__ import annotations
@@ -14,42 +14,20 @@ import torch
 from torch import nn
 
 from ..checkpoint import CheckpointError, TensorSource, load_safetensors, load_strict, under
-from .config import NANO_T3_FILE, TURBO_T3_FILE
+from .config import NANO_T3_FILE, SIZES_FILE, TURBO_T3_FILE
 
-T3_FILE = TURBO_T3_FILE  # Nano's is NANO_T3_FILE (config.t3_file picks the one present)
 S3GEN_FILE = "s3gen_meanflow.safetensors"
 VE_FILE = "ve.safetensors"
 CONDS_FILE = "conds.pt"
 TOKENIZER_FILES = ("vocab.json", "merges.txt")
-REQUIRED_FILES: tuple[str | tuple[str, ...], ...] = (
-    VE_FILE,
-    (TURBO_T3_FILE, NANO_T3_FILE),
-    S3GEN_FILE,
-    *TOKENIZER_FILES,
-)
-DOWNLOAD_PATTERNS = (
-    VE_FILE,
-    TURBO_T3_FILE,
-    NANO_T3_FILE,
-    S3GEN_FILE,
-    *TOKENIZER_FILES,
-    "added_tokens.json",
-    "special_tokens_map.json",
-    "tokenizer_config.json",
-    CONDS_FILE,
-    "chatterbox_sizes.json",
-)
+TOKENIZER_EXTRAS = ("added_tokens.json", "special_tokens_map.json", "tokenizer_config.json")
+T3_FILES = (TURBO_T3_FILE, NANO_T3_FILE)  # Turbo's or Nano's (config.t3_file picks)
+REQUIRED_FILES = (VE_FILE, T3_FILES, S3GEN_FILE, *TOKENIZER_FILES)
+MODEL_FILES = (VE_FILE, *T3_FILES, S3GEN_FILE, *TOKENIZER_FILES, *TOKENIZER_EXTRAS)
+DOWNLOAD_PATTERNS = (*MODEL_FILES, CONDS_FILE, SIZES_FILE)  # and the built-in voice, sizes
 T3_UNUSED = ("tfmr.wte.weight", "text_head.weight")
 
-__all__ = ["CheckpointError", "load_part", "resolve_folder"]
-
-
-def resolve_folder(name_or_path: str | Path) -> Path:
-    """A local folder, or a Hub repo id downloaded with the files above only (the shared
-    loader's errors: no network, unknown repo, a missing file named)."""
-    from ..checkpoint import resolve_checkpoint
-
-    return resolve_checkpoint(name_or_path, required=REQUIRED_FILES, patterns=DOWNLOAD_PATTERNS)
+__all__ = ["CheckpointError", "check_unused", "load_part"]
 
 
 class _Without:

@@ -1,11 +1,10 @@
-"""How a Chatterbox stream cuts its S3Gen work (`StreamChunking`): plain numbers, no torch, so
-the backends declare their knobs from these defaults without loading the model's code. Beside
-it, what a listener hears of a schedule (`chunk_timeline`, `stall_s`): the condition the
-default ramp was chosen by."""
+"""How a Chatterbox stream cuts its S3Gen work (`StreamChunking`; its sizes by name:
+`ChunkKnobs`), without torch: the backends' knob defaults. Beside it, what a listener hears of
+a schedule (`chunk_timeline`, `stall_s`): the condition the default ramp was chosen by."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .config import LOOKAHEAD
 
@@ -14,13 +13,11 @@ TOKEN_SECONDS = 0.04  # audio per speech token: 2 mel frames of 480 samples at 2
 
 @dataclass(frozen=True)
 class StreamChunking:
-    """How a stream cuts S3Gen's work. Defaults from benchmarks/chatterbox_stream_bench.py
-    (BENCHMARKS.md): a pass bounded to the prompt's last 25 tokens and 10 tokens of left context
-    costs ~90 tokens of flow work instead of prompt (up to 250) + every token so far; against
-    the whole pass, 38.9-48.6 dB with the ramp and 50-token passes (tiny; the doubling ramp
-    before: 37.8-48.6, 41.9 real size) where the unbounded stream has 38.2-52.6 (48.9). The first chunk holds first_tokens - holdback -
-    hift_right / 2 tokens (5: 200 ms, under a 250 ms player buffer, so a player starts at the
-    second chunk); the ramp (`next_pass`) is chosen by `stall_s` (benchmarks/turbo_schedule.py)."""
+    """How a stream cuts S3Gen's work. Defaults from benchmarks/chatterbox_stream_bench.py: a
+    pass bounded to the prompt's last 25 tokens and 10 of left context costs ~90 tokens of flow
+    work, not prompt (<= 250) + every token, within 38.9-48.6 dB of the whole pass (tiny). The
+    first chunk holds first_tokens - holdback - hift_right / 2 tokens (200 ms: a 250 ms player
+    starts at the second); the ramp (`next_pass`) is chosen by `stall_s`."""
 
     first_tokens: int = 12  # speech tokens before the first S3Gen pass
     chunk_tokens: int = 50  # speech tokens between later passes (after the ramp)
@@ -33,11 +30,9 @@ class StreamChunking:
     ramp_growth: int = 4  # tokens each ramped step adds to the one before
 
     def next_pass(self, tokens: int) -> int:
-        """The token count of the pass after one made at `tokens` (a pass point). Ramped: the
-        second pass comes 2 first_tokens after the first (with the first chunk it is what a
-        player starts on, so it must outlast the third pass's fixed cost), and each later step
-        is `ramp_growth` tokens longer than the one before, up to chunk_tokens (a pass's fixed
-        cost is paid back by the audio of a long step: `stall_s`); unramped: chunk_tokens."""
+        """The token count of the pass after one made at `tokens`. Ramped: the second pass 2
+        first_tokens after the first (a player starts on those two chunks), each later step
+        `ramp_growth` tokens longer, up to chunk_tokens (`stall_s`); unramped: chunk_tokens."""
         if not self.ramp:
             return tokens + self.chunk_tokens
         point, step = self.first_tokens, 2 * self.first_tokens
@@ -59,12 +54,26 @@ class StreamChunking:
         return max(0, tokens - self.holdback - self.hift_right // 2)
 
     def __post_init__(self) -> None:
-        for name in ("flow_prompt", "flow_context"):
-            value = getattr(self, name)
-            if value is not None and value < (1 if name == "flow_prompt" else 0):
-                raise ValueError(f"{name} must be None or >= {1 if name == 'flow_prompt' else 0}")
+        for name, least in (("flow_prompt", 1), ("flow_context", 0)):
+            if getattr(self, name) is not None and getattr(self, name) < least:
+                raise ValueError(f"{name} must be None or >= {least}")
         if self.ramp_growth < 0:
             raise ValueError("ramp_growth must be >= 0")
+
+
+@dataclass(frozen=True)
+class ChunkKnobs:
+    """A stream's chunk sizes by name, read with its sampling (the model's `with_knobs`); None:
+    the request's `chunking`'s."""
+
+    first_chunk_tokens: int | None = None
+    chunk_tokens: int | None = None
+
+    def chunking(self, base: StreamChunking | None) -> StreamChunking | None:
+        """`base` (None: the default) with the sizes given; `base` itself when none is."""
+        cuts = {"first_tokens": self.first_chunk_tokens, "chunk_tokens": self.chunk_tokens}
+        cuts = {name: int(value) for name, value in cuts.items() if value is not None}
+        return replace(base or StreamChunking(), **cuts) if cuts else base
 
 
 # The whole-utterance pass (`generate(stream_noise=True)`, the streams' reference): one final
@@ -99,11 +108,9 @@ def chunk_timeline(
 
 def stall_s(arrivals: list[tuple[float, float]], buffer_s: float = 0.25) -> float:
     """How long a player stalls in all, given (arrival s, audio s) in order: it starts at the
-    arrival that brings its buffer to `buffer_s` (the last one if never) and plays at real time;
-    chunk j must arrive by start + the audio before j + the stalls so far, so the total stall
-    is the largest lateness max_j(a_j - start - sum_{i<j} d_i), or 0 (benchmarks/
-    listeners_bench.py `playback` counts the same). Negative: the least time an arrival came
-    before the buffer ran dry (the schedule's margin)."""
+    arrival that brings its buffer to `buffer_s` (the last one if never) and plays at real
+    time, so the total stall is the largest lateness max_j(a_j - start - sum_{i<j} d_i), or 0
+    (as benchmarks/listeners_bench.py `playback`). Negative: the schedule's least margin."""
     buffered, start = 0.0, len(arrivals) - 1
     for index, (_, audio) in enumerate(arrivals):
         buffered += audio

@@ -1,7 +1,6 @@
 """Reference clip -> ChatterboxVoice, as Turbo's `prepare_conditionals` (spec chatterbox.md 3):
-24 kHz (librosa's soxr_hq as librosa.load, ours: audio.analysis.resample), loudness to -27
-LUFS, 16 kHz copy (the same) for T3's
-prompt tokens (first 15 s, <= 375 tokens) and the VoiceEncoder; the first 10 s at 24 kHz for
+24 kHz (librosa.load's soxr_hq: audio.analysis.resample), loudness to -27 LUFS, a 16 kHz copy
+for T3's prompt tokens (first 15 s, <= 375) and the VoiceEncoder; the first 10 s at 24 kHz for
 S3Gen: its log-mel, and a torchaudio-sinc 16 kHz copy for CAMPPlus and the S3 prompt tokens."""
 
 from __future__ import annotations
@@ -47,8 +46,9 @@ def make_voice(
     t3_prompt_tokens: int = PROMPT_TOKENS,
 ) -> ChatterboxVoice:
     """turbo: the > 5 s check and the -27 LUFS loudness step (tts_turbo.py); False: the English
-    model's prepare_conditionals (tts.py: neither, T3 prompt of the first 6 s, <= 150 tokens,
-    passed as t3_prompt_seconds / t3_prompt_tokens)."""
+    prepare_conditionals (tts.py: neither; its T3 prompt passed as t3_prompt_seconds / tokens)."""
+    if not turbo and audio.size == 0:
+        raise ValueError("the reference clip is empty")
     ref24 = to_24k(audio, sr)
     if turbo and len(ref24) / SAMPLE_RATE <= MIN_SECONDS:
         raise ValueError(

@@ -1,17 +1,13 @@
 """Chatterbox sizes: the released constants (Turbo's or Nano's T3, by the T3 file in the folder),
-or a tiny checkpoint's `chatterbox_sizes.json`.
-
-The release has no config file: the official code hard-codes every size (GPT2_medium, the S3Gen
-constructors, VoiceEncConfig, the S3 tokenizer's ModelConfig). A folder without
-`chatterbox_sizes.json` is the release; our tiny test checkpoints carry that file (written by
-tools/oracle/chatterbox/build_tiny.py, the same dict as its size patches) because head counts
-cannot be read from tensor shapes. Every size is then checked against the tensors on load.
+or a checkpoint's `chatterbox_sizes.json` (the tiny test checkpoints': tools/oracle writes it).
+The release has no config file (the official code hard-codes every size), and head counts cannot
+be read from tensor shapes; every size is checked against the tensors on load.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -106,12 +102,7 @@ class ChatterboxSizes:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ChatterboxSizes:
         parts = {
-            "t3": T3Sizes,
-            "s3tok": S3TokSizes,
-            "encoder": EncoderSizes,
-            "decoder": DecoderSizes,
-            "campplus": CampPlusSizes,
-            "hift": HiftSizes,
+            part.name: part.default_factory for part in fields(cls) if part.name != "ve_hidden"
         }
         try:
             kwargs: dict[str, Any] = {name: kind(**data[name]) for name, kind in parts.items()}
@@ -124,13 +115,19 @@ class ChatterboxSizes:
     def of_folder(cls, folder: Path) -> ChatterboxSizes:
         """The released sizes of its T3 file (Turbo or Nano), unless the folder holds
         chatterbox_sizes.json."""
-        path = Path(folder) / SIZES_FILE
-        if not path.is_file():
-            return cls(t3=RELEASED_T3[t3_file(folder)])
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError) as error:
-            raise SizesError(f"{path}: unreadable ({error})") from error
-        if not isinstance(data, dict):
-            raise SizesError(f"{path}: not a JSON object")
-        return cls.from_dict(data)
+        data = sizes_file(folder)
+        return cls(t3=RELEASED_T3[t3_file(folder)]) if data is None else cls.from_dict(data)
+
+
+def sizes_file(folder: Path) -> dict[str, Any] | None:
+    """The fields of the folder's chatterbox_sizes.json; None without one (the release)."""
+    path = Path(folder) / SIZES_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise SizesError(f"{path}: unreadable ({error})") from error
+    if not isinstance(data, dict):
+        raise SizesError(f"{path}: not a JSON object")
+    return data

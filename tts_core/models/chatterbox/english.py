@@ -1,17 +1,12 @@
-"""Chatterbox's original English model (`ChatterboxTTS`, tts.py) in our own PyTorch:
-`ChatterboxEnglishModel.from_pretrained(folder)`, `create_voice(audio, sr)`,
-`generate(text, voice, seed=S, exaggeration=..., sampling=EnglishSampling(cfg_weight=...))`,
-`stream(...)` (the one decode engine with one row: `EnglishSequence`), equal to the official
-chatterbox-tts 0.1.7 on float32 CPU (tests/chatterbox/test_english_*.py).
+"""Chatterbox's original English model (`ChatterboxTTS`, tts.py) in our own PyTorch, equal to
+the official chatterbox-tts 0.1.7 on float32 CPU (tests/chatterbox/test_english_*.py); what it
+shares with Turbo is model.py's `S3GenSpeech`.
 
 generate = punc_norm + EnTokenizer ([SPACE] for spaces, start 255 / stop 0 around) -> T3 (Llama
 with CFG, perceiver, exaggeration; english_t3.py) -> drop_invalid_tokens, keep ids < 6561 (no
-silence appended, unlike Turbo) -> S3Gen flow with the regular CFM (10 cosine steps, CFG 0.7;
-flow.py `meanflow=False`) -> HiFT -> trim fade -> [Perth watermark]. Random draws from one CPU
-generator seeded with S in the official order: one multinomial per T3 token, the CFM's
-full-length noise, HiFT's phases and noises (spec 9.4). S3Gen, HiFT, the VoiceEncoder, S3
-tokenizer and CAMPPlus are Turbo's modules; the English release's files are `t3_cfg`,
-`s3gen` (no meanflow time mixer) and `tokenizer.json` (spec 2).
+silence appended) -> S3Gen flow with the regular CFM (10 cosine steps, CFG 0.7) -> HiFT -> trim
+fade -> [Perth watermark]. Random draws from one CPU generator seeded with S in the official
+order: one multinomial per T3 token, the CFM's full-length noise, HiFT's (spec 9.4).
 """
 
 from __future__ import annotations
@@ -25,10 +20,9 @@ import numpy as np
 import torch
 
 from ...audio.analysis import mel_filters
-from ...serving.alone import InlineOutbox
 from ..contract import SeededStream, resolve_seed
-from .checkpoint import CheckpointError, check_unused, load_part
-from .chunking import WHOLE_UTTERANCE, StreamChunking
+from .checkpoint import CONDS_FILE, VE_FILE, check_unused, load_part
+from .chunking import ChunkKnobs, StreamChunking
 from .config import (
     S3_VOCAB,
     SAMPLE_RATE,
@@ -37,6 +31,7 @@ from .config import (
     STOP_SPEECH,
     ChatterboxSizes,
     SizesError,
+    sizes_file,
 )
 from .english_t3 import (
     COND_POSITIONS,
@@ -44,29 +39,18 @@ from .english_t3 import (
     START_TEXT,
     STOP_TEXT,
     TEXT_POSITIONS,
-    EnglishSampling,
     LlamaSizes,
     T3English,
 )
-from .flow import Flow
-from .hift import HiFTGenerator
-from .model import (
-    S3GenSpeech,
-    apply_watermark,
-    chatterbox_clip,
-    knobs_by_name,
-    sized_load,
-)
+from .model import S3GenSpeech
 from .runner import ChatterboxSequence
-from .streaming import S3GenStream, StreamNoise
-from .tokenizer import punc_norm
+from .sampling import EnglishSampling
+from .tokenizer import EnglishTokenizer
 from .voice import ChatterboxVoice
 
 T3_FILE = "t3_cfg.safetensors"
 S3GEN_FILE = "s3gen.safetensors"
-VE_FILE = "ve.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
-CONDS_FILE = "conds.pt"
 REQUIRED_FILES = (VE_FILE, T3_FILE, S3GEN_FILE, TOKENIZER_FILE)
 DOWNLOAD_PATTERNS = (*REQUIRED_FILES, CONDS_FILE, SIZES_FILE)
 T3_UNUSED = ("tfmr.embed_tokens.weight", "text_head.weight")
@@ -74,24 +58,7 @@ S3GEN_PARTS = ("flow.", "mel2wav.", "tokenizer.", "speaker_encoder.")
 # S3Tokenizer.ignore_state_dict_missing: rebuilt from librosa's filters and a Hann window when
 # the file lacks them (the official loads s3gen.safetensors non-strict and never reads them).
 S3TOK_BUFFERS = ("_mel_filters", "window")
-ENC_COND_SECONDS, ENC_COND_TOKENS = 6, 150  # tts.py ENC_COND_LEN, speech_cond_prompt_len
 MAX_POSITIONS = COND_POSITIONS + TEXT_POSITIONS + 2 + MAX_NEW_TOKENS
-# punc_norm of tts.py: Turbo's replacements plus "...", " - " and ";", in its order.
-EN_PUNCTUATION = (
-    ("...", ", "),
-    ("…", ", "),
-    (":", ","),
-    (" - ", ", "),
-    (";", ", "),
-    ("—", "-"),
-    ("–", "-"),
-    (" ,", ","),
-    ("“", '"'),
-    ("”", '"'),
-    ("‘", "'"),
-    ("’", "'"),
-)
-SPACE, START_TOKEN, STOP_TOKEN = "[SPACE]", "[START]", "[STOP]"
 
 
 @dataclass(frozen=True)
@@ -104,44 +71,16 @@ class EnglishSizes:
     def of_folder(cls, folder: Path) -> EnglishSizes:
         """The released sizes, unless the folder holds chatterbox_sizes.json (tiny checkpoints:
         `llama`, `perceiver_heads` and the S3Gen parts as for Turbo)."""
-        import json
-
-        path = Path(folder) / SIZES_FILE
-        if not path.is_file():
+        data = sizes_file(folder)
+        if data is None:
             return cls()
         try:
-            data = json.loads(path.read_text())
             llama = LlamaSizes(**data["llama"])
             parts = ChatterboxSizes.from_dict({**data, "t3": {}})  # Turbo's GPT-2 sizes unused
             return cls(llama, int(data["perceiver_heads"]), parts)
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError) as error:
+            path = Path(folder) / SIZES_FILE
             raise SizesError(f"{path}: not English-model sizes ({error})") from error
-
-
-def resolve_folder(name_or_path: str | Path) -> Path:
-    from ..checkpoint import resolve_checkpoint
-
-    return resolve_checkpoint(name_or_path, required=REQUIRED_FILES, patterns=DOWNLOAD_PATTERNS)
-
-
-class EnglishTokenizer:
-    """EnTokenizer: `tokenizers` from tokenizer.json, spaces -> [SPACE], no special ids added."""
-
-    def __init__(self, path: Path) -> None:
-        from tokenizers import Tokenizer
-
-        try:
-            self._tok = Tokenizer.from_file(str(path))
-        except Exception as error:  # the library raises its own exception type
-            raise CheckpointError(f"{path}: not a tokenizers file ({error})") from error
-        vocab = self._tok.get_vocab()
-        missing = [t for t in (START_TOKEN, STOP_TOKEN) if t not in vocab]
-        if missing:
-            raise CheckpointError(f"{path}: the vocabulary lacks {missing}")
-
-    def encode(self, text: str) -> list[int]:
-        """Ids of punc_norm(text) (tts.py's), without the start/stop text ids."""
-        return self._tok.encode(punc_norm(text, EN_PUNCTUATION).replace(" ", SPACE)).ids
 
 
 @dataclass
@@ -152,6 +91,11 @@ class EnglishResult:
     stop_reason: str = "eos"  # or "max_tokens"
     sample_rate: int = SAMPLE_RATE
     seed: int | None = None  # the seed used: passed back, the same audio (models/contract.py)
+
+
+@dataclass(frozen=True)
+class EnglishKnobs(ChunkKnobs, EnglishSampling):
+    """The English `stream` / `request` knobs by name: its sampling's, then the chunk sizes."""
 
 
 def spoken_tokens(draws: torch.Tensor) -> torch.Tensor:
@@ -166,15 +110,10 @@ def spoken_tokens(draws: torch.Tensor) -> torch.Tensor:
 
 
 class EnglishSequence(ChatterboxSequence):
-    """One English request (`model.request`): text ids, exaggeration and sampling (with
-    cfg_weight) besides the shared state (runner.py). T3 is the Llama with classifier-free
-    guidance, whose cond and uncond rows (2 rows a request; 1 with cfg_weight 0) take one
-    `T3English.draws` call per step, the request's own, with its own generator drawing in the
-    official order; at most max_new_tokens draws, STOP ends it at any draw; drop_invalid_tokens'
-    rule (S3Gen starts over after the first start id); no silence appended for the final pass,
-    and none at all when no speech token was drawn. S3Gen is the 10-step CFM with CFG, per row
-    (padded_s3gen.py solves the meanflow CFM only). So a request's chunks are `model.stream`'s
-    bit for bit alone and in any batch (tests/chatterbox/test_english_batching.py)."""
+    """One English request (`model.request`): its cond and uncond T3 rows (1 with cfg_weight 0)
+    in one `T3English.draws` call a step; at most max_new_tokens draws, STOP ends it at any;
+    S3Gen starts over after the first start id (drop_invalid_tokens); no silence appended, no
+    final pass without a speech token. S3Gen runs per row (its CFG solve is never padded)."""
 
     def __init__(
         self,
@@ -189,20 +128,17 @@ class EnglishSequence(ChatterboxSequence):
         should_stop: Callable[[], bool] | None = None,
         *,
         outbox: Any = None,
+        **knobs: Any,
     ) -> None:
         super().__init__(
-            model, voice, seed, chunking, max_new_tokens, int(max_new_tokens), should_stop, outbox
+            model, voice, seed, sampling, max_new_tokens, chunking, should_stop, outbox, knobs
         )
         self.text_ids = model.text_ids(text)  # (1, Lt); ValueError past T3's text positions
-        self.exaggeration, self.sampling = float(exaggeration), sampling or EnglishSampling()
+        self.exaggeration = float(exaggeration)
         self.restarted = False  # a start id was drawn: S3Gen started over
         # T3's prompt: cond, text, start + bos (T3English.prompt), then one position a draw
         positions = COND_POSITIONS + self.text_ids.shape[1] + 2 + self.limit
-        if positions > model.t3.rope.cos.shape[0]:
-            raise ValueError(
-                f"text too long: {positions} T3 positions > the model's "
-                f"{model.t3.rope.cos.shape[0]}"
-            )
+        self.fits(positions, model.t3.rope.cos.shape[0])
 
     def open_draws(self, generator: torch.Generator) -> Iterator[torch.Tensor]:
         voice, t3 = self.voice, self.model.t3
@@ -223,57 +159,29 @@ class EnglishSequence(ChatterboxSequence):
 
 
 class ChatterboxEnglishModel(S3GenSpeech):
-    sample_rate = SAMPLE_RATE
+    name, sampling_type, stream_knobs = "Chatterbox English", EnglishSampling, EnglishKnobs
     request_type = EnglishSequence
+    required_files, download_patterns = REQUIRED_FILES, DOWNLOAD_PATTERNS
+    sizes_type, s3gen_file, meanflow = EnglishSizes, S3GEN_FILE, False
+    # tts.py's prepare_conditionals: no loudness step, no length check; T3 prompt: S3 tokens
+    # of the first 6 s (ENC_COND_LEN), <= 150 (speech_cond_prompt_len)
+    cloning = {"turbo": False, "t3_prompt_seconds": 6, "t3_prompt_tokens": 150}
 
     def __init__(self, folder: Path, sizes: EnglishSizes, device: str = "cpu") -> None:
-        parts = sizes.parts
-        s3gen = folder / S3GEN_FILE
         self.folder, self.sizes, self.device = folder, sizes, torch.device(device)
         t3 = T3English(sizes.llama, sizes.perceiver_heads, MAX_POSITIONS)
         self.t3 = load_part(t3, folder / T3_FILE, dropped=T3_UNUSED).to(device)
-        check_unused(s3gen, S3GEN_PARTS)
-        flow = Flow(parts.encoder, parts.decoder, parts.campplus.embedding_size, meanflow=False)
-        self.flow = load_part(flow, s3gen, "flow.").to(device)
-        self.hift = load_part(
-            HiFTGenerator(parts.hift), s3gen, "mel2wav.", after=HiFTGenerator.fold_weight_norm
-        ).to(device)
+        check_unused(folder / S3GEN_FILE, S3GEN_PARTS)
         self.tokenizer = EnglishTokenizer(folder / TOKENIZER_FILE)
-        conds = folder / CONDS_FILE
-        self.builtin_voice = (
-            ChatterboxVoice.from_conds(conds).to(device) if conds.is_file() else None
-        )
-        self._frontend = None
+        self.load_s3gen(sizes.parts)
 
-    @classmethod
-    def from_pretrained(
-        cls, name_or_path: str | Path, device: str = "cpu", dtype: torch.dtype = torch.float32
-    ) -> ChatterboxEnglishModel:
-        if dtype not in (None, torch.float32):
-            raise ValueError(f"Chatterbox English runs in float32 only (got dtype={dtype})")
-        folder = resolve_folder(name_or_path)
-        return sized_load(folder, lambda: cls(folder, EnglishSizes.of_folder(folder), device))
-
-    def _front_end(self):
-        if self._frontend is None:
-            from .campplus import CAMPPlus
-            from .voice_encoder import VoiceEncoder
-
-            parts, s3gen, device = self.sizes.parts, self.folder / S3GEN_FILE, self.device
-            self._frontend = (
-                load_part(VoiceEncoder(parts.ve_hidden), self.folder / VE_FILE).to(device),
-                self._s3_tokenizer(s3gen).to(device),
-                load_part(CAMPPlus(parts.campplus), s3gen, "speaker_encoder.").to(device),
-            )
-        return self._frontend
-
-    def _s3_tokenizer(self, s3gen: Path):
+    def _s3_tokenizer(self, s3gen: Path) -> torch.nn.Module:
         """The S3 tokenizer; its mel filters and window from the file if there, else rebuilt as
         the official builds them (librosa mel 16 kHz / 400 / 128, float32; hann_window(400))."""
         from ..checkpoint import load_safetensors
         from .s3_tokenizer import N_FFT, N_MELS, S3Tokenizer
 
-        module = S3Tokenizer(self.sizes.parts.s3tok)
+        module = S3Tokenizer(self.parts.s3tok)
         with load_safetensors(s3gen) as file:
             has_buffers = all(f"tokenizer.{name}" in file.shapes for name in S3TOK_BUFFERS)
         if has_buffers:
@@ -284,40 +192,12 @@ class ChatterboxEnglishModel(S3GenSpeech):
         module.window.copy_(torch.hann_window(N_FFT))
         return module.eval()
 
-    def create_voice(
-        self, audio: np.ndarray | str | Path, sr: int | None = None, ref_text: str | None = None
-    ) -> ChatterboxVoice:
-        """A voice from a reference clip (samples at `sr`, or a path to an audio file):
-        tts.py's prepare_conditionals (no loudness step, no length check; T3 prompt: S3 tokens
-        of the first 6 s, <= 150). No random draws. `ref_text` is accepted and not used."""
-        from .cloning import make_voice
-
-        audio, sr = chatterbox_clip(audio, sr, ref_text)
-        if audio.size == 0:
-            raise ValueError("the reference clip is empty")
-        ve, tokenizer, campplus = self._front_end()
-        return make_voice(
-            audio,
-            int(sr),
-            ve,
-            tokenizer,
-            campplus,
-            self.device,
-            turbo=False,
-            t3_prompt_seconds=ENC_COND_SECONDS,
-            t3_prompt_tokens=ENC_COND_TOKENS,
-        )
-
     def text_ids(self, text: str) -> torch.Tensor:
         """(1, Lt): start 255, the tokenizer's ids, stop 0; ValueError past the 2050 positions."""
         ids = [START_TEXT, *self.tokenizer.encode(text), STOP_TEXT]
         if len(ids) > TEXT_POSITIONS:
             raise ValueError(f"text too long for T3: {len(ids)} text tokens > {TEXT_POSITIONS}")
         return torch.tensor([ids], dtype=torch.long, device=self.device)
-
-    def _t3_inputs(self, text: str, voice: ChatterboxVoice, exaggeration: float):
-        cond = self.t3.conditioning(voice.speaker_emb, voice.t3_prompt_tokens, float(exaggeration))
-        return cond, self.text_ids(text)
 
     @torch.inference_mode()
     def generate(
@@ -332,29 +212,18 @@ class ChatterboxEnglishModel(S3GenSpeech):
         stream_noise: bool = False,
         **knobs: Any,
     ) -> EnglishResult:
-        """Whole clip for `text`, the official's output for torch.manual_seed(seed).
-        `stream_noise`: S3Gen and HiFT take `stream`'s pre-drawn noise instead (the same
-        tokens): the whole-utterance clip that `stream` approximates chunk by chunk. seed None:
-        a random one (`result.seed`); `knobs`: EnglishSampling's fields by name."""
-        sampling, _ = knobs_by_name(
-            "Chatterbox English", sampling or EnglishSampling(), knobs, streamed=False
-        )
+        """Whole clip for `text`, the official's output for torch.manual_seed(seed) (`speak`).
+        seed None: a random one (`result.seed`); `knobs`: EnglishSampling's fields by name."""
+        sampling, _ = self.with_knobs(sampling, None, knobs, streamed=False)
         voice, seed = self.resolve_voice(voice), resolve_seed(seed)
         generator = torch.Generator().manual_seed(seed)
-        cond, ids = self._t3_inputs(text, voice, exaggeration)
-        out = self.t3.generate(cond, ids, sampling, generator, max_new_tokens)
+        cond = self.t3.conditioning(voice.speaker_emb, voice.t3_prompt_tokens, float(exaggeration))
+        out = self.t3.generate(cond, self.text_ids(text), sampling, generator, max_new_tokens)
         tokens = spoken_tokens(out.draws)
-        if len(tokens) == 0:  # nothing to speak (the official would fail in S3Gen)
-            audio = np.zeros(0, dtype=np.float32)
-        elif stream_noise:
-            noise = StreamNoise.for_voice(seed, voice, max_new_tokens)  # no silence appended
-            s3gen = S3GenStream(self.flow, self.hift, voice, noise, WHOLE_UTTERANCE)
-            audio = s3gen.push(tokens[None], final=True).cpu().numpy()
-        else:
-            mel = self.tokens_to_mel(tokens[None], voice, generator)
-            audio = self.vocode(mel, generator)[0].cpu().numpy()
-        if watermark and audio.size:
-            audio = apply_watermark(audio)
+        # no silence appended: the noise covers max_new_tokens
+        audio = self.speak(
+            tokens[None], voice, seed, generator, max_new_tokens, stream_noise, watermark
+        )
         return EnglishResult(audio, tokens, out.draws, out.stop_reason, seed=seed)
 
     def stream(
@@ -368,28 +237,8 @@ class ChatterboxEnglishModel(S3GenSpeech):
         chunking: StreamChunking | None = None,
         **knobs: Any,
     ) -> SeededStream:
-        """Audio chunks while T3 draws (unwatermarked), as Turbo's `stream` (streaming.py):
-        T3's tokens are generate's; S3Gen re-runs over prompt + tokens so far with noise
-        pre-drawn by position and its regular CFM, so the clip approximates the whole pass
-        (not bit-equal: the official draws its noise after T3 ends). The final chunk is always
-        yielded, last; no silence tokens are appended (the English generate appends none).
-        The served path: the one engine (runner.py's ChatterboxRunner, this model's request an
-        EnglishSequence) with this request as its only row, stepped on the caller's thread
-        (`run_alone`); the request is checked here (ValueError), before the first chunk.
-        seed None: a random one (`.seed` of the returned stream); `knobs` by name:
-        EnglishSampling's fields and first_chunk_tokens / chunk_tokens."""
-        sampling, chunking = knobs_by_name(
-            "Chatterbox English", sampling or EnglishSampling(), knobs, chunking
-        )
-        seed = resolve_seed(seed)
-        seq = self.request(
-            text,
-            voice,
-            seed,
-            exaggeration,
-            sampling,
-            max_new_tokens,
-            chunking,
-            outbox=InlineOutbox(),
-        )
-        return SeededStream(self.run_alone(seq), seed)
+        """Audio chunks while T3 draws (unwatermarked), as Turbo's `stream` (its regular CFM, no
+        silence appended). `knobs` by name: EnglishSampling's fields and first_chunk_tokens /
+        chunk_tokens."""
+        args = (exaggeration, sampling, max_new_tokens, chunking)  # EnglishSequence's order
+        return self.stream_alone(text, voice, seed, *args, **knobs)

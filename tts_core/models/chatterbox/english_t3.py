@@ -1,12 +1,10 @@
 """The original English model's T3 (spec chatterbox.md 9.1, 9.2, 9.4): a Llama backbone (HF
-`LlamaModel` "Llama_520M", here layers.DecoderStack without q/k norms, RoPE llama3-scaled) fed
-`inputs_embeds` with learned text/speech position tables on top, a conditioning prefix of
-[speaker (1) | perceiver resampler over the prompt's speech tokens (32) | emotion exaggeration
-(1)], and classifier-free guidance: every pass runs 2 rows (row 1's text embeddings zeroed),
-their last logits combined cond + w (cond - uncond), then the HF processors `T3.inference`
-builds in its order (repetition penalty over start + drawn ids, temperature, min-p, top-p) and
-one `torch.multinomial` per token. Attribute names are the keys of `t3_cfg.safetensors`;
-`tfmr.embed_tokens` and `text_head` are in the file but unused (dropped at load).
+"Llama_520M": layers.DecoderStack without q/k norms, RoPE llama3-scaled) fed embeddings with
+learned text/speech positions, a conditioning prefix [speaker (1) | perceiver over the prompt's
+speech tokens (32) | emotion exaggeration (1)], and classifier-free guidance: 2 rows a pass (row
+1's text embeddings zeroed), last logits cond + w (cond - uncond), then EnglishSampling
+(sampling.py). Attribute names are the keys of `t3_cfg.safetensors` (`tfmr.embed_tokens` and
+`text_head` unused: dropped at load).
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from torch import nn
 
 from ..layers import DecoderStack, KVCache, RotaryTable, Span, rope_cos_sin
 from .config import SPEAKER_EMBED, START_SPEECH, STOP_SPEECH
+from .sampling import EnglishSampling, draw
 
 SPEECH_VOCAB_EN = 8194  # the English speech vocabulary (6561 S3 tokens, start, stop, unused)
 TEXT_VOCAB_EN = 704
@@ -151,64 +150,6 @@ class CondEnc(nn.Module):
         self.perceiver = Perceiver(dim, perceiver_heads)
 
 
-@dataclass(frozen=True)
-class EnglishSampling:
-    """The English generate()'s defaults (tts.py); cfg_weight 0 runs one row without guidance
-    (the official raises there: it builds a 2-row start embedding for a 1-row prompt)."""
-
-    temperature: float = 0.8
-    min_p: float = 0.05
-    top_p: float = 1.0
-    repetition_penalty: float = 1.2
-    cfg_weight: float = 0.5
-
-    def __post_init__(self) -> None:
-        if not (0.0 <= self.min_p <= 1.0 and 0.0 <= self.top_p <= 1.0):
-            raise ValueError(f"min_p and top_p must lie in [0, 1] (got {self.min_p}, {self.top_p})")
-        if self.cfg_weight < 0 or self.temperature <= 0 or self.repetition_penalty <= 0:
-            raise ValueError("cfg_weight must be >= 0, temperature and repetition_penalty > 0")
-
-    @property
-    def guided(self) -> bool:
-        return self.cfg_weight > 0.0
-
-    def combine(self, logits: torch.Tensor) -> torch.Tensor:
-        """(rows, V) last logits -> (1, V): cond + w (cond - uncond) with w a float32 tensor."""
-        cond = logits[0:1]
-        if not self.guided:
-            return cond
-        weight = torch.as_tensor(self.cfg_weight, device=cond.device, dtype=cond.dtype)
-        return cond + weight * (cond - logits[1:2])
-
-    def process(self, history: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """history (1, N): start + drawn ids; logits (1, V) -> processed (1, V), transformers
-        5.2's RepetitionPenalty, then temperature, MinP, TopP, as T3.inference applies them."""
-        seen = torch.gather(logits, 1, history)
-        penalty = float(self.repetition_penalty)
-        seen = torch.where(seen < 0, seen * penalty, seen / penalty)
-        scores = logits.scatter(1, history, seen)
-        if self.temperature != 1.0:
-            scores = scores / self.temperature
-        probs = torch.softmax(scores, dim=-1)
-        remove = probs < self.min_p * probs.amax(dim=-1, keepdim=True)
-        remove.scatter_(-1, torch.topk(probs, 1, dim=-1).indices, False)
-        scores = scores.masked_fill(remove, -float("inf"))
-        sorted_scores, order = torch.sort(scores, descending=False)
-        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
-        drop = cumulative <= (1 - self.top_p)
-        drop[..., -1:] = 0
-        return scores.masked_fill(drop.scatter(1, order, drop), -float("inf"))
-
-    @staticmethod
-    def draw(processed: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """softmax then one multinomial draw from the caller's (CPU) generator: (1, 1)."""
-        probs = torch.softmax(processed, dim=-1)
-        if generator is not None and generator.device != probs.device:
-            drawn = torch.multinomial(probs.to(generator.device), 1, generator=generator)
-            return drawn.to(probs.device)
-        return torch.multinomial(probs, 1, generator=generator)
-
-
 @dataclass
 class EnglishT3Output:
     draws: torch.Tensor  # (N,) every drawn token, STOP included when drawn (the official's row 0)
@@ -246,9 +187,8 @@ class T3English(nn.Module):
         return torch.cat((spk, prompt, emotion), dim=1)
 
     def prompt(self, cond: torch.Tensor, text_ids: torch.Tensor, guided: bool) -> torch.Tensor:
-        """[cond | text + positions | start + position 0 | start + position 0] -> (rows, L, H).
-        text_ids (1, Lt) with the start/stop text ids; guided: row 1 (unconditional) has its
-        text embeddings zeroed, positions kept."""
+        """[cond | text + positions | start + position 0 | start + position 0] -> (rows, L, H)
+        of text_ids (1, Lt); guided: row 1 (unconditional) with its text embeddings zeroed."""
         rows = 2 if guided else 1
         text_ids = text_ids.expand(rows, -1)
         text = self.text_emb(text_ids)
@@ -278,17 +218,8 @@ class T3English(nn.Module):
         """T3.inference: up to max_new_tokens draws, STOP ends it (kept in `draws`). forced
         (N,): teacher forcing, those tokens fed instead of drawn, raw logits recorded."""
         logits: list[torch.Tensor] = []
-        drawn = list(
-            self.draws(
-                cond,
-                text_ids,
-                sampling,
-                generator,
-                max_new_tokens,
-                forced,
-                logits if forced is not None else None,
-            )
-        )
+        seen = logits if forced is not None else None
+        drawn = list(self.draws(cond, text_ids, sampling, generator, max_new_tokens, forced, seen))
         tokens = torch.cat(drawn, dim=1)[0] if drawn else text_ids.new_zeros(0)
         eos = len(tokens) > 0 and int(tokens[-1]) == STOP_SPEECH
         reason = "eos" if eos or forced is not None else "max_tokens"
@@ -326,7 +257,7 @@ class T3English(nn.Module):
                 logits_seen.append(logits)
             processed = sampling.process(history, sampling.combine(logits))
             if forced is None:
-                token = sampling.draw(processed, generator)
+                token = draw(processed, generator)
             else:
                 token = forced[step].view(1, 1).to(embeds.device)
             yield token

@@ -153,8 +153,7 @@ class Stage(nn.ModuleList):
 
 class ConditionalDecoder(nn.Module):
     def __init__(self, sizes: DecoderSizes, meanflow: bool = True) -> None:
-        """meanflow (Turbo): the end time r is embedded too and mixed in (`time_embed_mixer`);
-        False (the English model's regular CFM): t alone, no mixer weights."""
+        """meanflow (Turbo): the end time r embedded too and mixed in (`time_embed_mixer`)."""
         super().__init__()
         ch, time_dim = sizes.channels, 4 * sizes.channels
         self.time_mlp = TimeMLP(time_dim)

@@ -1,8 +1,7 @@
 """Signal front ends of S3Gen's `embed_ref` (spec chatterbox.md 3, 7, 8): the 24 kHz prompt
 log-mel, torchaudio's sinc resampler (24 -> 16 kHz for CAMPPlus and the S3 tokenizer; in
-tts_core/audio/sinc.py, shared with TADA) and torchaudio's Kaldi fbank (CAMPPlus features).
-Written from their sources with the same op order and dtypes, so torchaudio is not needed at
-run time."""
+tts_core/audio/sinc.py) and torchaudio's Kaldi fbank (CAMPPlus features), with their op order
+and dtypes: torchaudio is not needed at run time."""
 
 from __future__ import annotations
 

@@ -55,11 +55,29 @@ class Flow(nn.Module):
         noise: torch.Tensor | None = None,
         prompt_noise: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """tokens (1, T) (silence already appended), prompt_token (1, Tp), prompt_feat
-        (1, Tm, 80), embedding (1, E) -> mel (1, 80, 2(Tp + T) - Tm) of the generated part
-        (2T frames for an even Tm). Draws, in the official order: `noise` (1, 80, 2T) unless
-        given, then randn over the full length unless `prompt_noise` (1, 80, >= 2 Tp) gives
-        its prompt part (the streaming path: every noise pre-drawn, no draw here)."""
+        """tokens (1, T), prompt_token (1, Tp), prompt_feat (1, Tm, 80), embedding (1, E) -> mel
+        (1, 80, 2(Tp + T) - Tm) of the generated part. Draws, in the official order: `noise`
+        (1, 80, 2T) unless given, then randn over the full length unless `prompt_noise`
+        (1, 80, >= 2 Tp) gives its prompt part (a stream's: no draw here)."""
+        z, mu, spks, cond = self.cfm_inputs(
+            tokens, prompt_token, prompt_feat, embedding, generator, noise, prompt_noise
+        )
+        mask = torch.ones(1, 1, mu.shape[2], dtype=mu.dtype, device=mu.device)
+        solve = self._euler if self.meanflow else self._cfg_euler
+        return solve(z, mu, mask, spks, cond)[:, :, prompt_feat.shape[1] :]
+
+    def cfm_inputs(
+        self,
+        tokens: torch.Tensor,
+        prompt_token: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        embedding: torch.Tensor,
+        generator: torch.Generator | None,
+        noise: torch.Tensor | None,
+        prompt_noise: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`inference` up to the Euler steps: the CFM's start z, mu and cond (1, 80, Tm_all),
+        spks (1, 80)."""
         dtype = self.spk_embed_affine_layer.weight.dtype
         if noise is None and self.meanflow:  # the regular CFM draws only the full-length z
             noise = self.draw_noise(tokens.shape[1], generator)
@@ -70,8 +88,6 @@ class Flow(nn.Module):
         prompt_mels = prompt_feat.shape[1]
         cond = torch.zeros(1, mu.shape[2], MELS, dtype=mu.dtype, device=mu.device)
         cond[:, :prompt_mels] = prompt_feat
-        cond = cond.transpose(1, 2)
-        mask = torch.ones(1, 1, mu.shape[2], dtype=mu.dtype, device=mu.device)
         if prompt_noise is None:
             z = torch.randn(mu.shape, generator=generator).to(device=mu.device, dtype=mu.dtype)
         else:  # the streaming path: the prompt part given, the rest overwritten below
@@ -82,9 +98,7 @@ class Flow(nn.Module):
         # end, so an odd prompt mel length shifts it by one as in the official).
         if noise is not None:
             z[..., mu.shape[2] - noise.shape[2] :] = noise.to(z)
-        solve = self._euler if self.meanflow else self._cfg_euler
-        x = solve(z, mu, mask, spks, cond)
-        return x[:, :, prompt_mels:]
+        return z, mu, spks, cond.transpose(1, 2)
 
     def _cfg_euler(self, x, mu, mask, spks, cond) -> torch.Tensor:
         """solve_euler (batch 1): t on 1 - cos(pi/2 linspace(0, 1, 11)); each step runs the

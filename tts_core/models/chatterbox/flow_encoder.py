@@ -1,10 +1,8 @@
 """S3Gen's token encoder `flow.encoder` (UpsampleConformerEncoder, spec chatterbox.md 8.2):
 Linear+LN embed with espnet relative positions, a 3-token pre-lookahead conv, conformer blocks
 (rel-pos MHA + SiLU FFN), x2 nearest upsampling with a causal conv, then the same again at 50 Hz.
-
-Attention is bidirectional over the whole prompt + generated sequence (padding masks only),
-so this runs on one whole utterance: batch rows are not padded here (the official is batch 1).
-Attribute names are the checkpoint's (`embed.out.0`, `encoders.N.self_attn.linear_q`, ...).
+Attention is bidirectional over the whole prompt + generated sequence, so this runs on one
+unpadded utterance (the official is batch 1). Attribute names are the checkpoint's.
 """
 
 from __future__ import annotations

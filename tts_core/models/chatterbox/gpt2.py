@@ -1,11 +1,8 @@
 """GPT-2 stack of the Turbo T3 (HF `GPT2Model` as Chatterbox builds it: learned positions `wpe`,
-pre-LayerNorm blocks with biased fused projections, gelu_new MLP, final `ln_f`).
-
-Kept here rather than in layers.py: layers.Attention has separate unbiased-or-biased q/k/v
-projections in [out, in] layout, while GPT-2's `Conv1D` stores one fused [in, out] matrix and
-runs `addmm(bias, x, W)`; reading it through F.linear would transpose the matrix and change the
-BLAS call (and its float rounding). The shared pieces reused: `scaled_dot_product` and the
-static `KVCache` (layers.py). Attribute names are the checkpoint's (`tfmr.h.N.attn.c_attn`, ...).
+pre-LayerNorm blocks with biased fused projections, gelu_new MLP, final `ln_f`). Not
+layers.Attention: GPT-2's `Conv1D` stores one fused [in, out] matrix and runs `addmm(bias, x,
+W)`; F.linear would transpose it and change the BLAS call (and its rounding). Attribute names
+are the checkpoint's (`tfmr.h.N.attn.c_attn`, ...).
 """
 
 from __future__ import annotations
@@ -127,10 +124,8 @@ class GPT2Stack(nn.Module):
         ]
 
     def forward(self, embeds: torch.Tensor, caches: list, start: int | list[int]) -> torch.Tensor:
-        """embeds (B, T, H) at positions [start, start+T) -> ln_f hidden states (B, T, H).
-        A list `start`: one decode step of B rows, embeds (B, 1, H), row b at position start[b]
-        with caches[layer][b] (its own KVCache): the rows' attention apart, every other op over
-        (B, 1, H) together (T3Turbo.feed)."""
+        """embeds (B, T, H) at positions [start, start+T) -> ln_f hidden states (B, T, H); a
+        list `start`: one step of B rows, row b at start[b] with caches[layer][b] (`feed`)."""
         if isinstance(start, list):
             positions = torch.tensor(start, device=embeds.device)[:, None]  # (B, 1)
             x = embeds + self.wpe(positions)

@@ -118,10 +118,9 @@ class SourceModule(nn.Module):
         start_cycles: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """SineGen + tanh(l_linear) with given draws: f0 (B, 1, L), phase (B, 9, 1), noise
-        (B, 9, L) standard normal -> (B, L, 1). `start_cycles` (B, 9, 1) in [0, 1): each
-        harmonic's phase (in cycles) accumulated before the first sample (streaming windows;
-        summed in float64 so that every window agrees); None: the official's float32 ops
-        from the utterance's start."""
+        (B, 9, L) standard normal -> (B, L, 1). `start_cycles` (B, 9, 1): each harmonic's
+        cycles before the first sample (a stream's window: float64, so every window agrees);
+        None: the official's float32 ops from the start."""
         harmonics = torch.zeros((f0.shape[0], HARMONICS + 1, f0.shape[-1]), device=f0.device)
         for i in range(HARMONICS + 1):
             harmonics[:, i : i + 1, :] = f0 * (i + 1) / SAMPLE_RATE
@@ -182,10 +181,9 @@ class HiFTGenerator(nn.Module):
         self.f0_predictor = F0Predictor(sizes.f0_channels)
 
     def fold_weight_norm(self) -> HiFTGenerator:
-        """Each weight-normed conv's weight g v / ||v|| computed once, as every forward would
-        compute it (the same op on the same tensors: equal bits), and kept as a plain weight:
-        a pass no longer recomputes 82 norms (~12 % of a streamed HiFT pass at real size). Call
-        after loading: the checkpoint's keys are the parametrization's (original0 / original1)."""
+        """Each weight-normed conv's weight g v / ||v|| computed once as every forward would
+        (equal bits) and kept as a plain weight: 82 norms a pass saved (~12 % of a streamed
+        HiFT pass at real size). After loading (the checkpoint's keys are original0 / 1)."""
         for module in self.modules():
             if parametrize.is_parametrized(module, "weight"):
                 parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
@@ -196,13 +194,27 @@ class HiFTGenerator(nn.Module):
         """scipy get_window("hann", 16, fftbins=True) as float32 (periodic Hann)."""
         return torch.from_numpy(periodic_hann(N_FFT)).float().to(device)
 
-    def decode(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-        """mel (B, 80, T), source (B, 1, L) -> waveform (B, L)."""
-        window = self._window(x.device)
+    @staticmethod
+    def source_stft(source: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+        """(B, 1, L) excitation -> (B, 18, L/4 + 1): real parts, then imaginary."""
         spec = torch.view_as_real(
             torch.stft(source.squeeze(1), N_FFT, HOP, N_FFT, window=window, return_complex=True)
         )
-        s_stft = torch.cat([spec[..., 0], spec[..., 1]], dim=1)  # (B, 18, L/4 + 1)
+        return torch.cat([spec[..., 0], spec[..., 1]], dim=1)
+
+    @staticmethod
+    def waveform(x: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+        """conv_post's (B, 18, T') -> (B, L): magnitude and phase, iSTFT, clamp."""
+        magnitude = torch.clip(torch.exp(x[:, : N_FFT // 2 + 1, :]), max=1e2)
+        phase = torch.sin(x[:, N_FFT // 2 + 1 :, :])
+        spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
+        wav = torch.istft(spec, N_FFT, HOP, N_FFT, window=window)
+        return torch.clamp(wav, -AUDIO_LIMIT, AUDIO_LIMIT)
+
+    def decode(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        """mel (B, 80, T), source (B, 1, L) -> waveform (B, L)."""
+        window = self._window(x.device)
+        s_stft = self.source_stft(source, window)
         x = self.conv_pre(x)
         kernels = len(RESBLOCK_KERNELS)
         for i, up in enumerate(self.ups):
@@ -214,12 +226,7 @@ class HiFTGenerator(nn.Module):
             for j in range(1, kernels):
                 xs += self.resblocks[i * kernels + j](x)
             x = xs / kernels
-        x = self.conv_post(F.leaky_relu(x))
-        magnitude = torch.clip(torch.exp(x[:, : N_FFT // 2 + 1, :]), max=1e2)
-        phase = torch.sin(x[:, N_FFT // 2 + 1 :, :])
-        spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
-        wav = torch.istft(spec, N_FFT, HOP, N_FFT, window=window)
-        return torch.clamp(wav, -AUDIO_LIMIT, AUDIO_LIMIT)
+        return self.waveform(self.conv_post(F.leaky_relu(x)), window)
 
     @torch.inference_mode()
     def inference(self, mel: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -8,13 +8,23 @@ from __future__ import annotations
 
 import math
 import warnings
+from types import ModuleType
 
 import numpy as np
 
-from .extras import scipy_signal
-
 TARGET_LUFS = -27.0
 BLOCK_S, OVERLAP = 0.400, 0.75
+INSTALL = 'pip install "tts-core[chatterbox]"'
+
+
+def scipy_signal() -> ModuleType:
+    """scipy.signal (the K-weighting filter), an extra (INSTALL) imported at the first clone,
+    so the app and the other models never load it."""
+    try:
+        import scipy.signal as module
+    except ImportError as exc:
+        raise ImportError(f"cloning a voice for Chatterbox needs scipy: {INSTALL}") from exc
+    return module
 
 
 def _biquad(kind: str, gain_db: float, q: float, fc: float, rate: int) -> tuple[np.ndarray, ...]:

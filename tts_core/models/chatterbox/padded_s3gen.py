@@ -1,41 +1,29 @@
 """The S3Gen work of several Chatterbox Turbo streams in one padded pass (an R port's
 `generate_batch`): per row its flow encoder, then ONE meanflow CFM solve over the rows padded to
-the longest and ONE HiFT decoder call, each row trimmed to its own length; with the three
-padded-batch leaks that port fixed kept out (tests/chatterbox/test_batch_leaks.py): lengths per
-row (`row_lengths`, never a (1, 1) broadcast), the estimator's attention masked, every HiFT conv
-re-zeroed past a row's end. `padded_s3gen_exact` probes whether it is bit-identical to the rows
-alone here; runner.py runs it only then (see its docstring for what was measured)."""
+the longest and ONE HiFT decoder call, each row trimmed to its own length, without the three
+padded-batch leaks (tests/chatterbox/test_batch_leaks.py): lengths per row (`row_lengths`),
+the estimator's attention masked, every HiFT conv re-zeroed past a row's end. runner.py runs
+it only where `padded_s3gen_exact` finds it bit-identical to the rows alone."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from .config import MELS
-from .flow import MEANFLOW_STEPS, TOKEN_MEL_RATIO, Flow
-from .hift import (
-    AUDIO_LIMIT,
-    HOP,
-    LRELU_SLOPE,
-    N_FFT,
-    RESBLOCK_KERNELS,
-    SAMPLES_PER_FRAME,
-    UPSAMPLE_RATES,
-    HiFTGenerator,
-    ResBlock,
-)
-from .streaming import FlowChunker, FlowWindow, HiftStream, S3GenStream
+from .flow import TOKEN_MEL_RATIO, Flow
+from .hift import LRELU_SLOPE, RESBLOCK_KERNELS, UPSAMPLE_RATES, HiFTGenerator, ResBlock
+from .streaming import FlowChunker, FlowWindow, S3GenStream
 
 
 def make_pad_mask(lengths: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
-    """(B,) lengths -> (B, max_len) bool, True at padded positions (the official's
-    make_pad_mask). Refuses any other shape: a (1, 1) prompt_token_len added to (B,) token
-    lengths broadcasts to (1, B), which the official reads as ONE row of length-B "positions"
-    and the batch collapses (tests/chatterbox/test_batch_leaks.py, leak 1)."""
+    """(B,) lengths -> (B, max_len) bool, True at padded positions (the official's). Refuses
+    any other shape: (1, 1) + (B,) broadcasts to (1, B), ONE row of B "positions" (leak 1)."""
     if lengths.ndim != 1:
         raise ValueError(f"lengths must be (B,), got {tuple(lengths.shape)}")
     max_len = int(lengths.max()) if max_len is None else int(max_len)
@@ -66,32 +54,18 @@ class CfmRow:
 
 def cfm_row(flow: Flow, chunker: FlowChunker, tokens: torch.Tensor) -> CfmRow:
     """Flow.inference's work up to the Euler steps for one row (its encoder alone: it attends
-    over the whole row), over the pass's window with the stream's noise (FlowChunker.push's
-    arguments)."""
-    window = chunker.window(tokens)
-    n = window.tokens.shape[1]
-    dtype = flow.spk_embed_affine_layer.weight.dtype
-    spks = flow.spk_embed_affine_layer(F.normalize(chunker.voice.embedding.to(dtype), dim=1))
-    token = torch.cat([window.prompt_token, window.tokens], dim=1).long()
-    h = flow.encoder(flow.input_embedding(token))
-    mu = flow.encoder_proj(h).transpose(1, 2).contiguous()
-    prompt_mels = window.prompt_feat.shape[1]
-    cond = torch.zeros(1, mu.shape[2], MELS, dtype=mu.dtype, device=mu.device)
-    cond[:, :prompt_mels] = window.prompt_feat
-    z = mu.new_zeros(mu.shape)
-    prompt_part = mu.shape[2] - window.noise.shape[2]
-    z[..., :prompt_part] = window.prompt_noise[..., :prompt_part].to(z)
-    z[..., prompt_part:] = window.noise.to(z)
-    prompt_token_len = torch.tensor([[window.prompt_token.shape[1]]])
-    return CfmRow(z, mu, spks, cond.transpose(1, 2), prompt_mels, prompt_token_len, n, window)
+    over the whole row), over the pass's window (FlowChunker.push's arguments)."""
+    w = chunker.window(tokens)
+    z, mu, spks, cond = flow.cfm_inputs(*chunker.flow_inputs(w))
+    prompt_token_len = torch.tensor([[w.prompt_token.shape[1]]])
+    mels, n = w.prompt_feat.shape[1], w.tokens.shape[1]
+    return CfmRow(z, mu, spks, cond, mels, prompt_token_len, n, w)
 
 
 def padded_cfm(flow: Flow, rows: list[CfmRow], mask_attention: bool = True) -> list[torch.Tensor]:
-    """ONE meanflow Euler solve over the rows padded to the longest: x, mu, cond zero-padded, a
-    (B, 1, T) mask from the per-row lengths (the estimator masks its convs and, as an additive
-    bias, its transformer blocks' keys); each row's generated mel (1, 80, T_i - prompt_mels_i)
-    trimmed. `mask_attention=False` leaves the transformer blocks unmasked (leak 2; tests only).
-    Turbo's meanflow CFM only (the English model's CFG solve is not padded here)."""
+    """ONE meanflow Euler solve over the rows zero-padded to the longest, with a (B, 1, T) mask
+    of the per-row lengths (convs and attention masked; `mask_attention=False`: attention not,
+    leak 2, tests only): each row's generated mel (1, 80, T_i - prompt_mels_i)."""
     if not getattr(flow, "meanflow", True):
         raise ValueError("padded_cfm solves Turbo's meanflow CFM only")
     tokens = row_lengths([row.prompt_token_len for row in rows], [row.token_len for row in rows])
@@ -106,52 +80,20 @@ def padded_cfm(flow: Flow, rows: list[CfmRow], mask_attention: bool = True) -> l
     x, mu, cond = (pad([getattr(r, k) for r in rows]) for k in ("z", "mu", "cond"))
     spks = torch.cat([row.spks for row in rows], dim=0)
     mask = (~make_pad_mask(lengths, longest)).to(mu.dtype)[:, None, :].to(mu.device)  # (B,1,T)
-    estimator = flow.decoder.estimator
-    t_span = torch.linspace(0, 1, MEANFLOW_STEPS + 1, device=mu.device, dtype=mu.dtype)
-    for t, r in zip(t_span[:-1], t_span[1:], strict=True):
-        t, r = t[None], r[None]
-        if mask_attention:
-            v = estimator(x, mask, mu, t, spks, cond, r)
-        else:
-            v = _unmasked_attention(estimator, x, mask, mu, t, spks, cond, r)
-        x = x + (r - t) * v
+    solve = flow._euler if mask_attention else partial(_unmasked, flow._euler)
+    x = solve(x, mu, mask, spks, cond)  # Flow.inference's meanflow solve, over the batch
     return [x[i : i + 1, :, row.prompt_mels : int(lengths[i])] for i, row in enumerate(rows)]
 
 
-def _unmasked_attention(estimator, x, mask, mu, t, spks, cond, r) -> torch.Tensor:
-    from . import estimator as module
+def _unmasked(solve, *args) -> torch.Tensor:
+    """`solve` with an additive attention bias of 0: the blocks unmasked (leak 2)."""
+    from . import estimator
 
-    saved, module.MASK_BIAS = module.MASK_BIAS, 0.0
+    saved, estimator.MASK_BIAS = estimator.MASK_BIAS, 0.0
     try:
-        return estimator(x, mask, mu, t, spks, cond, r)
+        return solve(*args)
     finally:
-        module.MASK_BIAS = saved
-
-
-def flow_finish(chunker: FlowChunker, mel: torch.Tensor, row: CfmRow, final: bool) -> torch.Tensor:
-    """FlowChunker.push's hand-out of the stable frames of a pass's mel."""
-    return chunker.take(mel, row.window, row.window.skipped + row.token_len, final)
-
-
-def hift_window(stream: HiftStream, mel: torch.Tensor, final: bool):
-    """HiftStream.push up to its decoder call: (window mel (1, 80, F), source (1, 1, 480 F),
-    start, end), or None when no new sample is due."""
-    stream.mel = mel if stream.mel is None else torch.cat([stream.mel, mel], dim=2)
-    frames = stream.mel.shape[2]
-    end = frames if final else max(stream.emitted, frames - stream.right)
-    if end == stream.emitted or frames == 0:
-        return None
-    start = max(0, stream.emitted - stream.left)
-    source = stream._source(stream._f0(start, frames, final), start)
-    return stream.mel[..., start:], source, start, end
-
-
-def hift_finish(stream: HiftStream, wav: torch.Tensor, start: int, end: int) -> torch.Tensor:
-    """HiftStream.push after its decoder call: the new samples of the window's waveform (L,)."""
-    out = wav[(stream.emitted - start) * SAMPLES_PER_FRAME : (end - start) * SAMPLES_PER_FRAME]
-    out = stream._trim_fade(out, stream.emitted * SAMPLES_PER_FRAME)
-    stream.emitted = end
-    return out
+        estimator.MASK_BIAS = saved
 
 
 def _conv_masked(conv, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -172,10 +114,9 @@ def padded_hift_decode(
     hift: HiFTGenerator, mels: list[torch.Tensor], sources: list[torch.Tensor]
 ) -> list[torch.Tensor]:
     """HiFTGenerator.decode of several rows in ONE decoder pass: mels (1, 80, F_i) and sources
-    (1, 1, 480 F_i) zero-padded to the longest; after every conv and upsampling the positions
-    past a row's end are zeroed (a 'same'-padded conv reads its neighbours: the row alone reads
-    zeros there); the source STFT and the iSTFT run per row (their reflect/centre padding is at
-    each row's own end). Returns each row's waveform (480 F_i,), trimmed to its length."""
+    (1, 1, 480 F_i) zero-padded, re-zeroed past a row's end after every conv (a 'same'-padded
+    conv reads its neighbours), the STFT and iSTFT per row (padding at each row's own end):
+    each row's waveform (480 F_i,)."""
     frames = [mel.shape[2] for mel in mels]
     longest = max(frames)
     device = mels[0].device
@@ -185,12 +126,7 @@ def padded_hift_decode(
         lengths = torch.tensor(per_row, device=device)
         return (~make_pad_mask(lengths, total)).to(mels[0].dtype)[:, None, :]
 
-    specs = []
-    for source in sources:
-        spec = torch.view_as_real(
-            torch.stft(source.squeeze(1), N_FFT, HOP, N_FFT, window=window, return_complex=True)
-        )
-        specs.append(torch.cat([spec[..., 0], spec[..., 1]], dim=1))  # (1, 18, 120 F + 1)
+    specs = [hift.source_stft(source, window) for source in sources]  # (1, 18, 120 F + 1)
     spec_len = 120 * longest + 1
     s_stft = torch.cat([F.pad(s, (0, spec_len - s.shape[2])) for s in specs], dim=0)
     x = torch.cat([F.pad(m, (0, longest - m.shape[2])) for m in mels], dim=0)
@@ -212,15 +148,7 @@ def padded_hift_decode(
             xs += _resblock_masked(hift.resblocks[i * kernels + j], x, mask)
         x = xs / kernels
     x = hift.conv_post(F.leaky_relu(x))
-    waves = []
-    for row, n in enumerate(lengths):
-        y = x[row : row + 1, :, :n]
-        magnitude = torch.clip(torch.exp(y[:, : N_FFT // 2 + 1, :]), max=1e2)
-        phase = torch.sin(y[:, N_FFT // 2 + 1 :, :])
-        spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
-        wav = torch.istft(spec, N_FFT, HOP, N_FFT, window=window)
-        waves.append(torch.clamp(wav, -AUDIO_LIMIT, AUDIO_LIMIT)[0])
-    return waves
+    return [hift.waveform(x[row : row + 1, :, :n], window)[0] for row, n in enumerate(lengths)]
 
 
 @torch.inference_mode()
@@ -231,20 +159,19 @@ def padded_s3gen_push(
     and their HiFT decoder calls as one padded call (module doc)."""
     rows = [cfm_row(flow, stream.flow, tokens) for stream, tokens, _ in jobs]
     mels = padded_cfm(flow, rows)
-    news = [
-        flow_finish(stream.flow, mel, row, final)
+    news = [  # FlowChunker.push's hand-out of each pass's stable frames
+        stream.flow.take(mel, row.window, row.window.skipped + row.token_len, final)
         for (stream, _, final), mel, row in zip(jobs, mels, rows, strict=True)
     ]
     windows = [
-        hift_window(stream.hift, new, final)
-        for (stream, _, final), new in zip(jobs, news, strict=True)
+        stream.hift.window(new, final) for (stream, _, final), new in zip(jobs, news, strict=True)
     ]
     due = [i for i, w in enumerate(windows) if w is not None]
     out = [news[i].new_zeros(0) for i in range(len(jobs))]
     if due:
         waves = padded_hift_decode(hift, [windows[i][0] for i in due], [windows[i][1] for i in due])
         for i, wav in zip(due, waves, strict=True):
-            out[i] = hift_finish(jobs[i][0].hift, wav, windows[i][2], windows[i][3])
+            out[i] = jobs[i][0].hift.finish(wav, windows[i][2], windows[i][3])
     return out
 
 
@@ -254,12 +181,9 @@ _exact_lock = threading.Lock()
 
 @torch.inference_mode()
 def padded_s3gen_exact(model: Any, rows: int) -> bool:
-    """Does the padded S3Gen pass of `model` (a Chatterbox Turbo: its flow, hift, device) give
-    each of `rows` ragged rows the bits of its pass alone, here (this kernel library, torch's
-    thread count)? Probed once per (rows, threads, device) on the built-in-like random voice
-    inputs: one padded CFM solve and one padded HiFT decode of rows 8 frames apart, against
-    each row's call alone. A kernel that blocks by shape shows on
-    the first probe; bits equal on it are no proof for every length, as rows.py says of GEMMs."""
+    """Does the padded S3Gen pass of `model` (a Turbo) give each of `rows` ragged rows its bits
+    alone? Probed once per (rows, threads, device) on random rows 8 frames apart (a kernel that
+    blocks by shape shows; no proof for every length)."""
     key = (rows, torch.get_num_threads(), str(model.device), id(model))
     with _exact_lock:
         if key not in _exact:

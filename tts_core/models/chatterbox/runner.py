@@ -1,59 +1,34 @@
-"""Both Chatterbox models on the one decode engine (tts_core/serving): the request both share
-(`ChatterboxSequence`; each model's subclass beside it: Turbo's `TurboSequence` in model.py, the
-English model's `EnglishSequence` in english.py), their decode step (`ChatterboxRunner`, which
-`model.runner(max_batch)` makes) and the chunk it hands out (`ChatterboxChunk`, either model's
-`stream` chunk); the S3Gen work of several Turbo streams in one padded pass is padded_s3gen.py.
-This module reaches a model only through the instance it is given (its public members).
+"""Both Chatterbox models on the one decode engine (tts_core/serving): the request they share
+(`ChatterboxSequence`), their decode step (`ChatterboxRunner`, `model.runner(max_batch)`) and
+either model's stream chunk (`ChatterboxChunk`), reaching a model only through its instance.
 
 loop = EngineLoop(model.runner(8), make_request=model.request, thread_name="tts-chatterbox")
 for chunk in loop.submit("Hello", voice, seed=1):    # the chunks of model.stream
     play(chunk.audio)
 
 An engine frame is one T3 draw. A step of the rows (`ChatterboxRunner.decode`):
+* T3: each row's next draw from its own generator, the single-stream call (the English T3's
+  cond and uncond CFG rows in one 2-row call): float GEMMs round by batch shape on this CPU
+  (serving/rows.py, `t3_rows_invariant`). Where every Turbo projection is int8 (`t3_int8`:
+  integer sums, per-row scales) the rows' drawn tokens go through ONE GPT-2 step
+  (`T3Turbo.feed`), the attention per row. A request's tokens are its own in any batch.
+* S3Gen: the rows making a pass this step (at `StreamChunking.next_pass` points, and the final
+  pass) run it per row (`S3GenStream.push`), or with `s3gen_batching="padded"` (Turbo's
+  meanflow only) in one padded CFM solve and HiFT call (padded_s3gen.py); "auto" pads only
+  where a probe finds that bit-identical (`padded_s3gen_exact`). On a 2-core Xeon it was not
+  (last bits; tests/chatterbox/test_batch_leaks.py) nor faster at real size
+  (benchmarks/chatterbox_batch_bench.py): a request's audio is `model.stream`'s in any batch.
 
-* T3: each row's next draw from its own generator (Turbo's `T3Turbo.draws`, GPT-2; the English
-  model's `T3English.draws`, Llama with its cond and uncond CFG rows in one 2-row call), the
-  single-stream call, request by request. With a float T3 a decode step is a 1-row (English:
-  2-row) GEMM per request, and such GEMMs round by batch shape on this CPU (serving/rows.py:
-  m = 1 is the case it found non-invariant; checked for Turbo's shapes by `t3_rows_invariant`,
-  see benchmarks/chatterbox_batch_bench.py). With every Turbo projection int8 (`t3_int8`:
-  Int8Linear's integer sums and per-row scales make a row's output independent of its batch)
-  the rows' drawn tokens go through ONE GPT-2 step (`T3Turbo.feed`, after the draws): the
-  embeddings, wpe, LayerNorms, gelu and residuals over (B, 1, H) (elementwise or per row), the
-  4 int8 projections of each layer over all rows in one call, the attention per row over its
-  own cache and position; the speech head (float) and sampling stay per row, in each row's
-  draw. Either way a request's tokens are its tokens alone, in any batch, at any join
-  (tests/chatterbox/test_batching.py checks the int8 step's logits bit for bit).
-* S3Gen: the rows whose stream makes a flow pass this step (`model.stream`'s rule: after the
-  first `first_tokens` speech tokens, then at `StreamChunking.next_pass`, and the final pass) run it
-  together: each row's flow encoder alone (bidirectional attention over its own prompt +
-  tokens), then ONE CFM solve over the rows padded to the longest (`padded_cfm`: a (B, 1, T)
-  mask from per-row lengths, the estimator's transformer blocks masked, its causal convs masked)
-  and ONE HiFT decoder call over the rows' windows padded to the longest (`padded_hift_decode`:
-  every conv's input re-zeroed past a row's end, the STFT/iSTFT per row), each row's output
-  trimmed to its own length. That is what `s3gen_batching="padded"` does (Turbo's meanflow CFM
-  only; the English model's 10-step CFG solve always runs per row). It is row-invariant
-  only where this BLAS / conv kernel gives a row the bits of its call alone; `"auto"` (default)
-  probes that once per batch size and thread count (`padded_s3gen_exact`) and runs S3Gen per row
-  (`S3GenStream.push`, the call one stream makes) where it is not. Where it was measured (an
-  Intel Xeon, 2 cores, 1 and 2 threads, tiny and real sizes) the padded pass is NOT
-  bit-identical (it differs in the last bits: the GEMMs and convs over a longer T block
-  differently), within the float bound of tests/chatterbox/test_batch_leaks.py, and at real size
-  it is not faster either (benchmarks/chatterbox_batch_bench.py: one round of 4 rows 11.4 s
-  padded vs 9.6 s per row, 1 thread); so "auto" runs S3Gen per row here and a request's audio
-  is bit-identical alone (`model.stream`) and in any batch, at any join time.
-
-The chunks: a row hands out a chunk when a non-final S3Gen pass made audio (as `model.stream`
-yields), and its final chunk when its model's STOP rule ends it (`ChatterboxSequence.stops`), at
-its draw limit, or when nothing is left to draw; `ChatterboxChunk.tokens` are the draws since the
-previous chunk (STOP dropped from the final one), exactly `model.stream`'s chunks.
+A row hands out a chunk when a non-final pass made audio, and its final chunk when its STOP
+rule ends it (`ChatterboxSequence.stops`), at its draw limit, or when nothing is left to draw;
+`ChatterboxChunk.tokens` are the draws since the previous chunk (STOP dropped).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -68,12 +43,10 @@ from .padded_s3gen import padded_s3gen_exact, padded_s3gen_push
 from .quant import PROJECTIONS
 from .streaming import S3GenStream, StreamNoise
 from .t3 import T3Turbo, TurboRow
-
-if TYPE_CHECKING:
-    from .voice import ChatterboxVoice
+from .voice import ChatterboxVoice
 
 # ChatterboxTurboModel or ChatterboxEnglishModel, used through its public members (t3, flow,
-# hift, device, resolve_voice): this module imports neither
+# hift, device, resolve_voice, with_knobs): this module imports neither
 ChatterboxModel = Any
 S3GEN_MODES = ("auto", "padded", "per_row")
 
@@ -91,27 +64,31 @@ class ChatterboxChunk:
 
 
 class ChatterboxSequence(Sequence):
-    """One request of either Chatterbox model: voice, seed, chunking, its T3 draw generator
-    (made at prefill, caches inside), the stream's pre-drawn S3Gen noise and state. A model's
-    request subclasses it with its T3 call (`open_draws`), its STOP rule and its final pass."""
+    """One request of either Chatterbox model: its settings, T3 draws (made at prefill) and
+    S3Gen stream; each model's adds its T3 call (`open_draws`), STOP rule and final pass."""
+
+    extra_draws = 0  # T3 draws besides max_new_tokens (Turbo's first: inference_turbo's)
 
     def __init__(
         self,
         model: ChatterboxModel,
         voice: ChatterboxVoice | None,
         seed: int,
-        chunking: StreamChunking | None,
+        sampling: Any,
         max_new_tokens: int,
-        limit: int,
+        chunking: StreamChunking | None,
         should_stop: Callable[[], bool] | None,
         outbox: Any,
+        knobs: dict[str, Any],
     ) -> None:
         # limit: T3 draws at most; chunk_due is this model's own rule (below), so the cadence
         # is unused
+        limit = int(max_new_tokens) + self.extra_draws
         super().__init__(
             Cadence(1, 1), should_stop or (lambda: False), limit, "max_tokens", outbox=outbox
         )
         self.model = model
+        self.sampling, chunking = model.with_knobs(sampling, chunking, knobs)  # by name
         self.voice = model.resolve_voice(voice)
         self.seed, self.chunking = int(seed), chunking or StreamChunking()
         self.max_new_tokens = int(max_new_tokens)
@@ -148,6 +125,11 @@ class ChatterboxSequence(Sequence):
     def final_tokens(self) -> torch.Tensor | None:
         """The final pass's tokens (1, n), or None: nothing to speak (no pass, no audio)."""
         raise NotImplementedError
+
+    def fits(self, positions: int, room: int) -> None:
+        """ValueError unless T3's `room` positions hold the request's `positions`."""
+        if positions > room:
+            raise ValueError(f"text too long: {positions} T3 positions > the model's {room}")
 
     # ------------------------------------------------------------ the runner's use
     def start_s3gen(self) -> None:
@@ -278,9 +260,8 @@ class ChatterboxRunner:
         stop_reason: str | None,
         batch: int,
     ) -> ChatterboxChunk:
-        """The chunk of `frames` (the draws since the previous chunk): this step's pass audio,
-        or on the final chunk the final pass (after this step's non-final chunk, if it made
-        audio: put first, as `model.stream` yields both)."""
+        """The chunk of `frames` (the draws since the previous chunk): this step's pass audio;
+        the final pass's on the final chunk (after this step's own chunk, if any)."""
         if stop_reason is None:
             return self._chunk(seq.ready, frames, seq.frames, batch)
         if seq.chunk_due:
@@ -315,9 +296,8 @@ def t3_int8(model: ChatterboxModel) -> bool:
 
 
 def t3_rows_invariant(model: ChatterboxModel, requests: int) -> bool:
-    """Would one batched GPT-2 decode step give every row its own bits? Checked for T3's
-    projections (float `addmm` or Int8Linear, 1 row per request) at this batch size (rows.py's
-    method)."""
+    """Would one batched GPT-2 decode step give every row its own bits? T3's projections
+    checked at this batch size (rows.py's method)."""
     generator = torch.Generator().manual_seed(requests)
     for block in model.t3.tfmr.h:
         for name in PROJECTIONS:

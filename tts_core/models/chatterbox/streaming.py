@@ -1,22 +1,19 @@
-"""Streaming S3Gen for both Chatterbox models: chunked token-to-mel over a fixed pre-drawn noise, and the HiFT
-vocoder carried across chunks (spec chatterbox.md 12; issue #25 item 3).
+"""Streaming S3Gen for both Chatterbox models (spec chatterbox.md 12): chunked token-to-mel over
+a fixed pre-drawn noise, and the HiFT vocoder carried across chunks.
 
 S3Gen cannot stream exactly: the flow encoder and the CFM estimator attend bidirectionally over
 prompt + all tokens, the pre-lookahead conv needs 3 tokens of right context, and the official
 draws the CFM noise after T3's last token. So a stream
-* draws every S3Gen/HiFT random number up front (`StreamNoise`) from its own generator seeded
-  with the request's seed, indexed by position: mel frame j always starts from the same noise
-  column and output sample s always gets the same source noise, whatever the chunking;
-* re-runs the flow at each chunk (`FlowChunker`) over the prompt's last tokens and the tokens
-  from a few before the first frame not handed out yet (`StreamChunking.flow_prompt` /
-  `flow_context`; unbounded: prompt + every token so far) and hands out only the frames whose
-  tokens have their lookahead (plus a hold-back), frozen from then on;
+* draws every S3Gen/HiFT random number up front, indexed by position (`StreamNoise`): mel frame
+  j always starts from the same noise, output sample s always gets the same source noise;
+* re-runs the flow at each chunk over the prompt's last tokens and a few tokens before the
+  first frame not handed out (`FlowChunker`), and hands out only the frames whose tokens have
+  their lookahead (plus a hold-back), frozen from then on;
 * vocodes the frozen mel in windows with left/right context (`HiftStream`), the source's phase
-  carried in float64 cycles and its f0 taken once each frame has its context, so the
-  waveform continues across chunks without crossfades.
-The streamed clip then approximates the whole-utterance pass over the same tokens with the same
-noise (`ChatterboxTurboModel.generate(..., stream_noise=True)`); its error is measured in
-benchmarks/chatterbox_stream_bench.py and bounded in tests/chatterbox/test_streaming.py.
+  carried in float64 cycles, so the waveform continues across chunks without crossfades.
+The clip approximates the whole-utterance pass with the same noise (`generate(...,
+stream_noise=True)`): measured in benchmarks/chatterbox_stream_bench.py, bounded in
+tests/chatterbox/test_streaming.py.
 """
 
 from __future__ import annotations
@@ -36,12 +33,9 @@ F0_RADIUS = 5  # the F0 predictor: 5 convs of kernel 3, each frame sees 5 frames
 
 
 class StreamNoise:
-    """Every random number S3Gen and HiFT use in a stream, drawn from `torch.Generator`
-    seeded with `seed` in the official S3Gen order (generated-part mel noise, the full-length
-    z whose prompt part survives, HiFT's phases, HiFT's source noise), but over the longest
-    utterance (`max_tokens` tokens): the official draws after T3 ends, which a stream cannot
-    wait for. Source noise comes in fixed 1 s blocks drawn in order, so it is position-indexed
-    and the same for every chunking."""
+    """Every random number S3Gen and HiFT use in a stream, seeded with `seed`, in the official
+    order (generated mel noise, full-length z, HiFT's phases and source noise) but over the
+    longest utterance (`max_tokens`); source noise in 1 s blocks drawn in order."""
 
     def __init__(self, seed: int, max_tokens: int, prompt_frames: int) -> None:
         self._generator = torch.Generator().manual_seed(int(seed))
@@ -67,8 +61,7 @@ class StreamNoise:
 
 @dataclass
 class FlowWindow:
-    """What one pass runs the flow over: the prompt's last tokens with their mel, and the
-    tokens from `skipped` on, with the stream's noise columns of exactly those frames."""
+    """What one pass runs the flow over, with the stream's noise of exactly those frames."""
 
     prompt_token: torch.Tensor  # (1, P') the prompt's last P' tokens
     prompt_feat: torch.Tensor  # (1, 2 P' - lead, 80) their mel (the whole prompt's lead kept)
@@ -79,13 +72,10 @@ class FlowWindow:
 
 
 class FlowChunker:
-    """Token-to-mel in chunks: each `push` runs the flow over prompt + tokens so far with the
-    stream's noise and returns the mel frames that became stable, (1, 80, k). Not final: a frame
-    is stable once its token has `holdback` (>= the encoder's 3-token lookahead) later tokens;
-    final (the silence tokens appended): every remaining frame. A pass sees the whole prompt and
-    every token unless `prompt_tokens` / `context` bound it (`window`): the prompt's last
-    `prompt_tokens` tokens and `context` tokens before the first frame not handed out yet, so a
-    pass costs O(prompt_tokens + context + chunk) instead of growing with the utterance."""
+    """Token-to-mel in chunks: each `push` runs the flow over prompt + tokens so far and returns
+    the newly stable mel frames (1, 80, k): those whose token has `holdback` (>= the lookahead)
+    later tokens; final: all. A pass sees the prompt's last `prompt_tokens` and `context`
+    tokens before the first frame not handed out (None: all): O(prompt + context + chunk)."""
 
     def __init__(
         self,
@@ -107,16 +97,13 @@ class FlowChunker:
     def push(self, tokens: torch.Tensor, final: bool) -> torch.Tensor:
         """tokens (1, n): every speech token so far (+ the silence tokens when final)."""
         window = self.window(tokens)
-        mel = self.flow.inference(
-            window.tokens,
-            window.prompt_token,
-            window.prompt_feat,
-            self.voice.embedding,
-            None,
-            noise=window.noise,
-            prompt_noise=window.prompt_noise,
-        )
+        mel = self.flow.inference(*self.flow_inputs(window))
         return self.take(mel, window, tokens.shape[1], final)
+
+    def flow_inputs(self, w: FlowWindow) -> tuple:
+        """Flow.inference's arguments for a pass over `w`: the stream's noise, no draw."""
+        voice = self.voice.embedding
+        return (w.tokens, w.prompt_token, w.prompt_feat, voice, None, w.noise, w.prompt_noise)
 
     def window(self, tokens: torch.Tensor) -> FlowWindow:
         """The prompt tail and tokens this pass runs over (all of them when unbounded)."""
@@ -147,12 +134,10 @@ class FlowChunker:
 
 
 class HiftStream:
-    """HiFT over a growing frozen mel: each `push` appends frames and returns the new waveform
-    samples (S,), 480 per frame. The decoder runs on a window of `left` frames already emitted
-    plus everything frozen; the last `right` frames are held back (their right context is not
-    known yet) until the final push. F0 of a frame is computed once it has F0_RADIUS frames of
-    context on both sides and kept, so the source's phase (float64 cycles before the window) is
-    the same for every chunking. The first 960 samples get S3Gen's trim fade."""
+    """HiFT over a growing frozen mel: each `push` appends frames and returns the new samples
+    (S,), 480 per frame, decoding `left` frames already emitted plus everything frozen but the
+    last `right` (until the final push: their right context is unknown). A frame's F0 is kept
+    once it has F0_RADIUS frames of context either side: the same for every chunking."""
 
     def __init__(
         self, hift: HiFTGenerator, noise: StreamNoise, left: int = 16, right: int = 8
@@ -166,15 +151,26 @@ class HiftStream:
 
     @torch.inference_mode()
     def push(self, mel: torch.Tensor, final: bool) -> torch.Tensor:
+        window = self.window(mel, final)
+        if window is None:
+            return self.mel.new_zeros(0)
+        frames, source, start, end = window
+        return self.finish(self.hift.decode(frames, source)[0], start, end)
+
+    def window(self, mel: torch.Tensor, final: bool):
+        """`push` up to its decoder call: (window mel (1, 80, F), source (1, 1, 480 F), start,
+        end), or None when no new sample is due."""
         self.mel = mel if self.mel is None else torch.cat([self.mel, mel], dim=2)
         frames = self.mel.shape[2]
         end = frames if final else max(self.emitted, frames - self.right)
         if end == self.emitted or frames == 0:
-            return self.mel.new_zeros(0)
+            return None
         start = max(0, self.emitted - self.left)  # decode window [start, frames)
-        f0 = self._f0(start, frames, final)  # (frames - start,) float32
-        source = self._source(f0, start)
-        wav = self.hift.decode(self.mel[..., start:], source)[0]  # (480 (frames - start),)
+        source = self._source(self._f0(start, frames, final), start)
+        return self.mel[..., start:], source, start, end
+
+    def finish(self, wav: torch.Tensor, start: int, end: int) -> torch.Tensor:
+        """`push` after its decoder call: the new samples (L,) of the window's waveform."""
         out = wav[(self.emitted - start) * SAMPLES_PER_FRAME : (end - start) * SAMPLES_PER_FRAME]
         out = self._trim_fade(out, self.emitted * SAMPLES_PER_FRAME)
         self.emitted = end

@@ -1,7 +1,6 @@
 """Turbo T3: text + voice prompt -> S3 speech tokens with a GPT-2 backbone (spec chatterbox.md
-9.1, 9.3). Attribute names are the keys of `t3_turbo_v1.safetensors`; `tfmr.wte` and
-`text_head` are in the file but unused at inference (the official deletes `wte` after its
-strict load), so the loader drops them (checkpoint.py)."""
+9.1, 9.3). Attribute names are the keys of `t3_turbo_v1.safetensors` (`tfmr.wte` and
+`text_head` unused: dropped at load, checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from torch import nn
 from ..layers import KVCache
 from .config import SPEAKER_EMBED, SPEECH_VOCAB, START_SPEECH, STOP_SPEECH, T3Sizes
 from .gpt2 import GPT2Stack
-from .sampling import TurboSampling
+from .sampling import TurboSampling, draw
 
 MAX_NEW_TOKENS = 1000  # inference_turbo's max_gen_len: up to 1 + 1000 draws
 VOICE_PREFIXES = 4  # voices whose prompt keys/values are kept: 74 MB each at real size
@@ -56,14 +55,6 @@ class T3Turbo(nn.Module):
         # voice content -> per-layer (k, v) of its prompt positions (voice_prefix)
         self._prefixes: OrderedDict[tuple[bytes, bytes, str], list] = OrderedDict()
 
-    def prompt(
-        self, speaker_emb: torch.Tensor, prompt_tokens: torch.Tensor, text_ids: torch.Tensor
-    ) -> torch.Tensor:
-        """[spk (1) | speech_emb(prompt P) | text_emb(text L) | speech_emb(start)] -> (1, 2+P+L, H).
-        speaker_emb (1, 256), prompt_tokens (1, P), text_ids (1, L): no text start/stop ids."""
-        voice = self.voice_embeds(speaker_emb, prompt_tokens)
-        return torch.cat([voice, self.text_embeds(text_ids)], dim=1)
-
     def voice_embeds(self, speaker_emb: torch.Tensor, prompt_tokens: torch.Tensor) -> torch.Tensor:
         """The voice's part of the prompt, [spk | speech_emb(prompt)]: (1, 1+P, H)."""
         spk = self.cond_enc.spkr_enc(speaker_emb.view(-1, SPEAKER_EMBED))[:, None]  # (1, 1, H)
@@ -81,10 +72,9 @@ class T3Turbo(nn.Module):
         text_ids: torch.Tensor,
         steps: int,
     ) -> tuple[list[KVCache], torch.Tensor, int]:
-        """Caches for the prompt + `steps` positions holding the prompt's keys and values, the
-        last position's hidden state (1, 1, H) and the next position. The voice's positions
-        come from `voice_prefix` (computed once per voice), then the text and start run from
-        there: the GPT-2 is causal, so they are the keys and values of one whole pass."""
+        """Caches of prompt + `steps` positions holding the prompt's keys and values, the last
+        hidden state (1, 1, H) and the next position: the voice's positions from `voice_prefix`
+        (once per voice), then the text and start (causal: one whole pass's keys and values)."""
         prefix = self.voice_prefix(speaker_emb, prompt_tokens)  # per layer (1, heads, 1+P, D)
         embeds = self.text_embeds(text_ids)
         voice_len = prefix[0][0].shape[2]
@@ -133,22 +123,11 @@ class T3Turbo(nn.Module):
         max_new_tokens: int = MAX_NEW_TOKENS,
         forced: torch.Tensor | None = None,
     ) -> T3Output:
-        """inference_turbo: prefill, then one step per drawn token until STOP (kept in the draws,
-        dropped from `tokens`) or max_new_tokens + 1 draws. `forced` (N,): teacher forcing, the
-        given tokens are fed instead of drawn (no draws; for logit parity tests)."""
+        """inference_turbo: one step per drawn token until STOP (dropped from `tokens`) or
+        max_new_tokens + 1 draws. `forced` (N,): those tokens fed instead (logit parity)."""
         logits_seen: list[torch.Tensor] = []
-        drawn = list(
-            self.draws(
-                speaker_emb,
-                prompt_tokens,
-                text_ids,
-                sampling,
-                generator,
-                max_new_tokens,
-                forced,
-                logits_seen,
-            )
-        )
+        voice = (speaker_emb, prompt_tokens, text_ids)
+        drawn = list(self.draws(*voice, sampling, generator, max_new_tokens, forced, logits_seen))
         tokens = torch.cat(drawn, dim=1)[0]
         steps = max_new_tokens + 1 if forced is None else len(forced)
         reason = "max_tokens" if len(drawn) == steps and forced is None else "eos"
@@ -169,11 +148,9 @@ class T3Turbo(nn.Module):
         logits_seen: list[torch.Tensor] | None = None,
         row: TurboRow | None = None,
     ) -> Iterator[torch.Tensor]:
-        """Each drawn token (1, 1) as soon as it is drawn (STOP included when drawn): the loop
-        of `generate`, which consumes it; `stream` reads it token by token (T3 is causal, so
-        the streamed tokens are generate's, from the same draws in the same order). `row`: where
-        the decode state lives (a caller's TurboRow lets `feed` step it with other rows between
-        draws; a drawn token not yet fed is fed at the next draw)."""
+        """Each drawn token (1, 1) as soon as it is drawn (STOP included): `generate`'s loop,
+        read token by token by a stream. `row`: where the decode state lives (a caller's lets
+        `feed` step it with other rows between draws; a token not yet fed is fed at the next)."""
         steps = max_new_tokens + 1 if forced is None else len(forced)
         row = TurboRow() if row is None else row
         row.caches, row.hidden, row.position = self.prefill(
@@ -192,7 +169,7 @@ class T3Turbo(nn.Module):
             if step > 0 and torch.all(processed == -torch.inf):
                 return
             if forced is None:
-                token = sampling.draw(processed, generator)  # (1, 1)
+                token = draw(processed, generator)  # (1, 1)
             else:
                 token = forced[step].view(1, 1).to(device)
             drawn.append(token)
@@ -208,9 +185,8 @@ class T3Turbo(nn.Module):
 
     @torch.inference_mode()
     def feed(self, rows: list[TurboRow]) -> None:
-        """One GPT-2 step of each row's pending token, the rows in one call (their own caches
-        and positions): each row's next hidden state. Several rows only where every projection
-        is row-invariant (int8: runner.py); one row is the single-stream step."""
+        """One GPT-2 step of each row's pending token in one call (own caches and positions);
+        several rows only where every projection is row-invariant (int8: runner.py)."""
         embeds = self.speech_emb(torch.cat([row.pending for row in rows]))  # (B, 1, H)
         if len(rows) == 1:
             hidden = self.tfmr(embeds, rows[0].caches, rows[0].position)  # (1, 1, H)

@@ -1,7 +1,8 @@
-"""Turbo text front end: `punc_norm` (tts_turbo.py) and the GPT-2 byte-level BPE the official
-loads with `AutoTokenizer` from `vocab.json` / `merges.txt` / `added_tokens.json` (tags such as
-`[chuckle]` are single added tokens), here with the `tokenizers` library directly. No BOS/EOS:
-the Turbo prompt has no text start/stop ids (spec chatterbox.md 4)."""
+"""Text front ends: `punc_norm` (tts_turbo.py's; tts.py's with its own replacements), Turbo's
+GPT-2 byte-level BPE the official loads with `AutoTokenizer` from `vocab.json` / `merges.txt` /
+`added_tokens.json` (tags such as `[chuckle]` are single added tokens), here with the
+`tokenizers` library directly, no BOS/EOS (spec chatterbox.md 4); and the English model's
+EnTokenizer (tokenizer.json)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import json
 from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+from ..checkpoint import CheckpointError
 
 EMPTY_TEXT = "You need to add some text for me to talk."
 PUNCTUATION = (
@@ -22,13 +25,15 @@ PUNCTUATION = (
     ("‘", "'"),
     ("’", "'"),
 )
+# tts.py's punc_norm: Turbo's replacements plus "...", " - " and ";", in its order
+EN_PUNCTUATION = (("...", ", "), *PUNCTUATION[:2], (" - ", ", "), (";", ", "), *PUNCTUATION[2:])
+SPACE, START_TOKEN, STOP_TOKEN = "[SPACE]", "[START]", "[STOP]"
 SENTENCE_ENDS = (".", "!", "?", "-", ",")
 DEFAULT_MAX_LENGTH = 1024  # GPT-2's model_max_length: `truncation=True` cuts there
 
 
 def punc_norm(text: str, replacements: tuple[tuple[str, str], ...] = PUNCTUATION) -> str:
-    """The official Turbo clean-up, step for step (the English model's: its own
-    `replacements`, english.py)."""
+    """The official Turbo clean-up, step for step (the English model's: EN_PUNCTUATION)."""
     if len(text) == 0:
         return EMPTY_TEXT
     if text[0].islower():
@@ -64,9 +69,24 @@ class TurboTokenizer:
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}
         self.max_length = int(config.get("model_max_length", DEFAULT_MAX_LENGTH))
 
-    def __len__(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
-
     def encode(self, text: str) -> list[int]:
         """Ids of `punc_norm(text)`, cut at model_max_length (the official truncation=True)."""
         return self._tok.encode(punc_norm(text), add_special_tokens=False).ids[: self.max_length]
+
+
+class EnglishTokenizer:
+    """EnTokenizer: `tokenizers` from tokenizer.json, spaces -> [SPACE], no special ids added."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as error:  # the library raises its own exception type
+            raise CheckpointError(f"{path}: not a tokenizers file ({error})") from error
+        vocab = self._tok.get_vocab()
+        missing = [t for t in (START_TOKEN, STOP_TOKEN) if t not in vocab]
+        if missing:
+            raise CheckpointError(f"{path}: the vocabulary lacks {missing}")
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of punc_norm(text) (tts.py's), without the start/stop text ids."""
+        return self._tok.encode(punc_norm(text, EN_PUNCTUATION).replace(" ", SPACE)).ids

@@ -4,7 +4,7 @@ tokens; S3Gen needs the prompt's 24 kHz mel, its S3 tokens and the CAMPPlus x-ve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -39,15 +39,4 @@ class ChatterboxVoice:
             raise VoiceFileError(f"{path}: not a Chatterbox conds file ({error})") from error
 
     def to(self, device: torch.device | str) -> ChatterboxVoice:
-        return ChatterboxVoice(
-            *(
-                t.to(device)
-                for t in (
-                    self.speaker_emb,
-                    self.t3_prompt_tokens,
-                    self.prompt_token,
-                    self.prompt_feat,
-                    self.embedding,
-                )
-            )
-        )
+        return ChatterboxVoice(*(getattr(self, field.name).to(device) for field in fields(self)))
