@@ -84,18 +84,22 @@ class TadaModel:
 
     @classmethod
     def from_folders(
-        cls, model: str | Path, codec: str | Path, dtype: torch.dtype = torch.float32
+        cls,
+        model: str | Path,
+        codec: str | Path,
+        dtype: torch.dtype = torch.float32,
+        tokenizer: str | Path | None = None,
     ) -> TadaModel:
         """`model`: a HumeAI/tada-1b-like folder (config.json, model.safetensors, tokenizer.json);
-        `codec`: a HumeAI/tada-codec-like folder (encoder/, decoder/, aligner/)."""
-        model, codec = Path(model), Path(codec)
-        tokenizer = TadaTokenizer.from_folder(model)
+        `codec`: a HumeAI/tada-codec-like folder (encoder/, decoder/, aligner/); `tokenizer`:
+        the folder of tokenizer.json (None: `model`)."""
+        tokens = TadaTokenizer.from_folder(model if tokenizer is None else tokenizer)
         return cls(
-            tokenizer,
+            tokens,
             load_lm(model, dtype),
             load_decoder(codec, dtype),
             load_encoder(codec, dtype),
-            load_aligner(codec, tokenizer.vocab_size, dtype),
+            load_aligner(codec, tokens.vocab_size, dtype),
         )
 
     @classmethod
@@ -108,14 +112,7 @@ class TadaModel:
     ) -> TadaModel:
         """Hub ids or folders (checkpoint.resolve_folders), loaded strictly."""
         model_dir, codec_dir, tokenizer_dir = resolve_folders(model, codec, tokenizer)
-        tokens = TadaTokenizer.from_folder(tokenizer_dir)
-        return cls(
-            tokens,
-            load_lm(model_dir, dtype),
-            load_decoder(codec_dir, dtype),
-            load_encoder(codec_dir, dtype),
-            load_aligner(codec_dir, tokens.vocab_size, dtype),
-        )
+        return cls.from_folders(model_dir, codec_dir, dtype, tokenizer_dir)
 
     @torch.no_grad()
     def create_voice(
