@@ -1,11 +1,6 @@
 """Qwen3-TTS's checkpoint: its files, and its modules built on the generic loader
-(tts_core/models/checkpoint.py: folder or Hub repo id, safetensors streamed tensor by tensor).
-
-Loading never holds a state dict next to the model: a module is built without storage (meta
-device), its tensors are allocated once, in the target dtype on the target device (the codec
-decoder: float32 first, see load_speech_tokenizer), and each checkpoint tensor is cast-copied
-into its slot straight from safetensors' memory map (`SafetensorsFile`), so the peak resident
-size while loading stays within about one mapping window of the loaded model's.
+(tts_core/models/checkpoint.py: folder or Hub repo id, safetensors streamed tensor by tensor,
+no state dict held; the codec decoder is allocated float32 first, see load_speech_tokenizer).
 """
 
 from __future__ import annotations

@@ -10,10 +10,6 @@ CustomVoice `model.preset_voice(name, instruct=None)` (names: `model.speakers`),
 `model.design_voice(instruct)`. A voice works on the type it was made for only.
 `non_streaming_mode` (generate / stream / plan) picks the official text layout; None = the
 official default of the checkpoint's type (Base False, the other two True).
-
-`stream` runs the one decode engine with one row, stepped on the caller's thread
-(tts_core.serving.run_alone): the same step, and the same numbers, as a served EngineLoop over
-`model.runner(max_batch)` with `model.request` building its requests.
 """
 
 from __future__ import annotations
@@ -291,20 +287,14 @@ class Qwen3TTSModel:
     def stream(
         self, text: str, voice: Voice, *args: Any, seed: int | None = None, **kwargs: Any
     ) -> SeededStream:
-        """Iterator of AudioChunks (`.seed`: the seed used); validates everything before the
-        first `next()`. `args` / `kwargs`: `request`'s (language, should_stop and the knobs by
-        name: decode_settings.Knobs' chunk sizes, greedy, sampling with the official names,
-        ...); another name is a TypeError listing them.
+        """Iterator of AudioChunks (`.seed`: the seed used, None: a random one); validates
+        everything before the first `next()`. `args` / `kwargs`: `request`'s (language,
+        should_stop and decode_settings.Knobs by name); another name is a TypeError listing them.
 
         The decode engine with one row (tts_core.serving.run_alone), stepped on the thread
-        that iterates: no thread is started, and the chunks are those a served EngineLoop
-        gives the same request. Its talker cache (prompt + frame limit positions) is made at
-        the first `next()`.
-
-        seed: per-request torch.Generator (None: a random one, returned as `.seed`).
-        should_stop: asked before every frame; when it answers True the stream ends there
-        without a final chunk (a Stop frees the model within one frame, not one chunk).
-        Closing the generator frees the request's caches at once."""
+        that iterates: the chunks are those a served EngineLoop gives the same request.
+        should_stop: asked before every frame; True ends the stream there without a final
+        chunk. Closing the generator frees the request's caches at once."""
         started = time.perf_counter()
         seed = resolve_seed(seed)
         seq = self.request(text, voice, *args, seed=seed, outbox=InlineOutbox(), **kwargs)
@@ -348,8 +338,8 @@ class Qwen3TTSModel:
     def runner(self, max_batch: int = 8, cache_positions: int | None = None) -> Qwen3Runner:
         """The StepModel of a served EngineLoop (serving/runner.py): `max_batch` rows over one
         talker KV arena of `cache_positions` (default max_batch * 1024), where a request
-        reserves its prompt + frame limit when admitted. Its RoPE table is a parallel op: a server
-        builds it on a thread that ends (backends/qwen3.py, engine/model_thread.py)."""
+        reserves its prompt + frame limit when admitted. Its RoPE table is a parallel op: a
+        server builds it on a thread that ends (backends/qwen3.py, engine/model_thread.py)."""
         capacity = cache_positions or max_batch * DEFAULT_POSITIONS_PER_ROW
         return Qwen3Runner(self, max_batch, capacity)
 

@@ -133,24 +133,20 @@ class FedRequest:
 
     def feed(self, piece: str) -> None:
         """More text (any piece: a word, a character, half a word)."""
-        with self._text_in:
-            ids = self._feed.feed(piece)
-            seq = self._seq
-            if seq is None:
-                self._text_in.notify_all()
-                return
-            seq.push(ids)
-        self._loop.wake()
+        self._commit(lambda: self._feed.feed(piece), done=False)
 
     def done(self) -> None:
         """No more text: the rest is committed, then tts_eos."""
+        self._commit(self._feed.finish, done=True)
+
+    def _commit(self, take: Callable[[], list[int]], done: bool) -> None:
+        """`take()`'s committed ids to the row (the consumer woken while none is queued)."""
         with self._text_in:
-            rest = self._feed.finish()
-            seq = self._seq
-            if seq is None:
+            ids = take()
+            if self._seq is None:
                 self._text_in.notify_all()
                 return
-            seq.push(rest, done=True)
+            self._seq.push(ids, done=done)
         self._loop.wake()
 
     @property
