@@ -89,13 +89,20 @@ class LocalSelfAttention(nn.Module):
             self.qkv.weight[span] = self.qkv.weight[span][rows]
             self.qkv.bias[span] = self.qkv.bias[span][rows]
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...], mask: torch.Tensor):
-        """x (B, T, C), rope cos/sin (T, D), mask (B, 1, T, T) bool -> (B, T, C)."""
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...], mask, cache=None):
+        """x (B, T, C), rope cos/sin (T, D), mask (B, 1, T, T) bool or None -> (B, T, C).
+        `cache` (streaming.py): the previous block's keys and values, attended before x's own,
+        then replaced by them."""
         batch, steps, dim = x.shape
         qkv = self.qkv(x).reshape(batch, steps, 3, self.heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            keys = k if cache.k is None else torch.cat([cache.k, k], dim=2)
+            values = v if cache.v is None else torch.cat([cache.v, v], dim=2)
+            cache.k, cache.v = k, v
+            k, v = keys, values
         out = scaled_dot_product(q, k, v, mask)
         out = self.out_proj(out.transpose(1, 2).reshape(batch, steps, dim))
         return self.layer_norm(x + out)
@@ -111,8 +118,8 @@ class LocalAttentionLayer(nn.Module):
         )
         self.norm = nn.LayerNorm(dim)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...], mask: torch.Tensor):
-        x = self.self_attn(x, rope, mask)
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...], mask, cache=None):
+        x = self.self_attn(x, rope, mask, cache)
         return self.norm(x + self.ffn(x))
 
 

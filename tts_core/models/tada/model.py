@@ -160,16 +160,12 @@ class TadaModel:
 
     def stream(self, voice: Prompt, text: str, *args: Any, **kwargs: Any) -> Iterator[TadaChunk]:
         """`generate` as TadaChunks (float32 audio at 24 kHz) while it runs; `args` / `kwargs`:
-        `request`'s (options, seed, should_stop and StreamKnobs' by name, which cut it). Each
-        chunk's tokens go through the KV-cached decoder transformer and the windowed CNN, so a
-        chunk holds the samples whose lookahead is there and the last one the rest; the first
-        chunk waits until it has samples. The leading silence (the first token's duration, at
-        least `options.min_trim_frames`) is dropped. The last chunk carries stop_reason
-        "end_of_text"; `should_stop` is asked before every step.
-
-        The engine with one row (`self.runner(1)`) on the thread that iterates: the chunks
-        are those a served loop of `self.runner(n)` gives the same request, whatever else it
-        serves."""
+        `request`'s (options, seed, should_stop and StreamKnobs' by name). A chunk holds the
+        samples whose CNN lookahead is there (the last one the rest; the first waits until it
+        has samples), less the leading silence (the first token's duration, at least
+        `options.min_trim_frames`). The last chunk carries stop_reason "end_of_text";
+        `should_stop` is asked before every step. The engine with one row on the thread that
+        iterates: the chunks a served loop of `self.runner(n)` gives the same request."""
         seq = self.request(voice, text, *args, outbox=InlineOutbox(), **kwargs)
         return run_alone(lambda: BatchEngine(self.runner(1), isolate_failures=False), seq)
 
