@@ -3,10 +3,10 @@
 generate and exact streaming), equal to the official voxcpm==2.0.3 on float32 CPU."""
 
 from .audiovae import AudioVAE
+from .checkpoint import CheckpointError
 from .config import AudioVAEConfig, ConfigError, VoxCPM2Config
 from .model import GenerationResult, VoxCPMModel
 from .runner import AudioChunk
-from .vae_checkpoint import CheckpointError
 from .vae_streaming import VAEDecoderState
 from .voice import Voice
 

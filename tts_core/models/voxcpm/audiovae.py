@@ -30,8 +30,8 @@ from .audiovae_layers import (
     WNCausalConv1d,
     WNCausalTransposeConv1d,
 )
+from .checkpoint import load_audiovae_state
 from .config import AudioVAEConfig, VoxCPM2Config
-from .vae_checkpoint import load_audiovae_state
 from .vae_streaming import ConvHistory, VAEDecoderState
 
 
@@ -142,10 +142,11 @@ class AudioVAE(nn.Module):
         folder: str | Path,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
+        config: AudioVAEConfig | None = None,
     ) -> AudioVAE:
-        """Config from `config.json`, weights from `audiovae.safetensors` (preferred, as the
-        official loader) or `audiovae.pth`, loaded strictly (see vae_checkpoint)."""
-        vae = cls(VoxCPM2Config.from_folder(folder).audio_vae)
+        """Config from `config.json` (unless given), weights from `audiovae.safetensors`
+        (preferred, as the official loader) or `audiovae.pth`, loaded strictly (checkpoint.py)."""
+        vae = cls(config or VoxCPM2Config.from_folder(folder).audio_vae)
         load_audiovae_state(vae, folder)
         return vae.to(device=device).set_dtype(dtype).eval()
 
