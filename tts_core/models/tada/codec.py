@@ -12,10 +12,7 @@
   keys), folded to plain weights at load (`fold_weight_norm`: the same op every official forward
   runs, equal bits).
 
-State-dict keys are the released ones. The official attention also registers `rope_freqs` and a
-(L, L) `_precomputed_mask` as persistent buffers (L = max_seq_len, 8192 in the release); they
-are derived from constants and never used with a mask given, so the loader drops them
-(checkpoint.py, CODEC_DERIVED_BUFFERS).
+State-dict keys are the released ones, less the attention's derived buffers (checkpoint.py).
 """
 
 from __future__ import annotations

@@ -146,18 +146,14 @@ def unconditional_ids(
     positions) every token outside the chat headers that is not BOS, end-of-text or
     <|eot_id|> becomes the pad token."""
     ids = ids.clone()
+    special = (tokenizer.eot_id, tokenizer.bos_id, tokenizer.eos_id)
     keep, in_header = [], False
     for token in ids[0, :prompt_tokens].tolist():
-        if token == tokenizer.start_header_id:
-            in_header = True
-            keep.append(True)
-        elif token == tokenizer.end_header_id:
-            in_header = False
+        if token in (tokenizer.start_header_id, tokenizer.end_header_id):
+            in_header = token == tokenizer.start_header_id
             keep.append(True)
         else:
-            keep.append(
-                in_header or token in (tokenizer.eot_id, tokenizer.bos_id, tokenizer.eos_id)
-            )
+            keep.append(in_header or token in special)
     drop = ~torch.tensor(keep, dtype=torch.bool)
     ids[0, :prompt_tokens][drop] = tokenizer.pad_id
     return ids
@@ -373,13 +369,11 @@ class Generation:
         shift, bits = cfg.shift_acoustic, cfg.num_time_bits
         token = ids[:, step : step + 1] if step < ids.shape[1] else ids[:, -1:]
         batch_ids = token
-        if self.guided:
-            neg = (
-                token
-                if token.item() in self.structural
-                else torch.full_like(token, tokenizer.pad_id)
+        if self.guided:  # the unconditional row: the pad token unless a header/turn token
+            kept = token.item() in self.structural
+            batch_ids = torch.cat(
+                [token, token if kept else torch.full_like(token, tokenizer.pad_id)]
             )
-            batch_ids = torch.cat([token, neg])
         check_durations(self.before, self.after, cfg.num_time_classes)
         embeds = lm.embed(
             batch_ids,
@@ -392,14 +386,9 @@ class Generation:
         cond = hidden[:1]
         neg_cond = hidden[1:] if self.guided else torch.zeros_like(cond)
         generator = self.generator
-        noise = torch.cat(
-            [
-                torch.randn(1, cfg.acoustic_dim, generator=generator).to(cond)
-                * flow.noise_temperature,
-                torch.randn(1, 2 * bits, generator=generator).to(cond) * flow.noise_temperature,
-            ],
-            dim=-1,
-        )
+        acoustic_noise = torch.randn(1, cfg.acoustic_dim, generator=generator).to(cond)
+        duration_noise = torch.randn(1, 2 * bits, generator=generator).to(cond)
+        noise = torch.cat([acoustic_noise, duration_noise], dim=-1) * flow.noise_temperature
         speech = solve(
             lm.prediction_head, noise, cond, neg_cond, flow, cfg.acoustic_dim, lm.condition
         )
