@@ -1,16 +1,12 @@
 """Audio analysis in numpy: frame RMS, YIN pitch, spectral-flux onsets, mel filters, resampling,
 silence trimming and STFT magnitudes.
 
-Model-agnostic and light to import (numpy and soxr, no JIT): the offline voice measures its pitch
-calibration and every reference clip with these on the start path, where librosa's numba code
-cost a fresh machine minutes of compilation, the Qwen3 front end takes its mel filters and its
-resampling from here, and Chatterbox's voice encoder its trim and STFT (librosa's cost 17 s of
-JIT on a fresh machine's first clone, and numba's on-disk cache crashed when several processes
-filled it at once), so librosa (with numba, llvmlite, scipy and scikit-learn, ~370 MB in the
-image) is no runtime dependency. Each function follows the librosa 0.11 function of the same
-name (centred frames, zero padding, the same defaults), so results agree with it up to float
-rounding (`mel_filters`, `resample`, `trim` and `stft_magnitude`: bit for bit);
-tests/test_audio_analysis.py holds them side by side.
+Light to import (numpy and soxr, no JIT): librosa's numba code cost minutes of compilation on a
+fresh machine's start path and its on-disk cache crashed under several processes, so librosa
+(~370 MB with its dependencies) is no runtime dependency. Each function follows the librosa 0.11
+function of the same name (centred frames, zero padding, the same defaults), so results agree
+with it up to float rounding (`mel_filters`, `resample`, `trim` and `stft_magnitude`: bit for
+bit); tests/test_audio_analysis.py holds them side by side.
 
 Long inputs are processed a block of frames at a time, so memory stays bounded by
 `_BLOCK_VALUES`, never by the clip's length.

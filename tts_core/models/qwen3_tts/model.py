@@ -226,7 +226,9 @@ class Qwen3TTSModel:
             )
         if self.speaker_encoder is None:
             raise RuntimeError("this model has no speaker encoder (built with from_config?)")
-        wav_24k = wav if sample_rate == SAMPLE_RATE else _resample(wav, sample_rate)
+        wav_24k = wav  # librosa's resampling (ours) as the official's
+        if sample_rate != SAMPLE_RATE:
+            wav_24k = resample(wav, int(sample_rate), SAMPLE_RATE).astype(np.float32)
         embedding = self.speaker_encoder.embed(wav_24k).to(self.device, self.dtype)
         if ref_text is None or not ref_text.strip():
             return Voice(speaker_embedding=embedding)
@@ -472,7 +474,7 @@ class Qwen3TTSModel:
         return AudioChunk(
             audio=audio.astype(np.float32, copy=False),
             frames=len(frames),
-            compute_s=compute_s + _since(clock),
+            compute_s=compute_s + (time.perf_counter() - clock),
             final=stop_reason is not None,
             stop_reason=stop_reason,
             codes=codes.cpu(),
@@ -584,10 +586,6 @@ def _instruction(instruct: object) -> str | None:
     return instruct
 
 
-def _since(clock: float) -> float:
-    return time.perf_counter() - clock
-
-
 def _mono_float32(audio: np.ndarray) -> np.ndarray:
     wav = np.asarray(audio, dtype=np.float32)
     if wav.ndim == 2:  # (samples, channels), as the official averages the last axis
@@ -595,10 +593,6 @@ def _mono_float32(audio: np.ndarray) -> np.ndarray:
     if wav.ndim != 1 or wav.size == 0:
         raise ValueError(f"reference audio must be a non-empty mono signal, got shape {wav.shape}")
     return wav
-
-
-def _resample(wav: np.ndarray, sample_rate: int) -> np.ndarray:
-    return resample(wav, int(sample_rate), SAMPLE_RATE).astype(np.float32)  # librosa's, ours
 
 
 def load_model(
