@@ -25,7 +25,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
-from ..layers import apply_rope, inverse_frequencies, rope_cos_sin, scaled_dot_product
+from ..layers import Snake1d, apply_rope, inverse_frequencies, rope_cos_sin, scaled_dot_product
 
 ROPE_THETA = 10000.0  # LocalSelfAttention._compute_rope_freqs
 
@@ -150,17 +150,6 @@ class LocalAttentionStack(nn.Module):
 
 
 # ------------------------------------------------------------------------------- CNN (DAC-style)
-class Snake1d(nn.Module):
-    """x + sin^2(alpha x) / (alpha + 1e-9), alpha (1, C, 1): dac's snake, same op order."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
-
-
 def wn_conv(*args, **kwargs) -> nn.Conv1d:
     return weight_norm(nn.Conv1d(*args, **kwargs))
 

@@ -22,11 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers import Snake1d
 from .audiovae_layers import (
     CausalDecoderBlock,
     CausalEncoderBlock,
     SampleRateCondition,
-    Snake1d,
     WNCausalConv1d,
     WNCausalTransposeConv1d,
 )

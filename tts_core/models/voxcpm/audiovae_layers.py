@@ -17,18 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers import Snake1d
 from .vae_streaming import VAEDecoderState
-
-
-class Snake1d(nn.Module):
-    """y = x + sin^2(alpha x) / (alpha + 1e-9), alpha (1, C, 1), in the official op order."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
 
 
 class _WeightNormed(nn.Module):
