@@ -8,9 +8,7 @@
   common permutation (only the dot product's summation order changes).
 * `encoder_segment_mask`, `decoder_segment_mask`: the two (different) "v2" block masks.
 * `DACDecoder`: DAC-style CNN (conv k7, blocks of Snake + transposed conv + 3 residual units,
-  Snake, conv k7, tanh); weight-normed convs built with torch's parametrization (the checkpoint's
-  keys), folded to plain weights at load (`fold_weight_norm`: the same op every official forward
-  runs, equal bits).
+  Snake, conv k7, tanh); weight-normed convs (the checkpoint's keys), folded at load.
 
 State-dict keys are the released ones, less the attention's derived buffers (checkpoint.py).
 """
@@ -121,12 +119,15 @@ class LocalAttentionLayer(nn.Module):
 
 
 class LocalAttentionStack(nn.Module):
-    """hume-tada's LocalAttentionEncoder (no input_proj: d_input is never given)."""
+    """hume-tada's LocalAttentionEncoder (no input_proj: d_input is never given), of a
+    CodecStackConfig's sizes."""
 
-    def __init__(self, dim: int, layers: int, heads: int, feedforward: int) -> None:
+    def __init__(self, config) -> None:
         super().__init__()
+        dim, heads = config.hidden_dim, config.num_attn_heads
         self.layers = nn.ModuleList(
-            LocalAttentionLayer(dim, heads, feedforward) for _ in range(layers)
+            LocalAttentionLayer(dim, heads, config.attn_dim_feedforward)
+            for _ in range(config.num_attn_layers)
         )
         self.final_norm = nn.LayerNorm(dim)
         self.head_dim = dim // heads
@@ -158,13 +159,23 @@ def wn_conv_transpose(*args, **kwargs) -> nn.ConvTranspose1d:
     return weight_norm(nn.ConvTranspose1d(*args, **kwargs))
 
 
-class ResidualUnit(nn.Module):
+class Block(nn.Module):
+    """Layers run in order, under `block` (the released keys' `...block.N`)."""
+
+    def __init__(self, *layers: nn.Module) -> None:
+        super().__init__()
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+class ResidualUnit(Block):
     """x + (Snake, conv k7 dilation d "same", Snake, conv 1x1)(x)."""
 
     def __init__(self, dim: int, dilation: int) -> None:
-        super().__init__()
         pad = (6 * dilation) // 2
-        self.block = nn.Sequential(
+        super().__init__(
             Snake1d(dim),
             wn_conv(dim, dim, 7, dilation=dilation, padding=pad),
             Snake1d(dim),
@@ -179,24 +190,18 @@ class ResidualUnit(nn.Module):
         return x + y
 
 
-class DecoderBlock(nn.Module):
+class DecoderBlock(Block):
     """Snake, transposed conv (k 2s, stride s, padding ceil(s/2)), residual units d = 1, 3, 9:
     T frames -> T s samples (s even) or T s - 1 (s odd)."""
 
     def __init__(self, in_dim: int, out_dim: int, stride: int) -> None:
-        super().__init__()
-        self.block = nn.Sequential(
+        super().__init__(
             Snake1d(in_dim),
             wn_conv_transpose(
                 in_dim, out_dim, 2 * stride, stride=stride, padding=math.ceil(stride / 2)
             ),
-            ResidualUnit(out_dim, 1),
-            ResidualUnit(out_dim, 3),
-            ResidualUnit(out_dim, 9),
+            *(ResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)),
         )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.block(x)
 
 
 class DACDecoder(nn.Module):
@@ -235,12 +240,7 @@ class TadaDecoder(nn.Module):
         super().__init__()
         self.config = config
         self.decoder_proj = nn.Linear(config.embed_dim, config.hidden_dim)
-        self.local_attention_decoder = LocalAttentionStack(
-            config.hidden_dim,
-            config.num_attn_layers,
-            config.num_attn_heads,
-            config.attn_dim_feedforward,
-        )
+        self.local_attention_decoder = LocalAttentionStack(config)
         self.wav_decoder = DACDecoder(
             config.hidden_dim, config.wav_decoder_channels, config.strides
         )
@@ -260,40 +260,29 @@ class TadaDecoder(nn.Module):
 
 
 # ------------------------------------------------------------------------------------- encoder
-class EncoderBlock(nn.Module):
+class EncoderBlock(Block):
     """Residual units d = 1, 3, 9 at dim/2, Snake, strided conv (k 2s, padding ceil(s/2)) to dim."""
 
     def __init__(self, dim: int, stride: int) -> None:
-        super().__init__()
         half = dim // 2
-        self.block = nn.Sequential(
-            ResidualUnit(half, 1),
-            ResidualUnit(half, 3),
-            ResidualUnit(half, 9),
+        super().__init__(
+            *(ResidualUnit(half, dilation) for dilation in (1, 3, 9)),
             Snake1d(half),
             wn_conv(half, dim, 2 * stride, stride=stride, padding=math.ceil(stride / 2)),
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.block(x)
 
-
-class WavEncoder(nn.Module):
+class WavEncoder(Block):
     """(B, 1, S) -> (B, latent, frames): conv k7 to `width`, blocks doubling the width at each
     stride, Snake, conv k3 to `latent`. The release: width 64 (hard-coded officially), strides
     6 5 4 4 (480 samples a frame at 24 kHz)."""
 
     def __init__(self, width: int, strides: tuple[int, ...], latent: int) -> None:
-        super().__init__()
         layers: list[nn.Module] = [wn_conv(1, width, 7, padding=3)]
         for stride in strides:
             width *= 2
             layers.append(EncoderBlock(width, stride))
-        layers += [Snake1d(width), wn_conv(width, latent, 3, padding=1)]
-        self.block = nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.block(x)
+        super().__init__(*layers, Snake1d(width), wn_conv(width, latent, 3, padding=1))
 
 
 ENCODER_TAIL_PADDING = 960  # samples of zeros appended before the wav encoder (official)
@@ -309,12 +298,7 @@ class TadaEncoder(nn.Module):
         super().__init__()
         self.config = config
         self.wav_encoder = WavEncoder(width, config.strides, config.hidden_dim)
-        self.local_attention_encoder = LocalAttentionStack(
-            config.hidden_dim,
-            config.num_attn_layers,
-            config.num_attn_heads,
-            config.attn_dim_feedforward,
-        )
+        self.local_attention_encoder = LocalAttentionStack(config)
         if config.hidden_dim != config.embed_dim:
             self.hidden_linear = nn.Linear(config.hidden_dim, config.embed_dim)
         self.pos_emb = nn.Embedding(2, config.hidden_dim)
