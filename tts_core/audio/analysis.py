@@ -116,11 +116,7 @@ def stft_magnitude(
     centred, each frame times the float64 window, np.fft.rfft in float64, the spectrum rounded
     to complex64 for float32 input, then its magnitude. As librosa, the frames that reach into
     the padding are cut from separately padded head and tail pieces of `y`."""
-    y = np.asarray(y)
-    if y.ndim != 1 or not np.issubdtype(y.dtype, np.floating):
-        raise ValueError(f"expected a mono float signal, got {y.dtype} shape {y.shape}")
-    if not np.isfinite(y).all():
-        raise ValueError("audio contains NaN or infinite samples")
+    y = _mono_float(y)
     win_length = n_fft if win_length is None else win_length
     hop_length = win_length // 4 if hop_length is None else hop_length
     if not 0 < win_length <= n_fft or hop_length < 1:
@@ -145,6 +141,16 @@ def stft_magnitude(
             out[:, done + part.start : done + part.start + block.shape[0]] = np.abs(spectrum)
         done += frames.shape[0]
     return out
+
+
+def _mono_float(y: np.ndarray) -> np.ndarray:
+    """`y` as an array: a finite mono float signal, else ValueError (as librosa)."""
+    y = np.asarray(y)
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.floating):
+        raise ValueError(f"expected a mono float signal, got {y.dtype} shape {y.shape}")
+    if not np.isfinite(y).all():
+        raise ValueError("audio contains NaN or infinite samples")
+    return y
 
 
 def _centred_frames(y: np.ndarray, n_fft: int, hop: int, pad_mode: str) -> list[np.ndarray]:
@@ -347,13 +353,9 @@ def resample(y: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
     official Qwen3-TTS and VoxCPM2 front ends): soxr at "soxr_hq", then cut or zero padded to
     ceil(n * (target_sr / orig_sr)) samples, in `y`'s dtype; `y` itself when the rates agree.
     Rejects what librosa rejects: non-float or non-finite samples."""
-    y = np.asarray(y)
     if orig_sr <= 0 or target_sr <= 0:
         raise ValueError(f"sample rates must be positive, got {orig_sr} and {target_sr}")
-    if y.ndim != 1 or not np.issubdtype(y.dtype, np.floating):
-        raise ValueError(f"expected a mono float signal, got {y.dtype} shape {y.shape}")
-    if not np.isfinite(y).all():
-        raise ValueError("audio contains NaN or infinite samples")
+    y = _mono_float(y)
     if orig_sr == target_sr:
         return y
     size = math.ceil(y.shape[0] * (float(target_sr) / orig_sr))  # librosa's float ratio

@@ -257,8 +257,6 @@ class PerthNet(nn.Module):
             window=self.window,
             center=True,
             pad_mode="reflect",
-            normalized=False,
-            onesided=True,
             return_complex=True,
         )
         phase = torch.angle(spec)
@@ -278,10 +276,7 @@ class PerthNet(nn.Module):
             win_length=hp.window_size,
             window=self.window,
             center=True,
-            normalized=False,
-            onesided=True,
             length=length,
-            return_complex=False,
         )
 
 
