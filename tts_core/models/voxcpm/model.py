@@ -268,8 +268,7 @@ class VoxCPMModel:
         return VoxSequence(prompt, voice, sampling, cadence, stop, audio=audio, outbox=outbox)
 
     def runner(self, max_batch: int) -> VoxRunner:
-        """The engine's StepModel for this model, `max_batch` rows at most (the served loop:
-        `EngineLoop(model.runner(n), make_request=model.request)`)."""
+        """The engine's StepModel for this model, `max_batch` rows at most."""
         return VoxRunner(self, max_batch)
 
     def _alone(self, seq: VoxSequence) -> Iterator[AudioChunk | PatchChunk]:

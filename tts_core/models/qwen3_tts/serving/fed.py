@@ -10,12 +10,10 @@ of the whole text's token count; the KV span is reserved for `max_new_tokens` fr
 the text's length is not known at admission.
 
 `FedRequest` (over the model's served EngineLoop) is the consumer's handle: `feed(piece)`,
-`done()`, `stream`. The feeder's calls never wait (a TextInlet makes them under its lock); the
-consumer does every wait (for the prompt's text, the row built on the loop thread, the chunks),
-awaited on the event loop under run_awaiting (engine/awaiting.py), blocking elsewhere. The row is
-queued once the prefill's text is committed: x-vector mode one target token, ICL mode T2 -
-len(ref_text) tokens (T2 = reference frames + 1); a text done before that is submitted whole,
-exactly as a one-shot request.
+`done()`, `stream`. The feeder's calls never wait; the consumer does every wait (awaited on the
+event loop under run_awaiting, engine/awaiting.py). The row is queued once the prefill's text is
+committed (`model.fed_prefill_tokens`); a text done before that is submitted whole, exactly as a
+one-shot request.
 """
 
 from __future__ import annotations
