@@ -93,9 +93,7 @@ class CausalDecoder(nn.Module):
             )
         slot = 0
         for module in self.modules():  # streaming history slots, in module order
-            if isinstance(module, WNCausalTransposeConv1d) or (
-                isinstance(module, WNCausalConv1d) and module.left_pad > 0
-            ):
+            if isinstance(module, (WNCausalConv1d, WNCausalTransposeConv1d)) and module.history > 0:
                 module.slot = slot
                 slot += 1
 
@@ -200,11 +198,7 @@ class AudioVAE(nn.Module):
         histories = [
             ConvHistory(
                 torch.zeros(
-                    batch_size,
-                    conv.in_channels,
-                    conv.left_pad if isinstance(conv, WNCausalConv1d) else conv.context,
-                    dtype=self.dtype,
-                    device=self.device,
+                    batch_size, conv.in_channels, conv.history, dtype=self.dtype, device=self.device
                 )
             )
             for conv in self.decoder.stateful_convs()
