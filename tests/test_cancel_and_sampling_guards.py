@@ -90,7 +90,7 @@ def test_stop_during_the_first_chunk_ends_as_cancelled(tiny_backend, reference):
     assert [e.stats["stop_reason"] for e in events] == ["cancelled"]
     assert len(asked) == 2 and events[0].audio.size == 0
     assert engine.active_requests == 0
-    assert scheduler.active == 0 and scheduler.runner.arena.allocator.free_positions == (
+    assert scheduler.active == 0 and scheduler.runner.arena.free_positions == (
         scheduler.runner.capacity
     )  # the row and its cache span were given back
 

@@ -326,7 +326,7 @@ def submit(scheduler: EngineLoop, i: int, name: str, **extra):  # noqa: ANN003, 
 
 
 def _arena_free(scheduler: EngineLoop) -> bool:
-    return scheduler.runner.arena.allocator.free_positions == scheduler.runner.capacity
+    return scheduler.runner.arena.free_positions == scheduler.runner.capacity
 
 
 def _wait_until(condition, timeout: float = 60.0) -> None:  # noqa: ANN001

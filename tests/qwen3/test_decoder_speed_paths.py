@@ -164,32 +164,14 @@ def test_warm_up_changes_nothing_a_later_request_sees(tiny_checkpoint: Path, dty
         decoder.warm_up((0,))
 
 
-def test_time_dtypes_times_copies_and_leaves_the_decoder_as_it_was(tiny_checkpoint: Path) -> None:
-    from tts_core.models.qwen3_tts.codec.decoder import time_dtypes
-
-    decoder = _load(tiny_checkpoint).decoder
-    before = {name: t.clone() for name, t in _tensors(decoder).items()}
-    seconds = time_dtypes(decoder, (torch.float32, torch.bfloat16), chunk_frames=2, repeats=1)
-    assert set(seconds) == {torch.float32, torch.bfloat16}
-    assert all(s > 0 for s in seconds.values())
-    assert decoder.dtype == torch.float32
-    after = _tensors(decoder)
-    assert all(torch.equal(before[name], after[name]) for name in before)
-
-
 @pytest.mark.parametrize("native", [None, "AVX512_BF16", "AMX"])
 def test_the_backend_picks_the_decoder_dtype_by_cpu_flags_not_timing(
     tiny_checkpoint, monkeypatch, native
 ) -> None:
     """bfloat16 only with native bf16 (real timings: BENCHMARKS.md), and never by a timing: a
     timed choice made a seeded request's bytes depend on the machine's load at start."""
-    import tts_core.models.qwen3_tts.codec.decoder as decoder_module
     from tts_core.backends import qwen3
 
-    def timed(*_, **__):
-        raise AssertionError("the load timed the decoder")
-
-    monkeypatch.setattr(decoder_module, "time_dtypes", timed)
     monkeypatch.setattr(qwen3, "_native_bf16_cpu", lambda: native)
     backend = qwen3.Qwen3Backend.load(str(tiny_checkpoint), "cpu", quantize="none")
     want = torch.float32 if native is None else torch.bfloat16

@@ -1,16 +1,12 @@
 """Audio analysis in numpy: frame RMS, YIN pitch, spectral-flux onsets, mel filters, resampling,
 silence trimming and STFT magnitudes.
 
-Model-agnostic and light to import (numpy and soxr, no JIT): the offline voice measures its pitch
-calibration and every reference clip with these on the start path, where librosa's numba code
-cost a fresh machine minutes of compilation, the Qwen3 front end takes its mel filters and its
-resampling from here, and Chatterbox's voice encoder its trim and STFT (librosa's cost 17 s of
-JIT on a fresh machine's first clone, and numba's on-disk cache crashed when several processes
-filled it at once), so librosa (with numba, llvmlite, scipy and scikit-learn, ~370 MB in the
-image) is no runtime dependency. Each function follows the librosa 0.11 function of the same
-name (centred frames, zero padding, the same defaults), so results agree with it up to float
-rounding (`mel_filters`, `resample`, `trim` and `stft_magnitude`: bit for bit);
-tests/test_audio_analysis.py holds them side by side.
+Light to import (numpy and soxr, no JIT): librosa's numba code cost minutes of compilation on a
+fresh machine's start path and its on-disk cache crashed under several processes, so librosa
+(~370 MB with its dependencies) is no runtime dependency. Each function follows the librosa 0.11
+function of the same name (centred frames, zero padding, the same defaults), so results agree
+with it up to float rounding (`mel_filters`, `resample`, `trim` and `stft_magnitude`: bit for
+bit); tests/test_audio_analysis.py holds them side by side.
 
 Long inputs are processed a block of frames at a time, so memory stays bounded by
 `_BLOCK_VALUES`, never by the clip's length.
@@ -120,11 +116,7 @@ def stft_magnitude(
     centred, each frame times the float64 window, np.fft.rfft in float64, the spectrum rounded
     to complex64 for float32 input, then its magnitude. As librosa, the frames that reach into
     the padding are cut from separately padded head and tail pieces of `y`."""
-    y = np.asarray(y)
-    if y.ndim != 1 or not np.issubdtype(y.dtype, np.floating):
-        raise ValueError(f"expected a mono float signal, got {y.dtype} shape {y.shape}")
-    if not np.isfinite(y).all():
-        raise ValueError("audio contains NaN or infinite samples")
+    y = _mono_float(y)
     win_length = n_fft if win_length is None else win_length
     hop_length = win_length // 4 if hop_length is None else hop_length
     if not 0 < win_length <= n_fft or hop_length < 1:
@@ -149,6 +141,16 @@ def stft_magnitude(
             out[:, done + part.start : done + part.start + block.shape[0]] = np.abs(spectrum)
         done += frames.shape[0]
     return out
+
+
+def _mono_float(y: np.ndarray) -> np.ndarray:
+    """`y` as an array: a finite mono float signal, else ValueError (as librosa)."""
+    y = np.asarray(y)
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.floating):
+        raise ValueError(f"expected a mono float signal, got {y.dtype} shape {y.shape}")
+    if not np.isfinite(y).all():
+        raise ValueError("audio contains NaN or infinite samples")
+    return y
 
 
 def _centred_frames(y: np.ndarray, n_fft: int, hop: int, pad_mode: str) -> list[np.ndarray]:
@@ -351,13 +353,9 @@ def resample(y: np.ndarray, orig_sr: int, target_sr: int) -> np.ndarray:
     official Qwen3-TTS and VoxCPM2 front ends): soxr at "soxr_hq", then cut or zero padded to
     ceil(n * (target_sr / orig_sr)) samples, in `y`'s dtype; `y` itself when the rates agree.
     Rejects what librosa rejects: non-float or non-finite samples."""
-    y = np.asarray(y)
     if orig_sr <= 0 or target_sr <= 0:
         raise ValueError(f"sample rates must be positive, got {orig_sr} and {target_sr}")
-    if y.ndim != 1 or not np.issubdtype(y.dtype, np.floating):
-        raise ValueError(f"expected a mono float signal, got {y.dtype} shape {y.shape}")
-    if not np.isfinite(y).all():
-        raise ValueError("audio contains NaN or infinite samples")
+    y = _mono_float(y)
     if orig_sr == target_sr:
         return y
     size = math.ceil(y.shape[0] * (float(target_sr) / orig_sr))  # librosa's float ratio

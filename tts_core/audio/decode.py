@@ -207,8 +207,7 @@ def _from_array(data: np.ndarray, rate: int, limit: float) -> DecodedAudio:
     mix = MonoMix()
     if kept.size:
         mix.add(_to_float(kept))
-    mono = mix.mono()
-    return _finish(mono, rate, channels, total / rate, limit)
+    return _finish(mix.mono(), rate, channels, total / rate, limit)
 
 
 def _finish(

@@ -59,7 +59,8 @@ def ensure_ffmpeg_on_path() -> str:
         log.info("ffmpeg: %s -> %s (from imageio-ffmpeg)", folder / "ffmpeg", exe)
         found = str(folder / "ffmpeg")
     if need_ffprobe:
-        _write_script(folder / "ffprobe", _FFPROBE_STAND_IN)
+        (folder / "ffprobe").write_text(_FFPROBE_STAND_IN)
+        (folder / "ffprobe").chmod(0o700)
     os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
     return found
 
@@ -70,8 +71,3 @@ def _folder() -> Path:
         _private_folder = Path(tempfile.mkdtemp(prefix="tts_core-bin-"))
         atexit.register(shutil.rmtree, _private_folder, ignore_errors=True)
     return _private_folder
-
-
-def _write_script(path: Path, text: str) -> None:
-    path.write_text(text)
-    path.chmod(0o700)

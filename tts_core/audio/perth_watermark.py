@@ -34,7 +34,7 @@ import math
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -121,17 +121,9 @@ def read_hparams(path: Path) -> PerthHparams:
             if not sep:
                 raise ValueError(f"{path}: not a `key: value` line: {line!r}")
             values[key.strip()] = value.strip()
+    cast = {"int": int, "float": float, "str": str}  # the fields' annotations
     try:
-        return PerthHparams(
-            sample_rate=int(values["sample_rate"]),
-            n_fft=int(values["n_fft"]),
-            hop_size=int(values["hop_size"]),
-            window_size=int(values["window_size"]),
-            window_fn=values["window_fn"],
-            stft_magnitude_min=float(values["stft_magnitude_min"]),
-            max_wmark_freq=float(values["max_wmark_freq"]),
-            hidden_size=int(values["hidden_size"]),
-        )
+        return PerthHparams(**{f.name: cast[f.type](values[f.name]) for f in fields(PerthHparams)})
     except (KeyError, ValueError) as exc:
         raise ValueError(f"{path}: missing or malformed hyperparameter ({exc})") from exc
 
@@ -265,8 +257,6 @@ class PerthNet(nn.Module):
             window=self.window,
             center=True,
             pad_mode="reflect",
-            normalized=False,
-            onesided=True,
             return_complex=True,
         )
         phase = torch.angle(spec)
@@ -286,10 +276,7 @@ class PerthNet(nn.Module):
             win_length=hp.window_size,
             window=self.window,
             center=True,
-            normalized=False,
-            onesided=True,
             length=length,
-            return_complex=False,
         )
 
 

@@ -5,8 +5,7 @@ Loading never holds a state dict next to the model: a module is built without st
 device), its tensors are allocated once, in the target dtype on the target device, and each
 checkpoint tensor is cast-copied into its slot straight from safetensors' memory map
 (`SafetensorsFile`), so the peak resident size while loading stays within about one mapping
-window of the loaded model's. Each model's folder lists its own files (qwen3_tts/checkpoint.py
-REQUIRED_FILES, voxcpm/checkpoint.py) and builds its modules on these.
+window of the loaded model's.
 """
 
 from __future__ import annotations

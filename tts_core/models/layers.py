@@ -68,6 +68,18 @@ class LayerScale(nn.Module):
         return self.scale * x
 
 
+class Snake1d(nn.Module):
+    """x + sin^2(alpha x) / (alpha + 1e-9), alpha (1, C, 1): dac's snake, in its op order (the
+    CNNs of TADA's codec and VoxCPM2's AudioVAE)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
+
+
 class SwiGLU(nn.Module):
     """down_proj(silu(gate_proj(x)) * up_proj(x)), no biases."""
 

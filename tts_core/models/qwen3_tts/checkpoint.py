@@ -1,11 +1,6 @@
 """Qwen3-TTS's checkpoint: its files, and its modules built on the generic loader
-(tts_core/models/checkpoint.py: folder or Hub repo id, safetensors streamed tensor by tensor).
-
-Loading never holds a state dict next to the model: a module is built without storage (meta
-device), its tensors are allocated once, in the target dtype on the target device (the codec
-decoder: float32 first, see load_speech_tokenizer), and each checkpoint tensor is cast-copied
-into its slot straight from safetensors' memory map (`SafetensorsFile`), so the peak resident
-size while loading stays within about one mapping window of the loaded model's.
+(tts_core/models/checkpoint.py: folder or Hub repo id, safetensors streamed tensor by tensor,
+no state dict held; the codec decoder is allocated float32 first, see load_speech_tokenizer).
 """
 
 from __future__ import annotations
@@ -72,14 +67,12 @@ def resolve_checkpoint(
     return generic.resolve_checkpoint(name_or_path, required, patterns)
 
 
-def _new_talker(config, device: str | torch.device, dtype: torch.dtype):
+def _meta_talker(config):
+    """The talker (with code predictor) built storage-free on the meta device."""
     from .talker import Talker
 
     with torch.device("meta"):
-        talker = Talker(config.talker)
-    _materialize(talker, device, dtype)
-    talker.init_rope()
-    return talker
+        return Talker(config.talker)
 
 
 def random_init_(module: nn.Module, seed: int, std: float = 0.02) -> None:
@@ -100,7 +93,8 @@ def random_init_(module: nn.Module, seed: int, std: float = 0.02) -> None:
 
 def build_talker(config, device: str | torch.device, dtype: torch.dtype, seed: int = 0):
     """Talker (with code predictor) of the config's real size, random weights."""
-    talker = _new_talker(config, device, dtype)
+    talker = _materialize(_meta_talker(config), device, dtype)
+    talker.init_rope()
     random_init_(talker, seed)
     return talker
 
@@ -111,12 +105,8 @@ _TALKER_WHERE = "model.safetensors (talker)"
 def check_model_weights(config, state: Mapping[str, torch.Tensor] | TensorSource) -> None:
     """Every check load_talker and load_speaker_encoder make, in their order, on names and
     shapes only: no tensor data is read and no weight memory allocated."""
-    from .talker import Talker
-
     source = _talker_weights(state)
-    with torch.device("meta"):
-        talker = Talker(config.talker)
-    check_strict(talker, source, _TALKER_WHERE)
+    check_strict(_meta_talker(config), source, _TALKER_WHERE)
     if config.tts_model_type == "base":
         _checked_speaker_encoder(config, state)
     else:
@@ -159,16 +149,10 @@ def load_talker(
     before any weight is allocated: the modules it takes out are neither allocated nor read
     (quant/store.py: the float projections a saved int8 model replaces)."""
     source = _talker_weights(state)
-    if drop is None:
-        talker = _new_talker(config, device, dtype)
-        load_strict(talker, source, _TALKER_WHERE)
-        return talker
-    from .talker import Talker
-
-    with torch.device("meta"):
-        talker = Talker(config.talker)
+    talker = _meta_talker(config)
     check_strict(talker, source, _TALKER_WHERE)
-    drop(talker)
+    if drop is not None:
+        drop(talker)
     _materialize(talker, device, dtype)
     talker.init_rope()
     _fill(talker, source)

@@ -61,8 +61,6 @@ def log_mel_spectrogram(audio: torch.Tensor, cfg: MelConfig | None = None) -> to
         win_length=cfg.win_size,
         window=window,
         center=False,
-        normalized=False,
-        onesided=True,
         return_complex=True,
     )  # (B, n_fft // 2 + 1, frames)
     magnitude = torch.sqrt(torch.view_as_real(spec).pow(2).sum(-1) + 1e-9)

@@ -10,10 +10,6 @@ CustomVoice `model.preset_voice(name, instruct=None)` (names: `model.speakers`),
 `model.design_voice(instruct)`. A voice works on the type it was made for only.
 `non_streaming_mode` (generate / stream / plan) picks the official text layout; None = the
 official default of the checkpoint's type (Base False, the other two True).
-
-`stream` runs the one decode engine with one row, stepped on the caller's thread
-(tts_core.serving.run_alone): the same step, and the same numbers, as a served EngineLoop over
-`model.runner(max_batch)` with `model.request` building its requests.
 """
 
 from __future__ import annotations
@@ -140,10 +136,9 @@ class Qwen3TTSModel:
 
         folder = resolve_checkpoint(name_or_path)
         config = load_config(folder)
-        # Weights stream into the modules tensor by tensor (no state dict is held). Errors come
-        # in the order of the parts: model.safetensors, generation config, text tokenizer,
-        # codec. The codec loads before the talker: its decoder is briefly float32 (its derived
-        # tensors come from the wide weights) while little else is resident yet.
+        # Errors come in the order of the parts: model.safetensors, generation config, text
+        # tokenizer, codec. The codec loads before the talker: its decoder is briefly float32
+        # (its derived tensors come from the wide weights) while little else is resident yet.
         with load_safetensors(folder / "model.safetensors") as weights:
             check_model_weights(config, weights)
             defaults = load_generation_defaults(folder)
@@ -194,7 +189,6 @@ class Qwen3TTSModel:
         compile_stack(self.talker.code_predictor.model)
         return self
 
-    # ------------------------------------------------------------------ voices
     def silent_voice(self) -> Voice:
         """A voice needing no reference (int8 calibration): an x-vector of zeros (Base), the
         first preset (CustomVoice), no description (VoiceDesign)."""
@@ -230,7 +224,9 @@ class Qwen3TTSModel:
             )
         if self.speaker_encoder is None:
             raise RuntimeError("this model has no speaker encoder (built with from_config?)")
-        wav_24k = wav if sample_rate == SAMPLE_RATE else _resample(wav, sample_rate)
+        wav_24k = wav  # librosa's resampling (ours) as the official's
+        if sample_rate != SAMPLE_RATE:
+            wav_24k = resample(wav, int(sample_rate), SAMPLE_RATE).astype(np.float32)
         embedding = self.speaker_encoder.embed(wav_24k).to(self.device, self.dtype)
         if ref_text is None or not ref_text.strip():
             return Voice(speaker_embedding=embedding)
@@ -241,12 +237,10 @@ class Qwen3TTSModel:
         return voice
 
     def preset_voice(self, name: str, instruct: str | None = None) -> Voice:
-        """A CustomVoice checkpoint's preset speaker `name` (case-insensitive, as the
-        official), optionally with an instruction (how to speak: emotion, style, pace).
-
-        Where the official silently drops `instruct` (the 0.6B CustomVoice: config
-        `tts_model_size` "0b6"), a non-empty instruct is a ValueError instead, so a caller
-        never believes an instruction was followed when it was not."""
+        """A CustomVoice checkpoint's preset speaker `name` (case-insensitive, as the official),
+        optionally with an instruction (how to speak: emotion, style, pace); a ValueError where
+        the official silently drops it (the 0.6B CustomVoice: config `tts_model_size` "0b6"),
+        so a caller never believes an instruction was followed when it was not."""
         self._check_type("custom_voice", "preset_voice")
         if not isinstance(name, str) or name.lower() not in self.config.talker.spk_id:
             raise ValueError(f"unknown speaker {name!r}; this checkpoint has: {self.speakers}")
@@ -272,7 +266,6 @@ class Qwen3TTSModel:
                 f" (use {_VOICE_MAKER[self.model_type]})"
             )
 
-    # -------------------------------------------------------------- generation
     def generate(
         self, text: str, voice: Voice, language: str | None = "auto", **kwargs: Any
     ) -> GenerationResult:
@@ -291,20 +284,14 @@ class Qwen3TTSModel:
     def stream(
         self, text: str, voice: Voice, *args: Any, seed: int | None = None, **kwargs: Any
     ) -> SeededStream:
-        """Iterator of AudioChunks (`.seed`: the seed used); validates everything before the
-        first `next()`. `args` / `kwargs`: `request`'s (language, should_stop and the knobs by
-        name: decode_settings.Knobs' chunk sizes, greedy, sampling with the official names,
-        ...); another name is a TypeError listing them.
+        """Iterator of AudioChunks (`.seed`: the seed used, None: a random one); validates
+        everything before the first `next()`. `args` / `kwargs`: `request`'s (language,
+        should_stop and decode_settings.Knobs by name); another name is a TypeError listing them.
 
         The decode engine with one row (tts_core.serving.run_alone), stepped on the thread
-        that iterates: no thread is started, and the chunks are those a served EngineLoop
-        gives the same request. Its talker cache (prompt + frame limit positions) is made at
-        the first `next()`.
-
-        seed: per-request torch.Generator (None: a random one, returned as `.seed`).
-        should_stop: asked before every frame; when it answers True the stream ends there
-        without a final chunk (a Stop frees the model within one frame, not one chunk).
-        Closing the generator frees the request's caches at once."""
+        that iterates: the chunks are those a served EngineLoop gives the same request.
+        should_stop: asked before every frame; True ends the stream there without a final
+        chunk. Closing the generator frees the request's caches at once."""
         started = time.perf_counter()
         seed = resolve_seed(seed)
         seq = self.request(text, voice, *args, seed=seed, outbox=InlineOutbox(), **kwargs)
@@ -337,19 +324,17 @@ class Qwen3TTSModel:
         return frames()
 
     def _stepped_alone(self, seq: Qwen3Sequence) -> Iterator[Any]:
-        """What `seq` hands out, stepped on the thread that iterates by a private one-row
-        engine (`Qwen3Runner.alone`) made at the first `next()`; its size is checked against
-        the talker now. `seq` must have been made with an InlineOutbox."""
+        """What `seq` (made with an InlineOutbox) hands out, stepped on the thread that iterates
+        by a private one-row engine made at the first `next()`; its size is checked now."""
         steps = run_alone(lambda: Qwen3Runner.alone(self, seq), seq)
         self.talker.ensure_rope(seq.positions_needed())  # ValueError now: longer than the talker
         return steps
 
-    # ------------------------------------------------------------------ serving
     def runner(self, max_batch: int = 8, cache_positions: int | None = None) -> Qwen3Runner:
         """The StepModel of a served EngineLoop (serving/runner.py): `max_batch` rows over one
         talker KV arena of `cache_positions` (default max_batch * 1024), where a request
-        reserves its prompt + frame limit when admitted. Its RoPE table is a parallel op: a server
-        builds it on a thread that ends (backends/qwen3.py, engine/model_thread.py)."""
+        reserves its prompt + frame limit when admitted. Its RoPE table is a parallel op: a
+        server builds it on a thread that ends (backends/qwen3.py, engine/model_thread.py)."""
         capacity = cache_positions or max_batch * DEFAULT_POSITIONS_PER_ROW
         return Qwen3Runner(self, max_batch, capacity)
 
@@ -482,14 +467,13 @@ class Qwen3TTSModel:
         return AudioChunk(
             audio=audio.astype(np.float32, copy=False),
             frames=len(frames),
-            compute_s=compute_s + _since(clock),
+            compute_s=compute_s + (time.perf_counter() - clock),
             final=stop_reason is not None,
             stop_reason=stop_reason,
             codes=codes.cpu(),
             batch_size=batch_size,
         )
 
-    # ----------------------------------------------------------------- helpers
     def _prompt(
         self, text: str, voice: Voice, language: str | None, non_streaming_mode: bool | None = None
     ) -> Prompt:
@@ -564,8 +548,7 @@ class Qwen3TTSModel:
         return self.speech_tokenizer
 
     def _samples_per_frame(self) -> int:
-        codec = self.speech_tokenizer
-        return int(getattr(codec, "samples_per_frame", 1920))
+        return int(getattr(self.speech_tokenizer, "samples_per_frame", 1920))
 
 
 def _never() -> bool:
@@ -594,10 +577,6 @@ def _instruction(instruct: object) -> str | None:
     return instruct
 
 
-def _since(clock: float) -> float:
-    return time.perf_counter() - clock
-
-
 def _mono_float32(audio: np.ndarray) -> np.ndarray:
     wav = np.asarray(audio, dtype=np.float32)
     if wav.ndim == 2:  # (samples, channels), as the official averages the last axis
@@ -605,10 +584,6 @@ def _mono_float32(audio: np.ndarray) -> np.ndarray:
     if wav.ndim != 1 or wav.size == 0:
         raise ValueError(f"reference audio must be a non-empty mono signal, got shape {wav.shape}")
     return wav
-
-
-def _resample(wav: np.ndarray, sample_rate: int) -> np.ndarray:
-    return resample(wav, int(sample_rate), SAMPLE_RATE).astype(np.float32)  # librosa's, ours
 
 
 def load_model(
@@ -622,19 +597,17 @@ def load_model(
     warm_chunks: tuple[int, ...] = (2, 6),
 ) -> Qwen3TTSModel:
     """Hub repo id or local folder -> ready Qwen3TTSModel (`compile`: see Qwen3TTSModel.compile;
-    `cuda_graphs`: "auto" (or None) = on for CUDA, where the
-    served runner (`model.runner`) captures its decode step per batch bucket at start,
-    serving/cuda_graphs.py; `model.stream` decodes eagerly; "off" / False: eager).
+    `cuda_graphs`: "auto" (or None) = on for CUDA, where the served runner captures its decode
+    step per batch bucket at start (serving/cuda_graphs.py); "off" / False: eager).
 
     quantize: None/"none" keeps the weights in `dtype`; "int8" makes the talker's and the code
     predictor's layers 8-bit (CPU; see quantize.py); "int4" as "int8", then the code predictor
-    4-bit (int4.py); "auto" does as "int8" on a CPU where the int8
-    matmul runs faster than the float layers (quant/speed.py) and every layer keeps
-    >= 30 dB SQNR on a calibration run, else keeps `dtype` (`model.format_decision` says why),
-    and makes the code predictor 4-bit where int4.py's gate holds on this checkpoint.
-    `model.quantization` holds the report (None when not quantized). The outcome of "int8" and
-    "auto" is saved at the first load and read by the next ones (quant/store.py: no calibration
-    then; TTS_CORE_INT8_CACHE=0 turns it off).
+    4-bit (int4.py); "auto" does as "int8" on a CPU where the int8 matmul runs faster than the
+    float layers (quant/speed.py) and every layer keeps >= 30 dB SQNR on a calibration run, else
+    keeps `dtype` (`model.format_decision` says why), and makes the code predictor 4-bit where
+    int4.py's gate holds on this checkpoint. `model.quantization` holds the report (None when not
+    quantized). The outcome of "int8" and "auto" is saved at the first load and read by the next
+    ones (quant/store.py: no calibration then; TTS_CORE_INT8_CACHE=0 turns it off).
     decoder_dtype: the codec decoder's own dtype (None: `dtype`); the encoder stays as loaded
     so reference codes stay exact. warm_chunks: chunk sizes (frames) the decoder runs once on
     dummy codes at load, so a request's first chunk costs what a steady one does.

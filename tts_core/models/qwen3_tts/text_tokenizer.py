@@ -47,7 +47,8 @@ def _read_merges(path: Path) -> list[tuple[str, str]]:
 
 def _added_tokens(config: dict) -> list[tuple[int, AddedToken]]:
     tokens = []
-    for token_id, spec in sorted(config.get("added_tokens_decoder", {}).items(), key=_int_key):
+    added = config.get("added_tokens_decoder", {})
+    for token_id, spec in sorted(added.items(), key=lambda item: int(item[0])):
         token = AddedToken(
             spec["content"],
             single_word=spec.get("single_word", False),
@@ -76,15 +77,9 @@ def official_split_pattern(folder: Path) -> str:
         return PATCHED_SPLIT_PATTERN
     config = read_json_object(config_path, ValueError)
     version = config.get("transformers_version")
-    if version and _version(version) <= (4, 57, 2):
-        return QWEN2_SPLIT_PATTERN
-    if version and _version(version) >= (5, 0, 0):
+    if version and not (4, 57, 2) < _version(version) < (5, 0, 0):
         return QWEN2_SPLIT_PATTERN
     return PATCHED_SPLIT_PATTERN
-
-
-def _int_key(item: tuple[str, dict]) -> int:
-    return int(item[0])
 
 
 class TextTokenizer:

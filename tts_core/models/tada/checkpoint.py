@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..checkpoint import TensorSource, load_safetensors, load_strict
+from ..checkpoint import _Renamed, load_safetensors, load_strict
 from .config import CodecStackConfig
 
 WEIGHTS = "model.safetensors"
@@ -54,26 +54,13 @@ def resolve_folders(
 CODEC_DERIVED_BUFFERS = ("self_attn.rope_freqs", "self_attn._precomputed_mask")
 
 
-class _Filtered:
-    """A TensorSource without the keys ending in one of `endings`."""
-
-    def __init__(self, source: TensorSource, endings: tuple[str, ...]) -> None:
-        self._source = source
-        self.shapes = {k: s for k, s in source.shapes.items() if not k.endswith(endings)}
-
-    def copy_into(self, key: str, target: torch.Tensor) -> None:
-        self._source.copy_into(key, target)
-
-
 def load_module(module: nn.Module, folder: Path, dropped_endings: tuple[str, ...] = ()) -> None:
     """Fill `module` strictly from `folder/model.safetensors` (less keys ending in
     `dropped_endings`) and set eval mode."""
     path = Path(folder) / WEIGHTS
     with load_safetensors(path) as file:
-        source: TensorSource = file
-        if dropped_endings:
-            source = _Filtered(source, dropped_endings)
-        load_strict(module, source, str(path))
+        kept = {key: key for key in file.shapes if not key.endswith(dropped_endings)}
+        load_strict(module, _Renamed(file, kept), str(path))
     module.eval()
 
 

@@ -8,14 +8,9 @@
   common permutation (only the dot product's summation order changes).
 * `encoder_segment_mask`, `decoder_segment_mask`: the two (different) "v2" block masks.
 * `DACDecoder`: DAC-style CNN (conv k7, blocks of Snake + transposed conv + 3 residual units,
-  Snake, conv k7, tanh); weight-normed convs built with torch's parametrization (the checkpoint's
-  keys), folded to plain weights at load (`fold_weight_norm`: the same op every official forward
-  runs, equal bits).
+  Snake, conv k7, tanh); weight-normed convs (the checkpoint's keys), folded at load.
 
-State-dict keys are the released ones. The official attention also registers `rope_freqs` and a
-(L, L) `_precomputed_mask` as persistent buffers (L = max_seq_len, 8192 in the release); they
-are derived from constants and never used with a mask given, so the loader drops them
-(checkpoint.py, CODEC_DERIVED_BUFFERS).
+State-dict keys are the released ones, less the attention's derived buffers (checkpoint.py).
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
-from ..layers import apply_rope, inverse_frequencies, rope_cos_sin, scaled_dot_product
+from ..layers import Snake1d, apply_rope, inverse_frequencies, rope_cos_sin, scaled_dot_product
 
 ROPE_THETA = 10000.0  # LocalSelfAttention._compute_rope_freqs
 
@@ -89,13 +84,20 @@ class LocalSelfAttention(nn.Module):
             self.qkv.weight[span] = self.qkv.weight[span][rows]
             self.qkv.bias[span] = self.qkv.bias[span][rows]
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...], mask: torch.Tensor):
-        """x (B, T, C), rope cos/sin (T, D), mask (B, 1, T, T) bool -> (B, T, C)."""
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...], mask, cache=None):
+        """x (B, T, C), rope cos/sin (T, D), mask (B, 1, T, T) bool or None -> (B, T, C).
+        `cache` (streaming.py): the previous block's keys and values, attended before x's own,
+        then replaced by them."""
         batch, steps, dim = x.shape
         qkv = self.qkv(x).reshape(batch, steps, 3, self.heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            keys = k if cache.k is None else torch.cat([cache.k, k], dim=2)
+            values = v if cache.v is None else torch.cat([cache.v, v], dim=2)
+            cache.k, cache.v = k, v
+            k, v = keys, values
         out = scaled_dot_product(q, k, v, mask)
         out = self.out_proj(out.transpose(1, 2).reshape(batch, steps, dim))
         return self.layer_norm(x + out)
@@ -111,18 +113,21 @@ class LocalAttentionLayer(nn.Module):
         )
         self.norm = nn.LayerNorm(dim)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...], mask: torch.Tensor):
-        x = self.self_attn(x, rope, mask)
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, ...], mask, cache=None):
+        x = self.self_attn(x, rope, mask, cache)
         return self.norm(x + self.ffn(x))
 
 
 class LocalAttentionStack(nn.Module):
-    """hume-tada's LocalAttentionEncoder (no input_proj: d_input is never given)."""
+    """hume-tada's LocalAttentionEncoder (no input_proj: d_input is never given), of a
+    CodecStackConfig's sizes."""
 
-    def __init__(self, dim: int, layers: int, heads: int, feedforward: int) -> None:
+    def __init__(self, config) -> None:
         super().__init__()
+        dim, heads = config.hidden_dim, config.num_attn_heads
         self.layers = nn.ModuleList(
-            LocalAttentionLayer(dim, heads, feedforward) for _ in range(layers)
+            LocalAttentionLayer(dim, heads, config.attn_dim_feedforward)
+            for _ in range(config.num_attn_layers)
         )
         self.final_norm = nn.LayerNorm(dim)
         self.head_dim = dim // heads
@@ -146,17 +151,6 @@ class LocalAttentionStack(nn.Module):
 
 
 # ------------------------------------------------------------------------------- CNN (DAC-style)
-class Snake1d(nn.Module):
-    """x + sin^2(alpha x) / (alpha + 1e-9), alpha (1, C, 1): dac's snake, same op order."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
-
-
 def wn_conv(*args, **kwargs) -> nn.Conv1d:
     return weight_norm(nn.Conv1d(*args, **kwargs))
 
@@ -165,13 +159,23 @@ def wn_conv_transpose(*args, **kwargs) -> nn.ConvTranspose1d:
     return weight_norm(nn.ConvTranspose1d(*args, **kwargs))
 
 
-class ResidualUnit(nn.Module):
+class Block(nn.Module):
+    """Layers run in order, under `block` (the released keys' `...block.N`)."""
+
+    def __init__(self, *layers: nn.Module) -> None:
+        super().__init__()
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+class ResidualUnit(Block):
     """x + (Snake, conv k7 dilation d "same", Snake, conv 1x1)(x)."""
 
     def __init__(self, dim: int, dilation: int) -> None:
-        super().__init__()
         pad = (6 * dilation) // 2
-        self.block = nn.Sequential(
+        super().__init__(
             Snake1d(dim),
             wn_conv(dim, dim, 7, dilation=dilation, padding=pad),
             Snake1d(dim),
@@ -186,24 +190,18 @@ class ResidualUnit(nn.Module):
         return x + y
 
 
-class DecoderBlock(nn.Module):
+class DecoderBlock(Block):
     """Snake, transposed conv (k 2s, stride s, padding ceil(s/2)), residual units d = 1, 3, 9:
     T frames -> T s samples (s even) or T s - 1 (s odd)."""
 
     def __init__(self, in_dim: int, out_dim: int, stride: int) -> None:
-        super().__init__()
-        self.block = nn.Sequential(
+        super().__init__(
             Snake1d(in_dim),
             wn_conv_transpose(
                 in_dim, out_dim, 2 * stride, stride=stride, padding=math.ceil(stride / 2)
             ),
-            ResidualUnit(out_dim, 1),
-            ResidualUnit(out_dim, 3),
-            ResidualUnit(out_dim, 9),
+            *(ResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)),
         )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.block(x)
 
 
 class DACDecoder(nn.Module):
@@ -242,12 +240,7 @@ class TadaDecoder(nn.Module):
         super().__init__()
         self.config = config
         self.decoder_proj = nn.Linear(config.embed_dim, config.hidden_dim)
-        self.local_attention_decoder = LocalAttentionStack(
-            config.hidden_dim,
-            config.num_attn_layers,
-            config.num_attn_heads,
-            config.attn_dim_feedforward,
-        )
+        self.local_attention_decoder = LocalAttentionStack(config)
         self.wav_decoder = DACDecoder(
             config.hidden_dim, config.wav_decoder_channels, config.strides
         )
@@ -267,40 +260,29 @@ class TadaDecoder(nn.Module):
 
 
 # ------------------------------------------------------------------------------------- encoder
-class EncoderBlock(nn.Module):
+class EncoderBlock(Block):
     """Residual units d = 1, 3, 9 at dim/2, Snake, strided conv (k 2s, padding ceil(s/2)) to dim."""
 
     def __init__(self, dim: int, stride: int) -> None:
-        super().__init__()
         half = dim // 2
-        self.block = nn.Sequential(
-            ResidualUnit(half, 1),
-            ResidualUnit(half, 3),
-            ResidualUnit(half, 9),
+        super().__init__(
+            *(ResidualUnit(half, dilation) for dilation in (1, 3, 9)),
             Snake1d(half),
             wn_conv(half, dim, 2 * stride, stride=stride, padding=math.ceil(stride / 2)),
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.block(x)
 
-
-class WavEncoder(nn.Module):
+class WavEncoder(Block):
     """(B, 1, S) -> (B, latent, frames): conv k7 to `width`, blocks doubling the width at each
     stride, Snake, conv k3 to `latent`. The release: width 64 (hard-coded officially), strides
     6 5 4 4 (480 samples a frame at 24 kHz)."""
 
     def __init__(self, width: int, strides: tuple[int, ...], latent: int) -> None:
-        super().__init__()
         layers: list[nn.Module] = [wn_conv(1, width, 7, padding=3)]
         for stride in strides:
             width *= 2
             layers.append(EncoderBlock(width, stride))
-        layers += [Snake1d(width), wn_conv(width, latent, 3, padding=1)]
-        self.block = nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.block(x)
+        super().__init__(*layers, Snake1d(width), wn_conv(width, latent, 3, padding=1))
 
 
 ENCODER_TAIL_PADDING = 960  # samples of zeros appended before the wav encoder (official)
@@ -316,12 +298,7 @@ class TadaEncoder(nn.Module):
         super().__init__()
         self.config = config
         self.wav_encoder = WavEncoder(width, config.strides, config.hidden_dim)
-        self.local_attention_encoder = LocalAttentionStack(
-            config.hidden_dim,
-            config.num_attn_layers,
-            config.num_attn_heads,
-            config.attn_dim_feedforward,
-        )
+        self.local_attention_encoder = LocalAttentionStack(config)
         if config.hidden_dim != config.embed_dim:
             self.hidden_linear = nn.Linear(config.hidden_dim, config.embed_dim)
         self.pos_emb = nn.Embedding(2, config.hidden_dim)

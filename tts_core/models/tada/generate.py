@@ -1,17 +1,12 @@
 """TADA's generation loop (hume-tada TadaForCausalLM.generate / _generate, inference options
 without candidates or speed-up), on our LM, flow head and decoder.
 
-Cloning is prompt continuation. `Prompt` is the encoded reference: per prompt token its
-acoustic vector (normalised) and its 1-based frame position, the normalised transcript and the
-clip's length. `build_inputs` lays out the official sequence: BOS, the chat prefix
-(<|start_header_id|>system<|end_header_id|><|eot_id|><|start_header_id|>assistant
-<|end_header_id|>), the transcript's tokens then the target text's (the two tokenized
-separately, as the official `generate()` does; `joint_text`: as one string, see `text_tokens`),
-`shift_acoustic` <|eot_id|>; the prompt's
-acoustic vectors and durations (frames since the previous token) are aligned to that sequence
-with the prefix padded in front and the last `transition` (5) prompt tokens cut.
+Cloning is prompt continuation. `build_inputs` lays out the official sequence: BOS, the chat
+prefix, the transcript's tokens then the target text's (`text_tokens`), `shift_acoustic`
+<|eot_id|>; the prompt's acoustic vectors and durations (frames since the previous token) are
+aligned to it with the prefix padded in front and the last `transition` (5) prompt tokens cut.
 
-`generate` then runs the LM as the official: a causal prefill of the prompt part, then one step
+`Generation` then runs the LM as the official: a causal prefill of the prompt part, then one step
 per position on two rows, the text row and the unconditional row (its tokens replaced by the pad
 token except the header/turn tokens) whose hidden state is the flow head's negative condition;
 per step the flow head turns N(0, T^2) noise (acoustic dims, then duration dims: two draws) into
@@ -19,12 +14,7 @@ the acoustic vector and two Gray-coded durations, `shift_acoustic` tokens behind
 last input position samples one more token (repetition penalty, temperature, top-k, top-p, as
 the official; num_extra_steps more continue from there). Random numbers are drawn from
 `generator` in the official order (per step: acoustic noise, duration noise, then the token
-draw if any). `Generation` holds one call's state for the serving engine (serving.py).
-
-GenerateOptions' `joint_text` and `min_trim_frames` are the upstream streaming pull request's
-(HumeAI/tada #16) two generate() fixes, off by default so that the defaults stay the released
-0.1.9 behaviour the goldens pin: the transcript and text tokenized jointly with a space, and
-the leading-silence trim clamped to at least 5 frames (100 ms) when set to 5.
+draw if any).
 """
 
 from __future__ import annotations
@@ -65,12 +55,10 @@ class GenerateOptions:
     text: TextSampling = field(default_factory=TextSampling)
     transition_steps: int = 5  # num_transition_steps
     extra_steps: int = 0  # num_extra_steps
-    # The upstream streaming pull request's two generate() fixes, off by default (the official
-    # 0.1.9 behaviour): the transcript and the text tokenized as one string with a space
-    # (`text_tokens`), and the leading-silence trim at least this many frames (5: 100 ms;
-    # `leading_silence`).
-    joint_text: bool = False
-    min_trim_frames: int = 0
+    # The upstream streaming pull request's (HumeAI/tada #16) two generate() fixes, off by
+    # default so that the defaults stay the released 0.1.9 behaviour the goldens pin.
+    joint_text: bool = False  # `text_tokens`
+    min_trim_frames: int = 0  # `leading_silence`
 
 
 DEFAULT_OPTIONS = GenerateOptions()
@@ -116,25 +104,7 @@ def build_inputs(
     joint_text: bool = False,
 ) -> Inputs:
     cfg = lm.cfg
-    return _layout(
-        tokenizer, cfg, prompt, text_tokens(tokenizer, prompt.text, text, joint_text), transition
-    )
-
-
-def text_tokens(tokenizer: TadaTokenizer, prompt_text: str, text: str, joint: bool) -> list[int]:
-    """The transcript's tokens then the target text's. Official (joint False): each tokenized
-    on its own, so no BPE merge crosses the seam and the text's first word starts a fresh
-    pre-token with no leading space (".Hello" -> ".H" + "ello" upstream reports; not how the
-    model saw running text). Joint (the upstream streaming pull request's fix): the two
-    tokenized as one string, one space between them."""
-    if joint:
-        return tokenizer.encode(f"{prompt_text.rstrip()} {text.lstrip()}")
-    return tokenizer.encode(prompt_text) + tokenizer.encode(text)
-
-
-def _layout(
-    tokenizer: TadaTokenizer, cfg, prompt: Prompt, tokens: list[int], transition: int
-) -> Inputs:
+    tokens = text_tokens(tokenizer, prompt.text, text, joint_text)
     prefix = tokenizer.encode(CHAT_PREFIX)
     ids = [tokenizer.bos_id, *prefix, *tokens] + [tokenizer.eot_id] * cfg.shift_acoustic
     frames = math.ceil(prompt.audio_samples / prompt.sample_rate * FRAME_RATE)
@@ -159,6 +129,16 @@ def _layout(
     return Inputs(torch.tensor([ids]), acoustic[None], masks[None], before[None], after[None])
 
 
+def text_tokens(tokenizer: TadaTokenizer, prompt_text: str, text: str, joint: bool) -> list[int]:
+    """The transcript's tokens then the target text's. Official (joint False): each tokenized
+    on its own, so no BPE merge crosses the seam and the text's first word starts a fresh
+    pre-token with no leading space (".Hello" -> ".H" + "ello" upstream reports; not how the
+    model saw running text). Joint (the upstream fix): one string, one space between them."""
+    if joint:
+        return tokenizer.encode(f"{prompt_text.rstrip()} {text.lstrip()}")
+    return tokenizer.encode(prompt_text) + tokenizer.encode(text)
+
+
 def unconditional_ids(
     tokenizer: TadaTokenizer, ids: torch.Tensor, prompt_tokens: int
 ) -> torch.Tensor:
@@ -166,18 +146,14 @@ def unconditional_ids(
     positions) every token outside the chat headers that is not BOS, end-of-text or
     <|eot_id|> becomes the pad token."""
     ids = ids.clone()
+    special = (tokenizer.eot_id, tokenizer.bos_id, tokenizer.eos_id)
     keep, in_header = [], False
     for token in ids[0, :prompt_tokens].tolist():
-        if token == tokenizer.start_header_id:
-            in_header = True
-            keep.append(True)
-        elif token == tokenizer.end_header_id:
-            in_header = False
+        if token in (tokenizer.start_header_id, tokenizer.end_header_id):
+            in_header = token == tokenizer.start_header_id
             keep.append(True)
         else:
-            keep.append(
-                in_header or token in (tokenizer.eot_id, tokenizer.bos_id, tokenizer.eos_id)
-            )
+            keep.append(in_header or token in special)
     drop = ~torch.tensor(keep, dtype=torch.bool)
     ids[0, :prompt_tokens][drop] = tokenizer.pad_id
     return ids
@@ -293,30 +269,10 @@ def generate(
     generator: torch.Generator | None = None,
 ) -> Generated:
     """Prompt continuation with `text` (already normalised): see the module docstring."""
-    steps = generate_steps(lm, tokenizer, prompt, text, options, generator)
-    while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            return stop.value
-
-
-def generate_steps(
-    lm: TadaLM,
-    tokenizer: TadaTokenizer,
-    prompt: Prompt,
-    text: str,
-    options: GenerateOptions = DEFAULT_OPTIONS,
-    generator: torch.Generator | None = None,
-):
-    """`generate` as a generator: yields a `Frame` per step that produces an acoustic vector,
-    returns the `Generated` (StopIteration.value)."""
     run = Generation(lm, tokenizer, prompt, text, options, generator)
     run.prefill()
     while not run.done:
-        frame = run.step()
-        if frame is not None:
-            yield frame
+        run.step()
     return run.result()
 
 
@@ -413,13 +369,11 @@ class Generation:
         shift, bits = cfg.shift_acoustic, cfg.num_time_bits
         token = ids[:, step : step + 1] if step < ids.shape[1] else ids[:, -1:]
         batch_ids = token
-        if self.guided:
-            neg = (
-                token
-                if token.item() in self.structural
-                else torch.full_like(token, tokenizer.pad_id)
+        if self.guided:  # the unconditional row: the pad token unless a header/turn token
+            kept = token.item() in self.structural
+            batch_ids = torch.cat(
+                [token, token if kept else torch.full_like(token, tokenizer.pad_id)]
             )
-            batch_ids = torch.cat([token, neg])
         check_durations(self.before, self.after, cfg.num_time_classes)
         embeds = lm.embed(
             batch_ids,
@@ -432,14 +386,9 @@ class Generation:
         cond = hidden[:1]
         neg_cond = hidden[1:] if self.guided else torch.zeros_like(cond)
         generator = self.generator
-        noise = torch.cat(
-            [
-                torch.randn(1, cfg.acoustic_dim, generator=generator).to(cond)
-                * flow.noise_temperature,
-                torch.randn(1, 2 * bits, generator=generator).to(cond) * flow.noise_temperature,
-            ],
-            dim=-1,
-        )
+        acoustic_noise = torch.randn(1, cfg.acoustic_dim, generator=generator).to(cond)
+        duration_noise = torch.randn(1, 2 * bits, generator=generator).to(cond)
+        noise = torch.cat([acoustic_noise, duration_noise], dim=-1) * flow.noise_temperature
         speech = solve(
             lm.prediction_head, noise, cond, neg_cond, flow, cfg.acoustic_dim, lm.condition
         )

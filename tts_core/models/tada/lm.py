@@ -15,7 +15,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import DecoderStack, Embedding, RotaryTable, llama3_inverse_frequencies, rope_cos_sin
+from ..layers import (
+    DecoderStack,
+    Embedding,
+    RotaryTable,
+    inverse_frequencies,
+    llama3_inverse_frequencies,
+    rope_cos_sin,
+)
 from .config import LMConfig
 from .flow_head import FlowHead
 
@@ -36,8 +43,6 @@ def llama3_table(cfg: LMConfig, positions: int) -> RotaryTable:
     Llama 3's scaled frequencies when the config has rope_scaling."""
     table = RotaryTable(cfg.head_dim, cfg.rope_theta, 1)
     if cfg.rope_scaling is None:
-        from ..layers import inverse_frequencies
-
         inv_freq = inverse_frequencies(cfg.head_dim, cfg.rope_theta)
     else:
         r = cfg.rope_scaling

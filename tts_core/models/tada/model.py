@@ -84,18 +84,22 @@ class TadaModel:
 
     @classmethod
     def from_folders(
-        cls, model: str | Path, codec: str | Path, dtype: torch.dtype = torch.float32
+        cls,
+        model: str | Path,
+        codec: str | Path,
+        dtype: torch.dtype = torch.float32,
+        tokenizer: str | Path | None = None,
     ) -> TadaModel:
         """`model`: a HumeAI/tada-1b-like folder (config.json, model.safetensors, tokenizer.json);
-        `codec`: a HumeAI/tada-codec-like folder (encoder/, decoder/, aligner/)."""
-        model, codec = Path(model), Path(codec)
-        tokenizer = TadaTokenizer.from_folder(model)
+        `codec`: a HumeAI/tada-codec-like folder (encoder/, decoder/, aligner/); `tokenizer`:
+        the folder of tokenizer.json (None: `model`)."""
+        tokens = TadaTokenizer.from_folder(model if tokenizer is None else tokenizer)
         return cls(
-            tokenizer,
+            tokens,
             load_lm(model, dtype),
             load_decoder(codec, dtype),
             load_encoder(codec, dtype),
-            load_aligner(codec, tokenizer.vocab_size, dtype),
+            load_aligner(codec, tokens.vocab_size, dtype),
         )
 
     @classmethod
@@ -108,14 +112,7 @@ class TadaModel:
     ) -> TadaModel:
         """Hub ids or folders (checkpoint.resolve_folders), loaded strictly."""
         model_dir, codec_dir, tokenizer_dir = resolve_folders(model, codec, tokenizer)
-        tokens = TadaTokenizer.from_folder(tokenizer_dir)
-        return cls(
-            tokens,
-            load_lm(model_dir, dtype),
-            load_decoder(codec_dir, dtype),
-            load_encoder(codec_dir, dtype),
-            load_aligner(codec_dir, tokens.vocab_size, dtype),
-        )
+        return cls.from_folders(model_dir, codec_dir, dtype, tokenizer_dir)
 
     @torch.no_grad()
     def create_voice(
@@ -163,16 +160,12 @@ class TadaModel:
 
     def stream(self, voice: Prompt, text: str, *args: Any, **kwargs: Any) -> Iterator[TadaChunk]:
         """`generate` as TadaChunks (float32 audio at 24 kHz) while it runs; `args` / `kwargs`:
-        `request`'s (options, seed, should_stop and StreamKnobs' by name, which cut it). Each
-        chunk's tokens go through the KV-cached decoder transformer and the windowed CNN, so a
-        chunk holds the samples whose lookahead is there and the last one the rest; the first
-        chunk waits until it has samples. The leading silence (the first token's duration, at
-        least `options.min_trim_frames`) is dropped. The last chunk carries stop_reason
-        "end_of_text"; `should_stop` is asked before every step.
-
-        The engine with one row (`self.runner(1)`) on the thread that iterates: the chunks
-        are those a served loop of `self.runner(n)` gives the same request, whatever else it
-        serves."""
+        `request`'s (options, seed, should_stop and StreamKnobs' by name). A chunk holds the
+        samples whose CNN lookahead is there (the last one the rest; the first waits until it
+        has samples), less the leading silence (the first token's duration, at least
+        `options.min_trim_frames`). The last chunk carries stop_reason "end_of_text";
+        `should_stop` is asked before every step. The engine with one row on the thread that
+        iterates: the chunks a served loop of `self.runner(n)` gives the same request."""
         seq = self.request(voice, text, *args, outbox=InlineOutbox(), **kwargs)
         return run_alone(lambda: BatchEngine(self.runner(1), isolate_failures=False), seq)
 

@@ -1,16 +1,11 @@
-"""TADA on the one decode engine (tts_core/serving): its request, its chunks and its runner
-(the engine's StepModel). The model offers them (`TadaModel.runner`, `TadaModel.request`); the
-served loop is the generic `EngineLoop(model.runner(n), make_request=model.request)`.
+"""TADA on the one decode engine (tts_core/serving): its request (`TadaSequence`: one
+`generate.Generation` and one `streaming.DecoderStream`), its chunks and its runner.
 
-A request is one `generate.Generation` (its own torch.Generator, LM caches of its two rows: text
-and unconditional) and one `streaming.DecoderStream`. Prefill: the prompt part in one call, as
-`generate` does, then the steps of the prompt's transition (their frames are not decoded: about
-`transition_steps` + 1 LM and flow-head steps), so a joining request delays the running rows by
-its prefill and those steps. A decode step of the rows: per row one LM step (text and
-unconditional rows) and one flow-head solve, one decoded frame (token) per row; the engine hands
-out a chunk when its cadence is due (tokens per chunk), decoded on the row's streaming decoder
-(KV-cached transformer, windowed CNN). The last frame (the text's end: the input fixes the
-step count) ends the request with "end_of_text", its chunk carrying the decoder's tail.
+Prefill: the prompt part in one call, as `generate` does, then the prompt's transition steps
+(frames not decoded), so a joining request delays the running rows by those. A decode step: per
+row one LM step (text and unconditional rows) and one flow-head solve, one decoded frame (token);
+a due chunk is decoded on the row's streaming decoder. The text's end ends the request with
+"end_of_text", its chunk carrying the decoder's tail.
 
 Rows are stepped one by one with the calls one stream makes: TADA's per-step GEMMs have 1 or 2
 rows (text + unconditional), exactly the row counts this CPU's BLAS rounds by batch shape

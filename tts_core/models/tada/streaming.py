@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..layers import scaled_dot_product
 from .codec import TadaDecoder
 
 SAMPLES_PER_FRAME = 480  # 4 x 4 x 5 x 6 at 24 kHz
@@ -73,25 +72,9 @@ class StreamingDecoder:
         cos, sin = self.stack.rope(stream.position + n, x.dtype, x.device)
         rope = (cos[stream.position :], sin[stream.position :])
         for layer, cache in zip(self.stack.layers, stream.caches, strict=True):
-            x = self._layer(layer, cache, x, rope)
+            x = layer(x, rope, None, cache)
         stream.hidden.append(self.stack.final_norm(x)[0])
         stream.position += n
-
-    def _layer(self, layer, cache: _LayerCache, x: torch.Tensor, rope) -> torch.Tensor:
-        from ..layers import apply_rope
-
-        attn = layer.self_attn
-        batch, steps, dim = x.shape
-        qkv = attn.qkv(x).reshape(batch, steps, 3, attn.heads, attn.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        keys = k if cache.k is None else torch.cat([cache.k, k], dim=2)
-        values = v if cache.v is None else torch.cat([cache.v, v], dim=2)
-        cache.k, cache.v = k, v
-        out = scaled_dot_product(q, keys, values)
-        out = attn.out_proj(out.transpose(1, 2).reshape(batch, steps, dim))
-        x = attn.layer_norm(x + out)
-        return layer.norm(x + layer.ffn(x))
 
     def push_token(self, stream: DecoderStream, vector: torch.Tensor, before: int) -> None:
         """A token's acoustic vector (embed_dim,) with its duration: its block."""
@@ -108,7 +91,10 @@ class StreamingDecoder:
     def finish(self, stream: DecoderStream, trailing: int) -> torch.Tensor:
         """The last block (`trailing` zero frames, time_before[-1]) and every remaining sample."""
         if trailing > 0:
-            self.push_block(stream, _zeros_like_input(self.decoder, trailing, stream))
+            dtype = self.decoder.decoder_proj.weight.dtype
+            self.push_block(
+                stream, torch.zeros(trailing, self.decoder.config.embed_dim, dtype=dtype)
+            )
         stream.done = True
         return self._decode(stream, stream.position)
 
@@ -129,8 +115,3 @@ class StreamingDecoder:
 
 def _empty(stream: DecoderStream) -> torch.Tensor:
     return torch.zeros(0) if not stream.hidden else stream.hidden[0].new_zeros(0)
-
-
-def _zeros_like_input(decoder: TadaDecoder, frames: int, stream: DecoderStream) -> torch.Tensor:
-    dtype = decoder.decoder_proj.weight.dtype
-    return torch.zeros(frames, decoder.config.embed_dim, dtype=dtype)

@@ -10,7 +10,7 @@ _EXPORTS = {
     "AudioChunk": ".runner",
     "AudioVAE": ".audiovae",
     "AudioVAEConfig": ".config",
-    "CheckpointError": ".vae_checkpoint",
+    "CheckpointError": ".checkpoint",
     "ConfigError": ".config",
     "GenerationResult": ".model",
     "VAEDecoderState": ".vae_streaming",

@@ -22,16 +22,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers import Snake1d
 from .audiovae_layers import (
     CausalDecoderBlock,
     CausalEncoderBlock,
     SampleRateCondition,
-    Snake1d,
     WNCausalConv1d,
     WNCausalTransposeConv1d,
 )
+from .checkpoint import load_audiovae_state
 from .config import AudioVAEConfig, VoxCPM2Config
-from .vae_checkpoint import load_audiovae_state
 from .vae_streaming import ConvHistory, VAEDecoderState
 
 
@@ -93,9 +93,7 @@ class CausalDecoder(nn.Module):
             )
         slot = 0
         for module in self.modules():  # streaming history slots, in module order
-            if isinstance(module, WNCausalTransposeConv1d) or (
-                isinstance(module, WNCausalConv1d) and module.left_pad > 0
-            ):
+            if isinstance(module, (WNCausalConv1d, WNCausalTransposeConv1d)) and module.history > 0:
                 module.slot = slot
                 slot += 1
 
@@ -142,10 +140,11 @@ class AudioVAE(nn.Module):
         folder: str | Path,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
+        config: AudioVAEConfig | None = None,
     ) -> AudioVAE:
-        """Config from `config.json`, weights from `audiovae.safetensors` (preferred, as the
-        official loader) or `audiovae.pth`, loaded strictly (see vae_checkpoint)."""
-        vae = cls(VoxCPM2Config.from_folder(folder).audio_vae)
+        """Config from `config.json` (unless given), weights from `audiovae.safetensors`
+        (preferred, as the official loader) or `audiovae.pth`, loaded strictly (checkpoint.py)."""
+        vae = cls(config or VoxCPM2Config.from_folder(folder).audio_vae)
         load_audiovae_state(vae, folder)
         return vae.to(device=device).set_dtype(dtype).eval()
 
@@ -199,11 +198,7 @@ class AudioVAE(nn.Module):
         histories = [
             ConvHistory(
                 torch.zeros(
-                    batch_size,
-                    conv.in_channels,
-                    conv.left_pad if isinstance(conv, WNCausalConv1d) else conv.context,
-                    dtype=self.dtype,
-                    device=self.device,
+                    batch_size, conv.in_channels, conv.history, dtype=self.dtype, device=self.device
                 )
             )
             for conv in self.decoder.stateful_convs()

@@ -17,18 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..layers import Snake1d
 from .vae_streaming import VAEDecoderState
-
-
-class Snake1d(nn.Module):
-    """y = x + sin^2(alpha x) / (alpha + 1e-9), alpha (1, C, 1), in the official op order."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + (self.alpha + 1e-9).reciprocal() * torch.sin(self.alpha * x).pow(2)
 
 
 class _WeightNormed(nn.Module):
@@ -65,17 +55,17 @@ class WNCausalConv1d(_WeightNormed):
         self.out_channels = out_channels
         self.in_channels = in_channels
         self.stride, self.dilation, self.groups = stride, dilation, groups
-        self.left_pad = 2 * padding - output_padding
+        self.history = 2 * padding - output_padding  # left padding: frames a stream keeps
         self.slot = -1  # index into VAEDecoderState.histories (streaming convs only)
         self._init_weight_norm((out_channels, in_channels // groups, kernel_size), bias)
 
     def forward(self, x: torch.Tensor, state: VAEDecoderState | None = None) -> torch.Tensor:
-        if state is not None and self.left_pad > 0:
+        if state is not None and self.history > 0:
             if self.stride != 1:
                 raise RuntimeError("streaming is only defined for stride-1 convs")
             x = state.histories[self.slot].push(x)
-        elif self.left_pad > 0:
-            x = F.pad(x, (self.left_pad, 0))
+        elif self.history > 0:
+            x = F.pad(x, (self.history, 0))
         return F.conv1d(x, self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
 
 
@@ -83,7 +73,7 @@ class WNCausalTransposeConv1d(_WeightNormed):
     """Official WNCausalTransposeConv1d (kernel 2s, stride s): transposed conv, then drop the
     last `2 * ceil(s/2) - s % 2` (= s) samples, so t frames give exactly t * s samples.
 
-    Output block n depends on inputs n and n - 1 (`context` = (k - 1) // s = 1 frame), so a
+    Output block n depends on inputs n and n - 1 (`history` = (k - 1) // s = 1 frame), so a
     streaming step prepends the saved frame and keeps only the blocks of the new frames.
     """
 
@@ -94,7 +84,7 @@ class WNCausalTransposeConv1d(_WeightNormed):
         self.stride = stride
         self.kernel_size = 2 * stride
         self.trim = 2 * math.ceil(stride / 2) - stride % 2
-        self.context = (self.kernel_size - 1) // stride
+        self.history = (self.kernel_size - 1) // stride
         self.slot = -1
         # ConvTranspose1d weight is (C_in, C_out, k): the norm runs per *input* channel.
         self._init_weight_norm((in_channels, out_channels, self.kernel_size), bias=True)
@@ -107,7 +97,7 @@ class WNCausalTransposeConv1d(_WeightNormed):
         y = F.conv_transpose1d(
             state.histories[self.slot].push(x), self.weight, self.bias, self.stride
         )
-        start = self.context * self.stride
+        start = self.history * self.stride
         return y[..., start : start + new_frames * self.stride]
 
 

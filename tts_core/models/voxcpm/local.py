@@ -133,36 +133,10 @@ class EulerCFM(nn.Module):
         self.mean_mode = mean_mode
 
     def forward(
-        self,
-        z: torch.Tensor,
-        mu: torch.Tensor,
-        cond: torch.Tensor,
-        steps: int,
-        cfg_value: float,
+        self, z: torch.Tensor, mu: torch.Tensor, cond: torch.Tensor, steps: int, cfg_value: float
     ) -> torch.Tensor:
         """z (B, D, P) noise (temperature 1), mu (B, 2H), cond (B, D, P) -> patch (B, D, P)."""
-        t_span = sway_schedule(steps, z.dtype, z.device)
-        batch = z.shape[0]
-        t, dt = t_span[0], t_span[0] - t_span[1]
-        zero_init = max(1, int((steps + 1) * ZERO_INIT_FRACTION))
-        x = z
-        mu_in = torch.cat([mu, torch.zeros_like(mu)])
-        cond_in = torch.cat([cond, cond])
-        for step in range(1, steps + 1):
-            if step <= zero_init:
-                velocity = torch.zeros_like(x)
-            else:
-                t_in = t.reshape(1).expand(2 * batch)
-                dt_in = (
-                    dt.reshape(1).expand(2 * batch) if self.mean_mode else torch.zeros_like(t_in)
-                )
-                out = self.estimator(torch.cat([x, x]), mu_in, t_in, cond_in, dt_in)
-                velocity = guided_velocity(out, cfg_value)
-            x = x - dt * velocity
-            t = t - dt
-            if step < steps:
-                dt = t - t_span[step + 1]
-        return x
+        return self.solve_requests([z], [mu], [cond], steps, [cfg_value])[0]
 
     def solve_requests(
         self,
@@ -173,12 +147,12 @@ class EulerCFM(nn.Module):
         cfg_values: list[float],
         run_decoder: Callable[[list[torch.Tensor]], list[torch.Tensor]] | None = None,
     ) -> list[torch.Tensor]:
-        """`forward` for R requests at once, each of one row (z (1, D, P), mu (1, 2H), cond
-        (1, D, P)) with its own cfg value and the same `steps`: every op of a request is the op
-        `forward` makes for it alone, so its patch is bit-identical to solving it alone; only
-        the LocDiT's transformer sees every request's tokens, through `run_decoder` (a list of
-        (2, T, H) token tensors -> their final-norm hidden states; default: one call each). The
-        time token is the same for all (same t) and computed once."""
+        """The Euler solve of R requests at once, each of B rows (z (B, D, P), mu (B, 2H), cond
+        (B, D, P); B = 1 when R > 1) with its own cfg value and the same `steps`: every op of a
+        request is the op it makes alone, so its patch is bit-identical to solving it alone;
+        only the LocDiT's transformer sees every request's tokens, through `run_decoder` (a
+        list of (2B, T, H) token tensors -> their final-norm hidden states; default: one call
+        each). The time token is the same for all (same t) and computed once."""
         estimator = self.estimator
         if run_decoder is None:
             run_decoder = lambda tokens: [estimator.decoder.run(x, causal=False) for x in tokens]  # noqa: E731
@@ -193,8 +167,8 @@ class EulerCFM(nn.Module):
             if step <= zero_init:
                 velocities = [torch.zeros_like(x) for x in xs]
             else:
-                t_in = t.reshape(1).expand(2)
-                dt_in = dt.reshape(1).expand(2) if self.mean_mode else torch.zeros_like(t_in)
+                t_in = t.reshape(1).expand(2 * xs[0].shape[0])
+                dt_in = dt.expand_as(t_in) if self.mean_mode else torch.zeros_like(t_in)
                 time = estimator.time_token(t_in, dt_in)
                 tokens = [
                     estimator.tokens(torch.cat([x, x]), mu_in, time, cond_in)

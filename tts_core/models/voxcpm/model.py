@@ -14,11 +14,6 @@ the same clip as reference and prompt. Noise: one `randn((1, D, P))` per patch f
 `torch.Generator` seeded with `seed` (float32, CPU), the official draws after
 `torch.manual_seed(seed)`. Not reproduced on purpose: retry_badcase (off in the contract),
 the denoiser and text normalization (`normalize=True`).
-
-`generate` and `stream` run the serving engine (tts_core/serving, VoxCPM2's step in runner.py)
-with one row on the caller's thread (`serving.run_alone`): the patches the served loop
-(`EngineLoop(model.runner(n), make_request=model.request)`) gives the same request, whatever
-else it serves.
 """
 
 from __future__ import annotations
@@ -41,7 +36,6 @@ from .knobs import CHUNK_NAMES, VoxKnobs, VoxStreamKnobs
 from .network import DecodeState, VoxCPM2Network
 from .runner import AudioChunk, PatchChunk, Prompt, VoxRunner, VoxSequence
 from .tokenizer import VoxCPMTokenizer, normalize_target_text
-from .vae_checkpoint import load_audiovae_state
 from .vae_streaming import VAEDecoderState
 from .voice import Voice, pad_to_patches, resample, to_mono
 
@@ -90,12 +84,9 @@ class VoxCPMModel:
             )
         net = VoxCPM2Network(cfg)
         load_model_state(net, folder)
-        vae = AudioVAE(cfg.audio_vae)
-        load_audiovae_state(vae, folder)
         vae_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-        net = net.to(device=device, dtype=dtype).eval()
-        vae = vae.to(device=device).set_dtype(vae_dtype).eval()
-        return cls(cfg, net, vae, tok)
+        vae = AudioVAE.from_folder(folder, device, vae_dtype, cfg.audio_vae)
+        return cls(cfg, net.to(device=device, dtype=dtype).eval(), vae, tok)
 
     @classmethod
     def from_pretrained(
@@ -210,18 +201,15 @@ class VoxCPMModel:
         self, text: str, voice: Voice | None = None, seed: int | None = None, **kwargs: Any
     ) -> SeededStream:
         """The same audio as `generate`, decoded every `chunk_patches` patches (the first chunk
-        after `first_chunk_patches`, default the same) with a per-stream decoder state (the
-        voice's warm state cloned, or a fresh one). `kwargs`: `request`'s should_stop and
-        VoxStreamKnobs' by name (first_chunk_frames / chunk_frames, the shared knobs, are read
-        as the patch counts; a knob of another model, e.g. temperature, is a TypeError listing
-        this model's). `should_stop` is asked before every patch: True ends the stream there,
-        without decoding the patches not yet handed out. The last chunk of a stream that was
-        not stopped carries `stop_reason`.
+        after `first_chunk_patches`, default the same) on the voice's warm decoder state, cloned.
+        `kwargs`: `request`'s should_stop and VoxStreamKnobs' by name (first_chunk_frames /
+        chunk_frames read as the patch counts; another name is a TypeError listing them).
+        `should_stop` is asked before every patch: True ends the stream there. The last chunk of
+        a stream not stopped carries `stop_reason`. seed None: a random one (`.seed`).
 
-        The serving engine with one row (runner.py), stepped on the thread that iterates: the
-        chunks are those the served loop gives the same request, whatever else it serves. Bad
-        input raises now; closing the generator frees the request's caches. seed None: a
-        random one (`.seed` of the returned stream)."""
+        The engine with one row (runner.py), stepped on the thread that iterates: the chunks the
+        served loop gives the same request. Bad input raises now; closing the generator frees
+        the request's caches."""
         seed = resolve_seed(seed)
         seq = self.request(text, voice, seed, outbox=InlineOutbox(), **kwargs)
         return SeededStream(self._alone(seq), seed)
@@ -247,8 +235,7 @@ class VoxCPMModel:
         return VoxSequence(prompt, voice, sampling, cadence, stop, audio=audio, outbox=outbox)
 
     def runner(self, max_batch: int) -> VoxRunner:
-        """The engine's StepModel for this model, `max_batch` rows at most (the served loop:
-        `EngineLoop(model.runner(n), make_request=model.request)`)."""
+        """The engine's StepModel for this model, `max_batch` rows at most."""
         return VoxRunner(self, max_batch)
 
     def _alone(self, seq: VoxSequence) -> Iterator[AudioChunk | PatchChunk]:

@@ -1,9 +1,5 @@
-"""VoxCPM2 on the one decode engine (tts_core/serving): its request and its decode step.
-
-The served loop (the backend's) and `model.stream` (one row on the caller's thread) step the
-same runner: `EngineLoop(model.runner(n), make_request=model.request, ...)`,
-`serving.run_alone`. The runner reaches the model only through the instance it is given (its
-public methods); this module does not import model.py (model.py imports it).
+"""VoxCPM2 on the one decode engine (tts_core/serving): its request and its decode step. The
+runner reaches the model only through the instance it is given (its public methods).
 
 A step of the rows (`VoxRunner.decode`, spec voxcpm2.md section 9 for each row): the LM step
 each row's last patch left pending, then per row its noise (its own generator), mu and the CFM

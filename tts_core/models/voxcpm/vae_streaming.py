@@ -9,7 +9,7 @@ place, so any number of streams can share one model and a long stream never grow
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -47,8 +47,4 @@ class VAEDecoderState:
     def clone(self) -> VAEDecoderState:
         """An independent copy: a state warmed once (e.g. on a voice's context latents) can
         start many streams without decoding the warm-up again."""
-        return VAEDecoderState(
-            histories=[history.clone() for history in self.histories],
-            batch_size=self.batch_size,
-            frames_seen=self.frames_seen,
-        )
+        return replace(self, histories=[history.clone() for history in self.histories])

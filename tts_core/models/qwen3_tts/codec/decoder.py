@@ -13,7 +13,6 @@ chunk sizes ahead of the first request.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Iterable
 
@@ -249,24 +248,3 @@ class CodecDecoder(nn.Module):
             self.decode_step(codes, self.init_state(batch_size))
             seconds[frames] = time.perf_counter() - began
         return seconds
-
-
-def time_dtypes(
-    decoder: CodecDecoder, dtypes: Iterable[torch.dtype], chunk_frames: int = 6, repeats: int = 3
-) -> dict[torch.dtype, float]:
-    """Best-of-`repeats` seconds of one streaming chunk of `chunk_frames` frames in each dtype,
-    each on a copy of `decoder` (narrowing is lossy: the decoder itself is left as it was),
-    after a warm-up decode that builds that dtype's kernels. Whether bfloat16 pays depends on
-    the CPU far beyond its flags: native AVX512_BF16 halves a chunk's time, AVX-512 without it
-    converts and is ~1.6x slower than float32, AVX2 ~40x (BENCHMARKS.md, "per instruction set").
-    """
-    seconds: dict[torch.dtype, float] = {}
-    for dtype in dict.fromkeys(dtypes):
-        trial = decoder if dtype == decoder.dtype else copy.deepcopy(decoder).set_dtype(dtype)
-        with torch.inference_mode():  # (set_dtype outside it: its weights keep a version)
-            trial.warm_up((chunk_frames,))
-            seconds[dtype] = min(
-                trial.warm_up((chunk_frames,))[chunk_frames] for _ in range(repeats)
-            )
-        del trial
-    return seconds

@@ -71,7 +71,6 @@ class CausalTransConv1d(nn.Module):
         super().__init__()
         self.conv = nn.ConvTranspose1d(in_ch, out_ch, kernel, stride=stride)
         self.stride = stride
-        self.trim_right = kernel - stride
         self.history_size = math.ceil(kernel / stride) - 1
         self.in_channels = in_ch
         self.slot = -1

@@ -6,7 +6,7 @@ stream never grows memory. Zero-filled histories reproduce the zero left padding
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -53,9 +53,5 @@ class DecoderState:
     def clone(self) -> DecoderState:
         """An independent copy: a stream warmed once (e.g. on a voice's reference frames)
         can start many streams without decoding the warm-up again."""
-        return DecoderState(
-            convs=[history.clone() for history in self.convs],
-            attention=[window.clone() for window in self.attention],
-            batch_size=self.batch_size,
-            frames_seen=self.frames_seen,
-        )
+        attention = [window.clone() for window in self.attention]
+        return replace(self, convs=[history.clone() for history in self.convs], attention=attention)

@@ -1,8 +1,8 @@
 """CUDA graphs of the served decode step: `static_step` captured per batch bucket at load.
 
-On CUDA with graphs on (load_model's `cuda_graphs`: "auto" = on for CUDA, "off"; passed down
-from app.py's `--cuda-graphs` as an argument), the served runner keeps the talker's KV as fixed slots (`SlotArena`: one
-slot of `capacity // max_batch` positions per row, plus the scratch slot padded rows write to),
+On CUDA with graphs on (load_model's `cuda_graphs`), the served runner keeps the talker's KV as
+fixed slots (`SlotArena`: one slot of `capacity // max_batch` positions per row, plus the
+scratch slot padded rows write to),
 captures the step for every bucket (1, 2, 4, ... max_batch) with torch.cuda.CUDAGraph after a
 warm-up on a side stream (as the PyTorch docs ask), and replays it with the rows padded to
 their bucket. A step whose rows all have a pending talker step replays a graph; the first frame
@@ -44,8 +44,7 @@ WARMUP_STEPS = 3
 
 def resolve_cuda_graphs(setting: bool | str | None, device: torch.device | str) -> bool:
     """ "auto" / None: on for CUDA; "off" / False: off; "on" / True: on where the device is
-    CUDA (graphs do not exist elsewhere). No environment variable is read here: the setting
-    is an argument all the way down (app.py --cuda-graphs -> load_backend -> load_model)."""
+    CUDA (graphs do not exist elsewhere)."""
     value = "auto" if setting is None else str(setting).lower()
     if value not in ("auto", "on", "off", "true", "false"):
         raise ValueError(f"cuda_graphs must be auto, on or off, got {setting!r}")

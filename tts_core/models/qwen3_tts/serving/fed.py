@@ -10,12 +10,10 @@ of the whole text's token count; the KV span is reserved for `max_new_tokens` fr
 the text's length is not known at admission.
 
 `FedRequest` (over the model's served EngineLoop) is the consumer's handle: `feed(piece)`,
-`done()`, `stream`. The feeder's calls never wait (a TextInlet makes them under its lock); the
-consumer does every wait (for the prompt's text, the row built on the loop thread, the chunks),
-awaited on the event loop under run_awaiting (engine/awaiting.py), blocking elsewhere. The row is
-queued once the prefill's text is committed: x-vector mode one target token, ICL mode T2 -
-len(ref_text) tokens (T2 = reference frames + 1); a text done before that is submitted whole,
-exactly as a one-shot request.
+`done()`, `stream`. The feeder's calls never wait; the consumer does every wait (awaited on the
+event loop under run_awaiting, engine/awaiting.py). The row is queued once the prefill's text is
+committed (`model.fed_prefill_tokens`); a text done before that is submitted whole, exactly as a
+one-shot request.
 """
 
 from __future__ import annotations
@@ -133,24 +131,20 @@ class FedRequest:
 
     def feed(self, piece: str) -> None:
         """More text (any piece: a word, a character, half a word)."""
-        with self._text_in:
-            ids = self._feed.feed(piece)
-            seq = self._seq
-            if seq is None:
-                self._text_in.notify_all()
-                return
-            seq.push(ids)
-        self._loop.wake()
+        self._commit(lambda: self._feed.feed(piece), done=False)
 
     def done(self) -> None:
         """No more text: the rest is committed, then tts_eos."""
+        self._commit(self._feed.finish, done=True)
+
+    def _commit(self, take: Callable[[], list[int]], done: bool) -> None:
+        """`take()`'s committed ids to the row (the consumer woken while none is queued)."""
         with self._text_in:
-            rest = self._feed.finish()
-            seq = self._seq
-            if seq is None:
+            ids = take()
+            if self._seq is None:
                 self._text_in.notify_all()
                 return
-            seq.push(rest, done=True)
+            self._seq.push(ids, done=done)
         self._loop.wake()
 
     @property

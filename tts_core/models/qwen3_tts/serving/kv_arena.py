@@ -65,22 +65,17 @@ class SpanAllocator:
         self._free = merged
 
 
-class KVArena:
+class KVArena(SpanAllocator):
+    """The spans of `capacity` positions over one preallocated cache per layer of `stack`."""
+
     def __init__(
         self, stack: DecoderStack, capacity: int, dtype: torch.dtype, device: torch.device
     ) -> None:
-        self.capacity = int(capacity)
+        super().__init__(capacity)
         cfg = stack.cfg
         shape = (1, cfg.num_key_value_heads, self.capacity, cfg.head_dim)
         empty = lambda: torch.empty(shape, dtype=dtype, device=device)  # noqa: E731
         self.layers = [KVCache.over(empty(), empty()) for _ in stack.layers]
-        self.allocator = SpanAllocator(self.capacity)
-
-    def allocate(self, length: int) -> Span | None:
-        return self.allocator.allocate(length)
-
-    def free(self, span: Span) -> None:
-        self.allocator.free(span)
 
     def caches(self, span: Span) -> list[KVCache]:
         """Per-layer (1, kv, span.length, D) caches over the span's storage."""

@@ -1,10 +1,7 @@
-"""One Qwen3-TTS request inside the engine: everything that differs from row to row.
-
-On top of the engine's books (tts_core/serving/sequence.py: cadence, frame limit, pending frames,
-stop, outbox): its own prompt and position, sampling parameters, random generator, c0 history
-(repetition penalty), stop ids, span of the KV cache and codec-decoder state. A request made
-with `audio=False` (`model.frames`) has no decoder state: its outbox receives lists of code
-frames instead of AudioChunks, and no codec is needed.
+"""One Qwen3-TTS request inside the engine: everything that differs from row to row, on top of
+the engine's books (tts_core/serving/sequence.py). A request made with `audio=False`
+(`model.frames`) has no decoder state: its outbox receives lists of code frames instead of
+AudioChunks, and no codec is needed.
 """
 
 from __future__ import annotations
@@ -60,7 +57,6 @@ class Qwen3Sequence(Sequence):
         # start of the row's next decode step (Qwen3Runner.decode)
         self.awaiting_step: torch.Tensor | None = None
 
-    # ------------------------------------------------------------------ lifecycle
     def positions_needed(self) -> int:
         return self.prompt_len + max(self.limit, 1)
 
@@ -92,7 +88,6 @@ class Qwen3Sequence(Sequence):
         self.status = Status.DONE
         return span
 
-    # ------------------------------------------------------------------ decoding
     def choose_c0(self) -> torch.Tensor:
         """(1,) c0 of the next frame from the pending logits."""
         return self.sampler(self.logits, self.history[:, : self.frames])
