@@ -398,7 +398,7 @@ def build_engine(args: argparse.Namespace, report: Callable[..., None]):  # noqa
     if getattr(args, "replicas", None):
         from tts_core.scale import replica_engine  # Ray is imported only here
 
-        return replica_engine(args)
+        return replica_engine(args, "app:build_engine")  # each replica imports this function
     from tts_core.backends import load_backend
     from tts_core.engine import Engine, EngineConfig, Limits
     from tts_core.engine.loading import WARMING

@@ -40,7 +40,7 @@ def test_replica_engine_deploys_with_this_processes_thread_count(monkeypatch) ->
 
     def capture(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         built.append(real(*args, **kwargs))
-        return SimpleNamespace(bind=lambda replica_args: bound.append(replica_args))
+        return SimpleNamespace(bind=lambda replica_args, build: bound.append(replica_args))
 
     info = {
         "model": "m",
@@ -64,7 +64,8 @@ def test_replica_engine_deploys_with_this_processes_thread_count(monkeypatch) ->
     monkeypatch.setattr(ray, "cluster_resources", lambda: {})
     monkeypatch.setattr(serve, "start", lambda **kwargs: None)
     monkeypatch.setattr(serve, "run", lambda application, **kwargs: handle)
-    engine = scale.replica_engine(app.parse_args(["--model", "espeak", "--replicas", "2"]))
+    args = app.parse_args(["--model", "espeak", "--replicas", "2"])
+    engine = scale.replica_engine(args, "app:build_engine")
     threads = str(torch.get_num_threads())
     assert built[0].ray_actor_options["runtime_env"]["env_vars"]["OMP_NUM_THREADS"] == threads
     assert bound[0]["torch_threads"] == torch.get_num_threads()

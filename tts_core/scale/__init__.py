@@ -1,10 +1,11 @@
 """Engine replicas on Ray Serve (`python app.py --replicas N`); optional extra `scale`.
 
-`replica_engine(args)` starts (or joins, `--ray-address`) a Ray cluster, deploys the engine as
-`--replicas` replicas (autoscaled between `--min-replicas` and `--max-replicas` when given),
-one GPU each where there are GPUs, and returns the ingress's Engine: the page, gradio_client,
-the PCM route and /v1 in front of them, unchanged (ReplicaBackend). Nothing here is imported
-without `--replicas`.
+`replica_engine(args, builder)` starts (or joins, `--ray-address`) a Ray cluster, deploys the
+engine as `--replicas` replicas (autoscaled between `--min-replicas` and `--max-replicas` when
+given), one GPU each where there are GPUs, and returns the ingress's Engine: the page,
+gradio_client, the PCM route and /v1 in front of them, unchanged (ReplicaBackend). Each replica
+builds its engine with `builder`, which the composition root names ("app:build_engine"), so
+nothing here imports app.py. Nothing here is imported without `--replicas`.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Any
 APP_NAME = "tts"  # the Serve application holding the replicas
 
 
-def replica_engine(args: argparse.Namespace, address: str | None = None) -> Any:  # noqa: ANN401
+def replica_engine(args: argparse.Namespace, builder: str, address: str | None = None) -> Any:  # noqa: ANN401
     """The ingress's Engine over `args.replicas` EngineReplica deployments (Ray started or
-    joined here)."""
+    joined here), each built in its own process by `builder` ("module:function", importable
+    there: the composition root's build_engine(args, report))."""
     import ray
     import torch
     from ray import serve
@@ -31,7 +33,7 @@ def replica_engine(args: argparse.Namespace, address: str | None = None) -> Any:
 
     if not ray.is_initialized():
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = {"env_vars": {"PYTHONPATH": root}}  # the replicas import app.build_engine
+        env = {"env_vars": {"PYTHONPATH": root}}  # the replicas import the builder
         _init_on_lasting_thread(address=address or args.ray_address, runtime_env=env)
     serve.start(proxy_location="Disabled")  # no HTTP of Ray's own: this process is the ingress
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 and args.device != "cpu" else 0
@@ -43,7 +45,7 @@ def replica_engine(args: argparse.Namespace, address: str | None = None) -> Any:
     app = deployment(
         args.replicas, args.min_replicas, args.max_replicas, gpus, per_replica, threads
     )
-    handle = serve.run(app.bind(replica_args), name=APP_NAME, route_prefix=None)
+    handle = serve.run(app.bind(replica_args, builder), name=APP_NAME, route_prefix=None)
     info = handle.info.remote().result()
     backend = ReplicaBackend(handle, info, args.max_replicas or args.replicas)
     limits = Limits(max_chars=args.max_chars, max_reference_s=args.max_reference_seconds)

@@ -13,6 +13,7 @@ shows as `torch_threads`. Several CPU replicas on one machine then share its cor
 from __future__ import annotations
 
 import argparse
+import importlib
 import threading
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -27,13 +28,14 @@ from ..engine.requests import ModelVoice
 
 
 class EngineReplica:
-    """Builds the engine in the replica's process (app.build_engine: the same flags)."""
+    """Builds the engine in the replica's process with the builder the composition root names
+    ("module:function", app.py's build_engine: the same flags, not a copy of it)."""
 
-    def __init__(self, args: dict[str, Any]) -> None:
+    def __init__(self, args: dict[str, Any], builder: str) -> None:
         import torch
 
-        from app import build_engine  # the composition root's engine, not a copy of it
-
+        module, _, name = builder.partition(":")
+        build_engine = getattr(importlib.import_module(module), name)
         args = dict(args)
         threads = args.pop("torch_threads", None)
         if threads and torch.get_num_threads() != threads:  # OMP_NUM_THREADS not honoured
