@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from build_talker import greedy_kwargs
-from oracle_hooks import Capture, RvqDistances, talker_choice_logits
+from oracle_hooks import Capture, RvqDistances, official_mel, talker_choice_logits, tts_pad
 from pure_fp64 import pure_float64
 from qwen_tts import Qwen3TTSModel
 from qwen_tts.inference.qwen3_tts_model import VoiceClonePromptItem
@@ -81,8 +81,6 @@ def _decode64(tts, codes: torch.Tensor) -> torch.Tensor:
 def float64_run(folder: Path, cases, ref_audio, clip16_path: Path, tensors, f32) -> dict:
     """`f32`: float32-run records {"rvq": [dists], "rvq16": [...], "cp_logits": [...],
     "<key>": Captured}. Returns {"codes_agree", "fp32_error", "decision_margins", "audio"}."""
-    from make_goldens import official_mel, tts_pad
-
     with pure_float64():
         tts = Qwen3TTSModel.from_pretrained(str(folder), dtype=F64)
         with RvqDistances() as rvq:
