@@ -19,7 +19,7 @@ from tts_core.backends.voxcpm import KNOBS as VOXCPM_KNOBS
 from tts_core.models.contract import read_knobs
 from tts_core.models.qwen3_tts.config import GenerationDefaults
 from tts_core.models.qwen3_tts.decode_settings import Knobs
-from tts_core.models.tada.generate import DEFAULT_OPTIONS
+from tts_core.models.tada.generate import DEFAULT_OPTIONS, served_options
 from tts_core.models.tada.knobs import TadaKnobs
 from tts_core.models.tada.model import StreamKnobs, TadaModel
 from tts_core.models.voxcpm.model import CHUNK_NAMES, VoxKnobs, VoxStreamKnobs
@@ -103,8 +103,8 @@ def test_each_served_knob_is_a_field_of_the_models_declaration(declared, kind):
 def test_tadas_served_knobs_make_its_generate_options():
     """TadaKnobs (the served declaration: backends/tada.py's knobs) at its defaults is the
     official InferenceOptions; each value lands in its field."""
-    assert TadaKnobs().options() == DEFAULT_OPTIONS
-    options = TadaKnobs(flow_steps=3, acoustic_cfg=1.0, temperature=0.5, top_p=0.8).options()
+    assert served_options(TadaKnobs()) == DEFAULT_OPTIONS
+    options = served_options(TadaKnobs(flow_steps=3, acoustic_cfg=1.0, temperature=0.5, top_p=0.8))
     assert (options.flow.steps, options.flow.acoustic_cfg) == (3, 1.0)
     assert (options.text.temperature, options.text.top_p) == (0.5, 0.8)
     assert options.text.top_k == DEFAULT_OPTIONS.text.top_k
