@@ -19,41 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.backend import ReferenceNeeds
-from ..engine.knobs import Knob, sampling_knobs
-from .chatterbox import KNOBS as TURBO_KNOBS
-from .chatterbox import WATERMARK_KNOB, ChatterboxBackend
+from ..engine.knobs import knobs_of
+from ..models.chatterbox.knobs import EnglishServed
+from .chatterbox import ChatterboxBackend
 
-SAMPLING_KNOBS = ("temperature", "min_p", "top_p", "repetition_penalty")
-CHUNK_KNOBS = tuple(k for k in TURBO_KNOBS if k.name in ("first_chunk_tokens", "chunk_tokens"))
 # The official English generate()'s knobs: exaggeration and guidance, the shared sampling knobs
-# (defaults: EnglishSampling's, the official's), Turbo's S3Gen chunk sizes (same streaming code).
-KNOBS = (
-    Knob(
-        "exaggeration",
-        float,
-        0.0,
-        2.0,
-        default=0.5,
-        label="Exaggeration",
-        step=0.05,
-        ui_range=(0.25, 2.0),
-        help="Emotion intensity: 0.5 is neutral, higher is more expressive.",
-    ),
-    Knob(
-        "cfg_weight",
-        float,
-        0.0,
-        2.0,
-        label="CFG weight",
-        step=0.05,
-        ui_range=(0.0, 1.0),
-        help="Classifier-free guidance on the text: lower speaks slower and looser; 0 turns "
-        "guidance off (one pass instead of two).",
-    ),
-    *sampling_knobs(*SAMPLING_KNOBS),
-    *CHUNK_KNOBS,
-    WATERMARK_KNOB,  # Turbo's (the stream is Turbo's backend's)
-)
+# (defaults: the official's), Turbo's S3Gen chunk sizes and watermark (same streaming code)
+KNOBS = knobs_of(EnglishServed)
 
 DESCRIPTION = (
     "Chatterbox (original English model) voice cloning from the reference clip alone (a "
