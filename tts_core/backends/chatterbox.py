@@ -9,9 +9,8 @@ Streamed chunks carry the Perth watermark (knob `watermark`, on by default, with
 installed): each chunk is marked with 0.25 s of context and a 40 ms tail crossfaded into the
 next pass (audio/perth_watermark.py StreamWatermarker: no clicks at the joins, measured in
 BENCHMARKS.md); `model.generate(watermark=True)` gives the official's whole-clip watermark.
-Every request goes through the backend's served loop (backends/neural.py: continuous batching
-on the one decode engine, up to `max_batch` streams stepped together on one loop thread, each
-bit-identical to the same request's `model.stream`), which makes the voices too.
+Every request goes through the backend's served loop (backends/neural.py: continuous batching,
+each stream bit-identical to the same request's `model.stream`), which makes the voices too.
 Cloning takes the reference clip alone (no transcript); with no clip the checkpoint's built-in
 voice (conds.pt) speaks. The English model's backend (chatterbox_english.py) is this class with
 its own model and knobs, which reach the model's request by name.
@@ -35,9 +34,7 @@ from ..serving import RequestStream
 from .neural import NeuralBackend
 
 SAMPLES_PER_TOKEN = 960  # 40 ms at 24 kHz
-# The sampling knobs (defaults: the official Turbo generate()'s), S3Gen's chunk sizes (in place
-# of the shared ones: `capabilities`), the Perth watermark (audio/perth_watermark.py)
-KNOBS = knobs_of(TurboServed)
+KNOBS = knobs_of(TurboServed)  # the sampling, S3Gen's chunk sizes (`capabilities`), watermark
 
 # Turbo's shortest reference (exclusive): the official's assert, which
 # models/chatterbox/cloning.MIN_SECONDS makes (not imported here: that module loads torch)

@@ -1,8 +1,6 @@
-"""Both Chatterbox models' knobs by name, declared once and without torch: the backends make
-their served knobs from these at import (engine/knobs.py `knobs_of`; a field named as a shared
-sampling knob is served as that knob). Each official generate()'s sampling values
-(sampling.py's TurboSampling / EnglishSampling add the logits processors), the stream's S3Gen
-chunk sizes (chunking.py `ChunkKnobs`), English's exaggeration and the backends' watermark."""
+"""Both Chatterbox models' knobs by name, declared once and without torch: the backends' knobs
+are made from these at import (engine/knobs.py `knobs_of`). sampling.py's TurboSampling and
+EnglishSampling add the logits processors to these values."""
 
 from __future__ import annotations
 
@@ -89,12 +87,12 @@ class Watermark:
 
 
 # What each backend serves, in this order (the Gradio API's positional parameters): a dataclass
-# collects its bases' fields last base first.
+# collects its bases' fields last base first (English: exaggeration, cfg_weight, the sampling...)
 @dataclass(frozen=True)
 class TurboServed(Watermark, TurboKnobs):
-    """Turbo's sampling, the chunk sizes, the watermark."""
+    """Turbo's backend's knobs."""
 
 
 @dataclass(frozen=True)
 class EnglishServed(Watermark, EnglishKnobs, Exaggeration):
-    """exaggeration, English's sampling (cfg_weight first), the chunk sizes, the watermark."""
+    """The English backend's knobs."""

@@ -1,7 +1,6 @@
 """What a served TADA request sets by name (`TadaKnobs`), with hume-tada 0.1.9's InferenceOptions
-defaults, written here once (flow_head.py's FlowOptions and generate.py's TextSampling read them;
-generate.served_options builds a request's options); the flow head's carry their served range
-and labels (contract.knob). No torch: the backend reads them at import."""
+defaults, written only here (FlowOptions and TextSampling read them); the flow head's carry their
+served range and labels (contract.knob). No torch: the backend reads them at import."""
 
 from __future__ import annotations
 
