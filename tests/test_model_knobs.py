@@ -14,12 +14,16 @@ from pathlib import Path
 import pytest
 
 import tts_core
+from tts_core.backends.chatterbox import KNOBS as TURBO_KNOBS
+from tts_core.backends.chatterbox_english import KNOBS as ENGLISH_KNOBS
 from tts_core.backends.qwen3 import KNOBS as QWEN3_KNOBS
 from tts_core.backends.voxcpm import KNOBS as VOXCPM_KNOBS
+from tts_core.models.chatterbox.chunking import StreamChunking
+from tts_core.models.chatterbox.knobs import EnglishKnobs, TurboKnobs
 from tts_core.models.contract import read_knobs
 from tts_core.models.qwen3_tts.config import GenerationDefaults
 from tts_core.models.qwen3_tts.decode_settings import Knobs
-from tts_core.models.tada.generate import DEFAULT_OPTIONS
+from tts_core.models.tada.generate import DEFAULT_OPTIONS, served_options
 from tts_core.models.tada.knobs import TadaKnobs
 from tts_core.models.tada.model import StreamKnobs, TadaModel
 from tts_core.models.voxcpm.model import CHUNK_NAMES, VoxKnobs, VoxStreamKnobs
@@ -100,11 +104,30 @@ def test_each_served_knob_is_a_field_of_the_models_declaration(declared, kind):
         assert knob.default is None or knob.default == defaults[knob.name], knob.name
 
 
+@pytest.mark.parametrize(
+    ("served", "kind", "own"),
+    [(TURBO_KNOBS, TurboKnobs, ()), (ENGLISH_KNOBS, EnglishKnobs, ("exaggeration",))],
+)
+def test_chatterbox_serves_its_models_declaration(served, kind, own):
+    """A Chatterbox backend's knobs are made from its model's declaration (models/chatterbox/
+    knobs.py): the model's knobs by name, besides the watermark the backend applies (and
+    English's exaggeration, `stream`'s own argument); the chunk sizes served at StreamChunking's
+    defaults, the declared ones the model's."""
+    assert {knob.name for knob in served} == {*names(kind), *own, "watermark"}
+    defaults = {knob.name: knob.default for knob in served if knob.default is not None}
+    chunking = StreamChunking()
+    assert defaults["first_chunk_tokens"] == chunking.first_tokens
+    assert defaults["chunk_tokens"] == chunking.chunk_tokens
+    model_defaults = dataclasses.asdict(kind())
+    for name in set(defaults) & set(model_defaults) - {"first_chunk_tokens", "chunk_tokens"}:
+        assert defaults[name] == model_defaults[name], name
+
+
 def test_tadas_served_knobs_make_its_generate_options():
     """TadaKnobs (the served declaration: backends/tada.py's knobs) at its defaults is the
     official InferenceOptions; each value lands in its field."""
-    assert TadaKnobs().options() == DEFAULT_OPTIONS
-    options = TadaKnobs(flow_steps=3, acoustic_cfg=1.0, temperature=0.5, top_p=0.8).options()
+    assert served_options(TadaKnobs()) == DEFAULT_OPTIONS
+    options = served_options(TadaKnobs(flow_steps=3, acoustic_cfg=1.0, temperature=0.5, top_p=0.8))
     assert (options.flow.steps, options.flow.acoustic_cfg) == (3, 1.0)
     assert (options.text.temperature, options.text.top_p) == (0.5, 0.8)
     assert options.text.top_k == DEFAULT_OPTIONS.text.top_k

@@ -9,9 +9,8 @@ Streamed chunks carry the Perth watermark (knob `watermark`, on by default, with
 installed): each chunk is marked with 0.25 s of context and a 40 ms tail crossfaded into the
 next pass (audio/perth_watermark.py StreamWatermarker: no clicks at the joins, measured in
 BENCHMARKS.md); `model.generate(watermark=True)` gives the official's whole-clip watermark.
-Every request goes through the backend's served loop (backends/neural.py: continuous batching
-on the one decode engine, up to `max_batch` streams stepped together on one loop thread, each
-bit-identical to the same request's `model.stream`), which makes the voices too.
+Every request goes through the backend's served loop (backends/neural.py: continuous batching,
+each stream bit-identical to the same request's `model.stream`), which makes the voices too.
 Cloning takes the reference clip alone (no transcript); with no clip the checkpoint's built-in
 voice (conds.pt) speaks. The English model's backend (chatterbox_english.py) is this class with
 its own model and knobs, which reach the model's request by name.
@@ -28,58 +27,14 @@ import numpy as np
 
 from ..engine.backend import BackendChunk, ReferenceNeeds, SynthesisParams, Voice
 from ..engine.errors import InputError
-from ..engine.knobs import Knob, sampling_knobs
-from ..models.chatterbox.chunking import StreamChunking
+from ..engine.knobs import knobs_of
 from ..models.chatterbox.config import DEFAULT_MAX_BATCH
+from ..models.chatterbox.knobs import TurboServed
 from ..serving import RequestStream
 from .neural import NeuralBackend
 
 SAMPLES_PER_TOKEN = 960  # 40 ms at 24 kHz
-DEFAULT_CHUNKING = StreamChunking()
-SAMPLING_KNOBS = ("temperature", "top_k", "top_p", "repetition_penalty")
-# --- Perth watermark of the stream (audio/perth_watermark.py; measured in BENCHMARKS.md) ---
-WATERMARK_KNOB = Knob(
-    "watermark",
-    int,
-    0,
-    1,
-    default=1,
-    label="Perth watermark (1: on)",
-    step=1,
-    help="1: the streamed audio carries Resemble's Perth watermark, as the official marks "
-    "its clips (needs the package resemble-perth); 0: no watermark.",
-)
-# The shared sampling knobs (their defaults: the official Turbo generate()'s, TurboSampling's;
-# sampling_defaults), then the streaming chunk sizes; declared once here for page, API, checks.
-KNOBS = (
-    *sampling_knobs(*SAMPLING_KNOBS),
-    # S3Gen's chunking (StreamChunking): a chunk is a pass, in place of the shared chunk sizes
-    # (`capabilities`). One token = 40 ms of audio; each pass re-runs the flow.
-    Knob(
-        "first_chunk_tokens",
-        int,
-        1,
-        200,
-        default=DEFAULT_CHUNKING.first_tokens,
-        label="First S3Gen chunk (tokens)",
-        step=1,
-        ui_range=(4, 100),
-        help="Speech tokens before the first audio is made: fewer start sooner, but the "
-        "first audio is shorter and each pass costs a flow run.",
-    ),
-    Knob(
-        "chunk_tokens",
-        int,
-        1,
-        400,
-        default=DEFAULT_CHUNKING.chunk_tokens,
-        label="Later S3Gen chunks (tokens)",
-        step=1,
-        ui_range=(4, 200),
-        help="Speech tokens between later passes: more cost fewer flow runs.",
-    ),
-    WATERMARK_KNOB,
-)
+KNOBS = knobs_of(TurboServed)  # the sampling, S3Gen's chunk sizes (`capabilities`), watermark
 
 # Turbo's shortest reference (exclusive): the official's assert, which
 # models/chatterbox/cloning.MIN_SECONDS makes (not imported here: that module loads torch)
@@ -179,5 +134,5 @@ def preload_watermark() -> None:
     resemble-perth is installed, so the first request does not load it."""
     from ..audio.perth_watermark import perth_available, shared_watermarker
 
-    if WATERMARK_KNOB.default and perth_available():
+    if TurboServed.watermark and perth_available():
         shared_watermarker()

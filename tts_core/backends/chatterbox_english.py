@@ -4,14 +4,10 @@ engine's Backend interface.
 Streamed as Turbo streams (models/chatterbox/streaming.py): T3 draws the official's tokens for
 the seed, S3Gen (the regular 10-step CFM with guidance) re-runs over prompt + tokens so far and
 hands out the stable audio, HiFT carried across chunks; the clip approximates the whole pass and
-carries the Perth watermark per chunk as Turbo's (knob `watermark`). Every request goes through
-the model's served loop (continuous batching on the one decode engine, the model's requests
-`EnglishSequence`: up to `max_batch` streams step together on one loop thread, each
-bit-identical to the same request's `model.stream`), which makes the voices too; the rest is
-Turbo's backend (chatterbox.py), whose subclass this is.
-Cloning takes the reference clip alone (no transcript, no length limit: the English
-prepare_conditionals has none); with no clip the checkpoint's built-in voice (conds.pt) speaks.
-The knobs are the English generate()'s: exaggeration and cfg_weight besides the sampling values.
+carries the Perth watermark per chunk as Turbo's (knob `watermark`). The rest, the served loop
+included (the model's requests `EnglishSequence`), is Turbo's backend (chatterbox.py), whose
+subclass this is. Cloning takes the reference clip alone (no transcript, no length limit: the
+English prepare_conditionals has none); with no clip the checkpoint's built-in voice speaks.
 """
 
 from __future__ import annotations
@@ -19,41 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.backend import ReferenceNeeds
-from ..engine.knobs import Knob, sampling_knobs
-from .chatterbox import KNOBS as TURBO_KNOBS
-from .chatterbox import WATERMARK_KNOB, ChatterboxBackend
+from ..engine.knobs import knobs_of
+from ..models.chatterbox.knobs import EnglishServed
+from .chatterbox import ChatterboxBackend
 
-SAMPLING_KNOBS = ("temperature", "min_p", "top_p", "repetition_penalty")
-CHUNK_KNOBS = tuple(k for k in TURBO_KNOBS if k.name in ("first_chunk_tokens", "chunk_tokens"))
-# The official English generate()'s knobs: exaggeration and guidance, the shared sampling knobs
-# (defaults: EnglishSampling's, the official's), Turbo's S3Gen chunk sizes (same streaming code).
-KNOBS = (
-    Knob(
-        "exaggeration",
-        float,
-        0.0,
-        2.0,
-        default=0.5,
-        label="Exaggeration",
-        step=0.05,
-        ui_range=(0.25, 2.0),
-        help="Emotion intensity: 0.5 is neutral, higher is more expressive.",
-    ),
-    Knob(
-        "cfg_weight",
-        float,
-        0.0,
-        2.0,
-        label="CFG weight",
-        step=0.05,
-        ui_range=(0.0, 1.0),
-        help="Classifier-free guidance on the text: lower speaks slower and looser; 0 turns "
-        "guidance off (one pass instead of two).",
-    ),
-    *sampling_knobs(*SAMPLING_KNOBS),
-    *CHUNK_KNOBS,
-    WATERMARK_KNOB,  # Turbo's (the stream is Turbo's backend's)
-)
+KNOBS = knobs_of(EnglishServed)  # the English generate()'s, Turbo's chunk sizes and watermark
 
 DESCRIPTION = (
     "Chatterbox (original English model) voice cloning from the reference clip alone (a "

@@ -96,10 +96,12 @@ class TadaBackend(NeuralBackend):
     ) -> RequestStream:
         """model.request's arguments: the knobs as GenerateOptions, the chunk sizes in tokens
         (`language` is ignored)."""
+        from ..models.tada.generate import served_options
+
         return self.loop.submit(
             voice,
             text,
-            options=TadaKnobs(**self.knob_values(params)).options(),
+            options=served_options(TadaKnobs(**self.knob_values(params))),
             seed=params.seed,
             first_chunk_tokens=params.first_chunk_frames,
             chunk_tokens=params.chunk_frames,

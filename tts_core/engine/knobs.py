@@ -236,19 +236,16 @@ SAMPLING_KNOBS = {
 }
 
 
-def sampling_knobs(*names: str) -> tuple[Knob, ...]:
-    """The shared sampling knobs of `names`, in that order (KeyError for an unknown one)."""
-    return tuple(SAMPLING_KNOBS[name] for name in names)
-
-
 def knobs_of(declaration: type) -> tuple[Knob, ...]:
     """The served knobs of a model's dataclass of knobs, in its field order: a field declared
-    with `contract.knob` (its type and default the field's), and a field named as a sampling
-    knob (SAMPLING_KNOBS' declaration; the field's default is the backend's `knob_defaults`)."""
+    with `contract.knob` (its type the field's, its default the field's unless it declares a
+    served one), and a field named as a sampling knob (SAMPLING_KNOBS' declaration; the field's
+    default is the backend's `knob_defaults`)."""
     found = []
     for item in fields(declaration):
         if KNOB in item.metadata:
-            found.append(Knob(item.name, _kind(item), default=item.default, **item.metadata[KNOB]))
+            declared = {"default": item.default, **item.metadata[KNOB]}
+            found.append(Knob(item.name, _kind(item), **declared))
         elif item.name in SAMPLING_KNOBS:
             found.append(SAMPLING_KNOBS[item.name])
     return tuple(found)

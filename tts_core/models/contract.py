@@ -28,11 +28,11 @@ SEED_LIMIT = 2**32  # the seed knob's range is [0, 2**32 - 1] (engine/knobs.py; 
 KNOB = "knob"  # a dataclass field's metadata key: its served range and labels (`knob`)
 
 
-def knob(default: float | None, low: float, high: float, **shown: Any) -> Any:
-    """A knob field served to every surface: its default, its valid range [low, high] and
-    `shown`: engine/knobs.py Knob's label, help, step, ui_range, ... (the field's annotation
-    says int or float)."""
-    return field(default=default, metadata={KNOB: {"low": low, "high": high, **shown}})
+def knob(value: float | None, low: float, high: float, **shown: Any) -> Any:
+    """A knob field served to every surface: its default `value`, its valid range [low, high]
+    and `shown`: engine/knobs.py Knob's label, help, step, ui_range, ... and `default` where the
+    served one is not the field's (the field's annotation says int or float)."""
+    return field(default=value, metadata={KNOB: {"low": low, "high": high, **shown}})
 
 
 def resolve_seed(seed: int | None) -> int:

@@ -16,6 +16,7 @@ from ..audio import SAMPLE_RATE
 from ..audio.decode import AudioDecodeError, DataUrlTooLarge, decode_data_url
 from ..engine import InputError, Limits, SynthesisParams, SynthesisRequest
 from ..engine.backend import Backend
+from ..engine.capabilities import TASK_TYPES
 from ..engine.errors import shown
 from ..engine.requests import ModelVoice
 from ..engine.validation import prepare_reference, printable
@@ -29,9 +30,6 @@ from .voices import MODEL_VOICE, Viewer
 # the engine's field names -> this API's
 API_PARAMS = {"text": "input", "reference": "voice", "reference_text": "voice"}
 REF_PARAMS = {"text": "input", "reference": "ref_audio", "reference_text": "ref_text"}
-# vLLM-Omni's task types: Qwen3-TTS Base (cloning: every other backend too), CustomVoice
-# (a preset `voice`, `instructions` optional), VoiceDesign (`instructions` describe the voice)
-TASK_TYPES = ("Base", "CustomVoice", "VoiceDesign")
 
 
 class SpeechBody(BaseModel):

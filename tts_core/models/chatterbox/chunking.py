@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..contract import knob
 from .config import LOOKAHEAD
 
 TOKEN_SECONDS = 0.04  # audio per speech token: 2 mel frames of 480 samples at 24 kHz
@@ -64,10 +65,30 @@ class StreamChunking:
 @dataclass(frozen=True)
 class ChunkKnobs:
     """A stream's chunk sizes by name, read with its sampling (the model's `with_knobs`); None:
-    the request's `chunking`'s."""
+    the request's `chunking`'s. Served (in place of the shared chunk sizes: a chunk is an S3Gen
+    pass, which re-runs the flow) with StreamChunking's defaults; one token is 40 ms of audio."""
 
-    first_chunk_tokens: int | None = None
-    chunk_tokens: int | None = None
+    first_chunk_tokens: int | None = knob(
+        None,
+        1,
+        200,
+        default=StreamChunking.first_tokens,
+        label="First S3Gen chunk (tokens)",
+        step=1,
+        ui_range=(4, 100),
+        help="Speech tokens before the first audio is made: fewer start sooner, but the "
+        "first audio is shorter and each pass costs a flow run.",
+    )
+    chunk_tokens: int | None = knob(
+        None,
+        1,
+        400,
+        default=StreamChunking.chunk_tokens,
+        label="Later S3Gen chunks (tokens)",
+        step=1,
+        ui_range=(4, 200),
+        help="Speech tokens between later passes: more cost fewer flow runs.",
+    )
 
     def chunking(self, base: StreamChunking | None) -> StreamChunking | None:
         """`base` (None: the default) with the sizes given; `base` itself when none is."""

@@ -22,7 +22,7 @@ import torch
 from ...audio.analysis import mel_filters
 from ..contract import SeededStream, resolve_seed
 from .checkpoint import CONDS_FILE, VE_FILE, check_unused, load_part
-from .chunking import ChunkKnobs, StreamChunking
+from .chunking import StreamChunking
 from .config import (
     S3_VOCAB,
     SAMPLE_RATE,
@@ -42,6 +42,7 @@ from .english_t3 import (
     LlamaSizes,
     T3English,
 )
+from .knobs import EnglishKnobs
 from .model import S3GenSpeech
 from .runner import ChatterboxSequence
 from .sampling import EnglishSampling
@@ -91,11 +92,6 @@ class EnglishResult:
     stop_reason: str = "eos"  # or "max_tokens"
     sample_rate: int = SAMPLE_RATE
     seed: int | None = None  # the seed used: passed back, the same audio (models/contract.py)
-
-
-@dataclass(frozen=True)
-class EnglishKnobs(ChunkKnobs, EnglishSampling):
-    """The English `stream` / `request` knobs by name: its sampling's, then the chunk sizes."""
 
 
 def spoken_tokens(draws: torch.Tensor) -> torch.Tensor:

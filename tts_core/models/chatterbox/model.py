@@ -31,7 +31,7 @@ from .checkpoint import (
     VE_FILE,
     load_part,
 )
-from .chunking import WHOLE_UTTERANCE, ChunkKnobs, StreamChunking
+from .chunking import WHOLE_UTTERANCE, StreamChunking
 from .cloning import make_voice
 from .config import (
     DEFAULT_MAX_BATCH,
@@ -45,6 +45,7 @@ from .config import (
 )
 from .flow import Flow
 from .hift import HiFTGenerator, trim_fade
+from .knobs import TurboKnobs
 from .runner import ChatterboxChunk, ChatterboxRunner, ChatterboxSequence
 from .sampling import TurboSampling
 from .streaming import S3GenStream, StreamNoise
@@ -62,11 +63,6 @@ class TurboResult:
     stop_reason: str = "eos"  # or "max_tokens"
     sample_rate: int = SAMPLE_RATE
     seed: int | None = None  # the seed used: passed back, the same audio (models/contract.py)
-
-
-@dataclass(frozen=True)
-class TurboKnobs(ChunkKnobs, TurboSampling):
-    """Turbo's `stream` / `request` knobs by name: its sampling's, then the chunk sizes."""
 
 
 class S3GenSpeech:

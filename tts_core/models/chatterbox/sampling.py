@@ -1,7 +1,7 @@
 """T3 sampling of both Chatterbox models: the HF logits processors each official T3 inference
 builds, in its order (transformers 5.2's ops: bit-identical probabilities and draws), and one
 `torch.multinomial` draw per token (spec chatterbox.md 9.2-9.4). Each dataclass's fields are
-its model's sampling knobs by name (the model's `with_knobs`)."""
+its model's sampling knobs by name, declared in knobs.py (the model's `with_knobs`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from .knobs import EnglishSamplingKnobs, TurboSamplingKnobs
 
 
 def penalize(scores: torch.Tensor, history: torch.Tensor, penalty: float) -> torch.Tensor:
@@ -39,13 +41,8 @@ def draw(processed: torch.Tensor, generator: torch.Generator | None) -> torch.Te
 
 
 @dataclass(frozen=True)
-class TurboSampling:
+class TurboSampling(TurboSamplingKnobs):
     """`T3.inference_turbo`'s processors: temperature, top-k, top-p, repetition penalty."""
-
-    temperature: float = 0.8
-    top_k: int = 1000
-    top_p: float = 0.95
-    repetition_penalty: float = 1.2
 
     def process(self, history: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """history (B, N) int64 ids the penalty sees, logits (B, V) -> processed (B, V)."""
@@ -65,21 +62,9 @@ class TurboSampling:
 
 
 @dataclass(frozen=True)
-class EnglishSampling:
-    """The English generate()'s defaults (tts.py); cfg_weight 0 runs one row without guidance
-    (the official raises there: it builds a 2-row start embedding for a 1-row prompt)."""
-
-    temperature: float = 0.8
-    min_p: float = 0.05
-    top_p: float = 1.0
-    repetition_penalty: float = 1.2
-    cfg_weight: float = 0.5
-
-    def __post_init__(self) -> None:
-        if not (0.0 <= self.min_p <= 1.0 and 0.0 <= self.top_p <= 1.0):
-            raise ValueError(f"min_p and top_p must lie in [0, 1] (got {self.min_p}, {self.top_p})")
-        if self.cfg_weight < 0 or self.temperature <= 0 or self.repetition_penalty <= 0:
-            raise ValueError("cfg_weight must be >= 0, temperature and repetition_penalty > 0")
+class EnglishSampling(EnglishSamplingKnobs):
+    """The English generate()'s processors; cfg_weight 0 runs one row without guidance (the
+    official raises there: it builds a 2-row start embedding for a 1-row prompt)."""
 
     @property
     def guided(self) -> bool:

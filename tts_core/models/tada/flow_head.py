@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from ..layers import RMSNorm, SwiGLU
+from .knobs import TadaKnobs
 
 Projection = Callable[[torch.Tensor], torch.Tensor]
 FREQUENCY_SIZE = 256  # TimestepEmbedder.frequency_embedding_size
@@ -113,14 +114,14 @@ class FlowHead(nn.Module):
 # ----------------------------------------------------------------------------------- the solver
 @dataclass(frozen=True)
 class FlowOptions:
-    """The flow part of hume-tada's InferenceOptions (its defaults)."""
+    """The flow part of hume-tada's InferenceOptions (its defaults; the served ones TadaKnobs')."""
 
-    steps: int = 10  # num_flow_matching_steps
-    acoustic_cfg: float = 1.6  # acoustic_cfg_scale
+    steps: int = TadaKnobs.flow_steps  # num_flow_matching_steps
+    acoustic_cfg: float = TadaKnobs.acoustic_cfg  # acoustic_cfg_scale
     duration_cfg: float = 1.0  # duration_cfg_scale
     cfg_schedule: str = "cosine"  # constant | linear | cosine
     time_schedule: str = "logsnr"  # uniform | cosine | logsnr
-    noise_temperature: float = 0.9
+    noise_temperature: float = TadaKnobs.noise_temperature
 
 
 def time_schedule(steps: int, kind: str, device: torch.device | str = "cpu") -> torch.Tensor:

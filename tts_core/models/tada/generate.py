@@ -20,13 +20,14 @@ draw if any).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from ..layers import Span
 from . import gray_code
 from .flow_head import FlowOptions, solve
+from .knobs import TadaKnobs
 from .lm import TadaLM
 from .tokenizer import TadaTokenizer
 
@@ -40,13 +41,13 @@ SAMPLE_RATE = 24000
 
 @dataclass(frozen=True)
 class TextSampling:
-    """The text part of InferenceOptions (its defaults)."""
+    """The text part of InferenceOptions (its defaults; the served ones TadaKnobs')."""
 
     do_sample: bool = True
-    temperature: float = 0.6
+    temperature: float = TadaKnobs.temperature
     top_k: int = 0
-    top_p: float = 0.9
-    repetition_penalty: float = 1.1
+    top_p: float = TadaKnobs.top_p
+    repetition_penalty: float = TadaKnobs.repetition_penalty
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,23 @@ class GenerateOptions:
 
 
 DEFAULT_OPTIONS = GenerateOptions()
+
+
+def served_options(knobs: TadaKnobs) -> GenerateOptions:
+    """The GenerateOptions of a served request's knobs (the rest: the official defaults)."""
+    flow = replace(
+        DEFAULT_OPTIONS.flow,
+        steps=knobs.flow_steps,
+        acoustic_cfg=knobs.acoustic_cfg,
+        noise_temperature=knobs.noise_temperature,
+    )
+    text = replace(
+        DEFAULT_OPTIONS.text,
+        temperature=knobs.temperature,
+        top_p=knobs.top_p,
+        repetition_penalty=knobs.repetition_penalty,
+    )
+    return replace(DEFAULT_OPTIONS, flow=flow, text=text)
 
 
 @dataclass(frozen=True)

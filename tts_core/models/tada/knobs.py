@@ -1,11 +1,10 @@
 """What a served TADA request sets by name (`TadaKnobs`), with hume-tada 0.1.9's InferenceOptions
-defaults (generate.py's FlowOptions and TextSampling); the flow head's carry their served range
-and labels (contract.knob). No torch: the backend reads them at import."""
+defaults, written only here (FlowOptions and TextSampling read them); the flow head's carry their
+served range and labels (contract.knob). No torch: the backend reads them at import."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 from ..contract import knob
 
@@ -42,21 +41,3 @@ class TadaKnobs:
     temperature: float = 0.6
     top_p: float = 0.9
     repetition_penalty: float = 1.1
-
-    def options(self) -> Any:
-        """The GenerateOptions of these values (the rest: the official defaults)."""
-        from .generate import DEFAULT_OPTIONS
-
-        flow = replace(
-            DEFAULT_OPTIONS.flow,
-            steps=self.flow_steps,
-            acoustic_cfg=self.acoustic_cfg,
-            noise_temperature=self.noise_temperature,
-        )
-        text = replace(
-            DEFAULT_OPTIONS.text,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            repetition_penalty=self.repetition_penalty,
-        )
-        return replace(DEFAULT_OPTIONS, flow=flow, text=text)
