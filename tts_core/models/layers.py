@@ -358,8 +358,11 @@ class Attention(nn.Module):
         return q, k, self._heads(self.v_proj(x), self.kv_heads).transpose(1, 2)
 
     def _merge(self, out: torch.Tensor) -> torch.Tensor:
-        """(B, heads, T, D) attention output -> o_proj -> (B, T, H)."""
-        return self.o_proj(out.transpose(1, 2).reshape(out.shape[0], out.shape[2], -1))
+        """(B, heads, T, D) attention output -> o_proj -> (B, T, H). One position needs no
+        transpose: the same elements in the same order, the same view or copy."""
+        batch, _, steps, _ = out.shape
+        heads_last = out if steps == 1 else out.transpose(1, 2)
+        return self.o_proj(heads_last.reshape(batch, steps, -1))
 
     def attend(
         self,
