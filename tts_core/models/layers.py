@@ -397,8 +397,6 @@ class Attention(nn.Module):
 
 
 # ------------------------------------------------------------------------------ per-step contexts
-
-
 def whole(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """`StepContext.each` of a context whose rows may share every op: fn(x) itself."""
     return fn(x)

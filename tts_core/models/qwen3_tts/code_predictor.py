@@ -82,9 +82,7 @@ class CodePredictor(nn.Module):
         by_row: bool = False,
     ) -> torch.Tensor:
         """past_hidden, c0_embed (B, talker_H) -> codes of groups 1..G-1, (B, G-1) int64.
-        by_row: keep each row's result independent of the batch (the batch scheduler's rows).
-        Pass 1 sees [past_hidden, C(c0)] at positions 0, 1; pass j >= 2 the embedding of code
-        j - 1 at position j, predicted by lm_head[j - 1]."""
+        by_row: keep each row's result independent of the batch (the batch scheduler's rows)."""
         heads, embeddings = list(self.lm_head), list(self.model.codec_embedding)
         first = torch.stack((past_hidden, c0_embed), dim=1)  # (B, 2, talker_H)
         codes = [choose(self._pass(first, caches, 0, heads[0], by_row))]  # each (B,)
