@@ -63,14 +63,15 @@ class CodePredictor(nn.Module):
         return self.model.new_caches(batch, self.cfg.num_code_groups, self.dtype, self.device)
 
     def _pass(
-        self, embeds: torch.Tensor, caches: list[KVCache], start: int, group: int, by_row: bool
+        self, embeds: torch.Tensor, caches: list[KVCache], start: int, head: nn.Module, by_row: bool
     ) -> torch.Tensor:
-        """embeds (B, T, talker_H) -> float32 logits (B, V) for `group` from the last position;
+        """embeds (B, T, talker_H) -> float32 logits (B, V) of `head` from the last position;
         by_row: the float projection and head, and attention, one row at a time (see rowwise
         and Attention.attend), so that no row depends on the batch."""
         x = rowwise(self.small_to_mtp_projection, embeds, by_row)
         hidden = self.model(x, Span(caches, start, rows_apart=by_row), self.rope)[:, -1]
-        return rowwise(self.lm_head[group - 1], hidden, by_row).float()
+        logits = rowwise(head, hidden, by_row)
+        return logits if logits.dtype == torch.float32 else logits.float()
 
     def predict(
         self,
@@ -82,13 +83,10 @@ class CodePredictor(nn.Module):
     ) -> torch.Tensor:
         """past_hidden, c0_embed (B, talker_H) -> codes of groups 1..G-1, (B, G-1) int64.
         by_row: keep each row's result independent of the batch (the batch scheduler's rows)."""
-        groups = self.cfg.num_code_groups
-        codes = torch.empty(
-            past_hidden.shape[0], groups - 1, dtype=torch.long, device=past_hidden.device
-        )
+        heads, embeddings = list(self.lm_head), list(self.model.codec_embedding)
         first = torch.stack((past_hidden, c0_embed), dim=1)  # (B, 2, talker_H)
-        codes[:, 0] = choose(self._pass(first, caches, 0, 1, by_row))
-        for group in range(2, groups):
-            embed = self.model.codec_embedding[group - 2](codes[:, group - 2 : group - 1])
-            codes[:, group - 1] = choose(self._pass(embed, caches, group, group, by_row))
-        return codes
+        codes = [choose(self._pass(first, caches, 0, heads[0], by_row))]  # each (B,)
+        for group in range(2, len(heads) + 1):
+            embed = embeddings[group - 2](codes[-1][:, None])  # (B, 1, talker_H)
+            codes.append(choose(self._pass(embed, caches, group, heads[group - 1], by_row)))
+        return torch.stack(codes, dim=1)

@@ -59,10 +59,13 @@ def temperature(logits: torch.Tensor, value: float) -> torch.Tensor:
     return logits if value == 1.0 else logits / _on_device(value, logits)
 
 
-def _on_device(value: float, like: torch.Tensor) -> torch.Tensor:
-    """A divisor as a 0-dim tensor on `like`'s device: CUDA divides by a Python float as a
-    multiplication by its reciprocal, by a tensor exactly, as the CPU does either way and as
-    the static step (serving/static_step.py, per-row tensors) does, so both paths round alike."""
+def _on_device(value: float, like: torch.Tensor) -> torch.Tensor | float:
+    """A divisor that divides exactly: CUDA divides by a Python float as a multiplication by
+    its reciprocal, by a 0-dim tensor exactly, as the CPU does either way (there the float
+    itself, one op fewer) and as the static step (serving/static_step.py, per-row tensors)
+    does, so both paths round alike."""
+    if like.is_cpu:
+        return value
     return torch.full((), value, dtype=like.dtype, device=like.device)
 
 
@@ -71,7 +74,7 @@ def top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     if k <= 0:
         return logits
     k = min(k, logits.shape[-1])
-    kth = torch.topk(logits, k)[0][..., -1, None]
+    kth = torch.topk(logits, k).values[..., -1:]
     return logits.masked_fill(logits < kth, NEG_INF)
 
 
@@ -132,7 +135,10 @@ def _draw_group(
 def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """(B, V) logits -> temperature -> top-k -> top-p -> softmax, each row finite."""
     warped = top_p(top_k(temperature(logits, params.temperature), params.top_k), params.top_p)
-    return finite_or_argmax(warped.softmax(dim=-1), logits)
+    probs = warped.softmax(dim=-1)
+    if probs.is_cpu and math.isfinite(probs.sum()):  # every row finite: no one-hot to build
+        return probs
+    return finite_or_argmax(probs, logits)
 
 
 def exponential_argmax(probs: torch.Tensor, generators: Sequence[torch.Generator]) -> torch.Tensor:

@@ -90,9 +90,9 @@ class Talker(nn.Module):
 
         Stacked then summed over the group axis, the same reduction as the official.
         """
-        parts = [self.codec_embed(codes[..., 0])]
-        tables = self.code_predictor.model.codec_embedding
-        parts += [tables[g - 1](codes[..., g]) for g in range(1, codes.shape[-1])]
+        tables = [self.model.codec_embedding, *self.code_predictor.model.codec_embedding]
+        groups = codes.unbind(-1)
+        parts = [table(ids) for table, ids in zip(tables[: len(groups)], groups, strict=True)]
         return torch.stack(parts, dim=-2).sum(-2)
 
     def new_caches(self, batch: int, max_len: int) -> list[KVCache]:
