@@ -107,7 +107,7 @@ def _assert_same_model(fresh, loaded) -> None:
             loaded.talker.get_submodule(stack).layers,
             strict=True,
         ):
-            assert x.self_attn.qkv_sizes == y.self_attn.qkv_sizes
+            assert x.self_attn.qkv_proj.out_features == y.self_attn.qkv_proj.out_features
             assert not hasattr(y.self_attn, "q_proj") and not hasattr(y.mlp, "gate_proj")
 
 

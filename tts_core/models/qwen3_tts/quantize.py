@@ -287,9 +287,6 @@ class Qwen3Int8(Int8Target):
         parent_name, _, attr = name.rpartition(".")
         parent = talker.get_submodule(parent_name)
         if attr == "qkv_proj" and "q_proj" in parent._modules:
-            parent.qkv_sizes = tuple(
-                getattr(parent, p).out_features for p in ("q_proj", "k_proj", "v_proj")
-            )
             del parent.q_proj, parent.k_proj, parent.v_proj
         elif attr == "gate_up_proj" and "gate_proj" in parent._modules:
             del parent.gate_proj, parent.up_proj
