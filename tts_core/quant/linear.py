@@ -19,12 +19,24 @@ per decode step at 0.6B (4 matmuls a layer), 1 row / 8 rows: float32 110 / 194 m
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
 from ..models import native
 
 MIN_SCALE = 1e-30  # an all-zero row quantizes to zeros instead of 0/0
+
+
+class _Bound(NamedTuple):
+    """A layer's kernel entries and the arguments fixed per placement of its buffers."""
+
+    generation: int  # native.generation when bound: a reload of the kernels rebinds
+    function: Callable[..., int] | None  # None: the torch path
+    windows: Callable[..., int] | None
+    weights: tuple  # (out_features, packed, sum128, scale, bias or None) as the entries take them
 
 
 class Int8Linear(nn.Module):
@@ -35,6 +47,8 @@ class Int8Linear(nn.Module):
     construction in that kernel's layout (`kernel_isa` says which); elsewhere
     `forward_reference` (torch._int_mm). They are all equal bit for bit.
     """
+
+    _buffers_bound = frozenset({"weight_packed", "weight_sum128", "weight_scale", "bias"})
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
@@ -82,10 +96,18 @@ class Int8Linear(nn.Module):
         return cls(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).float()  # (R, in) float32
-        kernel = native.int8_kernel(self.kernel_isa) if self._native_ready(x) else None
-        out = self._reference(rows) if kernel is None else self._native(kernel, rows.contiguous())
-        return self._shaped(out, x)
+        # a frame makes ~1,000 of these calls: no aten op or lookup that is not needed. The
+        # kernel reads x (..., in) and writes out (..., out) as rows in memory: a contiguous
+        # float32 x needs no reshape, and out is allocated in x's leading shape (no view)
+        if not self._native_ready(x):
+            return self.forward_reference(x)
+        rows = x
+        if x.dtype != torch.float32 or x.shape[-1] != self.in_features or not x.is_contiguous():
+            rows = x.reshape(-1, self.in_features).float().contiguous()  # (R, in)
+        out = rows.new_empty(*x.shape[:-1], self.out_features)
+        count = rows.numel() // self.in_features  # R; in_features >= 1 (amax at construction)
+        self._call(self._buffers_native.function, rows, out, count, self.in_features)
+        return out if x.dtype == torch.float32 else out.to(x.dtype)
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
         """The same layer in torch ops (torch._int_mm); the native kernel's definition."""
@@ -96,18 +118,11 @@ class Int8Linear(nn.Module):
         out = out.view(*x.shape[:-1], self.out_features)
         return out if x.dtype == torch.float32 else out.to(x.dtype)
 
-    def _native(self, kernel: native.Int8Kernel, rows: torch.Tensor) -> torch.Tensor:
-        """rows (R, in) float32 contiguous -> (R, out) float32 through the C kernel."""
-        out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32, device="cpu")
-        self._call(kernel.function, rows, out, rows.shape[0], self.in_features)
-        return out
-
     def windows_native(self, x: torch.Tensor) -> bool:
         """Whether `windows` runs here on x: a float32 CPU input and a kernel with that entry."""
         if not (self._native_ready(x) and x.dtype == torch.float32):
             return False
-        kernel = native.int8_kernel(self.kernel_isa)
-        return kernel is not None and kernel.windows is not None
+        return self._buffers_native.windows is not None
 
     def windows(self, x: torch.Tensor, taps: int, gap: int, out: torch.Tensor) -> None:
         """out (T - (taps - 1) gap, out_features) = the layer on every window of x (C, T) float32,
@@ -117,25 +132,16 @@ class Int8Linear(nn.Module):
         copied."""
         if 1 not in x.stride():
             x = x.contiguous()
-        kernel = native.int8_kernel(self.kernel_isa)
         steps, width = x.shape[1], x.shape[0]
-        self._call(kernel.windows, x, out, steps, width, x.stride(1), x.stride(0), taps, gap)
+        entry = self._buffers_native.windows
+        self._call(entry, x, out, steps, width, x.stride(1), x.stride(0), taps, gap)
 
     def _call(self, entry, x: torch.Tensor, out: torch.Tensor, *shape: int) -> None:  # noqa: ANN001
-        """A kernel entry (int8_common.h) on x into out: (x, *shape, out_features, weights...)."""
-        if out.shape[0]:
-            bias = None if self.bias is None else self.bias.data_ptr()
-            status = entry(
-                x.data_ptr(),
-                *shape,
-                self.out_features,
-                self.weight_packed.data_ptr(),
-                self.weight_sum128.data_ptr(),
-                self.weight_scale.data_ptr(),
-                bias,
-                out.data_ptr(),
-                torch.get_num_threads(),
-            )
+        """A kernel entry (int8_common.h) on x into out: (x, *shape, out_features, weights...,
+        out, threads); the weights' pointers bound once (`_native_ready`)."""
+        if out.numel():
+            weights = self._buffers_native.weights
+            status = entry(x.data_ptr(), *shape, *weights, out.data_ptr(), torch.get_num_threads())
             if status == -1:
                 raise MemoryError("int8_linear: no memory for its scratch rows")
             if status != 0:
@@ -157,19 +163,44 @@ class Int8Linear(nn.Module):
         """The kernel reads float32 CPU buffers through bare pointers: anything else (a layer
         moved to another dtype or device, an input elsewhere) takes the torch path, as does a
         layer whose kernel can no longer be loaded (native.int8_kernel: None). Checked once per
-        placement of the buffers (`_apply` resets it): a frame makes ~400 calls."""
-        if self._buffers_native is None:
-            floats = [self.weight_scale] + ([] if self.bias is None else [self.bias])
-            self._buffers_native = (
-                self.packed
-                and self.weight_packed.device.type == "cpu"
-                and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in floats)
-            )
-        return self._buffers_native and x.is_cpu
+        placement of the buffers and per load of the kernels: `_buffers_native` then holds the
+        kernel's entries (None: the torch path) and the weights' pointers."""
+        bound = self._buffers_native
+        if bound is None or bound.generation != native.generation:
+            bound = self._buffers_native = self._bind()
+        return bound.function is not None and x.is_cpu
+
+    def _bind(self) -> _Bound:
+        floats = [self.weight_scale] + ([] if self.bias is None else [self.bias])
+        on_cpu = (
+            self.packed
+            and self.weight_packed.device.type == "cpu"
+            and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in floats)
+        )
+        kernel = native.int8_kernel(self.kernel_isa) if on_cpu else None
+        if kernel is None:
+            return _Bound(native.generation, None, None, ())
+        weights = (
+            self.out_features,
+            self.weight_packed.data_ptr(),
+            self.weight_sum128.data_ptr(),
+            self.weight_scale.data_ptr(),
+            None if self.bias is None else self.bias.data_ptr(),
+        )
+        return _Bound(native.generation, kernel.function, kernel.windows, weights)
 
     def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
         self._buffers_native = None  # .to() / .cuda() / .bfloat16() may have moved them
         return super()._apply(fn, recurse)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in self._buffers_bound:  # a buffer replaced (load_state_dict(assign=True))
+            super().__setattr__("_buffers_native", None)
+        super().__setattr__(name, value)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        return {**state, "_buffers_native": None}  # ctypes functions do not pickle
 
     def int8_weight(self) -> torch.Tensor:
         """(out, in) int8 weights, whichever layout is stored."""

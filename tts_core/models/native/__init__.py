@@ -327,7 +327,12 @@ def int4_linear() -> ctypes._CFuncPtr | None:
     return None if library is None else _entry(library, "int4_linear", 3, 6)
 
 
+generation = 0  # counts the cache_clear()s: a layer that bound a kernel's entries binds again
+
+
 def _forget_kernels() -> None:
+    global generation
+    generation += 1
     _chosen_int8_kernel.cache_clear()
     int8_kernel.cache_clear()
     int4_linear.cache_clear()
