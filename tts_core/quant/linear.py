@@ -96,9 +96,9 @@ class Int8Linear(nn.Module):
         return cls(linear.weight, linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # a frame makes ~1,000 of these calls: no aten op or lookup that is not needed. The
-        # kernel reads x (..., in) and writes out (..., out) as rows in memory: a contiguous
-        # float32 x needs no reshape, and out is allocated in x's leading shape (no view)
+        # a 0.6B frame makes ~430 of these calls (15 passes x 21 + 112): no aten op or lookup
+        # that is not needed. The kernel reads x (..., in) and writes out (..., out) as rows in
+        # memory: a contiguous float32 x needs no reshape, out is made in x's leading shape
         if not self._native_ready(x):
             return self.forward_reference(x)
         rows = x
