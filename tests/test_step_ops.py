@@ -10,27 +10,15 @@ counts are deterministic, so they are checked on a busy machine too).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 import torch
+from test_layers_batch_invariance import Geometry  # the 0.6B code predictor's heads, narrow
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from tts_core.models.layers import DecoderStack, RotaryTable, Span, apply_rope, rotate
 from tts_core.quant.linear import Int8Linear, int8_matmul_available
 
 needs_int8 = pytest.mark.skipif(not int8_matmul_available(), reason="no int8 matmul on this CPU")
-
-
-@dataclass(frozen=True)
-class Geometry:  # the 0.6B code predictor's heads (16 x 128 over 8 kv heads), narrow
-    hidden_size: int = 256
-    intermediate_size: int = 512
-    num_attention_heads: int = 16
-    num_key_value_heads: int = 8
-    num_hidden_layers: int = 2
-    head_dim: int = 128
-    rms_norm_eps: float = 1e-6
 
 
 def _stack(fused: bool) -> DecoderStack:
