@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ....quant.linear import Int8Linear
+from ... import laid_out
 from ...streaming_state import ConvHistory
 
 
@@ -57,7 +58,7 @@ class CausalConv1d(nn.Module):
             x = F.pad(x, (self.history_size, 0))
         else:
             x = history.push(x)
-        return self.conv(x)
+        return laid_out.conv1d(self.conv, x)
 
 
 class CausalTransConv1d(nn.Module):
@@ -107,7 +108,9 @@ class CausalTransConv1d(nn.Module):
     def _products(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, T, C_in) -> (B, T, m * C_out * s): through the int8 layer once quantized."""
         int8 = getattr(self, "int8", None)
-        return x @ self._weight_matrix() if int8 is None else int8(x)
+        if int8 is not None:
+            return int8(x)
+        return laid_out.matmul(self, x, self.conv.weight, self._weight_matrix)
 
     def quantize(self) -> None:
         """The matmul of _overlap_add over int8 weights (quant.Int8Linear: per output column
@@ -115,8 +118,9 @@ class CausalTransConv1d(nn.Module):
         self.int8 = Int8Linear(self._weight_matrix().t())
         self.__dict__.pop("_matrix", None)  # the float copy is no longer read
 
-    def _weight_matrix(self) -> torch.Tensor:
-        """(C_in, m * C_out * s) weight laid out for _overlap_add, cached per weight version."""
+    def _weight_matrix(self, keep: bool = True) -> torch.Tensor:
+        """(C_in, m * C_out * s) weight laid out for _overlap_add, cached per weight version
+        if `keep` (oneDNN's own layout of it, models/laid_out.py, needs no second copy)."""
         weight = self.conv.weight  # (C_in, C_out, k)
         key = (weight.data_ptr(), weight.dtype, weight.device, weight._version)
         cached = getattr(self, "_matrix", None)
@@ -126,6 +130,8 @@ class CausalTransConv1d(nn.Module):
             c_in, c_out = weight.shape[:2]
             matrix = padded.view(c_in, c_out, blocks, self.stride).permute(0, 2, 1, 3)
             cached = (key, matrix.reshape(c_in, -1).detach().contiguous())
+            if not keep:
+                return cached[1]
             self._matrix = cached
         return cached[1]
 

@@ -1,0 +1,129 @@
+"""Convolutions and matmuls over a weight laid out once in oneDNN's blocked format (CPU).
+
+A plain `conv1d` or matmul hands oneDNN the weight in PyTorch's layout and oneDNN copies it into
+its blocked layout on every call. For a codec's wide layers over a few frames that copy costs
+more than the arithmetic: the Qwen3-TTS decoder's 1024 -> 1536, k7 conv over a 6-frame chunk
+(30 steps) takes 15.0 ms in float32 and 4.7 ms in bfloat16 as a plain call, 2.0 and 0.8 ms over
+a weight laid out once (2-core Zen 5, `benchmarks/decoder_ab.py`). Here a layer lays its weight
+out at its first call of a given input shape and keeps it, keyed by that shape and the weight's
+storage, version, dtype and device, so a reload, `.to()` or `set_dtype` lays it out again; a copy
+or a pickle starts empty (oneDNN's opaque tensors have no storage to copy).
+
+A conv takes this path only where its weight outweighs its input window (out_channels x kernel
+>= WEIGHT_PER_STEP x steps): over long inputs the plain call is as fast (the decoder's 96- and
+192-channel convs over thousands of steps: 0.9-1.4x). The choice depends on the layer and the
+input's length only, so a request's bytes stay defined by its chunking and thread count. The
+numbers are oneDNN's for the same layer summed in another order: bfloat16 results are equal
+(float32 accumulation, one rounding), float32 ones differ by ~1e-7 relative, as a plain call over
+another chunk length already does.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+WEIGHT_PER_STEP = 2  # out_channels * kernel / steps at which laying out pays (decoder_ab.py)
+_DTYPES = (torch.float32, torch.bfloat16)
+
+
+class _LaidOut:
+    """One layer's weight in oneDNN's layout, per input shape (the layout oneDNN picks depends on
+    it, and a call of another shape over it can be far slower than a plain call: a 768-channel
+    1x1 conv laid out for 256 steps and called over 192 took 37 ms, plain 2 ms, at its own shape
+    1 ms), the last KEEP shapes kept: a stream's steady chunk, and its first or last one."""
+
+    KEEP = 2
+
+    def __init__(self) -> None:
+        self.by_key: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+
+    def get(self, key: tuple, lay_out: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if key in self.by_key:
+            self.by_key.move_to_end(key)
+        else:
+            self.by_key[key] = lay_out()
+            while len(self.by_key) > self.KEEP:
+                self.by_key.popitem(last=False)
+        return self.by_key[key]
+
+    def __deepcopy__(self, memo: dict) -> _LaidOut:
+        return _LaidOut()
+
+    def __reduce__(self) -> tuple:
+        return (_LaidOut, ())
+
+
+def _usable(weight: torch.Tensor, x: torch.Tensor) -> bool:
+    return (
+        x.device.type == "cpu"
+        and x.dtype == weight.dtype
+        and x.dtype in _DTYPES
+        and not (torch.is_grad_enabled() and weight.requires_grad)
+        and torch.backends.mkldnn.is_available()
+        and torch.backends.mkldnn.enabled
+    )
+
+
+def _kept(
+    owner: nn.Module, weight: torch.Tensor, shape: tuple, lay_out: Callable[[], torch.Tensor]
+) -> torch.Tensor:
+    """owner's copy of `weight` laid out for inputs of `shape`, made again when the weight
+    changed (storage, version, dtype or device)."""
+    kept = owner.__dict__.get("_laid_out")
+    if kept is None:
+        kept = owner.__dict__["_laid_out"] = _LaidOut()
+    version = None if weight.is_inference() else weight._version  # inference tensors have none
+    return kept.get((weight.data_ptr(), version, weight.dtype, weight.device, shape), lay_out)
+
+
+def conv1d(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """conv(x) for an input (B, C_in, T) already padded; any other module is just called."""
+    steps = x.shape[-1]
+    if (
+        not isinstance(conv, nn.Conv1d)
+        or conv.groups != 1
+        or conv.padding != (0,)
+        or conv.out_channels * conv.kernel_size[0] < WEIGHT_PER_STEP * steps
+        or not _usable(conv.weight, x)
+    ):
+        return conv(x)
+    stride, dilation = [1, conv.stride[0]], [1, conv.dilation[0]]
+
+    shape = [x.shape[0], x.shape[1], 1, steps]
+
+    def lay_out() -> torch.Tensor:  # (C_out, C_in, k) as a (C_out, C_in, 1, k) conv2d weight
+        return torch.ops.mkldnn._reorder_convolution_weight(
+            conv.weight.detach().unsqueeze(2), [0, 0], stride, dilation, 1, shape
+        )
+
+    weight = _kept(conv, conv.weight, tuple(shape), lay_out)
+    out = torch.ops.mkldnn._convolution_pointwise(
+        x.unsqueeze(2), weight, conv.bias, [0, 0], stride, dilation, 1, "none", [], ""
+    )
+    return out.squeeze(2)
+
+
+def matmul(
+    owner: nn.Module,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    matrix: Callable[..., torch.Tensor],
+) -> torch.Tensor:
+    """x (..., K) @ matrix() (K, N), where the matrix is made from `weight` (a parameter of
+    `owner`; its change lays the matrix out again). The laid-out copy is kept on `owner` and made
+    from `matrix(keep=False)`, so the owner need not keep a plain copy beside it."""
+    if not _usable(weight, x):
+        return x @ matrix()
+    rows = x.reshape(-1, x.shape[-1])
+
+    def lay_out() -> torch.Tensor:  # (N, K), a linear layer's weight
+        as_linear = matrix(keep=False).detach().t().contiguous()
+        return torch.ops.mkldnn._reorder_linear_weight(as_linear, rows.shape[0])
+
+    laid = _kept(owner, weight, (rows.shape[0],), lay_out)
+    out = torch.ops.mkldnn._linear_pointwise(rows, laid, None, "none", [], "")
+    return out.view(*x.shape[:-1], -1)
