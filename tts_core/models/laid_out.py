@@ -20,7 +20,6 @@ another chunk length already does.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
@@ -34,20 +33,25 @@ class _LaidOut:
     """One layer's weight in oneDNN's layout, per input shape (the layout oneDNN picks depends on
     it, and a call of another shape over it can be far slower than a plain call: a 768-channel
     1x1 conv laid out for 256 steps and called over 192 took 37 ms, plain 2 ms, at its own shape
-    1 ms), the last KEEP shapes kept: a stream's steady chunk, and its first or last one."""
+    1 ms). At most KEEP shapes are kept, the least used let go first: a stream's steady chunk
+    and its first one stay, while the reference's prefix and the last chunk, whose lengths
+    change with every request, take turns in the third place. Which shapes are kept changes the
+    speed only: a shape is always computed over its own layout."""
 
-    KEEP = 2
+    KEEP = 3
 
     def __init__(self) -> None:
-        self.by_key: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self.by_key: dict[tuple, torch.Tensor] = {}
+        self.uses: dict[tuple, int] = {}
 
     def get(self, key: tuple, lay_out: Callable[[], torch.Tensor]) -> torch.Tensor:
-        if key in self.by_key:
-            self.by_key.move_to_end(key)
-        else:
+        if key not in self.by_key:
+            while len(self.by_key) >= self.KEEP:
+                rarest = min(self.uses, key=self.uses.__getitem__)  # the oldest of equals
+                del self.by_key[rarest], self.uses[rarest]
             self.by_key[key] = lay_out()
-            while len(self.by_key) > self.KEEP:
-                self.by_key.popitem(last=False)
+            self.uses[key] = 0
+        self.uses[key] += 1
         return self.by_key[key]
 
     def __deepcopy__(self, memo: dict) -> _LaidOut:
