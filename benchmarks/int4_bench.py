@@ -15,6 +15,8 @@ predictor's ms a frame, and the accuracy gate's numbers.
   4-bit copy (`int4_predictor`), 15 passes of `predict` = one frame, 1 and 8 rows.
 * gate: `compare_predictors` driven by the int8 model (int4 against int8, what `auto` measures
   at load) and by the float32 model (int8 and int4 against float32).
+Last, a summary: the speed ratios beside the gate's figures (greedy code agreement and audio SNR
+against float32 and, for int4, against int8).
 A busy machine: A and B run in pairs (the order alternating), the median pair's ratio per round;
 printed: the best time of each, the median of the rounds' ratios (their range) and the load
 average; read the ratio.
@@ -224,6 +226,31 @@ def main() -> None:
         shapes = layer_shapes(model.talker.cfg.stack)
         report["talker"] = bench_kernels("talker step", shapes, args.rounds, (1,))
         save()
+    report["summary"] = summary_lines(report)
+    print("\n".join(report["summary"]), flush=True)
+    save()
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The decision's figures side by side: int4's speed against int8 and, for each format, the
+    gate's greedy code agreement and audio SNR against float32 (and int4's against int8, what
+    `auto` measures at load)."""
+    lines = []
+    for part in ("kernels", "predictor"):
+        for rows, res in report.get(part, {}).items():
+            if rows.startswith("rows_"):
+                lines.append(
+                    f"summary, speed: {part} at {rows[5:]} row(s), int4/int8 time "
+                    f"{res['ratio_median']:.3f} [{res['ratio_min']:.3f}-{res['ratio_max']:.3f}]"
+                )
+    for name, seen in report.get("gate", {}).items():
+        snr = seen["audio_snr_db"]
+        lines.append(
+            f"summary, gate: {name.replace('_vs_', ' against ')}: greedy codes "
+            f"{100 * seen['agreement']:.1f} % equal, whole frames {seen['frames_equal']}/"
+            f"{seen['frames']}, audio SNR {'n/a' if snr is None else f'{snr:.1f} dB'}"
+        )
+    return lines
 
 
 if __name__ == "__main__":

@@ -32,11 +32,13 @@ a smaller squared error: round-to-nearest with a clipping search of one step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from ..models import native
-from .linear import MIN_SCALE, Int8Linear
+from .linear import MIN_SCALE, Int8Linear, NativeLinear
 
 GROUP = 32  # inputs per group scale (the kernel's unit: 8 vpdpbusd steps of 4 inputs)
 W4_MIN, W4_MAX = -8, 7
@@ -97,11 +99,14 @@ def pack_multipliers(mult: torch.Tensor) -> torch.Tensor:
     return padded.view(out_b // BLOCK, BLOCK, groups).permute(0, 2, 1).contiguous()
 
 
-class Int4Linear(nn.Module):
+class Int4Linear(NativeLinear):
     """A bias-optional linear layer over 4-bit weights with group scales (module doc); float
     input and output. Where the 4-bit kernel runs (native.int4_linear: AVX-512 VNNI) it reads
     the packed nibbles; elsewhere `fallback`, an Int8Linear over the effective int8 weights,
-    computes the same numbers bit for bit (at int8's bytes)."""
+    computes the same numbers bit for bit (at int8's bytes). The call path is NativeLinear's
+    (linear.py): the kernel's entry and the weights' pointers bound once per placement."""
+
+    _weights_bound = ("weight_nibbles", "group_mult", "weight_sum128", "weight_scale", "bias")
 
     def __init__(
         self,
@@ -137,32 +142,14 @@ class Int4Linear(nn.Module):
         weight = layer.int8_weight().float() * layer.weight_scale[:, None].float()
         return cls.from_float(weight, layer.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _entries(self) -> tuple[Callable[..., int], None] | None:
+        kernel = native.int4_linear() if self.fallback is None else None
+        return None if kernel is None else (kernel, None)
+
+    def _unbound_forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fallback is not None:
             return self.fallback(x)
-        kernel = native.int4_linear()
-        if kernel is None or not x.is_cpu or self.weight_scale.dtype != torch.float32:
-            return self.forward_reference(x)  # moved, or the kernel no longer loads: slow, same
-        rows = x.reshape(-1, self.in_features).float().contiguous()  # (R, in)
-        out = torch.empty(rows.shape[0], self.out_features, dtype=torch.float32)
-        if rows.shape[0]:
-            status = kernel(
-                rows.data_ptr(),
-                rows.shape[0],
-                self.in_features,
-                self.out_features,
-                self.weight_nibbles.data_ptr(),
-                self.group_mult.data_ptr(),
-                self.weight_sum128.data_ptr(),
-                self.weight_scale.data_ptr(),
-                None if self.bias is None else self.bias.data_ptr(),
-                out.data_ptr(),
-                torch.get_num_threads(),
-            )
-            if status != 0:
-                raise MemoryError("int4_linear: no memory for its scratch rows")
-        out = out.view(*x.shape[:-1], self.out_features)
-        return out if x.dtype == torch.float32 else out.to(x.dtype)
+        return self.forward_reference(x)  # moved, or the kernel no longer loads: slow, same
 
     def int8_weight(self) -> torch.Tensor:
         """(out, in) int8 effective weights m * w4."""

@@ -30,16 +30,108 @@ from ..models import native
 MIN_SCALE = 1e-30  # an all-zero row quantizes to zeros instead of 0/0
 
 
+def _kernel_readable(buffer: torch.Tensor | None) -> bool:
+    """A buffer a kernel reads through a bare pointer: on the CPU, float32 where floating (None:
+    an absent bias)."""
+    if buffer is None:
+        return True
+    return buffer.device.type == "cpu" and (
+        buffer.dtype == torch.float32 or not buffer.is_floating_point()
+    )
+
+
 class _Bound(NamedTuple):
     """A layer's kernel entries and the arguments fixed per placement of its buffers."""
 
     generation: int  # native.generation when bound: a reload of the kernels rebinds
     function: Callable[..., int] | None  # None: the torch path
     windows: Callable[..., int] | None
-    weights: tuple  # (out_features, packed, sum128, scale, bias or None) as the entries take them
+    weights: tuple  # (out_features, weight pointers..., bias or None) as the entries take them
 
 
-class Int8Linear(nn.Module):
+class NativeLinear(nn.Module):
+    """A linear layer computed by a native kernel entry (x, rows, in, out_features, weight
+    pointers..., y, threads) -> status (int8_common.h), the entry and the weights' pointers bound
+    once per placement of the buffers (`_weights_bound`) and per load of the kernels; rebound
+    after `_apply` (.to() and the like), a replaced buffer or native.int8_linear.cache_clear(),
+    left out of pickles and copies. Int8Linear and quant/int4.py's Int4Linear.
+
+    A subclass has `in_features`, `out_features`, `forward_reference(x)` (the torch path's same
+    bits), `_weights_bound` and `_entries()`."""
+
+    _weights_bound: tuple[str, ...] = ()  # the buffers the entry reads, in its argument order
+    _buffers_native: _Bound | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # a 0.6B frame makes ~430 of these calls (15 passes x 21 + 112): no aten op or lookup
+        # that is not needed. The kernel reads x (..., in) and writes out (..., out) as rows in
+        # memory: a contiguous float32 x needs no reshape, out is made in x's leading shape
+        if not self._native_ready(x):
+            return self._unbound_forward(x)
+        rows = x
+        if x.dtype != torch.float32 or x.shape[-1] != self.in_features or not x.is_contiguous():
+            rows = x.reshape(-1, self.in_features).float().contiguous()  # (R, in)
+        out = rows.new_empty(*x.shape[:-1], self.out_features)
+        count = rows.numel() // self.in_features  # R; in_features >= 1 (amax at construction)
+        self._call(self._buffers_native.function, rows, out, count, self.in_features)
+        return out if x.dtype == torch.float32 else out.to(x.dtype)
+
+    def _unbound_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The layer where no kernel is bound (moved, or no kernel loads here)."""
+        return self.forward_reference(x)
+
+    def _call(self, entry, x: torch.Tensor, out: torch.Tensor, *shape: int) -> None:  # noqa: ANN001
+        """A kernel entry (int8_common.h) on x into out: (x, *shape, out_features, weights...,
+        out, threads); the weights' pointers bound once (`_native_ready`)."""
+        if out.numel():
+            weights = self._buffers_native.weights
+            status = entry(x.data_ptr(), *shape, *weights, out.data_ptr(), torch.get_num_threads())
+            if status == -1:
+                raise MemoryError(f"{type(self).__name__}: no memory for its scratch rows")
+            if status != 0:
+                raise ValueError(f"{type(self).__name__}: the kernel refused its input ({status})")
+
+    def _native_ready(self, x: torch.Tensor) -> bool:
+        """The kernel reads float32 CPU buffers through bare pointers: anything else (a layer
+        moved to another dtype or device, an input elsewhere) takes the torch path, as does a
+        layer whose kernel can no longer be loaded. Checked once per placement of the buffers
+        and per load of the kernels: `_buffers_native` then holds the kernel's entries (None:
+        the torch path) and the weights' pointers."""
+        bound = self._buffers_native
+        if bound is None or bound.generation != native.generation:
+            bound = self._buffers_native = self._bind()
+        return bound.function is not None and x.is_cpu
+
+    def _bind(self) -> _Bound:
+        """The entries `_entries()` gives over the buffers `_weights_bound` names, where they all
+        lie on the CPU, the floating ones in float32; else none (the torch path)."""
+        entries = self._entries()
+        buffers = [getattr(self, name) for name in self._weights_bound] if entries else []
+        if entries is None or not all(map(_kernel_readable, buffers)):
+            return _Bound(native.generation, None, None, ())
+        pointers = [None if b is None else b.data_ptr() for b in buffers]
+        return _Bound(native.generation, *entries, (self.out_features, *pointers))
+
+    def _entries(self) -> tuple[Callable[..., int], Callable[..., int] | None] | None:
+        """(the kernel's entry, its conv-windows entry or None) for this layer's stored layout,
+        or None where no kernel runs it here."""
+        raise NotImplementedError
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
+        self._buffers_native = None  # .to() / .cuda() / .bfloat16() may have moved them
+        return super()._apply(fn, recurse)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in self._weights_bound:  # a buffer replaced (load_state_dict(assign=True))
+            super().__setattr__("_buffers_native", None)
+        super().__setattr__(name, value)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        return {**state, "_buffers_native": None}  # ctypes functions do not pickle
+
+
+class Int8Linear(NativeLinear):
     """A bias-optional linear layer over int8 weights; float input and output.
 
     Where a native kernel runs (models/native: AVX-512 VNNI, AVX-VNNI, AVX2 or NEON, the best this
@@ -48,7 +140,7 @@ class Int8Linear(nn.Module):
     `forward_reference` (torch._int_mm). They are all equal bit for bit.
     """
 
-    _buffers_bound = frozenset({"weight_packed", "weight_sum128", "weight_scale", "bias"})
+    _weights_bound = ("weight_packed", "weight_sum128", "weight_scale", "bias")
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
@@ -77,7 +169,6 @@ class Int8Linear(nn.Module):
         # names, not the ctypes function: the module stays picklable and deep-copyable
         self.packed = kernel is not None
         self.kernel_isa: str | None = None if kernel is None else kernel.isa.name
-        self._buffers_native: bool | None = None
         if not self.packed:
             # (out, in) int8, handed to _int_mm as a transposed view: oneDNN then reads it
             # ~1.5x faster at one row than an (in, out) contiguous copy
@@ -94,20 +185,6 @@ class Int8Linear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> Int8Linear:
         return cls(linear.weight, linear.bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # a 0.6B frame makes ~430 of these calls (15 passes x 21 + 112): no aten op or lookup
-        # that is not needed. The kernel reads x (..., in) and writes out (..., out) as rows in
-        # memory: a contiguous float32 x needs no reshape, out is made in x's leading shape
-        if not self._native_ready(x):
-            return self.forward_reference(x)
-        rows = x
-        if x.dtype != torch.float32 or x.shape[-1] != self.in_features or not x.is_contiguous():
-            rows = x.reshape(-1, self.in_features).float().contiguous()  # (R, in)
-        out = rows.new_empty(*x.shape[:-1], self.out_features)
-        count = rows.numel() // self.in_features  # R; in_features >= 1 (amax at construction)
-        self._call(self._buffers_native.function, rows, out, count, self.in_features)
-        return out if x.dtype == torch.float32 else out.to(x.dtype)
 
     def forward_reference(self, x: torch.Tensor) -> torch.Tensor:
         """The same layer in torch ops (torch._int_mm); the native kernel's definition."""
@@ -136,17 +213,6 @@ class Int8Linear(nn.Module):
         entry = self._buffers_native.windows
         self._call(entry, x, out, steps, width, x.stride(1), x.stride(0), taps, gap)
 
-    def _call(self, entry, x: torch.Tensor, out: torch.Tensor, *shape: int) -> None:  # noqa: ANN001
-        """A kernel entry (int8_common.h) on x into out: (x, *shape, out_features, weights...,
-        out, threads); the weights' pointers bound once (`_native_ready`)."""
-        if out.numel():
-            weights = self._buffers_native.weights
-            status = entry(x.data_ptr(), *shape, *weights, out.data_ptr(), torch.get_num_threads())
-            if status == -1:
-                raise MemoryError("int8_linear: no memory for its scratch rows")
-            if status != 0:
-                raise ValueError(f"int8_linear: the kernel refused its input ({status})")
-
     def _reference(self, rows: torch.Tensor) -> torch.Tensor:
         """rows (R, in) float32 -> (R, out) float32 in torch ops."""
         # few ops: at one row each op costs microseconds, and a frame makes ~430 of these calls
@@ -159,48 +225,9 @@ class Int8Linear(nn.Module):
             out.add_(self.bias)
         return out
 
-    def _native_ready(self, x: torch.Tensor) -> bool:
-        """The kernel reads float32 CPU buffers through bare pointers: anything else (a layer
-        moved to another dtype or device, an input elsewhere) takes the torch path, as does a
-        layer whose kernel can no longer be loaded (native.int8_kernel: None). Checked once per
-        placement of the buffers and per load of the kernels: `_buffers_native` then holds the
-        kernel's entries (None: the torch path) and the weights' pointers."""
-        bound = self._buffers_native
-        if bound is None or bound.generation != native.generation:
-            bound = self._buffers_native = self._bind()
-        return bound.function is not None and x.is_cpu
-
-    def _bind(self) -> _Bound:
-        floats = [self.weight_scale] + ([] if self.bias is None else [self.bias])
-        on_cpu = (
-            self.packed
-            and self.weight_packed.device.type == "cpu"
-            and all(t.dtype == torch.float32 and t.device.type == "cpu" for t in floats)
-        )
-        kernel = native.int8_kernel(self.kernel_isa) if on_cpu else None
-        if kernel is None:
-            return _Bound(native.generation, None, None, ())
-        weights = (
-            self.out_features,
-            self.weight_packed.data_ptr(),
-            self.weight_sum128.data_ptr(),
-            self.weight_scale.data_ptr(),
-            None if self.bias is None else self.bias.data_ptr(),
-        )
-        return _Bound(native.generation, kernel.function, kernel.windows, weights)
-
-    def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - nn.Module's signature
-        self._buffers_native = None  # .to() / .cuda() / .bfloat16() may have moved them
-        return super()._apply(fn, recurse)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in self._buffers_bound:  # a buffer replaced (load_state_dict(assign=True))
-            super().__setattr__("_buffers_native", None)
-        super().__setattr__(name, value)
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        return {**state, "_buffers_native": None}  # ctypes functions do not pickle
+    def _entries(self) -> tuple[Callable[..., int], Callable[..., int] | None] | None:
+        kernel = native.int8_kernel(self.kernel_isa) if self.packed else None
+        return None if kernel is None else (kernel.function, kernel.windows)
 
     def int8_weight(self) -> torch.Tensor:
         """(out, in) int8 weights, whichever layout is stored."""
