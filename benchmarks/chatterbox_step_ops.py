@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/chatterbox_step_ops.py count
     .venv/bin/python benchmarks/chatterbox_step_ops.py digest
     .venv/bin/python benchmarks/chatterbox_step_ops.py time [--steps 80]
+    .venv/bin/python benchmarks/chatterbox_step_ops.py prefill [--steps 80]
 
 Drives `T3Turbo.draws` directly (the call `model.stream` makes per token) on
 `--folder` (default: the real-size random Turbo, int8 as `auto` leaves it) in the bundled voice:
@@ -12,7 +13,11 @@ Drives `T3Turbo.draws` directly (the call `model.stream` makes per token) on
 * digest: sha256 of every draw's speech-head logits and token, a greedy run (top_k 1) and a
   sampled run (the defaults, seed 0): two versions that keep every bit print the same digests.
 * time: the median ms of a draw over `--steps` draws after 8, beside its byte floor (the weights
-  a step reads, benchmarks/chatterbox_floor.py, at the read rate benchmarks/membw.py measures).
+  a step reads, benchmarks/chatterbox_floor.py, at the read rate benchmarks/membw.py measures),
+  and the median CPU time of the calling thread (`--threads 1`: all of the step's work, which
+  time slices lost to other processes do not inflate: the A/B figure on a busy machine).
+* prefill: a request's first draw with its caches as made (not zeroed) and zeroed as before,
+  alternated in one process (`--steps` / 8 rounds, 1,000-draw requests as served).
 """
 
 from __future__ import annotations
@@ -91,12 +96,13 @@ def timed(model, voice, steps: int) -> dict:
 
     from tts_core.models.chatterbox.sampling import TurboSampling
 
-    stream, times = draws(model, voice, TurboSampling(), 0, steps + 10), []
+    stream, times, cpu = draws(model, voice, TurboSampling(), 0, steps + 10), [], []
     for index in range(steps + 8):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         next(stream)
         if index >= 8:
             times.append(time.perf_counter() - start)
+            cpu.append(time.thread_time() - start_cpu)
     stream.close()
     weight_bytes = t3_step_weight_bytes(model.t3)
     read_gbps = measure_read_bandwidth(size_mb=512, repeats=5)
@@ -104,6 +110,7 @@ def timed(model, voice, steps: int) -> dict:
     step_ms = statistics.median(times) * 1e3
     return {
         "step_ms": round(step_ms, 2),
+        "step_cpu_ms": round(statistics.median(cpu) * 1e3, 2),
         "floor_ms": round(floor_ms, 2),
         "ratio": round(step_ms / floor_ms, 2),
         "weight_mb": round(weight_bytes / 1e6, 1),
@@ -111,9 +118,43 @@ def timed(model, voice, steps: int) -> dict:
     }
 
 
+def prefill(model, voice, rounds: int) -> dict:
+    """The first draw (prefill + draw, the start of every request's first audio) with the
+    caches as made now and zeroed as before, alternated in this process: ms, min and median."""
+    import torch
+
+    from tts_core.models.chatterbox import gpt2
+    from tts_core.models.chatterbox.sampling import TurboSampling
+
+    made = gpt2.FusedKV.__init__
+
+    def zeroed(cache, *args, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+        made(cache, *args, **kwargs)
+        cache.kv.zero_()
+
+    times: dict[str, list[float]] = {"as made": [], "zeroed": []}
+    next(draws(model, voice, TurboSampling(), 0, 1000))  # the voice prefix, once
+    for _ in range(rounds):
+        for name, init in (("zeroed", zeroed), ("as made", made)):
+            gpt2.FusedKV.__init__ = init
+            try:
+                start = time.perf_counter()
+                stream = draws(model, voice, TurboSampling(), 0, 1000)
+                next(stream)
+                times[name].append(time.perf_counter() - start)
+                stream.close()
+                del stream
+            finally:
+                gpt2.FusedKV.__init__ = made
+    return {
+        name: {"min_ms": round(min(v) * 1e3, 1), "median_ms": round(statistics.median(v) * 1e3, 1)}
+        for name, v in times.items()
+    } | {"threads": torch.get_num_threads()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("count", "digest", "time"))
+    parser.add_argument("mode", choices=("count", "digest", "time", "prefill"))
     parser.add_argument("--folder", default="/tmp/chatterbox-turbo-real-random")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=80)
@@ -121,6 +162,8 @@ def main() -> None:
     model, voice = load(args.folder, args.threads)
     if args.mode == "count":
         result = count(model, voice)
+    elif args.mode == "prefill":
+        result = prefill(model, voice, args.steps // 8)
     elif args.mode == "digest":
         result = digest(model, voice)
     else:

@@ -2,7 +2,7 @@
 
 A step's q, k and v are views of c_attn's one output, its keys and values go to the cache with
 one copy (`FusedKV`), one position's heads merge with one reshape, wpe's rows are a slice and
-gelu_new works in place on one temporary. `reference_stack` below is the step as it was (HF
+gelu_new works in place on one temporary; the caches are not zeroed. `reference_stack` below is the step as it was (HF
 GPT2Attention's split, views and transposes, a KVCache write of k and of v, wpe by embedding,
 gelu_new out of place): every hidden state must be equal to it, bit for bit, over a prefill,
 steps after it and a batched step. The operators a step calls from Python are counted by
@@ -69,14 +69,22 @@ def reference_stack(stack: GPT2Stack, embeds, caches: list[KVCache], start):  # 
 
 
 def _caches(stack: GPT2Stack, fused: bool, rows: int = 1) -> list:
+    """`fused`: the stack's own caches, filled with NaN (a position read before it is written
+    would show in every later output); else the zeroed KVCaches of the step before."""
     if fused:
-        return stack.new_caches(rows, POSITIONS, torch.float32, "cpu")
+        caches = stack.new_caches(rows, POSITIONS, torch.float32, "cpu")
+        for cache in caches:
+            cache.kv.fill_(float("nan"))
+        return caches
     return [KVCache(rows, HEADS, POSITIONS, HIDDEN // HEADS, torch.float32, "cpu") for _ in stack.h]
 
 
 @pytest.mark.parametrize(
     "int8",
-    [False, pytest.param(True, marks=pytest.mark.skipif(not int8_matmul_available(), reason="int8"))],
+    [
+        False,
+        pytest.param(True, marks=pytest.mark.skipif(not int8_matmul_available(), reason="int8")),
+    ],
 )
 def test_a_step_keeps_the_bits_of_the_step_before(int8: bool) -> None:
     """A voice prefix (from 0), the text after it (a masked pass), then single steps and a
@@ -94,6 +102,16 @@ def test_a_step_keeps_the_bits_of_the_step_before(int8: bool) -> None:
         embeds = torch.randn(2, 1, HIDDEN, generator=generator)
         together = stack(embeds, [list(pair) for pair in zip(ours, other, strict=True)], [14, 3])
         assert torch.equal(together[:1], reference_stack(stack, embeds[:1], before, 14))
+
+
+def test_a_new_cache_is_not_written() -> None:
+    """A request's caches are not zeroed (FusedKV): no fill in their making (the NaN-filled
+    caches above hold the bits, so nothing unwritten is read)."""
+    stack = _stack(False)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        stack.new_caches(1, POSITIONS, torch.float32, "cpu")
+    names = {e.name for e in prof.events()}
+    assert not names & {"aten::zero_", "aten::fill_", "aten::zeros"}, names
 
 
 class Labelled(torch.nn.Module):
