@@ -2,7 +2,7 @@
 `StreamChunking.first_tokens` tokens, the last thing before its first audio.
 
     .venv/bin/python benchmarks/chatterbox_first_pass.py [--folder /tmp/chatterbox-turbo-real-random]
-        [--tokens 12] [--repeats 9] [--threads 2] [--top 25]
+        [--tokens 12] [--repeats 9] [--threads 2] [--top 25] [--cpu] [--flow-prompt N]
 
 Times each part of the pass by forward hooks (median ms over `--repeats` fresh streams; `--cpu
 --threads 1`: the thread's CPU time, which a busy machine's time slicing does not inflate): the
@@ -101,6 +101,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--cpu", action="store_true", help="the calling thread's CPU time")
+    parser.add_argument("--flow-prompt", type=int, default=None, help="default: StreamChunking's")
     args = parser.parse_args()
     if args.cpu:
         CLOCK[0] = time.thread_time
@@ -114,7 +115,10 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     model = tts_core.load_model(args.folder, quantize="auto")
-    voice, chunking = model.builtin_voice, StreamChunking()
+    chunking = StreamChunking()
+    if args.flow_prompt is not None:
+        chunking = StreamChunking(flow_prompt=args.flow_prompt)
+    voice = model.builtin_voice
     tokens = torch.randint(0, 6561, (1, args.tokens), generator=torch.Generator().manual_seed(0))
     timer = PartTimer(model)
     first_pass(model, voice, tokens, chunking, timer)  # warm
