@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/chatterbox_step_ops.py digest
     .venv/bin/python benchmarks/chatterbox_step_ops.py time [--steps 80]
     .venv/bin/python benchmarks/chatterbox_step_ops.py prefill [--steps 80]
+    .venv/bin/python benchmarks/chatterbox_step_ops.py first-audio --base /tmp/base [--steps 80]
 
 Drives `T3Turbo.draws` directly (the call `model.stream` makes per token) on
 `--folder` (default: the real-size random Turbo, int8 as `auto` leaves it) in the bundled voice:
@@ -16,6 +17,8 @@ Drives `T3Turbo.draws` directly (the call `model.stream` makes per token) on
   a step reads, benchmarks/chatterbox_floor.py, at the read rate benchmarks/membw.py measures),
   and the median CPU time of the calling thread (`--threads 1`: all of the step's work, which
   time slices lost to other processes do not inflate: the A/B figure on a busy machine).
+* first-audio: a stream's first chunk (`model.stream`) with this GPT-2 code and `--base`'s
+  (e.g. `git archive <commit> | tar -x -C /tmp/base`), alternated in one process.
 * prefill: a request's first draw with its caches as made (not zeroed) and zeroed as before,
   alternated in one process (`--steps` / 8 rounds, 1,000-draw requests as served).
 """
@@ -152,9 +155,57 @@ def prefill(model, voice, rounds: int) -> dict:
     } | {"threads": torch.get_num_threads()}
 
 
+def base_gpt2(tree: Path):  # noqa: ANN201 - a module
+    """`tree`'s tts_core/models/chatterbox/gpt2.py as a module beside ours (its relative imports
+    resolve in this tts_core: only the GPT-2 code differs)."""
+    import importlib.util
+
+    path = tree / "tts_core/models/chatterbox/gpt2.py"
+    spec = importlib.util.spec_from_file_location("tts_core.models.chatterbox.gpt2_base", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def first_audio(model, voice, rounds: int, base: Path) -> dict:
+    """Seconds to a stream's first chunk (model.stream, the default schedule: prefill, 12
+    draws, the first S3Gen pass) with this GPT-2 code and `base`'s (its forwards swapped in),
+    alternated in this process; min and median."""
+    from tts_core.models.chatterbox import gpt2
+
+    old, names = base_gpt2(base), ("GPT2Attention", "GPT2MLP", "GPT2Stack")
+    ours = {name: dict(vars(getattr(gpt2, name))) for name in names}
+    swapped = {name: dict(vars(getattr(old, name))) for name in names}
+
+    def use(methods: dict) -> None:
+        for name, members in methods.items():
+            for key, value in members.items():
+                if callable(value) or isinstance(value, staticmethod):
+                    setattr(getattr(gpt2, name), key, value)
+
+    times: dict[str, list[float]] = {"ours": [], "base": []}
+    list(model.stream("Hello there.", voice, seed=1, max_new_tokens=20))  # warm
+    try:
+        for index in range(rounds):
+            for name, methods in (("base", swapped), ("ours", ours)):
+                use(methods)
+                start = time.perf_counter()
+                stream = model.stream(TEXT, voice, seed=index, max_new_tokens=60)
+                next(stream)
+                times[name].append(time.perf_counter() - start)
+                stream.close()
+    finally:
+        use(ours)
+    return {
+        name: {"min_s": round(min(v), 3), "median_s": round(statistics.median(v), 3)}
+        for name, v in times.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mode", choices=("count", "digest", "time", "prefill"))
+    parser.add_argument("mode", choices=("count", "digest", "time", "prefill", "first-audio"))
+    parser.add_argument("--base", type=Path, help="first-audio: the tree whose GPT-2 to compare")
     parser.add_argument("--folder", default="/tmp/chatterbox-turbo-real-random")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=80)
@@ -162,6 +213,8 @@ def main() -> None:
     model, voice = load(args.folder, args.threads)
     if args.mode == "count":
         result = count(model, voice)
+    elif args.mode == "first-audio":
+        result = first_audio(model, voice, args.steps // 8, args.base)
     elif args.mode == "prefill":
         result = prefill(model, voice, args.steps // 8)
     elif args.mode == "digest":
