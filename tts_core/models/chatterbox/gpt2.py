@@ -31,10 +31,31 @@ class Conv1D(nn.Module):
 
 
 def gelu_new(x: torch.Tensor) -> torch.Tensor:
-    """HF NewGELUActivation, same op order: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    return (
-        0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
-    )
+    """HF NewGELUActivation, the same ops and roundings: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+    x^3))), each step in place on the one temporary (a product or sum of two is the same either
+    way round)."""
+    inner = torch.pow(x, 3.0).mul_(0.044715).add_(x).mul_(math.sqrt(2.0 / math.pi))
+    return (0.5 * x).mul_(inner.tanh_().add_(1.0))
+
+
+class FusedKV(KVCache):
+    """A KVCache whose k and v are the halves of one (2, B, heads, L, D) tensor: a step stores
+    its keys and values with one copy from c_attn's output and reads them back with one slice.
+    Not zeroed: a position is read only once written (`store`, `write`: [0, end)). A request's
+    caches hold prompt + text + every draw (~1,400 positions, 275 MB at the released size):
+    zeroing them cost the first audio ~90 ms of memset and page faults (a busy 2-core Zen 5)."""
+
+    def __init__(self, batch: int, heads: int, max_len: int, head_dim: int, dtype, device) -> None:
+        self.kv = torch.empty(2, batch, heads, max_len, head_dim, dtype=dtype, device=device)
+        self.k, self.v = self.kv.unbind(0)
+
+    def store(self, start: int, kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """kv (2, B, heads, T, D) at [start, start+T) -> keys, values (B, heads, start+T, D)."""
+        end = start + kv.shape[3]
+        if end > self.max_len:
+            raise RuntimeError(f"KV cache overflow: position {end} > capacity {self.max_len}")
+        self.kv.narrow(3, start, kv.shape[3]).copy_(kv)
+        return self.kv.narrow(3, 0, end).unbind(0)
 
 
 class GPT2Attention(nn.Module):
@@ -45,33 +66,35 @@ class GPT2Attention(nn.Module):
         self.c_proj = Conv1D(hidden, hidden)
 
     def forward(
-        self, x: torch.Tensor, cache: KVCache | list[KVCache], start: int | list[int]
+        self, x: torch.Tensor, cache: FusedKV | list[FusedKV], start: int | list[int]
     ) -> torch.Tensor:
         """x (B, T, H) at positions [start, start+T), keys/values appended to `cache`; or one
         position per row (T = 1), row b at start[b] with its own cache[b] (T3Turbo.feed)."""
         batch, steps, hidden = x.shape
-        q, k, v = self.c_attn(x).split(hidden, dim=2)
-        q, k, v = (
-            t.view(batch, steps, self.heads, self.head_dim).transpose(1, 2) for t in (q, k, v)
-        )
+        # (3, B, heads, T, D): q, k, v as views of c_attn's one (B, T, 3H) output
+        qkv = self.c_attn(x).view(batch, steps, 3, self.heads, self.head_dim)
+        qkv = qkv.permute(2, 0, 3, 1, 4)
         if isinstance(start, list):
+            q, k, v = qkv.unbind(0)
             out = torch.cat(
                 [
-                    self._attend(q[b : b + 1], k[b : b + 1], v[b : b + 1], cache[b], start[b])
+                    self._attend(
+                        q[b : b + 1], *cache[b].write(start[b], k[b : b + 1], v[b : b + 1])
+                    )
                     for b in range(batch)
                 ]
             )
         else:
-            out = self._attend(q, k, v, cache, start)  # (B, heads, T, D)
-        return self.c_proj(out.transpose(1, 2).reshape(batch, steps, hidden))
+            out = self._attend(qkv[0], *cache.store(start, qkv[1:]))  # (B, heads, T, D)
+        if steps > 1:
+            out = out.transpose(1, 2)
+        return self.c_proj(out.reshape(batch, steps, hidden))  # one position: heads in order
 
     @staticmethod
-    def _attend(
-        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, start: int
-    ) -> torch.Tensor:
-        """q/k/v (B, heads, T, D) at [start, start+T) -> (B, heads, T, D) over the cache."""
-        steps = q.shape[2]
-        keys, values = cache.write(start, k, v)  # (B, heads, start+T, D)
+    def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """q (B, heads, T, D) at the last T of the S keys/values (B, heads, S, D) -> (B, heads,
+        T, D)."""
+        steps, start = q.shape[2], keys.shape[2] - q.shape[2]
         # HF's SDPA path: is_causal for a prefill from 0, no mask for one new query; a pass
         # after a cached voice prefix: query i sees keys <= start + i.
         if steps > 1 and start != 0:
@@ -115,12 +138,12 @@ class GPT2Stack(nn.Module):
         self.h = nn.ModuleList(GPT2Block(hidden, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(hidden, eps=LN_EPS)
 
-    def new_caches(self, batch: int, max_len: int, dtype: torch.dtype, device) -> list[KVCache]:
+    def new_caches(self, batch: int, max_len: int, dtype: torch.dtype, device) -> list[FusedKV]:
         hidden = self.wpe.weight.shape[1]
         if max_len > self.wpe.weight.shape[0]:
             raise ValueError(f"{max_len} positions > the model's {self.wpe.weight.shape[0]}")
         return [
-            KVCache(batch, self.heads, max_len, hidden // self.heads, dtype, device) for _ in self.h
+            FusedKV(batch, self.heads, max_len, hidden // self.heads, dtype, device) for _ in self.h
         ]
 
     def forward(self, embeds: torch.Tensor, caches: list, start: int | list[int]) -> torch.Tensor:
@@ -129,9 +152,8 @@ class GPT2Stack(nn.Module):
         if isinstance(start, list):
             positions = torch.tensor(start, device=embeds.device)[:, None]  # (B, 1)
             x = embeds + self.wpe(positions)
-        else:
-            positions = torch.arange(start, start + embeds.shape[1], device=embeds.device)
-            x = embeds + self.wpe(positions)[None]
+        else:  # wpe's rows [start, start+T) (T, H), broadcast over the batch
+            x = embeds + self.wpe.weight.narrow(0, start, embeds.shape[1])
         for block, cache in zip(self.h, caches, strict=True):
             x = block(x, cache, start)
         return self.ln_f(x)

@@ -51,9 +51,8 @@ class TurboSampling(TurboSamplingKnobs):
             scores = scores / self.temperature
         if self.top_k > 0:
             k = min(self.top_k, scores.shape[-1])
-            scores = scores.masked_fill(
-                scores < torch.topk(scores, k)[0][..., -1, None], -torch.inf
-            )
+            kth = torch.topk(scores, k).values[:, -1:]  # (B, 1): the k-th largest score
+            scores = scores.masked_fill(scores < kth, -torch.inf)
         if self.top_p < 1.0:
             scores = top_p_filter(scores, self.top_p)
         if self.repetition_penalty != 1.0:

@@ -187,10 +187,11 @@ class T3Turbo(nn.Module):
     def feed(self, rows: list[TurboRow]) -> None:
         """One GPT-2 step of each row's pending token in one call (own caches and positions);
         several rows only where every projection is row-invariant (int8: runner.py)."""
-        embeds = self.speech_emb(torch.cat([row.pending for row in rows]))  # (B, 1, H)
         if len(rows) == 1:
+            embeds = self.speech_emb(rows[0].pending)  # (1, 1, H)
             hidden = self.tfmr(embeds, rows[0].caches, rows[0].position)  # (1, 1, H)
         else:
+            embeds = self.speech_emb(torch.cat([row.pending for row in rows]))  # (B, 1, H)
             caches = [list(layer) for layer in zip(*(row.caches for row in rows), strict=True)]
             hidden = self.tfmr(embeds, caches, [row.position for row in rows])  # (B, 1, H)
         for index, row in enumerate(rows):
