@@ -15,7 +15,8 @@ import math
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile, record_function
+from test_step_ops import Timed  # a projection under a profiler label
+from torch.profiler import ProfilerActivity, profile
 
 from tts_core.models.chatterbox.gpt2 import GPT2Stack
 from tts_core.models.layers import KVCache, causal_mask, scaled_dot_product
@@ -114,18 +115,6 @@ def test_a_new_cache_is_not_written() -> None:
     assert not names & {"aten::zero_", "aten::fill_", "aten::zeros"}, names
 
 
-class Labelled(torch.nn.Module):
-    """A projection under a profiler label, so that its own operators are not counted."""
-
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with record_function("projection"):
-            return self.inner(x)
-
-
 def test_a_decode_step_calls_few_operators_around_its_projections() -> None:
     """One position through the stack: the operators called from Python outside the four
     projections, per layer. 28 before (split, three views and three transposes; a cache write
@@ -136,8 +125,8 @@ def test_a_decode_step_calls_few_operators_around_its_projections() -> None:
     stack = _stack(False)
     for block in stack.h:
         for owner in (block.attn, block.mlp):
-            owner.c_proj = Labelled(owner.c_proj)
-        block.attn.c_attn, block.mlp.c_fc = Labelled(block.attn.c_attn), Labelled(block.mlp.c_fc)
+            owner.c_proj = Timed(owner.c_proj)
+        block.attn.c_attn, block.mlp.c_fc = Timed(block.attn.c_attn), Timed(block.mlp.c_fc)
     caches, x = _caches(stack, True), torch.randn(1, 1, HIDDEN)
     with torch.inference_mode():
         stack(torch.randn(1, 4, HIDDEN), caches, 0)
