@@ -84,7 +84,7 @@ def summary(stamps: Stamps, started: float) -> dict:
 def make_ways(
     backend: Qwen3Backend, voice: Any, kwargs: dict, bench_voice: Any
 ) -> dict[str, Callable[[], dict]]:
-    model, loop = backend.model, backend.scheduler
+    model, loop = backend.model, backend.loop
 
     def stream() -> dict:  # on the loop thread
         started = time.perf_counter()
@@ -208,7 +208,7 @@ def main() -> None:
         )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
-    backend.scheduler.close()
+    backend.loop.close()
 
 
 if __name__ == "__main__":
