@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/served_bench.py --model /tmp/qwen3-0.6B-random \
         [--requests 3] [--app-arg=--quantize=auto ...] [--env TTS_CORE_NATIVE_ISA=avx2] \
-        [--json out.json]
+        [--app-dir /tmp/before] [--json out.json]
 
 Starts the real app (`app.py --model ... --wait-for-model`, the app's defaults otherwise: on a
 CPU `--quantize auto` and the codec decoder dtype it times at load), then sends `--requests`
@@ -156,6 +156,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3)
     ap.add_argument("--app-arg", action="append", default=[], help="passed on to app.py")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the app")
+    ap.add_argument("--app-dir", default=None, help="the tree whose app.py runs (default: this)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     port, log_path = free_port(), Path(f"/tmp/served_bench_{os.getpid()}.log")
@@ -186,6 +187,7 @@ def main() -> None:
         "model": args.model,
         "env": args.env,
         "app_args": args.app_arg,
+        "app_dir": args.app_dir,
         "weight_format": info.get("weight_format"),
         "weight_format_reason": info.get("weight_format_reason"),
         "load_line": decoder[-1] if decoder else None,
