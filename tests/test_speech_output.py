@@ -92,3 +92,41 @@ def test_sse_deltas_then_done_without_a_cross_thread_wake_up():
     done = json.loads(pieces[-1].decode().split("data: ", 1)[1])
     frames = sum(i + 1 for i in range(CHUNKS))  # event i holds i + 1 frames
     assert done["usage"]["output_tokens"] == frames and done["stats"] == {"done": True}
+
+
+def failing(first_events: list[StreamEvent]):  # noqa: ANN201 - a generator of events
+    yield from first_events
+    raise RuntimeError("the model failed")
+
+
+def collect(response_format: str, sse: bool) -> tuple[list[bytes], BaseException | None]:
+    """The pieces of a response whose synthesis fails after three events, and its error."""
+    first, *rest = events(3)
+    pieces: list[bytes] = []
+
+    async def body() -> BaseException | None:
+        stream = speech_bytes(
+            first, failing(rest), response_format, sse, RATE, FRAME, threading.Event()
+        )
+        try:
+            async for piece in stream:
+                pieces.append(piece)
+        except RuntimeError as error:
+            return error
+        return None
+
+    return pieces, asyncio.run(body())
+
+
+def test_an_error_after_the_start_comes_after_the_bytes_made_before_it():
+    pieces, error = collect("pcm", sse=False)
+    assert str(error) == "the model failed"
+    assert b"".join(pieces) == b"".join(to_int16(e.audio).tobytes() for e in events(3))
+
+
+def test_an_sse_error_after_the_start_is_its_error_event():
+    pieces, error = collect("pcm", sse=True)
+    assert error is None
+    kinds = [json.loads(p.decode().split("data: ", 1)[1]) for p in pieces]
+    assert [k["type"] for k in kinds] == ["speech.audio.delta"] * 3 + ["speech.audio.error"]
+    assert kinds[-1]["error"]["message"] == "the model failed"
