@@ -16,6 +16,8 @@ layout, `--frames` frames) `--rounds` times each way, the ways interleaved:
 * served: `loop.submit`, its chunks taken by another thread blocked on them;
 * async: the same taken on an asyncio event loop (`iterate_awaiting`), as the HTTP route does;
 * polled: async while the event loop also runs Gradio's two polling loops (GRADIO_POLLS_S);
+* app_polled: the same at the periods the app sets them to (app.py GRADIO_QUEUE_POLL_S,
+  GRADIO_PROGRESS_POLL_S: 20 and 100 ms);
 * bench: `model.stream` of engine_bench.py / frame_floor.py's clip instead (their reference
   clip and text, greedy, 26 frames), on the loop thread: what the request itself changes.
 
@@ -49,11 +51,12 @@ from tts_core.serving import BatchEngine, InlineOutbox, run_alone
 
 REPO = Path(__file__).resolve().parent.parent
 VOICES = REPO / "assets" / "voices"
-WAYS = ("stream", "arena", "served", "async", "polled", "bench")
+WAYS = ("stream", "arena", "served", "async", "polled", "app_polled", "bench")
 # Gradio's queue (gradio/queueing.py, Linux): `start_processing` sleeps 1 ms between looks at an
 # empty queue, `start_progress_updates` 10 ms: the event loop of the app wakes ~1,100 times a
 # second for the whole life of the server
 GRADIO_POLLS_S = (0.001, 0.01)
+APP_POLLS_S = (0.02, 0.1)  # app.py's GRADIO_QUEUE_POLL_S, GRADIO_PROGRESS_POLL_S
 BENCH_FRAMES = 26  # frame_floor.py's clip
 
 Stamps = list[tuple[float, int]]  # (perf_counter at the chunk's arrival, its frames)
@@ -84,7 +87,7 @@ def summary(stamps: Stamps, started: float) -> dict:
 def make_ways(
     backend: Qwen3Backend, voice: Any, kwargs: dict, bench_voice: Any
 ) -> dict[str, Callable[[], dict]]:
-    model, loop = backend.model, backend.scheduler
+    model, loop = backend.model, backend.loop
 
     def stream() -> dict:  # on the loop thread
         started = time.perf_counter()
@@ -136,6 +139,7 @@ def make_ways(
         "served": served,
         "async": on_event_loop,
         "polled": lambda: on_event_loop(GRADIO_POLLS_S),
+        "app_polled": lambda: on_event_loop(APP_POLLS_S),
     }
 
 
@@ -208,7 +212,7 @@ def main() -> None:
         )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
-    backend.scheduler.close()
+    backend.loop.close()
 
 
 if __name__ == "__main__":

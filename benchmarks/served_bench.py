@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/served_bench.py --model /tmp/qwen3-0.6B-random \
         [--requests 3] [--app-arg=--quantize=auto ...] [--env TTS_CORE_NATIVE_ISA=avx2] \
-        [--json out.json]
+        [--app-dir /tmp/before] [--json out.json]
 
 Starts the real app (`app.py --model ... --wait-for-model`, the app's defaults otherwise: on a
 CPU `--quantize auto` and the codec decoder dtype it times at load), then sends `--requests`
@@ -10,8 +10,10 @@ requests one after another for the same built-in voice, streaming raw PCM (16-bi
 rate), and times each from the request to its first body byte and to its last. The first
 request of a voice also builds the voice prompt (reference codes, speaker embedding); later
 ones reuse it. RTF after the first byte = (last byte - first byte) / audio after the first
-chunk. Prints a table with the load average, the app's weight-format line and how often its
-event loop woke (idle for 5 s, then while serving; `wakeups`), writes JSON.
+chunk. Prints a table with the load average, the app's weight-format line, how often its
+event loop woke (idle for 5 s, then while serving; `wakeups`) and, per request, the CPU its
+threads ran a second of audio (/proc schedstat): the model's OpenMP team, the event loop (the
+server's share: HTTP, the engine's events, encoding) and every other thread; writes JSON.
 """
 
 from __future__ import annotations
@@ -55,6 +57,27 @@ def wakeups(pid: int) -> tuple[int, float]:
     return int(line.split()[1]), time.perf_counter()
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds each thread of `pid` has run (/proc schedstat: nanoseconds on a core)."""
+    seconds = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            seconds[int(task.name)] = int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (OSError, ValueError):  # a thread that ended meanwhile
+            pass
+    return seconds
+
+
+def cpu_shares(pid: int, before: dict, after: dict, team: int) -> dict[str, float]:
+    """CPU seconds between two thread_cpu snapshots: the event loop (the main thread), the
+    model's OpenMP team (the `team` busiest other threads: the model thread and its workers)
+    and every other thread."""
+    used = {tid: after[tid] - before.get(tid, 0.0) for tid in after}
+    loop = used.pop(pid, 0.0)
+    busiest = sorted(used.values(), reverse=True)
+    return {"event_loop": loop, "model": sum(busiest[:team]), "other": sum(busiest[team:])}
+
+
 def wakeups_per_s(before: tuple[int, float], after: tuple[int, float]) -> float:
     return (after[0] - before[0]) / (after[1] - before[1])
 
@@ -93,7 +116,7 @@ def start_app(args: argparse.Namespace, port: int, log_path: Path) -> subprocess
     raise SystemExit("the app did not become ready")
 
 
-def one_request(url: str, seed: int, sample_rate: int) -> dict:
+def one_request(url: str, seed: int, sample_rate: int, pid: int, team: int) -> dict:
     body = {
         "model": "tts-1",
         "input": TEXT,
@@ -101,6 +124,7 @@ def one_request(url: str, seed: int, sample_rate: int) -> dict:
         "response_format": "pcm",
         "seed": seed,
     }
+    cpu_before = thread_cpu(pid)
     started = time.perf_counter()
     first_at, first_bytes, total = None, 0, 0
     with httpx.stream("POST", f"{url}/v1/audio/speech", json=body, timeout=900) as response:
@@ -113,8 +137,11 @@ def one_request(url: str, seed: int, sample_rate: int) -> dict:
                 first_at, first_bytes = time.perf_counter(), len(piece)
             total += len(piece)
     ended = time.perf_counter()
+    cpu = cpu_shares(pid, cpu_before, thread_cpu(pid), team)
     audio_s, after_first_s = total / 2 / rate, (total - first_bytes) / 2 / rate
     return {
+        # CPU ms of the app's threads a second of audio (the whole request, voice included)
+        "cpu_ms_per_audio_s": {name: 1000 * v / audio_s for name, v in cpu.items()},
         "first_byte_ms": 1000 * (first_at - started),
         "wall_s": ended - started,
         "audio_s": audio_s,
@@ -129,6 +156,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=3)
     ap.add_argument("--app-arg", action="append", default=[], help="passed on to app.py")
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the app")
+    ap.add_argument("--app-dir", default=None, help="the tree whose app.py runs (default: this)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     port, log_path = free_port(), Path(f"/tmp/served_bench_{os.getpid()}.log")
@@ -142,7 +170,11 @@ def main() -> None:
         idle = wakeups(app.pid)
         time.sleep(IDLE_SAMPLE_S)
         busy = wakeups(app.pid)
-        runs = [one_request(url, seed, info["sample_rate"]) for seed in range(args.requests)]
+        team = info.get("torch_threads") or 1  # the model thread and its OpenMP workers
+        runs = [
+            one_request(url, seed, info["sample_rate"], app.pid, team)
+            for seed in range(args.requests)
+        ]
         loop_wakeups = {
             "idle": wakeups_per_s(idle, busy),
             "serving": wakeups_per_s(busy, wakeups(app.pid)),
@@ -155,6 +187,7 @@ def main() -> None:
         "model": args.model,
         "env": args.env,
         "app_args": args.app_arg,
+        "app_dir": args.app_dir,
         "weight_format": info.get("weight_format"),
         "weight_format_reason": info.get("weight_format_reason"),
         "load_line": decoder[-1] if decoder else None,
@@ -174,13 +207,18 @@ def main() -> None:
         f"the app's event loop woke {loop_wakeups['idle']:.0f} times a second idle, "
         f"{loop_wakeups['serving']:.0f} while serving"
     )
-    print("| request | first byte ms | audio s | RTF after first byte | RTF whole |")
-    print("|--:|--:|--:|--:|--:|")
+    print(
+        "| request | first byte ms | audio s | RTF after first byte | RTF whole "
+        "| CPU ms an audio s: event loop / model / other |"
+    )
+    print("|--:|--:|--:|--:|--:|--|")
     for i, run in enumerate(runs):
         rtf = run["rtf_after_first_byte"]
         print(
             f"| {i + 1}{' (new voice)' if i == 0 else ''} | {run['first_byte_ms']:.0f} | "
-            f"{run['audio_s']:.2f} | {rtf:.2f} | {run['rtf_whole']:.2f} |"
+            f"{run['audio_s']:.2f} | {rtf:.2f} | {run['rtf_whole']:.2f} | "
+            + " / ".join(f"{v:.1f}" for v in run["cpu_ms_per_audio_s"].values())
+            + " |"
         )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

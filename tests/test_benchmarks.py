@@ -154,6 +154,19 @@ def test_served_bench_times_a_request_through_the_real_app(tmp_path: Path) -> No
     assert result["weight_format"] == "int8" and result["weight_format_reason"].startswith("int8")
     for run in result["requests"]:
         assert 0 < run["first_byte_ms"] < 1000 * run["wall_s"] and run["audio_s"] > 0
+        cpu = run["cpu_ms_per_audio_s"]  # the request's CPU by thread: the model ran
+        assert set(cpu) == {"event_loop", "model", "other"} and cpu["model"] > 0
+
+
+def test_served_bench_splits_the_cpu_of_a_request_by_thread() -> None:
+    """The main thread is the event loop; the `team` busiest others the model's; the rest
+    other. A thread new in the second snapshot counts from zero."""
+    from served_bench import cpu_shares
+
+    before = {1: 1.0, 2: 10.0, 3: 10.0, 4: 0.5}
+    after = {1: 1.25, 2: 14.0, 3: 13.5, 4: 0.75, 5: 0.5}
+    shares = cpu_shares(1, before, after, team=2)
+    assert shares == {"event_loop": 0.25, "model": 7.5, "other": 0.75}
 
 
 def test_chatterbox_floor_counts_what_a_step_reads_and_a_pass_computes() -> None:

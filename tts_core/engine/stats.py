@@ -28,6 +28,12 @@ class RequestStats:
     voice: dict[str, Any] = field(default_factory=dict)
     wall_s: float | None = None  # set when the request finishes
     seed: int | None = None  # the seed the request ran on: passed back, the same audio
+    # as_dict's per-chunk lists, rounded once as each chunk comes: every event carries its
+    # request's stats so far, which rounded afresh cost O(chunks) a chunk on the event loop
+    _rounded: dict[str, list] = field(
+        default_factory=lambda: {"chunk_compute_s": [], "chunk_audio_s": [], "timeline": []},
+        repr=False,
+    )
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -39,7 +45,12 @@ class RequestStats:
         self.chunk_compute_s.append(compute_s)
         self.chunk_audio_s.append(samples / self.sample_rate)
         self.chunk_batch_size.append(batch_size)
-        self.timeline.append((now, self.audio_s))
+        audio_s = self.audio_s
+        self.timeline.append((now, audio_s))
+        rounded = self._rounded
+        rounded["chunk_compute_s"].append(_round(compute_s))
+        rounded["chunk_audio_s"].append(_round(self.chunk_audio_s[-1]))
+        rounded["timeline"].append((_round(now), _round(audio_s)))
 
     def finish(self, stop_reason: str) -> None:
         self.stop_reason = stop_reason
@@ -76,10 +87,10 @@ class RequestStats:
             "compute_s": _round(self.compute_s),
             "wall_s": _round(wall),
             "real_time_factor": _round(rtf),
-            "chunk_compute_s": [_round(v) for v in self.chunk_compute_s],
-            "chunk_audio_s": [_round(v) for v in self.chunk_audio_s],
+            "chunk_compute_s": list(self._rounded["chunk_compute_s"]),
+            "chunk_audio_s": list(self._rounded["chunk_audio_s"]),
             "chunk_batch_size": list(self.chunk_batch_size),
-            "timeline": [[_round(w), _round(a)] for w, a in self.timeline],
+            "timeline": [[w, a] for w, a in self._rounded["timeline"]],
             "done": self.done,
             "stop_reason": self.stop_reason,
             "notices": list(self.notices),

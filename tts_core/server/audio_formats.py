@@ -38,6 +38,8 @@ _FFMPEG_OUTPUT = {
     "flac": ["-c:a", "flac", "-f", "flac"],
     "aac": ["-c:a", "aac", "-b:a", "64k", "-f", "adts"],
 }
+# encoded by an ffmpeg process: their bytes come from its reader thread, not from `feed`
+THREADED_FORMATS = frozenset(_FFMPEG_OUTPUT)
 
 
 def wav_header(data_bytes: int = UNKNOWN_SIZE, rate: int = SAMPLE_RATE) -> bytes:

@@ -9,13 +9,13 @@ import base64
 import json
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import aclosing
 from typing import Any
 
 from fastapi import Request
 
-from .audio_formats import make_encoder
+from .audio_formats import THREADED_FORMATS, Encoder, make_encoder
 from .streaming import events_of
 
 log = logging.getLogger("tts_core.server.openai_api")  # the route's log, as before the split
@@ -60,41 +60,63 @@ async def speech_bytes(
 ) -> AsyncIterator[bytes]:
     """`first` (already taken, or None) then the rest of the engine's `events` -> encoder ->
     bytes (or SSE events), each as soon as it exists: the engine's events are awaited on the
-    event loop (streaming.events_of), and an ffmpeg encoder's output, which its reader thread
-    hands over, too. Closing this early sets `cancel` and closes `events` (the engine's slot
+    event loop (streaming.events_of). PCM and WAV are encoded here, an event's bytes yielded
+    before the next event is awaited: the model thread's hand-off is the one wake-up a chunk
+    costs the loop (a task and a queue between them cost two loop passes and a cross-thread
+    wake-up more a chunk). An ffmpeg encoder's bytes, which its reader thread hands over, come
+    through a queue. Closing this early sets `cancel` and closes `events` (the engine's slot
     back at once)."""
+
+    def encoding(put: Callable[[bytes], None]) -> tuple[Encoder, AsyncIterator[None]]:
+        """An encoder whose output goes to `put`, and the steps that feed it (_encode)."""
+        encoder = make_encoder(
+            response_format, _sink(put, sse, response_format), rate, streamed=streamed
+        )
+        return encoder, _encode(first, events, encoder, put, sse, frame_samples, cancel)
+
+    pieces = (_threaded if response_format in THREADED_FORMATS else _inline)(encoding)
+    try:
+        async with aclosing(pieces):
+            async for data in pieces:
+                yield data
+    finally:
+        cancel.set()  # normal end: a no-op; early end: stops the synthesis
+        events.close()  # when nothing was awaited yet: the engine's slot back now
+
+
+Encoding = Callable[[Callable[[bytes], None]], tuple[Encoder, AsyncIterator[None]]]
+
+
+async def _inline(encoding: Encoding) -> AsyncIterator[bytes]:
+    """speech_bytes of an encoder that runs on the loop: its bytes after each event."""
+    pending: list[bytes] = []
+    encoder, steps = encoding(pending.append)
+    try:
+        async with aclosing(steps):
+            async for _ in steps:
+                while pending:
+                    yield pending.pop(0)
+    finally:
+        encoder.close()
+    for data in pending:  # the end: a WAV's header, SSE's done or error
+        yield data
+
+
+async def _threaded(encoding: Encoding) -> AsyncIterator[bytes]:
+    """speech_bytes of an ffmpeg encoder: its bytes as its reader thread hands them over,
+    while a task of their own feeds it the events."""
     loop = asyncio.get_running_loop()
     out: asyncio.Queue = asyncio.Queue()
 
-    def put(data: object) -> None:  # from the loop, or from an ffmpeg encoder's reader
+    def put(data: object) -> None:  # from the loop, or from the encoder's reader thread
         loop.call_soon_threadsafe(out.put_nowait, data)
 
-    def put_delta(data: bytes) -> None:
-        put(_sse("speech.audio.delta", audio=_b64(data), response_format=response_format))
-
     async def encode() -> None:
-        encoder = make_encoder(response_format, put_delta if sse else put, rate, streamed=streamed)
-        stats: dict = {}
-        samples = 0
+        encoder, steps = encoding(put)
         try:
-            if first is not None:
-                encoder.feed(first.audio)
-                stats, samples = first.stats, first.audio.size
-            async with aclosing(events_of(events, cancel)) as awaited:
-                async for event in awaited:
-                    encoder.feed(event.audio)
-                    stats, samples = event.stats, samples + event.audio.size
-            if cancel.is_set():
-                return
-            encoder.finish()
-            if sse:
-                put(_sse("speech.audio.done", usage=_usage(samples, frame_samples), stats=stats))
-        except Exception as exc:
-            if not sse:
-                raise
-            log.exception("speech stream failed")
-            error = {"message": str(exc), "type": "server_error", "param": None, "code": 500}
-            put(_sse("speech.audio.error", error=error))
+            async with aclosing(steps):
+                async for _ in steps:
+                    pass
         finally:
             encoder.close()
             put(_END)
@@ -105,11 +127,54 @@ async def speech_bytes(
             yield data
         await work  # its error, after its last bytes
     finally:
-        cancel.set()  # normal end: a no-op; early end: stops the synthesis
         if not work.done():
             work.cancel()
             await asyncio.gather(work, return_exceptions=True)
-        events.close()  # when `encode` never started: the engine's slot back now
+
+
+def _sink(put: Callable[[bytes], None], sse: bool, response_format: str) -> Callable:
+    """The encoder's output as it goes out: the bytes, or SSE's delta events of them."""
+    if not sse:
+        return put
+    return lambda data: put(
+        _sse("speech.audio.delta", audio=_b64(data), response_format=response_format)
+    )
+
+
+async def _encode(
+    first,  # noqa: ANN001 - a StreamEvent or None
+    events: Iterator[Any],
+    encoder: Encoder,
+    put: Callable[[bytes], None],
+    sse: bool,
+    frame_samples: int,
+    cancel: threading.Event,
+) -> AsyncIterator[None]:
+    """Feed `first` and every event to `encoder` (its bytes to its sink), a step after each;
+    then its end (and SSE's done); an error is raised, or with SSE `put` as its event."""
+    stats: dict = {}
+    samples = 0
+    try:
+        if first is not None:
+            encoder.feed(first.audio)
+            stats, samples = first.stats, first.audio.size
+            yield
+        async with aclosing(events_of(events, cancel)) as awaited:
+            async for event in awaited:
+                encoder.feed(event.audio)
+                stats, samples = event.stats, samples + event.audio.size
+                yield
+        if cancel.is_set():
+            return
+        encoder.finish()
+        if sse:
+            put(_sse("speech.audio.done", usage=_usage(samples, frame_samples), stats=stats))
+    except Exception as exc:
+        if not sse:
+            raise
+        log.exception("speech stream failed")
+        error = {"message": str(exc), "type": "server_error", "param": None, "code": 500}
+        put(_sse("speech.audio.error", error=error))
 
 
 def _sse(kind: str, **fields: Any) -> bytes:
