@@ -22,6 +22,8 @@ import time
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from tts_core.models import laid_out
+
 TOKENS_PER_AUDIO_S = 25  # S3 speech tokens: 25 Hz
 GEMM_SIZE = 2048
 
@@ -56,7 +58,7 @@ def t3_cache_bytes_per_position(t3: torch.nn.Module) -> int:
 
 
 def count_flops(run) -> int:  # noqa: ANN001
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False, custom_mapping=laid_out.flop_formulas()) as counter:
         run()
     return counter.get_total_flops()
 

@@ -122,3 +122,24 @@ def test_each_input_length_has_its_own_layout_and_the_most_used_are_kept() -> No
             )
     kept = conv.__dict__["_laid_out"].by_key
     assert sorted(key[-1][-1] for key in kept) == [12, 22, 30]  # the one-off lengths take turns
+
+
+def test_a_flop_count_sees_the_laid_out_calls_as_the_plain_ones() -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    conv, owner, matrix = _conv(), nn.Module(), torch.randn(48, 80)
+    x = torch.randn(2, 48, 20)
+
+    def flops(run) -> int:  # noqa: ANN001
+        with FlopCounterMode(display=False, custom_mapping=laid_out.flop_formulas()) as counter:
+            run()
+        return counter.get_total_flops()
+
+    with torch.inference_mode():
+        fast = flops(lambda: laid_out.conv1d(conv, x))
+        plain = flops(lambda: conv(x))
+        assert "_laid_out" in conv.__dict__ and fast == plain > 0
+        rows = x.transpose(1, 2)
+        assert flops(lambda: laid_out.matmul(owner, rows, matrix, lambda keep=True: matrix)) == (
+            flops(lambda: rows @ matrix)
+        )

@@ -131,3 +131,22 @@ def matmul(
     laid = _kept(owner, weight, (rows.shape[0],), lay_out)
     out = torch.ops.mkldnn._linear_pointwise(rows, laid, None, "none", [], "")
     return out.view(*x.shape[:-1], -1)
+
+
+def _conv_flops(x_shape, w_shape, *_args, out_shape, **_kwargs) -> int:  # noqa: ANN001
+    """2 x outputs x (C_in x k): (B, C_out, 1, T') out of a (C_out, C_in, 1, k) weight."""
+    return 2 * out_shape.numel() * w_shape[1] * w_shape[2] * w_shape[3]
+
+
+def _linear_flops(x_shape, w_shape, *_args, out_shape, **_kwargs) -> int:  # noqa: ANN001
+    return 2 * out_shape.numel() * x_shape[-1]
+
+
+def flop_formulas() -> dict:
+    """torch.utils.flop_counter.FlopCounterMode(custom_mapping=...) for these oneDNN calls,
+    which it does not know: a floor's FLOPs count the laid-out layers as the plain ones."""
+    ops = torch.ops.mkldnn
+    return {
+        ops._convolution_pointwise: _conv_flops,
+        ops._linear_pointwise: _linear_flops,
+    }
