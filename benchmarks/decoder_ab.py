@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from tts_core.models import laid_out
 from tts_core.models.qwen3_tts.checkpoint import random_speech_tokenizer
 from tts_core.models.qwen3_tts.codec.int8 import quantize_decoder
 from tts_core.quant.linear import Int8Linear
@@ -79,7 +80,20 @@ def options(decoder, dtype_bf16: bool, int8: bool = False) -> list[Option]:  # n
     if dtype_bf16:
         bf16 = copy.deepcopy(decoder).set_dtype(torch.bfloat16)
         made += [Option("bfloat16 chunk 6", bf16, 6), Option("bfloat16 chunk 12", bf16, 12)]
+        made += [Option("bfloat16 chunk 6, plain calls", bf16, 6, _plain_calls)]
+    made += [Option("float32 chunk 6, plain calls", decoder, 6, _plain_calls)]
     return made
+
+
+@contextlib.contextmanager
+def _plain_calls():
+    """Every conv and matmul as a plain call: no weight laid out once (models/laid_out.py)."""
+    saved = laid_out._usable
+    laid_out._usable = lambda weight, x: False
+    try:
+        yield
+    finally:
+        laid_out._usable = saved
 
 
 @contextlib.contextmanager
