@@ -339,8 +339,9 @@ def test_listeners_bench_serves_concurrent_listeners_through_the_real_app(tmp_pa
 
 
 def test_decoder_ab_chunk_options_decode_the_same_stream(tmp_path: Path) -> None:
-    """decoder_ab's options are exact streaming: float32 chunks of 6, 12 and 24 frames and
-    torch's own convolutions give the audio of chunk 6 to float32 rounding. The error model:
+    """decoder_ab's options are exact streaming: float32 chunks of 6, 12 and 24 frames, torch's
+    own convolutions and plain calls (no weight laid out once) give the audio of chunk 6 to
+    float32 rounding. The error model:
     each output sample passes ~20 layers, each rounding at ~6e-8 relative, so the difference
     is ~1e-7 of the signal (measured 124-131 dB SNR, tiny and real size); 100 dB leaves 20x in
     amplitude for other summation orders. Every option gets a time per frame."""
@@ -357,6 +358,7 @@ def test_decoder_ab_chunk_options_decode_the_same_stream(tmp_path: Path) -> None
         "float32 chunk 12",
         "float32 chunk 24",
         "float32 chunk 6, oneDNN off",
+        "float32 chunk 6, plain calls",
     }
     assert rows["float32 chunk 6"]["max_abs_diff"] == 0.0
     for row in rows.values():
