@@ -41,18 +41,21 @@ class _LaidOut:
     KEEP = 3
 
     def __init__(self) -> None:
-        self.by_key: dict[tuple, torch.Tensor] = {}
+        self.weight: tuple | None = None  # the weight the layouts were made from
+        self.by_shape: dict[tuple, torch.Tensor] = {}
         self.uses: dict[tuple, int] = {}
 
-    def get(self, key: tuple, lay_out: Callable[[], torch.Tensor]) -> torch.Tensor:
-        if key not in self.by_key:
-            while len(self.by_key) >= self.KEEP:
+    def get(self, weight: tuple, shape: tuple, lay_out: Callable[[], torch.Tensor]) -> torch.Tensor:
+        if weight != self.weight:  # a reload, .to() or set_dtype: every old layout is stale
+            self.weight, self.by_shape, self.uses = weight, {}, {}
+        if shape not in self.by_shape:
+            while len(self.by_shape) >= self.KEEP:
                 rarest = min(self.uses, key=self.uses.__getitem__)  # the oldest of equals
-                del self.by_key[rarest], self.uses[rarest]
-            self.by_key[key] = lay_out()
-            self.uses[key] = 0
-        self.uses[key] += 1
-        return self.by_key[key]
+                del self.by_shape[rarest], self.uses[rarest]
+            self.by_shape[shape] = lay_out()
+            self.uses[shape] = 0
+        self.uses[shape] += 1
+        return self.by_shape[shape]
 
     def __deepcopy__(self, memo: dict) -> _LaidOut:
         return _LaidOut()
@@ -81,7 +84,7 @@ def _kept(
     if kept is None:
         kept = owner.__dict__["_laid_out"] = _LaidOut()
     version = None if weight.is_inference() else weight._version  # inference tensors have none
-    return kept.get((weight.data_ptr(), version, weight.dtype, weight.device, shape), lay_out)
+    return kept.get((weight.data_ptr(), version, weight.dtype, weight.device), shape, lay_out)
 
 
 def conv1d(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
