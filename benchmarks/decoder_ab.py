@@ -86,25 +86,24 @@ def options(decoder, dtype_bf16: bool, int8: bool = False) -> list[Option]:  # n
 
 
 @contextlib.contextmanager
+def _replaced(owner: object, name: str, value: object):
+    """owner.name = value for the block's duration."""
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
 def _plain_calls():
     """Every conv and matmul as a plain call: no weight laid out once (models/laid_out.py)."""
-    saved = laid_out._usable
-    laid_out._usable = lambda weight, x: False
-    try:
-        yield
-    finally:
-        laid_out._usable = saved
+    return _replaced(laid_out, "_usable", lambda weight, x: False)
 
 
-@contextlib.contextmanager
 def _rows_copied():
     """Int8Conv1d as before its kernel read the windows in place: im2col rows copied in torch."""
-    saved = Int8Linear.windows_native
-    Int8Linear.windows_native = lambda self, x: False
-    try:
-        yield
-    finally:
-        Int8Linear.windows_native = saved
+    return _replaced(Int8Linear, "windows_native", lambda self, x: False)
 
 
 def step(option: Option, codes: torch.Tensor) -> None:
