@@ -15,6 +15,7 @@ from torch import nn
 
 from ....quant.linear import Int8Linear
 from ... import laid_out
+from . import snake_kernel
 from .streaming import ConvWindow
 
 
@@ -42,6 +43,9 @@ class SnakeBeta(nn.Module):
         a conv reads). One temporary instead of one per operation; each operation rounds as the
         plain expression's (t * t is pow(t, 2); mul then add, not addcmul, which rounds once:
         the same bits in float32 and bfloat16)."""
+        fused = snake_kernel.snake_beta(x, self.alpha_exp, self.inv_beta, out)
+        if fused is not None:  # one pass over memory (snake_beta.c), the same bits
+            return fused
         t = torch.mul(x, self.alpha_exp)
         t.sin_()  # a fresh contiguous tensor of x's shape: sin's vector/scalar split as before
         t.mul_(t)

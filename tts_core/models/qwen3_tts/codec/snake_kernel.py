@@ -1,0 +1,127 @@
+"""SnakeBeta in one pass over memory: the C kernel snake_beta.c, bit for bit torch's five
+operations (mul, sin, mul, mul, add) in float32 and bfloat16.
+
+It calls the sin torch itself calls on an AVX-512 build with MKL, both exported by libtorch_cpu
+(float32: MKL's vmsSin, ATen/cpu/vml.h; bfloat16: SLEEF's Sleef_sinf16_u10, Vectorized's), so
+it is used only where torch runs its AVX-512 kernels with MKL
+(torch.backends.cpu.get_cpu_capability() == "AVX512"); elsewhere, and where it cannot be built
+(models/native: no compiler, TTS_CORE_NATIVE=0 or TTS_CORE_NATIVE_ISA=torch), SnakeBeta runs
+its torch operations: the same numbers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import logging
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from ... import native
+
+log = logging.getLogger(__name__)
+SOURCE = Path(__file__).with_name("snake_beta.c")
+_ENTRIES = {torch.float32: "snake_beta_f32", torch.bfloat16: "snake_beta_bf16"}
+F32_SIN = "vmsSin"  # float32 sin on torch's AVX-512 kernels with MKL (ATen/cpu/vml.h)
+_I64, _P = ctypes.c_int64, ctypes.c_void_p
+
+
+@functools.cache
+def _kernel() -> dict | None:
+    """{dtype: (entry, its sin: float32 the address of torch's, bfloat16 the table)}, or None:
+    the torch path."""
+    if (
+        not native.enabled()
+        or os.environ.get(native.ISA_ENV, "").strip().lower() == native.TORCH_ISA
+        or platform.machine().lower() not in native.X86
+        or torch.backends.cpu.get_cpu_capability() != "AVX512"
+        or not torch.backends.mkl.is_available()
+    ):
+        return None
+    path = native.build(SOURCE)
+    if path is None:
+        return None
+    try:
+        library = ctypes.CDLL(str(path))
+        torch_cpu = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        if not library.snake_beta_supported():
+            return None
+        entries = {}
+        for dtype, name in _ENTRIES.items():
+            entry = getattr(library, name)
+            entry.argtypes = [_P, _I64, _P, _I64, _I64, _I64, _I64, _P, _P, _P, ctypes.c_int]
+            entry.restype = None
+            entries[dtype] = entry
+        entries = {
+            torch.float32: (entries[torch.float32], getattr(torch_cpu, F32_SIN)),
+            torch.bfloat16: (entries[torch.bfloat16], square_sin_table()),
+        }
+    except (OSError, AttributeError) as error:
+        log.warning("SnakeBeta kernel not loaded (%s): it runs on torch operations", error)
+        return None
+    return entries
+
+
+@functools.cache
+def square_sin_table() -> torch.Tensor:
+    """(65537,) int16: at index bits(t), torch's bfloat16 sin(t) * sin(t) for every bfloat16 t
+    (the one-pass SnakeBeta's lookup; one more entry, as a lane reads 4 bytes)."""
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    bits = torch.cat([bits[2**15 :], bits[: 2**15]])  # index i holds the bits of i
+    with torch.no_grad():
+        sin = torch.sin(bits.view(torch.bfloat16))
+        table = (sin * sin).view(torch.int16)
+    return torch.cat([table, table.new_zeros(1)])
+
+
+def _row_stride(t: torch.Tensor) -> int | None:
+    """The stride between rows of a (B, C, T) tensor read as B * C rows, or None."""
+    batch, channels, steps = t.shape
+    if t.stride(2) != 1 and steps > 1:
+        return None
+    if batch > 1 and t.stride(0) != channels * t.stride(1):
+        return None
+    return t.stride(1)
+
+
+def snake_beta(
+    x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tensor, out: torch.Tensor | None
+) -> torch.Tensor | None:
+    """out = x + sin(x alpha)^2 inv_beta for x, out (B, C, T) and alpha, inv_beta (1, C, 1) of
+    x's dtype; out may be x, or None (a new tensor). None (nothing written) where the kernel
+    does not apply."""
+    kernel = _kernel()
+    out = torch.empty_like(x, memory_format=torch.contiguous_format) if out is None else out
+    if (
+        kernel is None
+        or x.dtype not in kernel
+        or x.device.type != "cpu"
+        or x.dim() != 3
+        or out.shape != x.shape
+        or {out.dtype, alpha.dtype, inv_beta.dtype} != {x.dtype}
+        or not (alpha.is_contiguous() and inv_beta.is_contiguous())
+        or (torch.is_grad_enabled() and x.requires_grad)
+    ):
+        return None
+    x_stride, out_stride = _row_stride(x), _row_stride(out)
+    if x_stride is None or out_stride is None:
+        return None
+    entry, sin = kernel[x.dtype]
+    batch, channels, steps = x.shape
+    entry(
+        x.data_ptr(),
+        x_stride,
+        out.data_ptr(),
+        out_stride,
+        batch * channels,
+        channels,
+        steps,
+        alpha.data_ptr(),
+        inv_beta.data_ptr(),
+        sin.data_ptr() if isinstance(sin, torch.Tensor) else ctypes.cast(sin, _P).value,
+        torch.get_num_threads(),
+    )
+    return out
