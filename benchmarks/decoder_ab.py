@@ -141,13 +141,21 @@ def _window_as_before(x, size, history, act):  # noqa: ANN001
 
 
 @contextlib.contextmanager
-def _copies_as_before():
-    """The decoder's elementwise path before session 21: SnakeBeta one temporary per
-    operation, each conv's input padded or joined to its history with a copy (same bits)."""
+def _elementwise_as_before():
+    """SnakeBeta one temporary per operation, each conv's input padded or joined to its
+    history with a copy, as before session 21 (the same bits as now)."""
     with (
         _replaced(layers.SnakeBeta, "forward", _snake_as_before),
         _replaced(layers, "window", _window_as_before),
     ):
+        yield
+
+
+@contextlib.contextmanager
+def _copies_as_before():
+    """The decoder before session 21: the elementwise path as before and its linears as plain
+    calls (bfloat16: the same bits; float32: ~1e-7, the laid-out linears' summation order)."""
+    with _elementwise_as_before(), _replaced(laid_out.Linear, "forward", torch.nn.Linear.forward):
         yield
 
 

@@ -1,13 +1,14 @@
 """Where a steady chunk of the codec decoder goes: aten operators and decoder layers, per format.
 
     .venv/bin/python benchmarks/decoder_profile.py [--config assets/checkpoints/...-0.6B-Base] \
-        [--chunk 6] [--threads 2] [--dtypes float32 bfloat16] [--repeats 3]
+        [--chunk 6] [--threads 2] [--dtypes float32 bfloat16] [--repeats 3] [--before]
 
 The decoder is real size with random weights (speed does not depend on the values). Each format
 decodes an 8-frame prefix and one chunk (kernels built), then `--repeats` profiled chunks; the
 tables are their totals divided by the repeats. "by layer" is each module's inclusive CPU time
 (record_function around the decoder's stages and the kinds of module inside them), so a row
-includes the rows of its children; "aten ops a chunk" counts every aten call. On a busy machine
+includes the rows of its children; "ops a chunk" counts every aten and mkldnn call (nested
+ones too). `--before`: the decoder as before session 21 (decoder_ab's "copies as before"). On a busy machine
 read the shares, not the times.
 """
 
@@ -18,6 +19,7 @@ import contextlib
 import time
 from pathlib import Path
 
+import decoder_ab
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -90,7 +92,7 @@ def profile_chunk(decoder, chunk: int, repeats: int) -> tuple[str, str, float, f
             start = PREFIX + index * chunk
             decoder.decode_step(codes[..., start : start + chunk], state)
     events = prof.key_averages()
-    aten = [e for e in events if e.key.startswith("aten::")]
+    aten = [e for e in events if e.key.startswith(("aten::", "mkldnn::"))]
     layers = [e for e in events if e.key.startswith(("stage", "Snake", "Causal"))]
     calls = sum(e.count for e in aten) / repeats
     ops = _aten_calls_inside(prof.events())
@@ -103,7 +105,7 @@ def _aten_calls_inside(events) -> dict[str, int]:  # noqa: ANN001
     counts: dict[str, int] = {}
 
     def below(event) -> int:  # noqa: ANN001
-        return sum(below(c) + c.name.startswith("aten::") for c in event.cpu_children)
+        return sum(below(c) + c.name.startswith(("aten::", "mkldnn::")) for c in event.cpu_children)
 
     for event in events:
         if event.name.startswith(("stage", "Snake", "Causal")):
@@ -141,16 +143,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dtypes", nargs="*", default=list(DTYPES))
+    ap.add_argument("--before", action="store_true", help="the decoder as before session 21")
     args = ap.parse_args()
+    before = decoder_ab._copies_as_before if args.before else contextlib.nullcontext
     torch.set_num_threads(args.threads)
     codec = random_speech_tokenizer(args.config / "speech_tokenizer", "cpu", torch.float32)
     for name in args.dtypes:
         decoder = codec.decoder.set_dtype(DTYPES[name])  # float32 first: narrowing is one-way
-        with torch.inference_mode():
+        with torch.inference_mode(), before():
             by_op, by_layer, calls, wall_ms = profile_chunk(decoder, args.chunk, args.repeats)
         load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
         print(f"\n## {name}, chunk {args.chunk}, {args.threads} threads, load {load}")
-        print(f"wall {wall_ms:.2f} ms a frame unprofiled; aten ops a chunk: {calls:.0f}")
+        print(f"wall {wall_ms:.2f} ms a frame unprofiled; aten + mkldnn ops a chunk: {calls:.0f}")
         print(f"\n### by aten operator (self CPU)\n{by_op}")
         print(f"\n### by layer (inclusive CPU)\n{by_layer}")
 

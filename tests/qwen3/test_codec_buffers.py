@@ -3,7 +3,7 @@
 Each conv's input goes straight into a window kept in its ConvWindow (history ++ the step's
 input) instead of being joined to the history with a copy, and SnakeBeta keeps one temporary
 instead of one per operation. Pure speed changes: the audio must be bit for bit the audio of
-the path before (benchmarks/decoder_ab.py's "copies as before" context), in float32 and
+the path before (benchmarks/decoder_ab.py's `_elementwise_as_before`), in float32 and
 bfloat16, streamed and whole.
 """
 
@@ -22,7 +22,7 @@ from tts_core.models.qwen3_tts.codec.layers import SnakeBeta
 from tts_core.models.qwen3_tts.codec.streaming import ConvWindow
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from decoder_ab import _copies_as_before  # noqa: E402
+from decoder_ab import _elementwise_as_before  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -52,7 +52,7 @@ def _stream(decoder: CodecDecoder, codes: torch.Tensor, sizes: list[int], state=
 def test_audio_is_bit_for_bit_the_path_with_copies(dtype: torch.dtype) -> None:
     decoder = _decoder(dtype)
     codes = _codes(23, seed=1, batch=2)
-    with _copies_as_before():
+    with _elementwise_as_before():
         streamed_before = _stream(decoder, codes, [2, 6])
         whole_before = decoder(codes)
     assert torch.equal(_stream(decoder, codes, [2, 6]), streamed_before)

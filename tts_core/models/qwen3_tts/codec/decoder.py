@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from ... import laid_out
 from ...streaming_state import KVWindow
 from .config import CodecDecoderConfig
 from .layers import CausalConv1d, CausalTransConv1d, ConvNeXtBlock, DecoderBlock, SnakeBeta
@@ -66,6 +67,7 @@ class CodecDecoder(nn.Module):
         for slot, module in enumerate(self._stateful):
             module.slot = slot
         self.register_load_state_dict_post_hook(lambda module, _keys: module.refresh_derived())
+        laid_out.lay_out_linears(self)  # transformer and ConvNeXt linears over a few frames
 
     @classmethod
     def from_config(cls, cfg: CodecDecoderConfig, seed: int = 0) -> CodecDecoder:
