@@ -57,6 +57,24 @@ def test_kernel_is_the_torch_operations_bit_for_bit(dtype: torch.dtype, threads:
         torch.set_num_threads(saved)
 
 
+@needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_time_major_inputs_are_the_torch_operations_bit_for_bit(dtype: torch.dtype) -> None:
+    """A laid-out conv's output is time-major (B, C, T) with strides (C T, 1, C): into a new
+    tensor of its strides, a channel-major window (one copy) and in place."""
+    for seed, (channels, steps) in enumerate([(5, 3), (16, 17), (24, 40), (768, 12)]):
+        x, alpha, inv_beta = _inputs(dtype, channels, steps, 20.0, seed)
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+        expected = _plain(x, alpha, inv_beta)
+        fresh = snake_kernel.snake_beta(x, alpha, inv_beta, None)
+        assert fresh.stride() == x.stride() and torch.equal(fresh, expected)
+        window = torch.full((2, channels, steps + 3), 7.0, dtype=dtype)
+        snake_kernel.snake_beta(x, alpha, inv_beta, window[..., 3:])
+        assert torch.equal(window[..., 3:], expected) and (window[..., :3] == 7).all()
+        snake_kernel.snake_beta(x, alpha, inv_beta, x)
+        assert torch.equal(x, expected)
+
+
 def test_the_bfloat16_table_is_torch_sin_squared_for_every_value() -> None:
     every = torch.arange(2**16, dtype=torch.int32)
     values = torch.where(every >= 2**15, every - 2**16, every).to(torch.int16)
@@ -85,7 +103,7 @@ def test_the_module_gives_the_same_bits_with_and_without_the_kernel(
 
 
 def test_what_the_kernel_does_not_take_runs_on_torch() -> None:
-    """float64, a non-contiguous time axis or gradients: None, nothing written."""
+    """float64, a strided time axis or gradients: None, nothing written."""
     x, alpha, inv_beta = _inputs(torch.float32, 3, 40, 1.0, 0)
     out = torch.zeros_like(x)
     assert snake_kernel.snake_beta(x.double(), alpha.double(), inv_beta.double(), None) is None

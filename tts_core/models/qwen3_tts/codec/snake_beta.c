@@ -6,8 +6,9 @@
    address passed by the caller: libtorch exports it); bfloat16: sin(t)^2 is a table made by
    torch itself. Built with -ffp-contract=off: no fused multiply-adds.
 
-   x and y: `rows` rows of `n` samples, row r at r * stride (y may be x); the channel of row r
-   is r % channels. */
+   x and y: `rows` rows of `n` samples, row r at r * stride (y may be x). Channel-major
+   (per_sample 0): a row is one channel's samples, the channel of row r is r % channels;
+   time-major (per_sample 1, n = channels): a row is every channel at one time step. */
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -28,28 +29,34 @@ typedef void (*vms_sin_t)(int, const float *, float *, long long);
 #define VML_MODE 0x140102LL /* VML_HA | VML_FTZDAZ_OFF | VML_ERRMODE_IGNORE, as ATen/cpu/vml.h */
 #define BLOCK 4096
 
+/* The per-channel constant of 16 samples: one per row, or one per sample (time-major). */
+__attribute__((target("avx512f"))) static inline __m512 constant_f32(
+    const float *c, int64_t r, int64_t channels, int64_t i, __mmask16 m, int per_sample) {
+    return per_sample ? _mm512_maskz_loadu_ps(m, c + i) : _mm512_set1_ps(c[r % channels]);
+}
+
 __attribute__((target("avx512f"))) void snake_beta_f32(
     const float *x, int64_t x_stride, float *y, int64_t y_stride, int64_t rows,
     int64_t channels, int64_t n, const float *alpha, const float *inv_beta, void *sin_fn,
-    int threads) {
+    int per_sample, int threads) {
     vms_sin_t vms_sin = (vms_sin_t)sin_fn;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
         const float *in = x + r * x_stride;
         float *out = y + r * y_stride;
-        __m512 a = _mm512_set1_ps(alpha[r % channels]);
-        __m512 b = _mm512_set1_ps(inv_beta[r % channels]);
         float t[BLOCK] __attribute__((aligned(64)));
         for (int64_t start = 0; start < n; start += BLOCK) {
             int64_t len = n - start < BLOCK ? n - start : BLOCK;
             for (int64_t i = 0; i < len; i += 16) {
                 __mmask16 m = tail_mask(len - i);
+                __m512 a = constant_f32(alpha, r, channels, start + i, m, per_sample);
                 _mm512_mask_storeu_ps(t + i, m,
                                       _mm512_mul_ps(_mm512_maskz_loadu_ps(m, in + start + i), a));
             }
             vms_sin((int)len, t, t, VML_MODE);
             for (int64_t i = 0; i < len; i += 16) {
                 __mmask16 m = tail_mask(len - i);
+                __m512 b = constant_f32(inv_beta, r, channels, start + i, m, per_sample);
                 __m512 s = _mm512_maskz_loadu_ps(m, t + i);
                 s = _mm512_mul_ps(_mm512_mul_ps(s, s), b);
                 __m512 v = _mm512_maskz_loadu_ps(m, in + start + i);
@@ -82,15 +89,21 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __m512 load_b
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void snake_beta_bf16(
     const uint16_t *x, int64_t x_stride, uint16_t *y, int64_t y_stride, int64_t rows,
     int64_t channels, int64_t n, const uint16_t *alpha, const uint16_t *inv_beta,
-    const void *square_sin, int threads) {
+    const void *square_sin, int per_sample, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
         const uint16_t *in = x + r * x_stride;
         uint16_t *out = y + r * y_stride;
-        __m512 a = _mm512_castsi512_ps(_mm512_set1_epi32((int32_t)((uint32_t)alpha[r % channels] << 16)));
-        __m512 b = _mm512_castsi512_ps(_mm512_set1_epi32((int32_t)((uint32_t)inv_beta[r % channels] << 16)));
+        __m512 a = load_bf16(alpha + r % channels, 1);  /* lane 0; broadcast below */
+        __m512 b = load_bf16(inv_beta + r % channels, 1);
+        a = _mm512_broadcastss_ps(_mm512_castps512_ps128(a));
+        b = _mm512_broadcastss_ps(_mm512_castps512_ps128(b));
         for (int64_t i = 0; i < n; i += 16) {
             __mmask16 m = tail_mask(n - i);
+            if (per_sample) {
+                a = load_bf16(alpha + i, m);
+                b = load_bf16(inv_beta + i, m);
+            }
             __m512 v = load_bf16(in + i, m);
             __m512i t = _mm512_srli_epi32(_mm512_castps_si512(round_bf16(_mm512_mul_ps(v, a))), 16);
             __m512i q = _mm512_i32gather_epi32(t, square_sin, 2);

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("snake_beta.c")
 _ENTRIES = {torch.float32: "snake_beta_f32", torch.bfloat16: "snake_beta_bf16"}
 F32_SIN = "vmsSin"  # float32 sin on torch's AVX-512 kernels with MKL (ATen/cpu/vml.h)
-_I64, _P = ctypes.c_int64, ctypes.c_void_p
+_I64, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
 
 @functools.cache
@@ -52,7 +52,7 @@ def _kernel() -> dict | None:
         entries = {}
         for dtype, name in _ENTRIES.items():
             entry = getattr(library, name)
-            entry.argtypes = [_P, _I64, _P, _I64, _I64, _I64, _I64, _P, _P, _P, ctypes.c_int]
+            entry.argtypes = [_P, _I64, _P, _I64, _I64, _I64, _I64, _P, _P, _P, _INT, _INT]
             entry.restype = None
             entries[dtype] = entry
         entries = {
@@ -77,51 +77,62 @@ def square_sin_table() -> torch.Tensor:
     return torch.cat([table, table.new_zeros(1)])
 
 
-def _row_stride(t: torch.Tensor) -> int | None:
-    """The stride between rows of a (B, C, T) tensor read as B * C rows, or None."""
+def _rows(t: torch.Tensor) -> tuple[int, int, int, bool] | None:
+    """(rows, samples a row, stride between rows, time-major) reading t (B, C, T) as rows of
+    one channel (channel-major) or of every channel at one step (time-major: a laid-out conv's
+    output), or None for other strides."""
     batch, channels, steps = t.shape
-    if t.stride(2) != 1 and steps > 1:
-        return None
-    if batch > 1 and t.stride(0) != channels * t.stride(1):
-        return None
-    return t.stride(1)
+    if (t.stride(2) == 1 or steps == 1) and (batch == 1 or t.stride(0) == channels * t.stride(1)):
+        return batch * channels, steps, t.stride(1), False
+    if t.stride(1) == 1 and (batch == 1 or t.stride(0) == steps * t.stride(2)):
+        return batch * steps, channels, t.stride(2), True
+    return None
 
 
 def snake_beta(
     x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tensor, out: torch.Tensor | None
 ) -> torch.Tensor | None:
     """out = x + sin(x alpha)^2 inv_beta for x, out (B, C, T) and alpha, inv_beta (1, C, 1) of
-    x's dtype; out may be x, or None (a new tensor). None (nothing written) where the kernel
-    does not apply."""
+    x's dtype; out may be x, or None (a new tensor of x's strides). None (nothing written)
+    where the kernel does not apply. An `out` of the other layout than x is written by one
+    copy (a time-major conv output into a channel-major window)."""
     kernel = _kernel()
-    out = torch.empty_like(x, memory_format=torch.contiguous_format) if out is None else out
     if (
         kernel is None
         or x.dtype not in kernel
         or x.device.type != "cpu"
         or x.dim() != 3
-        or out.shape != x.shape
-        or {out.dtype, alpha.dtype, inv_beta.dtype} != {x.dtype}
+        or (out is not None and (out.shape != x.shape or out.dtype != x.dtype))
+        or {alpha.dtype, inv_beta.dtype} != {x.dtype}
         or not (alpha.is_contiguous() and inv_beta.is_contiguous())
         or (torch.is_grad_enabled() and x.requires_grad)
     ):
         return None
-    x_stride, out_stride = _row_stride(x), _row_stride(out)
-    if x_stride is None or out_stride is None:
+    layout = _rows(x)
+    if layout is None:
         return None
+    rows, samples, stride, time_major = layout
+    target = torch.empty_like(x) if out is None else out  # empty_like keeps x's strides
+    target_rows = _rows(target)
+    if target_rows is None or target_rows[3] != time_major:
+        target = torch.empty_like(x)
+        target_rows = _rows(target)
     entry, sin = kernel[x.dtype]
-    batch, channels, steps = x.shape
     entry(
         x.data_ptr(),
-        x_stride,
-        out.data_ptr(),
-        out_stride,
-        batch * channels,
-        channels,
-        steps,
+        stride,
+        target.data_ptr(),
+        target_rows[2],
+        rows,
+        x.shape[1],
+        samples,
         alpha.data_ptr(),
         inv_beta.data_ptr(),
         sin.data_ptr() if isinstance(sin, torch.Tensor) else ctypes.cast(sin, _P).value,
+        time_major,
         torch.get_num_threads(),
     )
-    return out
+    if out is not None and target is not out:
+        out.copy_(target)
+        return out
+    return target
