@@ -15,7 +15,7 @@ from torch import nn
 
 from ....quant.linear import Int8Linear
 from ... import laid_out
-from . import snake_kernel
+from . import kernels
 from .streaming import ConvWindow
 
 
@@ -43,8 +43,8 @@ class SnakeBeta(nn.Module):
         a conv reads). One temporary instead of one per operation; each operation rounds as the
         plain expression's (t * t is pow(t, 2); mul then add, not addcmul, which rounds once:
         the same bits in float32 and bfloat16)."""
-        fused = snake_kernel.snake_beta(x, self.alpha_exp, self.inv_beta, out)
-        if fused is not None:  # one pass over memory (snake_beta.c), the same bits
+        fused = kernels.snake_beta(x, self.alpha_exp, self.inv_beta, out)
+        if fused is not None:  # one pass over memory (kernels.c), the same bits
             return fused
         t = torch.mul(x, self.alpha_exp)
         t.sin_()  # a fresh contiguous tensor of x's shape: sin's vector/scalar split as before
@@ -106,6 +106,9 @@ class CausalTransConv1d(nn.Module):
         products = self._products(x.transpose(1, 2))  # (B, T, m * C_out * s)
         products = products.view(batch, steps, blocks, -1, stride)  # (B, T, m, C_out, s)
         start = steps - new_frames
+        summed = kernels.overlap_add(products, start, new_frames, self.conv.bias)
+        if summed is not None:  # one pass (kernels.c), the same bits as below
+            return summed
         out = products[:, start:, 0]  # (B, new, C_out, s)
         for i in range(1, blocks):
             shifted = products[:, max(start - i, 0) : steps - i, i]

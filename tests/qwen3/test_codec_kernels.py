@@ -1,5 +1,8 @@
-"""SnakeBeta's one-pass kernel (codec/snake_beta.c) is bit for bit torch's five operations.
+"""The codec's one-pass kernels (codec/kernels.c) are bit for bit the torch operations they
+replace: SnakeBeta's five operations, and a transposed conv's overlap-add (sum of shifted
+blocks, interleave, bias).
 
+SnakeBeta:
 float32 calls the sin torch calls (MKL's vmsSin on an AVX-512 build with MKL); bfloat16 looks
 sin(t)^2 up in a table torch computed, for every bfloat16 t. Each multiply and add rounds as
 torch's (bfloat16: to nearest even after every step), so the outputs are equal, not close: any
@@ -11,13 +14,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from tts_core.models.qwen3_tts.codec import snake_kernel
+from tts_core.models.qwen3_tts.codec import kernels
 from tts_core.models.qwen3_tts.codec.layers import SnakeBeta
 
 DTYPES = [torch.float32, torch.bfloat16]
 needs_kernel = pytest.mark.skipif(
-    snake_kernel._kernel() is None, reason="no SnakeBeta kernel here (torch path)"
+    kernels._kernel() is None, reason="no codec kernels here (torch path)"
 )
 
 
@@ -46,12 +50,12 @@ def test_kernel_is_the_torch_operations_bit_for_bit(dtype: torch.dtype, threads:
             for scale in (1.0, 30.0, 3000.0):
                 x, alpha, inv_beta = _inputs(dtype, 5, steps, scale, seed)
                 expected = _plain(x, alpha, inv_beta)
-                assert torch.equal(snake_kernel.snake_beta(x, alpha, inv_beta, None), expected)
+                assert torch.equal(kernels.snake_beta(x, alpha, inv_beta, None), expected)
                 window = torch.full((2, 5, steps + 6), 7.0, dtype=dtype)
-                snake_kernel.snake_beta(x, alpha, inv_beta, window[..., 6:])
+                kernels.snake_beta(x, alpha, inv_beta, window[..., 6:])
                 assert torch.equal(window[..., 6:], expected)
                 assert (window[..., :6] == 7).all()
-                snake_kernel.snake_beta(x, alpha, inv_beta, x)
+                kernels.snake_beta(x, alpha, inv_beta, x)
                 assert torch.equal(x, expected)
     finally:
         torch.set_num_threads(saved)
@@ -66,12 +70,12 @@ def test_time_major_inputs_are_the_torch_operations_bit_for_bit(dtype: torch.dty
         x, alpha, inv_beta = _inputs(dtype, channels, steps, 20.0, seed)
         x = x.transpose(1, 2).contiguous().transpose(1, 2)
         expected = _plain(x, alpha, inv_beta)
-        fresh = snake_kernel.snake_beta(x, alpha, inv_beta, None)
+        fresh = kernels.snake_beta(x, alpha, inv_beta, None)
         assert fresh.stride() == x.stride() and torch.equal(fresh, expected)
         window = torch.full((2, channels, steps + 3), 7.0, dtype=dtype)
-        snake_kernel.snake_beta(x, alpha, inv_beta, window[..., 3:])
+        kernels.snake_beta(x, alpha, inv_beta, window[..., 3:])
         assert torch.equal(window[..., 3:], expected) and (window[..., :3] == 7).all()
-        snake_kernel.snake_beta(x, alpha, inv_beta, x)
+        kernels.snake_beta(x, alpha, inv_beta, x)
         assert torch.equal(x, expected)
 
 
@@ -80,7 +84,7 @@ def test_the_bfloat16_table_is_torch_sin_squared_for_every_value() -> None:
     values = torch.where(every >= 2**15, every - 2**16, every).to(torch.int16)
     t = values.view(torch.bfloat16)
     expected = torch.pow(torch.sin(t), 2).view(torch.int16)
-    assert torch.equal(snake_kernel.square_sin_table()[: 2**16], expected)
+    assert torch.equal(kernels.square_sin_table()[: 2**16], expected)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -97,7 +101,7 @@ def test_the_module_gives_the_same_bits_with_and_without_the_kernel(
     x = (3 * torch.randn(1, 8, 333, generator=generator)).to(dtype)
     with torch.no_grad():
         fused = snake(x)
-        monkeypatch.setattr(snake_kernel, "_kernel", lambda: None)
+        monkeypatch.setattr(kernels, "_kernel", lambda: None)
         assert torch.equal(snake(x), fused)
         assert torch.equal(fused, _plain(x, snake.alpha_exp, snake.inv_beta))
 
@@ -106,8 +110,39 @@ def test_what_the_kernel_does_not_take_runs_on_torch() -> None:
     """float64, a strided time axis or gradients: None, nothing written."""
     x, alpha, inv_beta = _inputs(torch.float32, 3, 40, 1.0, 0)
     out = torch.zeros_like(x)
-    assert snake_kernel.snake_beta(x.double(), alpha.double(), inv_beta.double(), None) is None
-    assert snake_kernel.snake_beta(x[..., ::2], alpha, inv_beta, None) is None
+    assert kernels.snake_beta(x.double(), alpha.double(), inv_beta.double(), None) is None
+    assert kernels.snake_beta(x[..., ::2], alpha, inv_beta, None) is None
     with torch.enable_grad():
-        assert snake_kernel.snake_beta(x.requires_grad_(), alpha, inv_beta, out) is None
+        assert kernels.snake_beta(x.requires_grad_(), alpha, inv_beta, out) is None
     assert (out == 0).all()
+
+
+def _overlap_add_in_torch(products, start: int, new: int, bias) -> torch.Tensor:  # noqa: ANN001
+    """CausalTransConv1d._overlap_add's torch path, as it was before the kernel."""
+    batch, steps, blocks, _, stride = products.shape
+    out = products[:, start:, 0]
+    for i in range(1, blocks):
+        shifted = products[:, max(start - i, 0) : steps - i, i]
+        missing = new - shifted.shape[1]
+        out = out + (F.pad(shifted, (0, 0, 0, 0, missing, 0)) if missing else shifted)
+    out = out.permute(0, 2, 1, 3).reshape(batch, -1, new * stride)
+    return out if bias is None else out + bias[:, None]
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_overlap_add_is_the_torch_sum_bit_for_bit(dtype: torch.dtype, with_bias: bool) -> None:
+    """Streaming steps (a history frame before the new ones), full passes (no history: the
+    first blocks add zeros, signed zeros included), batches, 1-3 kernel blocks."""
+    generator = torch.Generator().manual_seed(9)
+    shapes = [(1, 25, 2, 768, 8, 24), (1, 3841, 2, 96, 3, 3840), (2, 7, 2, 17, 5, 7)]
+    shapes += [(1, 5, 3, 20, 2, 5), (1, 1, 2, 33, 3, 1), (2, 10, 1, 9, 4, 10)]
+    for batch, steps, blocks, channels, stride, new in shapes:
+        products = torch.randn(batch, steps, blocks, channels, stride, generator=generator)
+        products[..., 0] = -0.0  # -0 + the padding's +0 is +0 in torch: so in the kernel
+        products = products.to(dtype)
+        bias = torch.randn(channels, generator=generator).to(dtype) if with_bias else None
+        start = steps - new
+        expected = _overlap_add_in_torch(products, start, new, bias)
+        assert torch.equal(kernels.overlap_add(products, start, new, bias), expected)
