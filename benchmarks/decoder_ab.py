@@ -42,7 +42,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from tts_core.models import laid_out
 from tts_core.models.qwen3_tts.checkpoint import random_speech_tokenizer
-from tts_core.models.qwen3_tts.codec import kernels, layers
+from tts_core.models.qwen3_tts.codec import layers
 from tts_core.models.qwen3_tts.codec.int8 import quantize_decoder
 from tts_core.quant.linear import Int8Linear
 
@@ -142,13 +142,11 @@ def _window_as_before(x, size, history, act):  # noqa: ANN001
 
 @contextlib.contextmanager
 def _elementwise_as_before():
-    """SnakeBeta's five torch operations, each conv's input padded or joined to its history
-    with a copy, the transposed convs' overlap-add in torch, as before session 21 (the same
-    bits as now)."""
+    """SnakeBeta's five torch operations and each conv's input padded or joined to its
+    history with a copy, as before session 21 (the same bits as now)."""
     with (
         _replaced(layers.SnakeBeta, "forward", _snake_as_before),
         _replaced(layers, "window", _window_as_before),
-        _replaced(kernels, "overlap_add", lambda *_: None),
     ):
         yield
 

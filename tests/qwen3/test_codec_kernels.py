@@ -1,8 +1,5 @@
-"""The codec's one-pass kernels (codec/kernels.c) are bit for bit the torch operations they
-replace: SnakeBeta's five operations, and a transposed conv's overlap-add (sum of shifted
-blocks, interleave, bias).
+"""SnakeBeta's one-pass kernel (codec/kernels.c) is bit for bit torch's five operations.
 
-SnakeBeta:
 float32 calls the sin torch calls (MKL's vmsSin on an AVX-512 build with MKL); bfloat16 looks
 sin(t)^2 up in a table torch computed, for every bfloat16 t. Each multiply and add rounds as
 torch's (bfloat16: to nearest even after every step), so the outputs are equal, not close: any
@@ -14,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from tts_core.models.qwen3_tts.codec import kernels
 from tts_core.models.qwen3_tts.codec.layers import SnakeBeta
@@ -115,34 +111,3 @@ def test_what_the_kernel_does_not_take_runs_on_torch() -> None:
     with torch.enable_grad():
         assert kernels.snake_beta(x.requires_grad_(), alpha, inv_beta, out) is None
     assert (out == 0).all()
-
-
-def _overlap_add_in_torch(products, start: int, new: int, bias) -> torch.Tensor:  # noqa: ANN001
-    """CausalTransConv1d._overlap_add's torch path, as it was before the kernel."""
-    batch, steps, blocks, _, stride = products.shape
-    out = products[:, start:, 0]
-    for i in range(1, blocks):
-        shifted = products[:, max(start - i, 0) : steps - i, i]
-        missing = new - shifted.shape[1]
-        out = out + (F.pad(shifted, (0, 0, 0, 0, missing, 0)) if missing else shifted)
-    out = out.permute(0, 2, 1, 3).reshape(batch, -1, new * stride)
-    return out if bias is None else out + bias[:, None]
-
-
-@needs_kernel
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("with_bias", [True, False])
-def test_overlap_add_is_the_torch_sum_bit_for_bit(dtype: torch.dtype, with_bias: bool) -> None:
-    """Streaming steps (a history frame before the new ones), full passes (no history: the
-    first blocks add zeros, signed zeros included), batches, 1-3 kernel blocks."""
-    generator = torch.Generator().manual_seed(9)
-    shapes = [(1, 25, 2, 768, 8, 24), (1, 3841, 2, 96, 3, 3840), (2, 7, 2, 17, 5, 7)]
-    shapes += [(1, 5, 3, 20, 2, 5), (1, 1, 2, 33, 3, 1), (2, 10, 1, 9, 4, 10)]
-    for batch, steps, blocks, channels, stride, new in shapes:
-        products = torch.randn(batch, steps, blocks, channels, stride, generator=generator)
-        products[..., 0] = -0.0  # -0 + the padding's +0 is +0 in torch: so in the kernel
-        products = products.to(dtype)
-        bias = torch.randn(channels, generator=generator).to(dtype) if with_bias else None
-        start = steps - new
-        expected = _overlap_add_in_torch(products, start, new, bias)
-        assert torch.equal(kernels.overlap_add(products, start, new, bias), expected)

@@ -1,7 +1,5 @@
-/* The codec decoder's elementwise steps in one pass over memory (codec/layers.py, kernels.py):
-   SnakeBeta and a transposed conv's overlap-add.
-
-   SnakeBeta, y = x + sin(x a)^2 b per channel.
+/* The codec decoder's SnakeBeta, y = x + sin(x a)^2 b per channel, in one pass over memory
+   (codec/layers.py, kernels.py).
 
    Bit for bit torch's five operations (mul, sin, mul, mul, add): each step rounds as torch's
    does (float32; bfloat16: computed in float32 and rounded to bfloat16 to nearest even after
@@ -117,58 +115,3 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void snake_beta_bf16(
         }
     }
 }
-
-/* bfloat16 bits <-> float, and torch's scalar rounding (c10::BFloat16: nearest even, NaN
-   0x7FC0). */
-static inline float bf16_float(uint16_t h) {
-    union { uint32_t u; float f; } v = {(uint32_t)h << 16};
-    return v.f;
-}
-
-static inline uint16_t float_bf16(float f) {
-    union { float f; uint32_t u; } v = {f};
-    if (f != f) return 0x7FC0;
-    return (uint16_t)((v.u + 0x7FFFu + ((v.u >> 16) & 1u)) >> 16);
-}
-
-/* A transposed conv's overlap-add (CausalTransConv1d._overlap_add), one pass: products
-   (B, T, m, C, s) contiguous, out (B, C, new * s) contiguous, bias (C) or NULL:
-   out[b, c, n s + j] = ((P[b, start + n, 0, c, j] + P[b, start + n - 1, 1, c, j]) + ...) + bias[c],
-   a product before the first input being 0, each sum rounded to the dtype as torch's adds (the
-   same order: block 0, then 1, ..., then the bias). Tasks of 16 channels: the reads of one
-   frame are a contiguous run. */
-#define CHANNELS_A_TASK 16
-#define OVERLAP_ADD(NAME, T, LOAD, STORE)                                                      \
-    void NAME(const T *products, int64_t batch, int64_t steps, int64_t blocks,                 \
-              int64_t channels, int64_t stride, int64_t start, int64_t new_frames,             \
-              const T *bias, T *out, int threads) {                                            \
-        int64_t groups = (channels + CHANNELS_A_TASK - 1) / CHANNELS_A_TASK;                   \
-        int64_t frame = blocks * channels * stride;                                            \
-        _Pragma("omp parallel for num_threads(threads) schedule(static)")                      \
-        for (int64_t task = 0; task < batch * groups; ++task) {                                \
-            int64_t b = task / groups, c0 = (task % groups) * CHANNELS_A_TASK;                 \
-            int64_t c1 = c0 + CHANNELS_A_TASK < channels ? c0 + CHANNELS_A_TASK : channels;     \
-            const T *p = products + b * steps * frame;                                         \
-            for (int64_t n = 0; n < new_frames; ++n) {                                         \
-                for (int64_t c = c0; c < c1; ++c) {                                            \
-                    T *o = out + (b * channels + c) * new_frames * stride + n * stride;        \
-                    for (int64_t j = 0; j < stride; ++j) {                                     \
-                        int64_t at = c * stride + j;                                           \
-                        float acc = LOAD(p[(start + n) * frame + at]);                         \
-                        for (int64_t i = 1; i < blocks; ++i) {                                 \
-                            int64_t src = start + n - i;                                       \
-                            float v = src >= 0 ? LOAD(p[src * frame + i * channels * stride + at]) \
-                                               : 0.0f;                                         \
-                            acc = LOAD(STORE(acc + v));                                        \
-                        }                                                                      \
-                        if (bias) acc = LOAD(STORE(acc + LOAD(bias[c])));                      \
-                        o[j] = STORE(acc);                                                     \
-                    }                                                                          \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-    }
-
-static inline float same_float(float f) { return f; }
-OVERLAP_ADD(overlap_add_f32, float, same_float, same_float)
-OVERLAP_ADD(overlap_add_bf16, uint16_t, bf16_float, float_bf16)

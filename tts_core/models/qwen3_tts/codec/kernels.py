@@ -1,14 +1,11 @@
-"""The codec decoder's elementwise steps in one pass over memory (C, kernels.c), bit for bit
-the torch operations they replace, in float32 and bfloat16:
-- SnakeBeta (mul, sin, mul, mul, add). float32 calls the sin torch itself calls on an AVX-512
-  build with MKL (MKL's vmsSin, ATen/cpu/vml.h, exported by libtorch_cpu); bfloat16 looks
-  sin(t)^2 up in a table torch computed for every bfloat16 t.
-- A transposed conv's overlap-add (the sum of shifted blocks, the interleave of its phases and
-  the bias): torch's permute copy with a 3-4 sample inner run was ~5 ms of a 6-frame chunk.
-They are used only where torch runs its AVX-512 kernels with MKL
-(torch.backends.cpu.get_cpu_capability() == "AVX512"); elsewhere, and where they cannot be
-built (models/native: no compiler, TTS_CORE_NATIVE=0 or TTS_CORE_NATIVE_ISA=torch), the layers
-run their torch operations: the same numbers.
+"""The codec decoder's SnakeBeta in one pass over memory (C, kernels.c), bit for bit torch's
+five operations (mul, sin, mul, mul, add) in float32 and bfloat16. float32 calls the sin torch
+itself calls on an AVX-512 build with MKL (MKL's vmsSin, ATen/cpu/vml.h, exported by
+libtorch_cpu); bfloat16 looks sin(t)^2 up in a table torch computed for every bfloat16 t.
+It is used only where torch runs its AVX-512 kernels with MKL
+(torch.backends.cpu.get_cpu_capability() == "AVX512"); elsewhere, and where it cannot be
+built (models/native: no compiler, TTS_CORE_NATIVE=0 or TTS_CORE_NATIVE_ISA=torch), SnakeBeta
+runs its torch operations: the same numbers.
 """
 
 from __future__ import annotations
@@ -27,7 +24,6 @@ from ... import native
 log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("kernels.c")
 _ENTRIES = {torch.float32: "snake_beta_f32", torch.bfloat16: "snake_beta_bf16"}
-_OVERLAP_ADD = {torch.float32: "overlap_add_f32", torch.bfloat16: "overlap_add_bf16"}
 F32_SIN = "vmsSin"  # float32 sin on torch's AVX-512 kernels with MKL (ATen/cpu/vml.h)
 _I64, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
@@ -35,7 +31,7 @@ _I64, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 @functools.cache
 def _kernel() -> dict | None:
     """{dtype: (SnakeBeta's entry, its sin: float32 the address of torch's, bfloat16 the
-    table)} and {("overlap_add", dtype): entry}, or None: the torch path."""
+    table)}, or None: the torch path."""
     if (
         not native.enabled()
         or os.environ.get(native.ISA_ENV, "").strip().lower() == native.TORCH_ISA
@@ -62,11 +58,6 @@ def _kernel() -> dict | None:
             torch.float32: (entries[torch.float32], getattr(torch_cpu, F32_SIN)),
             torch.bfloat16: (entries[torch.bfloat16], square_sin_table()),
         }
-        for dtype, name in _OVERLAP_ADD.items():
-            entry = getattr(library, name)
-            entry.argtypes = [_P, *[_I64] * 7, _P, _P, _INT]
-            entry.restype = None
-            entries["overlap_add", dtype] = entry
     except (OSError, AttributeError) as error:
         log.warning("codec kernels not loaded (%s): it runs on torch operations", error)
         return None
@@ -144,37 +135,3 @@ def snake_beta(
         out.copy_(target)
         return out
     return target
-
-
-def overlap_add(
-    products: torch.Tensor, start: int, new_frames: int, bias: torch.Tensor | None
-) -> torch.Tensor | None:
-    """CausalTransConv1d._overlap_add's sum in one pass: products (B, T, m, C_out, s) ->
-    (B, C_out, new_frames * s), output block n = sum_i products[:, start + n - i, i] (zero
-    before the first input) + bias; None where the kernel does not apply."""
-    kernel = _kernel()
-    entry = None if kernel is None else kernel.get(("overlap_add", products.dtype))
-    if (
-        entry is None
-        or products.device.type != "cpu"
-        or not products.is_contiguous()
-        or (bias is not None and (bias.dtype != products.dtype or not bias.is_contiguous()))
-        or (torch.is_grad_enabled() and products.requires_grad)
-    ):
-        return None
-    batch, steps, blocks, channels, stride = products.shape
-    out = products.new_empty(batch, channels, new_frames * stride)
-    entry(
-        products.data_ptr(),
-        batch,
-        steps,
-        blocks,
-        channels,
-        stride,
-        start,
-        new_frames,
-        None if bias is None else bias.data_ptr(),
-        out.data_ptr(),
-        torch.get_num_threads(),
-    )
-    return out
