@@ -3,7 +3,8 @@ process (issue 38, item 2): on a busy machine the load then affects every option
 read the ratios, not the times.
 
     .venv/bin/python benchmarks/decoder_ab.py [--config assets/checkpoints/Qwen3-TTS-12Hz-0.6B-Base] \
-        [--rounds 4] [--threads 2] [--int8] [--profile] [--json out.json]
+        [--rounds 4] [--threads 2] [--int8] [--chunks 4 8] [--before] [--profile] \
+        [--json out.json]
 
 The decoder is real size with random weights (speech_tokenizer/config.json; speed does not
 depend on the values). Every option decodes the same random codes after the same 8-frame
@@ -12,7 +13,10 @@ each option its next chunk in turn, and each option's time per frame is the medi
 Options: float32, int8 (`--int8`; codec/int8.py: auto's choice with VNNI and no native bf16;
 "rows copied": its convs' im2col rows copied in torch, as before the kernel read them in place)
 and bfloat16 (the app's choice where the CPU has native bf16), steady chunks of 6 (the app's) /
-12 / 24 frames, and oneDNN off (torch's own convolutions). The audio of each option is compared
+12 / 24 frames (`--chunks 4 8` adds sizes, each on its own decoder copy), oneDNN off (torch's
+own convolutions), and "copies as before" (`--before`: the elementwise path before session 21,
+SnakeBeta one temporary per operation and every conv's input joined to its history with a
+copy; the same bits, so its diff to chunk 6 is 0). The audio of each option is compared
 with float32 chunk 6 over the frames both decoded (int8 and bf16: their SNR), and with its own
 format's chunk 6: chunk sizes of one format must agree (the stream is exact in every format).
 Times are wall clock and the process's CPU time (at 1 thread the CPU time hardly depends on
@@ -38,6 +42,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from tts_core.models import laid_out
 from tts_core.models.qwen3_tts.checkpoint import random_speech_tokenizer
+from tts_core.models.qwen3_tts.codec import layers
 from tts_core.models.qwen3_tts.codec.int8 import quantize_decoder
 from tts_core.quant.linear import Int8Linear
 
@@ -58,31 +63,50 @@ class Option:
     audio: list[torch.Tensor] = field(default_factory=list)
 
 
-def options(decoder, dtype_bf16: bool, int8: bool = False) -> list[Option]:  # noqa: ANN001
-    made = [
-        Option("float32 chunk 6", decoder, 6),
-        Option("float32 chunk 12", decoder, 12),
-        Option("float32 chunk 24", decoder, 24),
-        Option(
-            "float32 chunk 6, oneDNN off",
-            decoder,
-            6,
-            lambda: torch.backends.mkldnn.flags(enabled=False),
-        ),
-    ]
+def options(  # noqa: ANN001
+    decoder, dtype_bf16: bool, int8: bool = False, chunks=(), before: bool = False, keep=None
+) -> list[Option]:
+    """The options named by `keep` (all if None). Each steady chunk size other than 6 decodes on
+    its own copy of its format's decoder: a layer keeps laid_out.KEEP input shapes, and one
+    decoder streaming the prefix and 4+ chunk sizes in turn would lay its weights out anew on
+    every call."""
+    onednn_off = lambda: torch.backends.mkldnn.flags(enabled=False)  # noqa: E731
+    specs = [("float32", 6, ""), ("float32", 12, ""), ("float32", 24, "")]
+    specs += [("float32", 6, ", oneDNN off")]
     if int8:
-        quantized = quantize_decoder(copy.deepcopy(decoder))
-        made += [
-            Option("int8 chunk 6", quantized, 6),
-            Option("int8 chunk 12", quantized, 12),
-            Option("int8 chunk 6, rows copied", quantized, 6, _rows_copied),
-        ]
+        specs += [("int8", 6, ""), ("int8", 12, ""), ("int8", 6, ", rows copied")]
     if dtype_bf16:
-        bf16 = copy.deepcopy(decoder).set_dtype(torch.bfloat16)
-        made += [Option("bfloat16 chunk 6", bf16, 6), Option("bfloat16 chunk 12", bf16, 12)]
-        made += [Option("bfloat16 chunk 6, plain calls", bf16, 6, _plain_calls)]
-    made += [Option("float32 chunk 6, plain calls", decoder, 6, _plain_calls)]
+        specs += [("bfloat16", 6, ""), ("bfloat16", 12, ""), ("bfloat16", 6, ", plain calls")]
+    specs += [("float32", 6, ", plain calls")]
+    for fmt in ("float32", "bfloat16") if dtype_bf16 else ("float32",):
+        specs += [(fmt, 6, ", copies as before")] if before else []
+        specs += [(fmt, n, "") for n in chunks if n not in (6, 12, 24)]
+    contexts = {
+        ", oneDNN off": onednn_off,
+        ", rows copied": _rows_copied,
+        ", plain calls": _plain_calls,
+        ", copies as before": _copies_as_before,
+    }
+    formats = {
+        "float32": lambda: decoder,
+        "int8": lambda: quantize_decoder(copy.deepcopy(decoder)),
+        "bfloat16": lambda: copy.deepcopy(decoder).set_dtype(torch.bfloat16),
+    }
+    made, decoders = [], {}
+    for fmt, chunk, suffix in specs:
+        name = f"{fmt} chunk {chunk}{suffix}"
+        if keep is not None and not keep(name):
+            continue
+        if fmt not in decoders:
+            decoders[fmt] = formats[fmt]()
+        if (fmt, chunk) not in decoders:
+            decoders[fmt, chunk] = decoders[fmt] if chunk == 6 else copy.deepcopy(decoders[fmt])
+        made.append(Option(name, decoders[fmt, chunk], chunk, contexts.get(suffix, _nothing)))
     return made
+
+
+def _nothing():
+    return contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -99,6 +123,40 @@ def _replaced(owner: object, name: str, value: object):
 def _plain_calls():
     """Every conv and matmul as a plain call: no weight laid out once (models/laid_out.py)."""
     return _replaced(laid_out, "_usable", lambda weight, x: False)
+
+
+def _snake_as_before(self, x, out=None):  # noqa: ANN001
+    return x + self.inv_beta * torch.pow(torch.sin(x * self.alpha_exp), 2)
+
+
+def _window_as_before(x, size, history, act):  # noqa: ANN001
+    x = x if act is None else act(x)
+    if size == 0:
+        return x
+    if history is None:
+        return torch.nn.functional.pad(x, (size, 0))
+    joined = torch.cat([history.buffer, x], dim=-1)
+    history.buffer.copy_(joined[..., -size:])
+    return joined
+
+
+@contextlib.contextmanager
+def _elementwise_as_before():
+    """SnakeBeta's five torch operations and each conv's input padded or joined to its
+    history with a copy, as before session 21 (the same bits as now)."""
+    with (
+        _replaced(layers.SnakeBeta, "forward", _snake_as_before),
+        _replaced(layers, "window", _window_as_before),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def _copies_as_before():
+    """The decoder before session 21: the elementwise path as before and its linears as plain
+    calls (bfloat16: the same bits; float32: ~1e-7, the laid-out linears' summation order)."""
+    with _elementwise_as_before(), _replaced(laid_out.Linear, "forward", torch.nn.Linear.forward):
+        yield
 
 
 def _rows_copied():
@@ -144,11 +202,16 @@ def run(args: argparse.Namespace) -> dict:
     codec = random_speech_tokenizer(args.config / "speech_tokenizer", "cpu", torch.float32)
     decoder = codec.decoder
     cfg = decoder.config
-    made = [
-        o
-        for o in options(decoder, not args.no_bf16, getattr(args, "int8", False))
-        if o.name == "float32 chunk 6" or not args.only or any(w in o.name for w in args.only)
-    ]
+    made = options(
+        decoder,
+        not args.no_bf16,
+        getattr(args, "int8", False),
+        getattr(args, "chunks", ()),
+        getattr(args, "before", False),
+        lambda name: (
+            name == "float32 chunk 6" or not args.only or any(w in name for w in args.only)
+        ),
+    )
     longest = max(o.chunk for o in made)
     generator = torch.Generator().manual_seed(0)
     codes = torch.randint(
@@ -225,6 +288,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-bf16", action="store_true")
     ap.add_argument("--int8", action="store_true", help="add the int8 decoder (codec/int8.py)")
+    ap.add_argument("--chunks", type=int, nargs="*", default=[], help="more steady chunk sizes")
+    ap.add_argument("--before", action="store_true", help='add "copies as before" at chunk 6')
     ap.add_argument(
         "--only",
         nargs="*",

@@ -19,11 +19,12 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from ...streaming_state import ConvHistory, KVWindow
+from ... import laid_out
+from ...streaming_state import KVWindow
 from .config import CodecDecoderConfig
 from .layers import CausalConv1d, CausalTransConv1d, ConvNeXtBlock, DecoderBlock, SnakeBeta
 from .quantizer import DecoderQuantizer
-from .streaming import DecoderState
+from .streaming import ConvWindow, DecoderState
 from .transformer import PreTransformer
 
 
@@ -66,6 +67,7 @@ class CodecDecoder(nn.Module):
         for slot, module in enumerate(self._stateful):
             module.slot = slot
         self.register_load_state_dict_post_hook(lambda module, _keys: module.refresh_derived())
+        laid_out.lay_out_linears(self)  # transformer and ConvNeXt linears over a few frames
 
     @classmethod
     def from_config(cls, cfg: CodecDecoderConfig, seed: int = 0) -> CodecDecoder:
@@ -160,9 +162,9 @@ class CodecDecoder(nn.Module):
         wav = self.decoder[0](hidden, None if convs is None else convs[self.decoder[0].slot])
         for block in self.decoder[1:-2]:
             wav = block(wav, convs)
-        wav = self.decoder[-2](wav)
-        wav = self.decoder[-1](wav, None if convs is None else convs[self.decoder[-1].slot])
-        wav = wav.clamp(min=-1.0, max=1.0)  # (B, 1, T * samples_per_frame)
+        last = self.decoder[-1]
+        wav = last(wav, None if convs is None else convs[last.slot], act=self.decoder[-2])
+        wav = wav.clamp_(min=-1.0, max=1.0)  # (B, 1, T * samples_per_frame)
         return wav.to(torch.promote_types(wav.dtype, torch.float32))  # bf16/fp16 -> float32
 
     @property
@@ -195,7 +197,7 @@ class CodecDecoder(nn.Module):
         device = self.device if device is None else torch.device(device)
         dtype = self.dtype if dtype is None else dtype
         convs = [
-            ConvHistory(
+            ConvWindow(
                 torch.zeros(batch_size, m.in_channels, m.history_size, device=device, dtype=dtype)
             )
             for m in self._stateful

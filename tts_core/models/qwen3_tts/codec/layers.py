@@ -2,7 +2,7 @@
 
 Module and parameter names follow the released checkpoint (`decoder.*` keys), so a plain
 `load_state_dict` fills them. A module that keeps history takes `history=None` for a full pass
-(zero left padding, as the official code) or its `ConvHistory` slot for a streaming step.
+(zero left padding, as the official code) or its `ConvWindow` slot for a streaming step.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from torch import nn
 
 from ....quant.linear import Int8Linear
 from ... import laid_out
-from ...streaming_state import ConvHistory
+from . import kernels
+from .streaming import ConvWindow
 
 
 class SnakeBeta(nn.Module):
@@ -37,8 +38,19 @@ class SnakeBeta(nn.Module):
         self.alpha_exp = alpha.to(self.alpha_exp.device)
         self.inv_beta = (1.0 / (beta + 1e-9)).to(self.inv_beta.device)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, T)
-        return x + self.inv_beta * torch.pow(torch.sin(x * self.alpha_exp), 2)
+    def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, C, T) -> y, written into `out` (B, C, T) if given (it may be x, or the window
+        a conv reads). One temporary instead of one per operation; each operation rounds as the
+        plain expression's (t * t is pow(t, 2); mul then add, not addcmul, which rounds once:
+        the same bits in float32 and bfloat16)."""
+        fused = kernels.snake_beta(x, self.alpha_exp, self.inv_beta, out)
+        if fused is not None:  # one pass over memory (kernels.c), the same bits
+            return fused
+        t = torch.mul(x, self.alpha_exp)
+        t.sin_()  # a fresh contiguous tensor of x's shape: sin's vector/scalar split as before
+        t.mul_(t)
+        t.mul_(self.inv_beta)
+        return torch.add(x, t, out=out) if out is not None else x + t
 
 
 class CausalConv1d(nn.Module):
@@ -53,12 +65,11 @@ class CausalConv1d(nn.Module):
         self.in_channels = in_ch
         self.slot = -1  # index into DecoderState.convs, assigned by the decoder
 
-    def forward(self, x: torch.Tensor, history: ConvHistory | None = None) -> torch.Tensor:
-        if history is None:
-            x = F.pad(x, (self.history_size, 0))
-        else:
-            x = history.push(x)
-        return laid_out.conv1d(self.conv, x)
+    def forward(
+        self, x: torch.Tensor, history: ConvWindow | None = None, act: SnakeBeta | None = None
+    ) -> torch.Tensor:
+        """conv(history ++ act(x)); act(x) is written straight into the conv's window."""
+        return laid_out.conv1d(self.conv, window(x, self.history_size, history, act))
 
 
 class CausalTransConv1d(nn.Module):
@@ -76,11 +87,13 @@ class CausalTransConv1d(nn.Module):
         self.in_channels = in_ch
         self.slot = -1
 
-    def forward(self, x: torch.Tensor, history: ConvHistory | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, history: ConvWindow | None = None, act: SnakeBeta | None = None
+    ) -> torch.Tensor:
+        """act(x) written after the history (none in a full pass: zero inputs are left out)."""
         new_frames = x.shape[-1]
-        if history is not None:
-            x = history.push(x)
-        return self._overlap_add(x, new_frames)
+        size = 0 if history is None else self.history_size
+        return self._overlap_add(window(x, size, history, act), new_frames)
 
     def _overlap_add(self, x: torch.Tensor, new_frames: int) -> torch.Tensor:
         """The transposed conv as one matmul and a sum of shifted blocks: input n adds
@@ -148,7 +161,7 @@ class ConvNeXtBlock(nn.Module):
         self.pwconv2 = nn.Linear(4 * dim, dim)
         self.gamma = nn.Parameter(torch.full((dim,), 1e-6))
 
-    def forward(self, x: torch.Tensor, state: list[ConvHistory] | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: list[ConvWindow] | None = None) -> torch.Tensor:
         residual = x  # (B, C, T)
         x = self.dwconv(x, _slot(state, self.dwconv))
         x = x.permute(0, 2, 1)
@@ -167,10 +180,10 @@ class ResidualUnit(nn.Module):
         self.act2 = SnakeBeta(dim)
         self.conv2 = CausalConv1d(dim, dim, 1)
 
-    def forward(self, x: torch.Tensor, state: list[ConvHistory] | None = None) -> torch.Tensor:
-        y = self.conv1(self.act1(x), _slot(state, self.conv1))
-        y = self.conv2(self.act2(y), _slot(state, self.conv2))
-        return y + x
+    def forward(self, x: torch.Tensor, state: list[ConvWindow] | None = None) -> torch.Tensor:
+        y = self.conv1(x, _slot(state, self.conv1), act=self.act1)
+        y = self.conv2(y, _slot(state, self.conv2), act=self.act2)  # k1: act2 in place on y
+        return y.add_(x)
 
 
 class DecoderBlock(nn.Module):
@@ -185,13 +198,35 @@ class DecoderBlock(nn.Module):
         units += [ResidualUnit(out_dim, dilation) for dilation in (1, 3, 9)]
         self.block = nn.ModuleList(units)
 
-    def forward(self, x: torch.Tensor, state: list[ConvHistory] | None = None) -> torch.Tensor:
-        x = self.block[0](x)
-        x = self.block[1](x, _slot(state, self.block[1]))
+    def forward(self, x: torch.Tensor, state: list[ConvWindow] | None = None) -> torch.Tensor:
+        x = self.block[1](x, _slot(state, self.block[1]), act=self.block[0])
         for unit in self.block[2:]:
             x = unit(x, state)
         return x
 
 
-def _slot(state: list[ConvHistory] | None, conv: nn.Module) -> ConvHistory | None:
+def _slot(state: list[ConvWindow] | None, conv: nn.Module) -> ConvWindow | None:
     return None if state is None else state[conv.slot]
+
+
+def window(
+    x: torch.Tensor, size: int, history: ConvWindow | None, act: SnakeBeta | None
+) -> torch.Tensor:
+    """history ++ act(x): (B, C, size + t) for x (B, C, t); zeros for a full pass's history.
+
+    act(x) (or x) is written once, into the window a conv reads: no padded or joined copy of
+    the step's signal. Without history (k = 1) act runs in place on x, which the caller owns.
+    """
+    if size == 0:
+        return x if act is None else act(x, out=x)
+    if history is None:
+        joined = x.new_empty(*x.shape[:2], size + x.shape[-1])
+        joined[..., :size].zero_()
+        fresh = joined[..., size:]
+    else:
+        fresh = history.open(x.shape[-1])
+    if act is None:
+        fresh.copy_(x)
+    else:
+        act(x, out=fresh)
+    return joined if history is None else history.close()
