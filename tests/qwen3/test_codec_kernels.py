@@ -1,4 +1,4 @@
-"""SnakeBeta's one-pass kernel (codec/kernels.c) is bit for bit torch's five operations.
+"""SnakeBeta's one-pass kernel (models/native/snake_beta.c) is bit for bit torch's five operations.
 
 float32 calls the sin torch calls (MKL's vmsSin on an AVX-512 build with MKL); bfloat16 looks
 sin(t)^2 up in a table torch computed, for every bfloat16 t. Each multiply and add rounds as

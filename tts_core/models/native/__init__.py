@@ -106,10 +106,11 @@ def _compile(cc: str, source: Path, target: Path) -> None:
 
 def kernels_here() -> list[tuple[str, Path]]:
     """(name, source) of every kernel of this architecture, whether this CPU runs it or not:
-    the 8-bit ones best first, then the 4-bit one on x86-64."""
+    the 8-bit ones best first, then the 4-bit one and the codec's SnakeBeta on x86-64."""
     kernels = [(isa, SOURCE_DIR / INT8_ISAS[isa].source) for isa in int8_isas_here()]
     if platform.machine().lower() in X86:
         kernels.append(("int4", SOURCE_DIR / INT4_SOURCE))
+        kernels.append(("snake_beta", SOURCE_DIR / SNAKE_BETA_SOURCE))
     return kernels
 
 
@@ -310,6 +311,7 @@ def int8_linear() -> Int8Kernel | None:
     return _chosen_int8_kernel()
 
 
+SNAKE_BETA_SOURCE = "snake_beta.c"  # AVX-512 only (qwen3_tts/codec/kernels.py: its caller)
 INT4_SOURCE = "int4_linear.c"  # AVX-512 VNNI only (../../quant/int4.py: the format)
 INT4_ISA = "avx512vnni"
 

@@ -1,5 +1,6 @@
-"""The codec decoder's SnakeBeta in one pass over memory (C, kernels.c), bit for bit torch's
-five operations (mul, sin, mul, mul, add) in float32 and bfloat16. float32 calls the sin torch
+"""The codec decoder's SnakeBeta in one pass over memory (C), bit for bit torch's
+five operations (mul, sin, mul, mul, add) in float32 and bfloat16 (models/native/snake_beta.c,
+prebuilt with the other kernels). float32 calls the sin torch
 itself calls on an AVX-512 build with MKL (MKL's vmsSin, ATen/cpu/vml.h, exported by
 libtorch_cpu); bfloat16 looks sin(t)^2 up in a table torch computed for every bfloat16 t.
 It is used only where torch runs its AVX-512 kernels with MKL
@@ -22,7 +23,7 @@ import torch
 from ... import native
 
 log = logging.getLogger(__name__)
-SOURCE = Path(__file__).with_name("kernels.c")
+SOURCE = native.SOURCE_DIR / native.SNAKE_BETA_SOURCE
 _ENTRIES = {torch.float32: "snake_beta_f32", torch.bfloat16: "snake_beta_bf16"}
 F32_SIN = "vmsSin"  # float32 sin on torch's AVX-512 kernels with MKL (ATen/cpu/vml.h)
 _I64, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int

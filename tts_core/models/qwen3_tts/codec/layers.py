@@ -44,7 +44,7 @@ class SnakeBeta(nn.Module):
         plain expression's (t * t is pow(t, 2); mul then add, not addcmul, which rounds once:
         the same bits in float32 and bfloat16)."""
         fused = kernels.snake_beta(x, self.alpha_exp, self.inv_beta, out)
-        if fused is not None:  # one pass over memory (kernels.c), the same bits
+        if fused is not None:  # one pass over memory (native/snake_beta.c), the same bits
             return fused
         t = torch.mul(x, self.alpha_exp)
         t.sin_()  # a fresh contiguous tensor of x's shape: sin's vector/scalar split as before

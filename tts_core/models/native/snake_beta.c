@@ -1,5 +1,5 @@
 /* The codec decoder's SnakeBeta, y = x + sin(x a)^2 b per channel, in one pass over memory
-   (codec/layers.py, kernels.py).
+   (qwen3_tts/codec/layers.py, kernels.py).
 
    Bit for bit torch's five operations (mul, sin, mul, mul, add): each step rounds as torch's
    does (float32; bfloat16: computed in float32 and rounded to bfloat16 to nearest even after
