@@ -59,11 +59,12 @@ class RMSNorm(nn.Module):
         wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
         squares = wide.pow(2)
         if wide.is_cpu and not torch.compiler.is_compiling():
-            # ATen's CPU mean is sum then div_ by the count: the same two kernels, with 0-dim
-            # tensors for the count and eps, which cost ~1 us a call where a Python number is
-            # wrapped into a tensor each time (~3.5 us a norm, 16 norms a code-predictor pass)
+            # ATen's CPU mean is sum then div_ by the count; addcdiv computes eps + 1 * sum /
+            # count in that order, each step rounded once: the same bits in 2 calls instead of
+            # mean's sum, div_ and add_ with Python numbers wrapped into tensors at every call
+            # (~3.5 us a norm, 16 norms a code-predictor pass)
             count, eps = self._constants(wide)
-            stats = squares.sum(-1, keepdim=True).div_(count).add_(eps)
+            stats = torch.addcdiv(eps, squares.sum(-1, keepdim=True), count)
         else:
             stats = squares.mean(-1, keepdim=True).add_(self.eps)
         wide = wide * stats.rsqrt_()
