@@ -57,8 +57,30 @@ class RMSNorm(nn.Module):
         """x * rsqrt(mean(x^2) + eps) in x's dtype, before the weight; each row of the last dim
         on its own (the statistics of one row do not depend on the others)."""
         wide = x if x.dtype in (torch.float32, torch.float64) else x.float()
-        wide = wide * wide.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
+        squares = wide.pow(2)
+        if wide.is_cpu and not torch.compiler.is_compiling():
+            # ATen's CPU mean is sum then div_ by the count; addcdiv computes eps + 1 * sum /
+            # count in that order, each step rounded once: the same bits in 2 calls instead of
+            # mean's sum, div_ and add_ with Python numbers wrapped into tensors at every call
+            # (~3.5 us a norm, 16 norms a code-predictor pass)
+            count, eps = self._constants(wide)
+            stats = torch.addcdiv(eps, squares.sum(-1, keepdim=True), count)
+        else:
+            stats = squares.mean(-1, keepdim=True).add_(self.eps)
+        wide = wide * stats.rsqrt_()
         return wide if wide.dtype == x.dtype else wide.to(x.dtype)
+
+    def _constants(self, wide: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The row size and eps as 0-dim tensors of wide's dtype, made once per dtype: the
+        values a Python number takes in that dtype's arithmetic."""
+        key = (wide.dtype, wide.shape[-1], self.eps)
+        made = self.__dict__.setdefault("_made_constants", {})
+        if key not in made:
+            made[key] = (
+                torch.tensor(float(wide.shape[-1]), dtype=wide.dtype),
+                torch.tensor(self.eps, dtype=wide.dtype),
+            )
+        return made[key]
 
 
 class LayerScale(nn.Module):
@@ -211,6 +233,7 @@ class RotaryTable(nn.Module):
         self.register_buffer("sin", sin, persistent=False)
 
         self._typed: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._windows: dict[tuple[int, int, torch.dtype], Rope] = {}
 
     def typed(self, dtype: torch.dtype) -> Rope:
         """The whole tables (L, D) cast to `dtype` (once per dtype; the sign commutes with the
@@ -221,20 +244,32 @@ class RotaryTable(nn.Module):
             signed_sin = torch.cat((-self.sin[:, :half], self.sin[:, half:]), dim=-1)
             tables = Rope(self.cos.to(dtype), signed_sin.to(dtype))
             self._typed[dtype] = tables
+            self._windows = {}  # views of the tables this replaces
         return tables
 
     def window(self, start: int, steps: int, dtype: torch.dtype) -> Rope:
         """The rows of positions [start, start+steps), each (steps, D) in `dtype` (views of a
         table cast once per dtype, equal to casting per call)."""
-        cos, sin = self.typed(dtype)
-        return Rope(cos[start : start + steps], sin[start : start + steps])
+        if steps > 2 or torch.compiler.is_compiling():
+            cos, sin = self.typed(dtype)
+            return Rope(cos[start : start + steps], sin[start : start + steps])
+        # a decode step's (one or two positions: at most 2 x table rows of them, kept)
+        key = (start, steps, dtype)
+        rows = self._windows.get(key)
+        if rows is None:
+            cos, sin = self.typed(dtype)
+            rows = self._windows[key] = Rope(cos[start : start + steps], sin[start : start + steps])
+        return rows
 
     def _apply(self, fn, recurse=True):  # .to()/.cuda() invalidate the per-dtype copies
-        self._typed = {}
+        self._typed, self._windows = {}, {}
         return super()._apply(fn, recurse)
 
 
 # ------------------------------------------------------------------------------------- attention
+SHORT_CACHE = 32  # positions: a KVCache this short keeps its views (KVCache._views)
+
+
 class KVCache:
     """Static preallocated cache (gpt-fast style), written in place at explicit positions.
 
@@ -275,9 +310,28 @@ class KVCache:
         end = start + k.shape[2]
         if end > self.max_len:
             raise RuntimeError(f"KV cache overflow: position {end} > capacity {self.max_len}")
-        self.k[:, :, start:end].copy_(k)
-        self.v[:, :, start:end].copy_(v)
-        return self.k[:, :, :end], self.v[:, :, :end]
+        k_slot, v_slot, k_prefix, v_prefix = self._views(start, end)
+        k_slot.copy_(k)
+        v_slot.copy_(v)
+        return k_prefix, v_prefix
+
+    def _views(self, start: int, end: int) -> tuple[torch.Tensor, ...]:
+        """k and v at [start, end), then at [0, end). A short cache (SHORT_CACHE positions at
+        most: the code predictor's, written at the same 16 positions every frame) keeps them,
+        made once per k and v: 4 slicing calls fewer a layer a pass."""
+        if self.max_len > SHORT_CACHE or torch.compiler.is_compiling():
+            return self._slices(start, end)
+        kept = self.__dict__.get("_kept")
+        if kept is None or kept[0] is not self.k or kept[1] is not self.v:
+            kept = self.__dict__["_kept"] = (self.k, self.v, {})
+        views = kept[2].get((start, end))
+        if views is None:
+            views = kept[2][start, end] = self._slices(start, end)
+        return views
+
+    def _slices(self, start: int, end: int) -> tuple[torch.Tensor, ...]:
+        k, v = self.k, self.v
+        return k[:, :, start:end], v[:, :, start:end], k[:, :, :end], v[:, :, :end]
 
 
 def scaled_dot_product(
@@ -345,9 +399,32 @@ class Attention(nn.Module):
         if isinstance(self.q_norm, nn.Identity):
             return qk
         normed = self.q_norm.normalize(qk)
+        weight = self._qk_weight()
+        if weight is not None:  # the same products in one call
+            return normed.mul_(weight)
         normed[:, :, : self.heads].mul_(self.q_norm.weight)
         normed[:, :, self.heads :].mul_(self.k_norm.weight)
         return normed
+
+    def _qk_weight(self) -> torch.Tensor | None:
+        """(heads + kv, D): q_norm's weight on each of q's heads, k_norm's on each of k's, made
+        again when either weight is another tensor, was moved or was written since; None
+        where autograd or torch.compile runs, or for inference tensors (no version to read)."""
+        q_w, k_w = self.q_norm.weight, self.k_norm.weight
+        if torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return None
+        if q_w.is_inference() or k_w.is_inference():
+            return None
+        versions = (q_w._version, k_w._version)
+        made = self.__dict__.get("_qk_made")
+        if made is None or made[0] is not q_w or made[1] is not k_w or made[2] != versions:
+            weight = torch.cat((q_w.expand(self.heads, -1), k_w.expand(self.kv_heads, -1)))
+            made = self.__dict__["_qk_made"] = (q_w, k_w, versions, weight)
+        return made[3]
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 - .to() may keep the Parameters
+        self.__dict__.pop("_qk_made", None)
+        return super()._apply(fn, recurse)
 
     def qkv(
         self, x: torch.Tensor, rope: Rope | tuple[torch.Tensor, torch.Tensor] | None = None
@@ -362,7 +439,8 @@ class Attention(nn.Module):
             qk = self._norm_qk(qk).transpose(1, 2)  # (B, heads + kv, T, D)
             if rope is not None:
                 qk = rotate(qk, rope)
-            return qk[:, : self.heads], qk[:, self.heads :], v.transpose(1, 2)
+            q, k = qk.split((self.heads, self.kv_heads), dim=1)
+            return q, k, v.transpose(1, 2)
         q = self.q_norm(self._heads(self.q_proj(x), self.heads)).transpose(1, 2)
         k = self.k_norm(self._heads(self.k_proj(x), self.kv_heads)).transpose(1, 2)
         if rope is not None:
@@ -391,11 +469,10 @@ class Attention(nn.Module):
         last bit with the batch size (tests/test_layers_batch_invariance.py), enough to flip a
         sampled code now and then; row by row, each row gets the single-stream call."""
         if rows_apart and q.shape[0] > 1:
-            rows = [
-                scaled_dot_product(q[r : r + 1], k[r : r + 1], v[r : r + 1], mask, is_causal)
-                for r in range(q.shape[0])
-            ]
-            return self._merge(torch.cat(rows))
+            rows = zip(q.split(1), k.split(1), v.split(1), strict=True)  # the views r:r+1
+            return self._merge(
+                torch.cat([scaled_dot_product(*row, mask, is_causal) for row in rows])
+            )
         return self._merge(scaled_dot_product(q, k, v, mask, is_causal))
 
     def forward(
@@ -486,9 +563,10 @@ class Rows:
         self, attention: Attention, depth: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
         outs = []
-        for row, (caches, position) in enumerate(zip(self.caches, self.positions, strict=True)):
-            keys, values = caches[depth].write(position, k[row : row + 1], v[row : row + 1])
-            outs.append(scaled_dot_product(q[row : row + 1], keys, values))
+        rows = zip(self.caches, self.positions, q.split(1), k.split(1), v.split(1), strict=True)
+        for caches, position, row_q, row_k, row_v in rows:  # each row's views r:r+1
+            keys, values = caches[depth].write(position, row_k, row_v)
+            outs.append(scaled_dot_product(row_q, keys, values))
         return attention._merge(torch.cat(outs) if len(outs) > 1 else outs[0])  # (R, 1, H)
 
     each = staticmethod(whole)

@@ -29,7 +29,7 @@ import torch
 
 from ....quant.linear import rowwise
 from ....serving.batch import BatchEngine
-from ...layers import rows_context
+from ...layers import KVCache, rows_context
 from ..chunk import AudioChunk
 from ..prompt import step_input
 from ..sampling import draw_rows
@@ -67,6 +67,8 @@ class Qwen3Runner:
             arena = KVArena(self.talker.model, capacity, self.dtype, self.device)
         self.arena = arena
         self.predictor_caches = self.talker.code_predictor.new_caches(self.max_batch)
+        # per row count, the caches' first rows: kept, so that they keep their views (KVCache)
+        self._predictor_rows: dict[int, list[KVCache]] = {self.max_batch: self.predictor_caches}
         # float heads one row at a time only where the layers are batch-invariant anyway
         self.by_row = model.quantization is not None
 
@@ -123,9 +125,10 @@ class Qwen3Runner:
         """c0 (R,) of the rows' next frames -> their codes 1..G-1, (R, G-1) int64."""
         rows = len(seqs)
         hidden = torch.cat([seq.hidden for seq in seqs]) if rows > 1 else seqs[0].hidden
-        caches = self.predictor_caches
-        if rows < self.max_batch:
-            caches = [cache.first_rows(rows) for cache in caches]
+        caches = self._predictor_rows.get(rows)
+        if caches is None:
+            caches = [cache.first_rows(rows) for cache in self.predictor_caches]
+            self._predictor_rows[rows] = caches
         predictor = self.talker.code_predictor
         c0_embed = self.talker.codec_embed(c0)
         return predictor.predict(hidden, c0_embed, caches, choose, by_row=self.by_row)
