@@ -123,18 +123,24 @@ def projections(estimator: ConditionalDecoder) -> dict[str, nn.Linear]:
     }
 
 
-def convert(estimator: ConditionalDecoder, fmt: str) -> Callable[[], None]:
-    """Replace the projections by `fmt`'s layers in place; returns what puts the float32 ones
-    back."""
+def convert(
+    estimator: ConditionalDecoder, fmt: str, layers: dict[str, nn.Module] | None = None
+) -> Callable[[], None]:
+    """Replace the projections by `fmt`'s layers (`layers`: made already by `converted`) in
+    place; returns what puts the float32 ones back."""
     floats = projections(estimator)
-    for path, linear in floats.items():
-        set_module(estimator, path, CONVERTERS[fmt](linear))
+    for path, layer in (layers or converted(floats, fmt)).items():
+        set_module(estimator, path, layer)
 
     def restore() -> None:
         for path, linear in floats.items():
             set_module(estimator, path, linear)
 
     return restore
+
+
+def converted(floats: dict[str, nn.Linear], fmt: str) -> dict[str, nn.Module]:
+    return {path: CONVERTERS[fmt](linear) for path, linear in floats.items()}
 
 
 def estimator_format(estimator: ConditionalDecoder) -> str:
@@ -206,16 +212,19 @@ def first_pass_inputs(model) -> tuple:
 def timed_call_ms(estimator: ConditionalDecoder, inputs: tuple) -> dict[str, float]:
     """{format: best ms of one estimator call on `inputs`}, float32 and each candidate
     alternated in the same loop (a busy machine slows them alike)."""
-    formats = ["float32", *candidate_formats()]
-    best = dict.fromkeys(formats, float("inf"))
-    for _ in range(TIMING_REPEATS):
-        for fmt in formats:
-            restore = convert(estimator, fmt) if fmt != "float32" else (lambda: None)
-            estimator(*inputs)  # warm: the conversion's first call lays out oneDNN's weights
-            start = time.perf_counter()
-            estimator(*inputs)
-            best[fmt] = min(best[fmt], (time.perf_counter() - start) * 1000)
-            restore()
+    floats = projections(estimator)
+    layers = {"float32": floats} | {f: converted(floats, f) for f in candidate_formats()}
+    best = dict.fromkeys(layers, float("inf"))
+    try:
+        for _ in range(TIMING_REPEATS):
+            for fmt, made in layers.items():
+                convert(estimator, fmt, made)
+                estimator(*inputs)  # warm: a swap's first call lays out oneDNN's weights
+                start = time.perf_counter()
+                estimator(*inputs)
+                best[fmt] = min(best[fmt], (time.perf_counter() - start) * 1000)
+    finally:
+        convert(estimator, "float32", floats)
     return best
 
 
