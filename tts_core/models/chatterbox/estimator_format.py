@@ -18,7 +18,8 @@ a token), where the GEMMs are compute bound. Two formats may replace them:
 The gate (`auto`): a format is kept only where the estimator's mel over a fixed calibration
 pass (the built-in voice's prompt as a stream's pass sees it, CALIBRATION_TOKENS of its own
 speech tokens as the generated ones, fixed noise) keeps >= MIN_MEL_SNR_DB against float32,
-AND one estimator call at a stream's first-pass size is faster than float32's, timed here. Of
+AND one estimator call of that pass (98 rows: between a stream's first pass, 74, and its later
+ones, up to ~170) is faster than float32's, timed here. Of
 the formats that hold both the fastest is kept; none: the float32 modules stay. Tiny
 estimators (the test checkpoints, whose calls cost Python, not FLOPs) are not timed and stay
 float32 unless a test gives the speed verdict (`timer`).
@@ -63,15 +64,14 @@ FORMATS = ("int8", "bfloat16")
 # each, 37 dB), leaving the stream's 30 dB bound its margin.
 MIN_MEL_SNR_DB = MIN_SQNR_DB + 5.0
 CALIBRATION_PROMPT_TOKENS = 25  # StreamChunking.flow_prompt: what a pass sees of the prompt
-CALIBRATION_TOKENS = 24  # generated tokens: with the prompt, 98 rows (a later pass's size)
+CALIBRATION_TOKENS = 24  # generated tokens: with the prompt's 25, 98 rows
 CALIBRATION_SEED = 0
-TIMED_TOKENS = 12  # StreamChunking.first_tokens: the first pass, 74 rows with the prompt's 25
 MIN_TIMED_WEIGHTS = 8 << 20  # projections' weights below this (the tiny checkpoints): not timed
 TIMING_REPEATS = 3  # best of, formats alternated
 DECISIONS_FILE = "s3gen_estimator_format.json"
 KEPT_DECISIONS = 16  # the most recent (checkpoints x machines x thread counts) in the file
 
-# (estimator, inputs) -> {format name or "float32": ms a call}: the speed verdict
+# (estimator, its inputs) -> {format name or "float32": ms a call}: the speed verdict
 Timer = Callable[[nn.Module, tuple], dict[str, float]]
 
 
@@ -104,7 +104,7 @@ class EstimatorFormatReport:
 
     chosen: str = "float32"
     mel_snr_db: dict[str, float] = field(default_factory=dict)  # per format, vs float32
-    call_ms: dict[str, float] = field(default_factory=dict)  # one first-pass call, float32 too
+    call_ms: dict[str, float] = field(default_factory=dict)  # one calibration call, float32 too
     decision: str = ""
     saved_in: str | None = None
 
@@ -188,24 +188,20 @@ def calibration_tokens(prompt_tokens: torch.Tensor, count: int) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def calibration_mel(model, tokens: int = CALIBRATION_TOKENS) -> torch.Tensor:
-    """The generated mel (1, 80, 2 tokens) of the calibration pass, fixed noise."""
+def calibration_mel(model, calls: list[tuple] | None = None) -> torch.Tensor:
+    """The generated mel (1, 80, 2 CALIBRATION_TOKENS) of the calibration pass, fixed noise;
+    the estimator's inputs of each call appended to `calls` where given."""
     prompt, feat, embedding = calibration_voice(model)
-    speech = calibration_tokens(prompt, tokens)
+    speech = calibration_tokens(prompt, CALIBRATION_TOKENS)
     generator = torch.Generator().manual_seed(CALIBRATION_SEED)
-    return model.flow.inference(speech, prompt, feat, embedding, generator)
-
-
-def first_pass_inputs(model) -> tuple:
-    """The estimator's first call of a stream's first pass (TIMED_TOKENS), as recorded."""
-    seen: list[tuple] = []
+    if calls is None:
+        return model.flow.inference(speech, prompt, feat, embedding, generator)
     estimator = model.flow.decoder.estimator
-    handle = estimator.register_forward_pre_hook(lambda _, args: seen.append(args))
+    hook = estimator.register_forward_pre_hook(lambda _, args: calls.append(args))
     try:
-        calibration_mel(model, TIMED_TOKENS)
+        return model.flow.inference(speech, prompt, feat, embedding, generator)
     finally:
-        handle.remove()
-    return seen[0]
+        hook.remove()
 
 
 @torch.inference_mode()
@@ -243,7 +239,8 @@ def decide(model, timer: Timer | None = None, min_snr_db: float = MIN_MEL_SNR_DB
     if not formats:
         report.decision = "float32: no int8 or bf16 path on this CPU"
         return report
-    reference = calibration_mel(model)
+    calls: list[tuple] = []
+    reference = calibration_mel(model, calls)
     held = []
     for fmt in formats:
         restore = convert(estimator, fmt)
@@ -258,7 +255,7 @@ def decide(model, timer: Timer | None = None, min_snr_db: float = MIN_MEL_SNR_DB
     if timer is None and too_small_to_time(estimator):
         report.decision = f"float32: too small to time ({snrs} mel SNR)"
         return report
-    report.call_ms = (timer or timed_call_ms)(estimator, first_pass_inputs(model))
+    report.call_ms = (timer or timed_call_ms)(estimator, calls[0])
     faster = [f for f in held if report.call_ms[f] < report.call_ms["float32"]]
     times = ", ".join(f"{f} {ms:.1f}" for f, ms in report.call_ms.items())
     if not faster:
@@ -268,7 +265,7 @@ def decide(model, timer: Timer | None = None, min_snr_db: float = MIN_MEL_SNR_DB
     convert(estimator, report.chosen)
     report.decision = (
         f"{report.chosen}: mel {report.mel_snr_db[report.chosen]:.1f} dB SNR against float32 "
-        f"(>= {min_snr_db:g}), fastest here ({times} ms a first-pass call)"
+        f"(>= {min_snr_db:g}), fastest here ({times} ms a call)"
     )
     return report
 
@@ -284,7 +281,7 @@ def decision_key(model, min_snr_db: float) -> str:
     key = {
         "checkpoint": store.checkpoint_identity(folder, (model.s3gen_file, CONDS_FILE), memo),
         "code": store.code_digest(tuple(code)),
-        "gate": [min_snr_db, CALIBRATION_PROMPT_TOKENS, CALIBRATION_TOKENS, TIMED_TOKENS],
+        "gate": [min_snr_db, CALIBRATION_PROMPT_TOKENS, CALIBRATION_TOKENS, MIN_TIMED_WEIGHTS],
         "machine": [speed.cpu_model(), speed.kernel_name(), torch.__version__],
         "threads": torch.get_num_threads(),
         "onednn_isa": os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL"),
