@@ -277,7 +277,9 @@ def decision_key(model, min_snr_db: float) -> str:
     cap) and torch."""
     folder, memo = Path(model.folder), store.folder() / store.HASHES_FILE  # the store is on
     package = Path(__file__).resolve().parent
-    code = [package / n for n in ("estimator_format.py", "estimator.py", "flow.py")]
+    code = [
+        package / n for n in ("estimator_format.py", "estimator.py", "flow.py", "flow_encoder.py")
+    ]
     key = {
         "checkpoint": store.checkpoint_identity(folder, (model.s3gen_file, CONDS_FILE), memo),
         "code": store.code_digest(tuple(code)),
