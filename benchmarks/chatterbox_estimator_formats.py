@@ -97,11 +97,12 @@ def pass_table(model, formats: list[str], repeats: int) -> None:  # noqa: ANN001
             )
     for handle in timer.handles:
         handle.remove()
-    print(f"first S3Gen pass ({chunking.first_tokens} tokens), median of {repeats} ms:")
-    print("  part           " + "".join(f"{f:>10}" for f in formats))
+    print(f"first S3Gen pass ({chunking.first_tokens} tokens), median / min of {repeats}, ms:")
+    print("  part           " + "".join(f"{f:>18}" for f in formats))
     for part in runs[formats[0]][0]:
-        medians = [statistics.median(r[part] for r in runs[f]) for f in formats]
-        print(f"  {part:14} " + "".join(f"{m:10.1f}" for m in medians))
+        values = [[r[part] for r in runs[f]] for f in formats]
+        cells = [f"{statistics.median(v):.1f} / {min(v):.1f}" for v in values]
+        print(f"  {part:14} " + "".join(f"{c:>18}" for c in cells))
 
 
 def stream_table(model, formats: list[str], seeds: list[int], tokens: int) -> None:  # noqa: ANN001
@@ -142,7 +143,8 @@ def stream_table(model, formats: list[str], seeds: list[int], tokens: int) -> No
     for fmt in formats:
         print(
             f"  {fmt:9} first audio ms {' '.join(f'{v:.0f}' for v in first[fmt])}"
-            f" (median {statistics.median(first[fmt]):.0f}); stream vs whole dB "
+            f" (median {statistics.median(first[fmt]):.0f}, min {min(first[fmt]):.0f});"
+            " stream vs whole dB "
             f"{' '.join(f'{v:.1f}' for v in stream_snr[fmt])}; calibration mel SNR vs "
             f"float32 {snr[fmt]:.1f} dB"
         )
