@@ -160,3 +160,19 @@ def test_auto_names_the_kept_format_after_t3s(monkeypatch):
     assert model.estimator_format.chosen != "float32"
     assert model.format_decision.endswith(model.estimator_format.described)
     assert "; S3Gen estimator " in model.format_decision
+
+
+def test_slower_is_timed_again_before_it_is_believed():
+    """A first verdict of "slower" (a busy moment) is measured again; each format keeps its
+    best time of the two."""
+    verdicts = [{f: 11.0 for f in HERE}, {f: 1.0 for f in HERE}]
+    calls = []
+
+    def timer(estimator, inputs):  # noqa: ANN001, ANN202
+        calls.append(1)
+        return {"float32": 10.0, **verdicts[len(calls) - 1]}
+
+    model = float_model()
+    report = ef.choose_estimator_format(model, "auto", timer)
+    assert len(calls) == 2 and report.chosen in HERE
+    assert all(report.call_ms[f] == 1.0 for f in HERE)

@@ -229,7 +229,9 @@ def too_small_to_time(estimator: ConditionalDecoder) -> bool:
 
 
 @torch.inference_mode()
-def decide(model, timer: Timer | None = None, min_snr_db: float = MIN_MEL_SNR_DB):
+def decide(
+    model, timer: Timer | None = None, min_snr_db: float = MIN_MEL_SNR_DB
+) -> EstimatorFormatReport:
     """Measure every candidate (module doc) and leave the estimator in the chosen format;
     `timer` gives the speed verdict (tests), default `timed_call_ms` where the estimator is
     large enough to time."""
@@ -257,6 +259,10 @@ def decide(model, timer: Timer | None = None, min_snr_db: float = MIN_MEL_SNR_DB
         return report
     report.call_ms = (timer or timed_call_ms)(estimator, calls[0])
     faster = [f for f in held if report.call_ms[f] < report.call_ms["float32"]]
+    if not faster:  # timed again before "slower" is believed and saved (a busy machine)
+        again = (timer or timed_call_ms)(estimator, calls[0])
+        report.call_ms = {f: min(ms, again[f]) for f, ms in report.call_ms.items()}
+        faster = [f for f in held if report.call_ms[f] < report.call_ms["float32"]]
     times = ", ".join(f"{f} {ms:.1f}" for f, ms in report.call_ms.items())
     if not faster:
         report.decision = f"float32: no format holding the gate is faster ({times} ms a call)"
