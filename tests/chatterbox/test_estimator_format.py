@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not HERE, reason="no int8 or bf16 path on this C
 
 def verdict(**ms: float):  # noqa: ANN201
     """A timer giving fixed ms a call (float32 10 unless given)."""
-    return lambda estimator, inputs: {"float32": 10.0, **ms}
+    return lambda estimator, inputs, layers: {"float32": 10.0, **ms}
 
 
 @pytest.fixture(autouse=True)
@@ -168,7 +168,7 @@ def test_slower_is_timed_again_before_it_is_believed():
     verdicts = [{f: 11.0 for f in HERE}, {f: 1.0 for f in HERE}]
     calls = []
 
-    def timer(estimator, inputs):  # noqa: ANN001, ANN202
+    def timer(estimator, inputs, layers):  # noqa: ANN001, ANN202
         calls.append(1)
         return {"float32": 10.0, **verdicts[len(calls) - 1]}
 
@@ -176,3 +176,16 @@ def test_slower_is_timed_again_before_it_is_believed():
     report = ef.choose_estimator_format(model, "auto", timer)
     assert len(calls) == 2 and report.chosen in HERE
     assert all(report.call_ms[f] == 1.0 for f in HERE)
+
+
+def test_the_timer_times_every_format_and_leaves_float32():
+    """The real timer (its figures only checked for being times): the estimator comes back
+    with its own float32 modules."""
+    model = float_model()
+    estimator, calls = model.flow.decoder.estimator, []
+    ef.calibration_mel(model, calls)
+    floats = floats_of(model)
+    layers = {"float32": floats} | {f: ef.converted(floats, f) for f in HERE}
+    ms = ef.timed_call_ms(estimator, calls[0], layers)
+    assert ms.keys() == layers.keys() and all(0 < v < float("inf") for v in ms.values())
+    assert all(floats_of(model)[k] is floats[k] for k in floats)

@@ -71,8 +71,8 @@ TIMING_REPEATS = 3  # best of, formats alternated
 DECISIONS_FILE = "s3gen_estimator_format.json"
 KEPT_DECISIONS = 16  # the most recent (checkpoints x machines x thread counts) in the file
 
-# (estimator, its inputs) -> {format name or "float32": ms a call}: the speed verdict
-Timer = Callable[[nn.Module, tuple], dict[str, float]]
+# (estimator, its inputs, {format: its layers}) -> {format or "float32": ms a call}: the verdict
+Timer = Callable[[nn.Module, tuple, dict], dict[str, float]]
 
 
 class BF16Linear(nn.Module):
@@ -205,22 +205,25 @@ def calibration_mel(model, calls: list[tuple] | None = None) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def timed_call_ms(estimator: ConditionalDecoder, inputs: tuple) -> dict[str, float]:
-    """{format: best ms of one estimator call on `inputs`}, float32 and each candidate
-    alternated in the same loop (a busy machine slows them alike)."""
-    floats = projections(estimator)
-    layers = {"float32": floats} | {f: converted(floats, f) for f in candidate_formats()}
+def timed_call_ms(
+    estimator: ConditionalDecoder, inputs: tuple, layers: dict[str, dict[str, nn.Module]]
+) -> dict[str, float]:
+    """{format: best ms of one estimator call on `inputs`} with each format's `layers`
+    (float32's among them) swapped in, alternated in the same loop (a busy machine slows them
+    alike); the estimator is left float32."""
     best = dict.fromkeys(layers, float("inf"))
     try:
+        for fmt, made in layers.items():  # warm: first calls allocate
+            convert(estimator, fmt, made)
+            estimator(*inputs)
         for _ in range(TIMING_REPEATS):
             for fmt, made in layers.items():
                 convert(estimator, fmt, made)
-                estimator(*inputs)  # warm: a swap's first call lays out oneDNN's weights
                 start = time.perf_counter()
                 estimator(*inputs)
                 best[fmt] = min(best[fmt], (time.perf_counter() - start) * 1000)
     finally:
-        convert(estimator, "float32", floats)
+        convert(estimator, "float32", layers["float32"])
     return best
 
 
@@ -243,9 +246,11 @@ def decide(
         return report
     calls: list[tuple] = []
     reference = calibration_mel(model, calls)
+    floats = projections(estimator)
+    layers = {"float32": floats} | {fmt: converted(floats, fmt) for fmt in formats}
     held = []
     for fmt in formats:
-        restore = convert(estimator, fmt)
+        restore = convert(estimator, fmt, layers[fmt])
         report.mel_snr_db[fmt] = sqnr_db(reference, calibration_mel(model))
         restore()
         if report.mel_snr_db[fmt] >= min_snr_db:
@@ -257,10 +262,10 @@ def decide(
     if timer is None and too_small_to_time(estimator):
         report.decision = f"float32: too small to time ({snrs} mel SNR)"
         return report
-    report.call_ms = (timer or timed_call_ms)(estimator, calls[0])
+    report.call_ms = (timer or timed_call_ms)(estimator, calls[0], layers)
     faster = [f for f in held if report.call_ms[f] < report.call_ms["float32"]]
     if not faster:  # timed again before "slower" is believed and saved (a busy machine)
-        again = (timer or timed_call_ms)(estimator, calls[0])
+        again = (timer or timed_call_ms)(estimator, calls[0], layers)
         report.call_ms = {f: min(ms, again[f]) for f, ms in report.call_ms.items()}
         faster = [f for f in held if report.call_ms[f] < report.call_ms["float32"]]
     times = ", ".join(f"{f} {ms:.1f}" for f, ms in report.call_ms.items())
@@ -268,7 +273,7 @@ def decide(
         report.decision = f"float32: no format holding the gate is faster ({times} ms a call)"
         return report
     report.chosen = min(faster, key=report.call_ms.__getitem__)
-    convert(estimator, report.chosen)
+    convert(estimator, report.chosen, layers[report.chosen])
     report.decision = (
         f"{report.chosen}: mel {report.mel_snr_db[report.chosen]:.1f} dB SNR against float32 "
         f"(>= {min_snr_db:g}), fastest here ({times} ms a call)"
