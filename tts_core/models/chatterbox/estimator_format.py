@@ -3,31 +3,40 @@
 The estimator's transformer projections (attn1.to_q/k/v/to_out.0, ff.net.0.proj, ff.net.2: 56
 blocks, ~1 M weights each at the released size) are most of its FLOPs, and a stream's passes
 run them over ~74-170 rows (a pass: the prompt's last 25 tokens + context + chunk, 2 mel frames
-a token), where the GEMMs are compute bound. Two formats may replace them:
+a token), where the GEMMs are compute bound. Two formats may replace them (one block's six
+projections, 2 threads, Zen 5, best of 9 on a busy box, benchmarks/chatterbox_estimator_formats.py
+and its layers table):
+
+| rows | float32 | int8, native AVX-512 VNNI kernel | int8, torch._int_mm | bfloat16 |
+| --- | --- | --- | --- | --- |
+| 74 (a first pass) | 0.90-1.01 ms | 0.19 | 0.67 | 0.40 (emulated: 1.19) |
+| 148 | 1.62-1.75 | 0.38-0.54 | 1.10 | 0.57-0.80 (emulated: 2.49) |
+| 300 | 3.48 | 0.74-0.84 | 1.87 | 1.00-1.25 (emulated: 8.70) |
 
 * "int8": Int8Linear (quant/linear.py: int8 weights per output channel, activations per row,
   exact int32 sums: a row's output does not depend on the other rows, so padded passes stay
-  row-exact). benchmarks/chatterbox_estimator_formats.py, 2 threads, Zen 5, one block's six
-  projections: 74 rows float32 1.01 ms, the native AVX-512 VNNI kernel 0.19, torch._int_mm 0.67;
-  148 rows 1.75 / 0.54 / 1.10; 300 rows 3.48 / 0.75 / 1.87.
+  row-exact). Our kernel is not built for one row only: it is the fastest at every row count.
 * "bfloat16": the weights and the input rounded to bfloat16, oneDNN's bf16 GEMM, the output
-  back in float32 (the bias added in float32): 74 rows 0.40 ms, 148 0.80. Where bf16 is
-  emulated (no avx512_bf16 / AMX, or ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16) it is slower
-  than float32 and the speed check drops it.
+  back in float32 (the bias added in float32). Where bf16 is emulated (no avx512_bf16 / AMX,
+  or ONEDNN_MAX_CPU_ISA below AVX512_CORE_BF16: "emulated" above) it is slower than float32
+  and the speed check drops it.
 
 The gate (`auto`): a format is kept only where the estimator's mel over a fixed calibration
 pass (the built-in voice's prompt as a stream's pass sees it, CALIBRATION_TOKENS of its own
 speech tokens as the generated ones, fixed noise) keeps >= MIN_MEL_SNR_DB against float32,
 AND one estimator call of that pass (98 rows: between a stream's first pass, 74, and its later
-ones, up to ~170) is faster than float32's, timed here. Of
-the formats that hold both the fastest is kept; none: the float32 modules stay. Tiny
-estimators (the test checkpoints, whose calls cost Python, not FLOPs) are not timed and stay
-float32 unless a test gives the speed verdict (`timer`).
+ones, up to ~170) is faster than float32's, timed here. Of the formats that hold both the
+fastest is kept; none: the float32 modules stay. Tiny estimators (the test checkpoints, whose
+calls cost Python, not FLOPs) are not timed and stay float32 unless a test gives the speed
+verdict (`timer`). Released size, random weights: mel int8 37.3 dB, bfloat16 51.4-52.1 dB;
+tiny-a / tiny-b int8 41.7 / 38.8 dB, bf16 52.0 / 51.2.
 
 The decision is saved once per checkpoint content, code and machine (the toolkit's store
 folder, DECISIONS_FILE): a later start converts to the saved format without the calibration
-pass or the timing; `model.estimator_format` holds the report, `model.format_decision` says it
-after T3's (logged; /v1/models' weight_format_reason).
+pass or the timing (released size: 1.4 s, against 37 s for the first decision's 18 estimator
+calls on the busy 2-core box); `model.estimator_format` holds the report, `model.format_decision`
+says it after T3's where a format is kept (logged; the backend's weight_format_reason, which
+/v1/models shows).
 """
 
 from __future__ import annotations
