@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,10 +29,6 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 ROWS = (74, 148, 300)
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def in_format(model, fmt: str, run):  # noqa: ANN001, ANN201
@@ -107,6 +102,7 @@ def pass_table(model, formats: list[str], repeats: int) -> None:  # noqa: ANN001
 
 def stream_table(model, formats: list[str], seeds: list[int], tokens: int) -> None:  # noqa: ANN001
     import numpy as np
+    from chatterbox_stream_bench import snr_db
     from served_bench import TEXT
 
     from tts_core.models.chatterbox import estimator_format as ef
@@ -128,11 +124,7 @@ def stream_table(model, formats: list[str], seeds: list[int], tokens: int) -> No
         ):
             chunks.append((time.perf_counter() - start, chunk.audio))
         whole = model.generate(TEXT, seed=seed, max_new_tokens=tokens, stream_noise=True).audio
-        audio = np.concatenate([a for _, a in chunks]).astype(np.float64)
-        error = np.sum((whole - audio) ** 2)
-        return chunks[0][0], 10 * np.log10(
-            np.sum(whole.astype(np.float64) ** 2) / max(error, 1e-30)
-        )
+        return chunks[0][0], snr_db(whole, np.concatenate([a for _, a in chunks]))
 
     for seed in seeds:
         for fmt in formats:
@@ -163,6 +155,7 @@ def main() -> None:
     import os
 
     import torch
+    from turbo_schedule import uptime
 
     from tts_core.models.chatterbox import estimator_format as ef
     from tts_core.models.chatterbox.model import ChatterboxTurboModel
