@@ -4,14 +4,19 @@ The estimator's transformer projections (attn1.to_q/k/v/to_out.0, ff.net.0.proj,
 blocks, ~1 M weights each at the released size) are most of its FLOPs, and a stream's passes
 run them over ~74-170 rows (a pass: the prompt's last 25 tokens + context + chunk, 2 mel frames
 a token), where the GEMMs are compute bound. Two formats may replace them (one block's six
-projections, 2 threads, Zen 5, best of 9 on a busy box, benchmarks/chatterbox_estimator_formats.py
-and its layers table):
+projections, 2 threads, Zen 5, best of 9, load average 1.9 on the 2 cores;
+benchmarks/chatterbox_estimator_formats.py's layers table):
 
-| rows | float32 | int8, native AVX-512 VNNI kernel | int8, torch._int_mm | bfloat16 |
+| rows | float32 | int8, native AVX-512 VNNI kernel | bfloat16 | bf16, ONEDNN_MAX_CPU_ISA=AVX512_CORE_VNNI |
 | --- | --- | --- | --- | --- |
-| 74 (a first pass) | 0.90-1.01 ms | 0.19 | 0.67 | 0.40 (emulated: 1.19) |
-| 148 | 1.62-1.75 | 0.38-0.54 | 1.10 | 0.57-0.80 (emulated: 2.49) |
-| 300 | 3.48 | 0.74-0.84 | 1.87 | 1.00-1.25 (emulated: 8.70) |
+| 74 (a first pass) | 0.885 ms | 0.177 | 0.385 | 1.159 |
+| 148 | 1.588 | 0.312 | 0.558 | 2.092 |
+| 300 | 3.074 | 0.558 | 0.943 | 3.964 |
+
+(int8 through torch._int_mm instead of our kernel: 0.67 / 1.10 / 1.87 ms, busier box.) The
+first S3Gen pass of a stream (12 tokens), same run, median of 9: float32 255 ms (estimator
+173), int8 163 (82), bfloat16 185 (103); model.stream's first audio, 6 seeds interleaved:
+float32 546 ms, int8 439, bfloat16 459 (emulated bf16: 556, float32 550, int8 440).
 
 * "int8": Int8Linear (quant/linear.py: int8 weights per output channel, activations per row,
   exact int32 sums: a row's output does not depend on the other rows, so padded passes stay
@@ -33,8 +38,8 @@ tiny-a / tiny-b int8 41.7 / 38.8 dB, bf16 52.0 / 51.2.
 
 The decision is saved once per checkpoint content, code and machine (the toolkit's store
 folder, DECISIONS_FILE): a later start converts to the saved format without the calibration
-pass or the timing (released size: 1.4 s, against 37 s for the first decision's 18 estimator
-calls on the busy 2-core box); `model.estimator_format` holds the report, `model.format_decision`
+pass or the timing (released size: 1.4 s; the first decision 2.8-3.1 s at load average 2 on
+the 2 cores, 37-49 s at 4-5); `model.estimator_format` holds the report, `model.format_decision`
 says it after T3's where a format is kept (logged; the backend's weight_format_reason, which
 /v1/models shows).
 """
