@@ -316,11 +316,19 @@ class ChatterboxTurboModel(S3GenSpeech):
         quantize: str | None = None,
     ) -> ChatterboxTurboModel:
         """S3GenSpeech's; `quantize` ("none", "int8", "auto"; as Qwen3-TTS's): T3's GPT-2
-        blocks on the 8-bit CPU path (quant.py)."""
+        blocks on the 8-bit CPU path (quant.py); "auto" also S3Gen's estimator projections in
+        the fastest format that holds its gate (estimator_format.py), named after T3's in
+        `format_decision` where one is kept."""
         model = super().from_pretrained(name_or_path, device, dtype)
+        from .estimator_format import choose_estimator_format
         from .quant import quantize_turbo
 
         quantize_turbo(model, quantize)
+        chosen = choose_estimator_format(model, quantize)
+        if chosen is not None and chosen.chosen != "float32":
+            model.format_decision = "; ".join(
+                filter(None, (model.format_decision, chosen.described))
+            )
         return model
 
     @torch.inference_mode()

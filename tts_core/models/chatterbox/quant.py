@@ -116,7 +116,8 @@ def quantize_turbo(model, quantize: str | None) -> T3QuantizationReport | None:
 
 
 def t3_weight_format(model) -> str:
-    """ "int8" when T3's blocks run Int8Linear, else "float32" (S3Gen and HiFT stay float32)."""
+    """ "int8" when T3's blocks run Int8Linear, else "float32" (HiFT stays float32; S3Gen's
+    estimator: `model.estimator_format`, estimator_format.py)."""
     return "int8" if any(isinstance(m, Int8Linear) for m in model.t3.modules()) else "float32"
 
 
