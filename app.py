@@ -100,7 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="8-bit CPU layers (Qwen3-TTS's talker and code predictor, Chatterbox Turbo's "
         "T3): auto = int8 where it is faster than float on this CPU (timed, cached) and every "
         "layer keeps >= 30 dB SQNR, and Qwen3-TTS's code predictor in 4 bits where its kernel "
-        "runs and its gate holds on the checkpoint; int4 = int8 with that 4-bit code predictor "
+        "runs and its gate holds on the checkpoint, and Turbo's S3Gen estimator in int8 or "
+        "bfloat16 where its mel keeps >= 35 dB and it is faster; int4 = int8 with that 4-bit code predictor "
         "forced (Qwen3-TTS only); /v1/models says which and why. See docs/engine.md",
     )
     option(
