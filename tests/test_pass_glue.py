@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_layers_batch_invariance import Geometry
-from test_step_ops import Timed, _stack
+from test_step_ops import _stack, timed_projections
 from torch.profiler import ProfilerActivity, profile
 
 from tts_core.models.layers import Attention, KVCache, RMSNorm, RotaryTable, Span
@@ -104,11 +104,7 @@ def test_a_decode_steps_rope_rows_are_kept_until_the_table_moves() -> None:
 def _glue_per_layer(stack: torch.nn.Module) -> tuple[float, float]:
     """(operators called from Python, operators in all) of one pass at one position, outside the
     8-bit projections, per layer (the stack's final norm and RoPE rows included)."""
-    for layer in stack.layers:
-        layer.self_attn.qkv_proj = Timed(layer.self_attn.qkv_proj)
-        layer.self_attn.o_proj = Timed(layer.self_attn.o_proj)
-        layer.mlp.gate_up_proj = Timed(layer.mlp.gate_up_proj)
-        layer.mlp.down_proj = Timed(layer.mlp.down_proj)
+    timed_projections(stack)
     rope = RotaryTable(Geometry.head_dim, 10000.0, 4)
     caches = stack.new_caches(1, 4, torch.float32, "cpu")
     with torch.inference_mode():

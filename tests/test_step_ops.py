@@ -72,6 +72,16 @@ def test_fused_projections_keep_the_bits_of_the_separate_ones(rows: int) -> None
         assert torch.equal(a, b), index
 
 
+def timed_projections(stack: DecoderStack) -> DecoderStack:
+    """The stack with each layer's four projections wrapped in Timed (profiler-labelled)."""
+    for layer in stack.layers:
+        layer.self_attn.qkv_proj = Timed(layer.self_attn.qkv_proj)
+        layer.self_attn.o_proj = Timed(layer.self_attn.o_proj)
+        layer.mlp.gate_up_proj = Timed(layer.mlp.gate_up_proj)
+        layer.mlp.down_proj = Timed(layer.mlp.down_proj)
+    return stack
+
+
 class Timed(torch.nn.Module):
     """A projection under a profiler label, so that its own operators are not counted."""
 
@@ -91,12 +101,7 @@ def test_a_code_predictor_pass_calls_few_operators_around_its_projections() -> N
     two casts that change nothing in float32; rotate_half on q and on k; three reshapes), 44 now:
     RMSNorm 6 (input, post-attention) and 9 for q and k together, RoPE 4, the head views 6, the
     cache write 6, attention 1 and its merge 1, the MLP 3, two residual adds."""
-    stack = _stack(True)
-    for layer in stack.layers:
-        layer.self_attn.qkv_proj = Timed(layer.self_attn.qkv_proj)
-        layer.self_attn.o_proj = Timed(layer.self_attn.o_proj)
-        layer.mlp.gate_up_proj = Timed(layer.mlp.gate_up_proj)
-        layer.mlp.down_proj = Timed(layer.mlp.down_proj)
+    stack = timed_projections(_stack(True))
     rope = RotaryTable(Geometry.head_dim, 10000.0, 4)
     caches = stack.new_caches(1, 4, torch.float32, "cpu")
     x = torch.randn(1, 1, Geometry.hidden_size)

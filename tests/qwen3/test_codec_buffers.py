@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from tts_core.models.qwen3_tts.codec import CodecDecoder, load_speech_tokenizer_config
-from tts_core.models.qwen3_tts.codec.layers import SnakeBeta
 from tts_core.models.qwen3_tts.codec.streaming import ConvWindow
+
+from .test_codec_kernels import random_snake
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from decoder_ab import _elementwise_as_before  # noqa: E402
@@ -62,13 +63,7 @@ def test_audio_is_bit_for_bit_the_path_with_copies(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_snake_beta_into_a_strided_window_is_the_plain_expression(dtype: torch.dtype) -> None:
     """t * t is pow(t, 2) and mul-then-add rounds as the expression does (addcmul would not)."""
-    snake = SnakeBeta(24)
-    generator = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        snake.alpha.normal_(0.0, 0.5, generator=generator)
-        snake.beta.normal_(0.0, 0.5, generator=generator)
-    snake.refresh_derived()
-    snake.to(dtype)
+    snake, generator = random_snake(24, 3, dtype)
     x = (3 * torch.randn(2, 24, 1000, generator=generator)).to(dtype)
     plain = x + snake.inv_beta * torch.pow(torch.sin(x * snake.alpha_exp), 2)
     window = torch.full((2, 24, 1007), float("nan"), dtype=dtype)

@@ -21,6 +21,17 @@ needs_kernel = pytest.mark.skipif(
 )
 
 
+def random_snake(channels: int, seed: int, dtype: torch.dtype) -> tuple[SnakeBeta, torch.Generator]:
+    """A SnakeBeta with N(0, 0.5) alpha and beta in `dtype`, and the generator that drew them."""
+    snake = SnakeBeta(channels)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        snake.alpha.normal_(0.0, 0.5, generator=generator)
+        snake.beta.normal_(0.0, 0.5, generator=generator)
+    snake.refresh_derived()
+    return snake.to(dtype), generator
+
+
 def _plain(x: torch.Tensor, alpha: torch.Tensor, inv_beta: torch.Tensor) -> torch.Tensor:
     return x + inv_beta * torch.pow(torch.sin(x * alpha), 2)
 
@@ -87,13 +98,7 @@ def test_the_bfloat16_table_is_torch_sin_squared_for_every_value() -> None:
 def test_the_module_gives_the_same_bits_with_and_without_the_kernel(
     dtype: torch.dtype, monkeypatch
 ) -> None:
-    snake = SnakeBeta(8)
-    generator = torch.Generator().manual_seed(5)
-    with torch.no_grad():
-        snake.alpha.normal_(0.0, 0.5, generator=generator)
-        snake.beta.normal_(0.0, 0.5, generator=generator)
-    snake.refresh_derived()
-    snake.to(dtype)
+    snake, generator = random_snake(8, 5, dtype)
     x = (3 * torch.randn(1, 8, 333, generator=generator)).to(dtype)
     with torch.no_grad():
         fused = snake(x)
