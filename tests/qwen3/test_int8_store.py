@@ -553,4 +553,8 @@ def test_a_saved_int8_load_peaks_below_the_float_model(tmp_path):
     assert first["saved_in"] is None and second["saved_in"] is not None
     assert second["format"] == "int8" and plain["format"] == "float32"
     assert second["peak"] < plain["resident"], (second, plain)
-    assert first["peak"] > plain["resident"]  # the float model was there before quantizing
+    # the float projections were there before quantizing: the first load peaks above the one
+    # from the file by at least half their float32 bytes (~100 MB, int8 a quarter of them).
+    # Not against the float model's resident size: every load's codec decoder now keeps its
+    # linears laid out once (models/laid_out.py, ~40 MB here), made after the first load's peak
+    assert first["peak"] > second["peak"] + (50 << 20), (first, second)

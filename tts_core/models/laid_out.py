@@ -27,6 +27,12 @@ import torch.nn.functional as F
 from torch import nn
 
 WEIGHT_PER_STEP = 2  # out_channels * kernel / steps at which laying out pays (decoder_ab.py)
+# A linear's one layout, made for this many rows whatever a call's rows: a layout per row count
+# (as convs need) held up to 3 copies of the decoder's linears (+211 MB resident at the released
+# size in float32); over the decoder's shapes (512..3072 x 512..3072, 2-120 rows) any row
+# count's layout gave the same bits and the same time (Zen 5, float32 and bf16), and one fixed
+# hint keeps a request's bytes independent of which shapes came before on any CPU.
+LINEAR_ROWS_HINT = 16
 _DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -147,9 +153,10 @@ def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, layer.weight, layer.bias)
 
     def lay_out() -> torch.Tensor:
-        return torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach().contiguous(), rows)
+        weight = layer.weight.detach().contiguous()
+        return torch.ops.mkldnn._reorder_linear_weight(weight, LINEAR_ROWS_HINT)
 
-    laid = _kept(layer, layer.weight, (rows,), lay_out)
+    laid = _kept(layer, layer.weight, (), lay_out)  # one layout, whatever the rows
     out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, -1), laid, layer.bias, "none", [], "")
     return out.view(*x.shape[:-1], -1)
 
