@@ -16,7 +16,12 @@ from tts_core.models import native
 from tts_core.quant.int4 import GROUP, Int4Linear
 from tts_core.quant.linear import Int8Linear, NativeLinear, int8_matmul_available
 
-from .test_int8_call import _Ops
+from .test_int8_call import (
+    _Ops,
+    check_moved_and_back,
+    check_rebinds_when_buffers_are_replaced,
+    check_reload_binds_again,
+)
 
 pytestmark = pytest.mark.skipif(not int8_matmul_available(), reason="no int8 matmul here")
 needs_kernel = pytest.mark.skipif(
@@ -142,23 +147,12 @@ def test_a_layer_binds_once_per_placement(kind, monkeypatch):
 
 @needs_kernel
 def test_a_layer_binds_again_when_its_buffers_are_replaced():
-    """load_state_dict(assign=True) swaps the buffers the kernel reads through bare pointers."""
-    layer, other, x = _layer(seed=1), _layer(seed=2), torch.randn(3, 64)
-    layer(x)
-    layer.load_state_dict(other.state_dict(), assign=True)
-    assert torch.equal(layer(x), other(x))
-    layer.load_state_dict(_layer(seed=3).state_dict())  # in place: the same pointers
-    assert torch.equal(layer(x), _layer(seed=3)(x))
+    check_rebinds_when_buffers_are_replaced(_layer, torch.randn(3, 64))
 
 
 @needs_kernel
 def test_a_moved_layer_runs_on_torch_and_back_on_the_kernel():
-    layer, x = _layer(), torch.randn(3, 64)
-    expected = layer(x)
-    layer.to(torch.float64)  # the kernel reads float32 buffers only
-    assert layer(x).dtype == torch.float32 and layer._buffers_native.function is None
-    layer.float()
-    assert torch.equal(layer(x), expected) and layer._buffers_native.function
+    check_moved_and_back(_layer(), torch.randn(3, 64))
 
 
 @needs_kernel
@@ -174,15 +168,4 @@ def test_a_bound_layer_pickles_and_copies():
 
 @needs_kernel
 def test_a_reload_of_the_kernels_binds_again(monkeypatch):
-    """native.int8_linear.cache_clear() (a change of the environment) reaches bound 4-bit layers:
-    with native code off they take the torch path, the same numbers."""
-    layer, x = _layer(), torch.randn(3, 64)
-    expected = layer(x)
-    monkeypatch.setenv("TTS_CORE_NATIVE", "0")
-    native.int8_linear.cache_clear()
-    try:
-        assert torch.equal(layer(x), expected) and layer._buffers_native.function is None
-    finally:
-        monkeypatch.delenv("TTS_CORE_NATIVE")
-        native.int8_linear.cache_clear()
-    assert torch.equal(layer(x), expected) and layer._buffers_native.function
+    check_reload_binds_again(_layer(), torch.randn(3, 64), monkeypatch)

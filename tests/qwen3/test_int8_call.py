@@ -69,17 +69,25 @@ def test_every_input_gives_the_torch_paths_bits(x):
 
 
 def test_a_layer_binds_again_when_its_buffers_are_replaced():
-    """load_state_dict(assign=True) swaps the buffers the kernel reads through bare pointers."""
-    layer, other, x = _layer(seed=1), _layer(seed=2), torch.randn(3, 40)
+    check_rebinds_when_buffers_are_replaced(_layer, torch.randn(3, 40))
+
+
+def check_rebinds_when_buffers_are_replaced(make, x: torch.Tensor) -> None:  # noqa: ANN001
+    """load_state_dict(assign=True) swaps the buffers the kernel reads through bare pointers;
+    make(seed) -> a layer (8- or 4-bit)."""
+    layer, other = make(seed=1), make(seed=2)
     layer(x)
     layer.load_state_dict(other.state_dict(), assign=True)
     assert torch.equal(layer(x), other(x))
-    layer.load_state_dict(_layer(seed=3).state_dict())  # in place: the same pointers
-    assert torch.equal(layer(x), _layer(seed=3)(x))
+    layer.load_state_dict(make(seed=3).state_dict())  # in place: the same pointers
+    assert torch.equal(layer(x), make(seed=3)(x))
 
 
 def test_a_moved_layer_runs_on_torch_and_back_on_the_kernel():
-    layer, x = _layer(), torch.randn(3, 40)
+    check_moved_and_back(_layer(), torch.randn(3, 40))
+
+
+def check_moved_and_back(layer: torch.nn.Module, x: torch.Tensor) -> None:
     expected = layer(x)
     layer.to(torch.float64)  # the kernel reads float32 buffers only
     assert layer(x).dtype == torch.float32 and layer._buffers_native.function is None
@@ -88,8 +96,11 @@ def test_a_moved_layer_runs_on_torch_and_back_on_the_kernel():
 
 
 def test_a_bound_layer_pickles_and_copies():
+    check_pickles_and_copies(_layer(), torch.randn(3, 40))
+
+
+def check_pickles_and_copies(layer: torch.nn.Module, x: torch.Tensor) -> None:
     """The bound ctypes entries are left out of the state and bound again after loading."""
-    layer, x = _layer(), torch.randn(3, 40)
     expected = layer(x)
     for clone in (pickle.loads(pickle.dumps(layer)), copy.deepcopy(layer)):
         assert clone._buffers_native is None and torch.equal(clone(x), expected)
@@ -97,9 +108,12 @@ def test_a_bound_layer_pickles_and_copies():
 
 
 def test_a_reload_of_the_kernels_binds_again(monkeypatch):
+    check_reload_binds_again(_layer(), torch.randn(3, 40), monkeypatch)
+
+
+def check_reload_binds_again(layer: torch.nn.Module, x: torch.Tensor, monkeypatch) -> None:  # noqa: ANN001
     """native.int8_linear.cache_clear() (a change of the environment) reaches bound layers: with
-    native code off they take the torch path."""
-    layer, x = _layer(), torch.randn(3, 40)
+    native code off they take the torch path, the same numbers."""
     expected = layer(x)
     monkeypatch.setenv("TTS_CORE_NATIVE", "0")
     native.int8_linear.cache_clear()
