@@ -65,6 +65,7 @@ from ...quant.quantize import MIN_SQNR_DB, requested_mode, set_module
 from .. import native
 from .checkpoint import CONDS_FILE
 from .estimator import ConditionalDecoder
+from .quant import calibration_tokens
 
 log = logging.getLogger(__name__)
 
@@ -196,18 +197,12 @@ def calibration_voice(model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return voice.prompt_token[:, -keep:], feat, voice.embedding
 
 
-def calibration_tokens(prompt_tokens: torch.Tensor, count: int) -> torch.Tensor:
-    """(1, count) speech tokens: the voice's own (speech as the model reads it), repeated."""
-    tokens = prompt_tokens.reshape(-1)
-    return tokens.repeat(-(-count // tokens.numel()))[:count][None].clone()
-
-
 @torch.inference_mode()
 def calibration_mel(model, calls: list[tuple] | None = None) -> torch.Tensor:
     """The generated mel (1, 80, 2 CALIBRATION_TOKENS) of the calibration pass, fixed noise;
     the estimator's inputs of each call appended to `calls` where given."""
     prompt, feat, embedding = calibration_voice(model)
-    speech = calibration_tokens(prompt, CALIBRATION_TOKENS)
+    speech = calibration_tokens(prompt, CALIBRATION_TOKENS)[None]  # (1, count)
     generator = torch.Generator().manual_seed(CALIBRATION_SEED)
     if calls is None:
         return model.flow.inference(speech, prompt, feat, embedding, generator)
@@ -304,8 +299,9 @@ def decision_key(model, min_snr_db: float) -> str:
     folder, memo = Path(model.folder), store.folder() / store.HASHES_FILE  # the store is on
     package = Path(__file__).resolve().parent
     code = [
-        package / n for n in ("estimator_format.py", "estimator.py", "flow.py", "flow_encoder.py")
-    ]
+        package / n
+        for n in ("estimator_format.py", "estimator.py", "flow.py", "flow_encoder.py", "quant.py")
+    ]  # quant.py: the calibration tokens
     key = {
         "checkpoint": store.checkpoint_identity(folder, (model.s3gen_file, CONDS_FILE), memo),
         "code": store.code_digest(tuple(code)),

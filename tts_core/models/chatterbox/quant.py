@@ -154,12 +154,14 @@ def quantize_t3(
         t3.forget_prefixes()
 
 
-def calibration_tokens(prompt_tokens: torch.Tensor) -> torch.Tensor:
-    """CALIBRATION_STEPS + 1 forced speech tokens: the voice's own prompt tokens (speech as
-    the model reads it), repeated if the prompt is shorter."""
+def calibration_tokens(
+    prompt_tokens: torch.Tensor, count: int = CALIBRATION_STEPS + 1
+) -> torch.Tensor:
+    """`count` (T3: CALIBRATION_STEPS + 1 forced) speech tokens: the voice's own prompt tokens
+    (speech as the model reads it), repeated if the prompt is shorter."""
     tokens = prompt_tokens.reshape(-1)
-    reps = -(-(CALIBRATION_STEPS + 1) // max(len(tokens), 1))
-    return tokens.repeat(reps)[: CALIBRATION_STEPS + 1].clone()
+    reps = -(-count // max(len(tokens), 1))
+    return tokens.repeat(reps)[:count].clone()
 
 
 @torch.inference_mode()
