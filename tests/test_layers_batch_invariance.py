@@ -3,8 +3,10 @@
 torch's CPU attention kernel does not keep it: one query over 8-16 keys (the code predictor's
 passes, head_dim 128) can come out different in the last bit with 2-16 rows than alone, and at
 real size that flipped a sampled code (benchmarks/batch_bench.py --sweep: 3/4 streams
-identical at 4 rows). `rows_apart=True` runs attention row by row with the call one row alone
-makes; these tests hold it equal, bit for bit, to each row run alone. The projections are
+identical at 4 rows). `rows_apart=True` runs one query a row through models/attend_one.py
+(every row in one call, apart by construction) and anything else row by row with SDPA; these
+tests hold each row equal, bit for bit, to the row run alone by the same single-stream call
+(rows_apart with one row: what the engine runs for one request). The projections are
 8-bit, as the served CPU model's are: their integer sums are exact per row (float GEMMs round
 by batch shape, which is why float layers run row by row there too).
 """
@@ -85,32 +87,41 @@ def _cases(rows: int, seed: int):
 @pytest.mark.parametrize("rows", [2, 4, 8])
 def test_attention_rows_apart_gives_each_row_what_it_gets_alone(rows: int, monkeypatch) -> None:
     """The kernel itself (o_proj left out). For every row of a rows_apart call: the bits of the
-    same row attended alone, whatever the other rows hold (here: other random rows), and one
-    kernel call of one row. The plain batched call, which the same comparison catches where it
-    differs, is counted as the evidence that the comparison can fail on this CPU."""
+    same row attended alone, whatever the other rows hold (here: other random rows), and either
+    one call of the one-query kernel for every row or one SDPA call of one row. The plain
+    batched call, which the same comparison catches where it differs, is counted as the
+    evidence that the comparison can fail on this CPU."""
     from tts_core.models import layers
 
     attention = Attention(Geometry.hidden_size, 16, 8, Geometry.head_dim)
     attention.o_proj = torch.nn.Identity()
-    kernel_rows: list[int] = []
-    kernel = layers.scaled_dot_product
+    calls: list[tuple[str, int]] = []
+    kernels = {"sdpa": layers.scaled_dot_product, "attend_one": layers.attend_one}
 
-    def counting(q, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        kernel_rows.append(q.shape[0])
-        return kernel(q, *args, **kwargs)
+    def counting(name):  # noqa: ANN001, ANN202
+        def call(q, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            out = kernels[name](q, *args, **kwargs)
+            calls.append((name, q.shape[0]) if out is not None else ("none", q.shape[0]))
+            return out
+
+        return call
 
     batched_differs = cases = 0
     others = _cases(rows, seed=100 + rows)
     for q, k, v, mask in _cases(rows, seed=rows):
         alone = [
-            attention.attend(q[r : r + 1], k[r : r + 1], v[r : r + 1], mask) for r in range(rows)
+            attention.attend(q[r : r + 1], k[r : r + 1], v[r : r + 1], mask, rows_apart=True)
+            for r in range(rows)
         ]
         batched = attention.attend(q, k, v, mask)
-        monkeypatch.setattr(layers, "scaled_dot_product", counting)
-        kernel_rows.clear()
+        monkeypatch.setattr(layers, "scaled_dot_product", counting("sdpa"))
+        monkeypatch.setattr(layers, "attend_one", counting("attend_one"))
+        calls.clear()
         together = attention.attend(q, k, v, mask, rows_apart=True)
-        assert kernel_rows == [1] * rows, "rows_apart must make one kernel call per row"
-        monkeypatch.setattr(layers, "scaled_dot_product", kernel)
+        made = [call for call in calls if call[0] != "none"]
+        assert made in ([("attend_one", rows)], [("sdpa", 1)] * rows), made
+        monkeypatch.setattr(layers, "scaled_dot_product", kernels["sdpa"])
+        monkeypatch.setattr(layers, "attend_one", kernels["attend_one"])
         oq, ok, ov, _ = next(others)  # other neighbours of the same shapes
         for r in range(rows):
             cases += 1
@@ -139,7 +150,7 @@ def test_stack_rows_apart_gives_each_row_what_it_gets_alone(rows: int) -> None:
     inputs = torch.randn(rows, 16, Geometry.hidden_size, generator=torch.Generator().manual_seed(1))
     together = _passes(stack, inputs, rows_apart=True)
     for row in range(rows):
-        alone = _passes(stack, inputs[row : row + 1], rows_apart=False)
+        alone = _passes(stack, inputs[row : row + 1], rows_apart=True)
         for pass_index, (batched, single) in enumerate(zip(together, alone, strict=True)):
             assert torch.equal(batched[row : row + 1], single), (row, pass_index)
 

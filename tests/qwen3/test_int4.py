@@ -165,7 +165,8 @@ def test_the_4_bit_predictors_rows_do_not_depend_on_the_batch(int4_model):
     batched = predictor.predict(past, c0, predictor.new_caches(4), greedy, by_row=True)
     batched_logits, logits[:] = torch.stack(logits), []
     for r in range(4):
-        alone = predictor.predict(past[r : r + 1], c0[r : r + 1], predictor.new_caches(1), greedy)
+        one = predictor.new_caches(1)  # by_row: the call the engine makes for one request too
+        alone = predictor.predict(past[r : r + 1], c0[r : r + 1], one, greedy, by_row=True)
         assert torch.equal(alone, batched[r : r + 1])
         assert torch.equal(torch.stack(logits)[:, 0], batched_logits[:, r])
         logits[:] = []

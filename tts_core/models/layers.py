@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attend_one import attend_one
+
 # how an op that is not elementwise runs over a batch: fn(x), or fn per request (StepContext.each)
 Each = Callable[[Callable[[torch.Tensor], torch.Tensor], torch.Tensor], torch.Tensor]
 
@@ -464,10 +466,16 @@ class Attention(nn.Module):
         rows_apart: bool = False,
     ) -> torch.Tensor:
         """`scaled_dot_product` then o_proj: q (B, heads, T, D), k/v (B, kv, S, D) -> (B, T, H).
-        rows_apart: one call per batch row. The CPU kernel is not batch-invariant: with one
-        query over 8-16 keys (the code predictor's passes) a row's output can change in the
-        last bit with the batch size (tests/test_layers_batch_invariance.py), enough to flip a
-        sampled code now and then; row by row, each row gets the single-stream call."""
+        rows_apart: no row's result depends on the batch. SDPA's CPU kernel is not
+        batch-invariant: with one query over 8-16 keys (the code predictor's passes) a row's
+        output can change in the last bit with the batch size
+        (tests/test_layers_batch_invariance.py), enough to flip a sampled code now and then. One
+        query a row (a decode step, float32 CPU): every row in one call of `attend_one`, apart by
+        construction; else one SDPA call per row, each the single-stream call."""
+        if rows_apart and mask is None and not is_causal:  # one query a row: one call, rows
+            out = attend_one(q, [k], [v])  # apart by construction (None: SDPA, row by row)
+            if out is not None:
+                return self._merge(out)
         if rows_apart and q.shape[0] > 1:
             rows = zip(q.split(1), k.split(1), v.split(1), strict=True)  # the views r:r+1
             return self._merge(
@@ -511,8 +519,8 @@ class StepContext(Protocol):
 class Span:
     """B aligned rows at positions [start, start+T) over contiguous caches (one per layer, (B,
     kv, L, D)); caches None: a cache-free pass over x alone (start 0). causal False: every query
-    sees every key (MiniCPM's LocEnc / LocDiT). rows_apart: attention row by row with the call
-    one row alone makes (`Attention.attend`), so a row's result does not depend on the batch.
+    sees every key (MiniCPM's LocEnc / LocDiT). rows_apart: a row's attention does not depend
+    on the batch (`Attention.attend`: the one-query kernel, or SDPA row by row).
     With Python-int `start` every shape is static: the code predictor's passes in a graph."""
 
     caches: list[KVCache] | None = None
@@ -544,9 +552,10 @@ class Span:
 @dataclass(frozen=True)
 class Rows:
     """R independent sequences, one new position each: row r written at positions[r] of its own
-    caches[r] (per layer (1, kv, L_r, D)) and attending its own filled prefix with the very call
-    its single-stream step makes, so a row's result is the same alone and in any batch (a padded
-    batched attention would change the softmax sums). Projections and MLP run batched."""
+    caches[r] (per layer (1, kv, L_r, D)) and attending its own filled prefix: every row in one
+    call of `attend_one` (each row apart by construction), or where it does not apply the very
+    SDPA call its single-stream step makes, so a row's result is the same alone and in any batch
+    (a padded batched attention would change the softmax sums). Projections and MLP batched."""
 
     caches: list[list[KVCache]]  # [row][layer]
     positions: list[int]
@@ -562,12 +571,18 @@ class Rows:
     def attend(
         self, attention: Attention, depth: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> torch.Tensor:
-        outs = []
-        rows = zip(self.caches, self.positions, q.split(1), k.split(1), v.split(1), strict=True)
-        for caches, position, row_q, row_k, row_v in rows:  # each row's views r:r+1
-            keys, values = caches[depth].write(position, row_k, row_v)
-            outs.append(scaled_dot_product(row_q, keys, values))
-        return attention._merge(torch.cat(outs) if len(outs) > 1 else outs[0])  # (R, 1, H)
+        written = [
+            caches[depth].write(position, row_k, row_v)  # each row's views r:r+1
+            for caches, position, row_k, row_v in zip(
+                self.caches, self.positions, k.split(1), v.split(1), strict=True
+            )
+        ]
+        keys, values = [w[0] for w in written], [w[1] for w in written]
+        out = attend_one(q, keys, values)  # every row in one call, or None: SDPA row by row
+        if out is None:
+            outs = [scaled_dot_product(*row) for row in zip(q.split(1), keys, values, strict=True)]
+            out = torch.cat(outs) if len(outs) > 1 else outs[0]
+        return attention._merge(out)  # (R, 1, H)
 
     each = staticmethod(whole)
 
@@ -575,8 +590,8 @@ class Rows:
 def rows_context(caches: list[list[KVCache]], positions: list[int]) -> StepContext:
     """`Rows`, or for one row the `Span` of its position: the same calls, its RoPE rows sliced
     instead of gathered (and a compiled stack's path, see compile_stack)."""
-    if len(caches) == 1:
-        return Span(caches[0], positions[0])
+    if len(caches) == 1:  # rows_apart: the attention Rows makes (attend_one), for one row
+        return Span(caches[0], positions[0], rows_apart=True)
     return Rows(caches, positions)
 
 
