@@ -82,7 +82,14 @@ def test_rows_of_one_cache_block_equal_rows_given_one_by_one() -> None:
 
 @pytest.mark.parametrize(
     "case",
-    ["bfloat16", "two queries", "head size 40", "elements strided", "kv heads differ"],
+    [
+        "bfloat16",
+        "two queries",
+        "head size 40",
+        "head size 272",
+        "elements strided",
+        "kv heads differ",
+    ],
 )
 def test_where_it_does_not_apply_it_answers_none(case) -> None:
     k, v = _cache(1, 8, 16, 128, seed=9)
@@ -93,6 +100,8 @@ def test_where_it_does_not_apply_it_answers_none(case) -> None:
         q = torch.randn(1, 16, 2, 128)
     elif case == "head size 40":
         q, k, v = q[..., :40], k[..., :40], v[..., :40]
+    elif case == "head size 272":
+        q, k, v = (torch.randn(*t.shape[:3], 272) for t in (q, k, v))
     elif case == "elements strided":
         k = torch.randn(1, 8, 16, 256)[..., ::2]
     elif case == "kv heads differ":

@@ -1,18 +1,20 @@
 """Attention of one new position (a decode step) over every row's cached keys, in one C call
-(models/native/attend_one.c) instead of one SDPA call per row.
+(models/native/attend_one.c, AVX-512) instead of one SDPA call per row.
 
 Each (row, kv head) is computed whole by one thread in a fixed order, so a row's output is the
-same alone and in any batch, at any thread count and on any CPU the kernel builds for (plain C
-lane arithmetic, no fused multiply-adds): one call serves every row of a step, where SDPA, whose
-CPU kernel is not batch-invariant, needed one call per row. SDPA's flash kernel also costs more
-than the arithmetic for a single query (its blocking, buffers and per-head GEMM calls): on the
-0.6B talker at ~230 keys ~100 us a call against the ~40 us its keys and values take to read.
+same alone and in any batch and at any thread count: one call serves every row of a step, where
+SDPA, whose CPU kernel is not batch-invariant, needed one call per row. SDPA's flash kernel also
+costs more than the reads for a single query (its blocking, buffers and per-head GEMM calls).
+Measured in the served 0.6B talker (2 threads, Zen 5, ~230 keys a layer on average over a 21 s
+clip): SDPA 2.9 ms a step for one row, 5.7 for two (~100 us a row and layer, whose keys and
+values take 25-40 us to read); this kernel 1.8 and 3.2.
 
 Its numbers are not SDPA's bit for bit: both are float32 with float32 sums, apart by a few
-float32 roundings of the output (tests/test_attend_one.py bounds it). Where the kernel does not
-apply (another dtype or device, a head size not a multiple of 16, no C compiler,
-TTS_CORE_NATIVE=0 or TTS_CORE_NATIVE_ISA=torch), `attend_one` returns None and the caller runs
-SDPA: a seed's bytes are defined with or without it (docs/engine.md).
+roundings of the output (tests/test_attend_one.py bounds it). Where the kernel does not apply
+(another dtype or device, one head size not a multiple of 16 or above 256, no AVX-512 or no C
+compiler, TTS_CORE_NATIVE=0 or TTS_CORE_NATIVE_ISA=torch), `attend_one` returns None and the
+caller runs SDPA row by row: a seed's bytes differ with and without the kernel, as they do
+between thread counts.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ _I64, _P = ctypes.c_int64, ctypes.c_void_p
 # below this many key reads (rows x kv heads x keys) one thread does the call: waking the
 # others costs more than the work (the code predictor's passes: 1-8 rows over <= 17 keys)
 PARALLEL_KEYS = 512
+MAX_DIM = 256  # the kernel keeps a head's 16-lane accumulators in registers up to this size
 
 
 @functools.cache
@@ -48,19 +51,13 @@ def _kernel() -> ctypes._CFuncPtr | None:
     return entry
 
 
-def _plain(block: torch.Tensor, like: torch.Tensor) -> bool:
-    """A (b, kv, n, D) float32 CPU block laid out as `like` (positions and heads strided alike,
-    elements contiguous)."""
-    return (
-        block.dtype == torch.float32
-        and block.device.type == "cpu"
-        and block.dim() == 4
-        and block.stride(-1) == 1
-        and block.shape[1] == like.shape[1]
-        and block.shape[3] == like.shape[3]
-        and block.stride(1) == like.stride(1)
-        and block.stride(2) == like.stride(2)
-    )
+def _layout(block: torch.Tensor) -> tuple[int, ...] | None:
+    """(kv heads, head size, head stride, position stride) of a (b, kv, n, D) float32 CPU block
+    whose elements are contiguous, else None (one tuple: the blocks must all match)."""
+    if block.dtype is not torch.float32 or not block.is_cpu or block.dim() != 4:
+        return None
+    strides = block.stride()
+    return None if strides[3] != 1 else (block.shape[1], block.shape[3], *strides[1:3])
 
 
 def attend_one(
@@ -71,18 +68,27 @@ def attend_one(
     order, each (b, kv_heads, n, D) (its b rows over n keys; the blocks' n may differ). None
     where the kernel does not apply (the module doc): the caller runs SDPA."""
     entry = _kernel()
-    if entry is None or q.dtype != torch.float32 or q.device.type != "cpu" or q.dim() != 4:
+    if entry is None or q.dtype is not torch.float32 or not q.is_cpu or q.dim() != 4:
         return None
     rows, heads, steps, dim = q.shape
     k0, v0 = keys[0], values[0]
-    if steps != 1 or dim % 16 or torch.compiler.is_compiling() or q.requires_grad:
+    if steps != 1 or dim % 16 or dim > MAX_DIM or torch.compiler.is_compiling() or q.requires_grad:
         return None  # is_compiling: a C call would break the graph (SDPA is traced)
-    if heads % k0.shape[1] or k0.shape[3] != dim:
+    k_layout, v_layout = _layout(k0), _layout(v0)
+    if (
+        k_layout is None
+        or v_layout is None
+        or heads % k_layout[0]
+        or k_layout[1] != dim
+        or v_layout[:2] != k_layout[:2]
+    ):
         return None
     pointers, lengths = [], []
     for k, v in zip(keys, values, strict=True):
         n = k.shape[2]
-        if not (_plain(k, k0) and _plain(v, v0)) or v.shape[:3] != k.shape[:3] or n < 1:
+        if k.shape[:3] != v.shape[:3] or n < 1:
+            return None
+        if k is not k0 and (_layout(k) != k_layout or _layout(v) != v_layout):
             return None
         k_ptr, v_ptr, k_row, v_row = k.data_ptr(), v.data_ptr(), 4 * k.stride(0), 4 * v.stride(0)
         for r in range(k.shape[0]):
@@ -92,7 +98,7 @@ def attend_one(
         return None
     q = q.contiguous()
     out = torch.empty_like(q)
-    kv_heads = k0.shape[1]
+    kv_heads, _, k_head, k_pos = k_layout
     threads = torch.get_num_threads() if kv_heads * sum(lengths) >= PARALLEL_KEYS else 1
     table = (ctypes.c_int64 * (3 * rows))(*pointers, *lengths)  # (k, v) per row, then lengths
     failed = entry(
@@ -102,10 +108,9 @@ def attend_one(
         heads // kv_heads,
         dim,
         table,
-        k0.stride(1),
-        k0.stride(2),
-        v0.stride(1),
-        v0.stride(2),
+        k_head,
+        k_pos,
+        *v_layout[2:],
         dim**-0.5,
         out.data_ptr(),
         threads,

@@ -142,31 +142,43 @@ AVX512 INLINE void attend_head(const float *q, const float *k, const float *v, i
     }
 }
 
+/* One (row, kv head) of the call; 1 where its scores found no memory. */
+AVX512 INLINE int attend_item(const float *q, int64_t item, int64_t rows, int64_t kv_heads,
+                              int64_t group, int64_t dim, const int64_t *table, int64_t k_head,
+                              int64_t k_pos, int64_t v_head, int64_t v_pos, float scale,
+                              float *out) {
+    const int64_t r = item / kv_heads, h = item % kv_heads, n = table[2 * rows + r];
+    const float *k = (const float *)(intptr_t)table[2 * r] + h * k_head;
+    const float *v = (const float *)(intptr_t)table[2 * r + 1] + h * v_head;
+    const int64_t head = (r * kv_heads + h) * group, chunks = dim / LANES;
+    const float *qh = q + head * dim;
+    float *oh = out + head * dim;
+    float stack[STACK_SCORES];
+    float *s = group * n <= STACK_SCORES ? stack : malloc(sizeof(float) * group * n);
+    if (s == NULL) return 1;
+    if (chunks == 8) /* dim 128 (Qwen3-TTS, ...) as a constant: loops unrolled */
+        attend_head(qh, k, v, n, group, 8, k_pos, v_pos, scale, s, oh);
+    else
+        attend_head(qh, k, v, n, group, chunks, k_pos, v_pos, scale, s, oh);
+    if (s != stack) free(s);
+    return 0;
+}
+
 AVX512 int attend_one(const float *q, int64_t rows, int64_t kv_heads, int64_t group,
-                      int64_t dim, const int64_t *table, int64_t k_head, int64_t k_pos, int64_t v_head,
-                      int64_t v_pos, float scale, float *out, int threads) {
-    const int64_t items = rows * kv_heads, chunks = dim / LANES;
-    if (dim % LANES || chunks > MAX_CHUNKS) return 2;
+                      int64_t dim, const int64_t *table, int64_t k_head, int64_t k_pos,
+                      int64_t v_head, int64_t v_pos, float scale, float *out, int threads) {
+    const int64_t items = rows * kv_heads;
+    if (dim % LANES || dim / LANES > MAX_CHUNKS) return 2;
     int failed = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
-    for (int64_t item = 0; item < items; ++item) {
-        const int64_t r = item / kv_heads, h = item % kv_heads, n = table[2 * rows + r];
-        const float *k = (const float *)(intptr_t)table[2 * r] + h * k_head;
-        const float *v = (const float *)(intptr_t)table[2 * r + 1] + h * v_head;
-        const int64_t head = (r * kv_heads + h) * group; /* first query head of this item */
-        float stack[STACK_SCORES];
-        float *s = group * n <= STACK_SCORES ? stack : malloc(sizeof(float) * group * n);
-        if (s == NULL) {
-            failed = 1;
-            continue;
-        }
-        const float *qh = q + head * dim;
-        float *oh = out + head * dim;
-        if (chunks == 8) /* dim 128 (Qwen3-TTS, ...) as a constant: loops unrolled */
-            attend_head(qh, k, v, n, group, 8, k_pos, v_pos, scale, s, oh);
-        else
-            attend_head(qh, k, v, n, group, chunks, k_pos, v_pos, scale, s, oh);
-        if (s != stack) free(s);
+    if (threads <= 1) { /* no parallel region to open: small calls (the code predictor's) */
+        for (int64_t item = 0; item < items; ++item)
+            failed |= attend_item(q, item, rows, kv_heads, group, dim, table, k_head, k_pos,
+                                  v_head, v_pos, scale, out);
+        return failed;
     }
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
+    for (int64_t item = 0; item < items; ++item)
+        failed |= attend_item(q, item, rows, kv_heads, group, dim, table, k_head, k_pos, v_head,
+                              v_pos, scale, out);
     return failed; /* 1: no memory for a row's scores (MemoryError in attend_one.py) */
 }
