@@ -1,17 +1,21 @@
 """Where a batched scheduler step spends its time, at 1 row and at N rows.
 
     .venv/bin/python benchmarks/batch_step_profile.py --checkpoint /tmp/qwen3-0.6B-random \
-        --rows 1 8 --frames 24 --threads 2
+        --rows 1 8 --frames 24 --threads 2 [--attention kernel|sdpa|both] [--rounds 1] \
+        [--json out.json]
 
-Wraps the model runner's calls (code predictor, talker step, prefill), the per-row chunk decode
-and the per-row code-predictor draws, runs `rows` streams together through the scheduler (int8
-layers, bf16 codec decoder where the CPU has native bf16, EOS suppressed so every stream runs
-`--frames` frames) and prints milliseconds per decode step for each part.
+Wraps the model runner's calls (code predictor, talker step, prefill), the per-row chunk decode,
+the per-row code-predictor draws and the attention of the decode steps, runs `rows` streams
+together through the scheduler (int8 layers, bf16 codec decoder where the CPU has native bf16,
+EOS suppressed so every stream runs `--frames` frames) and prints milliseconds per decode step
+for each part. `--attention`: the one-query kernel (models/attend_one.py, where it runs), SDPA
+row by row, or both, alternated `--rounds` times in one process (the same model and voice).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import threading
 import time
@@ -25,6 +29,7 @@ from common import LANGUAGE, REF_CLIP, TEXT
 import tts_core
 from tts_core.backends.qwen3 import served_loop
 from tts_core.engine.model_thread import run_on_passing_thread
+from tts_core.models import layers
 from tts_core.models.qwen3_tts.serving import runner as runner_module
 
 
@@ -43,11 +48,21 @@ def timed(owner: object, name: str, sink: dict, label: str, undo: list) -> None:
     setattr(owner, name, wrapper)
 
 
-def profile(model, voice, rows: int, frames: int) -> tuple[dict, int]:  # noqa: ANN001
+def _sdpa_only(q, keys, values):  # noqa: ANN001, ANN202 - attend_one's "does not apply"
+    return None
+
+
+def profile(model, voice, rows: int, frames: int, attention: str) -> tuple[dict, int]:  # noqa: ANN001
     scheduler = served_loop(model, max_batch=rows)
     spent: dict[str, float] = defaultdict(float)
     steps = {"n": 0}
     undo: list = []
+    if attention == "sdpa":
+        undo.append((layers, "attend_one", layers.attend_one))
+        layers.attend_one = _sdpa_only
+    else:
+        timed(layers, "attend_one", spent, "attention, one-query kernel", undo)
+    timed(layers, "scaled_dot_product", spent, "attention, SDPA", undo)
     timed(scheduler.runner, "predict", spent, "code predictor (15 passes)", undo)
     timed(scheduler.runner, "talker_step", spent, "talker step", undo)
     timed(scheduler.runner, "prefill", spent, "prefill", undo)
@@ -91,6 +106,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--frames", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--attention", choices=("kernel", "sdpa", "both"), default="kernel")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -103,14 +121,37 @@ def main() -> None:
         return model, model.create_voice(audio, rate)
 
     model, voice = run_on_passing_thread(load)
-    results = {rows: profile(model, voice, rows, args.frames) for rows in args.rows}
+    modes = ("kernel", "sdpa") if args.attention == "both" else (args.attention,)
+    runs = [
+        (f"{rows} row(s), {mode}", rows, mode)
+        for _ in range(args.rounds)
+        for rows in args.rows
+        for mode in modes
+    ]  # alternated: each round runs every configuration once, in the same order
+    results: dict[str, list[tuple[dict, int]]] = defaultdict(list)
+    for name, rows, mode in runs:
+        results[name].append(profile(model, voice, rows, args.frames, mode))
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(f"{args.checkpoint} int8, {args.threads} threads, load average {load}")
-    print("ms per decode step".ljust(34) + "".join(f"{r:>4} row(s)" for r in args.rows))
-    labels = sorted({label for spent, _ in results.values() for label in spent})
+    table = {
+        name: {
+            label: [1000 * spent.get(label, 0.0) / n for spent, n in rounds]
+            for label in sorted({label for spent, _ in rounds for label in spent})
+        }
+        for name, rounds in results.items()
+    }
+    labels = sorted({label for parts in table.values() for label in parts})
+    print("ms per decode step (min-max of rounds)".ljust(40) + "".join(f"{n:>24}" for n in table))
     for label in labels:
-        cells = "".join(f"{1000 * spent.get(label, 0) / n:>11.0f}" for spent, n in results.values())
-        print(label.ljust(34) + cells)
+        cells = []
+        for parts in table.values():
+            values = parts.get(label, [0.0])
+            span = f"{min(values):.1f}" + (f"-{max(values):.1f}" if len(values) > 1 else "")
+            cells.append(f"{span:>24}")
+        print(label.ljust(40) + "".join(cells))
+    if args.json:
+        args.json.write_text(json.dumps({"load_average": load, "ms_per_step": table}, indent=1))
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -425,3 +425,29 @@ def test_turbo_schedule_fits_the_costs_it_was_given() -> None:
         assert getattr(fitted, field) == pytest.approx(getattr(given, field), abs=1e-9)
     assert turbo_schedule.chunking_for("doubling").pass_points(100) == [12, 24, 48, 96]
     assert turbo_schedule.chunking_for("growth=6").ramp_growth == 6
+
+
+def test_batch_step_profile_times_both_attentions_on_the_tiny_checkpoint(tmp_path: Path) -> None:
+    """--attention both: every row count with the one-query kernel and with SDPA, in one
+    process; the kernel's time is there only where it ran, SDPA's only where it was asked."""
+    from tts_core.models.attend_one import _kernel
+
+    out = tmp_path / "steps.json"
+    run = subprocess.run(
+        [sys.executable, str(BENCH / "batch_step_profile.py"), "--checkpoint", str(TINY)]
+        + ["--rows", "1", "2", "--frames", "3", "--attention", "both", "--json", str(out)],
+        cwd=BENCH,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    table = json.loads(out.read_text())["ms_per_step"]
+    assert set(table) == {f"{r} row(s), {m}" for r in (1, 2) for m in ("kernel", "sdpa")}
+    for name, parts in table.items():
+        assert parts["whole decode step"][0] > 0
+        kernel_ms = parts.get("attention, one-query kernel", [0.0])[0]
+        if name.endswith("sdpa") or _kernel() is None:
+            assert kernel_ms == 0.0 and parts["attention, SDPA"][0] > 0
+        else:
+            assert kernel_ms > 0

@@ -2,11 +2,12 @@
 
 RMSNorm, rotary embedding (`inverse_frequencies`, `llama3_inverse_frequencies`, `rope_cos_sin`,
 `RotaryTable`, `rotate_half`, `apply_rope`), the static `KVCache`, GQA `Attention` around the one
-SDPA call (`scaled_dot_product`), the `SwiGLU` gated MLP, `LayerScale`, and the pre-norm
+SDPA call (`scaled_dot_product`; a decode step whose rows must stay apart: `attend_one`), the
+`SwiGLU` gated MLP, `LayerScale`, and the pre-norm
 `DecoderLayer` / `DecoderStack`. Each block has ONE forward, driven by a per-step context (`StepContext`, the
 idea of nano-vllm's utils/context.py, passed explicitly): `Span` (B aligned rows over contiguous
 caches at `start`, cache-free, or non-causal), `Rows` (independent rows, each at its own
-position over its own cache, attended row by row), `Requests` (cache-free passes of several
+position over its own cache, attended apart), `Requests` (cache-free passes of several
 requests, their non-elementwise ops per request) and `StaticRows` (a batch bucket over slot
 caches with static shapes: the CUDA-graph step). Used by the Qwen3-TTS talker and code predictor (DecoderStack), the codec decoder's
 sliding-window pre-transformer and the Mimi encoder (qwen3_tts/codec/transformer.py, encoder.py)
