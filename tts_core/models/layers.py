@@ -578,7 +578,7 @@ class Rows:
                 self.caches, self.positions, k.split(1), v.split(1), strict=True
             )
         ]
-        keys, values = [w[0] for w in written], [w[1] for w in written]
+        keys, values = (list(side) for side in zip(*written, strict=True))
         out = attend_one(q, keys, values)  # every row in one call, or None: SDPA row by row
         if out is None:
             outs = [scaled_dot_product(*row) for row in zip(q.split(1), keys, values, strict=True)]
