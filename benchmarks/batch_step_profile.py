@@ -1,15 +1,18 @@
 """Where a batched scheduler step spends its time, at 1 row and at N rows.
 
     .venv/bin/python benchmarks/batch_step_profile.py --checkpoint /tmp/qwen3-0.6B-random \
-        --rows 1 8 --frames 24 --threads 2 [--attention kernel|sdpa|both] [--rounds 1] \
-        [--json out.json]
+        --rows 1 8 --frames 24 --threads 2 [--attention step|kernel|sdpa|both|all] \
+        [--rounds 1] [--json out.json]
 
 Wraps the model runner's calls (code predictor, talker step, prefill), the per-row chunk decode,
 the per-row code-predictor draws and the attention of the decode steps, runs `rows` streams
 together through the scheduler (int8 layers, bf16 codec decoder where the CPU has native bf16,
 EOS suppressed so every stream runs `--frames` frames) and prints milliseconds per decode step
-for each part. `--attention`: the one-query kernel (models/attend_one.py, where it runs), SDPA
-row by row, or both, alternated `--rounds` times in one process (the same model and voice).
+for each part. `--attention`: `step`, each 8-bit stack's step in one native call where it runs
+(models/stack_step.py, the served path: its attention is inside that call); `kernel`, layer by
+layer with the one-query kernel (models/attend_one.py); `sdpa`, layer by layer with SDPA row by
+row; `both` = kernel and sdpa, `all` = the three; alternated `--rounds` times in one process
+(the same model and voice).
 """
 
 from __future__ import annotations
@@ -52,11 +55,23 @@ def _sdpa_only(q, keys, values):  # noqa: ANN001, ANN202 - attend_one's "does no
     return None
 
 
+def _layer_by_layer(*args):  # noqa: ANN002, ANN202 - stack_step's "does not apply"
+    return None
+
+
+MODES = {"both": ("kernel", "sdpa"), "all": ("step", "kernel", "sdpa")}
+
+
 def profile(model, voice, rows: int, frames: int, attention: str) -> tuple[dict, int]:  # noqa: ANN001
     scheduler = served_loop(model, max_batch=rows)
     spent: dict[str, float] = defaultdict(float)
     steps = {"n": 0}
     undo: list = []
+    if attention == "step":
+        timed(layers, "stack_step", spent, "8-bit stacks, one native call a step", undo)
+    else:
+        undo.append((layers, "stack_step", layers.stack_step))
+        layers.stack_step = _layer_by_layer
     if attention == "sdpa":
         undo.append((layers, "attend_one", layers.attend_one))
         layers.attend_one = _sdpa_only
@@ -106,7 +121,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--frames", type=int, default=24)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--attention", choices=("kernel", "sdpa", "both"), default="kernel")
+    parser.add_argument("--attention", choices=("step", "kernel", "sdpa", *MODES), default="step")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -121,7 +136,7 @@ def main() -> None:
         return model, model.create_voice(audio, rate)
 
     model, voice = run_on_passing_thread(load)
-    modes = ("kernel", "sdpa") if args.attention == "both" else (args.attention,)
+    modes = MODES.get(args.attention, (args.attention,))
     runs = [
         (f"{rows} row(s), {mode}", rows, mode)
         for _ in range(args.rounds)

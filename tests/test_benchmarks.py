@@ -427,15 +427,17 @@ def test_turbo_schedule_fits_the_costs_it_was_given() -> None:
     assert turbo_schedule.chunking_for("growth=6").ramp_growth == 6
 
 
-def test_batch_step_profile_times_both_attentions_on_the_tiny_checkpoint(tmp_path: Path) -> None:
-    """--attention both: every row count with the one-query kernel and with SDPA, in one
-    process; the kernel's time is there only where it ran, SDPA's only where it was asked."""
+def test_batch_step_profile_times_every_path_on_the_tiny_checkpoint(tmp_path: Path) -> None:
+    """--attention all: every row count with the whole step native, layer by layer with the
+    one-query kernel and with SDPA, in one process; each path's time is there only where it
+    ran, SDPA's only where it was asked."""
+    from tts_core.models import native, stack_step
     from tts_core.models.attend_one import _kernel
 
     out = tmp_path / "steps.json"
     run = subprocess.run(
         [sys.executable, str(BENCH / "batch_step_profile.py"), "--checkpoint", str(TINY)]
-        + ["--rows", "1", "2", "--frames", "3", "--attention", "both", "--json", str(out)],
+        + ["--rows", "1", "2", "--frames", "3", "--attention", "all", "--json", str(out)],
         cwd=BENCH,
         capture_output=True,
         text=True,
@@ -443,11 +445,17 @@ def test_batch_step_profile_times_both_attentions_on_the_tiny_checkpoint(tmp_pat
     )
     assert run.returncode == 0, run.stderr[-3000:]
     table = json.loads(out.read_text())["ms_per_step"]
-    assert set(table) == {f"{r} row(s), {m}" for r in (1, 2) for m in ("kernel", "sdpa")}
+    modes = ("step", "kernel", "sdpa")
+    assert set(table) == {f"{r} row(s), {m}" for r in (1, 2) for m in modes}
+    step_runs = stack_step._kernel(native.generation) is not None
     for name, parts in table.items():
         assert parts["whole decode step"][0] > 0
+        step_ms = parts.get("8-bit stacks, one native call a step", [0.0])[0]
         kernel_ms = parts.get("attention, one-query kernel", [0.0])[0]
-        if name.endswith("sdpa") or _kernel() is None:
-            assert kernel_ms == 0.0 and parts["attention, SDPA"][0] > 0
+        if name.endswith("step"):
+            assert step_ms > 0
+            assert kernel_ms == 0.0 or not step_runs  # its attention is inside the call
+        elif name.endswith("sdpa") or _kernel() is None:
+            assert step_ms == kernel_ms == 0.0 and parts["attention, SDPA"][0] > 0
         else:
-            assert kernel_ms > 0
+            assert step_ms == 0.0 and kernel_ms > 0

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attend_one import attend_one
+from .stack_step import stack_step
 
 # how an op that is not elementwise runs over a batch: fn(x), or fn per request (StepContext.each)
 Each = Callable[[Callable[[torch.Tensor], torch.Tensor], torch.Tensor], torch.Tensor]
@@ -752,11 +753,28 @@ class DecoderStack(nn.Module):
         self, x: torch.Tensor, ctx: StepContext, rope_table: RotaryTable | None = None
     ) -> torch.Tensor:
         """x (B, T, H) -> final-norm hidden (B, T, H), every layer driven by `ctx` (positions,
-        caches, mask; see StepContext). rope_table None: no RoPE."""
+        caches, mask; see StepContext). rope_table None: no RoPE. A step whose rows stay
+        apart: the whole stack in one native call where it applies (stack_step)."""
+        apart = _apart_rows(ctx, x)
+        if apart is not None:
+            out = stack_step(self, x, *apart, rope_table)
+            if out is not None:
+                return out
         rope = ctx.rope(rope_table, x)
         for depth, layer in enumerate(self.layers):
             x = layer(x, rope, ctx, depth)
         return ctx.each(self.norm, x)
+
+
+def _apart_rows(ctx: StepContext, x: torch.Tensor) -> tuple[list, list[int]] | None:
+    """(caches in blocks of rows, [block][layer]; each row's first position) of a step whose
+    rows stay apart (`Rows`: one position a row, or a cached causal `Span` with rows_apart),
+    else None."""
+    if isinstance(ctx, Rows):
+        return ctx.caches, ctx.positions
+    if isinstance(ctx, Span) and ctx.rows_apart and ctx.causal and ctx.caches is not None:
+        return [ctx.caches], [ctx.start] * x.shape[0]
+    return None
 
 
 def compile_stack(stack: DecoderStack) -> None:

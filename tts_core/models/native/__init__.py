@@ -106,13 +106,14 @@ def _compile(cc: str, source: Path, target: Path) -> None:
 
 def kernels_here() -> list[tuple[str, Path]]:
     """(name, source) of every kernel of this architecture, whether this CPU runs it or not:
-    the 8-bit ones best first, then the 4-bit one, the codec's SnakeBeta and the one-query
-    attention on x86-64."""
+    the 8-bit ones best first, then the 4-bit one, the codec's SnakeBeta, the one-query
+    attention and the whole 8-bit decode step on x86-64."""
     kernels = [(isa, SOURCE_DIR / INT8_ISAS[isa].source) for isa in int8_isas_here()]
     if platform.machine().lower() in X86:
         kernels.append(("int4", SOURCE_DIR / INT4_SOURCE))
         kernels.append(("snake_beta", SOURCE_DIR / SNAKE_BETA_SOURCE))
         kernels.append(("attend_one", SOURCE_DIR / ATTEND_ONE_SOURCE))
+        kernels.append(("decode_stack", SOURCE_DIR / DECODE_STACK_SOURCE))
     return kernels
 
 
@@ -315,6 +316,7 @@ def int8_linear() -> Int8Kernel | None:
 
 SNAKE_BETA_SOURCE = "snake_beta.c"  # AVX-512 only (qwen3_tts/codec/kernels.py: its caller)
 ATTEND_ONE_SOURCE = "attend_one.c"  # AVX-512 only (../attend_one.py: its caller)
+DECODE_STACK_SOURCE = "decode_stack.c"  # AVX-512 VNNI only (../stack_step.py: its caller)
 INT4_SOURCE = "int4_linear.c"  # AVX-512 VNNI only (../../quant/int4.py: the format)
 INT4_ISA = "avx512vnni"
 
