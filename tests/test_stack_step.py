@@ -22,6 +22,8 @@ import torch
 from tts_core.models import layers
 from tts_core.models import stack_step as step_module
 from tts_core.models.layers import DecoderStack, KVCache, RotaryTable, Rows, Span
+from tts_core.models.native import int4_linear
+from tts_core.quant.int4 import Int4Linear
 from tts_core.quant.linear import Int8Linear
 
 pytestmark = pytest.mark.skipif(
@@ -68,11 +70,22 @@ def _int8(stack: DecoderStack) -> DecoderStack:
     return stack
 
 
+def _int4(quantized: DecoderStack) -> DecoderStack:
+    """The 8-bit stack's projections in 4 bits (the 4-bit code predictor's format)."""
+    stack = copy.deepcopy(quantized)
+    for layer in stack.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        for owner, name in ((attn, "qkv_proj"), (attn, "o_proj"), (mlp, "gate_up_proj")):
+            setattr(owner, name, Int4Linear.from_int8(getattr(owner, name)))
+        mlp.down_proj = Int4Linear.from_int8(mlp.down_proj)
+    return stack
+
+
 def _dequantized(quantized: DecoderStack, float_stack: DecoderStack) -> DecoderStack:
-    """float64 stack whose projections are the 8-bit ones' effective weights."""
+    """float64 stack whose projections are the 8- or 4-bit ones' effective weights."""
     exact = copy.deepcopy(float_stack).double()
 
-    def weight(lin: Int8Linear) -> torch.Tensor:
+    def weight(lin: Int8Linear | Int4Linear) -> torch.Tensor:
         return lin.int8_weight().double() * lin.weight_scale.double()[:, None]
 
     with torch.no_grad():
@@ -119,10 +132,15 @@ def _layer_by_layer(monkeypatch) -> None:
     monkeypatch.setattr(layers, "stack_step", lambda *args: None)
 
 
-@pytest.fixture(scope="module")
-def stacks() -> tuple[DecoderStack, DecoderStack]:
+@pytest.fixture(scope="module", params=[8, 4], ids=["8-bit", "4-bit"])
+def stacks(request) -> tuple[DecoderStack, DecoderStack]:
+    """(the quantized stack, its float64 twin); 4 bits: the 4-bit code predictor's layers."""
     float_stack = _float_stack()
     quantized = _int8(float_stack)
+    if request.param == 4:
+        if int4_linear() is None:
+            pytest.skip("no 4-bit kernel here: 4-bit layers run as 8-bit ones")
+        quantized = _int4(quantized)
     return quantized, _dequantized(quantized, float_stack)
 
 

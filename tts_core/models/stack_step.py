@@ -2,7 +2,7 @@
 
 Where a step's rows must stay apart (Qwen3-TTS's talker rows and its 8-bit code predictor's
 passes: `Rows`, or `Span` with rows_apart) and every layer is a plain pre-norm Qwen3 block over
-Int8Linear weights packed for AVX-512 VNNI, one call runs every layer and the final norm for all
+8-bit weights packed for AVX-512 VNNI (Int8Linear; or Int4Linear, the 4-bit code predictor's), one call runs every layer and the final norm for all
 rows: the norms, per-head q/k norms, RoPE, cache writes, attention (attend_one.h), residual adds
 and the gated activation, with each projection read once for every row. Layer by layer in torch
 the same pass makes ~40 small operator calls and 4 kernel calls a layer, whose Python and
@@ -30,11 +30,12 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..quant.linear import Int8Linear
+from ..quant.int4 import Int4Linear
+from ..quant.linear import Int8Linear, NativeLinear
 from . import native
 
 _I64, _P = ctypes.c_int64, ctypes.c_void_p
-ISA = "avx512vnni"  # the packed layout the C tile reads
+ISA = "avx512vnni"  # the packed layouts the C tiles read (Int8Linear's for it; Int4Linear's)
 MAX_ROWS = 64  # decode_stack.c's MAX_ROWS
 MAX_HEAD = 256  # attend_one.h: a head's accumulators in registers up to this size
 # a layer's projections and norms, in decode_stack.c's order (its enum)
@@ -83,17 +84,32 @@ def _float_vector(t: torch.Tensor, size: int) -> bool:
     return t.dtype is torch.float32 and t.is_cpu and t.is_contiguous() and t.shape == (size,)
 
 
-def _projections(layer: torch.nn.Module) -> list[Int8Linear] | None:
+def _projections(layer: torch.nn.Module) -> list[NativeLinear] | None:
+    """The layer's four projections where each is one the C call reads: bias-free, 8-bit packed
+    for AVX-512 VNNI or 4-bit on its kernel."""
     found = []
     for name in PROJECTIONS:
         try:
             lin = layer.get_submodule(name)
         except AttributeError:
             return None
-        if not isinstance(lin, Int8Linear) or lin.bias is not None or lin.kernel_isa != ISA:
+        if isinstance(lin, Int8Linear):
+            readable = lin.kernel_isa == ISA
+        else:
+            readable = isinstance(lin, Int4Linear) and lin.fallback is None
+        if not readable or lin.bias is not None or lin.in_features % 32:
             return None
         found.append(lin)
     return found
+
+
+def _projection_addresses(lin: NativeLinear) -> tuple[int, int, int, int]:
+    """decode_stack.c's four for a bound projection: packed weights, w_sum128, s_w, and the 4-bit
+    group multipliers (0 for 8 bits); from its `_buffers_native.weights` (out, buffers...)."""
+    buffers = lin._buffers_native.weights[1:]
+    if isinstance(lin, Int4Linear):  # nibbles, mult, w_sum128, s_w, bias
+        return buffers[0], buffers[2], buffers[3], buffers[1]
+    return buffers[0], buffers[1], buffers[2], 0  # packed, w_sum128, s_w, bias
 
 
 def _plan_for(stack: torch.nn.Module, x: torch.Tensor) -> _Plan | None:
@@ -134,9 +150,8 @@ def _plan_for(stack: torch.nn.Module, x: torch.Tensor) -> _Plan | None:
                 return None
         bound += [(lin, lin._buffers_native) for lin in lins]
         norms += [norm for norm, _ in layer_norms]
-        packed = [lin._buffers_native.weights[1:4] for lin in lins]  # packed, sums, scales
-        ln1, q_norm, k_norm, ln2 = (norm.weight.data_ptr() for norm, _ in layer_norms)
-        weights += [ln1, *packed[0], q_norm, k_norm, *packed[1], ln2, *packed[2], *packed[3]]
+        weights += [norm.weight.data_ptr() for norm, _ in layer_norms]  # ln1, q, k, ln2
+        weights += [a for lin in lins for a in _projection_addresses(lin)]
     if not _float_vector(final.weight, hidden):
         return None
     norms.append(final)

@@ -6,6 +6,7 @@
      h = ln1 * (x * inv_rms(x))          inv_rms(v) = 1 / sqrt(eps + sum_i v_i^2 / n), the sum in
                                           16 lanes in order, then attend_one.h's lane tree
      q | k | v = int8_linear(h)          int8_common.h's definition: Int8Linear's bits exactly
+                                          (a projection in 4 bits: Int4Linear's, int4_linear.c)
      each q head: rope(q_norm * (q * inv_rms(q))), each k head with k_norm; k and v written at p_r
                                           rope(y) = y * cos + roll(y, D / 2) * signed_sin
      a = attention over keys 0..p_r      attend_one.h, scale 1 / sqrt(D)
@@ -25,16 +26,17 @@
    blocks of 16 output channels, with the loop's barrier between stages. */
 
 #include "attend_one.h"
+#include "int4_tile.h"
 #include "int8_tile.h"
 
 #define STEP __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512dq")))
-#define LAYER_WEIGHTS 16
+#define LAYER_WEIGHTS 20
 #define MAX_ROWS 64
 
-/* a layer's addresses, in this order (stack_step.py builds them) */
+/* a layer's addresses, in this order (stack_step.py builds them); a projection's four: its
+   packed weights, w_sum128, s_w, and its 4-bit group multipliers (0: an 8-bit projection) */
 enum {
-  LN1, QKV_W, QKV_SUM, QKV_SCALE, Q_NORM, K_NORM, O_W, O_SUM, O_SCALE,
-  LN2, GATE_UP_W, GATE_UP_SUM, GATE_UP_SCALE, DOWN_W, DOWN_SUM, DOWN_SCALE
+  LN1, Q_NORM, K_NORM, LN2, QKV_W, O_W = QKV_W + 4, GATE_UP_W = O_W + 4, DOWN_W = GATE_UP_W + 4
 };
 
 int decode_stack_supported(void) {
@@ -105,25 +107,34 @@ STEP static void quantize_row(const float *x, int64_t width, uint8_t *q, float *
   *s_x = scale;
 }
 
-/* y (rows, out) = the quantized rows (rows, in) times a packed layer: the blocks of 16 outputs
-   shared among the team (a worksharing loop: call it from every thread of the region). */
+/* y (rows, out) = the quantized rows (rows, in) times a packed projection, 8 or 4 bits: the
+   blocks of 16 outputs shared among the team (a worksharing loop: call it from every thread of
+   the region). */
 STEP static void multiply(const uint8_t *q, const float *s_x, int64_t rows, int64_t in,
                           int64_t out, const int64_t *layer, int w, float *y) {
   const int8_t *packed = (const int8_t *)(intptr_t)layer[w];
   const int32_t *sums = (const int32_t *)(intptr_t)layer[w + 1];
   const float *s_w = (const float *)(intptr_t)layer[w + 2];
+  const uint8_t *mult = (const uint8_t *)(intptr_t)layer[w + 3];
   const int64_t blocks = (out + 15) / 16;
 #pragma omp for schedule(static)
   for (int64_t ob = 0; ob < blocks; ob++) {
-    const int8_t *wb = packed + ob * in * 16;
     for (int64_t r0 = 0; r0 < rows; r0 += MAX_TILE_ROWS) {
       const uint8_t *qt = q + r0 * in;
       const float *st = s_x + r0;
       float *yt = y + r0 * out;
       int64_t left = rows - r0 >= MAX_TILE_ROWS ? MAX_TILE_ROWS : rows - r0;
+      if (mult) {
+        const uint8_t *nb = (const uint8_t *)packed + ob * in * 8, *mb = mult + ob * in / 2;
+#define TILE4(n) tile4(n, qt, in, nb, mb, st, sums, s_w, NULL, yt, out, ob * 16)
+        FOR_TILE_ROWS(left, TILE4)
+#undef TILE4
+      } else {
+        const int8_t *wb = packed + ob * in * 16;
 #define TILE1(n) tile(n, 1, qt, in, wb, st, sums, s_w, NULL, yt, out, ob * 16)
-      FOR_TILE_ROWS(left, TILE1)
+        FOR_TILE_ROWS(left, TILE1)
 #undef TILE1
+      }
     }
   }
 }
@@ -187,7 +198,9 @@ STEP int decode_stack(const float *x, int64_t rows, const int64_t *dims, float e
                       const float *cos, const float *signed_sin, float *out, int threads) {
   const int64_t hidden = dims[0], heads = dims[1], kv = dims[2], d = dims[3], inner = dims[4];
   const int64_t layers = dims[5], nq = heads * d, nk = kv * d, wide_qkv = nq + 2 * nk;
-  const int64_t wide = wide_qkv > 2 * inner ? wide_qkv : 2 * inner, group = heads / kv;
+  const int64_t group = heads / kv;
+  int64_t wide = wide_qkv > 2 * inner ? wide_qkv : 2 * inner; /* y's row: any projection's out */
+  wide = wide > hidden ? wide : hidden;
   if (rows < 1 || rows > MAX_ROWS || d % LANES || d / LANES > MAX_CHUNKS || hidden % LANES ||
       inner % LANES || heads % kv)
     return -2;
