@@ -140,6 +140,24 @@ def test_eight_requests_in_a_batch_give_what_they_give_alone(name, weights):
         scheduler.close()
 
 
+def test_the_int8_stacks_step_in_one_native_call_where_it_runs(name):
+    """What the tests of this file exercise where the native decode step runs (AVX-512 VNNI,
+    models/stack_step.py): the tiny int8 talker's and code predictor's stacks are each one C
+    call a step on tiny-a, so the rows alone and batched compared here are that call's; tiny-b's
+    talker (width 24, heads of 8: not the multiples of 16 the call takes) runs layer by layer, so
+    both paths are held to it."""
+    from tts_core.models import native, stack_step
+
+    if stack_step._kernel(native.generation) is None:
+        pytest.skip("no native decode step here: the stacks run layer by layer")
+    talker = served_model(name, "int8").talker
+    for stack in (talker.model, talker.code_predictor.model):
+        x = torch.zeros(1, 1, stack.cfg.hidden_size)
+        native_shapes = stack.cfg.hidden_size % 16 == 0 and stack.cfg.head_dim % 16 == 0
+        planned = stack_step._plan(stack, x) is not None
+        assert planned == native_shapes and planned == (name == "qwen3-tiny-a"), name
+
+
 @pytest.mark.parametrize("weights", WEIGHTS)
 def test_each_row_of_a_batched_step_is_the_row_alone(name, weights):
     """The mechanism under the tests above, at the float level where codes cannot show it: the

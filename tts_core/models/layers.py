@@ -2,7 +2,8 @@
 
 RMSNorm, rotary embedding (`inverse_frequencies`, `llama3_inverse_frequencies`, `rope_cos_sin`,
 `RotaryTable`, `rotate_half`, `apply_rope`), the static `KVCache`, GQA `Attention` around the one
-SDPA call (`scaled_dot_product`; a decode step whose rows must stay apart: `attend_one`), the
+SDPA call (`scaled_dot_product`; a decode step whose rows must stay apart: `attend_one`, and
+for an 8-bit stack the whole step in one native call, `stack_step`), the
 `SwiGLU` gated MLP, `LayerScale`, and the pre-norm
 `DecoderLayer` / `DecoderStack`. Each block has ONE forward, driven by a per-step context (`StepContext`, the
 idea of nano-vllm's utils/context.py, passed explicitly): `Span` (B aligned rows over contiguous

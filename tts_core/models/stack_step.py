@@ -95,9 +95,10 @@ def _projections(layer: torch.nn.Module) -> list[NativeLinear] | None:
             return None
         if isinstance(lin, Int8Linear):
             readable = lin.kernel_isa == ISA
-        else:
+        else:  # 4 bits: groups of 32 inputs
             readable = isinstance(lin, Int4Linear) and lin.fallback is None
-        if not readable or lin.bias is not None or lin.in_features % 32:
+            readable = readable and lin.in_features % 32 == 0
+        if not readable or lin.bias is not None:
             return None
         found.append(lin)
     return found
