@@ -14,11 +14,12 @@ elements each rounded), on any CPU: IEEE float32 operations round alike on every
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import replace
 
 import pytest
 import torch
 
+from tests.test_layers_batch_invariance import Geometry
 from tts_core.models import layers
 from tts_core.models import stack_step as step_module
 from tts_core.models.layers import DecoderStack, KVCache, RotaryTable, Rows, Span
@@ -32,23 +33,14 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@dataclass(frozen=True)
-class Geometry:  # the 0.6B code predictor's heads (16 x 128 over 8 kv heads), narrower
-    hidden_size: int = 256
-    intermediate_size: int = 512
-    num_attention_heads: int = 16
-    num_key_value_heads: int = 8
-    num_hidden_layers: int = 3
-    head_dim: int = 128
-    rms_norm_eps: float = 1e-6
-
-
+# the 0.6B code predictor's heads (16 x 128 over 8 kv heads), narrower; three layers
+GEOMETRY = replace(Geometry(), num_hidden_layers=3)
 STEPS = 16  # the code predictor's positions
 
 
 def _float_stack() -> DecoderStack:
     torch.manual_seed(0)
-    stack = DecoderStack(Geometry()).eval()
+    stack = DecoderStack(GEOMETRY).eval()
     with torch.no_grad():
         for parameter in stack.parameters():
             parameter.normal_(0, 0.05) if parameter.dim() > 1 else parameter.uniform_(0.5, 1.5)
@@ -106,7 +98,7 @@ def _passes(stack: DecoderStack, inputs: torch.Tensor, rows_apart: bool = True) 
     """inputs (B, 16, H) in the code predictor's pattern (positions 0-1 together, then one a
     pass) -> every position's hidden (B, 16, H), over a fresh cache."""
     rows, steps, _ = inputs.shape
-    rope = RotaryTable(Geometry.head_dim, 10000.0, steps)
+    rope = RotaryTable(GEOMETRY.head_dim, 10000.0, steps)
     caches = stack.new_caches(rows, steps, inputs.dtype, "cpu")
     outs = []
     with torch.inference_mode():
@@ -146,7 +138,7 @@ def stacks(request) -> tuple[DecoderStack, DecoderStack]:
 
 def test_within_the_8bit_paths_own_distance_from_float64(stacks, monkeypatch) -> None:
     quantized, exact = stacks
-    inputs = torch.randn(3, STEPS, Geometry.hidden_size, generator=torch.Generator().manual_seed(1))
+    inputs = torch.randn(3, STEPS, GEOMETRY.hidden_size, generator=torch.Generator().manual_seed(1))
     calls = _counted(monkeypatch)
     native = _passes(quantized, inputs)
     assert calls == [True] * (STEPS - 1)  # every pass, the first (two positions) included
@@ -163,7 +155,7 @@ def test_within_the_8bit_paths_own_distance_from_float64(stacks, monkeypatch) ->
 def test_a_row_is_the_same_alone_in_a_batch_and_at_any_thread_count(stacks) -> None:
     quantized, _ = stacks
     generator = torch.Generator().manual_seed(2)
-    inputs = torch.randn(8, STEPS, Geometry.hidden_size, generator=generator)
+    inputs = torch.randn(8, STEPS, GEOMETRY.hidden_size, generator=generator)
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -180,13 +172,13 @@ def test_a_row_is_the_same_alone_in_a_batch_and_at_any_thread_count(stacks) -> N
 def test_rows_at_their_own_positions_equal_each_row_alone(stacks, monkeypatch) -> None:
     """The talker's `Rows`: each row over its own cache at its own position, in one call."""
     quantized, _ = stacks
-    rope = RotaryTable(Geometry.head_dim, 10000.0, 64)
+    rope = RotaryTable(GEOMETRY.head_dim, 10000.0, 64)
     generator = torch.Generator().manual_seed(3)
     lengths = [5, 11, 23]
 
     def filled(length: int) -> list[KVCache]:  # a row's cache with `length` positions written
         caches = quantized.new_caches(1, 64, torch.float32, "cpu")
-        prompt = torch.randn(1, length, Geometry.hidden_size, generator=generator)
+        prompt = torch.randn(1, length, GEOMETRY.hidden_size, generator=generator)
         _layer_by_layer(monkeypatch)
         with torch.inference_mode():
             quantized(prompt, Span(caches, 0), rope)
@@ -195,7 +187,7 @@ def test_rows_at_their_own_positions_equal_each_row_alone(stacks, monkeypatch) -
 
     rows = [filled(n) for n in lengths]
     copies = [[KVCache.over(c.k.clone(), c.v.clone()) for c in row] for row in rows]
-    x = torch.randn(3, 1, Geometry.hidden_size, generator=generator)
+    x = torch.randn(3, 1, GEOMETRY.hidden_size, generator=generator)
     calls = _counted(monkeypatch)
     with torch.inference_mode():
         together = quantized(x, Rows(rows, lengths), rope)
@@ -214,7 +206,7 @@ def test_rows_at_their_own_positions_equal_each_row_alone(stacks, monkeypatch) -
 def test_more_rows_than_a_call_takes_are_split_with_the_same_bits(stacks, monkeypatch) -> None:
     quantized, _ = stacks
     monkeypatch.setattr(step_module, "MAX_ROWS", 4)
-    inputs = torch.randn(5, STEPS, Geometry.hidden_size, generator=torch.Generator().manual_seed(4))
+    inputs = torch.randn(5, STEPS, GEOMETRY.hidden_size, generator=torch.Generator().manual_seed(4))
     split = _passes(quantized, inputs)
     monkeypatch.undo()
     assert torch.equal(split, _passes(quantized, inputs))
@@ -241,9 +233,9 @@ def test_where_it_does_not_apply_the_stack_runs_layer_by_layer(stacks, case, mon
         monkeypatch.setenv("TTS_CORE_NATIVE", "0")
     elif case == "past the cache":
         start = capacity
-    x = torch.randn(2, 1, Geometry.hidden_size).to(dtype)
+    x = torch.randn(2, 1, GEOMETRY.hidden_size).to(dtype)
     caches = stack.new_caches(2, capacity, torch.float32, "cpu")
-    rope = RotaryTable(Geometry.head_dim, 10000.0, 64)
+    rope = RotaryTable(GEOMETRY.head_dim, 10000.0, 64)
     if case == "native off":
         step_module._kernel.cache_clear()
     try:
