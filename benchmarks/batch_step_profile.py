@@ -51,11 +51,7 @@ def timed(owner: object, name: str, sink: dict, label: str, undo: list) -> None:
     setattr(owner, name, wrapper)
 
 
-def _sdpa_only(q, keys, values):  # noqa: ANN001, ANN202 - attend_one's "does not apply"
-    return None
-
-
-def _layer_by_layer(*args):  # noqa: ANN002, ANN202 - stack_step's "does not apply"
+def _not_here(*args):  # noqa: ANN002, ANN202 - attend_one's and stack_step's "does not apply"
     return None
 
 
@@ -71,10 +67,10 @@ def profile(model, voice, rows: int, frames: int, attention: str) -> tuple[dict,
         timed(layers, "stack_step", spent, "8-bit stacks, one native call a step", undo)
     else:
         undo.append((layers, "stack_step", layers.stack_step))
-        layers.stack_step = _layer_by_layer
+        layers.stack_step = _not_here
     if attention == "sdpa":
         undo.append((layers, "attend_one", layers.attend_one))
-        layers.attend_one = _sdpa_only
+        layers.attend_one = _not_here
     else:
         timed(layers, "attend_one", spent, "attention, one-query kernel", undo)
     timed(layers, "scaled_dot_product", spent, "attention, SDPA", undo)

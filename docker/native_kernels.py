@@ -1,5 +1,5 @@
-"""The image's CPU kernels (8-bit, 4-bit, the codec's SnakeBeta, the one-query attention),
-built ahead (tts_core/models/native: prebuild).
+"""The image's CPU kernels (8-bit, 4-bit, the codec's SnakeBeta, the one-query attention, the
+8-bit decode step), built ahead (tts_core/models/native: prebuild).
 
     python docker/native_kernels.py build   in the build stage (gcc): compile every kernel of
                                             this architecture into $TTS_CORE_NATIVE_PREBUILT

@@ -51,7 +51,7 @@ def _kernel() -> ctypes._CFuncPtr | None:
     return entry
 
 
-def _layout(block: torch.Tensor) -> tuple[int, ...] | None:
+def kv_layout(block: torch.Tensor) -> tuple[int, ...] | None:
     """(kv heads, head size, head stride, position stride) of a (b, kv, n, D) float32 CPU block
     whose elements are contiguous, else None (one tuple: the blocks must all match)."""
     if block.dtype is not torch.float32 or not block.is_cpu or block.dim() != 4:
@@ -74,7 +74,7 @@ def attend_one(
     k0, v0 = keys[0], values[0]
     if steps != 1 or dim % 16 or dim > MAX_DIM or torch.compiler.is_compiling() or q.requires_grad:
         return None  # is_compiling: a C call would break the graph (SDPA is traced)
-    k_layout, v_layout = _layout(k0), _layout(v0)
+    k_layout, v_layout = kv_layout(k0), kv_layout(v0)
     if (
         k_layout is None
         or v_layout is None
@@ -88,7 +88,7 @@ def attend_one(
         n = k.shape[2]
         if k.shape[:3] != v.shape[:3] or n < 1:
             return None
-        if k is not k0 and (_layout(k) != k_layout or _layout(v) != v_layout):
+        if k is not k0 and (kv_layout(k) != k_layout or kv_layout(v) != v_layout):
             return None
         k_ptr, v_ptr, k_row, v_row = k.data_ptr(), v.data_ptr(), 4 * k.stride(0), 4 * v.stride(0)
         for r in range(k.shape[0]):

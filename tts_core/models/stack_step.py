@@ -33,6 +33,7 @@ import torch
 from ..quant.int4 import Int4Linear
 from ..quant.linear import Int8Linear, NativeLinear
 from . import native
+from .attend_one import kv_layout
 
 _I64, _P = ctypes.c_int64, ctypes.c_void_p
 ISA = "avx512vnni"  # the packed layouts the C tiles read (Int8Linear's for it; Int4Linear's)
@@ -209,19 +210,10 @@ def _cache_entry(cache: Any, kv: int, dim: int) -> _Cache | None:
     if kept is not None and kept[0] is k and kept[1] is v and kept[2] == k.data_ptr():
         return kept[3]
     entry = None
-    if (
-        k.dtype is torch.float32
-        and v.dtype is torch.float32
-        and k.is_cpu
-        and v.is_cpu
-        and k.dim() == 4
-        and k.shape == v.shape
-        and k.shape[1] == kv
-        and k.shape[3] == dim
-        and k.stride(3) == v.stride(3) == 1
-    ):
-        strides = (k.stride(1), k.stride(2), v.stride(1), v.stride(2))
+    k_layout, v_layout = kv_layout(k), kv_layout(v)  # (kv, dim, head stride, position stride)
+    if k_layout and v_layout and k.shape == v.shape and k_layout[:2] == v_layout[:2] == (kv, dim):
         row_bytes = (4 * k.stride(0), 4 * v.stride(0))
+        strides = (*k_layout[2:], *v_layout[2:])
         entry = _Cache(k.data_ptr(), v.data_ptr(), row_bytes, k.shape[0], k.shape[2], strides)
     cache.__dict__["_stack_step_entry"] = (k, v, k.data_ptr(), entry)
     return entry

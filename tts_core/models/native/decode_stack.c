@@ -99,14 +99,6 @@ STEP static void gated(float *g, const float *u, int64_t n) {
   }
 }
 
-/* A row quantized as int8_linear quantizes it (its s_x, q + 128); width a multiple of 4. */
-STEP static void quantize_row(const float *x, int64_t width, uint8_t *q, float *s_x) {
-  float peak = step_peak(x, width);
-  float scale = peak != peak ? row_scale(0.0f, 1) : row_scale(peak, 0);
-  quantize_segment(x, width, _mm512_set1_ps(scale), q);
-  *s_x = scale;
-}
-
 /* y (rows, out) = the quantized rows (rows, in) times a packed projection, 8 or 4 bits: the
    blocks of 16 outputs shared among the team (a worksharing loop: call it from every thread of
    the region). */
@@ -139,50 +131,32 @@ STEP static void multiply(const uint8_t *q, const float *s_x, int64_t rows, int6
   }
 }
 
-/* Working memory of one call, made by the calling thread and shared by the team. */
+/* Working memory of one call (reserve_work). */
 struct work {
   float *x, *h, *y, *q, *a, *s_x;
   uint8_t *bytes;
 };
 
-static void *grow(void **p, size_t *have, size_t bytes) {
-  if (bytes > *have) {
-    free(*p);
-    *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    *have = *p ? bytes : 0;
-  }
-  return *p;
-}
-
-/* One block per calling thread, kept for its next call (freed when the thread ends). */
-static pthread_key_t work_key;
-static pthread_once_t work_once = PTHREAD_ONCE_INIT;
-struct block { void *p; size_t bytes; };
-static void free_block(void *b) { free(((struct block *)b)->p); free(b); }
-static void make_work_key(void) { pthread_key_create(&work_key, free_block); }
-
+/* Working memory of one call, carved from the calling thread's scratch (int8_common.h's
+   reserve: kept for its next call, freed when it ends) and shared by the team. */
 static int reserve_work(struct work *w, int64_t rows, int64_t hidden, int64_t nq, int64_t wide,
                         int64_t inner) {
-  pthread_once(&work_once, make_work_key);
-  struct block *b = pthread_getspecific(work_key);
-  if (!b) {
-    b = calloc(1, sizeof *b);
-    if (!b || pthread_setspecific(work_key, b)) { free(b); return -1; }
-  }
-  /* floats: x, h (rows x hidden), y (rows x wide), q, a (rows x nq), s_x; then the bytes */
+  /* floats: x, h (rows x hidden), y (rows x wide), q, a (rows x nq), s_x; bytes: the widest
+     quantized rows */
   int64_t widest = hidden > nq ? hidden : nq;
   widest = widest > inner ? widest : inner;
-  size_t floats[] = {rows * hidden, rows * hidden, rows * wide, rows * nq, rows * nq, rows};
-  size_t total = 0;
-  for (int i = 0; i < 6; ++i) total += (floats[i] * sizeof(float) + 63) / 64 * 64;
-  char *base = grow(&b->p, &b->bytes, total + rows * widest);
-  if (!base) return -1;
+  int64_t floats[] = {rows * hidden, rows * hidden, rows * wide, rows * nq, rows * nq, rows};
+  int64_t total = 0;
+  for (int i = 0; i < 6; ++i) total += floats[i];
+  struct scratch *scratch = reserve(total, rows * widest);
+  if (!scratch) return -1;
+  float *base = scratch->s_x;
   float **parts[] = {&w->x, &w->h, &w->y, &w->q, &w->a, &w->s_x};
   for (int i = 0; i < 6; ++i) {
-    *parts[i] = (float *)base;
-    base += (floats[i] * sizeof(float) + 63) / 64 * 64;
+    *parts[i] = base;
+    base += floats[i];
   }
-  w->bytes = (uint8_t *)base;
+  w->bytes = scratch->q;
   return 0;
 }
 

@@ -20,14 +20,6 @@
 
 int int4_linear_supported(void) { return avx512vnni_supported(); }
 
-/* One row: s_x and q + 128 (in is a multiple of GROUP: no padding), as int8_linear.c's
- * quantize_window quantizes a one-step row (the same steps). */
-KERNEL static void quantize_row(const float *x, int64_t in, uint8_t *q, float *s_x) {
-  float peak = step_peak(x, in);
-  *s_x = row_scale(peak, peak != peak);
-  quantize_segment(x, in, _mm512_set1_ps(*s_x), q);
-}
-
 /* x (rows, in) float32 contiguous, in a multiple of GROUP; nibbles, mult as above; w_sum128,
  * s_w, bias (or NULL) per output channel; y (rows, out). 0, or -1 when scratch ran out. */
 KERNEL int int4_linear(const float *x, int64_t rows, int64_t in, int64_t out,

@@ -49,6 +49,14 @@ KERNEL static void quantize_segment(const float *x, int64_t width, __m512 s, uin
   }
 }
 
+/* One row of `width` floats (a multiple of 4: no padding): its s_x and q + 128, as
+ * int8_linear.c's quantize_window quantizes a one-step row (the same steps). */
+KERNEL static void quantize_row(const float *x, int64_t width, uint8_t *q, float *s_x) {
+  float peak = step_peak(x, width);
+  *s_x = row_scale(peak, peak != peak);
+  quantize_segment(x, width, _mm512_set1_ps(*s_x), q);
+}
+
 /* y[i][o0 .. o0 + 15] (those below out) of NR rows from their sums acc[i] of (q + 128) * W:
  * ((float)(acc - w_sum128) * s_x) * s_w (+ bias), as int8_common.h defines it. */
 INLINE KERNEL void store_outputs(int NR, const __m512i *acc, const float *s_x,
